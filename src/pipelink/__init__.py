@@ -1,0 +1,94 @@
+"""PipeLink: modular, reusable, composable GPU operators, linked from JSON pipelines.
+
+``import pipelink`` works with no GPU and no CUDA packages; the CUDA backend loads on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import memory
+from .descriptor import Attr, OperatorDescriptor, Port, Variant
+from .dtypes import DType, bfloat16, bool_, float16, float32, float64, int8, int32, int64, uint8
+from .errors import (
+    ConfigError,
+    CUDAError,
+    DTypeMismatchError,
+    ErrorCode,
+    HardwareUnsupportedError,
+    IntegrityError,
+    InvalidArgumentError,
+    ModuleCrashError,
+    ModuleLoadError,
+    OutOfMemoryError,
+    PipeLinkError,
+    PipeLinkTimeoutError,
+    Problem,
+    ShapeMismatchError,
+    TuningError,
+    VersionMismatchError,
+)
+from .hardware import HardwareInfo, validate_hardware
+from .modules.python import operator
+from .modules.registry import registry as _registry
+from .pipeline import Pipeline, load, validate
+from .runtime.errorlog import configure_error_log
+from .runtime.report import LoadReport, RunReport, StageReport
+from .tensor import Tensor, asarray
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load", "validate", "Pipeline", "operator", "list_operators", "get_operator_info", "load_library",
+    "validate_hardware", "memory", "empty", "Tensor", "asarray", "configure_error_log",
+    "OperatorDescriptor", "Port", "Attr", "Variant", "HardwareInfo", "RunReport", "StageReport", "LoadReport",
+    "DType", "float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool_",
+    "ErrorCode", "Problem", "PipeLinkError", "ConfigError", "InvalidArgumentError", "ModuleLoadError",
+    "VersionMismatchError", "IntegrityError", "ShapeMismatchError", "DTypeMismatchError",
+    "HardwareUnsupportedError", "ModuleCrashError", "PipeLinkTimeoutError", "OutOfMemoryError", "CUDAError",
+    "TuningError", "__version__",
+]
+
+
+def _builtins():
+    from .ops import register_builtins
+
+    register_builtins(_registry)
+    return _registry
+
+
+def list_operators() -> list[str]:
+    """Names of every registered operator (built-ins, Python operators, loaded native modules)."""
+    return _builtins().names()
+
+
+def get_operator_info(name: str, version: str | None = None) -> OperatorDescriptor:
+    """The descriptor of an operator (the highest version satisfying ``version``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        For an unknown name (with a suggestion).
+    """
+    from .modules.registry import UnknownOperatorError
+
+    try:
+        return _builtins().get(name, version)
+    except UnknownOperatorError as e:
+        raise InvalidArgumentError(str(e), operator=name) from None
+
+
+def load_library(path, sha256: str | None = None) -> Any:
+    """Load a native operator module and register its operators (see ``docs/native-modules.md``)."""
+    from .modules.native import load_library as _load
+
+    return _load(path, sha256=sha256, registry=_builtins())
+
+
+def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:
+    """An uninitialised tensor from the runtime's allocator on ``device``."""
+    from .backends import get_backend
+    from .dtypes import get_dtype
+
+    backend = get_backend(device)
+    return backend.wrap(backend.empty(tuple(int(s) for s in shape), get_dtype(dtype)))

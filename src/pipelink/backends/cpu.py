@@ -1,0 +1,92 @@
+"""The CPU backend: NumPy memory, synchronous execution, no streams. The reference for every GPU result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType, get_dtype
+from ..errors import DTypeMismatchError, InvalidArgumentError
+from ..hardware import cpu_info
+from ..tensor import Tensor, asarray
+from .base import Allocation, Backend, MemoryStats
+
+__all__ = ["CPUBackend", "scalar_dtype"]
+
+
+def scalar_dtype(value: bool | int | float) -> DType:
+    """The dtype of an undeclared Python scalar input: bool, int64 or float32."""
+    if isinstance(value, bool):
+        return get_dtype("bool")
+    return get_dtype("int64" if isinstance(value, int) else "float32")
+
+
+class CPUBackend(Backend):
+    kind = "cpu"
+    supports_graphs = False
+
+    def __init__(self):
+        super().__init__("cpu", cpu_info())
+
+    def _allocate(self, nbytes: int, alignment: int, stream: Any) -> Allocation:
+        raw = np.empty(nbytes + alignment, dtype=np.uint8)
+        start = (-raw.ctypes.data) % alignment
+        block = raw[start: start + nbytes]
+        return Allocation(block.ctypes.data, nbytes, block, self)
+
+    def _free(self, alloc: Allocation) -> None:
+        alloc.handle = None  # NumPy frees the memory once no view references it
+
+    def _fill_stats(self, stats: MemoryStats) -> None:
+        stats.reserved_bytes = stats.allocated_bytes
+
+    def view(self, alloc: Allocation, offset: int, shape: tuple[int, ...], dtype: DType,
+             strides: tuple[int, ...] | None = None) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = count * dtype.itemsize
+        region = alloc.handle[offset: offset + nbytes]
+        return region.view(dtype.numpy).reshape(shape)
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+        return np.empty(shape, dtype=dtype.numpy)
+
+    def wrap(self, arg: np.ndarray) -> Tensor:
+        return Tensor.from_numpy(arg)
+
+    def import_input(self, value: Any, *, stream: Any = None, dtype: DType | None = None) -> np.ndarray:
+        if isinstance(value, np.ndarray):
+            array = value
+        elif isinstance(value, Tensor | np.generic) or hasattr(value, "__dlpack__"):
+            tensor = asarray(value)
+            if tensor.is_cuda:
+                tensor = tensor.cpu()
+            array = tensor.numpy()
+        elif isinstance(value, bool | int | float):
+            array = np.asarray(value, dtype=(dtype or scalar_dtype(value)).numpy)
+        elif isinstance(value, list | tuple):
+            array = np.asarray(value, dtype=dtype.numpy if dtype is not None else None)
+        else:
+            raise InvalidArgumentError(
+                f"cannot use {type(value).__name__} as an input: pass a NumPy array, a scalar or a "
+                "DLPack tensor (PyTorch, CuPy, JAX)")
+        try:
+            get_dtype(array.dtype)
+        except InvalidArgumentError as e:
+            raise DTypeMismatchError(f"unsupported input dtype {array.dtype}: {e}") from None
+        return array
+
+    def signature_of(self, arg: np.ndarray) -> tuple[tuple[int, ...], str, bool]:
+        return arg.shape, get_dtype(arg.dtype).name, bool(arg.flags.c_contiguous)
+
+    def copy(self, dst: np.ndarray, src: np.ndarray, *, stream: Any = None) -> None:
+        np.copyto(dst, src, casting="no")
+
+    def to_host(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def count_nonfinite(self, arg: np.ndarray, *, stream: Any = None) -> int:
+        if arg.dtype.kind not in "fV" and arg.dtype.name != "bfloat16":
+            return 0
+        values = arg.astype(np.float32) if arg.dtype.itemsize < 4 else arg
+        return int(arg.size - np.count_nonzero(np.isfinite(values)))

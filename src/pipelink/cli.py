@@ -1,0 +1,304 @@
+"""The ``pipelink`` command (DESIGN.md section 7).
+
+Every failure prints ``error[PIPELINK_ERR_...]: message`` and exits 1 (runtime) or 2 (invalid config or
+usage); no traceback ever reaches the user (``PIPELINK_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import ConfigError, ErrorCode, PipeLinkError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="PipeLink: link GPU operators into checked pipelines from JSON.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UsageFailure(Exception):
+    """A PipeLinkError raised while loading or validating (exit code 2)."""
+
+    def __init__(self, error: PipeLinkError):
+        self.error = error
+
+
+def _load(config: Path, device: str, graph: bool = False):
+    import pipelink as pl
+
+    try:
+        return pl.load(config, device=device, graph=graph)
+    except PipeLinkError as e:
+        raise UsageFailure(e) from e
+
+
+@app.command()
+def validate(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+             device: Annotated[str, typer.Option(help="device whose features to assume")] = "cpu",
+             skip_libraries: Annotated[bool, typer.Option(
+                 "--skip-libraries", help="check the config without opening its native modules")] = False,
+             as_json: Annotated[bool, typer.Option("--json", help="print problems as JSON")] = False) -> None:
+    """Check a config: schema, names, versions, hardware, declared shapes. Lists every problem."""
+    import pipelink as pl
+
+    problems = pl.validate(config, device=device, libraries=not skip_libraries)
+    if as_json:
+        console.print_json(json.dumps([p.to_dict() for p in problems]))
+    elif not problems:
+        console.print(f"[green]ok[/green]: {config} is valid")
+    for p in problems if not as_json else ():
+        err_console.print(f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False)
+    if problems:
+        raise typer.Exit(2)
+
+
+def _parse_kv(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageFailure(PipeLinkError(f"--{what} takes NAME=VALUE (got {item!r})"))
+        out[name] = value
+    return out
+
+
+def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: int) -> dict[str, np.ndarray]:
+    from .dtypes import get_dtype
+
+    rng = np.random.default_rng(seed)
+    decls = pipe.graph.config.inputs or {}
+    out = {}
+    for name in pipe.inputs:
+        decl = decls.get(name)
+        if name in shapes:
+            shape = tuple(int(d) for d in shapes[name].lower().replace(",", "x").split("x") if d)
+        elif decl is not None and decl.shape is not None and all(isinstance(d, int) for d in decl.shape):
+            shape = tuple(decl.shape)
+        else:
+            raise UsageFailure(PipeLinkError(
+                f"--random needs the shape of input {name!r}: declare it in the config's 'inputs' or pass "
+                f"--shape {name}=DIMxDIM"))
+        dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
+        if dtype.is_floating:
+            out[name] = rng.standard_normal(shape).astype(dtype.numpy)
+        else:
+            out[name] = rng.integers(0, 8, size=shape).astype(dtype.numpy)
+    return out
+
+
+def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
+    from .dtypes import get_dtype
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UsageFailure(PipeLinkError(f"cannot read inputs {path}: {e}")) from e
+    decls = pipe.graph.config.inputs or {}
+    out = {}
+    for name in data.files:
+        arr = data[name]
+        decl = decls.get(name)
+        # npz cannot store bfloat16: cast to the declared dtype (documented CLI convenience).
+        if decl is not None and decl.dtype and arr.dtype != get_dtype(decl.dtype).numpy:
+            arr = arr.astype(get_dtype(decl.dtype).numpy)
+        out[name] = arr
+    return out
+
+
+@app.command()
+def run(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+        inputs: Annotated[Path | None, typer.Option("--inputs", help="inputs as .npz")] = None,
+        random: Annotated[bool, typer.Option("--random", help="random inputs of the declared shapes")] = False,
+        shape: Annotated[list[str], typer.Option("--shape", help="NAME=DxD for --random")] = [],  # noqa: B006
+        dtype: Annotated[list[str], typer.Option("--dtype", help="NAME=DTYPE for --random")] = [],  # noqa: B006
+        value: Annotated[list[str], typer.Option("--value", help="NAME=NUMBER for a scalar input")] = [],  # noqa: B006
+        seed: Annotated[int, typer.Option(help="random seed")] = 0,
+        output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
+        device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+        graph: Annotated[bool, typer.Option("--graph", help="CUDA graph mode")] = False,
+        repeat: Annotated[int, typer.Option(help="run N times (times are the last run's)")] = 1,
+        profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
+        trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
+        error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
+        ) -> None:
+    """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
+    import pipelink as pl
+
+    if error_log is not None:
+        pl.configure_error_log(error_log)
+    pipe = _load(config, device, graph)
+    scalars = _parse_kv(value, "value")
+    if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):
+        feed = {}
+    else:
+        if (inputs is None) == (not random):
+            raise UsageFailure(PipeLinkError("give exactly one of --inputs FILE.npz or --random"))
+        kv_shapes = _parse_kv(shape, "shape")
+        kv_shapes.update({n: "" for n in scalars})
+        feed = _read_inputs(pipe, inputs) if inputs else _random_inputs(
+            pipe, kv_shapes, _parse_kv(dtype, "dtype"), seed)
+    for name, text in scalars.items():
+        try:
+            feed[name] = float(text)
+        except ValueError:
+            raise UsageFailure(PipeLinkError(f"--value {name}={text!r}: not a number")) from None
+    for _ in range(max(1, repeat)):
+        outs = pipe.run(feed, profile=profile or trace is not None)
+    report = pipe.last_report
+    _print_report(pipe, report, outs)
+    if trace is not None:
+        from .runtime.trace import write_trace
+
+        write_trace(trace, pipe, report)
+        console.print(f"trace written to {trace}")
+    if output is not None:
+        arrays = {}
+        for name, t in outs.items():
+            arr = t.numpy()
+            arrays[name] = arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+        np.savez(output, **arrays)
+        console.print(f"outputs written to {output}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _print_report(pipe, report, outs) -> None:
+    table = Table(title=f"{pipe.name} on {pipe.device}")
+    for col in ("stage", "operator", "variant", "status", "host ms", "device ms"):
+        table.add_column(col)
+    for s in report.stages.values():
+        colour = {"ok": "green", "degraded": "yellow", "skipped": "yellow"}.get(s.status, "red")
+        table.add_row(s.stage, s.operator, s.variant, f"[{colour}]{s.status}[/{colour}]" + (
+            f" ({s.action})" if s.action else ""), f"{s.time_s * 1e3:.3f}",
+            f"{s.device_time_s * 1e3:.3f}" if s.device_time_s is not None else "-")
+    console.print(table)
+    for s in report.degraded:
+        if s.error is not None:
+            err_console.print(f"warning[{s.error.code.name}]: {s.error.message}", markup=False, highlight=False)
+    out_table = Table(title="outputs")
+    for col in ("name", "shape", "dtype", "mean", "std", "min", "max"):
+        out_table.add_column(col)
+    for name, t in outs.items():
+        arr = t.numpy().astype(np.float64)
+        stats = [f"{f(arr):.5g}" if arr.size else "-" for f in (np.mean, np.std, np.min, np.max)]
+        out_table.add_row(name, str(list(t.shape)), t.dtype.name, *stats)
+    for name in report.missing_outputs:
+        out_table.add_row(name, "-", "-", "[red]missing[/red]", "", "", "")
+    console.print(out_table)
+    plan = pipe.memory_plan
+    if plan is not None:
+        console.print(f"memory plan: {plan.peak_bytes} bytes arena (no reuse: {plan.naive_bytes}); "
+                      f"total {report.total_time_s * 1e3:.3f} ms")
+
+
+@app.command()
+def ops(name: Annotated[str | None, typer.Argument(help="show one operator in full")] = None) -> None:
+    """List the registered operators (or describe one as JSON)."""
+    import pipelink as pl
+
+    if name is not None:
+        try:
+            desc = pl.get_operator_info(name)
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
+        console.print_json(json.dumps(desc.to_dict(), default=str))
+        return
+    pl.list_operators()
+    from .modules.registry import registry
+
+    table = Table(title="operators")
+    for col in ("name", "version", "devices", "inputs", "outputs", "attrs"):
+        table.add_column(col)
+    for d in registry.all():
+        table.add_row(d.name, str(d.version), ",".join(d.devices),
+                      ", ".join(p.name + ("?" if p.optional else "") for p in d.inputs),
+                      ", ".join(p.name for p in d.outputs), ", ".join(a.name for a in d.attrs))
+    console.print(table)
+
+
+@app.command()
+def schema() -> None:
+    """Print the pipeline config's JSON Schema (point your editor's "$schema" at it)."""
+    from .config import schema_text
+
+    sys.stdout.write(schema_text() + "\n")
+
+
+@app.command()
+def graph(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+          out: Annotated[Path | None, typer.Option("-o", "--output", help=".dot, .svg or .png")] = None,
+          device: Annotated[str, typer.Option(help="device to link for")] = "cpu") -> None:
+    """Draw the pipeline's DAG (DOT always; SVG/PNG when Graphviz's `dot` is installed)."""
+    from .graph.render import render
+
+    pipe = _load(config, device)
+    dot = render(pipe)
+    if out is None:
+        sys.stdout.write(dot)
+        return
+    from .graph.render import write
+
+    write(dot, out)
+    console.print(f"graph written to {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    debug = os.environ.get("PIPELINK_DEBUG") == "1"
+    try:
+        app(args=argv, standalone_mode=False)
+    except UsageFailure as e:
+        _print_error(e.error)
+        return 2
+    except PipeLinkError as e:
+        _print_error(e)
+        return 2 if isinstance(e, ConfigError) else 1
+    except typer.Exit as e:
+        return e.exit_code
+    except SystemExit as e:  # click's own exit paths
+        return int(e.code or 0)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    except Exception as e:  # the CLI's last line of defence: never a traceback for a user
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            return 1
+        if debug:
+            raise
+        err_console.print(f"error[internal]: {type(e).__name__}: {e} (set PIPELINK_DEBUG=1 for the traceback; "
+                          "please report this)", markup=False, highlight=False)
+        return 1
+    return 0
+
+
+def _print_error(e: PipeLinkError) -> None:
+    code = e.code.name if isinstance(e.code, ErrorCode) else str(e.code)
+    err_console.print(f"error[{code}]: {e.message}", markup=False, highlight=False)
+    if os.environ.get("PIPELINK_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(e)
+
+
+def _entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()

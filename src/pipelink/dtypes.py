@@ -1,0 +1,124 @@
+"""The dtype table: PipeLink name <-> NumPy dtype <-> DLPack (code, bits) <-> C enum value.
+
+One row per supported dtype; every other module converts through here and never hard-codes a dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+__all__ = [
+    "DType",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int8",
+    "int32",
+    "int64",
+    "uint8",
+    "bool_",
+    "DTYPES",
+    "FLOAT_DTYPES",
+    "get_dtype",
+]
+
+# DLPack type codes (dlpack.h: DLDataTypeCode).
+DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
+
+
+@dataclass(frozen=True)
+class DType:
+    """A supported element type.
+
+    ``c_enum`` is the value of ``PIPELINK_DTYPE_*`` in ``pipelink.h``; ``cuda_type`` the CUDA C type name
+    used by the built-in kernels.
+    """
+
+    name: str
+    numpy: np.dtype
+    dl_code: int
+    bits: int
+    c_enum: int
+    cuda_type: str
+
+    @property
+    def itemsize(self) -> int:
+        return self.bits // 8
+
+    @property
+    def is_floating(self) -> bool:
+        return self.dl_code in (DL_FLOAT, DL_BFLOAT)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"pl.{self.name}"
+
+
+float32 = DType("float32", np.dtype(np.float32), DL_FLOAT, 32, 0, "float")
+float16 = DType("float16", np.dtype(np.float16), DL_FLOAT, 16, 1, "__half")
+bfloat16 = DType("bfloat16", np.dtype(ml_dtypes.bfloat16), DL_BFLOAT, 16, 2, "__nv_bfloat16")
+float64 = DType("float64", np.dtype(np.float64), DL_FLOAT, 64, 3, "double")
+int8 = DType("int8", np.dtype(np.int8), DL_INT, 8, 4, "signed char")
+int32 = DType("int32", np.dtype(np.int32), DL_INT, 32, 5, "int")
+int64 = DType("int64", np.dtype(np.int64), DL_INT, 64, 6, "long long")
+uint8 = DType("uint8", np.dtype(np.uint8), DL_UINT, 8, 7, "unsigned char")
+bool_ = DType("bool", np.dtype(np.bool_), DL_BOOL, 8, 8, "bool")
+
+DTYPES: dict[str, DType] = {
+    d.name: d for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_)
+}
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+
+_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp64": "float64",
+            "double": "float64", "float": "float32", "bool_": "bool"}
+_BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
+_BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
+_BY_ENUM = {d.c_enum: d for d in DTYPES.values()}
+
+
+def get_dtype(value: object) -> DType:
+    """Resolve a dtype given as a :class:`DType`, a name (``"bf16"`` too), a NumPy dtype or a C enum.
+
+    Raises
+    ------
+    InvalidArgumentError
+        When the value names no supported dtype.
+    """
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        name = _ALIASES.get(value, value)
+        if name in DTYPES:
+            return DTYPES[name]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if value in _BY_ENUM:
+            return _BY_ENUM[value]
+    else:
+        try:
+            found = _BY_NUMPY.get(np.dtype(value))  # type: ignore[arg-type]
+        except TypeError:
+            found = None
+        if found is not None:
+            return found
+    raise InvalidArgumentError(
+        f"unsupported dtype {value!r}; supported: {', '.join(DTYPES)}", dtype=repr(value)
+    )
+
+
+def from_dlpack_code(code: int, bits: int, lanes: int = 1) -> DType:
+    """The dtype of a DLPack ``DLDataType``."""
+    found = _BY_DLPACK.get((code, bits))
+    if found is None or lanes != 1:
+        raise InvalidArgumentError(
+            f"unsupported DLPack dtype (code={code}, bits={bits}, lanes={lanes}); "
+            f"supported: {', '.join(DTYPES)}"
+        )
+    return found

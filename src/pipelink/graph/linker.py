@@ -1,0 +1,324 @@
+"""The linker: stages -> a checked DAG of operators with symbolic shapes and dtypes (seed section 3.5).
+
+It resolves every stage's operator (loading native modules), maps tensors to ports, checks attributes,
+versions, hardware and error policies, and infers shapes and dtypes as far as the declared inputs
+allow. Every problem is collected with its JSON Pointer; nothing runs here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import PipelineConfig, StageConfig
+from ..descriptor import OperatorDescriptor, infer_outputs
+from ..errors import ErrorCode, PipeLinkError, Problem
+from ..hardware import HardwareInfo, missing_requirement, requirements_from, unmet_message
+from ..modules.registry import OperatorRegistry, UnknownOperatorError, VariantChoice
+from ..versioning import check_compatible
+
+__all__ = ["LinkedStage", "TensorInfo", "LinkedGraph", "link", "infer_signature"]
+
+log = logging.getLogger("pipelink")
+
+PRECISIONS = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass
+class LinkedStage:
+    """One stage bound to an operator version; ``inputs[i]`` is None for an absent optional port."""
+
+    index: int
+    id: str
+    config: StageConfig
+    desc: OperatorDescriptor
+    attrs: dict[str, Any]
+    inputs: tuple[str | None, ...]
+    outputs: tuple[str, ...]
+    fallback: OperatorDescriptor | None = None
+    fallback_attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return self.config.path
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: tuple | None = None  # symbolic or concrete; None when unknown until run()
+    dtype: str | None = None
+    producer: int = -1  # stage index, -1 for an external input
+    consumers: list[int] = field(default_factory=list)
+    is_output: bool = False
+    is_scratch: bool = False  # an operator output the config did not name
+
+
+@dataclass
+class LinkedGraph:
+    config: PipelineConfig
+    stages: list[LinkedStage]
+    tensors: dict[str, TensorInfo]
+    external_inputs: list[str]
+    outputs: list[str]
+    info: HardwareInfo
+
+    def stage(self, stage_id: str) -> LinkedStage:
+        return next(s for s in self.stages if s.id == stage_id)
+
+
+def link(config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo, *,
+         load_library=None) -> tuple[LinkedGraph | None, list[Problem]]:
+    """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems."""
+    problems: list[Problem] = []
+    problems += _check_requires(config, info)
+    stages: list[LinkedStage] = []
+    for stage in config.stages:
+        linked = _link_stage(stage, config, registry, info, problems, load_library)
+        if linked is not None:
+            stages.append(linked)
+    if len(stages) != len(config.stages):
+        return None, problems
+    graph = _build_graph(config, stages, info)
+    if not problems:
+        declared = {n: (d.shape, d.dtype) for n, d in (config.inputs or {}).items()}
+        try:
+            infer_signature(graph, declared, partial=True)
+        except PipeLinkError as e:
+            problems.append(Problem(e.code, _problem_path(graph, e), e.message))
+        problems += _check_policies(graph, registry)
+    return graph, problems
+
+
+def _check_requires(config: PipelineConfig, info: HardwareInfo) -> list[Problem]:
+    req = config.requires or {}
+    if not req:
+        return []
+    try:
+        reqs = requirements_from(req.get("compute_capability"), req.get("features", ()))
+    except ValueError as e:
+        return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "/requires", str(e))]
+    unmet = missing_requirement(info, reqs)
+    if unmet is None:
+        return []
+    return [Problem(ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED, "/requires",
+                    f"pipeline {unmet_message(info, unmet)}")]
+
+
+def _resolve(name: str, spec: str | None, registry: OperatorRegistry, source: str | None, stage: StageConfig,
+             problems: list[Problem], name_path: str) -> OperatorDescriptor | None:
+    try:
+        desc = registry.get(name, spec, source=source, stage=stage.id)
+    except UnknownOperatorError as e:
+        where = f" in module {source}" if source else ""
+        problems.append(Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, name_path, f"{e}{where}"))
+        return None
+    except PipeLinkError as e:
+        problems.append(Problem(e.code, f"{stage.path}/version", e.message))
+        return None
+    try:
+        check_compatible(name, spec, desc.version, stage=stage.id, where=f" (stage {stage.id!r})")
+    except PipeLinkError as e:
+        problems.append(Problem(e.code, f"{stage.path}/version", e.message))
+        return None
+    return desc
+
+
+def _link_stage(stage: StageConfig, config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo,
+                problems: list[Problem], load_library) -> LinkedStage | None:
+    source = None
+    if stage.library:
+        path = config.resolve_library(stage)
+        try:
+            if load_library is None:
+                from ..modules.native import load_library as load_library_  # noqa: PLC0415
+
+                module = load_library_(path, sha256=stage.sha256, registry=registry)
+            else:
+                module = load_library(path, sha256=stage.sha256, registry=registry)
+            source = str(getattr(module, "path", path))
+        except PipeLinkError as e:
+            problems.append(Problem(e.code, f"{stage.path}/library", e.message))
+            return None
+    desc = _resolve(stage.operator, stage.version, registry, source, stage, problems, f"{stage.path}/name")
+    if desc is None:
+        return None
+    n_required = sum(1 for p in desc.inputs if not p.optional)
+    if not n_required <= len(stage.inputs) <= len(desc.inputs):
+        ports = ", ".join(p.name + ("?" if p.optional else "") for p in desc.inputs)
+        problems.append(Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, f"{stage.path}/inputs",
+                                f"stage {stage.id!r}: operator {desc.name!r} takes inputs ({ports}), "
+                                f"got {len(stage.inputs)}"))
+        return None
+    if len(stage.outputs) > len(desc.outputs):
+        problems.append(Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, f"{stage.path}/outputs",
+                                f"stage {stage.id!r}: operator {desc.name!r} has outputs "
+                                f"({', '.join(p.name for p in desc.outputs)}), got {len(stage.outputs)}"))
+        return None
+    try:
+        attrs = desc.resolve_attrs(stage.attrs, where=f"stage {stage.id!r}")
+    except PipeLinkError as e:
+        attr = e.context.get("attr")
+        problems.append(Problem(e.code, f"{stage.path}/attrs" + (f"/{attr}" if attr in stage.attrs else ""),
+                                e.message))
+        return None
+    inputs = tuple(stage.inputs) + (None,) * (len(desc.inputs) - len(stage.inputs))
+    # Outputs the config leaves unnamed still need memory: name them after the stage.
+    outputs = tuple(stage.outputs) + tuple(f"{stage.id}.{p.name}" for p in desc.outputs[len(stage.outputs):])
+    linked = LinkedStage(stage.index, stage.id, stage, desc, attrs, inputs, outputs)
+    if stage.on_error.kind == "fallback":
+        fb = _resolve(stage.on_error.fallback, stage.on_error.fallback_version, registry, None, stage, problems,
+                      f"{stage.path}/on_error/fallback")
+        if fb is None:
+            return None
+        try:
+            linked.fallback_attrs = fb.resolve_attrs(
+                {k: v for k, v in stage.attrs.items() if fb.attr(k) is not None}, where=f"stage {stage.id!r}")
+        except PipeLinkError as e:
+            problems.append(Problem(e.code, f"{stage.path}/on_error", e.message))
+            return None
+        linked.fallback = fb
+    return linked
+
+
+def _build_graph(config: PipelineConfig, stages: list[LinkedStage], info: HardwareInfo) -> LinkedGraph:
+    tensors: dict[str, TensorInfo] = {}
+    external: list[str] = []
+    for name, decl in (config.inputs or {}).items():
+        tensors[name] = TensorInfo(name, tuple(decl.shape) if decl.shape is not None else None, decl.dtype)
+        external.append(name)
+    for st in stages:
+        for name in st.inputs:
+            if name is None:
+                continue
+            if name not in tensors:
+                tensors[name] = TensorInfo(name)
+                external.append(name)
+            tensors[name].consumers.append(st.index)
+        for j, name in enumerate(st.outputs):
+            tensors[name] = TensorInfo(name, producer=st.index, is_scratch=j >= len(st.config.outputs))
+    if config.outputs is not None:
+        outputs = list(config.outputs)
+    else:
+        outputs = [n for n, t in tensors.items() if t.producer >= 0 and not t.consumers and not t.is_scratch]
+    for name in outputs:
+        tensors[name].is_output = True
+    return LinkedGraph(config, stages, tensors, external, outputs, info)
+
+
+def infer_signature(graph: LinkedGraph, inputs: Mapping[str, tuple], *, partial: bool = False
+                    ) -> dict[str, tuple[tuple, str]]:
+    """Shapes and dtypes of every tensor for one input signature ``{name: (shape, dtype)}``.
+
+    With ``partial``, unknown inputs propagate as unknown (load-time checking of what is declared).
+
+    Raises
+    ------
+    ShapeMismatchError, DTypeMismatchError
+        Naming the stage, the port, the symbol and both values.
+    """
+    known: dict[str, tuple[tuple, str]] = {}
+    for name, (shape, dtype) in inputs.items():
+        if shape is not None and dtype is not None:
+            known[name] = (tuple(shape), dtype)
+    for st in graph.stages:
+        present = [n for n in st.inputs if n is not None]
+        if any(n not in known for n in present):
+            if partial:
+                continue
+            missing = next(n for n in present if n not in known)
+            raise KeyError(missing)
+        shapes = tuple(known[n][0] if n is not None else None for n in st.inputs)
+        dtypes = tuple(known[n][1] if n is not None else None for n in st.inputs)
+        out_shapes, out_dtypes = infer_outputs(st.desc, shapes, dtypes, st.attrs, stage=st.id,
+                                               tensors=tuple(n or "" for n in st.inputs))
+        for name, shape, dtype in zip(st.outputs, out_shapes, out_dtypes, strict=True):
+            known[name] = (tuple(shape), dtype)
+            if partial:
+                graph.tensors[name].shape, graph.tensors[name].dtype = tuple(shape), dtype
+    return known
+
+
+def _problem_path(graph: LinkedGraph, err: PipeLinkError) -> str:
+    stage_id = err.context.get("stage")
+    port = err.context.get("port")
+    for st in graph.stages:
+        if st.id != stage_id:
+            continue
+        names = [p.name for p in st.desc.inputs]
+        if port in names and names.index(port) < len(st.config.inputs):
+            return f"{st.path}/inputs/{names.index(port)}"
+        return st.path
+    return ""
+
+
+def _check_policies(graph: LinkedGraph, registry: OperatorRegistry) -> list[Problem]:
+    """``identity`` needs matching input/output shapes and dtypes; ``fallback`` matching outputs."""
+    problems: list[Problem] = []
+    for st in graph.stages:
+        policy = st.config.on_error.kind
+        if policy == "identity":
+            problems += _check_identity(graph, st)
+        elif policy == "fallback" and st.fallback is not None:
+            problems += _check_fallback(graph, st)
+    return problems
+
+
+def _check_identity(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
+    path = f"{st.path}/on_error"
+    present = [n for n in st.inputs if n is not None]
+    if len(present) < len(st.outputs):
+        return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, path,
+                        f"stage {st.id!r}: on_error 'identity' needs an input for each of its "
+                        f"{len(st.outputs)} outputs (operator {st.desc.name!r} has {len(present)} inputs); "
+                        "use 'skip' or a fallback operator")]
+    for src, dst in zip(present, st.outputs, strict=False):
+        a, b = graph.tensors[src], graph.tensors[dst]
+        if a.shape is None or b.shape is None:
+            continue  # checked at the first run()
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return [Problem(ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH if a.shape != b.shape
+                            else ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH, path,
+                            f"stage {st.id!r}: on_error 'identity' passes input {src!r} "
+                            f"({list(a.shape)}, {a.dtype}) as output {dst!r} ({list(b.shape)}, {b.dtype}); "
+                            "they must match: use 'skip' or a fallback operator")]
+    return []
+
+
+def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
+    path = f"{st.path}/on_error/fallback"
+    fb = st.fallback
+    if len(fb.outputs) < len(st.config.outputs) or sum(not p.optional for p in fb.inputs) > len(
+            [n for n in st.inputs if n is not None]):
+        return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, path,
+                        f"stage {st.id!r}: fallback operator {fb.name!r} does not have compatible ports "
+                        f"(inputs {[p.name for p in fb.inputs]}, outputs {[p.name for p in fb.outputs]})")]
+    shapes = [graph.tensors[n].shape if n else None for n in st.inputs][: len(fb.inputs)]
+    dtypes = [graph.tensors[n].dtype if n else None for n in st.inputs][: len(fb.inputs)]
+    shapes += [None] * (len(fb.inputs) - len(shapes))
+    dtypes += [None] * (len(fb.inputs) - len(dtypes))
+    if any(s is None for s, p in zip(shapes, fb.inputs, strict=True) if not p.optional):
+        return []
+    try:
+        out_shapes, out_dtypes = infer_outputs(fb, tuple(shapes), tuple(dtypes), st.fallback_attrs, stage=st.id)
+    except PipeLinkError as e:
+        return [Problem(e.code, path, f"fallback operator {fb.name!r}: {e.message}")]
+    for name, shape, dtype in zip(st.config.outputs, out_shapes, out_dtypes, strict=False):
+        t = graph.tensors[name]
+        if t.shape is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype):
+            return [Problem(ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH, path,
+                            f"stage {st.id!r}: fallback {fb.name!r} produces {list(shape)} {dtype} for "
+                            f"{name!r}, but the stage produces {list(t.shape)} {t.dtype}")]
+    return []
+
+
+def choose_variants(graph: LinkedGraph, registry: OperatorRegistry, dtypes: Mapping[str, str]
+                    ) -> dict[str, VariantChoice]:
+    """The variant per stage for concrete input dtypes (raises HardwareUnsupportedError)."""
+    out = {}
+    for st in graph.stages:
+        in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
+        out[st.id] = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
+    return out

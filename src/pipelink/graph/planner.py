@@ -1,0 +1,154 @@
+"""The memory planner: buffer lifetimes packed into one arena (seed section 3.2, DESIGN.md section 3).
+
+Algorithm (offline, in step order):
+- each buffer is live from the step that writes it to the last step that reads it;
+- at each step, buffers that die are returned to a free list (coalescing neighbours) and new buffers take
+  the best-fitting free block (smallest that fits, split), else the arena grows at its end;
+- if the packed arena were ever larger than the no-reuse layout, the no-reuse layout is used instead.
+Offsets are aligned to each buffer's alignment (the stage's ``memory_alignment``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BufferRequest", "PlannedBuffer", "MemoryPlan", "plan_memory", "align_up"]
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class BufferRequest:
+    """A buffer the plan must place: ``nbytes`` live over steps ``[first, last]`` (inclusive)."""
+
+    name: str
+    nbytes: int
+    first: int
+    last: int
+    alignment: int = 256
+
+
+@dataclass(frozen=True)
+class PlannedBuffer:
+    name: str
+    offset: int
+    nbytes: int
+    first: int
+    last: int
+    alignment: int
+
+    def overlaps_in_time(self, other: PlannedBuffer) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+    def overlaps_in_space(self, other: PlannedBuffer) -> bool:
+        return self.offset < other.offset + other.nbytes and other.offset < self.offset + self.nbytes
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where every intermediate buffer lives in the arena.
+
+    Attributes
+    ----------
+    peak_bytes : int
+        Arena size the plan needs.
+    naive_bytes : int
+        Bytes needed with no reuse (every buffer its own aligned slot).
+    buffers : dict of name -> PlannedBuffer
+    """
+
+    buffers: dict[str, PlannedBuffer]
+    peak_bytes: int
+    naive_bytes: int
+
+    @property
+    def reuse_ratio(self) -> float:
+        return self.peak_bytes / self.naive_bytes if self.naive_bytes else 1.0
+
+    def __repr__(self) -> str:
+        return (f"MemoryPlan({len(self.buffers)} buffers, peak_bytes={self.peak_bytes}, "
+                f"naive_bytes={self.naive_bytes})")
+
+    def table(self) -> list[dict]:
+        return [dict(name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last)
+                for b in sorted(self.buffers.values(), key=lambda b: (b.offset, b.first))]
+
+
+def _naive(requests: list[BufferRequest]) -> dict[str, int]:
+    offsets, end = {}, 0
+    for r in requests:
+        start = align_up(end, r.alignment)
+        offsets[r.name] = start
+        end = start + r.nbytes
+    return offsets
+
+
+def plan_memory(requests: list[BufferRequest]) -> MemoryPlan:
+    """Pack buffers with best fit over their lifetimes (see the module docstring)."""
+    for r in requests:
+        if r.nbytes < 0 or r.first > r.last or r.alignment <= 0 or r.alignment & (r.alignment - 1):
+            raise ValueError(f"bad buffer request {r}")
+    naive_offsets = _naive(requests)
+    naive_bytes = max((naive_offsets[r.name] + r.nbytes for r in requests), default=0)
+
+    free: list[list[int]] = []  # [start, end) blocks, sorted, coalesced
+    arena_end = 0
+    offsets: dict[str, int] = {}
+    by_first: dict[int, list[BufferRequest]] = {}
+    by_last: dict[int, list[BufferRequest]] = {}
+    for r in requests:
+        by_first.setdefault(r.first, []).append(r)
+        by_last.setdefault(r.last, []).append(r)
+    steps = sorted(set(by_first) | set(by_last))
+    for step in steps:
+        # Larger buffers first: they are the hardest to fit.
+        for r in sorted(by_first.get(step, ()), key=lambda r: (-r.nbytes, r.name)):
+            offsets[r.name], arena_end = _place(free, arena_end, r)
+        for r in by_last.get(step, ()):
+            _release(free, offsets[r.name], offsets[r.name] + r.nbytes)
+    peak = max((offsets[r.name] + r.nbytes for r in requests), default=0)
+    if peak > naive_bytes:
+        offsets, peak = naive_offsets, naive_bytes
+    buffers = {r.name: PlannedBuffer(r.name, offsets[r.name], r.nbytes, r.first, r.last, r.alignment)
+               for r in requests}
+    return MemoryPlan(buffers, peak, naive_bytes)
+
+
+def _place(free: list[list[int]], arena_end: int, r: BufferRequest) -> tuple[int, int]:
+    best = None
+    for i, (start, end) in enumerate(free):
+        offset = align_up(start, r.alignment)
+        if offset + r.nbytes <= end and (best is None or end - start < best[2]):
+            best = (i, offset, end - start)
+    if best is not None:
+        i, offset, _ = best
+        start, end = free.pop(i)
+        if offset > start:
+            _release(free, start, offset)
+        if offset + r.nbytes < end:
+            _release(free, offset + r.nbytes, end)
+        return offset, arena_end
+    # Grow: reuse a free block touching the arena's end, if any.
+    tail = free[-1][0] if free and free[-1][1] == arena_end else arena_end
+    offset = align_up(tail, r.alignment)
+    if free and free[-1][1] == arena_end:
+        free.pop()
+    if offset > tail:
+        _release(free, tail, offset)
+    return offset, offset + r.nbytes
+
+
+def _release(free: list[list[int]], start: int, end: int) -> None:
+    if end <= start:
+        return
+    i = 0
+    while i < len(free) and free[i][0] < start:
+        i += 1
+    free.insert(i, [start, end])
+    # Coalesce with neighbours.
+    if i + 1 < len(free) and free[i][1] == free[i + 1][0]:
+        free[i][1] = free.pop(i + 1)[1]
+    if i > 0 and free[i - 1][1] == free[i][0]:
+        free[i - 1][1] = free.pop(i)[1]

@@ -1,0 +1,162 @@
+"""Hardware features of a device and requirement checks (seed sections 3.1 and 5.3).
+
+Feature values are numbers (1/0 for flags, counts for tensor cores); a requirement holds when the
+device's value is at least the required one. Never imports a CUDA package: backends fill ``HardwareInfo``.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from .errors import HardwareUnsupportedError
+
+__all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements", "validate_hardware"]
+
+# Known feature names, with the seed's HW_FEATURE_* spelling in comments.
+FEATURES = {
+    "compute_capability": "compute capability as major.minor (HW_FEATURE_COMPUTE_CAPABILITY)",
+    "tensor_core": "number of tensor cores (HW_FEATURE_TENSOR_CORE)",
+    "fp16": "native half precision arithmetic (HW_FEATURE_FP16_SUPPORT)",
+    "bf16": "native bfloat16 arithmetic (HW_FEATURE_BF16_SUPPORT)",
+    "tf32": "tensor-float-32 matrix math (HW_FEATURE_TF32_SUPPORT)",
+    "fp8": "8-bit floating point tensor cores (HW_FEATURE_FP8_SUPPORT)",
+    "fp32": "single precision (HW_FEATURE_FP32_SUPPORT)",
+    "fp64": "double precision (HW_FEATURE_FP64_SUPPORT)",
+    "atomic_double": "atomicAdd on doubles (HW_FEATURE_ATOMIC_DOUBLE)",
+    "sm_count": "number of streaming multiprocessors",
+    "memory_bytes": "device memory in bytes",
+}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One required feature: ``Requirement("tensor_core", 8)``, ``Requirement("compute_capability", 8.0)``."""
+
+    feature: str
+    minimum: float = 1
+
+    def __str__(self) -> str:
+        if self.feature == "compute_capability":
+            return f"compute capability {_cc_text(self.minimum)}"
+        if self.minimum == 1:
+            return self.feature
+        return f"{self.feature} >= {self.minimum:g}"
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    """What a device offers. ``features`` maps feature names to numbers."""
+
+    kind: str  # "cpu" | "cuda"
+    name: str
+    index: int = 0
+    uuid: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    features: dict[str, float] = field(default_factory=dict)
+    driver_version: str | None = None
+    runtime_version: str | None = None
+
+    def value(self, feature: str) -> float:
+        if feature == "compute_capability":
+            cc = self.compute_capability
+            return cc[0] + cc[1] / 10 if cc else 0.0
+        return float(self.features.get(feature, 0))
+
+    def satisfies(self, req: Requirement) -> bool:
+        return self.value(req.feature) >= req.minimum
+
+    def describe(self, feature: str) -> str:
+        if feature == "compute_capability":
+            return _cc_text(self.value(feature)) if self.compute_capability else "none (not a GPU)"
+        return f"{self.value(feature):g}"
+
+
+def _cc_text(value: float) -> str:
+    major = int(value)
+    return f"{major}.{round((value - major) * 10)}"
+
+
+def cpu_info() -> HardwareInfo:
+    """The CPU backend's device: fp16/bf16 are emulated through NumPy and ml_dtypes."""
+    return HardwareInfo(
+        kind="cpu",
+        name=platform.processor() or platform.machine() or "cpu",
+        features={"fp32": 1, "fp64": 1, "fp16": 1, "bf16": 1, "atomic_double": 1},
+    )
+
+
+def missing_requirement(info: HardwareInfo, requirements: tuple[Requirement, ...]) -> Requirement | None:
+    """The first requirement the device does not meet, or None."""
+    for req in requirements:
+        if not info.satisfies(req):
+            return req
+    return None
+
+
+def unmet_message(info: HardwareInfo, req: Requirement) -> str:
+    """``"requires compute capability 8.0, got 7.5"`` / ``"requires tensor_core >= 8, got 0"``."""
+    if req.feature == "compute_capability":
+        return f"requires compute capability {_cc_text(req.minimum)}, got {info.describe(req.feature)}"
+    want = "present" if req.minimum == 1 else f">= {req.minimum:g}"
+    return f"requires {req.feature} {want}, got {info.describe(req.feature)} on {info.name}"
+
+
+def check_requirements(info: HardwareInfo, requirements: tuple[Requirement, ...], *, what: str) -> None:
+    """Raise :class:`HardwareUnsupportedError` naming the first unmet requirement."""
+    req = missing_requirement(info, requirements)
+    if req is not None:
+        raise HardwareUnsupportedError(
+            f"{what} {unmet_message(info, req)}", feature=req.feature, required=req.minimum,
+            got=info.value(req.feature), device=info.name, device_uuid=info.uuid,
+        )
+
+
+def requirements_from(compute_capability: str | None = None, features=()) -> tuple[Requirement, ...]:
+    """Requirements from the config's ``requires`` block (a capability specifier and feature names)."""
+    reqs: list[Requirement] = []
+    if compute_capability:
+        spec = SpecifierSet(compute_capability if compute_capability[0] in "<>=!~" else
+                            f">={compute_capability}")
+        lows = [Version(s.version) for s in spec if s.operator in (">=", ">", "==", "~=")]
+        if lows:
+            low = max(lows)
+            reqs.append(Requirement("compute_capability", low.major + low.minor / 10))
+    for feat in features or ():
+        if isinstance(feat, dict):
+            reqs.append(Requirement(str(feat["feature"]), float(feat.get("minimum", 1))))
+        else:
+            reqs.append(Requirement(str(feat)))
+    return tuple(reqs)
+
+
+def validate_hardware(compute_capability: str | None = None, features=(), *, device: str = "auto") -> HardwareInfo:
+    """Check the device against requirements (seed: ``pipeLinkValidateHardware()``).
+
+    Parameters
+    ----------
+    compute_capability : str, optional
+        A specifier such as ``">=8.0"``.
+    features : sequence of str
+        Feature names that must be present (``"tensor_core"``, ``"bf16"``...).
+    device : str
+        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    HardwareInfo
+        The device's description when every requirement holds.
+
+    Raises
+    ------
+    HardwareUnsupportedError
+        Naming the feature, what is required and what the device has.
+    """
+    from .backends import get_backend  # local: backends import this module
+
+    info = get_backend(device).info
+    check_requirements(info, requirements_from(compute_capability, features), what=f"device {info.name!r}")
+    return info

@@ -1,0 +1,175 @@
+"""The operator registry: every known operator version, where it came from, and variant selection.
+
+Sources are ``"builtin"``, ``"python"`` or a native module's path. Two native modules claiming one name
+and version is an error; a Python or native registration of a built-in name and version takes
+precedence over the built-in (an explicit registration is what the user asked for).
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from ..descriptor import OperatorDescriptor, Variant
+from ..errors import HardwareUnsupportedError, ModuleLoadError, VersionMismatchError
+from ..hardware import HardwareInfo, missing_requirement, unmet_message
+from ..versioning import parse_specifier
+
+__all__ = ["OperatorRegistry", "VariantChoice", "registry", "UnknownOperatorError"]
+
+
+class UnknownOperatorError(LookupError):
+    """Raised by :meth:`OperatorRegistry.get` for a name nobody registered (carries a suggestion)."""
+
+    def __init__(self, name: str, suggestion: str | None):
+        self.name = name
+        self.suggestion = suggestion
+        hint = f"; did you mean {suggestion!r}?" if suggestion else "; run 'pipelink ops' to list operators"
+        super().__init__(f"unknown operator {name!r}{hint}")
+
+
+@dataclass(frozen=True)
+class VariantChoice:
+    """The variant chosen for a stage and why the others were skipped (the load report)."""
+
+    variant: Variant
+    skipped: tuple[str, ...]
+
+    @property
+    def is_cross_device(self) -> bool:
+        return bool(self.skipped) and self.variant.device == "cpu" and any("cuda" in s for s in self.skipped)
+
+
+class OperatorRegistry:
+    """Operators by name, each with one or more versions from one or more sources."""
+
+    def __init__(self):
+        self._ops: dict[str, list[OperatorDescriptor]] = {}
+        self._lock = threading.RLock()
+
+    def register(self, desc: OperatorDescriptor, *, replace: bool = False) -> OperatorDescriptor:
+        """Add an operator version; see the module docstring for conflicts."""
+        with self._lock:
+            versions = self._ops.setdefault(desc.name, [])
+            for i, other in enumerate(versions):
+                if other.version != desc.version:
+                    continue
+                if other.source == desc.source or replace:
+                    versions[i] = desc
+                    return desc
+                if other.source not in ("builtin", "python") and desc.source not in ("builtin", "python"):
+                    raise ModuleLoadError(
+                        f"operator {desc.name!r} version {desc.version} is provided by two modules: "
+                        f"{other.source} and {desc.source}; load only one of them",
+                        operator=desc.name, module=desc.source, other_module=other.source)
+            versions.append(desc)
+            return desc
+
+    def add_variant(self, name: str, variant: Variant, version: str | Version | None = None) -> None:
+        """Attach another implementation (e.g. the CUDA kernel) to a registered built-in operator."""
+        desc = self.get(name, None if version is None else f"=={version}", source="builtin")
+        desc.variants.append(variant)
+
+    def unregister_source(self, source: str) -> list[OperatorDescriptor]:
+        """Remove every operator a source registered (hot reload); returns them."""
+        removed = []
+        with self._lock:
+            for name in list(self._ops):
+                keep = [d for d in self._ops[name] if d.source != source]
+                removed += [d for d in self._ops[name] if d.source == source]
+                if keep:
+                    self._ops[name] = keep
+                else:
+                    del self._ops[name]
+        return removed
+
+    def names(self) -> list[str]:
+        return sorted(self._ops)
+
+    def all(self) -> list[OperatorDescriptor]:
+        return [d for name in self.names() for d in sorted(self._ops[name], key=lambda d: d.version)]
+
+    def versions(self, name: str) -> list[OperatorDescriptor]:
+        return list(self._ops.get(name, ()))
+
+    def suggest(self, name: str) -> str | None:
+        hit = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
+        return hit[0] if hit else None
+
+    def get(self, name: str, spec: str | None = None, *, source: str | None = None,
+            stage: str | None = None) -> OperatorDescriptor:
+        """The highest version of ``name`` satisfying ``spec`` (from ``source`` only, when given).
+
+        Raises
+        ------
+        UnknownOperatorError
+            No such operator.
+        VersionMismatchError
+            The operator exists, but no version satisfies ``spec``; names both.
+        """
+        candidates = [d for d in self._ops.get(name, ()) if source is None or d.source == source]
+        if not candidates:
+            raise UnknownOperatorError(name, self.suggest(name))
+        if spec:
+            specifier = parse_specifier(spec)
+            fitting = [d for d in candidates if d.version in specifier]
+            if not fitting:
+                have = ", ".join(sorted(str(d.version) for d in candidates))
+                raise VersionMismatchError(
+                    f"operator {name!r}: no loaded version satisfies {spec!r} (available: {have})"
+                    + (f" in stage {stage!r}" if stage else "")
+                    + "; a different major version is incompatible (install the matching module)",
+                    stage=stage, operator=name, requested=spec, available=have)
+            candidates = fitting
+        best = max(d.version for d in candidates)
+        top = [d for d in candidates if d.version == best]
+        # An explicit registration of a built-in name and version wins over the built-in.
+        return next((d for d in top if d.source != "builtin"), top[0])
+
+    def select_variant(self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *,
+                       stage: str = "") -> VariantChoice:
+        """The first variant that runs on ``info`` and supports the input dtypes.
+
+        Variants of the device's kind come first (highest priority first); a CPU variant is the last
+        resort for a CUDA device. Raises HardwareUnsupportedError naming the unmet feature.
+        """
+        kinds = [info.kind] + (["cpu"] if info.kind != "cpu" else [])
+        skipped: list[str] = []
+        first_unmet: tuple[Variant, object] | None = None
+        unmet_op = missing_requirement(info, desc.required_features)
+        if unmet_op is not None and info.kind != "cpu":
+            raise HardwareUnsupportedError(
+                f"stage {stage!r}: operator {desc.name!r} {unmet_message(info, unmet_op)}",
+                stage=stage, operator=desc.name, feature=unmet_op.feature, required=unmet_op.minimum,
+                got=info.value(unmet_op.feature), device=info.name, device_uuid=info.uuid)
+        for kind in kinds:
+            for v in sorted((v for v in desc.variants if v.device == kind), key=lambda v: -v.priority):
+                label = v.name or f"{v.device} variant"
+                unmet = missing_requirement(info, v.required_features) if v.device == info.kind else None
+                if unmet is not None:
+                    skipped.append(f"{label}: {unmet_message(info, unmet)}")
+                    first_unmet = first_unmet or (v, unmet)
+                    continue
+                bad = [d for d in in_dtypes if d is not None and v.dtypes is not None and d not in v.dtypes]
+                if bad:
+                    skipped.append(f"{label}: dtype {bad[0]} not supported (has {sorted(v.dtypes or ())})")
+                    continue
+                return VariantChoice(v, tuple(skipped))
+        if first_unmet is not None:
+            v, unmet = first_unmet
+            raise HardwareUnsupportedError(
+                f"stage {stage!r}: no variant of operator {desc.name!r} runs on {info.name}: "
+                f"{unmet_message(info, unmet)}", stage=stage, operator=desc.name, feature=unmet.feature,
+                required=unmet.minimum, got=info.value(unmet.feature), device=info.name, device_uuid=info.uuid)
+        devices = sorted({v.device for v in desc.variants}) or ["none"]
+        raise HardwareUnsupportedError(
+            f"stage {stage!r}: operator {desc.name!r} has no variant for {info.kind} "
+            f"(variants: {', '.join(devices)}"
+            + (f"; skipped: {'; '.join(skipped)}" if skipped else "") + ")",
+            stage=stage, operator=desc.name, device=info.name)
+
+
+registry = OperatorRegistry()

@@ -1,0 +1,291 @@
+"""``pl.load`` / ``pl.validate`` and the ``Pipeline`` object (DESIGN.md section 3).
+
+Load does all the checking (schema, names, versions, hardware, declared shapes, policies); ``run`` binds
+inputs, finds or compiles the plan of their signature, and replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .backends import get_backend
+from .config import build_config, check_document, check_warnings, read_config
+from .dtypes import get_dtype
+from .errors import (
+    ConfigError,
+    ErrorCode,
+    InvalidArgumentError,
+    PipeLinkError,
+    Problem,
+    error_for_code,
+)
+from .graph.linker import LinkedGraph, link
+from .graph.planner import MemoryPlan
+from .modules.registry import OperatorRegistry, registry as default_registry
+from .runtime import errorlog
+from .runtime.executor import ExecutionPlan, check_inputs, compile_plan, execute, signature_of
+from .runtime.report import LoadReport, RunReport
+
+__all__ = ["Pipeline", "load", "validate"]
+
+log = logging.getLogger("pipelink")
+
+
+def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
+    from .ops import register_builtins
+
+    reg = registry or default_registry
+    register_builtins(reg)
+    return reg
+
+
+def _check(config, registry: OperatorRegistry, device: str | None, *, libraries: bool = True):
+    """Read, validate and link. Returns (PipelineConfig, LinkedGraph | None, problems, backend)."""
+    doc, base_dir, source_path = read_config(config)
+    problems = check_document(doc, known_operators=registry.names())
+    if problems:
+        return None, None, problems, None
+    cfg = build_config(doc, base_dir, source_path)
+    backend = get_backend(device)
+    if not libraries and any(s.library for s in cfg.stages):
+        # Schema and semantic rules only: stages of native modules cannot be linked without the modules.
+        return cfg, None, [], backend
+    graph, link_problems = link(cfg, registry, backend.info)
+    for warning in check_warnings(doc):
+        log.warning("pipelink: %s", warning)
+    return cfg, graph, link_problems, backend
+
+
+def validate(config: str | Path | Mapping[str, Any], *, device: str = "cpu",
+             registry: OperatorRegistry | None = None, libraries: bool = True) -> list[Problem]:
+    """Every problem of a config, each with its code and JSON Pointer; empty when it is valid.
+
+    Parameters
+    ----------
+    config : path or dict
+    device : str
+        The device whose features and variants the check assumes (default ``"cpu"``).
+    libraries : bool
+        Open the native modules the config names (checking their integrity, versions and ports). With
+        False, a config with native stages is checked against the schema and semantic rules only.
+    """
+    try:
+        _, _, problems, _ = _check(config, _registry(registry), device, libraries=libraries)
+    except ConfigError as e:
+        return list(e.errors) or [Problem(e.code, "", e.message)]
+    except PipeLinkError as e:
+        return [Problem(e.code, "", e.message)]
+    return problems
+
+
+def _raise_problems(problems: list[Problem], source: str) -> None:
+    codes = {p.code for p in problems}
+    listing = "\n".join(f"  {p}" for p in problems)
+    noun = "problem" if len(problems) == 1 else "problems"
+    message = f"invalid pipeline {source}: {len(problems)} {noun}:\n{listing}"
+    if len(codes) == 1 and ErrorCode.PIPELINK_ERR_INVALID_CONFIG not in codes:
+        cls = error_for_code(next(iter(codes)))
+        raise cls(message, errors=problems)
+    raise ConfigError(message, errors=problems)
+
+
+def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph: bool = False,
+         registry: OperatorRegistry | None = None, tuned: bool = True) -> Pipeline:
+    """Load, check and link a pipeline.
+
+    Parameters
+    ----------
+    config : path or dict
+        A JSON config (comments allowed) or the parsed document.
+    device : str
+        ``"auto"`` (GPU if one works, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    graph : bool
+        Capture the plan into a CUDA graph per input signature and replay it (CUDA only; the CPU runs
+        eagerly).
+
+    Raises
+    ------
+    ConfigError
+        With ``.errors``, every problem found (or the specific error class when all problems share one
+        code, e.g. ShapeMismatchError for a declared shape that does not fit).
+    """
+    reg = _registry(registry)
+    cfg, linked, problems, backend = _check(config, reg, device)
+    source = str(cfg.source_path) if cfg is not None and cfg.source_path else (
+        str(config) if isinstance(config, str | Path) else "(dict)")
+    if problems:
+        _raise_problems(problems, source)
+    return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned)
+
+
+class Pipeline:
+    """A loaded pipeline. Use ``run`` (thread-safe: runs of one pipeline are serialised)."""
+
+    def __init__(self, graph: LinkedGraph, backend, registry: OperatorRegistry, *, graph_mode: bool = False,
+                 use_tuned: bool = True):
+        self._graph = graph
+        self._backend = backend
+        self._registry = registry
+        self._plans: dict[tuple, ExecutionPlan] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+        self.graph_mode = bool(graph_mode) and backend.supports_graphs
+        self.use_tuned = use_tuned
+        self.last_report: RunReport | None = None
+        self.load_report = LoadReport(device=backend.device)
+        self._last_plan: ExecutionPlan | None = None
+        for st in graph.stages:
+            self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
+        if graph_mode and not backend.supports_graphs:
+            self.load_report.warnings.append(f"graph mode requested, but the {backend.kind} backend runs eagerly")
+        self._select_variants_for_declared()
+
+    # -- properties --------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._graph.config.name or (self._graph.config.source_path.stem
+                                           if self._graph.config.source_path else "pipeline")
+
+    @property
+    def device(self) -> str:
+        return self._backend.device
+
+    @property
+    def inputs(self) -> list[str]:
+        return list(self._graph.external_inputs)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self._graph.outputs)
+
+    @property
+    def stages(self) -> list[str]:
+        return [s.id for s in self._graph.stages]
+
+    @property
+    def graph(self) -> LinkedGraph:
+        return self._graph
+
+    @property
+    def memory_plan(self) -> MemoryPlan | None:
+        """The memory plan of the last input signature (of the declared inputs before any run)."""
+        if self._last_plan is None and self._declared_signature() is not None:
+            self._last_plan = self._plan_for(self._declared_args(), self._declared_signature())
+        return self._last_plan.memory if self._last_plan else None
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any] | None = None, *, strict: bool = False, profile: bool = False,
+            **kwargs: Any) -> dict[str, Any]:
+        """Run the pipeline once.
+
+        Parameters
+        ----------
+        inputs : dict of name -> array, optional
+            NumPy arrays, DLPack tensors (PyTorch, CuPy, JAX), ``pl.Tensor`` or Python scalars (0-d).
+            Keyword arguments are merged in.
+        strict : bool
+            Raise a stage's error even when its ``on_error`` policy would degrade it.
+        profile : bool
+            Record per-stage device times (CUDA) in ``last_report``.
+
+        Returns
+        -------
+        dict of name -> pl.Tensor
+            Fresh tensors: a later run never overwrites them. Outputs of a failed ``skip`` stage are left
+            out and listed in ``last_report.missing_outputs``.
+        """
+        given = dict(inputs or {})
+        given.update(kwargs)
+        with self._lock:
+            if self._closed:
+                raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
+            check_inputs(self._graph, given)
+            stream = self._backend.default_stream()
+            args = {n: self._import(n, v, stream) for n, v in given.items()}
+            signature = signature_of(self._backend, self._graph, args)
+            report = RunReport()
+            plan = self._plans.get(signature)
+            if plan is None:
+                plan = self._plan_for(args, signature)
+                report.new_signature = True
+            self._last_plan = plan
+            t0 = time.perf_counter()
+            try:
+                produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
+                                   report=report, error_log=errorlog.record)
+                self._backend.synchronize(plan.streams[0])
+            finally:
+                report.total_time_s = time.perf_counter() - t0
+                self.last_report = report
+            return {n: self._backend.wrap(v) for n, v in produced.items()}
+
+    __call__ = run
+
+    def _import(self, name: str, value: Any, stream: Any) -> Any:
+        decl = (self._graph.config.inputs or {}).get(name)
+        dtype = get_dtype(decl.dtype) if decl is not None and decl.dtype else None
+        arg = self._backend.import_input(value, stream=stream, dtype=dtype)
+        shape, got, _ = self._backend.signature_of(arg)
+        if decl is not None and decl.dtype and got != decl.dtype:
+            raise InvalidArgumentError(
+                f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
+                input=name, expected=decl.dtype, got=got)
+        if decl is not None and decl.shape is not None:
+            want = tuple(decl.shape)
+            if len(want) != len(shape) or any(isinstance(w, int) and w != s for w, s in zip(want, shape, strict=False)):
+                raise InvalidArgumentError(
+                    f"input {name!r} has shape {list(shape)}, but the pipeline declares {list(want)}",
+                    input=name, expected=list(want), got=list(shape))
+        return arg
+
+    def _plan_for(self, args: Mapping[str, Any], signature: tuple) -> ExecutionPlan:
+        plan = compile_plan(self._graph, self._registry, self._backend, args, signature)
+        self._plans[signature] = plan
+        for step in plan.steps:
+            self.load_report.variants[step.stage.id] = step.variant
+        return plan
+
+    def _declared_signature(self) -> tuple | None:
+        decls = self._graph.config.inputs
+        if not decls:
+            return None
+        sig = []
+        for name in self._graph.external_inputs:
+            d = decls.get(name)
+            if d is None or d.shape is None or d.dtype is None or not all(isinstance(x, int) for x in d.shape):
+                return None
+            sig.append((name, tuple(d.shape), d.dtype, True))
+        return tuple(sig)
+
+    def _declared_args(self) -> dict[str, Any]:
+        return {}
+
+    def _select_variants_for_declared(self) -> None:
+        """With fully declared inputs the variants (and the plan) are chosen at load, not at run."""
+        signature = self._declared_signature()
+        if signature is not None:
+            self._last_plan = self._plan_for({}, signature)
+
+    # -- lifetime ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the arenas of every plan. The pipeline refuses to run afterwards."""
+        with self._lock:
+            for plan in self._plans.values():
+                plan.release()
+            self._plans.clear()
+            self._closed = True
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<Pipeline {self.name!r} on {self.device}: {len(self._graph.stages)} stages, "
+                f"inputs {self.inputs}, outputs {self.outputs}>")

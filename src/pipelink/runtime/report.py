@@ -1,0 +1,68 @@
+"""Run and load reports: what happened to every stage (status, error, times, chosen variant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import PipeLinkError
+
+__all__ = ["StageReport", "RunReport", "LoadReport"]
+
+
+@dataclass
+class StageReport:
+    """One stage in one run.
+
+    ``status`` is ``"ok"``, ``"degraded"`` (it failed and its ``on_error`` policy replaced its outputs),
+    ``"skipped"`` (it failed under ``skip``, or an input it needs is missing) or ``"failed"``.
+    """
+
+    stage: str
+    operator: str
+    status: str = "ok"
+    error: PipeLinkError | None = None
+    time_s: float = 0.0  # host time around the stage
+    device_time_s: float | None = None  # filled with profile=True on a device backend
+    variant: str = ""
+    action: str = ""  # what the policy did: "identity", "fallback:<op>", "skip"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "operator": self.operator, "status": self.status,
+                "error": self.error.to_dict() if self.error else None, "time_s": self.time_s,
+                "device_time_s": self.device_time_s, "variant": self.variant, "action": self.action}
+
+
+@dataclass
+class RunReport:
+    """``pipe.last_report``: per-stage reports in execution order, and outputs that could not be made."""
+
+    stages: dict[str, StageReport] = field(default_factory=dict)
+    missing_outputs: list[str] = field(default_factory=list)
+    total_time_s: float = 0.0
+    new_signature: bool = False
+    graph_replay: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status == "ok" for s in self.stages.values()) and not self.missing_outputs
+
+    @property
+    def degraded(self) -> list[StageReport]:
+        return [s for s in self.stages.values() if s.status != "ok"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stages": [s.to_dict() for s in self.stages.values()], "missing_outputs": self.missing_outputs,
+                "total_time_s": self.total_time_s, "graph_replay": self.graph_replay}
+
+
+@dataclass
+class LoadReport:
+    """What ``pl.load`` decided: the device, each stage's operator version and variant, warnings."""
+
+    device: str
+    variants: dict[str, str] = field(default_factory=dict)
+    skipped_variants: dict[str, list[str]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    tuned: dict[str, dict] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,231 @@
+"""``pl.Tensor``: a typed view of memory (pointer, shape, strides in elements, dtype, device).
+
+A Tensor owns nothing by itself: ``_owner`` keeps the memory alive (a NumPy array, a pool block, a
+producer's DLPack capsule). Conversions in and out go through DLPack or NumPy; never through copies
+unless the caller asks (``cpu()``, ``numpy()`` on a device tensor).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+import numpy as np
+
+from . import dlpack
+from .dtypes import DType, from_dlpack_code, get_dtype
+from .errors import InvalidArgumentError
+
+__all__ = ["Tensor", "asarray", "contiguous_strides", "parse_device"]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, in elements."""
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """``"cpu"`` -> ("cpu", 0); ``"cuda"`` / ``"cuda:1"`` -> ("cuda", N)."""
+    text = str(device).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+        raise InvalidArgumentError(
+            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (got {device!r})", device=str(device))
+    return kind, int(index or 0)
+
+
+class Tensor:
+    """A tensor handed between stages and returned by ``Pipeline.run``.
+
+    Attributes
+    ----------
+    ptr : int
+        Address of the first element (host or device).
+    shape, strides : tuple of int
+        Strides are in elements, as in DLPack.
+    dtype : DType
+    device : str
+        ``"cpu"`` or ``"cuda:N"``.
+    """
+
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "__weakref__")
+
+    def __init__(self, ptr: int, shape, dtype, device: str = "cpu", strides=None, owner: Any = None,
+                 _array: np.ndarray | None = None):
+        self.ptr = int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype: DType = get_dtype(dtype)
+        self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
+        kind, index = parse_device(device)
+        self.device = "cpu" if kind == "cpu" else f"cuda:{index}"
+        self._owner = owner
+        self._array = _array
+
+    # -- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> Tensor:
+        """Wrap a NumPy array without copying (its strides must be multiples of the item size)."""
+        dtype = get_dtype(array.dtype)
+        itemsize = array.dtype.itemsize
+        if any(s % itemsize for s in array.strides):
+            array = array.copy(order="C")
+        strides = tuple(s // itemsize for s in array.strides)
+        ptr = array.__array_interface__["data"][0]
+        return cls(ptr, array.shape, dtype, "cpu", strides, owner=array, _array=array)
+
+    @classmethod
+    def from_dlpack(cls, obj: Any, *, stream: int | None = None) -> Tensor:
+        """Import any DLPack producer (PyTorch, CuPy, JAX, NumPy) without copying.
+
+        ``stream`` is the consumer's stream handle, passed to the producer so it orders its pending
+        work before ours (CUDA only).
+        """
+        if isinstance(obj, Tensor):
+            return obj
+        if isinstance(obj, np.ndarray):
+            return cls.from_numpy(obj)
+        if not hasattr(obj, "__dlpack__"):
+            raise InvalidArgumentError(
+                f"cannot make a tensor from {type(obj).__name__}: expected a NumPy array, a scalar or an "
+                "object with __dlpack__ (PyTorch, CuPy, JAX)")
+        device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else dlpack.DEVICE_CPU
+        try:
+            capsule = obj.__dlpack__(stream=stream) if device_type == dlpack.DEVICE_CUDA else obj.__dlpack__()
+        except TypeError:
+            capsule = obj.__dlpack__()
+        info = dlpack.from_capsule(capsule)
+        dtype = from_dlpack_code(info["dl_code"], info["bits"], info["lanes"])
+        if info["device_type"] in (dlpack.DEVICE_CPU, dlpack.DEVICE_CUDA_HOST):
+            device = "cpu"
+        elif info["device_type"] == dlpack.DEVICE_CUDA:
+            device = f"cuda:{info['device_id']}"
+        else:
+            raise InvalidArgumentError(f"unsupported DLPack device type {info['device_type']}")
+        return cls(info["data"], info["shape"], dtype, device, info["strides"], owner=info["keepalive"])
+
+    # -- properties --------------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(d == 1 or s == c for d, s, c in zip(self.shape, self.strides,
+                                                       contiguous_strides(self.shape), strict=True))
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device != "cpu"
+
+    def __repr__(self) -> str:
+        return f"pl.Tensor(shape={self.shape}, dtype={self.dtype.name}, device={self.device!r})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- host access -------------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array: a view on the CPU, a copy for a device tensor."""
+        if self.is_cuda:
+            return self.cpu().numpy()
+        if self._array is None:
+            self._array = _host_view(self)
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        if self.is_cuda:
+            raise InvalidArgumentError(
+                f"tensor lives on {self.device}: call .cpu() or .numpy() to copy it to the host first")
+        arr = self.numpy()
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=bool(copy))
+        elif copy:
+            arr = arr.copy()
+        return arr
+
+    def cpu(self) -> Tensor:
+        """This tensor on the host (itself when already there)."""
+        if not self.is_cuda:
+            return self
+        from .backends import get_backend
+
+        return get_backend(self.device).to_host(self)
+
+    # -- DLPack export -----------------------------------------------------------------------------
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self.is_cuda:
+            return (dlpack.DEVICE_CUDA, int(self.device.split(":")[1]))
+        return (dlpack.DEVICE_CPU, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"tensor is on {self.device}; cannot export it to DLPack device {dl_device}")
+        if copy:
+            raise BufferError("pl.Tensor exports zero-copy only (copy=True not supported)")
+        if self.is_cuda and stream is not None and stream != -1:
+            # Our work on this tensor is complete when run() returns (outputs are synchronised), so the
+            # consumer's stream needs no extra ordering; the backend may still record an event here.
+            from .backends import get_backend
+
+            get_backend(self.device).order_for_consumer(self, stream)
+        dev_type, dev_id = self.__dlpack_device__()
+        return dlpack.to_capsule(self, self.ptr, self.shape, self.strides, self.dtype.dl_code,
+                                 self.dtype.bits, dev_type, dev_id)
+
+
+def _host_view(t: Tensor) -> np.ndarray:
+    """A NumPy view of host memory described by a Tensor; the view's base keeps the tensor alive."""
+    if t.size == 0:
+        return np.empty(t.shape, dtype=t.dtype.numpy)
+    raw = np.asarray(_HostMemory(t))
+    return raw.view(t.dtype.numpy)
+
+
+class _HostMemory:
+    """Exposes a tensor's host memory through ``__array_interface__`` (as unsigned ints of its width).
+
+    It holds the tensor's *owner*, not the tensor: a tensor caches its view, and NumPy arrays are not
+    tracked by the cycle collector, so tensor -> view -> tensor would never be freed.
+    """
+
+    def __init__(self, t: Tensor):
+        itemsize = t.dtype.itemsize
+        self._owner = t._owner
+        self.__array_interface__ = {
+            "data": (t.ptr, False),
+            "shape": t.shape,
+            "strides": tuple(s * itemsize for s in t.strides),
+            "typestr": f"|u{itemsize}",
+            "version": 3,
+        }
+
+
+def asarray(obj: Any, *, dtype=None, device: str = "cpu") -> Tensor:
+    """A Tensor from a NumPy array, a DLPack producer, a Python scalar or a nested list."""
+    if isinstance(obj, Tensor):
+        return obj
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray | np.generic):
+        return Tensor.from_dlpack(obj)
+    np_dtype = get_dtype(dtype).numpy if dtype is not None else None
+    if isinstance(obj, bool | int | float) and np_dtype is None:
+        np_dtype = np.dtype(np.float32) if isinstance(obj, float) else None
+    array = np.asarray(obj, dtype=np_dtype)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")
+    return Tensor.from_numpy(array)

@@ -1,0 +1,35 @@
+"""Shared test helpers: per-dtype tolerances, poisoning, the gpu marker's skip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+TOLERANCES = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def rel_error(got, ref) -> float:
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if np.isnan(got).any():
+        return float("inf")
+    denom = np.linalg.norm(ref.ravel())
+    return float(np.linalg.norm((got - ref).ravel()) / (denom if denom else 1.0))
+
+
+def assert_close(got, ref, dtype: str, what: str = "") -> None:
+    err = rel_error(got, ref)
+    tol = TOLERANCES.get(dtype, 0.0)
+    assert err <= tol, f"{what}: relative error {err:.3g} above {tol:g} for {dtype}"
+
+
+def pytest_collection_modifyitems(config, items):
+    from pipelink.backends import cuda_unavailable_reason
+
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            if reason is None:
+                reason = cuda_unavailable_reason() or ""
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
