@@ -257,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     debug = os.environ.get("PIPELINK_DEBUG") == "1"
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int):
+            return rc
     except UsageFailure as e:
         _print_error(e.error)
         return 2

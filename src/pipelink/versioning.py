@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 import re
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from .config.specifiers import parse_specifier
 
 from .errors import VersionMismatchError
 
@@ -31,47 +32,6 @@ def parse_version(value: str | int | Version) -> Version:
     except InvalidVersion as e:
         raise ValueError(f"invalid version {value!r}: expected MAJOR.MINOR.PATCH such as '1.2.0'") from e
     return Version(f"{version.major}.{version.minor}.{version.micro}")
-
-
-def parse_specifier(text: str) -> SpecifierSet:
-    """A version specifier: PEP 440 (``">=1.2,<2"``), caret ``"^1.2"``, tilde ``"~1.2"`` or bare ``"1.2.3"``.
-
-    A bare version means "this major, at least this version": ``"1.2.3"`` is ``">=1.2.3,<2"``. A newer
-    minor than the one asked for is accepted and logged as a warning by :func:`check_compatible`.
-
-    Raises
-    ------
-    ValueError
-        When the text is none of these forms.
-    """
-    text = str(text).strip()
-    if not text:
-        raise ValueError("empty version specifier")
-    op = ""
-    if text[0] in "^~" and not text.startswith("~="):
-        op, text = text[0], text[1:].strip()
-    if op or re.fullmatch(r"\d+(\.\d+){0,2}", text):
-        try:
-            parts = [int(p) for p in text.split(".")]
-        except ValueError as e:
-            raise ValueError(f"invalid version specifier {op + text!r}") from e
-        while len(parts) < 3:
-            parts.append(0)
-        major, minor, _ = parts
-        low = ".".join(map(str, parts))
-        if op == "~":
-            high = f"{major}.{minor + 1}"
-        elif op == "^" and major == 0:
-            high = f"0.{minor + 1}"
-        else:
-            high = f"{major + 1}"
-        return SpecifierSet(f">={low},<{high}")
-    try:
-        return SpecifierSet(text)
-    except InvalidSpecifier as e:
-        raise ValueError(
-            f"invalid version specifier {text!r}: use '>=1.2,<2', '^1.2', '~1.2' or '1.2.3'"
-        ) from e
 
 
 def version_symbol(name: str, version: Version | str) -> str:

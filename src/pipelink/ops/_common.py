@@ -1,0 +1,69 @@
+"""Helpers shared by the built-in operators' descriptors and NumPy reference kernels.
+
+Kept free of any CUDA import: the CPU reference must load on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..descriptor import KernelContext, OperatorDescriptor, Variant
+from ..dtypes import FLOAT_DTYPES, get_dtype
+
+__all__ = ["VERSION", "CPU_VARIANT", "FLOATS", "INTS", "NUMERIC", "HALF_DTYPES", "numpy_dtype",
+           "compute_dtype", "stats_dtype", "cpu_operator", "Bind"]
+
+VERSION = "1.0.0"
+CPU_VARIANT = "cpu:numpy"
+FLOATS = frozenset(FLOAT_DTYPES)
+INTS = frozenset({"int8", "int32", "int64", "uint8"})
+NUMERIC = FLOATS | INTS
+HALF_DTYPES = frozenset({"float16", "bfloat16"})
+
+Bind = Callable[[KernelContext], Callable[[list, list, Any], None]]
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a PipeLink dtype name (``ml_dtypes.bfloat16`` for ``"bfloat16"``)."""
+    return get_dtype(name).numpy
+
+
+def compute_dtype(name: str) -> np.dtype:
+    """The dtype a float kernel computes in: float64 for float64, float32 for everything else."""
+    return np.dtype(np.float64) if name == "float64" else np.dtype(np.float32)
+
+
+def stats_dtype(name: str) -> str:
+    """The dtype of normalisation statistics (mean, rstd) for an input dtype."""
+    return "float64" if name == "float64" else "float32"
+
+
+def cpu_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
+                 dtype_vars: Mapping[str, frozenset[str]] | None = None,
+                 variant_dtypes: frozenset[str] | None = None, infer=None) -> OperatorDescriptor:
+    """A fresh built-in descriptor with its NumPy variant (one per registry: descriptors are mutable).
+
+    Parameters
+    ----------
+    name, doc : str
+        Operator name and its one-line description.
+    inputs, outputs : sequence of Port
+    bind : callable
+        ``bind(ctx) -> kernel(inputs, outputs, stream)``.
+    attrs : sequence of Attr
+    dtype_vars : mapping, optional
+        Type variables of the ports.
+    variant_dtypes : frozenset, optional
+        Input dtypes the CPU variant accepts (None: any).
+    infer : callable, optional
+        Output shape/dtype rule when the port rules cannot express it.
+    """
+    return OperatorDescriptor(
+        name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
+        dtype_vars=dict(dtype_vars or {}),
+        variants=[Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes,
+                          source="builtin")],
+        infer=infer, doc=doc, source="builtin")

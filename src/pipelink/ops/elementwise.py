@@ -1,0 +1,269 @@
+"""Elementwise built-in operators: descriptors and their NumPy reference kernels.
+
+Kernels write their preallocated outputs in place and never return arrays. Half types (float16,
+bfloat16) are computed in float32 and rounded once on the store; float64 is computed in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
+from ._common import FLOATS, HALF_DTYPES, NUMERIC, cpu_operator
+
+__all__ = ["erf", "gelu_into", "gelu_tanh_into", "relu_into", "silu_into", "descriptors"]
+
+Compute = Callable[[np.ndarray, np.ndarray], None]  # compute(x, out): out = f(x); out never aliases x
+
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+# erf coefficients from FreeBSD msun s_erf.c. Copyright (C) 1993 by Sun Microsystems, Inc. All rights
+# reserved. Developed at SunSoft, a Sun Microsystems, Inc. business. Permission to use, copy, modify,
+# and distribute this software is freely granted, provided that this notice is preserved.
+_ERX = 8.45062911510467529297e-01
+_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+       1.32494738004321644526e-04, -3.96022827877536812320e-06)
+_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+       -2.16637559486879084300e-03)
+_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+       1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+       6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+       6.57024977031928170135e+00, -6.04244152148580987438e-02)
+_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+       -4.83519191608651397019e+02)
+_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+       3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+       -2.24409524465858183362e+01)
+
+
+def _poly(z: np.ndarray, coeffs: tuple[float, ...]) -> np.ndarray:
+    """Horner evaluation of ``sum(c[i] * z**i)`` in the dtype of ``z``."""
+    acc = np.full_like(z, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        acc *= z
+        acc += c
+    return acc
+
+
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The error function, vectorised (NumPy has none and SciPy is not a dependency).
+
+    Piecewise rational approximations of fdlibm's ``s_erf.c``; in float64 the error is a few ulp.
+    Evaluated in the dtype of ``x`` (float32 or float64).
+
+    Parameters
+    ----------
+    x : ndarray of float32 or float64
+    out : ndarray, optional
+        Where to write the result; may be ``x`` itself.
+
+    Returns
+    -------
+    ndarray
+        ``out`` (or a new array) holding ``erf(x)``; NaN stays NaN, ``erf(±inf) = ±1``.
+    """
+    x = np.asarray(x)
+    if out is None:
+        out = np.empty_like(x)
+    ax = np.abs(x)
+    res = np.empty_like(ax)
+    # |x| < 0.84375: x + x * P(x^2) / Q(x^2)
+    m = ax < 0.84375
+    t = ax[m]
+    z = t * t
+    res[m] = t + t * (_poly(z, _PP) / _poly(z, _QQ))
+    # 0.84375 <= |x| < 1.25: erx + P(|x|-1) / Q(|x|-1)
+    m = (ax >= 0.84375) & (ax < 1.25)
+    s = ax[m] - 1.0
+    res[m] = _ERX + _poly(s, _PA) / _poly(s, _QA)
+    # 1.25 <= |x| < 6: 1 - exp(-x^2 - 0.5625 + R(1/x^2) / S(1/x^2)) / |x|
+    for lo, hi, num, den in ((1.25, 1.0 / 0.35, _RA, _SA), (1.0 / 0.35, 6.0, _RB, _SB)):
+        m = (ax >= lo) & (ax < hi)
+        t = ax[m]
+        s = 1.0 / (t * t)
+        res[m] = 1.0 - np.exp(-t * t - 0.5625 + _poly(s, num) / _poly(s, den)) / t
+    # |x| >= 6 rounds to 1; NaN compares false everywhere above and must stay NaN.
+    m = ~(ax < 6.0)
+    res[m] = np.where(np.isnan(ax[m]), ax[m], 1.0)
+    np.copysign(res, x, out=out)
+    return out
+
+
+def relu_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = max(x, 0)`` (NaN propagates)."""
+    np.maximum(x, 0, out=out)
+
+
+def silu_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x * sigmoid(x) = x / (1 + exp(-x))``; ``out`` must not alias ``x``."""
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for very negative x gives the right limit, -0
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(x, out, out=out)
+
+
+def gelu_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x/2 * (1 + erf(x/sqrt(2)))``; ``out`` must not alias ``x``."""
+    np.multiply(x, INV_SQRT2, out=out)
+    erf(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.multiply(out, x, out=out)
+    np.multiply(out, 0.5, out=out)
+
+
+def gelu_tanh_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``; ``out`` must not alias ``x``."""
+    np.multiply(x, x, out=out)
+    np.multiply(out, 0.044715, out=out)
+    np.add(out, 1.0, out=out)
+    np.multiply(out, x, out=out)
+    np.multiply(out, SQRT_2_OVER_PI, out=out)
+    np.tanh(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.multiply(out, x, out=out)
+    np.multiply(out, 0.5, out=out)
+
+
+def _unary_bind(make: Callable[[KernelContext], Compute]):
+    """A ``Variant.bind`` for a float unary op given ``make(ctx) -> compute(x, out)``."""
+
+    def bind(ctx: KernelContext):
+        compute = make(ctx)
+        if ctx.in_dtypes[0] not in HALF_DTYPES:
+
+            def kernel(inputs, outputs, stream):
+                compute(inputs[0], outputs[0])
+
+            return kernel
+        # Half types: widen once into scratch allocated here (not per run), round once on the store.
+        xs = np.empty(ctx.in_shapes[0], np.float32)
+        ys = np.empty(ctx.out_shapes[0], np.float32)
+
+        def half_kernel(inputs, outputs, stream):
+            np.copyto(xs, inputs[0], casting="unsafe")
+            compute(xs, ys)
+            np.copyto(outputs[0], ys, casting="unsafe")
+
+        return half_kernel
+
+    return bind
+
+
+def _fixed(compute: Compute) -> Callable[[KernelContext], Compute]:
+    """A ``make`` for an op without attributes."""
+    return lambda ctx: compute
+
+
+def _make_gelu(ctx: KernelContext) -> Compute:
+    return gelu_tanh_into if ctx.attrs.get("approximate", "none") == "tanh" else gelu_into
+
+
+def _make_scale(ctx: KernelContext) -> Compute:
+    factor = float(ctx.attrs.get("factor", 1.0))
+
+    def scale_into(x, out):
+        np.multiply(x, factor, out=out)
+
+    return scale_into
+
+
+def _binary_bind(ufunc: np.ufunc):
+    """``c = ufunc(a, b)`` with broadcasting; half types go through a float32 loop, rounded once."""
+
+    def bind(ctx: KernelContext):
+        if ctx.in_dtypes[0] in HALF_DTYPES:
+
+            def half_kernel(inputs, outputs, stream):
+                ufunc(inputs[0], inputs[1], out=outputs[0], dtype=np.float32, casting="unsafe")
+
+            return half_kernel
+
+        def kernel(inputs, outputs, stream):
+            ufunc(inputs[0], inputs[1], out=outputs[0])
+
+        return kernel
+
+    return bind
+
+
+def _identity_bind(ctx: KernelContext):
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0], inputs[0])
+
+    return kernel
+
+
+def _cast_bind(ctx: KernelContext):
+    # NumPy's unsafe cast is C's: float -> int truncates toward zero, anything -> bool is "!= 0",
+    # bool -> number is 0/1. NaN, inf and out-of-range values give unspecified integers, as in C.
+    def kernel(inputs, outputs, stream):
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(outputs[0], inputs[0], casting="unsafe")
+
+    return kernel
+
+
+def _unary(name: str, doc: str, make: Callable[[KernelContext], Compute], attrs=(), *,
+           x: str = "x", y: str = "y") -> OperatorDescriptor:
+    return cpu_operator(
+        name, doc=doc,
+        inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
+        outputs=[Port(y, shape=x, dtype="T")],
+        attrs=attrs, dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=_unary_bind(make))
+
+
+def _binary(name: str, doc: str, ufunc: np.ufunc) -> OperatorDescriptor:
+    return cpu_operator(
+        name, doc=doc,
+        inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
+        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")],
+        dtype_vars={"T": NUMERIC}, variant_dtypes=NUMERIC, bind=_binary_bind(ufunc))
+
+
+def descriptors() -> list[OperatorDescriptor]:
+    """Fresh descriptors of every elementwise operator (one set per registry).
+
+    Returns
+    -------
+    list of OperatorDescriptor
+        ``identity, relu, silu, gelu, scale, add, mul, bias_add, cast, silu_activation``.
+    """
+    relu_make, silu_make = _fixed(relu_into), _fixed(silu_into)
+    return [
+        cpu_operator("identity", doc="Copy x to y unchanged (any dtype, any shape).",
+                     inputs=[Port("x")], outputs=[Port("y", shape="x")], bind=_identity_bind),
+        _unary("relu", "Rectified linear unit: y = max(x, 0).", relu_make),
+        _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
+        _unary("gelu", "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
+               _make_gelu, attrs=[Attr("approximate", "str", "none", choices=("none", "tanh"),
+                                       doc="'none': erf form; 'tanh': tanh approximation")]),
+        _unary("scale", "Multiply by a constant: y = factor * x.", _make_scale,
+               attrs=[Attr("factor", "float", 1.0, doc="the multiplier")]),
+        _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add),
+        _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply),
+        cpu_operator(
+            "bias_add", doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
+            inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],
+            outputs=[Port("y", shape="x", dtype="T")],
+            dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=_binary_bind(np.add)),
+        cpu_operator(
+            "cast", doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
+            inputs=[Port("x")], outputs=[Port("y", shape="x", dtype="attr:dtype")],
+            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")], bind=_cast_bind),
+        _unary("silu_activation", "The seed's SiLU module: output = input * sigmoid(input).", silu_make,
+               x="input", y="output"),
+    ]
+

@@ -1,0 +1,299 @@
+"""CPU reference kernels of the elementwise built-ins, their registration, and the vectorised erf.
+
+Every kernel runs on fresh random inputs into poisoned outputs and is compared with a float64 reference
+written here (never by calling the kernel code).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipelink.descriptor import Variant, infer_outputs
+from pipelink.dtypes import get_dtype
+from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+from pipelink.modules.registry import OperatorRegistry
+from pipelink.ops import BUILTIN_OPERATORS, register_builtins
+from pipelink.ops.elementwise import erf
+
+from .ops_cpu_helpers import (
+    FLOAT_NAMES,
+    INT_NAMES,
+    TOL,
+    as64,
+    check_close,
+    make_registry,
+    poison,
+    rand,
+    ref_erf,
+    run_op,
+)
+
+SHAPES = [(3, 7), (2, 5, 33)]
+EXPECTED_OPS = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
+                "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
+                "gemm", "transpose"}
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return make_registry()
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
+    registry = OperatorRegistry()
+    added = register_builtins(registry)
+    assert set(BUILTIN_OPERATORS) == EXPECTED_OPS == set(registry.names())
+    assert len(added) == len(EXPECTED_OPS)
+    for name in EXPECTED_OPS:
+        (desc,) = registry.versions(name)
+        assert str(desc.version) == "1.0.0" and desc.source == "builtin"
+        assert [v.name for v in desc.variants] == ["cpu:numpy"]
+        assert desc.doc and "\n" not in desc.doc, f"{name} needs a one-line doc"
+        assert all(p.contiguous for p in desc.inputs)
+        assert desc.to_dict()["name"] == name
+
+
+def test_register_builtins_is_idempotent_and_keeps_attached_variants():
+    registry = OperatorRegistry()
+    register_builtins(registry)
+    cuda = Variant(device="cuda", bind=lambda ctx: None, name="cuda:test")
+    registry.add_variant("relu", cuda)
+    assert register_builtins(registry) == []
+    assert len(registry.versions("relu")) == 1
+    assert [v.name for v in registry.get("relu").variants] == ["cpu:numpy", "cuda:test"]
+
+
+def test_each_registry_gets_its_own_descriptors():
+    first, second = make_registry(), make_registry()
+    first.add_variant("gelu", Variant(device="cuda", bind=lambda ctx: None))
+    assert len(second.get("gelu").variants) == 1
+
+
+# ---------------------------------------------------------------------------------------------- erf
+
+def test_erf_matches_math_erf_in_float64():
+    x = np.linspace(-6.0, 6.0, 120_001)
+    err = np.abs(erf(x) - ref_erf(x)).max()
+    assert err < 2e-7, err
+
+
+def test_erf_in_float32_and_beyond_the_fitted_range():
+    rng = np.random.default_rng()
+    x = rng.uniform(-7.0, 7.0, 50_000).astype(np.float32)
+    got = erf(x)
+    assert got.dtype == np.float32
+    assert np.abs(as64(got) - ref_erf(x)).max() < 2e-7
+    special = erf(np.array([np.nan, np.inf, -np.inf, 0.0, 30.0, -30.0, 1e-30]))
+    assert np.isnan(special[0])
+    np.testing.assert_array_equal(special[1:6], [1.0, -1.0, 0.0, 1.0, -1.0])
+    assert special[6] == pytest.approx(2 / math.sqrt(math.pi) * 1e-30, rel=1e-15)
+
+
+# ---------------------------------------------------------------------------------------------- unary
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + ref_erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+UNARY = [
+    ("relu", {}, lambda x: np.maximum(x, 0.0)),
+    ("silu", {}, _silu),
+    ("silu_activation", {}, _silu),
+    ("gelu", {}, _gelu),
+    ("gelu", {"approximate": "tanh"}, _gelu_tanh),
+    ("scale", {}, lambda x: x),
+    ("scale", {"factor": -2.5}, lambda x: -2.5 * x),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("name", "attrs", "ref"), UNARY, ids=[f"{n}{a}" for n, a, _ in UNARY])
+def test_unary_float_ops(reg, name, attrs, ref, shape, dtype):
+    rng = np.random.default_rng()
+    for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
+        x = rand(rng, shape, dtype, -6.0, 6.0)
+        (y,) = run_op(reg, name, [x], attrs)
+        assert y.dtype == x.dtype and y.shape == x.shape
+        check_close(y, ref(as64(x)), dtype)
+
+
+def test_silu_of_very_negative_inputs_is_minus_zero_not_nan(reg):
+    x = np.array([-1000.0, -100.0, 0.0, 100.0], dtype=np.float32)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        (y,) = run_op(reg, "silu", [x])
+    np.testing.assert_allclose(y, [0.0, -100.0 * math.exp(-100.0), 0.0, 100.0], atol=1e-30)
+
+
+def test_relu_propagates_nan(reg):
+    (y,) = run_op(reg, "relu", [np.array([np.nan, -1.0, 2.0], dtype=np.float32)])
+    assert np.isnan(y[0]) and y[1] == 0.0 and y[2] == 2.0
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES + ("bool",))
+def test_identity_copies_any_dtype(reg, dtype):
+    x = rand(np.random.default_rng(), (2, 5, 33), dtype)
+    (y,) = run_op(reg, "identity", [x])
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+
+
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "bias_add"])
+def test_float_only_ops_refuse_ints(reg, name):
+    desc = reg.get(name)
+    ins = [(3, 7), (7,)][: len(desc.inputs)]
+    with pytest.raises(DTypeMismatchError, match="int32"):
+        infer_outputs(desc, tuple(ins), ("int32",) * len(ins), desc.resolve_attrs({}, where="s"), stage="s")
+
+
+def test_gelu_rejects_an_unknown_approximation(reg):
+    with pytest.raises(InvalidArgumentError, match="approximate"):
+        reg.get("gelu").resolve_attrs({"approximate": "sigmoid"}, where="stage 'g'")
+
+
+# ---------------------------------------------------------------------------------------------- binary
+
+BINARY_SHAPES = [((3, 7), (3, 7)), ((2, 5, 33), (33,)), ((4, 1, 3), (5, 3)), ((1, 7), (3, 1))]
+
+
+def _wrap(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Python ints reduced modulo 2**bits into the range of an integer dtype."""
+    bits = np.dtype(dtype).itemsize * 8
+    signed = np.issubdtype(np.dtype(dtype), np.signedinteger)
+
+    def one(v: int) -> int:
+        v %= 1 << bits
+        return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
+
+    return np.vectorize(one, otypes=[object])(values)
+
+
+@pytest.mark.parametrize(("name", "op"), [("add", np.add), ("mul", np.multiply)])
+@pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES)
+@pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
+def test_binary_ops_broadcast(reg, name, op, dtype, sa, sb):
+    rng = np.random.default_rng()
+    a, b = rand(rng, sa, dtype), rand(rng, sb, dtype)
+    (c,) = run_op(reg, name, [a, b])
+    assert c.shape == np.broadcast_shapes(sa, sb) and c.dtype == a.dtype
+    if dtype in INT_NAMES:
+        # Integer arithmetic wraps like C: exact in Python ints, then reduced to the dtype's width.
+        exact = op(a.astype(object), b.astype(object))
+        np.testing.assert_array_equal(c.astype(object), _wrap(exact, dtype))
+    else:
+        check_close(c, op(as64(a), as64(b)), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bias_add(reg, dtype, shape):
+    rng = np.random.default_rng()
+    x, bias = rand(rng, shape, dtype), rand(rng, shape[-1:], dtype)
+    (y,) = run_op(reg, "bias_add", [x, bias])
+    check_close(y, as64(x) + as64(bias), dtype)
+
+
+def test_broadcast_shape_inference(reg):
+    desc = reg.get("add")
+    shapes, dtypes = infer_outputs(desc, ((4, 1, 3), (5, 3)), ("float32", "float32"), {}, stage="sum")
+    assert shapes == ((4, 5, 3),) and dtypes == ("float32",)
+    shapes, _ = infer_outputs(desc, (("B", 3), (1, 3)), ("int8", "int8"), {}, stage="sum")
+    assert shapes == (("B", 3),)
+
+
+def test_non_broadcastable_shapes_name_the_stage_and_axis(reg):
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(reg.get("mul"), ((4, 3), (4, 2)), ("float32", "float32"), {}, stage="mix")
+    err = info.value
+    assert "'mix'" in str(err) and "axis -1" in str(err) and err.stage == "mix"
+    assert err.symbol == "axis -1" and {err.expected, err.got} == {3, 2}
+
+
+def test_add_refuses_mixed_dtypes(reg):
+    with pytest.raises(DTypeMismatchError, match="cast"):
+        infer_outputs(reg.get("add"), ((3,), (3,)), ("float32", "float16"), {}, stage="s")
+
+
+def test_bias_add_checks_n(reg):
+    with pytest.raises(ShapeMismatchError, match="N") as info:
+        infer_outputs(reg.get("bias_add"), ((3, 7), (8,)), ("float32", "float32"), {}, stage="b")
+    assert info.value.symbol == "N" and info.value.stage == "b"
+
+
+# ---------------------------------------------------------------------------------------------- cast
+
+CASTS = [
+    ("float32", "int32"), ("float64", "int8"), ("bfloat16", "int64"), ("float16", "uint8"),
+    ("float32", "bfloat16"), ("float64", "float16"), ("bfloat16", "float32"), ("float16", "float64"),
+    ("int32", "float32"), ("uint8", "float16"), ("int64", "int8"), ("int8", "bfloat16"),
+    ("bool", "float32"), ("float32", "bool"), ("int32", "bool"), ("float32", "float32"),
+]
+
+
+def _cast_reference(x: np.ndarray, target: str) -> np.ndarray:
+    """Element by element, in plain Python: C conversion rules."""
+    flat = []
+    for v in x.reshape(-1).tolist():
+        v = float(v) if not isinstance(v, bool | int) else v
+        if target == "bool":
+            flat.append(v != 0)
+        elif target in INT_NAMES:
+            bits = np.dtype(target).itemsize * 8
+            n = math.trunc(v) % (1 << bits)
+            flat.append(n - (1 << bits) if target != "uint8" and n >= 1 << (bits - 1) else n)
+        else:
+            flat.append(float(v))
+    return np.array(flat, dtype=np.float64 if target in FLOAT_NAMES else object).reshape(x.shape)
+
+
+@pytest.mark.parametrize(("src", "dst"), CASTS)
+def test_cast(reg, src, dst):
+    rng = np.random.default_rng()
+    # Floats headed for a narrow or unsigned int stay in range (out of range is unspecified, as in C).
+    x = rand(rng, (2, 5, 33), src, -0.9 if dst == "uint8" else -120.0, 250.0 if dst == "uint8" else 120.0)
+    if src in FLOAT_NAMES and dst == "bool":
+        x.reshape(-1)[::3] = 0.0
+    (y,) = run_op(reg, "cast", [x], {"dtype": dst})
+    assert y.dtype == get_dtype(dst).numpy and y.shape == x.shape
+    ref = _cast_reference(x, dst)
+    if dst in FLOAT_NAMES:
+        check_close(y, ref, dst)
+    else:
+        assert y.tolist() == ref.tolist()
+
+
+def test_cast_truncates_toward_zero(reg):
+    x = np.array([-2.9, -0.5, 0.5, 2.9, 7.0], dtype=np.float32)
+    (y,) = run_op(reg, "cast", [x], {"dtype": "int32"})
+    assert y.tolist() == [-2, 0, 0, 2, 7]
+
+
+def test_cast_dtype_inference_and_required_attr(reg):
+    desc = reg.get("cast")
+    attrs = desc.resolve_attrs({"dtype": "bfloat16"}, where="s")
+    assert infer_outputs(desc, ((3, 7),), ("int8",), attrs, stage="s") == (((3, 7),), ("bfloat16",))
+    with pytest.raises(InvalidArgumentError, match="dtype"):
+        desc.resolve_attrs({}, where="s")
+    with pytest.raises(InvalidArgumentError, match="complex64"):
+        desc.resolve_attrs({"dtype": "complex64"}, where="s")
+
+
+def test_poison_really_poisons():
+    """The harness itself: an untouched output must fail check_close."""
+    with pytest.raises(AssertionError, match="not written"):
+        check_close(poison((3,), "float32"), np.zeros(3))
+    assert (poison((4,), "int32").view(np.uint8) == 0xCD).all()
+    assert TOL["float32"][0] == 1e-5

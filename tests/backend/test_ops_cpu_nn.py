@@ -1,0 +1,305 @@
+"""CPU reference kernels of the normalisation and linear-algebra built-ins, and their shape rules.
+
+Every kernel runs on fresh random inputs into poisoned outputs and is compared with a float64 reference
+written here (never by calling the kernel code).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipelink.descriptor import infer_outputs
+from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+
+from .ops_cpu_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, ref_erf, run_op
+
+SHAPES = [(3, 7), (2, 5, 33)]
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return make_registry()
+
+
+def _stats(dtype: str) -> str:
+    return "float64" if dtype == "float64" else "float32"
+
+
+# ---------------------------------------------------------------------------------------------- layer_norm
+
+def _layer_norm_ref(x, gamma, beta, eps):
+    x = as64(x)
+    mean = x.mean(axis=-1)
+    var = ((x - mean[..., None]) ** 2).mean(axis=-1)
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = (x - mean[..., None]) * rstd[..., None]
+    if gamma is not None:
+        y = y * as64(gamma)
+    if beta is not None:
+        y = y + as64(beta)
+    return y, mean, rstd
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES + [(33,)])
+@pytest.mark.parametrize(("with_gamma", "with_beta"), [(True, True), (False, False), (True, False)])
+def test_layer_norm(reg, dtype, shape, with_gamma, with_beta):
+    rng = np.random.default_rng()
+    eps = 1e-3
+    for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
+        x = rand(rng, shape, dtype, -2.0, 4.0)
+        gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
+        beta = rand(rng, shape[-1:], dtype) if with_beta else None
+        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps})
+        assert y.dtype == x.dtype and mean.dtype == rstd.dtype == np.dtype(_stats(dtype))
+        assert mean.shape == rstd.shape == shape[:-1]
+        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps)
+        check_close(y, ref_y, dtype)
+        # Statistics are stored in float32 (float64): they meet that dtype's tolerance, not the input's.
+        check_close(mean, ref_mean)
+        check_close(rstd, ref_rstd)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, dtype):
+    rng = np.random.default_rng()
+    x, gamma, beta = rand(rng, (5, 33), dtype), rand(rng, (33,), dtype), rand(rng, (33,), dtype)
+    for eps in (1e-5, 0.5):  # one bound kernel, two eps values: eps is read per run
+        y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)])
+        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, float(np.float32(eps)))
+        assert mean.shape == rstd.shape == (5,)
+        check_close(y, ref_y, dtype)
+        check_close(mean, ref_mean)
+        check_close(rstd, ref_rstd)
+
+
+def test_layer_norm_shape_and_dtype_inference(reg):
+    desc = reg.get("layer_norm")
+    attrs = desc.resolve_attrs({}, where="s")
+    shapes, dtypes = infer_outputs(desc, (("B", 5, 33), (33,), None), ("bfloat16", "bfloat16", None), attrs,
+                                   stage="ln")
+    assert shapes == (("B", 5, 33), ("B", 5), ("B", 5)) and dtypes == ("bfloat16", "float32", "float32")
+    _, dtypes = infer_outputs(desc, ((3, 7), None, None), ("float64", None, None), attrs, stage="ln")
+    assert dtypes == ("float64", "float64", "float64")
+
+
+def test_layer_norm_gamma_width_must_match_c(reg):
+    desc = reg.get("layer_norm")
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5}, stage="ln1",
+                      tensors=("h", "g"))
+    err = info.value
+    assert err.symbol == "C" and err.stage == "ln1" and err.port == "gamma"
+    assert {err.expected, err.got} == {7, 8}
+    assert "'ln1'" in str(err) and "C" in str(err) and "7" in str(err) and "8" in str(err)
+
+
+def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
+    desc = reg.get("layer_norm_v1")
+    good = ((4, 7), (7,), (7,), ())
+    shapes, _ = infer_outputs(desc, good, ("float16",) * 3 + ("float32",), {}, stage="s")
+    assert shapes == ((4, 7), (4,), (4,))
+    with pytest.raises(DTypeMismatchError, match="float32"):
+        infer_outputs(desc, good, ("float32",) * 3 + ("float64",), {}, stage="s")
+    with pytest.raises(ShapeMismatchError):
+        infer_outputs(desc, good[:3] + ((1,),), ("float32",) * 4, {}, stage="s")
+
+
+# ---------------------------------------------------------------------------------------------- rms_norm
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("with_gamma", [True, False])
+def test_rms_norm(reg, dtype, shape, with_gamma):
+    rng = np.random.default_rng()
+    x = rand(rng, shape, dtype)
+    gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
+    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2})
+    x64 = as64(x)
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=-1, keepdims=True) + 1e-2)
+    check_close(y, ref * as64(gamma) if with_gamma else ref, dtype)
+
+
+# ---------------------------------------------------------------------------------------------- softmax
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("shape", "axis"), [((3, 7), -1), ((3, 7), 0), ((2, 5, 33), 1), ((2, 5, 33), -1)])
+def test_softmax(reg, dtype, shape, axis):
+    rng = np.random.default_rng()
+    x = rand(rng, shape, dtype, -8.0, 8.0)
+    x.reshape(-1)[0] = 100.0  # exp(100) overflows float32: only a max-subtracting softmax survives
+    (y,) = run_op(reg, "softmax", [x], {"axis": axis})
+    x64 = as64(x)
+    e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
+    check_close(y, e / e.sum(axis=axis, keepdims=True), dtype)
+
+
+def test_softmax_axis_is_checked_at_inference(reg):
+    desc = reg.get("softmax")
+    assert infer_outputs(desc, ((3, 7),), ("float16",), {"axis": -2}, stage="s") == (((3, 7),), ("float16",))
+    with pytest.raises(InvalidArgumentError, match=r"axis.*\[-2, 2\).*got 2"):
+        infer_outputs(desc, ((3, 7),), ("float32",), {"axis": 2}, stage="s")
+
+
+# ---------------------------------------------------------------------------------------------- batch_norm
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", [(3, 7), (2, 5, 33), (2, 3, 5, 7)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm(reg, dtype, shape, affine):
+    rng = np.random.default_rng()
+    c = shape[1]
+    x, mean = rand(rng, shape, dtype), rand(rng, (c,), dtype)
+    var = rand(rng, (c,), dtype, 0.1, 3.0)
+    gamma = rand(rng, (c,), dtype) if affine else None
+    beta = rand(rng, (c,), dtype) if affine else None
+    (y,) = run_op(reg, "batch_norm", [x, mean, var, gamma, beta], {"eps": 1e-3})
+    bshape = (c,) + (1,) * (len(shape) - 2)
+    ref = (as64(x) - as64(mean).reshape(bshape)) / np.sqrt(as64(var).reshape(bshape) + 1e-3)
+    if affine:
+        ref = ref * as64(gamma).reshape(bshape) + as64(beta).reshape(bshape)
+    check_close(y, ref, dtype)
+
+
+def test_batch_norm_checks_the_channel_axis(reg):
+    desc = reg.get("batch_norm")
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(desc, ((2, 5, 9), (9,), (9,), None, None), ("float32",) * 3 + (None, None),
+                      {"eps": 1e-5}, stage="bn")
+    assert info.value.symbol == "C" and info.value.stage == "bn"
+
+
+# ---------------------------------------------------------------------------------------------- gemm
+
+def _act(name, v):
+    if name == "relu":
+        return np.maximum(v, 0.0)
+    if name == "gelu":
+        return 0.5 * v * (1.0 + ref_erf(v / math.sqrt(2.0)))
+    if name == "gelu_tanh":
+        return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+    return v
+
+
+GEMM_CASES = [  # a shape, N, attrs, bias?, residual?
+    ((3, 7), 5, {}, False, False),
+    ((3, 33), 17, {"alpha": 0.5, "activation": "relu"}, True, False),
+    ((2, 5, 33), 9, {"activation": "gelu"}, True, True),
+    ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, False, True),
+    ((33,), 6, {"trans_b": True}, True, False),
+    ((4, 3, 7), 11, {"activation": "relu"}, False, True),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("a_shape", "n", "attrs", "with_bias", "with_res"), GEMM_CASES)
+def test_gemm(reg, dtype, a_shape, n, attrs, with_bias, with_res):
+    rng = np.random.default_rng()
+    k = a_shape[-1]
+    trans_b = attrs.get("trans_b", False)
+    for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
+        a = rand(rng, a_shape, dtype, -1.0, 1.0)
+        b = rand(rng, (n, k) if trans_b else (k, n), dtype, -1.0, 1.0)
+        bias = rand(rng, (n,), dtype) if with_bias else None
+        residual = rand(rng, a_shape[:-1] + (n,), dtype) if with_res else None
+        (c,) = run_op(reg, "gemm", [a, b, bias, residual], attrs)
+        assert c.shape == a_shape[:-1] + (n,) and c.dtype == a.dtype
+        b64 = as64(b).T if trans_b else as64(b)
+        ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", as64(a), b64)
+        if with_bias:
+            ref = ref + as64(bias)
+        ref = _act(attrs.get("activation", "none"), ref)
+        if with_res:
+            ref = ref + as64(residual)
+        check_close(c, ref, dtype)
+
+
+def test_gemm_shape_inference(reg):
+    desc = reg.get("gemm")
+    four = ("float32",) * 4
+    attrs = desc.resolve_attrs({}, where="s")
+    assert infer_outputs(desc, ((2, "M", 7), (7, 5), (5,), None), four, attrs, stage="g") == (
+        ((2, "M", 5),), ("float32",))
+    attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
+    assert infer_outputs(desc, ((3, 7), (5, 7), None, (3, 5)), four, attrs_t, stage="g")[0] == ((3, 5),)
+
+
+def test_gemm_k_mismatch_names_k_and_both_values(reg):
+    desc = reg.get("gemm")
+    attrs = desc.resolve_attrs({}, where="s")
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(desc, ((3, 7), (8, 5), None, None), ("float32",) * 2 + (None, None), attrs, stage="g")
+    err = info.value
+    assert "K" in str(err) and "7" in str(err) and "8" in str(err)
+    assert err.symbol == "K" and {err.expected, err.got} == {7, 8}
+    # trans_b reads b as [N, K]: the [K, N] layout that was fine above is now a K mismatch.
+    attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
+    with pytest.raises(ShapeMismatchError, match="K"):
+        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_t, stage="g")
+
+
+def test_gemm_n_and_rank_mismatches(reg):
+    desc = reg.get("gemm")
+    attrs = desc.resolve_attrs({}, where="s")
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(desc, ((3, 7), (7, 5), (6,), None), ("float32",) * 3 + (None,), attrs, stage="g")
+    assert info.value.symbol == "N" and {info.value.expected, info.value.got} == {5, 6}
+    with pytest.raises(ShapeMismatchError) as info:
+        infer_outputs(desc, ((3, 7), (7, 5), None, (4, 5)), ("float32",) * 2 + (None, "float32"), attrs,
+                      stage="g")
+    assert info.value.stage == "g"
+    with pytest.raises(ShapeMismatchError, match="2-d"):
+        infer_outputs(desc, ((3, 7), (2, 7, 5), None, None), ("float32",) * 2 + (None, None), attrs,
+                      stage="g")
+
+
+def test_gemm_dtype_mismatch_between_a_and_b(reg):
+    desc = reg.get("gemm")
+    with pytest.raises(DTypeMismatchError) as info:
+        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32", "bfloat16", None, None),
+                      desc.resolve_attrs({}, where="s"), stage="g")
+    assert info.value.port == "b" and "'g'" in str(info.value)
+
+
+def test_gemm_rejects_an_unknown_activation(reg):
+    with pytest.raises(InvalidArgumentError, match="activation"):
+        reg.get("gemm").resolve_attrs({"activation": "tanh"}, where="s")
+
+
+# ---------------------------------------------------------------------------------------------- transpose
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES + ("int8", "int64", "bool"))
+@pytest.mark.parametrize(("shape", "perm"), [((3, 7), None), ((2, 5, 33), (1, 2, 0)), ((2, 5, 33), None),
+                                             ((2, 3, 5, 7), (0, 2, 1, 3))])
+def test_transpose(reg, dtype, shape, perm):
+    x = rand(np.random.default_rng(), shape, dtype)
+    (y,) = run_op(reg, "transpose", [x], {} if perm is None else {"perm": list(perm)})
+    expected = np.transpose(x, perm)
+    assert y.flags.c_contiguous and y.shape == expected.shape and y.dtype == x.dtype
+    # Element by element through index arithmetic, not through the kernel's own call.
+    order = perm if perm is not None else tuple(reversed(range(len(shape))))
+    picks = np.random.default_rng().integers(0, y.shape, (20, len(shape)))
+    for idx in [tuple(int(i) for i in t) for t in picks]:
+        src = [0] * len(shape)
+        for out_axis, in_axis in enumerate(order):
+            src[in_axis] = idx[out_axis]
+        assert y[idx].tobytes() == x[tuple(src)].tobytes()
+    assert y.tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def test_transpose_inference(reg):
+    desc = reg.get("transpose")
+    assert infer_outputs(desc, ((2, "S", 4),), ("float16",), {"perm": (1, 2, 0)}, stage="t") == (
+        (("S", 4, 2),), ("float16",))
+    assert infer_outputs(desc, ((2, 3, 4),), ("int8",), desc.resolve_attrs({}, where="t"), stage="t")[0] == (
+        (4, 3, 2),)
+
+
+@pytest.mark.parametrize("perm", [(0, 0, 1), (0, 1), (0, 1, 3), (2, 1, 0, 3)])
+def test_transpose_rejects_a_non_permutation(reg, perm):
+    with pytest.raises(InvalidArgumentError, match="permutation") as info:
+        infer_outputs(reg.get("transpose"), ((2, 3, 4),), ("float32",), {"perm": perm}, stage="t")
+    assert str(list(perm)) in str(info.value) and info.value.attr == "perm"
