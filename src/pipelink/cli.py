@@ -253,6 +253,104 @@ def graph(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
     console.print(f"graph written to {out}")
 
 
+@app.command("include-dir")
+def include_dir_cmd() -> None:
+    """Print the folder holding pipelink.h (for -I when building a native module)."""
+    from .modules.build import include_dir
+
+    sys.stdout.write(f"{include_dir()}\n")
+
+
+@app.command("cmake-dir")
+def cmake_dir_cmd() -> None:
+    """Print the folder holding PipeLinkConfig.cmake (for -DPipeLink_DIR=...)."""
+    from .modules.build import cmake_dir
+
+    sys.stdout.write(f"{cmake_dir()}\n")
+
+
+@app.command()
+def build(sources: Annotated[list[Path], typer.Argument(help=".c/.cpp/.cu sources and an optional *.desc.h")],
+          output: Annotated[Path, typer.Option("-o", "--output", help="the shared library to write")],
+          define: Annotated[list[str], typer.Option("-D", help="NAME=VALUE compile-time macro")] = [],  # noqa: B006
+          arch: Annotated[str | None, typer.Option(help="CUDA architecture, e.g. sm_90")] = None) -> None:
+    """Compile a native operator module (C/C++ with the system compiler, .cu with nvcc)."""
+    from .modules.build import build_module
+
+    try:
+        path = build_module(sources, output, defines=define, arch=arch)
+    except PipeLinkError as e:
+        raise UsageFailure(e) from e
+    console.print(f"built {path}")
+
+
+@app.command()
+def inspect(library: Annotated[Path, typer.Argument(help="a native module (.so)")],
+            as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Show a module's ABI version, operators, version symbols and sha256 (without running it)."""
+    from .modules.inspect import format_inspect, inspect_library
+
+    try:
+        info = inspect_library(library)
+    except PipeLinkError as e:
+        raise UsageFailure(e) from e
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(format_inspect(info) + "\n")
+
+
+@app.command()
+def tune(config: Annotated[Path, typer.Argument(help="tune_config.json")],
+         operator: Annotated[str | None, typer.Option(help="operator to tune (if not in the file)")] = None,
+         shapes: Annotated[str | None, typer.Option(help="e.g. x=4096x4096,gamma=4096")] = None,
+         dtypes: Annotated[str | None, typer.Option(help="e.g. bf16 or x=bf16")] = None,
+         device: Annotated[str, typer.Option(help="cuda | cuda:N")] = "auto",
+         export: Annotated[Path | None, typer.Option(help="write the chosen parameters (.json or -D flags)")] = None,
+         plot: Annotated[Path | None, typer.Option(help="PNG plot of the space")] = None) -> None:
+    """Search launch/compile parameters of an operator, verified against the CPU and cached."""
+    from .tune.cli import run_tune
+
+    run_tune(config, operator=operator, shapes=shapes, dtypes=dtypes, device=device, export=export, plot=plot,
+             console=console)
+
+
+@app.command()
+def doctor() -> None:
+    """Device, driver, CUDA runtime, features and package versions."""
+    import importlib.metadata as md
+    import platform
+
+    import pipelink as pl
+    from .backends import cuda_unavailable_reason, get_backend
+
+    table = Table(title="pipelink doctor")
+    table.add_column("item")
+    table.add_column("value")
+    table.add_row("pipelink", pl.__version__)
+    table.add_row("python", platform.python_version())
+    for pkg in ("numpy", "ml_dtypes", "jsonschema", "cuda-core", "cuda-bindings", "nvmath-python", "torch"):
+        try:
+            table.add_row(pkg, md.version(pkg))
+        except md.PackageNotFoundError:
+            table.add_row(pkg, "not installed")
+    reason = cuda_unavailable_reason()
+    from rich.markup import escape
+
+    table.add_row("CUDA", "usable" if reason is None else escape(f"unavailable: {reason}"))
+    devices = ["cpu"] + (["cuda:0"] if reason is None else [])
+    for name in devices:
+        info = get_backend(name).info
+        table.add_row(f"{name} name", info.name)
+        if info.compute_capability:
+            table.add_row(f"{name} compute capability", ".".join(map(str, info.compute_capability)))
+            table.add_row(f"{name} driver / runtime", f"{info.driver_version} / {info.runtime_version}")
+            table.add_row(f"{name} uuid", str(info.uuid))
+        feats = ", ".join(f"{k}={v:g}" for k, v in sorted(info.features.items()))
+        table.add_row(f"{name} features", feats)
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     debug = os.environ.get("PIPELINK_DEBUG") == "1"

@@ -28,7 +28,16 @@ from .graph.linker import LinkedGraph, link
 from .graph.planner import MemoryPlan
 from .modules.registry import OperatorRegistry, registry as default_registry
 from .runtime import errorlog
-from .runtime.executor import ExecutionPlan, check_inputs, compile_plan, execute, signature_of
+from .runtime.executor import (
+    ExecutionPlan,
+    capture,
+    check_inputs,
+    compile_plan,
+    execute,
+    graph_blockers,
+    replay,
+    signature_of,
+)
 from .runtime.report import LoadReport, RunReport
 
 __all__ = ["Pipeline", "load", "validate"]
@@ -95,7 +104,7 @@ def _raise_problems(problems: list[Problem], source: str) -> None:
 
 
 def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph: bool = False,
-         registry: OperatorRegistry | None = None, tuned: bool = True) -> Pipeline:
+         registry: OperatorRegistry | None = None, tuned: bool = True, static_outputs: bool = False) -> Pipeline:
     """Load, check and link a pipeline.
 
     Parameters
@@ -106,7 +115,10 @@ def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph:
         ``"auto"`` (GPU if one works, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     graph : bool
         Capture the plan into a CUDA graph per input signature and replay it (CUDA only; the CPU runs
-        eagerly).
+        eagerly, and so does a pipeline with per-stage policies or checks: ``load_report.warnings``).
+    static_outputs : bool
+        Graph mode only: return the graph's own output buffers instead of fresh copies. They are
+        overwritten by the next ``run()``.
 
     Raises
     ------
@@ -120,21 +132,23 @@ def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph:
         str(config) if isinstance(config, str | Path) else "(dict)")
     if problems:
         _raise_problems(problems, source)
-    return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned)
+    return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned, static_outputs=static_outputs)
 
 
 class Pipeline:
     """A loaded pipeline. Use ``run`` (thread-safe: runs of one pipeline are serialised)."""
 
     def __init__(self, graph: LinkedGraph, backend, registry: OperatorRegistry, *, graph_mode: bool = False,
-                 use_tuned: bool = True):
+                 use_tuned: bool = True, static_outputs: bool = False):
         self._graph = graph
         self._backend = backend
         self._registry = registry
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._lock = threading.RLock()
         self._closed = False
-        self.graph_mode = bool(graph_mode) and backend.supports_graphs
+        blockers = graph_blockers(graph) if graph_mode else []
+        self.graph_mode = bool(graph_mode) and backend.supports_graphs and not blockers
+        self.static_outputs = static_outputs
         self.use_tuned = use_tuned
         self.last_report: RunReport | None = None
         self.load_report = LoadReport(device=backend.device)
@@ -143,6 +157,8 @@ class Pipeline:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
         if graph_mode and not backend.supports_graphs:
             self.load_report.warnings.append(f"graph mode requested, but the {backend.kind} backend runs eagerly")
+        elif blockers:
+            self.load_report.warnings.append("graph mode requested, but running eagerly: " + "; ".join(blockers))
         self._select_variants_for_declared()
 
     # -- properties --------------------------------------------------------------------------------
@@ -216,15 +232,29 @@ class Pipeline:
             self._last_plan = plan
             t0 = time.perf_counter()
             try:
-                produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
-                                   report=report, error_log=errorlog.record)
-                self._backend.synchronize(plan.streams[0])
+                with self._backend.run_context():
+                    produced = self._execute(plan, args, report, strict=strict, profile=profile)
             finally:
                 report.total_time_s = time.perf_counter() - t0
                 self.last_report = report
             return {n: self._backend.wrap(v) for n, v in produced.items()}
 
     __call__ = run
+
+    def _execute(self, plan: ExecutionPlan, args: dict[str, Any], report: RunReport, *, strict: bool,
+                 profile: bool) -> dict[str, Any]:
+        stream = plan.streams[0]
+        if self.graph_mode and plan.graph is not None and not profile:
+            report.graph_replay = True
+            produced = replay(plan, self._graph, self._backend, args, stream, static_outputs=self.static_outputs)
+        else:
+            produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
+                               report=report, error_log=errorlog.record)
+            if self.graph_mode and plan.graph is None:
+                # The first (eager) run compiled and warmed every kernel: capture now.
+                capture(plan, self._graph, self._backend, stream)
+        self._backend.synchronize(stream)
+        return produced
 
     def _import(self, name: str, value: Any, stream: Any) -> Any:
         decl = (self._graph.config.inputs or {}).get(name)

@@ -127,3 +127,17 @@ def test_error_log_gets_one_json_line_per_failure(tmp_path):
     assert entry["code"] == "PIPELINK_ERR_MODULE_CRASH" and entry["stage"] == "bn"
     assert entry["operator"] == "test_flaky_v1" and entry["module"] == "python" and entry["version"] == "1.0.0"
     assert "ZeroDivisionError" in entry["message"] and entry["time"].endswith("Z")
+
+
+def test_fault_tolerance_example_keeps_every_batch():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "fault_tolerance" / "run.py"
+    spec = importlib.util.spec_from_file_location("fault_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    r = module.simulate(batches=40, batch_size=16, bad_rate=0.05, seed=3)
+    assert r["zero_variance_samples"] > 0 and r["degraded_batches"] > 0
+    assert r["finite_samples"] == r["samples"], "identity must keep every batch's outputs finite"
+    assert r["last_error"] is None or "non-finite" in r["last_error"].message

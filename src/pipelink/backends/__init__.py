@@ -23,7 +23,10 @@ def cuda_unavailable_reason() -> str | None:
     try:
         from . import cuda
     except ImportError as e:
-        return (f"the CUDA packages are not installed ({e.name or e}); "
+        missing = e.name or str(e)
+        if missing.startswith("pipelink"):
+            return f"the CUDA backend failed to import: {e}"
+        return (f"the CUDA packages are not installed (missing {missing}); "
                 "install them with: pip install 'pipelink[cuda]'")
     return cuda.unavailable_reason()
 

@@ -7,6 +7,7 @@ leaves ``supports_graphs`` False and the executor runs eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,11 @@ class Backend:
 
     def launch_graph(self, graph: Any, stream: Any) -> None:
         raise InvalidArgumentError(f"the {self.kind} backend does not support graph capture")
+
+    def run_context(self):
+        """A context manager around one run (the CPU silences NumPy's floating-point warnings: NaN is
+        a stage result that ``check_finite`` judges, not a warning for the caller)."""
+        return contextlib.nullcontext()
 
     def check_errors(self, *, stage: str | None = None) -> None:
         """Raise the backend's pending asynchronous error, if any (CUDA: sticky errors)."""

@@ -41,6 +41,9 @@ class CPUBackend(Backend):
     def _fill_stats(self, stats: MemoryStats) -> None:
         stats.reserved_bytes = stats.allocated_bytes
 
+    def run_context(self):
+        return np.errstate(all="ignore")
+
     def view(self, alloc: Allocation, offset: int, shape: tuple[int, ...], dtype: DType,
              strides: tuple[int, ...] | None = None) -> np.ndarray:
         count = int(np.prod(shape, dtype=np.int64))

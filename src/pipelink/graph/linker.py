@@ -269,12 +269,13 @@ def _check_policies(graph: LinkedGraph, registry: OperatorRegistry) -> list[Prob
 def _check_identity(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
     path = f"{st.path}/on_error"
     present = [n for n in st.inputs if n is not None]
-    if len(present) < len(st.outputs):
+    named = st.config.outputs  # unnamed outputs are scratch nobody reads
+    if len(present) < len(named):
         return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, path,
                         f"stage {st.id!r}: on_error 'identity' needs an input for each of its "
-                        f"{len(st.outputs)} outputs (operator {st.desc.name!r} has {len(present)} inputs); "
+                        f"{len(named)} outputs (operator {st.desc.name!r} has {len(present)} inputs); "
                         "use 'skip' or a fallback operator")]
-    for src, dst in zip(present, st.outputs, strict=False):
+    for src, dst in zip(present, named, strict=False):
         a, b = graph.tensors[src], graph.tensors[dst]
         if a.shape is None or b.shape is None:
             continue  # checked at the first run()

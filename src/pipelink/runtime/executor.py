@@ -194,12 +194,16 @@ def _assign_streams(graph: LinkedGraph, backend) -> tuple[dict[int, Any], dict[s
 
 
 def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, Any], *, strict: bool = False,
-            profile: bool = False, report: RunReport, error_log=None) -> dict[str, Any]:
-    """Run every step of a plan; returns the kernel arguments of the outputs that were produced."""
+            profile: bool = False, report: RunReport, error_log=None,
+            out_buffers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run every step of a plan; returns the kernel arguments of the outputs that were produced.
+
+    ``out_buffers`` replaces the per-run output allocation (graph capture writes into static buffers).
+    """
     values = dict(plan.static)
     values.update(args)
     for name, shape, dtype in plan.outputs:
-        values[name] = backend.empty(shape, get_dtype(dtype))
+        values[name] = out_buffers[name] if out_buffers is not None else backend.empty(shape, get_dtype(dtype))
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
@@ -319,6 +323,64 @@ def _apply_policy(step: Step, error: PipeLinkError, ins, outs, stream, backend, 
                                    stage=st.id, operator=st.desc.name) from fb_error
         rep.status, rep.action, rep.variant = "degraded", f"fallback:{st.fallback.name}", step.fallback_variant
         missing.update(step.out_names[n_out:])
+
+
+def graph_blockers(graph: LinkedGraph) -> list[str]:
+    """Why a pipeline cannot be captured into a CUDA graph (empty when it can).
+
+    A captured graph cannot stop between stages to look at results, so per-stage policies, finiteness
+    checks, timeouts and worker processes keep a pipeline eager.
+    """
+    reasons = []
+    for st in graph.stages:
+        c = st.config
+        if c.on_error.kind != "fail":
+            reasons.append(f"stage {st.id!r} has on_error {c.on_error.kind!r}")
+        if c.constraints.check_finite or c.constraints.timeout_ms is not None:
+            reasons.append(f"stage {st.id!r} checks its outputs (check_finite/timeout_ms)")
+        if c.isolation == "process":
+            reasons.append(f"stage {st.id!r} runs in a worker process")
+    return reasons
+
+
+def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream) -> None:
+    """Capture the whole plan into a CUDA graph reading static input buffers and writing static outputs."""
+    io = {}
+    for name, shape, dtype, _ in plan.signature:
+        io[name] = backend.empty(tuple(shape), get_dtype(dtype))
+    for name, shape, dtype in plan.outputs:
+        io[name] = backend.empty(shape, get_dtype(dtype))
+    inputs = {n: io[n] for n, *_ in plan.signature}
+    outputs = {n: io[n] for n, *_ in plan.outputs}
+    backend.synchronize(stream)
+    backend.begin_capture(stream)
+    try:
+        execute(plan, graph, backend, inputs, report=RunReport(), out_buffers=outputs)
+    finally:
+        captured = backend.end_capture(stream)
+    plan.graph, plan.graph_io = captured, io
+
+
+def replay(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, *,
+           static_outputs: bool = False) -> dict[str, Any]:
+    """Copy inputs into the graph's static buffers, launch it, and copy the outputs out (unless static)."""
+    io = plan.graph_io
+    for name, value in args.items():
+        if value is not io[name]:
+            backend.copy(io[name], value, stream=stream)
+    backend.launch_graph(plan.graph, stream)
+    produced = {}
+    for name, shape, dtype in plan.outputs:
+        if static_outputs:
+            produced[name] = io[name]
+        else:
+            out = backend.empty(shape, get_dtype(dtype))
+            backend.copy(out, io[name], stream=stream)
+            produced[name] = out
+    for name in graph.outputs:
+        if name not in produced and name in args:
+            produced[name] = args[name]
+    return produced
 
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
