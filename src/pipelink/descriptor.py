@@ -130,6 +130,7 @@ class Variant:
     source: str = "builtin"  # "builtin" | "python" | path of a native module
     supports_graphs: bool = True
     tunables: Mapping[str, tuple] = field(default_factory=dict)
+    origin: Any = None  # the Python function of a Python operator (rebuilt by reference in workers)
 
 
 @dataclass

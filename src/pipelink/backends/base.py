@@ -30,6 +30,7 @@ class Allocation:
     backend: Backend
     tag: str = ""
     freed: bool = False
+    shared: Any = None  # a SharedMemory (CPU) or IPC handle (CUDA) when other processes map it
 
     def free(self) -> None:
         if not self.freed:
@@ -66,13 +67,16 @@ class Backend:
         self._stats_lock = threading.Lock()
 
     # -- memory ------------------------------------------------------------------------------------
-    def allocate(self, nbytes: int, *, alignment: int = 256, stream: Any = None, tag: str = "") -> Allocation:
-        """``nbytes`` of memory aligned to ``alignment`` (a power of two)."""
+    def allocate(self, nbytes: int, *, alignment: int = 256, stream: Any = None, tag: str = "",
+                 shared: bool = False) -> Allocation:
+        """``nbytes`` of memory aligned to ``alignment`` (a power of two); ``shared`` makes it mappable
+        by worker processes (process isolation)."""
         if nbytes < 0:
             raise InvalidArgumentError(f"allocation size must be >= 0 (got {nbytes})")
         if alignment & (alignment - 1):
             raise InvalidArgumentError(f"alignment must be a power of two (got {alignment})")
-        alloc = self._allocate(max(int(nbytes), 1), alignment, stream)
+        alloc = (self._allocate(max(int(nbytes), 1), alignment, stream, shared=True) if shared
+                 else self._allocate(max(int(nbytes), 1), alignment, stream))
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats
@@ -165,7 +169,7 @@ class Backend:
         """Release what the backend holds (called at interpreter exit)."""
 
     # -- hooks -------------------------------------------------------------------------------------
-    def _allocate(self, nbytes: int, alignment: int, stream: Any) -> Allocation:
+    def _allocate(self, nbytes: int, alignment: int, stream: Any, shared: bool = False) -> Allocation:
         raise NotImplementedError
 
     def _free(self, alloc: Allocation) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,14 @@ class CPUBackend(Backend):
     def __init__(self):
         super().__init__("cpu", cpu_info())
 
-    def _allocate(self, nbytes: int, alignment: int, stream: Any) -> Allocation:
+    def _allocate(self, nbytes: int, alignment: int, stream: Any, shared: bool = False) -> Allocation:
+        if shared:
+            # For plans with isolated stages: worker processes map the same pages (page-aligned).
+            shm = SharedMemory(create=True, size=nbytes)
+            block = np.ndarray((nbytes,), dtype=np.uint8, buffer=shm.buf)
+            alloc = Allocation(block.ctypes.data, nbytes, block, self)
+            alloc.shared = shm
+            return alloc
         raw = np.empty(nbytes + alignment, dtype=np.uint8)
         start = (-raw.ctypes.data) % alignment
         block = raw[start: start + nbytes]
@@ -37,6 +45,14 @@ class CPUBackend(Backend):
 
     def _free(self, alloc: Allocation) -> None:
         alloc.handle = None  # NumPy frees the memory once no view references it
+        shm = getattr(alloc, "shared", None)
+        if shm is not None:
+            alloc.shared = None
+            try:
+                shm.close()
+            except BufferError:
+                pass  # views still exported: the mapping goes when they do; the name is removed below
+            shm.unlink()
 
     def _fill_stats(self, stats: MemoryStats) -> None:
         stats.reserved_bytes = stats.allocated_bytes

@@ -111,7 +111,7 @@ def operator(name: str, *, version: str = "1.0.0", inputs: Sequence[str] | Mappi
             attrs=attr_list,
             dtype_vars={k: frozenset(v) for k, v in (dtype_vars or {}).items()},
             variants=[Variant(device=device, bind=python_kernel(fn, n_in=len(in_names)), name=f"python:{fn.__name__}",
-                              source="python", required_features=reqs)],
+                              source="python", required_features=reqs, origin=fn)],
             doc=doc or (inspect.getdoc(fn) or "").split("\n")[0],
             source="python",
         )

@@ -68,6 +68,9 @@ class ExecutionPlan:
     graph_io: dict[str, Any] = field(default_factory=dict)
 
     def release(self) -> None:
+        for step in self.steps:
+            if step.isolated:
+                step.kernel.close()
         if self.arena is not None:
             self.arena.free()
             self.arena = None
@@ -112,8 +115,10 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
                                           graph.stages[first].config.constraints.memory_alignment))
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
     memory = plan_memory(requests)
+    # Worker processes of isolated stages map the arena: intermediates cross without copies.
+    shared = any(st.config.isolation == "process" for st in graph.stages)
     arena = backend.allocate(memory.peak_bytes, alignment=max([r.alignment for r in requests] + [256]),
-                             tag="arena") if requests else None
+                             tag="arena", shared=shared) if requests else None
     static = {b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
               for b in memory.buffers.values()}
 
@@ -129,7 +134,7 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
         if isolated:
             from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
 
-            kernel = isolate(st, choice.variant, ctx, kernel, backend)
+            kernel = isolate(st, choice.variant, ctx, backend, arena)
         step = Step(st, kernel, choice.variant.name or choice.variant.device,
                     tuple(relayout_of.get(n, n) if n else None for n in st.inputs), st.outputs,
                     stream_id=stream_of[st.id], isolated=isolated)

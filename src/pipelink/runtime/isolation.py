@@ -1,0 +1,226 @@
+"""Process isolation (``isolation: "process"``): a stage's module runs in a spawned worker process.
+
+Tensors in the plan's arena cross without copies (the arena is shared memory the worker maps); an
+external input or a returned output of the stage goes through a per-stage shared staging block. A
+segfault, ``abort()`` or hang past ``timeout_ms`` in the worker is this stage's
+``PIPELINK_ERR_MODULE_CRASH`` / ``PIPELINK_ERR_TIMEOUT``; the worker is restarted for the next run and
+the caller's process never dies. Never fork: a forked CUDA or threaded runtime is undefined behaviour.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+import weakref
+from dataclasses import dataclass
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ModuleCrashError, ModuleLoadError, PipeLinkError, PipeLinkTimeoutError
+
+__all__ = ["WorkerSpec", "IsolatedKernel", "isolate"]
+
+_ALIGN = 256
+_START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to rebuild the stage's kernel in its own process (picklable)."""
+
+    stage: str
+    operator: str
+    version: str
+    source: str  # "builtin" | "python" | path of a native module
+    variant: str
+    function: Any  # a Python operator's function, pickled by reference
+    attrs: dict
+    in_shapes: tuple
+    in_dtypes: tuple
+    out_shapes: tuple
+    out_dtypes: tuple
+    params: dict
+    arena: str | None  # shared memory name of the plan's arena
+    staging: str  # shared memory name of this stage's staging block
+
+
+def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
+    """The kernel of an isolated stage: same call signature, runs in a worker process."""
+    if backend.kind != "cpu":
+        raise InvalidArgumentError(
+            f"stage {stage.id!r}: isolation 'process' is implemented for the CPU backend only in this "
+            "version (CUDA IPC workers are on the roadmap); use device='cpu' or isolation 'none'",
+            stage=stage.id)
+    if variant.source == "python" and variant.origin is None:
+        raise ModuleLoadError(f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker",
+                              stage=stage.id)
+    return IsolatedKernel(stage, variant, ctx, arena)
+
+
+def _nbytes(shape, dtype) -> int:
+    from ..dtypes import get_dtype
+
+    return int(np.prod(shape, dtype=np.int64)) * get_dtype(dtype).itemsize
+
+
+class IsolatedKernel:
+    """Calls a stage in its worker; restarts the worker after a crash or a timeout."""
+
+    def __init__(self, stage, variant, ctx, arena):
+        self.stage = stage
+        self.timeout_s = (stage.config.constraints.timeout_ms / 1000.0
+                          if stage.config.constraints.timeout_ms is not None else None)
+        shapes = [s for s in ctx.in_shapes if s is not None] + list(ctx.out_shapes)
+        dtypes = [d for d in ctx.in_dtypes if d is not None] + list(ctx.out_dtypes)
+        offsets, total = [], 0
+        for shape, dtype in zip(shapes, dtypes, strict=True):
+            offsets.append(total)
+            total += (_nbytes(shape, dtype) + _ALIGN - 1) // _ALIGN * _ALIGN
+        self._staging = SharedMemory(create=True, size=max(total, 1))
+        self._staging_offsets = offsets
+        self._arena = arena
+        self._arena_range = ((arena.ptr, arena.ptr + arena.nbytes) if arena is not None and arena.shared
+                             else (0, 0))
+        fn = variant.origin if variant.source == "python" else None
+        if fn is not None and (getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in fn.__qualname__):
+            raise ModuleLoadError(
+                f"stage {stage.id!r}: isolation 'process' needs operator {stage.desc.name!r} to be importable "
+                f"by the worker; move {fn.__qualname__} to a module's top level", stage=stage.id)
+        self.spec = WorkerSpec(
+            stage=stage.id, operator=stage.desc.name, version=str(stage.desc.version), source=variant.source,
+            variant=variant.name, function=fn, attrs=dict(ctx.attrs), in_shapes=tuple(ctx.in_shapes),
+            in_dtypes=tuple(ctx.in_dtypes), out_shapes=tuple(ctx.out_shapes), out_dtypes=tuple(ctx.out_dtypes),
+            params=dict(ctx.params), arena=arena.shared.name if arena is not None and arena.shared else None,
+            staging=self._staging.name)
+        self._proc = None
+        self._conn = None
+        self.restarts = 0
+        self._finalizer = weakref.finalize(self, _shutdown, self._staging, [None, None])
+        self._start()
+
+    # -- worker lifetime ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        from .worker import worker_main
+
+        proc = ctx.Process(target=worker_main, args=(child, self.spec), daemon=True,
+                           name=f"pipelink-{self.stage.id}")
+        proc.start()
+        child.close()
+        if not parent.poll(_START_TIMEOUT_S):
+            proc.kill()
+            raise ModuleCrashError(f"stage {self.stage.id!r}: its worker process did not start",
+                                   stage=self.stage.id, operator=self.stage.desc.name)
+        try:
+            status, payload = parent.recv()
+        except EOFError:
+            proc.join(1)
+            raise self._crash_error(proc.exitcode, "while loading the module") from None
+        if status != "ready":
+            proc.join(1)
+            raise payload
+        self._proc, self._conn = proc, parent
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _shutdown, self._staging, [proc, parent])
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    # -- calls -------------------------------------------------------------------------------------
+    def _ref(self, array: np.ndarray, slot: int, *, copy_in: bool):
+        lo, hi = self._arena_range
+        ptr = array.ctypes.data
+        if lo <= ptr and ptr + array.nbytes <= hi:
+            return ("arena", ptr - lo)
+        offset = self._staging_offsets[slot]
+        if copy_in:
+            view = np.ndarray(array.shape, dtype=array.dtype, buffer=self._staging.buf, offset=offset)
+            np.copyto(view, array)
+        return ("staging", offset)
+
+    def __call__(self, inputs, outputs, stream) -> None:
+        if self._proc is None:
+            self.restarts += 1
+            self._start()
+        slot = 0
+        in_refs = []
+        for x in inputs:
+            if x is None:
+                in_refs.append(None)
+                continue
+            in_refs.append(self._ref(x, slot, copy_in=True))
+            slot += 1
+        out_refs = [self._ref(y, slot + j, copy_in=False) for j, y in enumerate(outputs)]
+        self._conn.send(("run", in_refs, out_refs))
+        started = time.perf_counter()
+        if not self._conn.poll(self.timeout_s):
+            self._kill()
+            raise PipeLinkTimeoutError(
+                f"stage {self.stage.id!r} (operator {self.stage.desc.name!r}) did not finish within its "
+                f"timeout_ms of {self.timeout_s * 1000:g} ms ({(time.perf_counter() - started) * 1000:.0f} ms "
+                "waited); its worker was stopped and will be restarted for the next run",
+                stage=self.stage.id, operator=self.stage.desc.name, timeout_ms=self.timeout_s * 1000)
+        try:
+            status, payload = self._conn.recv()
+        except (EOFError, OSError):
+            proc = self._proc
+            self._kill()
+            raise self._crash_error(proc.exitcode if proc else None, "while running") from None
+        if status == "error":
+            raise payload
+        for ref, y in zip(out_refs, outputs, strict=True):
+            if ref[0] == "staging":
+                np.copyto(y, np.ndarray(y.shape, dtype=y.dtype, buffer=self._staging.buf, offset=ref[1]))
+
+    def _crash_error(self, exitcode, when: str) -> ModuleCrashError:
+        if exitcode is not None and exitcode < 0:
+            try:
+                cause = signal.Signals(-exitcode).name
+            except ValueError:
+                cause = f"signal {-exitcode}"
+        else:
+            cause = f"exit code {exitcode}"
+        return ModuleCrashError(
+            f"stage {self.stage.id!r} (operator {self.stage.desc.name!r}, module {self.spec.source}): its "
+            f"worker process died {when} ({cause}); the worker will be restarted for the next run",
+            stage=self.stage.id, operator=self.stage.desc.name, module=self.spec.source, cause=cause)
+
+
+def _shutdown(staging: SharedMemory, handles: list) -> None:
+    proc, conn = handles
+    try:
+        if conn is not None:
+            try:
+                conn.send(("exit",))
+            except (OSError, ValueError):
+                pass
+            conn.close()
+        if proc is not None:
+            proc.join(1)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1)
+    finally:
+        staging.close()
+        try:
+            staging.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _reraise(err: BaseException) -> PipeLinkError:
+    return err if isinstance(err, PipeLinkError) else ModuleCrashError(str(err))
