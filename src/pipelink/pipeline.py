@@ -22,6 +22,7 @@ from .errors import (
     InvalidArgumentError,
     PipeLinkError,
     Problem,
+    VersionMismatchError,
     error_for_code,
 )
 from .graph.linker import LinkedGraph, link
@@ -300,6 +301,49 @@ class Pipeline:
         signature = self._declared_signature()
         if signature is not None:
             self._last_plan = self._plan_for({}, signature)
+
+    # -- hot reload --------------------------------------------------------------------------------
+    def reload(self) -> list[str]:
+        """Swap in changed native modules between runs (seed section 5.3: hot update).
+
+        Every module file is re-checked (sha256 and version rules as at load); changed files are loaded
+        anew and the pipeline is re-linked. A new *major* version of an operator in use is refused with
+        ``VersionMismatchError`` and the pipeline keeps running the modules it had. Runs already in
+        progress finish on the old modules (reload waits for them); the old kernels keep their library
+        mapped until their plans are released, so nothing ever calls into an unloaded library.
+
+        Returns
+        -------
+        list of str
+            The ids of stages whose operator changed (version or module file).
+        """
+        with self._lock:
+            old = self._graph
+            graph, problems = link(old.config, self._registry, self._backend.info)
+            if problems:
+                _raise_problems(problems, str(old.config.source_path or "(dict)"))
+            changed = []
+            for before, after in zip(old.stages, graph.stages, strict=True):
+                if after.desc is before.desc:
+                    continue
+                if after.desc.version.major != before.desc.version.major:
+                    raise VersionMismatchError(
+                        f"reload refused: stage {before.id!r} would change operator {before.desc.name!r} from "
+                        f"{before.desc.version} to {after.desc.version}, a different major version; the "
+                        "pipeline keeps running the modules it had", stage=before.id,
+                        operator=before.desc.name, requested=str(before.desc.version),
+                        available=str(after.desc.version))
+                changed.append(before.id)
+            if not changed:
+                return []
+            plans, self._plans = self._plans, {}
+            self._graph, self._last_plan = graph, None
+            for plan in plans.values():
+                plan.release()
+            for st in graph.stages:
+                self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
+            self._select_variants_for_declared()
+            return changed
 
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:

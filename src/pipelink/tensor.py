@@ -33,7 +33,7 @@ def parse_device(device: str) -> tuple[str, int]:
     """``"cpu"`` -> ("cpu", 0); ``"cuda"`` / ``"cuda:1"`` -> ("cuda", N)."""
     text = str(device).strip().lower()
     kind, _, index = text.partition(":")
-    if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+    if kind not in ("cpu", "cuda") or (index and not (index.isascii() and index.isdigit())):
         raise InvalidArgumentError(
             f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (got {device!r})", device=str(device))
     return kind, int(index or 0)

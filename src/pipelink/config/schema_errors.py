@@ -232,7 +232,7 @@ def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
 def _sort_key(problem: Problem) -> tuple:
     # Document order: numeric indices compare as numbers, keys as text.
     parts = problem.path.split("/")[1:]
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+    return tuple((0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p) for p in parts)
 
 
 def schema_problems(doc: Any) -> list[Problem]:

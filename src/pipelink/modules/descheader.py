@@ -133,7 +133,7 @@ def _shape(text: Any, where: str) -> Any:
     if not isinstance(text, str):
         raise DescriptorError(f'{where}: a shape must be a string such as "N,C" (got {text!r})')
     dims = [d.strip() for d in text.split(",") if d.strip()]
-    return [int(d) if d.lstrip("-").isdigit() else d for d in dims]
+    return [int(d) if d.lstrip("-").isascii() and d.lstrip("-").isdigit() else d for d in dims]
 
 
 def _operator(fields: dict[str, Any], path: Path, devices: list[str]) -> dict[str, Any]:

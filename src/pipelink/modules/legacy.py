@@ -100,7 +100,7 @@ def parse_template(spec: OpSpec, path: Path) -> list[TemplateItem]:
         m = _SHAPE_RE.match(text)
         if m:
             dims = tuple(
-                int(d) if d.strip().lstrip("-").isdigit() else d.strip()
+                int(d) if d.strip().lstrip("-").isascii() and d.strip().lstrip("-").isdigit() else d.strip()
                 for d in m["dims"].split(",")
                 if d.strip()
             )

@@ -177,7 +177,9 @@ def load_library(
             return hit[1]
         if hit is not None:
             hit[1].unload()  # the file changed: drop the old operators before registering the new ones
-        module = _load(p, digest, reg, Path(sidecar) if sidecar else None)
+        # A changed file at a path the dynamic loader already mapped would come back as the old mapping:
+        # open a private copy instead (hot reload). Old kernels keep their own mapping alive.
+        module = _load(p, digest, reg, Path(sidecar) if sidecar else None, fresh=hit is not None)
         _CACHE.setdefault(reg, {})[str(p)] = (stamp, module)
         return module
 
@@ -195,7 +197,8 @@ def load_operator(
     return load_library(path, sha256=sha256, registry=registry).operator(name, version, stage=stage)
 
 
-def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | None) -> NativeModule:
+def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | None, *,
+          fresh: bool = False) -> NativeModule:
     from . import legacy
 
     elf = read_elf(p)
@@ -211,7 +214,7 @@ def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | No
             f"from pipelink.h, or describe a legacy kernel in a sidecar file",
             module=str(p),
         )
-    lib = _open(p)
+    lib = _open(_private_copy(p) if fresh else p)
     specs: list[OpSpec] = []
     source = "sidecar"
     if has_function or elf.manifest_text is not None:
@@ -243,6 +246,23 @@ def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | No
         reg.unregister_source(str(p))
         raise
     return module
+
+
+def _private_copy(p: Path) -> Path:
+    """A content-addressed copy of a library, so dlopen maps the new file rather than the old one."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"pipelink-reload-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    target = folder / f"{p.stem}.{digest}{p.suffix}"
+    if not target.exists():
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        shutil.copy2(p, tmp)
+        os.replace(tmp, target)
+    return target
 
 
 def _open(p: Path) -> ctypes.CDLL:

@@ -40,16 +40,9 @@ def _build_kernel(spec):
 def _attach(name: str | None) -> SharedMemory | None:
     if name is None:
         return None
-    # Python < 3.13 registers attached blocks with the resource tracker, which would unlink the parent's
-    # memory when this worker exits: unregister it (the parent owns the block).
-    shm = SharedMemory(name=name)
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - best effort, only affects cleanup bookkeeping
-        pass
-    return shm
+    # A spawned worker shares the parent's resource tracker, so attaching registers the same name the
+    # parent registered (a set: no double unlink); the parent unlinks it when the plan is released.
+    return SharedMemory(name=name)
 
 
 def worker_main(conn, spec) -> None:
