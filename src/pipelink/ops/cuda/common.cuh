@@ -1,0 +1,204 @@
+// Shared device helpers for PipeLink's built-in CUDA kernels: element types, float conversion,
+// 16-byte vector access and warp/block reductions. Device code only: it must never allocate,
+// touch the default stream, or depend on any header NVRTC cannot find by itself.
+//
+// Compiles with nvcc and with NVRTC (with or without the CUDA include folder on the path):
+// when <cuda_fp16.h> / <cuda_bf16.h> are reachable they define __half / __nv_bfloat16; otherwise
+// minimal 16-bit storage types of the same names are defined here. All conversions go through
+// PTX `cvt` on the raw bits, so the numerics are identical on both paths.
+#pragma once
+
+#if defined(__has_include) && !defined(PL_NO_CUDA_HEADERS)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#define PL_HAVE_CUDA_FP16_HEADERS 1
+#endif
+#endif
+
+#if defined(PL_HAVE_CUDA_FP16_HEADERS)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+__device__ __forceinline__ unsigned short pl_bits(__half h) { return __half_as_ushort(h); }
+__device__ __forceinline__ unsigned short pl_bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
+__device__ __forceinline__ __half pl_half_from_bits(unsigned short b) { return __ushort_as_half(b); }
+__device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) { return __ushort_as_bfloat16(b); }
+#else
+struct __align__(2) __half { unsigned short __x; };
+struct __align__(2) __nv_bfloat16 { unsigned short __x; };
+__device__ __forceinline__ unsigned short pl_bits(__half h) { return h.__x; }
+__device__ __forceinline__ unsigned short pl_bits(__nv_bfloat16 h) { return h.__x; }
+__device__ __forceinline__ __half pl_half_from_bits(unsigned short b) { __half h; h.__x = b; return h; }
+__device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
+    __nv_bfloat16 h; h.__x = b; return h;
+}
+#endif
+
+#ifndef PL_BLOCK
+#define PL_BLOCK 256
+#endif
+
+#define PL_WARP 32
+#define PL_FULL_MASK 0xffffffffu
+
+// ---------------------------------------------------------------------------------------------
+// Accumulation type: float for float/half/bfloat16, double for double.
+// ---------------------------------------------------------------------------------------------
+template <class T> struct pl_acc { typedef float type; };
+template <> struct pl_acc<double> { typedef double type; };
+
+// ---------------------------------------------------------------------------------------------
+// Conversions. to float: exact for every 16-bit value. from float: round to nearest even.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float pl_f16_bits_to_float(unsigned short b) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+}
+__device__ __forceinline__ float pl_bf16_bits_to_float(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ unsigned short pl_float_to_f16_bits(float f) {
+    unsigned short b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+}
+__device__ __forceinline__ unsigned short pl_float_to_bf16_bits(float f) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+}
+// double -> float rounding to odd: a following round-to-nearest to a narrower type (<= 22 bits of
+// significand) is then the correctly rounded double -> narrow conversion (no double rounding).
+__device__ __forceinline__ float pl_double_to_float_odd(double d) {
+    float f = __double2float_rz(d);
+    if ((double)f != d && f == f) {
+        f = __uint_as_float(__float_as_uint(f) | 1u);
+    }
+    return f;
+}
+
+// to the accumulation type
+__device__ __forceinline__ float pl_to_acc(float x) { return x; }
+__device__ __forceinline__ double pl_to_acc(double x) { return x; }
+__device__ __forceinline__ float pl_to_acc(__half x) { return pl_f16_bits_to_float(pl_bits(x)); }
+__device__ __forceinline__ float pl_to_acc(__nv_bfloat16 x) { return pl_bf16_bits_to_float(pl_bits(x)); }
+
+// from float or double to any element type: pl_from<T>(value)
+template <class T> struct pl_convert;
+template <> struct pl_convert<float> {
+    static __device__ __forceinline__ float from(float x) { return x; }
+    static __device__ __forceinline__ float from(double x) { return (float)x; }
+};
+template <> struct pl_convert<double> {
+    static __device__ __forceinline__ double from(float x) { return (double)x; }
+    static __device__ __forceinline__ double from(double x) { return x; }
+};
+template <> struct pl_convert<__half> {
+    static __device__ __forceinline__ __half from(float x) { return pl_half_from_bits(pl_float_to_f16_bits(x)); }
+    static __device__ __forceinline__ __half from(double x) {
+        return pl_half_from_bits(pl_float_to_f16_bits(pl_double_to_float_odd(x)));
+    }
+};
+template <> struct pl_convert<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 from(float x) {
+        return pl_bf16_from_bits(pl_float_to_bf16_bits(x));
+    }
+    static __device__ __forceinline__ __nv_bfloat16 from(double x) {
+        return pl_bf16_from_bits(pl_float_to_bf16_bits(pl_double_to_float_odd(x)));
+    }
+};
+template <class T, class A> __device__ __forceinline__ T pl_from(A x) { return pl_convert<T>::from(x); }
+
+// ---------------------------------------------------------------------------------------------
+// Vector access: N elements of T in one aligned transaction (N * sizeof(T) in {1..16} bytes).
+// The caller guarantees the address is a multiple of N * sizeof(T).
+// ---------------------------------------------------------------------------------------------
+template <class T, int N> struct alignas(sizeof(T) * N) pl_vec {
+    T v[N];
+};
+
+template <class T, int N>
+__device__ __forceinline__ pl_vec<T, N> pl_load(const T* __restrict__ p) {
+    return *reinterpret_cast<const pl_vec<T, N>*>(p);
+}
+template <class T, int N>
+__device__ __forceinline__ void pl_store(T* __restrict__ p, const pl_vec<T, N>& v) {
+    *reinterpret_cast<pl_vec<T, N>*>(p) = v;
+}
+// load N elements and widen them to the accumulation type
+template <class T, int N>
+__device__ __forceinline__ void pl_load_acc(const T* __restrict__ p, typename pl_acc<T>::type (&out)[N]) {
+    pl_vec<T, N> v = pl_load<T, N>(p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = pl_to_acc(v.v[i]);
+}
+// narrow N accumulation values to T and store them
+template <class T, int N>
+__device__ __forceinline__ void pl_store_acc(T* __restrict__ p, const typename pl_acc<T>::type (&in)[N]) {
+    pl_vec<T, N> v;
+#pragma unroll
+    for (int i = 0; i < N; ++i) v.v[i] = pl_from<T>(in[i]);
+    pl_store<T, N>(p, v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. pl_group_sum / pl_group_max reduce over aligned groups of GROUP consecutive threads
+// (GROUP a power of two, or a multiple of 32 up to the block size). For GROUP > 32 every thread
+// of the block must call them (they use __syncthreads) with `smem` of PL_BLOCK / 32 entries.
+// ---------------------------------------------------------------------------------------------
+template <class A> __device__ __forceinline__ A pl_neg_inf();
+template <> __device__ __forceinline__ float pl_neg_inf<float>() { return __uint_as_float(0xff800000u); }
+template <> __device__ __forceinline__ double pl_neg_inf<double>() {
+    return __longlong_as_double(0xfff0000000000000LL);
+}
+
+struct pl_op_sum {
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct pl_op_max {
+    // NaN-propagating maximum
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const {
+        return (a != a || a > b) ? a : b;
+    }
+};
+
+template <int WIDTH, class A, class Op> __device__ __forceinline__ A pl_warp_reduce(A v, Op op) {
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset >>= 1) {
+        v = op(v, __shfl_xor_sync(PL_FULL_MASK, v, offset, PL_WARP));
+    }
+    return v;
+}
+
+template <int GROUP, class A, class Op> __device__ __forceinline__ A pl_group_reduce(A v, Op op, A* smem) {
+    if constexpr (GROUP <= PL_WARP) {
+        (void)smem;
+        return pl_warp_reduce<GROUP>(v, op);
+    } else {
+        constexpr int WARPS = GROUP / PL_WARP;
+        const int warp = threadIdx.x / PL_WARP;
+        const int lane = threadIdx.x % PL_WARP;
+        v = pl_warp_reduce<PL_WARP>(v, op);
+        if (lane == 0) smem[warp] = v;
+        __syncthreads();
+        const int first = (warp / WARPS) * WARPS;
+        A r = smem[first];
+#pragma unroll
+        for (int w = 1; w < WARPS; ++w) r = op(r, smem[first + w]);
+        __syncthreads();  // smem may be reused by the next reduction
+        return r;
+    }
+}
+template <int GROUP, class A> __device__ __forceinline__ A pl_group_sum(A v, A* smem) {
+    return pl_group_reduce<GROUP>(v, pl_op_sum(), smem);
+}
+template <int GROUP, class A> __device__ __forceinline__ A pl_group_max(A v, A* smem) {
+    return pl_group_reduce<GROUP>(v, pl_op_max(), smem);
+}
+// whole-block sum, result in every thread (all threads must call)
+template <class A> __device__ __forceinline__ A pl_block_sum(A v, A* smem) { return pl_group_sum<PL_BLOCK>(v, smem); }
+
+// reciprocal square root in the accumulation type
+__device__ __forceinline__ float pl_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double pl_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float pl_exp(float x) { return expf(x); }
+__device__ __forceinline__ double pl_exp(double x) { return exp(x); }

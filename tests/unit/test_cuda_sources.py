@@ -1,0 +1,304 @@
+"""CPU-only checks of the built-in CUDA kernels: every op x dtype compiles (NVRTC, nvcc) to PTX that has
+the planned kernel with exactly the argument list the plan passes, and the plans' index arithmetic
+(broadcast, permute, transpose) is right. No GPU is needed; numerical GPU checks live in
+scripts/kernel_selftest.py and tests/cuda/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelink.errors import InvalidArgumentError
+from pipelink.ops import cuda as kc
+
+FLOATS = ("float32", "float16", "bfloat16")
+ALL_FLOATS = FLOATS + ("float64",)
+_PTX_KIND = {"ptr": "u64", "i64": "u64", "i32": "u32", "f32": "f32", "f64": "f64"}
+
+
+def _cases() -> list[tuple[str, kc.LaunchPlan]]:
+    """One plan per op x dtype x interesting shape / tunable setting."""
+    cases = []
+    for dt in ALL_FLOATS:
+        for op in ("identity", "relu", "silu", "gelu", "gelu_tanh", "scale"):
+            cases.append((f"{op}-{dt}", kc.plan_unary(op, dt, (1_000_003,), factor=0.5)))
+        cases.append(
+            (f"gelu-{dt}-unroll4", kc.plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
+        )
+        for op in ("add", "sub", "mul", "div"):
+            cases.append((f"{op}-{dt}", kc.plan_binary(op, dt, (1000, 3), (1000, 3))))
+        cases.append((f"add-bcast-{dt}", kc.plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
+        cases.append(
+            (f"mul-bcast-{dt}", kc.plan_binary("mul", dt, (2, 3, 4, 5, 6, 7, 8, 9), (3, 1, 5, 1, 7, 1, 9)))
+        )
+        cases.append((f"bias_add-{dt}", kc.plan_bias_add(dt, (37, 1000))))
+        cases.append((f"bias_add-odd-{dt}", kc.plan_bias_add(dt, (37, 999), tuned={"unroll": 2})))
+        for out in ALL_FLOATS:
+            if out != dt:
+                cases.append((f"cast-{dt}-{out}", kc.plan_cast(dt, out, (1_000_003,))))
+        for c in (1000, 4096, 1001, 100_000):  # warp per row, block per row, vec 1, *_big
+            cases.append((f"layer_norm-{dt}-{c}", kc.plan_layer_norm(dt, (37, c))))
+        for c in (1000, 100_000):
+            cases.append((f"rms_norm-{dt}-{c}", kc.plan_rms_norm(dt, (37, c), has_gamma=c != 1000)))
+            cases.append((f"softmax-{dt}-{c}", kc.plan_softmax(dt, (37, c))))
+        cases.append(
+            (
+                f"layer_norm-{dt}-nobeta-512",
+                kc.plan_layer_norm(dt, (9, 4096), has_beta=False, tuned={"block": 512}),
+            )
+        )
+        cases.append(
+            (f"layer_norm-{dt}-group8", kc.plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}))
+        )
+        cases.append((f"transpose-{dt}", kc.plan_transpose(dt, (3, 37, 41))))
+        cases.append(
+            (f"transpose64-{dt}", kc.plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16}))
+        )
+        cases.append((f"permute-{dt}", kc.plan_transpose(dt, (2, 3, 4, 5), (3, 1, 0, 2))))
+        cases.append((f"batch_norm-{dt}", kc.plan_batch_norm(dt, (2, 3, 5, 8))))
+        cases.append(
+            (f"batch_norm-2d-{dt}", kc.plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False))
+        )
+    cases.append(("transpose-int8", kc.plan_transpose("int8", (5, 7))))
+    # one compilation per distinct (source, macros): plans of other shapes would build the same module
+    unique = {
+        (plan.file, tuple(sorted(plan.macros.items())), plan.kernel): (name, plan) for name, plan in cases
+    }
+    return list(unique.values())
+
+
+CASES = _cases()
+
+
+def _check_ptx(ptx: str, plan: kc.LaunchPlan) -> None:
+    # the kernel exists and its parameters match, one by one, what plan.args() passes
+    match = re.search(rf"\.entry {plan.kernel}\((.*?)\)", ptx, re.S)
+    assert match, f"{plan.kernel} missing from the PTX"
+    kinds = re.findall(r"\.param \.(\w+)", match.group(1))
+    assert kinds == [_PTX_KIND[a.kind] for a in plan.arg_specs], (plan.kernel, kinds, plan.arg_specs)
+    assert len(plan.args(**{a.name: 4096 for a in plan.arg_specs if a.kind == "ptr"})) == len(kinds)
+
+
+# ------------------------------------------------------------------------------------------------
+# NVRTC
+# ------------------------------------------------------------------------------------------------
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        pytest.skip("cuda.bindings is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)")
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as e:  # the shared library is missing
+        pytest.skip(f"NVRTC library not loadable: {e}")
+    return nvrtc
+
+
+def _nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bool, str]:
+    """(ok, PTX or log); module-level so that worker processes can run it."""
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return False, f"nvrtcCreateProgram: {err}"
+    try:
+        opts = [o.encode() for o in options]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            return False, log.decode(errors="replace")
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+        return True, ptx.decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _nvrtc_ptx(nvrtc, plan: kc.LaunchPlan, extra_include: tuple[str, ...] = ()) -> str:
+    ok, text = _nvrtc_compile(
+        plan.source(), plan.file, plan.options(arch="sm_90", extra_include=extra_include)
+    )
+    assert ok, f"{plan.kernel} {plan.macros}:\n{text}"
+    return text
+
+
+def _cuda_include() -> str | None:
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
+            return str(Path(root) / "include")
+    return None
+
+
+def test_nvrtc_compiles_every_case():
+    """Every plan compiles with NVRTC without any CUDA header (the self-contained path) and its PTX
+    matches the plan's argument list; a failure means a kernel the backend cannot build or launch."""
+    _nvrtc()
+    jobs = [(plan.source(), plan.file, plan.options(arch="sm_90")) for _, plan in CASES]
+    # NVRTC holds the GIL: compile in worker processes to use every core
+    try:
+        with ProcessPoolExecutor(
+            max_workers=min(4, os.cpu_count() or 1), mp_context=get_context("spawn")
+        ) as pool:
+            results = list(pool.map(_nvrtc_compile, *zip(*jobs, strict=True), chunksize=4))
+    except (OSError, RuntimeError, AttributeError, ImportError):  # no worker processes here: one by one
+        results = [_nvrtc_compile(*job) for job in jobs]
+    for (name, plan), (ok, text) in zip(CASES, results, strict=True):
+        assert ok, f"{name} {plan.macros}:\n{text}"
+        assert ".target sm_90" in text, name
+        _check_ptx(text, plan)
+
+
+def test_nvrtc_with_cuda_headers():
+    """With the toolkit's cuda_fp16.h / cuda_bf16.h reachable, the header path compiles too."""
+    nvrtc = _nvrtc()
+    inc = _cuda_include()
+    if inc is None:
+        pytest.skip("no CUDA include folder with cuda_fp16.h (set CUDA_HOME)")
+    subset = [c for c in CASES if "bfloat16" in c[0] or "float16" in c[0]][::4]
+    for _name, plan in subset:
+        _check_ptx(_nvrtc_ptx(nvrtc, plan, (inc,)), plan)
+
+
+# ------------------------------------------------------------------------------------------------
+# nvcc (a representative subset: one plan per kernel and dtype family)
+# ------------------------------------------------------------------------------------------------
+def _nvcc_subset() -> list[tuple[str, kc.LaunchPlan]]:
+    seen, out = set(), []
+    for name, plan in CASES:
+        key = (plan.file, plan.macros.get("PL_T", plan.macros.get("PL_TIN")))
+        if key not in seen and plan.macros.get("PL_T") in ("float", "__nv_bfloat16", "double", None):
+            seen.add(key)
+            out.append((name, plan))
+    return out
+
+
+def test_nvcc_compiles_subset():
+    """nvcc (the toolkit that module authors use) accepts the same sources and options."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found on PATH")
+    subset = _nvcc_subset()
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def build(case):
+            name, plan = case
+            src = Path(kc.include_dir()) / plan.file
+            out = Path(tmp) / f"{name}.ptx"
+            cmd = [nvcc, "--ptx", "-o", str(out), *plan.options(arch="sm_90"), str(src)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, f"{name}: {' '.join(cmd)}\n{proc.stderr}"
+            return out.read_text()
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            ptxs = list(pool.map(build, subset))
+    for (_name, plan), ptx in zip(subset, ptxs, strict=True):
+        _check_ptx(ptx, plan)
+
+
+def test_vectorised_loads_are_16_bytes():
+    """The wide paths really issue 16-byte accesses (otherwise bandwidth targets are out of reach)."""
+    nvrtc = _nvrtc()
+    for plan in (kc.plan_layer_norm("bfloat16", (8, 4096)), kc.plan_unary("silu", "float32", (1 << 20,))):
+        ptx = _nvrtc_ptx(nvrtc, plan)
+        assert re.search(r"ld\.global(\.nc)?\.v4\.(u32|b32|f32)", ptx), plan.kernel
+        assert re.search(r"st\.global\.v4\.(u32|b32|f32)", ptx), plan.kernel
+
+
+# ------------------------------------------------------------------------------------------------
+# plan logic (pure Python)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", ALL_FLOATS)
+@pytest.mark.parametrize("c", [1, 3, 6, 1000, 1001, 4096, 4098])
+def test_row_vector_width_keeps_rows_aligned(dt, c):
+    plan = kc.plan_layer_norm(dt, (5, c))
+    vec, item = int(plan.macros["PL_VEC"]), np.dtype(kc.get_dtype(dt).numpy).itemsize
+    assert c % vec == 0 and vec * item <= 16
+    if not plan.kernel.endswith("_big"):
+        assert int(plan.macros["PL_GROUP"]) * vec * int(plan.macros["PL_MAX_VEC_PER_THREAD"]) >= c
+
+
+def test_args_reject_misaligned_and_missing_pointers():
+    plan = kc.plan_layer_norm("bfloat16", (4, 4096))
+    ok = plan.args(x=256, gamma=512, beta=768, y=1024)
+    assert ok[6] == np.int64(4) and ok[7] == np.int32(4096) and ok[8] == np.float32(1e-5)
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        plan.args(x=258, gamma=512, beta=768, y=1024)
+    with pytest.raises(InvalidArgumentError, match="required"):
+        plan.args(x=256, beta=768, y=1024)
+    with pytest.raises(InvalidArgumentError, match="tunable"):
+        kc.plan_softmax("float32", (4, 8), tuned={"block": 100})
+
+
+def _emulate_strided(plan: kc.LaunchPlan, prefix: str, src: np.ndarray) -> np.ndarray:
+    """What pl_permute / pl_binary_bcast read for every output element, from the plan's scalars."""
+    ndim = int(plan.macros["PL_NDIM"])
+    dims = [plan.scalars[f"d{k}"] for k in range(ndim)]
+    idx = np.indices(dims).reshape(ndim, -1)
+    off = sum(idx[k] * plan.scalars[f"{prefix}{k}"] for k in range(ndim))
+    return src.reshape(-1)[off]
+
+
+@pytest.mark.parametrize(
+    "shape,perm",
+    [
+        ((2, 3, 4, 5), (3, 1, 0, 2)),
+        ((2, 1, 4, 5), (0, 2, 3, 1)),
+        ((6, 7), (1, 0)),
+        ((2, 3, 4), (0, 2, 1)),
+        ((2, 3, 4, 5), (0, 1, 3, 2)),
+        ((2, 3, 4, 5), (2, 3, 0, 1)),
+        ((3, 4, 5), (0, 1, 2)),
+        ((1, 1), (1, 0)),
+    ],
+)
+def test_transpose_plan_index_math(shape, perm):
+    """The merged dims and strides a transpose plan hands the kernel reproduce numpy.transpose."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    expect = np.transpose(x, perm).reshape(-1)
+    plan = kc.plan_transpose("float32", shape, perm)
+    if plan.kernel == "pl_transpose":
+        b, r, c = plan.scalars["batch"], plan.scalars["R"], plan.scalars["C"]
+        got = x.reshape(b, r, c).transpose(0, 2, 1).reshape(-1)
+    else:
+        got = _emulate_strided(plan, "s", x)
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize(
+    "sa,sb", [((7, 1, 5, 3), (6, 1, 3)), ((4, 5), (5,)), ((4, 1), (1, 6)), ((2, 3, 4), (2, 3, 4)), ((), (3,))]
+)
+def test_broadcast_plan_index_math(sa, sb):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    plan = kc.plan_binary("add", "float32", sa, sb)
+    expect = (a + b).reshape(-1)
+    if plan.kernel == "pl_binary":
+        got = a.reshape(-1) + b.reshape(-1)
+    else:
+        got = _emulate_strided(plan, "sa", a) + _emulate_strided(plan, "sb", b)
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_catalogue_is_complete():
+    """Every catalogued op plans through plan() and names a kernel its source defines."""
+    for op, src in kc.KERNELS.items():
+        text = kc.source_text(src.file)
+        assert f"{src.kernel}(" in text, op
+        for name, (default, allowed) in src.tunables.items():
+            assert default in allowed, (op, name)
+    assert kc.plan("layer_norm", ["bfloat16"] * 3, [(4, 8), (8,), (8,)]).kernel == "pl_layer_norm"
+    assert kc.plan("cast", "float32", (4,), {"dtype": "bfloat16"}).macros["PL_TOUT"] == "__nv_bfloat16"
