@@ -322,6 +322,7 @@ def doctor() -> None:
     import platform
 
     import pipelink as pl
+
     from .backends import cuda_unavailable_reason, get_backend
 
     table = Table(title="pipelink doctor")

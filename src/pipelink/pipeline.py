@@ -27,7 +27,8 @@ from .errors import (
 )
 from .graph.linker import LinkedGraph, link
 from .graph.planner import MemoryPlan
-from .modules.registry import OperatorRegistry, registry as default_registry
+from .modules.registry import OperatorRegistry
+from .modules.registry import registry as default_registry
 from .runtime import errorlog
 from .runtime.executor import (
     ExecutionPlan,
@@ -275,11 +276,32 @@ class Pipeline:
         return arg
 
     def _plan_for(self, args: Mapping[str, Any], signature: tuple) -> ExecutionPlan:
-        plan = compile_plan(self._graph, self._registry, self._backend, args, signature)
+        tuned = self._tuned_params(signature) if self.use_tuned else {}
+        plan = compile_plan(self._graph, self._registry, self._backend, args, signature, tuned=tuned)
         self._plans[signature] = plan
         for step in plan.steps:
             self.load_report.variants[step.stage.id] = step.variant
         return plan
+
+    def _tuned_params(self, signature: tuple) -> dict[str, dict]:
+        """Per stage, the launch parameters from the tuning cache (``pipelink tune``) when the key matches;
+        what was used and why is recorded in ``load_report.tuned``."""
+        from .graph.linker import infer_signature
+
+        known = infer_signature(self._graph, {n: (s, d) for n, s, d, _ in signature})
+        out = {}
+        for st in self._graph.stages:
+            if not st.config.tuned:
+                continue
+            shapes = tuple(known[n][0] if n else None for n in st.inputs)
+            dtypes = tuple(known[n][1] if n else None for n in st.inputs)
+            found = self._backend.tuned_params(st.desc, shapes, dtypes)
+            if found is None:
+                continue
+            params, source, reason = found
+            out[st.id] = params
+            self.load_report.tuned[st.id] = {"params": params, "source": source, "reason": reason}
+        return out
 
     def _declared_signature(self) -> tuple | None:
         decls = self._graph.config.inputs

@@ -7,7 +7,6 @@ unless the caller asks (``cpu()``, ``numpy()`` on a device tensor).
 
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Any
 

@@ -11,7 +11,6 @@ import re
 from packaging.version import InvalidVersion, Version
 
 from .config.specifiers import parse_specifier
-
 from .errors import VersionMismatchError
 
 __all__ = ["Version", "parse_version", "parse_specifier", "version_symbol", "parse_version_symbol",

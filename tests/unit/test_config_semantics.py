@@ -237,3 +237,9 @@ def test_structurally_broken_stage_does_not_cascade():
     # Stage 0 lacks 'outputs': its consumer's "unknown tensor" would be noise, so only the real error shows.
     doc = {"inputs": {"x": {}}, "pipeline": [{"name": "relu", "inputs": ["x"]}, stage(inputs=["h"])]}
     assert paths(check(doc)) == ["/pipeline/0"]
+
+
+def test_different_words_sharing_a_suffix_are_not_typos():
+    # The seed's own config reads beta_tensor and produces mean_tensor: no warning for that.
+    doc = {"pipeline": [stage(inputs=["x", "beta_tensor"], outputs=["mean_tensor"])]}
+    assert check_warnings(doc) == []

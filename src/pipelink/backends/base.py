@@ -157,6 +157,10 @@ class Backend:
     def launch_graph(self, graph: Any, stream: Any) -> None:
         raise InvalidArgumentError(f"the {self.kind} backend does not support graph capture")
 
+    def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
+        """``(params, "tuned" | "default", reason)`` of a stage's kernel on this device (None: no tunables)."""
+        return None
+
     def run_context(self):
         """A context manager around one run (the CPU silences NumPy's floating-point warnings: NaN is
         a stage result that ``check_finite`` judges, not a warning for the caller)."""

@@ -338,6 +338,21 @@ def check_document(
     return found + checker.problems
 
 
+def _differs_in_core(a: str, b: str) -> bool:
+    """True when two names differ in what is left after their shared prefix and suffix is removed
+    entirely ("beta_tensor" vs "mean_tensor": "beta" vs "mean"), i.e. they are different words rather
+    than a typo of one another."""
+    import difflib
+    import os
+
+    prefix = len(os.path.commonprefix([a, b]))
+    suffix = len(os.path.commonprefix([a[prefix:][::-1], b[prefix:][::-1]]))
+    core_a, core_b = a[prefix: len(a) - suffix], b[prefix: len(b) - suffix]
+    if min(len(core_a), len(core_b)) < 3:
+        return False  # a few characters added, dropped or swapped: a typo
+    return difflib.SequenceMatcher(None, core_a, core_b).ratio() < 0.6
+
+
 def check_warnings(doc: Any) -> list[Problem]:
     """Warnings: names that are probably typos but are not errors.
 
@@ -367,7 +382,7 @@ def check_warnings(doc: Any) -> list[Problem]:
             if name in producer:
                 continue
             match = closest(name, producer, cutoff=_WARN_CUTOFF)
-            if match is not None:
+            if match is not None and not _differs_in_core(name, match):
                 warnings.append(
                     Problem(
                         _CODE,

@@ -1,8 +1,10 @@
 """The operator registry: every known operator version, where it came from, and variant selection.
 
 Sources are ``"builtin"``, ``"python"`` or a native module's path. Two native modules claiming one name
-and version is an error; a Python or native registration of a built-in name and version takes
-precedence over the built-in (an explicit registration is what the user asked for).
+and version is an error. When a name and version exist in several sources, a stage without ``library``
+gets, in order: a Python registration (``@pl.operator`` is an explicit choice), the built-in, then a
+native module. So a module loaded for one pipeline's stage never changes what another pipeline's
+built-in stage runs; a stage that wants the module's version names its ``library``.
 """
 
 from __future__ import annotations
@@ -126,8 +128,8 @@ class OperatorRegistry:
             candidates = fitting
         best = max(d.version for d in candidates)
         top = [d for d in candidates if d.version == best]
-        # An explicit registration of a built-in name and version wins over the built-in.
-        return next((d for d in top if d.source != "builtin"), top[0])
+        rank = {"python": 0, "builtin": 1}
+        return min(top, key=lambda d: rank.get(d.source, 2))
 
     def select_variant(self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *,
                        stage: str = "") -> VariantChoice:

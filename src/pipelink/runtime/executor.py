@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -213,6 +214,7 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
     clock = time.perf_counter
+    nvtx = _nvtx() if profile or _NVTX_ENV else None
     for index, step in enumerate(plan.steps):
         st = step.stage
         rep = StageReport(st.id, st.desc.name, variant=step.variant)
@@ -232,9 +234,13 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
             backend.copy(buffer, values[source], stream=stream)
         ins = [values[n] if n is not None else None for n in step.in_names]
         outs = [values[n] for n in step.out_names]
+        if nvtx is not None:
+            nvtx.push_range(f"{st.id} ({st.desc.name})", domain="pipelink")
         t0 = clock()
         error = _run_kernel(step, ins, outs, stream, backend, profile, rep)
         rep.time_s = clock() - t0
+        if nvtx is not None:
+            nvtx.pop_range(domain="pipelink")
         if error is None:
             error = _post_checks(step, outs, stream, backend, rep)
         if error is not None:
@@ -248,6 +254,18 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
     return {n: values[n] for n in graph.outputs if n not in missing}
+
+
+_NVTX_ENV = os.environ.get("PIPELINK_NVTX") == "1"
+
+
+def _nvtx():
+    """The ``nvtx`` package when installed (NVTX ranges per stage for Nsight), else None."""
+    try:
+        import nvtx
+    except ImportError:
+        return None
+    return nvtx
 
 
 def _run_kernel(step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport) -> PipeLinkError | None:

@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ModuleCrashError, ModuleLoadError, PipeLinkError, PipeLinkTimeoutError
+from ..errors import (
+    InvalidArgumentError,
+    ModuleCrashError,
+    ModuleLoadError,
+    PipeLinkError,
+    PipeLinkTimeoutError,
+)
 
 __all__ = ["WorkerSpec", "IsolatedKernel", "isolate"]
 

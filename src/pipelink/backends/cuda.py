@@ -1,0 +1,351 @@
+"""The CUDA backend: one NVIDIA GPU through cuda.core (streams, events, memory pools, NVRTC, launches,
+graphs).
+
+The only module of PipeLink that imports ``cuda.core`` / ``cuda.bindings`` (with the private helpers it
+alone imports: ``cuda_device``, ``cuda_data``, ``cuda_pool``, ``cuda_kernels``, ``cuda_ops``,
+``cuda_gemm``). All work goes to the backend's own non-blocking streams, never to the legacy default
+stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process must restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import CUDAError, HardwareUnsupportedError
+from ..hardware import HardwareInfo
+from . import cuda_device
+from .base import Backend
+from .cuda_data import CUDADataMixin
+from .cuda_device import (
+    STICKY_ERRORS,
+    check_driver,
+    derive_features,
+    error_name,
+    is_cuda_exception,
+    version_text,
+    wrap_cuda_exception,
+)
+
+__all__ = ["CUDABackend", "CUDAGraph", "unavailable_reason"]
+
+log = logging.getLogger("pipelink")
+
+
+def unavailable_reason() -> str | None:
+    """None when a CUDA device can be used, else why not (packages missing, no driver, no device)."""
+    return cuda_device.unavailable_reason()
+
+
+class CUDAGraph:
+    """A captured and instantiated CUDA graph; destroyed with the object (or by :meth:`close`)."""
+
+    def __init__(self, graph: Any, exec_: Any, driver: Any):
+        self.graph = graph
+        self.exec = exec_
+        self._driver = driver
+
+    def close(self) -> None:
+        exec_, graph, self.exec, self.graph = self.exec, self.graph, None, None
+        if exec_ is not None:
+            self._driver.cuGraphExecDestroy(exec_)
+        if graph is not None:
+            self._driver.cuGraphDestroy(graph)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
+            self.close()
+
+
+class CUDABackend(CUDADataMixin, Backend):
+    """The backend of one CUDA device (``"cuda:N"``).
+
+    Parameters
+    ----------
+    index : int
+        The device ordinal.
+
+    Raises
+    ------
+    HardwareUnsupportedError
+        When CUDA cannot be used (the message says why) or the device does not exist.
+    """
+
+    kind = "cuda"
+    supports_graphs = True
+
+    def __init__(self, index: int = 0):
+        reason = unavailable_reason()
+        if reason is not None:
+            raise HardwareUnsupportedError(f"cannot use cuda:{index}: {reason}", device=f"cuda:{index}")
+        from cuda.bindings import driver
+        from cuda.core import Device, EventOptions, StreamOptions
+
+        count = check_driver(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+        if not 0 <= index < count:
+            raise HardwareUnsupportedError(f"no device cuda:{index}: this machine has {count} CUDA device(s)",
+                                           device=f"cuda:{index}")
+        self._driver = driver
+        self._log = log
+        self._dev = Device(index)
+        self._dev.set_current()
+        self._tls = threading.local()
+        self._tls.bound = True
+        props = self._dev.properties
+        cc = (int(props.compute_capability_major), int(props.compute_capability_minor))
+        _, total = check_driver(driver.cuMemGetInfo(), "cuMemGetInfo")
+        info = HardwareInfo(
+            kind="cuda", name=self._dev.name, index=index, uuid=str(self._dev.uuid), compute_capability=cc,
+            features=derive_features(cc, int(props.multiprocessor_count), int(total)),
+            driver_version=version_text(check_driver(driver.cuDriverGetVersion(), "cuDriverGetVersion")),
+            runtime_version=_runtime_version())
+        super().__init__(f"cuda:{index}", info)
+        self.index = index
+        self.arch = f"sm_{cc[0]}{cc[1]}"
+        self._corrupted: str | None = None
+        self._corrupted_code: int | None = None
+        self._capturing = 0
+        self._stream_options = StreamOptions(nonblocking=True)
+        self._event_opts = {False: EventOptions(timing_enabled=False),
+                            True: EventOptions(timing_enabled=True)}
+        self._main = self._dev.create_stream(options=self._stream_options)
+        self._side = self._dev.create_stream(options=self._stream_options)  # allocations during a capture
+        self._compiler = None
+        self._compiler_lock = threading.Lock()
+        self._init_memory()
+        from .cuda_ops import register_cuda_variants
+
+        register_cuda_variants()
+
+    # -- context and errors ------------------------------------------------------------------------
+    def _bind_thread(self) -> None:
+        """Make the device's context current on this thread (once per thread)."""
+        if not getattr(self._tls, "bound", False):
+            self._dev.set_current()
+            self._tls.bound = True
+
+    def _check_usable(self) -> None:
+        if self._corrupted is not None:
+            raise CUDAError(
+                f"{self.device}: the CUDA context is corrupted by {self._corrupted}; the process must "
+                "restart: use isolation 'process' for stages that may crash", cuda_error=self._corrupted,
+                cuda_code=self._corrupted_code, device=self.device, device_uuid=self.info.uuid)
+
+    def _error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
+        name = error_name(code)
+        where = f"stage {stage!r}: " if stage else ""
+        message = f"{where}{what} reported {name} ({code}) on {self.device}"
+        if code in STICKY_ERRORS:
+            self._corrupted, self._corrupted_code = name, code
+            message += (f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
+                        "'process' for stages that may crash")
+        return CUDAError(message, cuda_error=name, cuda_code=code, stage=stage, device=self.device,
+                         device_uuid=self.info.uuid)
+
+    def raise_cuda(self, exc: BaseException, what: str, stage: str | None = None) -> CUDAError:
+        """The PipeLink :class:`CUDAError` for an exception of cuda.core (marks sticky errors).
+
+        Returns the error for the caller to raise (``raise backend.raise_cuda(e, "launch") from e``).
+        """
+        if isinstance(exc, CUDAError):
+            return exc
+        if not is_cuda_exception(exc):
+            return CUDAError(f"{what} failed: {type(exc).__name__}: {exc}", stage=stage,
+                             device_uuid=self.info.uuid)
+        err = wrap_cuda_exception(exc, what, stage=stage, device=self.device, device_uuid=self.info.uuid)
+        code = err.context.get("cuda_code")
+        if code is not None:
+            return self._error(int(code), what, stage)
+        return err
+
+    def check_errors(self, *, stage: str | None = None) -> None:
+        """Raise the context's pending error, if any: synchronises the context (not while capturing).
+
+        Raises
+        ------
+        CUDAError
+            With the CUDA error name and code, the stage and the device UUID. After a sticky error every
+            later call raises too: the context is unusable until the process restarts.
+        """
+        self._check_usable()
+        if self._capturing:
+            return
+        self._bind_thread()
+        (err,) = self._driver.cuCtxSynchronize()
+        if int(err) != 0:
+            raise self._error(int(err), "the device", stage)
+
+    # -- streams and events ------------------------------------------------------------------------
+    def default_stream(self) -> Any:
+        """The backend's own main stream (non-blocking; never the legacy default stream)."""
+        return self._main
+
+    def new_stream(self) -> Any:
+        """A new non-blocking stream (one per logical stream id of a plan)."""
+        self._check_usable()
+        self._bind_thread()
+        return self._dev.create_stream(options=self._stream_options)
+
+    def record_event(self, stream: Any, timing: bool = False) -> Any:
+        """An event recorded on ``stream`` (timing-enabled when asked)."""
+        try:
+            target = stream if stream is not None else self._main
+            return target.record(options=self._event_opts[bool(timing)])
+        except Exception as e:
+            raise self.raise_cuda(e, "cuEventRecord") from e
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        """Make ``stream`` wait for ``event`` (device-side)."""
+        if event is None:
+            return
+        try:
+            (stream if stream is not None else self._main).wait(event)
+        except Exception as e:
+            raise self.raise_cuda(e, "cuStreamWaitEvent") from e
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        """Seconds between two timing events (waits for ``end``)."""
+        try:
+            end.sync()
+            return float(end - start) / 1000.0
+        except Exception as e:
+            raise self.raise_cuda(e, "cuEventElapsedTime") from e
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Wait for ``stream`` (or for the whole device)."""
+        self._check_usable()
+        self._bind_thread()
+        try:
+            if stream is None:
+                self._dev.sync()
+            else:
+                stream.sync()
+        except Exception as e:
+            raise self.raise_cuda(e, "synchronize") from e
+
+    # -- graphs ------------------------------------------------------------------------------------
+    def begin_capture(self, stream: Any) -> None:
+        """Start capturing the work queued on ``stream`` (and on streams that join it through events)."""
+        self._check_usable()
+        self._bind_thread()
+        d = self._driver
+        s = stream if stream is not None else self._main
+        check_driver(d.cuStreamBeginCapture(s.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+                     "cuStreamBeginCapture", device_uuid=self.info.uuid)
+        self._capturing += 1
+        self._pool.hold_frees = True
+
+    def end_capture(self, stream: Any) -> CUDAGraph:
+        """End the capture started on ``stream``; returns the instantiated graph."""
+        d = self._driver
+        s = stream if stream is not None else self._main
+        try:
+            graph = check_driver(d.cuStreamEndCapture(s.handle), "cuStreamEndCapture",
+                                 device_uuid=self.info.uuid)
+        finally:
+            self._capturing = max(0, self._capturing - 1)
+            if not self._capturing:
+                self._pool.hold_frees = False
+                self._pool.flush()
+        try:
+            exec_ = check_driver(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate",
+                                 device_uuid=self.info.uuid)
+        except CUDAError:
+            d.cuGraphDestroy(graph)
+            raise
+        return CUDAGraph(graph, exec_, d)
+
+    def launch_graph(self, graph: CUDAGraph, stream: Any) -> None:
+        """Replay a captured graph on ``stream``."""
+        self._check_usable()
+        s = stream if stream is not None else self._main
+        check_driver(self._driver.cuGraphLaunch(graph.exec, s.handle), "cuGraphLaunch",
+                     device_uuid=self.info.uuid)
+
+    # -- kernels -----------------------------------------------------------------------------------
+    @property
+    def compiler(self) -> Any:
+        """The NVRTC compiler with its memory and disk cubin caches (created on first use)."""
+        if self._compiler is None:
+            with self._compiler_lock:
+                if self._compiler is None:
+                    from .cuda_kernels import KernelCompiler
+
+                    self._compiler = KernelCompiler(self.arch)
+        return self._compiler
+
+    def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
+        """Tuned launch parameters from the tuning cache when the key matches (``pipelink tune``)."""
+        from .cuda_tune import lookup_tuned
+
+        return lookup_tuned(desc, self.info, in_shapes, in_dtypes)
+
+    def compile_kernel(self, source_text: str, name: str, options: Mapping[str, Any] | None = None,
+                       include_dirs: Sequence[str] = ()) -> Any:
+        """The cuda.core ``Kernel`` ``name`` of ``source_text``, compiled for this device (cached).
+
+        Parameters
+        ----------
+        source_text : str
+            CUDA C++; the kernel must be ``extern "C"``.
+        name : str
+        options : mapping, optional
+            ``cuda.core.ProgramOptions`` keyword arguments (``define_macro``, ``std``, ...).
+        include_dirs : sequence of str
+
+        Raises
+        ------
+        ModuleLoadError
+            NVRTC rejected the source (with the compiler log), or no kernel of that name.
+        """
+        self._bind_thread()
+        return self.compiler.get(source_text, name, options, include_dirs)
+
+    def launch(self, stream: Any, config: Any, kernel: Any, *args: Any, stage: str | None = None) -> None:
+        """``cuda.core.launch`` with CUDA failures turned into :class:`CUDAError`."""
+        from cuda.core import launch
+
+        try:
+            launch(stream, config, kernel, *args)
+        except Exception as e:
+            raise self.raise_cuda(e, "kernel launch", stage) from e
+
+    # -- lifetime ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for pending work and return cached memory (called at interpreter exit)."""
+        if self._corrupted is not None:
+            return
+        try:
+            self.clear_pool()
+        except Exception as e:  # noqa: BLE001 - best effort at exit
+            log.debug("pipelink: closing %s: %s", self.device, e)
+
+    def __repr__(self) -> str:
+        return f"<CUDABackend {self.device} {self.info.name} ({self.arch})>"
+
+
+def _runtime_version() -> str | None:
+    try:
+        from cuda.bindings import runtime
+
+        err, version = runtime.cudaRuntimeGetVersion()
+        if int(err) == 0:
+            return version_text(int(version))
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    try:
+        import cuda.bindings
+
+        return str(cuda.bindings.__version__)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def make_tune_target(config, device: str):
+    """The target of ``pipelink tune`` (see :mod:`pipelink.backends.cuda_tune`)."""
+    from .cuda_tune import make_tune_target as make
+
+    return make(config, device)

@@ -1,0 +1,184 @@
+"""Parts of the CUDA backend that need no GPU: cache keys, feature derivation, the unavailable reason,
+pool bins and the pool's bookkeeping over a fake allocator."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+
+from pipelink.backends import cuda_device, cuda_kernels
+from pipelink.backends.cuda_pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
+
+
+# -- cache keys -------------------------------------------------------------------------------------
+def test_cache_key_is_deterministic_and_order_independent():
+    a = cuda_kernels.cache_key("src", {"std": "c++17", "define_macro": [("A", "1")]}, "sm_90", (13, 0), "h")
+    b = cuda_kernels.cache_key("src", {"define_macro": [("A", "1")], "std": "c++17"}, "sm_90", (13, 0), "h")
+    assert a == b and len(a) == 64
+
+
+@pytest.mark.parametrize("change", ["source", "options", "arch", "nvrtc", "headers"])
+def test_cache_key_changes_with_every_input(change):
+    args = {"source": "src", "options": {"std": "c++17"}, "arch": "sm_90", "nvrtc": (13, 0), "headers": "h"}
+    def key():
+        return cuda_kernels.cache_key(args["source"], args["options"], args["arch"], args["nvrtc"],
+                                      args["headers"])
+
+    base = key()
+    args[change] = {"source": "src2", "options": {"std": "c++20"}, "arch": "sm_80", "nvrtc": (13, 1),
+                    "headers": "h2"}[change]
+    other = key()
+    assert other != base, f"a different {change} must give a different cubin key"
+
+
+def test_header_digest_sees_header_edits(tmp_path):
+    (tmp_path / "common.cuh").write_text("#define A 1\n")
+    first = cuda_kernels.header_digest([str(tmp_path)])
+    (tmp_path / "common.cuh").write_text("#define A 2\n")
+    assert cuda_kernels.header_digest([str(tmp_path)]) != first
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path))
+    assert cuda_kernels.cache_dir() == tmp_path / "kernels"
+    monkeypatch.delenv("PIPELINK_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cuda_kernels.cache_dir() == tmp_path / "xdg" / "pipelink" / "kernels"
+
+
+# -- features -------------------------------------------------------------------------------------
+def test_features_of_an_h100_class_device():
+    f = cuda_device.derive_features((9, 0), 132, 80 << 30)
+    assert f["tensor_core"] == 528 and f["sm_count"] == 132 and f["memory_bytes"] == 80 << 30
+    assert f["fp16"] == f["bf16"] == f["tf32"] == f["fp8"] == f["fp64"] == f["atomic_double"] == 1
+
+
+@pytest.mark.parametrize("cc,expect", [
+    ((5, 2), {"tensor_core": 0, "fp16": 0, "bf16": 0, "fp8": 0, "atomic_double": 0}),
+    ((6, 1), {"tensor_core": 0, "fp16": 1, "bf16": 0, "atomic_double": 1}),
+    ((7, 5), {"tensor_core": 4 * 40, "fp16": 1, "bf16": 0, "tf32": 0}),
+    ((8, 6), {"bf16": 1, "tf32": 1, "fp8": 0}),
+    ((8, 9), {"fp8": 1}),
+])
+def test_features_follow_the_compute_capability(cc, expect):
+    f = cuda_device.derive_features(cc, 40, 1 << 30)
+    assert {k: f[k] for k in expect} == expect
+
+
+def test_version_text():
+    assert cuda_device.version_text(12080) == "12.8"
+    assert cuda_device.version_text(13000) == "13.0"
+
+
+# -- unavailable reason -----------------------------------------------------------------------------
+def test_unavailable_reason_when_cuda_core_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.core", None)  # makes `import cuda.core` raise ImportError
+    reason = cuda_device.unavailable_reason()
+    assert reason is not None and "not installed" in reason and "pipelink[cuda]" in reason
+
+
+def test_unavailable_reason_is_text_or_none():
+    reason = cuda_device.unavailable_reason()
+    assert reason is None or any(w in reason for w in ("no CUDA driver", "no CUDA device", "not installed"))
+
+
+def test_wrapped_cuda_core_error_keeps_the_name():
+    class CUDAError(Exception):  # the name cuda.core's exception has
+        pass
+
+    err = cuda_device.wrap_cuda_exception(CUDAError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"),
+                                          "launch", stage="s")
+    assert err.cuda_error == "CUDA_ERROR_ILLEGAL_ADDRESS" and err.stage == "s"
+    assert cuda_device.is_cuda_exception(CUDAError("x"))
+
+
+# -- bins and the pool ------------------------------------------------------------------------------
+@pytest.mark.parametrize("nbytes,expect", [(0, 512), (1, 512), (512, 512), (513, 1024), (4096, 4096),
+                                           (4097, 8192), (MAX_BIN, MAX_BIN), (MAX_BIN + 1, None)])
+def test_bin_size(nbytes, expect):
+    assert bin_size(nbytes) == expect
+
+
+def test_bins_are_the_powers_of_two_from_512_to_16_mib():
+    assert BIN_SIZES[0] == MIN_BIN == 512 and BIN_SIZES[-1] == MAX_BIN == 16 << 20
+    assert all(b == 2 * a for a, b in zip(BIN_SIZES, BIN_SIZES[1:], strict=False))
+
+
+class FakeDevice:
+    """A raw allocator handing out increasing fake addresses; fails when over ``limit`` bytes."""
+
+    def __init__(self, limit: int = 1 << 40):
+        self.next, self.live, self.limit = 1 << 20, {}, limit
+
+    def alloc(self, size):
+        if sum(self.live.values()) + size > self.limit:
+            raise MemoryError(f"fake OOM for {size}")
+        ptr, self.next = self.next, self.next + size
+        self.live[ptr] = size
+        return ptr, ptr
+
+    def free(self, raw):
+        del self.live[raw]
+
+
+def test_pool_reuses_a_released_block_of_the_same_bin():
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    a = pool.acquire(1000)
+    ptr = a.ptr
+    assert a.size == 1024 and pool.stats()["in_use_bytes"] == 1024
+    del a
+    gc.collect()
+    b = pool.acquire(700)  # same 1024 bin: the cached block, no new raw allocation
+    assert b.ptr == ptr and len(dev.live) == 1
+    assert pool.stats()["bins"] == {}
+
+
+def test_pool_frees_large_blocks_and_clears_cached_ones():
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    big = pool.acquire(MAX_BIN + 1)
+    small = pool.acquire(100)
+    del big, small
+    gc.collect()
+    st = pool.stats()
+    assert st["in_use_bytes"] == 0 and st["bins"] == {512: 1} and len(dev.live) == 1
+    assert pool.clear() == 512 and dev.live == {}
+
+
+def test_pool_frees_its_cache_and_retries_on_oom():
+    dev = FakeDevice(limit=4096)
+    pool = BinnedPool(dev.alloc, dev.free)
+    blocks = [pool.acquire(1024) for _ in range(4)]
+    del blocks
+    gc.collect()
+    c = pool.acquire(2048)  # needs the cached 1024-byte blocks gone first
+    assert c.size == 2048 and sum(dev.live.values()) == 2048
+    with pytest.raises(MemoryError):
+        pool.acquire(4096)
+
+
+def test_pool_holds_raw_frees_during_capture():
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    pool.hold_frees = True
+    big = pool.acquire(MAX_BIN * 2)
+    del big
+    gc.collect()
+    pool.drain()
+    assert len(dev.live) == 1, "no raw free may happen while a graph is being captured"
+    pool.hold_frees = False
+    pool.flush()
+    assert dev.live == {}
+
+
+def test_pool_reports_changes():
+    dev = FakeDevice()
+    deltas = []
+    pool = BinnedPool(dev.alloc, dev.free, on_change=deltas.append)
+    block = pool.acquire(3000)
+    block.release()
+    pool.drain()
+    assert deltas == [4096, -4096]
