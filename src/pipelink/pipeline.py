@@ -37,7 +37,7 @@ from .runtime.executor import (
     compile_plan,
     execute,
     graph_blockers,
-    replay,
+    replay_or_recapture,
     signature_of,
 )
 from .runtime.report import LoadReport, RunReport
@@ -248,14 +248,18 @@ class Pipeline:
         stream = plan.streams[0]
         if self.graph_mode and plan.graph is not None and not profile:
             report.graph_replay = True
-            produced = replay(plan, self._graph, self._backend, args, stream, static_outputs=self.static_outputs)
+            produced = replay_or_recapture(plan, self._graph, self._backend, args, stream,
+                                           static_outputs=self.static_outputs)
         else:
             produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
                                report=report, error_log=errorlog.record)
             if self.graph_mode and plan.graph is None:
-                # The first (eager) run compiled and warmed every kernel: capture now.
-                capture(plan, self._graph, self._backend, stream)
-        self._backend.synchronize(stream)
+                # The first (eager) run compiled and warmed every kernel: capture now, reading every
+                # input in place; inputs that later move become copied inputs.
+                capture(plan, self._graph, self._backend, stream, args, set(args))
+        # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
+        # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
+        self._backend.finish_run(stream, keepalive=args)
         return produced
 
     def _import(self, name: str, value: Any, stream: Any) -> Any:

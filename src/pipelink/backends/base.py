@@ -157,6 +157,11 @@ class Backend:
     def launch_graph(self, graph: Any, stream: Any) -> None:
         raise InvalidArgumentError(f"the {self.kind} backend does not support graph capture")
 
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+        """End of a ``run()``: by default wait for its work (a device backend may return early, keeping
+        ``keepalive`` (the run's inputs) alive until the work completes)."""
+        self.synchronize(stream)
+
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
         """``(params, "tuned" | "default", reason)`` of a stage's kernel on this device (None: no tunables)."""
         return None

@@ -9,6 +9,7 @@ stream. After a sticky CUDA error (700, 714-719) it refuses all further work: th
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -276,6 +277,17 @@ class CUDABackend(CUDADataMixin, Backend):
 
                     self._compiler = KernelCompiler(self.arch)
         return self._compiler
+
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+        """Return without waiting: record an event and hold the run's inputs until it completes, so a
+        producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels."""
+        pending = self.__dict__.setdefault("_pending_runs", collections.deque())
+        while pending and pending[0][0].is_done:
+            pending.popleft()
+        pending.append((self.record_event(stream), keepalive))
+        if len(pending) > 64:  # bound the host's run-ahead
+            pending[0][0].sync()
+            pending.popleft()
 
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
         """Tuned launch parameters from the tuning cache when the key matches (``pipelink tune``)."""

@@ -66,9 +66,14 @@ class ExecutionPlan:
     outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run
     streams: dict[int, Any]
     graph: Any = None  # captured CUDA graph (graph mode)
-    graph_io: dict[str, Any] = field(default_factory=dict)
+    graph_io: dict[str, Any] = field(default_factory=dict)  # static input and output buffers
+    graph_bound: set[str] = field(default_factory=set)  # inputs read in place by the graph
+    graph_key: tuple = ()
 
     def release(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
         for step in self.steps:
             if step.isolated:
                 step.kernel.close()
@@ -366,14 +371,34 @@ def graph_blockers(graph: LinkedGraph) -> list[str]:
     return reasons
 
 
-def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream) -> None:
-    """Capture the whole plan into a CUDA graph reading static input buffers and writing static outputs."""
-    io = {}
+def binding_key(args: Mapping[str, Any], names) -> tuple:
+    """Where the bound inputs of a captured graph live: (name, pointer, strides) per input."""
+    return tuple((n, args[n].ptr, args[n].strides) for n in sorted(names))
+
+
+def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any],
+            bound: set[str]) -> None:
+    """Capture the whole plan into a CUDA graph.
+
+    Inputs in ``bound`` are read where the caller's tensors live (their addresses are baked into the
+    graph, so no copy is made); the others are copied into static buffers before each replay. Outputs
+    are written to static buffers.
+    """
+    if plan.graph is not None:
+        plan.graph.close()
+        plan.graph = None
+    io = dict(plan.graph_io)
+    inputs = {}
     for name, shape, dtype, _ in plan.signature:
-        io[name] = backend.empty(tuple(shape), get_dtype(dtype))
+        if name in bound:
+            inputs[name] = args[name]
+        else:
+            if name not in io:
+                io[name] = backend.empty(tuple(shape), get_dtype(dtype))
+            inputs[name] = io[name]
     for name, shape, dtype in plan.outputs:
-        io[name] = backend.empty(shape, get_dtype(dtype))
-    inputs = {n: io[n] for n, *_ in plan.signature}
+        if name not in io:
+            io[name] = backend.empty(shape, get_dtype(dtype))
     outputs = {n: io[n] for n, *_ in plan.outputs}
     backend.synchronize(stream)
     backend.begin_capture(stream)
@@ -382,14 +407,18 @@ def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream) -> None:
     finally:
         captured = backend.end_capture(stream)
     plan.graph, plan.graph_io = captured, io
+    plan.graph_bound = set(bound)
+    plan.graph_key = binding_key(args, bound)
 
 
 def replay(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, *,
            static_outputs: bool = False) -> dict[str, Any]:
-    """Copy inputs into the graph's static buffers, launch it, and copy the outputs out (unless static)."""
+    """Launch the captured graph: bound inputs must be where they were at capture (see
+    :func:`replay_or_recapture`); the others are copied into the static buffers first. Outputs are copied
+    out of the static buffers into fresh tensors, unless ``static_outputs``."""
     io = plan.graph_io
     for name, value in args.items():
-        if value is not io[name]:
+        if name not in plan.graph_bound and value is not io.get(name):
             backend.copy(io[name], value, stream=stream)
     backend.launch_graph(plan.graph, stream)
     produced = {}
@@ -404,6 +433,18 @@ def replay(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, 
         if name not in produced and name in args:
             produced[name] = args[name]
     return produced
+
+
+def replay_or_recapture(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, *,
+                        static_outputs: bool = False) -> dict[str, Any]:
+    """Replay; an input whose address moved since the capture becomes a copied input (once, by capturing
+    again), so inputs that stay put (weights) are never copied and inputs that move (fresh activations)
+    cost one device copy each."""
+    if binding_key(args, plan.graph_bound) != plan.graph_key:
+        moved = {n for n in plan.graph_bound if (args[n].ptr, args[n].strides) !=
+                 next((p, s) for k, p, s in plan.graph_key if k == n)}
+        capture(plan, graph, backend, stream, args, plan.graph_bound - moved)
+    return replay(plan, graph, backend, args, stream, static_outputs=static_outputs)
 
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
