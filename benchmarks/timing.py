@@ -110,6 +110,9 @@ def measure(
             calls[k % n]()
             k += 1
         if use_events:
+            # PipeLink runs on its own streams and returns without waiting: join the whole device
+            # before the end event, so the interval covers every stream's work, not just torch's.
+            torch.cuda.synchronize()
             end.record()
             end.synchronize()
         h1 = time.perf_counter()

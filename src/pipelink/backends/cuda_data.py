@@ -29,6 +29,24 @@ _NONFINITE = {"float32": "pl_nonfinite_f32", "float16": "pl_nonfinite_f16", "bfl
 _STAGING_PER_BIN = 4
 
 
+_TORCH_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
+
+
+class _TorchDTypes(dict):
+    """torch.dtype -> PipeLink dtype name, filled on first use (never imports torch by itself)."""
+
+    def get(self, key, default=None):
+        if not self:
+            import torch
+
+            for n in _TORCH_DTYPE_NAMES:
+                self[getattr(torch, n)] = n
+        return super().get(key, default)
+
+
+_TORCH_DTYPES = _TorchDTypes()
+
+
 class _HostMemory:
     """``__array_interface__`` over pinned host memory; holds the cuda.core Buffer that owns it."""
 
@@ -199,6 +217,10 @@ class CUDADataMixin:
         if isinstance(value, Tensor) and value.is_cuda:
             self._check_device(value)
             return value
+        if type(value).__module__ == "torch" and getattr(value, "is_cuda", False):
+            fast = self._import_torch(value, stream)
+            if fast is not None:
+                return fast
         if not isinstance(value, np.ndarray | np.generic | Tensor) and hasattr(value, "__dlpack__"):
             dev = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)
             if dev[0] == 2:  # kDLCUDA
@@ -224,6 +246,27 @@ class CUDADataMixin:
             raise DTypeMismatchError(f"unsupported input dtype {array.dtype}: {e}") from None
         # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
         return self._upload(array if array.flags.c_contiguous else array.copy(order="C"), stream)
+
+    def _import_torch(self, value: Any, stream: Any) -> Tensor | None:
+        """PyTorch CUDA tensors without the DLPack round trip (which costs tens of microseconds in
+        PyTorch): the same zero-copy view, ordered after PyTorch's current stream by one event. None when
+        the tensor needs the general path (another device, an unsupported dtype)."""
+        import torch
+
+        name = _TORCH_DTYPES.get(value.dtype)
+        if name is None or value.device.index != self.info.index:
+            return None
+        raw = torch._C._cuda_getCurrentRawStream(value.device.index)  # noqa: SLF001 - the fast accessor
+        ours = int(stream.handle)
+        if raw != ours:
+            event = self.__dict__.get("_order_event")
+            if event is None:
+                event = self._main.record(options=self._event_opts[False])
+                self._order_event = event
+            drv = self._driver
+            check_driver(drv.cuEventRecord(event.handle, drv.CUstream(raw)), "cuEventRecord")
+            check_driver(drv.cuStreamWaitEvent(drv.CUstream(ours), event.handle, 0), "cuStreamWaitEvent")
+        return Tensor(value.data_ptr(), tuple(value.shape), name, self.device, value.stride(), owner=value)
 
     def _check_device(self, tensor: Tensor) -> None:
         if tensor.device != self.device:
