@@ -161,8 +161,30 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
             step.fallback_kernel = fb_choice.variant.bind(fb_ctx)
             step.fallback_variant = f"{st.fallback.name}:{fb_choice.variant.name or fb_choice.variant.device}"
         steps.append(step)
+    if len(streams) > 1:
+        _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
     return ExecutionPlan(signature, shapes, dtypes, memory, arena, static, steps, outputs, streams)
+
+
+def _order_reused_memory(memory: MemoryPlan, steps: list[Step], graph: LinkedGraph, order: dict[int, int],
+                         relayout_of: dict[str, str]) -> None:
+    """With several streams, a buffer placed where an earlier buffer lived must not be written before
+    every reader of the earlier one (on another stream) has finished: add those waits."""
+    source = {buf: name for name, buf in relayout_of.items()}
+    users: dict[str, list[int]] = {}
+    for name in memory.buffers:
+        t = graph.tensors[source.get(name, name)]
+        users[name] = sorted({order[c] for c in t.consumers} | ({order[t.producer]} if name not in source else set()))
+    buffers = sorted(memory.buffers.values(), key=lambda b: b.first)
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1:]:
+            if a.last >= b.first or not a.overlaps_in_space(b):
+                continue
+            writer = steps[b.first]
+            for u in users[a.name]:
+                if u < b.first and steps[u].stream_id != writer.stream_id and u not in writer.waits:
+                    writer.waits.append(u)
 
 
 def _context(st: LinkedStage, attrs, shapes, dtypes, backend, params, services, *, n_in=None, n_out=None):
