@@ -136,7 +136,7 @@ def _one(env: Env, lib: Path, name: str, rows: int, cols: int) -> dict[str, Any]
         key = "pipelink_graph" if g else "pipelink_eager"
         pipe = None
         try:  # one mode failing keeps the other's numbers
-            pipe = pl.load(doc, device=env.pl_device, graph=g)
+            pipe = pl.load(doc, device=env.pl_device, graph=g, static_outputs=g)
             for _ in range(2):  # graph mode: the first run captures, the second replays
                 out = pipe.run(**sets[0])["norm_output"]
             err = env.rel_err(env.from_pl(out), ref)
@@ -157,6 +157,10 @@ def _one(env: Env, lib: Path, name: str, rows: int, cols: int) -> dict[str, Any]
         finally:
             if pipe is not None:
                 pipe.close()
+    # The temporary module must not stay registered: another copy of it would then conflict.
+    from pipelink.modules.native import load_library
+
+    load_library(lib).unload()
     if "pipelink_eager" in res["errors"] and "pipelink_graph" in res["errors"]:
         raise RuntimeError(f"both modes failed: {res['errors']['pipelink_eager']}")
     if env.is_cuda:

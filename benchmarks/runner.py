@@ -138,7 +138,7 @@ def run_op_case(env: Env, case: OpCase) -> dict[str, Any]:
 def _check_graph(env: Env, case: OpCase, res: dict[str, Any], inputs: dict[str, Any], ref: Any):
     """Load the graph-mode pipeline and check its replayed output; returns the pipeline."""
     mem1 = _pl_memory(env) if case.memory else None
-    graph = pl.load(case.doc, device=env.pl_device, graph=True)
+    graph = pl.load(case.doc, device=env.pl_device, graph=True, static_outputs=True)
     res["graph_mode"] = graph.graph_mode
     res["load_warnings"] = list(graph.load_report.warnings)
     try:

@@ -37,6 +37,7 @@ from .runtime.executor import (
     compile_plan,
     execute,
     graph_blockers,
+    preload_inputs,
     replay_or_recapture,
     signature_of,
 )
@@ -155,6 +156,9 @@ class Pipeline:
         self.last_report: RunReport | None = None
         self.load_report = LoadReport(device=backend.device)
         self._last_plan: ExecutionPlan | None = None
+        self._copy_stream = None
+        # Host inputs of async_preload stages upload on a copy stream of their own (seed section 3.4).
+        self._preload_inputs = preload_inputs(graph)
         for st in graph.stages:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
         if graph_mode and not backend.supports_graphs:
@@ -224,7 +228,10 @@ class Pipeline:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
             check_inputs(self._graph, given)
             stream = self._backend.default_stream()
-            args = {n: self._import(n, v, stream) for n, v in given.items()}
+            preload = self._preload_stream()
+            args = {n: self._import(n, v, preload if n in self._preload_inputs else stream)
+                    for n, v in given.items()}
+            preload_event = self._backend.record_event(preload) if preload is not None else None
             signature = signature_of(self._backend, self._graph, args)
             report = RunReport()
             plan = self._plans.get(signature)
@@ -235,7 +242,8 @@ class Pipeline:
             t0 = time.perf_counter()
             try:
                 with self._backend.run_context():
-                    produced = self._execute(plan, args, report, strict=strict, profile=profile)
+                    produced = self._execute(plan, args, report, strict=strict, profile=profile,
+                                             preload_event=preload_event)
             finally:
                 report.total_time_s = time.perf_counter() - t0
                 self.last_report = report
@@ -243,16 +251,26 @@ class Pipeline:
 
     __call__ = run
 
+    def _preload_stream(self) -> Any:
+        """The copy stream of ``async_preload`` stages' host inputs (None when no stage asks, or on the CPU)."""
+        if not self._preload_inputs or self._backend.kind == "cpu":
+            return None
+        if self._copy_stream is None:
+            self._copy_stream = self._backend.new_stream()
+        return self._copy_stream
+
     def _execute(self, plan: ExecutionPlan, args: dict[str, Any], report: RunReport, *, strict: bool,
-                 profile: bool) -> dict[str, Any]:
+                 profile: bool, preload_event: Any = None) -> dict[str, Any]:
         stream = plan.streams[0]
         if self.graph_mode and plan.graph is not None and not profile:
             report.graph_replay = True
+            if preload_event is not None:
+                self._backend.wait_event(stream, preload_event)
             produced = replay_or_recapture(plan, self._graph, self._backend, args, stream,
                                            static_outputs=self.static_outputs)
         else:
             produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
-                               report=report, error_log=errorlog.record)
+                               report=report, error_log=errorlog.record, preload_event=preload_event)
             if self.graph_mode and plan.graph is None:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input in place; inputs that later move become copied inputs.

@@ -34,7 +34,7 @@ from .ops_cpu_helpers import (
 SHAPES = [(3, 7), (2, 5, 33)]
 EXPECTED_OPS = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
                 "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-                "gemm", "transpose"}
+                "gemm", "transpose", "precision_cast"}
 
 
 @pytest.fixture(scope="module")

@@ -274,3 +274,50 @@ def test_reused_memory_across_streams_is_ordered_by_events():
     d = silu(silu(x64))
     e = 0.5 * d * (1 + np.vectorize(math.erf)(d / np.sqrt(2)))
     np.testing.assert_allclose(out, np.maximum(x64, 0) + e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy, compute", [("fp16", "float16"), ("bf16", "bfloat16"),
+                                             ("fp16_if_supported_else_fp32", "float32"), ("fp32", "float32")])
+def test_precision_policy_inserts_casts(policy, compute):
+    doc = {"inputs": {"x": {"shape": [16, 64], "dtype": "float32"}, "g": {"shape": [64], "dtype": "float32"}},
+           "outputs": ["y"],
+           "pipeline": [{"name": "layer_norm", "id": "ln", "inputs": ["x", "g"], "outputs": ["h"],
+                         "constraints": {"precision_policy": policy}},
+                        {"name": "relu", "inputs": ["h"], "outputs": ["y"]}]}
+    pipe = pl.load(doc, device="cpu")
+    ids = pipe.stages
+    tag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[compute]
+    assert ids == [f"ln.to_{tag}.0", f"ln.to_{tag}.1", "ln", f"ln.from_{tag}.0", "relu"], ids
+    assert pipe.graph.tensors[f"h@ln:{tag}"].dtype == compute  # the stage computes in the policy's dtype
+    assert pipe.graph.tensors["h"].dtype == "float32"  # and its output is cast back
+    rng = np.random.default_rng(2)
+    x, g = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    y = np.asarray(pipe.run(x=x, g=g)["y"])
+    assert y.dtype == np.float32
+    x64 = x.astype(np.float64)
+    ref = np.maximum((x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5) * g, 0)
+    assert_close(y, ref, "float32" if compute == "float32" else compute, policy)
+    if compute != "float32":
+        assert np.abs(y - ref).max() > 1e-6, "a half-precision stage cannot match float32 to the last bit"
+
+
+def test_explicit_half_policy_is_refused_on_a_gpu_without_it():
+    from pipelink.graph.linker import resolve_precision
+    from pipelink.hardware import HardwareInfo
+
+    old_gpu = HardwareInfo(kind="cuda", name="old GPU", compute_capability=(7, 5), features={"fp16": 1})
+    assert resolve_precision("bf16_if_supported_else_fp32", old_gpu)[0] == "float32"
+    assert resolve_precision("fp16_if_supported_else_fp32", old_gpu)[0] == "float16"
+    dtype, _, why = resolve_precision("bf16", old_gpu)
+    assert why and "bf16" in why and "old GPU" in why
+
+
+def test_async_preload_marks_the_stages_that_wait_for_the_copy_stream():
+    doc = {"pipeline": [{"name": "relu", "id": "a", "inputs": ["x"], "outputs": ["h"]},
+                        {"name": "add", "id": "b", "inputs": ["h", "late"], "outputs": ["y"],
+                         "constraints": {"stream_affinity": "async_preload"}}]}
+    pipe = pl.load(doc, device="cpu")
+    x, late = np.ones(8, np.float32), np.full(8, 2.0, np.float32)
+    np.testing.assert_array_equal(np.asarray(pipe.run(x=x, late=late)["y"]), x + late)
+    plan = pipe._last_plan  # noqa: SLF001
+    assert [s.reads_preloaded for s in plan.steps] == [False, True]  # 'x' is not preloaded; 'late' is

@@ -59,6 +59,8 @@ class _LtGemm:
         self.stage = ctx.stage
         dtype = ctx.in_dtypes[0]
         data_type, compute, scale_type, scalar = _TYPES[dtype]
+        if dtype == "float32" and dict(ctx.params or {}).get("math") == "tf32":
+            compute = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: precision_policy "tf32"
         m, n, k, trans_b = _dims(ctx)
         activation = ctx.attrs.get("activation", "none")
         self.has_bias = ctx.in_shapes[2] is not None

@@ -302,6 +302,7 @@ def _variants() -> list[tuple[str, Callable, frozenset[str] | None, bool]]:
         ("mul", _binary_bind("mul"), floats, True),
         ("bias_add", _bias_add_bind, floats, True),
         ("cast", _cast_bind, None, True),
+        ("precision_cast", _cast_bind, None, True),
         ("layer_norm", _norm_bind("layer_norm"), floats, True),
         ("layer_norm_v1", _norm_bind("layer_norm", eps_input=True), floats, False),
         ("rms_norm", _norm_bind("rms_norm"), floats, True),

@@ -216,6 +216,12 @@ def _cast_bind(ctx: KernelContext):
     return kernel
 
 
+def _infer_precision_cast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
+    """Floats take the target dtype (the ``like`` input's, else the ``dtype`` attribute); others keep theirs."""
+    target = in_dtypes[1] if len(in_dtypes) > 1 and in_dtypes[1] is not None else attrs["dtype"]
+    return (tuple(in_shapes[0]),), (target if in_dtypes[0] in FLOATS else in_dtypes[0],)
+
+
 def _unary(name: str, doc: str, make: Callable[[KernelContext], Compute], attrs=(), *,
            x: str = "x", y: str = "y") -> OperatorDescriptor:
     return cpu_operator(
@@ -252,6 +258,14 @@ def descriptors() -> list[OperatorDescriptor]:
                                        doc="'none': erf form; 'tanh': tanh approximation")]),
         _unary("scale", "Multiply by a constant: y = factor * x.", _make_scale,
                attrs=[Attr("factor", "float", 1.0, doc="the multiplier")]),
+        cpu_operator(
+            "precision_cast",
+            doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
+                "non-float tensors pass through unchanged.",
+            inputs=[Port("x"), Port("like", optional=True, doc="take this tensor's dtype")],
+            outputs=[Port("y", shape="x")],
+            attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
+            infer=_infer_precision_cast, bind=_cast_bind),
         _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add),
         _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply),
         cpu_operator(

@@ -57,7 +57,7 @@ def record(error, stage, graph) -> None:
         "policy": stage.config.on_error.kind,
         "device": info.name,
         "device_uuid": info.uuid,
-        "cuda_error_code": ctx.get("cuda_error_code"),
+        "cuda_error_code": ctx.get("cuda_code", ctx.get("cuda_error_code")),
         "cuda_error_name": ctx.get("cuda_error"),
         "message": error.message,
     }

@@ -50,6 +50,7 @@ class Step:
     fallback_kernel: Any = None
     fallback_variant: str = ""
     isolated: bool = False
+    reads_preloaded: bool = False  # waits for the async_preload copy stream before running
 
 
 @dataclass
@@ -129,12 +130,16 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
               for b in memory.buffers.values()}
 
     streams, stream_of = _assign_streams(graph, backend)
+    preloaded = preload_inputs(graph)
     steps: list[Step] = []
     relayout_done: set[str] = set()
     for i, st in enumerate(graph.stages):
         in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
         choice = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
-        ctx = _context(st, st.attrs, shapes, dtypes, backend, (tuned or {}).get(st.id, {}), services)
+        params = dict((tuned or {}).get(st.id, {}))
+        if st.math:
+            params["math"] = st.math
+        ctx = _context(st, st.attrs, shapes, dtypes, backend, params, services)
         kernel = choice.variant.bind(ctx)
         isolated = st.config.isolation == "process"
         if isolated:
@@ -143,7 +148,8 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
             kernel = isolate(st, choice.variant, ctx, backend, arena)
         step = Step(st, kernel, choice.variant.name or choice.variant.device,
                     tuple(relayout_of.get(n, n) if n else None for n in st.inputs), st.outputs,
-                    stream_id=stream_of[st.id], isolated=isolated)
+                    stream_id=stream_of[st.id], isolated=isolated,
+                    reads_preloaded=any(n in preloaded for n in st.inputs if n is not None))
         for name in st.inputs:
             if name in relayout_of and name not in relayout_done:
                 relayout_done.add(name)
@@ -187,6 +193,14 @@ def _order_reused_memory(memory: MemoryPlan, steps: list[Step], graph: LinkedGra
                     writer.waits.append(u)
 
 
+def preload_inputs(graph: LinkedGraph) -> set[str]:
+    """External inputs read by an ``async_preload`` stage: uploaded on a copy stream of their own, so the
+    copy overlaps the stages before it; every stage reading one waits for that copy (and only those)."""
+    return {n for n in graph.external_inputs
+            if any(graph.stages[i].config.constraints.stream_affinity == "async_preload"
+                   for i in graph.tensors[n].consumers)}
+
+
 def _context(st: LinkedStage, attrs, shapes, dtypes, backend, params, services, *, n_in=None, n_out=None):
     ins = st.inputs[:n_in] if n_in is not None else st.inputs
     outs = st.outputs[:n_out] if n_out is not None else st.outputs
@@ -228,7 +242,7 @@ def _assign_streams(graph: LinkedGraph, backend) -> tuple[dict[int, Any], dict[s
 
 def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, Any], *, strict: bool = False,
             profile: bool = False, report: RunReport, error_log=None,
-            out_buffers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            out_buffers: Mapping[str, Any] | None = None, preload_event: Any = None) -> dict[str, Any]:
     """Run every step of a plan; returns the kernel arguments of the outputs that were produced.
 
     ``out_buffers`` replaces the per-run output allocation (graph capture writes into static buffers).
@@ -254,6 +268,8 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
             missing.update(step.out_names)
             continue
         stream = plan.streams[step.stream_id]
+        if preload_event is not None and step.reads_preloaded:
+            backend.wait_event(stream, preload_event)
         if multi_stream:
             for producer in step.waits:
                 backend.wait_event(stream, events[producer])

@@ -50,19 +50,24 @@ class WorkerSpec:
     out_dtypes: tuple
     params: dict
     arena: str | None  # shared memory name of the plan's arena
-    staging: str  # shared memory name of this stage's staging block
+    staging: str | None  # shared memory name of this stage's staging block (CPU)
+    device: str = "cpu"
+    ipc_handle: bytes | None = None  # CUDA IPC handle of the device staging block (CUDA)
+    offsets: tuple = ()  # byte offsets of each present input, then each output, in the staging block
 
 
 def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
     """The kernel of an isolated stage: same call signature, runs in a worker process."""
-    if backend.kind != "cpu":
-        raise InvalidArgumentError(
-            f"stage {stage.id!r}: isolation 'process' is implemented for the CPU backend only in this "
-            "version (CUDA IPC workers are on the roadmap); use device='cpu' or isolation 'none'",
-            stage=stage.id)
     if variant.source == "python" and variant.origin is None:
         raise ModuleLoadError(f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker",
                               stage=stage.id)
+    if backend.kind == "cuda":
+        from .isolation_cuda import CUDAIsolatedKernel
+
+        return CUDAIsolatedKernel(stage, variant, ctx, backend)
+    if backend.kind != "cpu":
+        raise InvalidArgumentError(f"stage {stage.id!r}: isolation 'process' is not available on the "
+                                   f"{backend.kind} backend", stage=stage.id)
     return IsolatedKernel(stage, variant, ctx, arena)
 
 
@@ -104,7 +109,7 @@ class IsolatedKernel:
         self._proc = None
         self._conn = None
         self.restarts = 0
-        self._finalizer = weakref.finalize(self, _shutdown, self._staging, [None, None])
+        self._finalizer = self._make_finalizer([None, None])
         self._start()
 
     # -- worker lifetime ---------------------------------------------------------------------------
@@ -131,7 +136,11 @@ class IsolatedKernel:
             raise payload
         self._proc, self._conn = proc, parent
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _shutdown, self._staging, [proc, parent])
+        self._finalizer = self._make_finalizer([proc, parent])
+
+    def _make_finalizer(self, handles: list):
+        """What closing (or collecting) this kernel must do: stop the worker, free the staging."""
+        return weakref.finalize(self, _shutdown, self._staging, handles)
 
     def _kill(self) -> None:
         proc, conn = self._proc, self._conn
@@ -171,7 +180,17 @@ class IsolatedKernel:
             in_refs.append(self._ref(x, slot, copy_in=True))
             slot += 1
         out_refs = [self._ref(y, slot + j, copy_in=False) for j, y in enumerate(outputs)]
-        self._conn.send(("run", in_refs, out_refs))
+        self._roundtrip(("run", in_refs, out_refs))
+        for ref, y in zip(out_refs, outputs, strict=True):
+            if ref[0] == "staging":
+                np.copyto(y, np.ndarray(y.shape, dtype=y.dtype, buffer=self._staging.buf, offset=ref[1]))
+
+    def _roundtrip(self, message) -> None:
+        """Send one request to the worker and wait for its answer, within the stage's timeout."""
+        if self._proc is None:
+            self.restarts += 1
+            self._start()
+        self._conn.send(message)
         started = time.perf_counter()
         if not self._conn.poll(self.timeout_s):
             self._kill()
@@ -187,10 +206,9 @@ class IsolatedKernel:
             self._kill()
             raise self._crash_error(proc.exitcode if proc else None, "while running") from None
         if status == "error":
+            if getattr(payload, "code", None) == ErrorCode.PIPELINK_ERR_CUDA or payload.context.get("cuda_error"):
+                self._kill()  # the worker's CUDA context may be corrupted: start a fresh one next time
             raise payload
-        for ref, y in zip(out_refs, outputs, strict=True):
-            if ref[0] == "staging":
-                np.copyto(y, np.ndarray(y.shape, dtype=y.dtype, buffer=self._staging.buf, offset=ref[1]))
 
     def _crash_error(self, exitcode, when: str) -> ModuleCrashError:
         if exitcode is not None and exitcode < 0:
@@ -206,20 +224,25 @@ class IsolatedKernel:
             stage=self.stage.id, operator=self.stage.desc.name, module=self.spec.source, cause=cause)
 
 
-def _shutdown(staging: SharedMemory, handles: list) -> None:
+def _shutdown_proc(handles: list) -> None:
+    """Ask a worker to exit, then make sure it has."""
     proc, conn = handles
-    try:
-        if conn is not None:
-            try:
-                conn.send(("exit",))
-            except (OSError, ValueError):
-                pass
-            conn.close()
-        if proc is not None:
+    if conn is not None:
+        try:
+            conn.send(("exit",))
+        except (OSError, ValueError):
+            pass
+        conn.close()
+    if proc is not None:
+        proc.join(1)
+        if proc.is_alive():
+            proc.kill()
             proc.join(1)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1)
+
+
+def _shutdown(staging: SharedMemory, handles: list) -> None:
+    try:
+        _shutdown_proc(handles)
     finally:
         staging.close()
         try:

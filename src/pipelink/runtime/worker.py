@@ -15,25 +15,31 @@ from ..errors import ModuleCrashError, PipeLinkError
 __all__ = ["worker_main"]
 
 
-def _build_kernel(spec):
+def _build_kernel(spec, backend=None):
     from ..descriptor import KernelContext
     from ..modules.python import python_kernel
     from ..modules.registry import OperatorRegistry
     from ..ops import register_builtins
 
     ctx = KernelContext(stage=spec.stage, attrs=spec.attrs, in_shapes=spec.in_shapes, in_dtypes=spec.in_dtypes,
-                        out_shapes=spec.out_shapes, out_dtypes=spec.out_dtypes, backend=None, params=spec.params)
+                        out_shapes=spec.out_shapes, out_dtypes=spec.out_dtypes, backend=backend,
+                        params=spec.params)
     if spec.source == "python":
         return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
     registry = OperatorRegistry()
     register_builtins(registry)
+    if backend is not None and backend.kind == "cuda":
+        from ..backends.cuda_ops import register_cuda_variants
+
+        register_cuda_variants(registry)
     if spec.source != "builtin":
         from ..modules.native import load_library
 
         load_library(spec.source, registry=registry)
     desc = registry.get(spec.operator, f"=={spec.version}",
                         source=None if spec.source == "builtin" else spec.source)
-    variant = next(v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == "cpu"))
+    device = "cpu" if backend is None else backend.kind
+    variant = next(v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device))
     return variant.bind(ctx)
 
 
@@ -47,6 +53,9 @@ def _attach(name: str | None) -> SharedMemory | None:
 
 def worker_main(conn, spec) -> None:
     """Entry point of the spawned process."""
+    if spec.device != "cpu":
+        _cuda_worker(conn, spec)
+        return
     try:
         from ..dtypes import get_dtype
 
@@ -88,3 +97,62 @@ def worker_main(conn, spec) -> None:
                     f"stage {spec.stage!r} (operator {spec.operator!r}) raised {type(e).__name__}: {e} "
                     "in its worker process", stage=spec.stage, operator=spec.operator,
                     cause=f"{type(e).__name__}: {e}")))
+
+
+def _cuda_worker(conn, spec) -> None:
+    """The CUDA worker: its own context, the parent's staging block opened through a CUDA IPC handle."""
+    from ..errors import CUDAError
+    from ..tensor import Tensor
+
+    try:
+        from cuda.bindings import driver
+
+        from ..backends import get_backend
+
+        backend = get_backend(spec.device)
+        handle = driver.CUipcMemHandle()
+        handle.reserved = spec.ipc_handle
+        err, base = driver.cuIpcOpenMemHandle(handle,
+                                              driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise CUDAError(f"stage {spec.stage!r}: cuIpcOpenMemHandle failed ({err.name})", stage=spec.stage)
+        base = int(base)
+        slots = iter(spec.offsets)
+        ins = [Tensor(base + next(slots), s, d, spec.device) if s is not None else None
+               for s, d in zip(spec.in_shapes, spec.in_dtypes, strict=True)]
+        outs = [Tensor(base + next(slots), s, d, spec.device) for s, d in zip(spec.out_shapes, spec.out_dtypes,
+                                                                          strict=True)]
+        kernel = _build_kernel(spec, backend)
+        stream = backend.default_stream()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, never raised here
+        conn.send(("failed", e if isinstance(e, PipeLinkError) else ModuleCrashError(
+            f"stage {spec.stage!r}: its CUDA worker could not start: {type(e).__name__}: {e}",
+            stage=spec.stage, operator=spec.operator)))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "exit":
+            return
+        try:
+            kernel(ins, outs, stream)
+            backend.synchronize(stream)
+            backend.check_errors(stage=spec.stage)
+            conn.send(("ok", None))
+        except PipeLinkError as e:
+            if isinstance(e, CUDAError) and spec.source not in ("builtin", "python"):
+                # A native module's CUDA fault is the module's crash (issue #4: MODULE_CRASH for modules).
+                e = ModuleCrashError(
+                    f"stage {spec.stage!r} (operator {spec.operator!r}, module {spec.source}) crashed its CUDA "
+                    f"worker: {e.message}", stage=spec.stage, operator=spec.operator, module=spec.source,
+                    cuda_error=e.context.get("cuda_error"), cuda_code=e.context.get("cuda_code"))
+            conn.send(("error", e))
+            if e.context.get("cuda_error") or isinstance(e, CUDAError):
+                return  # this context may be corrupted (sticky error): the parent starts a new worker
+        except Exception as e:  # noqa: BLE001
+            conn.send(("error", ModuleCrashError(
+                f"stage {spec.stage!r} (operator {spec.operator!r}) raised {type(e).__name__}: {e} in its "
+                "CUDA worker process", stage=spec.stage, operator=spec.operator, cause=f"{type(e).__name__}: {e}")))
