@@ -27,7 +27,8 @@ def test_precision_policy_on_gpu(policy, compute):
     got = pipe.run(x=x, w=w)["y"].numpy()
     assert got.dtype == np.float32
     if compute != "float32":
-        assert pipe.graph.tensors["h@proj:" + {"bfloat16": "bf16", "float16": "fp16"}[compute]].dtype == compute
+        inner = "h@proj:" + {"bfloat16": "bf16", "float16": "fp16"}[compute]
+        assert pipe._last_plan.dtypes[inner] == compute  # noqa: SLF001 - the stage ran in the half type
     h = x.astype(np.float64) @ w
     ref = (h - h.mean(1, keepdims=True)) / np.sqrt(h.var(1, keepdims=True) + 1e-5)
     assert_close(got, ref, compute if compute != "float32" else "bfloat16", policy)  # tf32 ~ 1e-3

@@ -122,8 +122,9 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
                                           graph.stages[first].config.constraints.memory_alignment))
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
     memory = plan_memory(requests)
-    # Worker processes of isolated stages map the arena: intermediates cross without copies.
-    shared = any(st.config.isolation == "process" for st in graph.stages)
+    # CPU worker processes of isolated stages map the arena: intermediates cross without copies (CUDA
+    # workers use an IPC staging block of their own instead).
+    shared = backend.kind == "cpu" and any(st.config.isolation == "process" for st in graph.stages)
     arena = backend.allocate(memory.peak_bytes, alignment=max([r.alignment for r in requests] + [256]),
                              tag="arena", shared=shared) if requests else None
     static = {b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
