@@ -134,7 +134,7 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
     preloaded = preload_inputs(graph)
     steps: list[Step] = []
     relayout_done: set[str] = set()
-    for i, st in enumerate(graph.stages):
+    for st in graph.stages:
         in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
         choice = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
         params = dict((tuned or {}).get(st.id, {}))

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
+    ErrorCode,
     InvalidArgumentError,
     ModuleCrashError,
     ModuleLoadError,
