@@ -82,6 +82,8 @@ _ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bf
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
 _BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}
+_FAST: dict = {**{d: d for d in DTYPES.values()}, **DTYPES, **_BY_NUMPY,
+               **{alias: DTYPES[name] for alias, name in _ALIASES.items()}}
 
 
 def get_dtype(value: object) -> DType:
@@ -92,6 +94,10 @@ def get_dtype(value: object) -> DType:
     InvalidArgumentError
         When the value names no supported dtype.
     """
+    try:
+        return _FAST[value]  # the hot path: a name, a NumPy dtype or a DType seen before
+    except (KeyError, TypeError):
+        pass
     if isinstance(value, DType):
         return value
     if isinstance(value, str):

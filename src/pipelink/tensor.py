@@ -28,14 +28,23 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+_DEVICES: dict[str, tuple[str, int]] = {"cpu": ("cpu", 0)}
+
+
 def parse_device(device: str) -> tuple[str, int]:
     """``"cpu"`` -> ("cpu", 0); ``"cuda"`` / ``"cuda:1"`` -> ("cuda", N)."""
+    known = _DEVICES.get(device) if isinstance(device, str) else None
+    if known is not None:
+        return known
     text = str(device).strip().lower()
     kind, _, index = text.partition(":")
     if kind not in ("cpu", "cuda") or (index and not (index.isascii() and index.isdigit())):
         raise InvalidArgumentError(
             f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (got {device!r})", device=str(device))
-    return kind, int(index or 0)
+    parsed = (kind, int(index or 0))
+    if isinstance(device, str) and len(_DEVICES) < 64:
+        _DEVICES[device] = parsed
+    return parsed
 
 
 class Tensor:

@@ -118,3 +118,9 @@ def test_cli_schema_ops_graph(files, capsys):
     assert dot.startswith("digraph") and '"stage:a" -> "stage:b"' in dot
     assert main(["graph", str(files["good"]), "-o", str(files["dir"] / "g.dot")]) == 0
     assert (files["dir"] / "g.dot").read_text() == dot
+
+
+def test_path_with_nul_byte_is_a_config_error():
+    # Found by the long fuzz run: a NUL byte made pathlib raise ValueError out of pl.validate.
+    problems = pl.validate("\x00")
+    assert problems and problems[0].code == pl.ErrorCode.PIPELINK_ERR_INVALID_CONFIG

@@ -163,6 +163,8 @@ def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Pa
         raise _fail(f"config path is a directory, not a file: {label}", file=label) from None
     except OSError as e:
         raise _fail(f"cannot read config file {label}: {e.strerror or e}", file=label) from e
+    except ValueError as e:  # e.g. a NUL byte in the path
+        raise _fail(f"not a usable config path {label!r}: {e}", file=label) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
