@@ -95,8 +95,9 @@ def _markdown(meta: dict[str, Any], results: list[dict[str, Any]], targets: list
     lines += [f"- note: {n}" for n in meta.get("notes", [])]
     lines += [
         "",
-        "Times are per call (medians over repeats, CUDA events). PipeLink times are around `run()`, "
-        'which synchronises its stream; "% of roofline" and "x vs PyTorch" use PipeLink\'s faster mode. '
+        "Times are per call (medians over repeats, CUDA events closed after a device-wide join, so every "
+        "stream's work is inside the interval). PipeLink times are around whole `run()` calls (graph mode "
+        'with static outputs); "% of roofline" and "x vs PyTorch" use PipeLink\'s faster mode. '
         "For the chain case the torch.compile column holds the torch CUDA graph; for native cases the "
         "PyTorch column holds the direct ctypes call.",
         "",

@@ -283,7 +283,8 @@ class Pipeline:
     def _import(self, name: str, value: Any, stream: Any) -> Any:
         decl = (self._graph.config.inputs or {}).get(name)
         dtype = get_dtype(decl.dtype) if decl is not None and decl.dtype else None
-        arg = self._backend.import_input(value, stream=stream, dtype=dtype)
+        pinned = name if decl is not None and decl.pin_memory else None
+        arg = self._backend.import_input(value, stream=stream, dtype=dtype, pinned_key=pinned)
         shape, got, _ = self._backend.signature_of(arg)
         if decl is not None and decl.dtype and got != decl.dtype:
             raise InvalidArgumentError(

@@ -160,3 +160,17 @@ def test_info_reports_the_device():
     assert info.kind == "cuda" and info.compute_capability >= (7, 0)
     assert info.features["sm_count"] > 0 and info.features["tensor_core"] == 4 * info.features["sm_count"]
     assert info.uuid and info.driver_version
+
+
+def test_pin_memory_inputs_upload_through_their_own_pinned_buffer():
+    import pipelink as pl
+    from pipelink.backends import get_backend
+
+    doc = {"inputs": {"x": {"shape": [1 << 22], "dtype": "float32", "pin_memory": True}},
+           "pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], "attrs": {"factor": 3.0}}]}
+    pipe = pl.load(doc, device="cuda")
+    rng = np.random.default_rng(21)
+    for _ in range(3):  # the buffer is reused run after run: every result must be this run's
+        x = rng.standard_normal(1 << 22).astype(np.float32)
+        np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), 3 * x, rtol=1e-6)
+    assert "x" in get_backend("cuda").__dict__["_pinned_inputs"]

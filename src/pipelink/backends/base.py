@@ -110,8 +110,12 @@ class Backend:
         """A user-facing Tensor for a kernel argument (zero-copy)."""
         raise NotImplementedError
 
-    def import_input(self, value: Any, *, stream: Any = None) -> Any:
-        """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device."""
+    def import_input(self, value: Any, *, stream: Any = None, dtype: Any = None,
+                     pinned_key: str | None = None) -> Any:
+        """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device.
+
+        ``dtype`` types a Python scalar; ``pinned_key`` names an input declared ``pin_memory`` (a device
+        backend uploads it through a page-locked buffer of its own)."""
         raise NotImplementedError
 
     def signature_of(self, arg: Any) -> tuple[tuple[int, ...], str, bool]:

@@ -73,7 +73,8 @@ class CPUBackend(Backend):
     def wrap(self, arg: np.ndarray) -> Tensor:
         return Tensor.from_numpy(arg)
 
-    def import_input(self, value: Any, *, stream: Any = None, dtype: DType | None = None) -> np.ndarray:
+    def import_input(self, value: Any, *, stream: Any = None, dtype: DType | None = None,
+                     pinned_key: str | None = None) -> np.ndarray:
         if isinstance(value, np.ndarray):
             array = value
         elif isinstance(value, Tensor | np.generic) or hasattr(value, "__dlpack__"):
