@@ -1,6 +1,6 @@
 """Where does the host time of one eager run() go? cProfile over many runs of a one-stage pipeline.
 
-    python scripts/profile_run.py [--device cuda] [--runs 2000]
+python scripts/profile_run.py [--device cuda] [--runs 2000]
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ def main() -> None:
     try:
         import torch
 
-        x = torch.randn(1024, device="cuda") if args.device != "cpu" else np.random.rand(1024).astype(np.float32)
+        x = (
+            torch.randn(1024, device="cuda")
+            if args.device != "cpu"
+            else np.random.rand(1024).astype(np.float32)
+        )
     except ImportError:
         x = np.random.rand(1024).astype(np.float32)
     for _ in range(100):

@@ -21,8 +21,12 @@ from .errors import ConfigError, ErrorCode, PipeLinkError
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="PipeLink: link GPU operators into checked pipelines from JSON.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="PipeLink: link GPU operators into checked pipelines from JSON.",
+)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -44,11 +48,14 @@ def _load(config: Path, device: str, graph: bool = False):
 
 
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
-             device: Annotated[str, typer.Option(help="device whose features to assume")] = "cpu",
-             skip_libraries: Annotated[bool, typer.Option(
-                 "--skip-libraries", help="check the config without opening its native modules")] = False,
-             as_json: Annotated[bool, typer.Option("--json", help="print problems as JSON")] = False) -> None:
+def validate(
+    config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+    device: Annotated[str, typer.Option(help="device whose features to assume")] = "cpu",
+    skip_libraries: Annotated[
+        bool, typer.Option("--skip-libraries", help="check the config without opening its native modules")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print problems as JSON")] = False,
+) -> None:
     """Check a config: schema, names, versions, hardware, declared shapes. Lists every problem."""
     import pipelink as pl
 
@@ -58,7 +65,9 @@ def validate(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
     elif not problems:
         console.print(f"[green]ok[/green]: {config} is valid")
     for p in problems if not as_json else ():
-        err_console.print(f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False)
+        err_console.print(
+            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False
+        )
     if problems:
         raise typer.Exit(2)
 
@@ -86,9 +95,13 @@ def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: i
         elif decl is not None and decl.shape is not None and all(isinstance(d, int) for d in decl.shape):
             shape = tuple(decl.shape)
         else:
-            raise UsageFailure(PipeLinkError(
-                f"--random needs the shape of input {name!r}: declare it in the config's 'inputs' or pass "
-                f"--shape {name}=DIMxDIM"))
+            raise UsageFailure(
+                PipeLinkError(
+                    f"--random needs the shape of input {name!r}: declare it in the config's "
+                    f"'inputs' or pass "
+                    f"--shape {name}=DIMxDIM"
+                )
+            )
         dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
         if dtype.is_floating:
             out[name] = rng.standard_normal(shape).astype(dtype.numpy)
@@ -117,21 +130,22 @@ def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
 
 
 @app.command()
-def run(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
-        inputs: Annotated[Path | None, typer.Option("--inputs", help="inputs as .npz")] = None,
-        random: Annotated[bool, typer.Option("--random", help="random inputs of the declared shapes")] = False,
-        shape: Annotated[list[str], typer.Option("--shape", help="NAME=DxD for --random")] = [],  # noqa: B006
-        dtype: Annotated[list[str], typer.Option("--dtype", help="NAME=DTYPE for --random")] = [],  # noqa: B006
-        value: Annotated[list[str], typer.Option("--value", help="NAME=NUMBER for a scalar input")] = [],  # noqa: B006
-        seed: Annotated[int, typer.Option(help="random seed")] = 0,
-        output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
-        device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-        graph: Annotated[bool, typer.Option("--graph", help="CUDA graph mode")] = False,
-        repeat: Annotated[int, typer.Option(help="run N times (times are the last run's)")] = 1,
-        profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
-        trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
-        error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
-        ) -> None:
+def run(
+    config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+    inputs: Annotated[Path | None, typer.Option("--inputs", help="inputs as .npz")] = None,
+    random: Annotated[bool, typer.Option("--random", help="random inputs of the declared shapes")] = False,
+    shape: Annotated[list[str], typer.Option("--shape", help="NAME=DxD for --random")] = [],  # noqa: B006
+    dtype: Annotated[list[str], typer.Option("--dtype", help="NAME=DTYPE for --random")] = [],  # noqa: B006
+    value: Annotated[list[str], typer.Option("--value", help="NAME=NUMBER for a scalar input")] = [],  # noqa: B006
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    graph: Annotated[bool, typer.Option("--graph", help="CUDA graph mode")] = False,
+    repeat: Annotated[int, typer.Option(help="run N times (times are the last run's)")] = 1,
+    profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
+    trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
+    error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
+) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
 
@@ -146,8 +160,11 @@ def run(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
             raise UsageFailure(PipeLinkError("give exactly one of --inputs FILE.npz or --random"))
         kv_shapes = _parse_kv(shape, "shape")
         kv_shapes.update({n: "" for n in scalars})
-        feed = _read_inputs(pipe, inputs) if inputs else _random_inputs(
-            pipe, kv_shapes, _parse_kv(dtype, "dtype"), seed)
+        feed = (
+            _read_inputs(pipe, inputs)
+            if inputs
+            else _random_inputs(pipe, kv_shapes, _parse_kv(dtype, "dtype"), seed)
+        )
     for name, text in scalars.items():
         try:
             feed[name] = float(text)
@@ -179,13 +196,20 @@ def _print_report(pipe, report, outs) -> None:
         table.add_column(col)
     for s in report.stages.values():
         colour = {"ok": "green", "degraded": "yellow", "skipped": "yellow"}.get(s.status, "red")
-        table.add_row(s.stage, s.operator, s.variant, f"[{colour}]{s.status}[/{colour}]" + (
-            f" ({s.action})" if s.action else ""), f"{s.time_s * 1e3:.3f}",
-            f"{s.device_time_s * 1e3:.3f}" if s.device_time_s is not None else "-")
+        table.add_row(
+            s.stage,
+            s.operator,
+            s.variant,
+            f"[{colour}]{s.status}[/{colour}]" + (f" ({s.action})" if s.action else ""),
+            f"{s.time_s * 1e3:.3f}",
+            f"{s.device_time_s * 1e3:.3f}" if s.device_time_s is not None else "-",
+        )
     console.print(table)
     for s in report.degraded:
         if s.error is not None:
-            err_console.print(f"warning[{s.error.code.name}]: {s.error.message}", markup=False, highlight=False)
+            err_console.print(
+                f"warning[{s.error.code.name}]: {s.error.message}", markup=False, highlight=False
+            )
     out_table = Table(title="outputs")
     for col in ("name", "shape", "dtype", "mean", "std", "min", "max"):
         out_table.add_column(col)
@@ -198,8 +222,10 @@ def _print_report(pipe, report, outs) -> None:
     console.print(out_table)
     plan = pipe.memory_plan
     if plan is not None:
-        console.print(f"memory plan: {plan.peak_bytes} bytes arena (no reuse: {plan.naive_bytes}); "
-                      f"total {report.total_time_s * 1e3:.3f} ms")
+        console.print(
+            f"memory plan: {plan.peak_bytes} bytes arena (no reuse: {plan.naive_bytes}); "
+            f"total {report.total_time_s * 1e3:.3f} ms"
+        )
 
 
 @app.command()
@@ -221,9 +247,14 @@ def ops(name: Annotated[str | None, typer.Argument(help="show one operator in fu
     for col in ("name", "version", "devices", "inputs", "outputs", "attrs"):
         table.add_column(col)
     for d in registry.all():
-        table.add_row(d.name, str(d.version), ",".join(d.devices),
-                      ", ".join(p.name + ("?" if p.optional else "") for p in d.inputs),
-                      ", ".join(p.name for p in d.outputs), ", ".join(a.name for a in d.attrs))
+        table.add_row(
+            d.name,
+            str(d.version),
+            ",".join(d.devices),
+            ", ".join(p.name + ("?" if p.optional else "") for p in d.inputs),
+            ", ".join(p.name for p in d.outputs),
+            ", ".join(a.name for a in d.attrs),
+        )
     console.print(table)
 
 
@@ -236,9 +267,11 @@ def schema() -> None:
 
 
 @app.command()
-def graph(config: Annotated[Path, typer.Argument(help="pipeline JSON")],
-          out: Annotated[Path | None, typer.Option("-o", "--output", help=".dot, .svg or .png")] = None,
-          device: Annotated[str, typer.Option(help="device to link for")] = "cpu") -> None:
+def graph(
+    config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+    out: Annotated[Path | None, typer.Option("-o", "--output", help=".dot, .svg or .png")] = None,
+    device: Annotated[str, typer.Option(help="device to link for")] = "cpu",
+) -> None:
     """Draw the pipeline's DAG (DOT always; SVG/PNG when Graphviz's `dot` is installed)."""
     from .graph.render import render
 
@@ -270,10 +303,12 @@ def cmake_dir_cmd() -> None:
 
 
 @app.command()
-def build(sources: Annotated[list[Path], typer.Argument(help=".c/.cpp/.cu sources and an optional *.desc.h")],
-          output: Annotated[Path, typer.Option("-o", "--output", help="the shared library to write")],
-          define: Annotated[list[str], typer.Option("-D", help="NAME=VALUE compile-time macro")] = [],  # noqa: B006
-          arch: Annotated[str | None, typer.Option(help="CUDA architecture, e.g. sm_90")] = None) -> None:
+def build(
+    sources: Annotated[list[Path], typer.Argument(help=".c/.cpp/.cu sources and an optional *.desc.h")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the shared library to write")],
+    define: Annotated[list[str], typer.Option("-D", help="NAME=VALUE compile-time macro")] = [],  # noqa: B006
+    arch: Annotated[str | None, typer.Option(help="CUDA architecture, e.g. sm_90")] = None,
+) -> None:
     """Compile a native operator module (C/C++ with the system compiler, .cu with nvcc)."""
     from .modules.build import build_module
 
@@ -285,8 +320,10 @@ def build(sources: Annotated[list[Path], typer.Argument(help=".c/.cpp/.cu source
 
 
 @app.command()
-def inspect(library: Annotated[Path, typer.Argument(help="a native module (.so)")],
-            as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+def inspect(
+    library: Annotated[Path, typer.Argument(help="a native module (.so)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
     """Show a module's ABI version, operators, version symbols and sha256 (without running it)."""
     from .modules.inspect import format_inspect, inspect_library
 
@@ -301,18 +338,30 @@ def inspect(library: Annotated[Path, typer.Argument(help="a native module (.so)"
 
 
 @app.command()
-def tune(config: Annotated[Path, typer.Argument(help="tune_config.json")],
-         operator: Annotated[str | None, typer.Option(help="operator to tune (if not in the file)")] = None,
-         shapes: Annotated[str | None, typer.Option(help="e.g. x=4096x4096,gamma=4096")] = None,
-         dtypes: Annotated[str | None, typer.Option(help="e.g. bf16 or x=bf16")] = None,
-         device: Annotated[str, typer.Option(help="cuda | cuda:N")] = "auto",
-         export: Annotated[Path | None, typer.Option(help="write the chosen parameters (.json or -D flags)")] = None,
-         plot: Annotated[Path | None, typer.Option(help="PNG plot of the space")] = None) -> None:
+def tune(
+    config: Annotated[Path, typer.Argument(help="tune_config.json")],
+    operator: Annotated[str | None, typer.Option(help="operator to tune (if not in the file)")] = None,
+    shapes: Annotated[str | None, typer.Option(help="e.g. x=4096x4096,gamma=4096")] = None,
+    dtypes: Annotated[str | None, typer.Option(help="e.g. bf16 or x=bf16")] = None,
+    device: Annotated[str, typer.Option(help="cuda | cuda:N")] = "auto",
+    export: Annotated[
+        Path | None, typer.Option(help="write the chosen parameters (.json or -D flags)")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG plot of the space")] = None,
+) -> None:
     """Search launch/compile parameters of an operator, verified against the CPU and cached."""
     from .tune.cli import run_tune
 
-    run_tune(config, operator=operator, shapes=shapes, dtypes=dtypes, device=device, export=export, plot=plot,
-             console=console)
+    run_tune(
+        config,
+        operator=operator,
+        shapes=shapes,
+        dtypes=dtypes,
+        device=device,
+        export=export,
+        plot=plot,
+        console=console,
+    )
 
 
 @app.command()
@@ -382,8 +431,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if debug:
             raise
-        err_console.print(f"error[internal]: {type(e).__name__}: {e} (set PIPELINK_DEBUG=1 for the traceback; "
-                          "please report this)", markup=False, highlight=False)
+        err_console.print(
+            f"error[internal]: {type(e).__name__}: {e} (set PIPELINK_DEBUG=1 for the traceback; "
+            "please report this)",
+            markup=False,
+            highlight=False,
+        )
         return 1
     return 0
 

@@ -19,8 +19,16 @@ from .graph.shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, s
 from .hardware import Requirement
 from .versioning import parse_version
 
-__all__ = ["Port", "Attr", "Variant", "KernelContext", "OperatorDescriptor", "REQUIRED", "ATTR_TYPES",
-           "infer_outputs"]
+__all__ = [
+    "Port",
+    "Attr",
+    "Variant",
+    "KernelContext",
+    "OperatorDescriptor",
+    "REQUIRED",
+    "ATTR_TYPES",
+    "infer_outputs",
+]
 
 REQUIRED = object()
 ATTR_TYPES = ("float", "int", "bool", "str", "floats", "ints", "dtype", "any")
@@ -82,16 +90,21 @@ class Attr:
         elif t in ("floats", "ints"):
             kind = float if t == "floats" else int
             ok = isinstance(value, list | tuple) and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
-                for v in value)
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and (kind is float or isinstance(v, int))
+                for v in value
+            )
             value = tuple(kind(v) for v in value) if ok else value
         if not ok:
             raise InvalidArgumentError(
-                f"{where}: attribute {self.name!r} must be of type {t} (got {value!r})", attr=self.name)
+                f"{where}: attribute {self.name!r} must be of type {t} (got {value!r})", attr=self.name
+            )
         if self.choices is not None and value not in self.choices:
             raise InvalidArgumentError(
                 f"{where}: attribute {self.name!r} must be one of {list(self.choices)} (got {value!r})",
-                attr=self.name)
+                attr=self.name,
+            )
         return value
 
 
@@ -177,14 +190,16 @@ class OperatorDescriptor:
             raise InvalidArgumentError(
                 f"{where}: operator {self.name!r} has no attribute {unknown[0]!r}"
                 + (f"; did you mean {hint[0]!r}?" if hint else f"; it takes {sorted(known) or 'none'}"),
-                attr=unknown[0])
+                attr=unknown[0],
+            )
         out: dict[str, Any] = {}
         for a in self.attrs:
             if a.name in given:
                 out[a.name] = a.coerce(given[a.name], where=where)
             elif a.default is REQUIRED:
-                raise InvalidArgumentError(f"{where}: operator {self.name!r} needs attribute {a.name!r}",
-                                           attr=a.name)
+                raise InvalidArgumentError(
+                    f"{where}: operator {self.name!r} needs attribute {a.name!r}", attr=a.name
+                )
             else:
                 out[a.name] = a.default
         return out
@@ -207,18 +222,29 @@ class OperatorDescriptor:
             "version": str(self.version),
             "inputs": [port(p) for p in self.inputs],
             "outputs": [port(p) for p in self.outputs],
-            "attrs": [{"name": a.name, "type": a.type,
-                       **({} if a.default is REQUIRED else {"default": a.default})} for a in self.attrs],
+            "attrs": [
+                {"name": a.name, "type": a.type, **({} if a.default is REQUIRED else {"default": a.default})}
+                for a in self.attrs
+            ],
             "dtype_vars": {k: sorted(v) for k, v in self.dtype_vars.items()},
-            "required_features": [{"feature": r.feature, "minimum": r.minimum} for r in self.required_features],
+            "required_features": [
+                {"feature": r.feature, "minimum": r.minimum} for r in self.required_features
+            ],
             "devices": list(self.devices),
             "source": self.source,
             "doc": self.doc,
         }
 
 
-def infer_outputs(desc: OperatorDescriptor, in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any], *,
-                  stage: str, tensors: tuple[str, ...] = ()) -> tuple[tuple, tuple]:
+def infer_outputs(
+    desc: OperatorDescriptor,
+    in_shapes: tuple,
+    in_dtypes: tuple,
+    attrs: Mapping[str, Any],
+    *,
+    stage: str,
+    tensors: tuple[str, ...] = (),
+) -> tuple[tuple, tuple]:
     """Check the inputs against the ports and compute output shapes and dtypes.
 
     ``in_shapes[i]`` / ``in_dtypes[i]`` are None for an absent optional input. Shapes may hold symbols.
@@ -259,14 +285,21 @@ def infer_outputs(desc: OperatorDescriptor, in_shapes: tuple, in_dtypes: tuple, 
         if isinstance(rule, str):
             shape = in_shapes[by_name[rule]]
         elif isinstance(rule, dict) and "broadcast" in rule:
-            shapes = [tuple(in_shapes[by_name[n]]) for n in rule["broadcast"] if in_shapes[by_name[n]] is not None]
+            shapes = [
+                tuple(in_shapes[by_name[n]]) for n in rule["broadcast"] if in_shapes[by_name[n]] is not None
+            ]
             result = broadcast_shapes(*shapes)
             if isinstance(result, Mismatch):
                 names = [n for n in rule["broadcast"] if in_shapes[by_name[n]] is not None]
                 raise ShapeMismatchError(
                     f"stage {stage!r}: inputs {names} with shapes {[list(s) for s in shapes]} do not "
                     f"broadcast ({result.symbol}: {result.expected} vs {result.got})",
-                    stage=stage, port=names[-1], symbol=result.symbol, expected=result.expected, got=result.got)
+                    stage=stage,
+                    port=names[-1],
+                    symbol=result.symbol,
+                    expected=result.expected,
+                    got=result.got,
+                )
             shape = result
         elif rule is None:
             shape = in_shapes[0]
@@ -286,7 +319,11 @@ def _check_dtype(desc, port, dtype, types, type_origin, *, stage, where):
         if dtype not in allowed:
             raise DTypeMismatchError(
                 f"stage {stage!r} {where}: dtype {dtype} is not supported (allowed: {sorted(allowed)})",
-                stage=stage, port=port.name, expected=sorted(allowed), got=dtype)
+                stage=stage,
+                port=port.name,
+                expected=sorted(allowed),
+                got=dtype,
+            )
         bound = types.get(rule)
         if bound is None:
             types[rule], type_origin[rule] = dtype, where
@@ -294,13 +331,22 @@ def _check_dtype(desc, port, dtype, types, type_origin, *, stage, where):
             raise DTypeMismatchError(
                 f"stage {stage!r} {where}: dtype is {dtype}, but {type_origin[rule]} is {bound}; "
                 f"insert a 'cast' stage or feed matching dtypes",
-                stage=stage, port=port.name, symbol=rule, expected=bound, got=dtype)
+                stage=stage,
+                port=port.name,
+                symbol=rule,
+                expected=bound,
+                got=dtype,
+            )
         return
     allowed = frozenset([rule]) if isinstance(rule, str) else frozenset(rule)
     if dtype not in allowed:
         raise DTypeMismatchError(
             f"stage {stage!r} {where}: dtype is {dtype}, expected {' or '.join(sorted(allowed))}",
-            stage=stage, port=port.name, expected=sorted(allowed), got=dtype)
+            stage=stage,
+            port=port.name,
+            expected=sorted(allowed),
+            got=dtype,
+        )
 
 
 def _output_dtype(port: Port, types: dict[str, str], attrs: Mapping[str, Any], in_dtypes: tuple) -> str:
@@ -319,16 +365,29 @@ def _output_dtype(port: Port, types: dict[str, str], attrs: Mapping[str, Any], i
 
 def _shape_error(stage: str, port: str, tensor: str, problem: Mismatch) -> ShapeMismatchError:
     if problem.symbol == "rank":
-        msg = (f"stage {stage!r} input {port!r} (tensor {tensor!r}) {problem.reason}, "
-               f"got a tensor with {problem.got}")
+        msg = (
+            f"stage {stage!r} input {port!r} (tensor {tensor!r}) {problem.reason}, "
+            f"got a tensor with {problem.got}"
+        )
     elif problem.symbol == "...":
-        msg = (f"stage {stage!r} input {port!r} (tensor {tensor!r}): leading dimensions are "
-               f"{list(problem.got)}, but {list(problem.expected)} {problem.reason}")
+        msg = (
+            f"stage {stage!r} input {port!r} (tensor {tensor!r}): leading dimensions are "
+            f"{list(problem.got)}, but {list(problem.expected)} {problem.reason}"
+        )
     else:
-        msg = (f"stage {stage!r} input {port!r} (tensor {tensor!r}): dimension {problem.symbol} is "
-               f"{problem.got}, but {problem.expected} {problem.reason or 'elsewhere'}")
-    return ShapeMismatchError(msg, stage=stage, port=port, tensor=tensor, symbol=problem.symbol,
-                              expected=problem.expected, got=problem.got)
+        msg = (
+            f"stage {stage!r} input {port!r} (tensor {tensor!r}): dimension {problem.symbol} is "
+            f"{problem.got}, but {problem.expected} {problem.reason or 'elsewhere'}"
+        )
+    return ShapeMismatchError(
+        msg,
+        stage=stage,
+        port=port,
+        tensor=tensor,
+        symbol=problem.symbol,
+        expected=problem.expected,
+        got=problem.got,
+    )
 
 
 FLOATS = frozenset(FLOAT_DTYPES)

@@ -110,8 +110,12 @@ def check_requirements(info: HardwareInfo, requirements: tuple[Requirement, ...]
     req = missing_requirement(info, requirements)
     if req is not None:
         raise HardwareUnsupportedError(
-            f"{what} {unmet_message(info, req)}", feature=req.feature, required=req.minimum,
-            got=info.value(req.feature), device=info.name, device_uuid=info.uuid,
+            f"{what} {unmet_message(info, req)}",
+            feature=req.feature,
+            required=req.minimum,
+            got=info.value(req.feature),
+            device=info.name,
+            device_uuid=info.uuid,
         )
 
 
@@ -119,8 +123,9 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
     """Requirements from the config's ``requires`` block (a capability specifier and feature names)."""
     reqs: list[Requirement] = []
     if compute_capability:
-        spec = SpecifierSet(compute_capability if compute_capability[0] in "<>=!~" else
-                            f">={compute_capability}")
+        spec = SpecifierSet(
+            compute_capability if compute_capability[0] in "<>=!~" else f">={compute_capability}"
+        )
         lows = [Version(s.version) for s in spec if s.operator in (">=", ">", "==", "~=")]
         if lows:
             low = max(lows)
@@ -133,7 +138,9 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
     return tuple(reqs)
 
 
-def validate_hardware(compute_capability: str | None = None, features=(), *, device: str = "auto") -> HardwareInfo:
+def validate_hardware(
+    compute_capability: str | None = None, features=(), *, device: str = "auto"
+) -> HardwareInfo:
     """Check the device against requirements (seed: ``pipeLinkValidateHardware()``).
 
     Parameters

@@ -73,8 +73,13 @@ def _check(config, registry: OperatorRegistry, device: str | None, *, libraries:
     return cfg, graph, link_problems, backend
 
 
-def validate(config: str | Path | Mapping[str, Any], *, device: str = "cpu",
-             registry: OperatorRegistry | None = None, libraries: bool = True) -> list[Problem]:
+def validate(
+    config: str | Path | Mapping[str, Any],
+    *,
+    device: str = "cpu",
+    registry: OperatorRegistry | None = None,
+    libraries: bool = True,
+) -> list[Problem]:
     """Every problem of a config, each with its code and JSON Pointer; empty when it is valid.
 
     Parameters
@@ -106,8 +111,15 @@ def _raise_problems(problems: list[Problem], source: str) -> None:
     raise ConfigError(message, errors=problems)
 
 
-def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph: bool = False,
-         registry: OperatorRegistry | None = None, tuned: bool = True, static_outputs: bool = False) -> Pipeline:
+def load(
+    config: str | Path | Mapping[str, Any],
+    *,
+    device: str = "auto",
+    graph: bool = False,
+    registry: OperatorRegistry | None = None,
+    tuned: bool = True,
+    static_outputs: bool = False,
+) -> Pipeline:
     """Load, check and link a pipeline.
 
     Parameters
@@ -131,8 +143,11 @@ def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph:
     """
     reg = _registry(registry)
     cfg, linked, problems, backend = _check(config, reg, device)
-    source = str(cfg.source_path) if cfg is not None and cfg.source_path else (
-        str(config) if isinstance(config, str | Path) else "(dict)")
+    source = (
+        str(cfg.source_path)
+        if cfg is not None and cfg.source_path
+        else (str(config) if isinstance(config, str | Path) else "(dict)")
+    )
     if problems:
         _raise_problems(problems, source)
     return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned, static_outputs=static_outputs)
@@ -141,8 +156,16 @@ def load(config: str | Path | Mapping[str, Any], *, device: str = "auto", graph:
 class Pipeline:
     """A loaded pipeline. Use ``run`` (thread-safe: runs of one pipeline are serialised)."""
 
-    def __init__(self, graph: LinkedGraph, backend, registry: OperatorRegistry, *, graph_mode: bool = False,
-                 use_tuned: bool = True, static_outputs: bool = False):
+    def __init__(
+        self,
+        graph: LinkedGraph,
+        backend,
+        registry: OperatorRegistry,
+        *,
+        graph_mode: bool = False,
+        use_tuned: bool = True,
+        static_outputs: bool = False,
+    ):
         self._graph = graph
         self._backend = backend
         self._registry = registry
@@ -162,16 +185,21 @@ class Pipeline:
         for st in graph.stages:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
         if graph_mode and not backend.supports_graphs:
-            self.load_report.warnings.append(f"graph mode requested, but the {backend.kind} backend runs eagerly")
+            self.load_report.warnings.append(
+                f"graph mode requested, but the {backend.kind} backend runs eagerly"
+            )
         elif blockers:
-            self.load_report.warnings.append("graph mode requested, but running eagerly: " + "; ".join(blockers))
+            self.load_report.warnings.append(
+                "graph mode requested, but running eagerly: " + "; ".join(blockers)
+            )
         self._select_variants_for_declared()
 
     # -- properties --------------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return self._graph.config.name or (self._graph.config.source_path.stem
-                                           if self._graph.config.source_path else "pipeline")
+        return self._graph.config.name or (
+            self._graph.config.source_path.stem if self._graph.config.source_path else "pipeline"
+        )
 
     @property
     def device(self) -> str:
@@ -201,8 +229,14 @@ class Pipeline:
         return self._last_plan.memory if self._last_plan else None
 
     # -- running -----------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any] | None = None, *, strict: bool = False, profile: bool = False,
-            **kwargs: Any) -> dict[str, Any]:
+    def run(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        strict: bool = False,
+        profile: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         """Run the pipeline once.
 
         Parameters
@@ -229,8 +263,10 @@ class Pipeline:
             check_inputs(self._graph, given)
             stream = self._backend.default_stream()
             preload = self._preload_stream()
-            args = {n: self._import(n, v, preload if n in self._preload_inputs else stream)
-                    for n, v in given.items()}
+            args = {
+                n: self._import(n, v, preload if n in self._preload_inputs else stream)
+                for n, v in given.items()
+            }
             preload_event = self._backend.record_event(preload) if preload is not None else None
             signature = signature_of(self._backend, self._graph, args)
             report = RunReport()
@@ -242,8 +278,9 @@ class Pipeline:
             t0 = time.perf_counter()
             try:
                 with self._backend.run_context():
-                    produced = self._execute(plan, args, report, strict=strict, profile=profile,
-                                             preload_event=preload_event)
+                    produced = self._execute(
+                        plan, args, report, strict=strict, profile=profile, preload_event=preload_event
+                    )
             finally:
                 report.total_time_s = time.perf_counter() - t0
                 self.last_report = report
@@ -252,25 +289,44 @@ class Pipeline:
     __call__ = run
 
     def _preload_stream(self) -> Any:
-        """The copy stream of ``async_preload`` stages' host inputs (None when no stage asks, or on the CPU)."""
+        """The copy stream of ``async_preload`` stages' host inputs (None when no stage asks, or on the
+        CPU)."""
         if not self._preload_inputs or self._backend.kind == "cpu":
             return None
         if self._copy_stream is None:
             self._copy_stream = self._backend.new_stream()
         return self._copy_stream
 
-    def _execute(self, plan: ExecutionPlan, args: dict[str, Any], report: RunReport, *, strict: bool,
-                 profile: bool, preload_event: Any = None) -> dict[str, Any]:
+    def _execute(
+        self,
+        plan: ExecutionPlan,
+        args: dict[str, Any],
+        report: RunReport,
+        *,
+        strict: bool,
+        profile: bool,
+        preload_event: Any = None,
+    ) -> dict[str, Any]:
         stream = plan.streams[0]
         if self.graph_mode and plan.graph is not None and not profile:
             report.graph_replay = True
             if preload_event is not None:
                 self._backend.wait_event(stream, preload_event)
-            produced = replay_or_recapture(plan, self._graph, self._backend, args, stream,
-                                           static_outputs=self.static_outputs)
+            produced = replay_or_recapture(
+                plan, self._graph, self._backend, args, stream, static_outputs=self.static_outputs
+            )
         else:
-            produced = execute(plan, self._graph, self._backend, args, strict=strict, profile=profile,
-                               report=report, error_log=errorlog.record, preload_event=preload_event)
+            produced = execute(
+                plan,
+                self._graph,
+                self._backend,
+                args,
+                strict=strict,
+                profile=profile,
+                report=report,
+                error_log=errorlog.record,
+                preload_event=preload_event,
+            )
             if self.graph_mode and plan.graph is None:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input in place; inputs that later move become copied inputs.
@@ -289,13 +345,21 @@ class Pipeline:
         if decl is not None and decl.dtype and got != decl.dtype:
             raise InvalidArgumentError(
                 f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
-                input=name, expected=decl.dtype, got=got)
+                input=name,
+                expected=decl.dtype,
+                got=got,
+            )
         if decl is not None and decl.shape is not None:
             want = tuple(decl.shape)
-            if len(want) != len(shape) or any(isinstance(w, int) and w != s for w, s in zip(want, shape, strict=False)):
+            if len(want) != len(shape) or any(
+                isinstance(w, int) and w != s for w, s in zip(want, shape, strict=False)
+            ):
                 raise InvalidArgumentError(
                     f"input {name!r} has shape {list(shape)}, but the pipeline declares {list(want)}",
-                    input=name, expected=list(want), got=list(shape))
+                    input=name,
+                    expected=list(want),
+                    got=list(shape),
+                )
         return arg
 
     def _plan_for(self, args: Mapping[str, Any], signature: tuple) -> ExecutionPlan:
@@ -333,7 +397,12 @@ class Pipeline:
         sig = []
         for name in self._graph.external_inputs:
             d = decls.get(name)
-            if d is None or d.shape is None or d.dtype is None or not all(isinstance(x, int) for x in d.shape):
+            if (
+                d is None
+                or d.shape is None
+                or d.dtype is None
+                or not all(isinstance(x, int) for x in d.shape)
+            ):
                 return None
             sig.append((name, tuple(d.shape), d.dtype, True))
         return tuple(sig)
@@ -373,11 +442,15 @@ class Pipeline:
                     continue
                 if after.desc.version.major != before.desc.version.major:
                     raise VersionMismatchError(
-                        f"reload refused: stage {before.id!r} would change operator {before.desc.name!r} from "
+                        f"reload refused: stage {before.id!r} would change operator "
+                        f"{before.desc.name!r} from "
                         f"{before.desc.version} to {after.desc.version}, a different major version; the "
-                        "pipeline keeps running the modules it had", stage=before.id,
-                        operator=before.desc.name, requested=str(before.desc.version),
-                        available=str(after.desc.version))
+                        "pipeline keeps running the modules it had",
+                        stage=before.id,
+                        operator=before.desc.name,
+                        requested=str(before.desc.version),
+                        available=str(after.desc.version),
+                    )
                 changed.append(before.id)
             if not changed:
                 return []
@@ -406,5 +479,7 @@ class Pipeline:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<Pipeline {self.name!r} on {self.device}: {len(self._graph.stages)} stages, "
-                f"inputs {self.inputs}, outputs {self.outputs}>")
+        return (
+            f"<Pipeline {self.name!r} on {self.device}: {len(self._graph.stages)} stages, "
+            f"inputs {self.inputs}, outputs {self.outputs}>"
+        )

@@ -40,7 +40,8 @@ def parse_device(device: str) -> tuple[str, int]:
     kind, _, index = text.partition(":")
     if kind not in ("cpu", "cuda") or (index and not (index.isascii() and index.isdigit())):
         raise InvalidArgumentError(
-            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (got {device!r})", device=str(device))
+            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (got {device!r})", device=str(device)
+        )
     parsed = (kind, int(index or 0))
     if isinstance(device, str) and len(_DEVICES) < 64:
         _DEVICES[device] = parsed
@@ -63,12 +64,22 @@ class Tensor:
 
     __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "__weakref__")
 
-    def __init__(self, ptr: int, shape, dtype, device: str = "cpu", strides=None, owner: Any = None,
-                 _array: np.ndarray | None = None):
+    def __init__(
+        self,
+        ptr: int,
+        shape,
+        dtype,
+        device: str = "cpu",
+        strides=None,
+        owner: Any = None,
+        _array: np.ndarray | None = None,
+    ):
         self.ptr = int(ptr)
         self.shape = tuple(int(s) for s in shape)
         self.dtype: DType = get_dtype(dtype)
-        self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
+        self.strides = (
+            tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
+        )
         kind, index = parse_device(device)
         self.device = "cpu" if kind == "cpu" else f"cuda:{index}"
         self._owner = owner
@@ -100,7 +111,8 @@ class Tensor:
         if not hasattr(obj, "__dlpack__"):
             raise InvalidArgumentError(
                 f"cannot make a tensor from {type(obj).__name__}: expected a NumPy array, a scalar or an "
-                "object with __dlpack__ (PyTorch, CuPy, JAX)")
+                "object with __dlpack__ (PyTorch, CuPy, JAX)"
+            )
         device_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else dlpack.DEVICE_CPU
         try:
             capsule = obj.__dlpack__(stream=stream) if device_type == dlpack.DEVICE_CUDA else obj.__dlpack__()
@@ -131,8 +143,10 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
-        return all(d == 1 or s == c for d, s, c in zip(self.shape, self.strides,
-                                                       contiguous_strides(self.shape), strict=True))
+        return all(
+            d == 1 or s == c
+            for d, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape), strict=True)
+        )
 
     @property
     def is_cuda(self) -> bool:
@@ -158,7 +172,8 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         if self.is_cuda:
             raise InvalidArgumentError(
-                f"tensor lives on {self.device}: call .cpu() or .numpy() to copy it to the host first")
+                f"tensor lives on {self.device}: call .cpu() or .numpy() to copy it to the host first"
+            )
         arr = self.numpy()
         if dtype is not None:
             arr = arr.astype(dtype, copy=bool(copy))
@@ -180,8 +195,9 @@ class Tensor:
             return (dlpack.DEVICE_CUDA, int(self.device.split(":")[1]))
         return (dlpack.DEVICE_CPU, 0)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: bool | None = None) -> Any:
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
+    ) -> Any:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"tensor is on {self.device}; cannot export it to DLPack device {dl_device}")
         if copy:
@@ -193,8 +209,9 @@ class Tensor:
 
             get_backend(self.device).order_for_consumer(self, stream)
         dev_type, dev_id = self.__dlpack_device__()
-        return dlpack.to_capsule(self, self.ptr, self.shape, self.strides, self.dtype.dl_code,
-                                 self.dtype.bits, dev_type, dev_id)
+        return dlpack.to_capsule(
+            self, self.ptr, self.shape, self.strides, self.dtype.dl_code, self.dtype.bits, dev_type, dev_id
+        )
 
 
 def _host_view(t: Tensor) -> np.ndarray:

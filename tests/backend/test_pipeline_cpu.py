@@ -32,13 +32,15 @@ def mlp_reference(x, gamma, beta, w1, b1, w2, b2, eps=1e-5):
 
 
 def mlp_inputs(rng, t=37):
-    return {"x": rng.standard_normal((t, 256)).astype(np.float32),
-            "gamma": rng.standard_normal(256).astype(np.float32),
-            "beta": rng.standard_normal(256).astype(np.float32),
-            "w1": (rng.standard_normal((256, 1024)) / 16).astype(np.float32),
-            "b1": rng.standard_normal(1024).astype(np.float32),
-            "w2": (rng.standard_normal((1024, 256)) / 32).astype(np.float32),
-            "b2": rng.standard_normal(256).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((t, 256)).astype(np.float32),
+        "gamma": rng.standard_normal(256).astype(np.float32),
+        "beta": rng.standard_normal(256).astype(np.float32),
+        "w1": (rng.standard_normal((256, 1024)) / 16).astype(np.float32),
+        "b1": rng.standard_normal(1024).astype(np.float32),
+        "w2": (rng.standard_normal((1024, 256)) / 32).astype(np.float32),
+        "b2": rng.standard_normal(256).astype(np.float32),
+    }
 
 
 def test_main_example_matches_reference():
@@ -67,8 +69,18 @@ def test_returned_outputs_are_never_overwritten():
 
 
 def chain(n, shape=None, dtype="float32"):
-    doc = {"pipeline": [{"name": "scale", "id": f"s{i}", "inputs": [f"t{i}"], "outputs": [f"t{i + 1}"],
-                         "attrs": {"factor": 1.5}} for i in range(n)]}
+    doc = {
+        "pipeline": [
+            {
+                "name": "scale",
+                "id": f"s{i}",
+                "inputs": [f"t{i}"],
+                "outputs": [f"t{i + 1}"],
+                "attrs": {"factor": 1.5},
+            }
+            for i in range(n)
+        ]
+    }
     if shape is not None:
         doc["inputs"] = {"t0": {"shape": list(shape), "dtype": dtype}}
     return doc
@@ -80,15 +92,18 @@ def test_chain_of_n_stages_plans_two_buffers():
     size = 64 * 64 * 4
     assert plan.naive_bytes == 9 * size and plan.peak_bytes == 2 * size
     x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(pipe.run(t0=x)["t10"]), x * 1.5 ** 10, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(pipe.run(t0=x)["t10"]), x * 1.5**10, rtol=1e-5)
 
 
 def test_branch_and_broadcast_merge():
-    doc = {"pipeline": [
-        {"name": "relu", "id": "left", "inputs": ["x"], "outputs": ["l"]},
-        {"name": "silu", "id": "right", "inputs": ["x"], "outputs": ["r"]},
-        {"name": "mul", "id": "merge", "inputs": ["l", "r"], "outputs": ["m"]},
-        {"name": "add", "id": "bias", "inputs": ["m", "b"], "outputs": ["y"]}]}
+    doc = {
+        "pipeline": [
+            {"name": "relu", "id": "left", "inputs": ["x"], "outputs": ["l"]},
+            {"name": "silu", "id": "right", "inputs": ["x"], "outputs": ["r"]},
+            {"name": "mul", "id": "merge", "inputs": ["l", "r"], "outputs": ["m"]},
+            {"name": "add", "id": "bias", "inputs": ["m", "b"], "outputs": ["y"]},
+        ]
+    }
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 1, 3)).astype(np.float32)
     b = rng.standard_normal((5, 3)).astype(np.float32)
@@ -100,8 +115,9 @@ def test_branch_and_broadcast_merge():
 
 
 def test_non_broadcastable_merge_is_a_shape_mismatch_at_run():
-    pipe = pl.load({"pipeline": [{"name": "add", "id": "merge", "inputs": ["a", "b"], "outputs": ["c"]}]},
-                   device="cpu")
+    pipe = pl.load(
+        {"pipeline": [{"name": "add", "id": "merge", "inputs": ["a", "b"], "outputs": ["c"]}]}, device="cpu"
+    )
     with pytest.raises(pl.ShapeMismatchError) as e:
         pipe.run(a=np.zeros((4, 3), np.float32), b=np.zeros((5,), np.float32))
     assert e.value.code == pl.ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
@@ -109,8 +125,10 @@ def test_non_broadcastable_merge_is_a_shape_mismatch_at_run():
 
 
 def test_declared_shape_mismatch_is_reported_at_load():
-    doc = {"inputs": {"a": {"shape": [8, 16], "dtype": "float32"}, "w": {"shape": [12, 4], "dtype": "float32"}},
-           "pipeline": [{"name": "gemm", "id": "proj", "inputs": ["a", "w"], "outputs": ["c"]}]}
+    doc = {
+        "inputs": {"a": {"shape": [8, 16], "dtype": "float32"}, "w": {"shape": [12, 4], "dtype": "float32"}},
+        "pipeline": [{"name": "gemm", "id": "proj", "inputs": ["a", "w"], "outputs": ["c"]}],
+    }
     with pytest.raises(pl.ShapeMismatchError) as e:
         pl.load(doc, device="cpu")
     (problem,) = e.value.errors
@@ -120,8 +138,9 @@ def test_declared_shape_mismatch_is_reported_at_load():
 
 
 def test_undeclared_shape_mismatch_is_reported_at_first_run():
-    pipe = pl.load({"pipeline": [{"name": "gemm", "id": "proj", "inputs": ["a", "w"], "outputs": ["c"]}]},
-                   device="cpu")
+    pipe = pl.load(
+        {"pipeline": [{"name": "gemm", "id": "proj", "inputs": ["a", "w"], "outputs": ["c"]}]}, device="cpu"
+    )
     with pytest.raises(pl.ShapeMismatchError) as e:
         pipe.run(a=np.ones((8, 16), np.float32), w=np.ones((12, 4), np.float32))
     assert (e.value.stage, e.value.symbol, e.value.expected, e.value.got) == ("proj", "K", 16, 12)
@@ -133,10 +152,13 @@ def test_dtype_mismatch_between_ports():
         pipe.run(a=np.ones(3, np.float32), b=np.ones(3, np.float16))
 
 
-@pytest.mark.parametrize("feed, fragment", [
-    ({}, "missing input 'x'"),
-    ({"x": np.ones((2, 256), np.float32), "gama": 1}, "did you mean 'gamma'"),
-])
+@pytest.mark.parametrize(
+    "feed, fragment",
+    [
+        ({}, "missing input 'x'"),
+        ({"x": np.ones((2, 256), np.float32), "gama": 1}, "did you mean 'gamma'"),
+    ],
+)
 def test_missing_and_extra_inputs(feed, fragment):
     pipe = pl.load(MLP, device="cpu")
     full = mlp_inputs(np.random.default_rng(0))
@@ -172,14 +194,18 @@ def test_strided_input_gets_a_relayout_step():
 def test_python_operator_decorator_and_attrs():
     reg_name = "test_scale_v1"
 
-    @pl.operator(reg_name, version="1.2.0", inputs=["x"], outputs=["y"], shapes={"y": "x"},
-                 attrs={"factor": 2.0})
+    @pl.operator(
+        reg_name, version="1.2.0", inputs=["x"], outputs=["y"], shapes={"y": "x"}, attrs={"factor": 2.0}
+    )
     def scale(x, y, *, factor, stream=None):
         np.multiply(x, factor, out=y)
 
     assert pl.get_operator_info(reg_name).version.minor == 2
-    doc = {"pipeline": [{"name": reg_name, "version": "^1.1", "inputs": ["x"], "outputs": ["y"],
-                         "attrs": {"factor": 3}}]}
+    doc = {
+        "pipeline": [
+            {"name": reg_name, "version": "^1.1", "inputs": ["x"], "outputs": ["y"], "attrs": {"factor": 3}}
+        ]
+    }
     x = np.random.default_rng(5).standard_normal(9).astype(np.float32)
     np.testing.assert_allclose(np.asarray(pl.load(doc, device="cpu").run(x=x)["y"]), 3 * x, rtol=1e-6)
     with pytest.raises(pl.VersionMismatchError, match="2"):
@@ -219,8 +245,9 @@ def test_seed_layernorm_config_runs(tmp_path):
     out = pl.load(cfg, device="cpu").run(input_tensor=x, gamma_tensor=g, beta_tensor=b, eps_scalar=1e-5)
     x64 = x.astype(np.float64)
     mu, var = x64.mean(1), x64.var(1)
-    assert_close(np.asarray(out["norm_output"]), (x64 - mu[:, None]) / np.sqrt(var[:, None] + 1e-5) * g + b,
-                 "float32")
+    assert_close(
+        np.asarray(out["norm_output"]), (x64 - mu[:, None]) / np.sqrt(var[:, None] + 1e-5) * g + b, "float32"
+    )
     assert_close(np.asarray(out["mean_tensor"]), mu, "float32")
     assert_close(np.asarray(out["rstd_tensor"]), 1 / np.sqrt(var + 1e-5), "float32")
 
@@ -237,22 +264,35 @@ def test_config_file_round_trip(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(chain(3, (4,))))
     out = pl.load(path, device="cpu").run(t0=np.ones(4, np.float32))
-    np.testing.assert_allclose(np.asarray(out["t3"]), np.full(4, 1.5 ** 3), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["t3"]), np.full(4, 1.5**3), rtol=1e-6)
 
 
 def test_reused_memory_across_streams_is_ordered_by_events():
     # Two branches on streams 7 and 0; the arena reuses a finished branch's buffers for the other
     # branch's tensors. Every such reuse across streams must wait for the earlier buffer's readers.
-    doc = {"inputs": {"x": {"shape": [256], "dtype": "float32"}},
-           "pipeline": [
-               {"name": "relu", "id": "left1", "inputs": ["x"], "outputs": ["a"],
-                "constraints": {"stream_affinity": {"stream_id": 7}}},
-               {"name": "relu", "id": "left2", "inputs": ["a"], "outputs": ["b"]},
-               {"name": "silu", "id": "right1", "inputs": ["x"], "outputs": ["c"],
-                "constraints": {"stream_affinity": {"stream_id": 0}}},
-               {"name": "silu", "id": "right2", "inputs": ["c"], "outputs": ["d"]},
-               {"name": "gelu", "id": "right3", "inputs": ["d"], "outputs": ["e"]},
-               {"name": "add", "id": "join", "inputs": ["b", "e"], "outputs": ["y"]}]}
+    doc = {
+        "inputs": {"x": {"shape": [256], "dtype": "float32"}},
+        "pipeline": [
+            {
+                "name": "relu",
+                "id": "left1",
+                "inputs": ["x"],
+                "outputs": ["a"],
+                "constraints": {"stream_affinity": {"stream_id": 7}},
+            },
+            {"name": "relu", "id": "left2", "inputs": ["a"], "outputs": ["b"]},
+            {
+                "name": "silu",
+                "id": "right1",
+                "inputs": ["x"],
+                "outputs": ["c"],
+                "constraints": {"stream_affinity": {"stream_id": 0}},
+            },
+            {"name": "silu", "id": "right2", "inputs": ["c"], "outputs": ["d"]},
+            {"name": "gelu", "id": "right3", "inputs": ["d"], "outputs": ["e"]},
+            {"name": "add", "id": "join", "inputs": ["b", "e"], "outputs": ["y"]},
+        ],
+    }
     pipe = pl.load(doc, device="cpu")
     plan = pipe._last_plan  # noqa: SLF001 - inspecting the compiled plan
     steps = plan.steps
@@ -265,7 +305,9 @@ def test_reused_memory_across_streams_is_ordered_by_events():
                 for r in readers:
                     if steps[r].stream_id != writer.stream_id:
                         checked += 1
-                        assert r in writer.waits, f"{writer.stage.id} reuses {a.name} without waiting for step {r}"
+                        assert r in writer.waits, (
+                            f"{writer.stage.id} reuses {a.name} without waiting for step {r}"
+                        )
     assert checked, "the plan must contain a reuse across streams for this test to mean anything"
     x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
     out = np.asarray(pipe.run(x=x)["y"]).astype(np.float64)
@@ -276,14 +318,30 @@ def test_reused_memory_across_streams_is_ordered_by_events():
     np.testing.assert_allclose(out, np.maximum(x64, 0) + e, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("policy, compute", [("fp16", "float16"), ("bf16", "bfloat16"),
-                                             ("fp16_if_supported_else_fp32", "float32"), ("fp32", "float32")])
+@pytest.mark.parametrize(
+    "policy, compute",
+    [
+        ("fp16", "float16"),
+        ("bf16", "bfloat16"),
+        ("fp16_if_supported_else_fp32", "float32"),
+        ("fp32", "float32"),
+    ],
+)
 def test_precision_policy_inserts_casts(policy, compute):
-    doc = {"inputs": {"x": {"shape": [16, 64], "dtype": "float32"}, "g": {"shape": [64], "dtype": "float32"}},
-           "outputs": ["y"],
-           "pipeline": [{"name": "layer_norm", "id": "ln", "inputs": ["x", "g"], "outputs": ["h"],
-                         "constraints": {"precision_policy": policy}},
-                        {"name": "relu", "inputs": ["h"], "outputs": ["y"]}]}
+    doc = {
+        "inputs": {"x": {"shape": [16, 64], "dtype": "float32"}, "g": {"shape": [64], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {
+                "name": "layer_norm",
+                "id": "ln",
+                "inputs": ["x", "g"],
+                "outputs": ["h"],
+                "constraints": {"precision_policy": policy},
+            },
+            {"name": "relu", "inputs": ["h"], "outputs": ["y"]},
+        ],
+    }
     pipe = pl.load(doc, device="cpu")
     ids = pipe.stages
     tag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[compute]
@@ -313,9 +371,18 @@ def test_explicit_half_policy_is_refused_on_a_gpu_without_it():
 
 
 def test_async_preload_marks_the_stages_that_wait_for_the_copy_stream():
-    doc = {"pipeline": [{"name": "relu", "id": "a", "inputs": ["x"], "outputs": ["h"]},
-                        {"name": "add", "id": "b", "inputs": ["h", "late"], "outputs": ["y"],
-                         "constraints": {"stream_affinity": "async_preload"}}]}
+    doc = {
+        "pipeline": [
+            {"name": "relu", "id": "a", "inputs": ["x"], "outputs": ["h"]},
+            {
+                "name": "add",
+                "id": "b",
+                "inputs": ["h", "late"],
+                "outputs": ["y"],
+                "constraints": {"stream_affinity": "async_preload"},
+            },
+        ]
+    }
     pipe = pl.load(doc, device="cpu")
     x, late = np.ones(8, np.float32), np.full(8, 2.0, np.float32)
     np.testing.assert_array_equal(np.asarray(pipe.run(x=x, late=late)["y"]), x + late)

@@ -25,8 +25,15 @@ def flaky(x, y, *, mode):
 
 def two_branch(policy, mode, check_finite=False, extra=None):
     """x -> flaky -> f ; x -> relu -> r (a healthy branch)."""
-    stage = {"name": "test_flaky_v1", "id": "bn", "inputs": ["x"], "outputs": ["f"], "attrs": {"mode": mode},
-             "on_error": policy, "constraints": {"check_finite": check_finite}}
+    stage = {
+        "name": "test_flaky_v1",
+        "id": "bn",
+        "inputs": ["x"],
+        "outputs": ["f"],
+        "attrs": {"mode": mode},
+        "on_error": policy,
+        "constraints": {"check_finite": check_finite},
+    }
     stages = [stage, {"name": "relu", "id": "healthy", "inputs": ["x"], "outputs": ["r"]}]
     if extra:
         stages.append(extra)
@@ -54,7 +61,11 @@ def test_identity_keeps_pipeline_running_and_healthy_branch_bit_identical():
     np.testing.assert_array_equal(np.asarray(out["f"]), X)  # identity: the input passed through
     np.testing.assert_array_equal(np.asarray(out["r"]), np.asarray(clean["r"]))
     rep = pipe.last_report.stages["bn"]
-    assert (rep.status, rep.action, rep.error.code) == ("degraded", "identity", pl.ErrorCode.PIPELINK_ERR_MODULE_CRASH)
+    assert (rep.status, rep.action, rep.error.code) == (
+        "degraded",
+        "identity",
+        pl.ErrorCode.PIPELINK_ERR_MODULE_CRASH,
+    )
     assert [s.stage for s in pipe.last_report.degraded] == ["bn"]
 
 
@@ -95,17 +106,28 @@ def test_strict_raises_even_with_a_policy():
 
 
 def test_identity_requires_matching_shapes_at_load():
-    doc = {"inputs": {"x": {"shape": [4, 8], "dtype": "float32"}, "w": {"shape": [8, 3], "dtype": "float32"}},
-           "pipeline": [{"name": "gemm", "inputs": ["x", "w"], "outputs": ["y"], "on_error": "identity"}]}
+    doc = {
+        "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}, "w": {"shape": [8, 3], "dtype": "float32"}},
+        "pipeline": [{"name": "gemm", "inputs": ["x", "w"], "outputs": ["y"], "on_error": "identity"}],
+    }
     with pytest.raises(pl.ShapeMismatchError) as e:
         pl.load(doc, device="cpu")
     assert e.value.errors[0].path == "/pipeline/0/on_error"
 
 
 def test_fallback_with_incompatible_ports_is_refused_at_load():
-    doc = {"inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
-           "pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "on_error": {"fallback": "layer_norm"},
-                         "attrs": {}}]}
+    doc = {
+        "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
+        "pipeline": [
+            {
+                "name": "relu",
+                "inputs": ["x"],
+                "outputs": ["y"],
+                "on_error": {"fallback": "layer_norm"},
+                "attrs": {},
+            }
+        ],
+    }
     assert pl.validate(doc) == []  # layer_norm takes x and makes the same shape: compatible
     doc["pipeline"][0]["on_error"] = {"fallback": "gemm"}
     problems = pl.validate(doc)
@@ -125,7 +147,9 @@ def test_error_log_gets_one_json_line_per_failure(tmp_path):
     assert len(lines) == 2
     entry = lines[0]
     assert entry["code"] == "PIPELINK_ERR_MODULE_CRASH" and entry["stage"] == "bn"
-    assert entry["operator"] == "test_flaky_v1" and entry["module"] == "python" and entry["version"] == "1.0.0"
+    assert (
+        entry["operator"] == "test_flaky_v1" and entry["module"] == "python" and entry["version"] == "1.0.0"
+    )
     assert "ZeroDivisionError" in entry["message"] and entry["time"].endswith("Z")
 
 

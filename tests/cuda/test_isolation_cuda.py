@@ -47,11 +47,22 @@ def crashy(tmp_path_factory):
 
 
 def doc(library, isolation="process"):
-    return {"outputs": ["g", "h"],
-            "pipeline": [{"name": "crashy", "library": str(library), "inputs": ["x"], "outputs": ["f"],
-                          "isolation": isolation, "on_error": "identity", "constraints": {"timeout_ms": 20000}},
-                         {"name": "relu", "inputs": ["f"], "outputs": ["g"]},
-                         {"name": "gelu", "id": "healthy", "inputs": ["x"], "outputs": ["h"]}]}
+    return {
+        "outputs": ["g", "h"],
+        "pipeline": [
+            {
+                "name": "crashy",
+                "library": str(library),
+                "inputs": ["x"],
+                "outputs": ["f"],
+                "isolation": isolation,
+                "on_error": "identity",
+                "constraints": {"timeout_ms": 20000},
+            },
+            {"name": "relu", "inputs": ["f"], "outputs": ["g"]},
+            {"name": "gelu", "id": "healthy", "inputs": ["x"], "outputs": ["h"]},
+        ],
+    }
 
 
 def test_illegal_address_in_isolated_module_is_contained(crashy):
@@ -99,7 +110,9 @@ def test_isolated_stage_matches_in_process_and_reports_its_cost(crashy):
         results[isolation] = {k: v.numpy() for k, v in pipe.run(x=x).items()}
         pipe.close()
     added = (times["process"] - times["none"]) * 1e6
-    print(f"\nGPU isolation cost: {times['none'] * 1e6:.1f} us in process, {times['process'] * 1e6:.1f} us "
-          f"isolated -> {added:.1f} us added per isolated stage")
+    print(
+        f"\nGPU isolation cost: {times['none'] * 1e6:.1f} us in process, {times['process'] * 1e6:.1f} us "
+        f"isolated -> {added:.1f} us added per isolated stage"
+    )
     for name in ("g", "h"):
         np.testing.assert_array_equal(results["process"][name], results["none"][name])

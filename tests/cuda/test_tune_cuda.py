@@ -15,10 +15,21 @@ def test_tune_gelu_then_load_uses_the_cached_parameters(tmp_path, monkeypatch):
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path))
     from pipelink.backends.cuda_tune import make_tune_target
 
-    config = load_tune_config({"operator": "gelu", "shapes": {"x": [1 << 20]}, "dtypes": {"x": "bfloat16"},
-                               "tuning_space": {"block_size": [128, 256, 1024], "shared_mem_per_block": [0, 16384],
-                                                "unroll_factor": [1, 4]},
-                               "benchmark_criteria": "throughput_gbps", "warmup_iters": 2, "measure_iters": 5})
+    config = load_tune_config(
+        {
+            "operator": "gelu",
+            "shapes": {"x": [1 << 20]},
+            "dtypes": {"x": "bfloat16"},
+            "tuning_space": {
+                "block_size": [128, 256, 1024],
+                "shared_mem_per_block": [0, 16384],
+                "unroll_factor": [1, 4],
+            },
+            "benchmark_criteria": "throughput_gbps",
+            "warmup_iters": 2,
+            "measure_iters": 5,
+        }
+    )
     cache = TuneCache(tmp_path / "tune_cache.json")
     result = tune(make_tune_target(config, "cuda"), config, cache=cache)
     counts = result.counts()

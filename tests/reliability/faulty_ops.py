@@ -37,12 +37,22 @@ def fault_pipeline(fault: str, policy, *, isolation: str = "none") -> dict:
     constraints = {"check_finite": True}
     if fault == "hang" or isolation == "process":
         constraints["timeout_ms"] = 3000 if fault == "hang" else 60000
-    return {"inputs": {"x": {"shape": [8, 16], "dtype": "float32"}},
-            "outputs": ["g", "k"],
-            "pipeline": [
-                {"name": "test_faulty_v1", "id": "faulty", "inputs": ["x"], "outputs": ["f"],
-                 "attrs": {"fault": fault}, "on_error": policy, "isolation": isolation,
-                 "constraints": constraints},
-                {"name": "relu", "id": "after", "inputs": ["f"], "outputs": ["g"]},
-                {"name": "gelu", "id": "healthy", "inputs": ["x"], "outputs": ["h"]},
-                {"name": "scale", "id": "healthy2", "inputs": ["h"], "outputs": ["k"], "attrs": {"factor": 3.0}}]}
+    return {
+        "inputs": {"x": {"shape": [8, 16], "dtype": "float32"}},
+        "outputs": ["g", "k"],
+        "pipeline": [
+            {
+                "name": "test_faulty_v1",
+                "id": "faulty",
+                "inputs": ["x"],
+                "outputs": ["f"],
+                "attrs": {"fault": fault},
+                "on_error": policy,
+                "isolation": isolation,
+                "constraints": constraints,
+            },
+            {"name": "relu", "id": "after", "inputs": ["f"], "outputs": ["g"]},
+            {"name": "gelu", "id": "healthy", "inputs": ["x"], "outputs": ["h"]},
+            {"name": "scale", "id": "healthy2", "inputs": ["h"], "outputs": ["k"], "attrs": {"factor": 3.0}},
+        ],
+    }

@@ -77,7 +77,9 @@ def test_isolation_of_a_locally_defined_operator_is_refused():
     def local(x, y):
         np.copyto(y, x)
 
-    doc = {"pipeline": [{"name": "test_local_op_v1", "inputs": ["x"], "outputs": ["y"], "isolation": "process"}]}
+    doc = {
+        "pipeline": [{"name": "test_local_op_v1", "inputs": ["x"], "outputs": ["y"], "isolation": "process"}]
+    }
     pipe = pl.load(doc, device="cpu")
     with pytest.raises(pl.ModuleLoadError, match="importable"):
         pipe.run(x=X)

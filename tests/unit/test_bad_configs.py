@@ -10,9 +10,13 @@ import pytest
 import pipelink as pl
 from pipelink.cli import main
 
-GOOD = {"inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
-        "pipeline": [{"name": "relu", "id": "a", "inputs": ["x"], "outputs": ["hidden"]},
-                     {"name": "gelu", "id": "b", "inputs": ["hidden"], "outputs": ["y"]}]}
+GOOD = {
+    "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
+    "pipeline": [
+        {"name": "relu", "id": "a", "inputs": ["x"], "outputs": ["hidden"]},
+        {"name": "gelu", "id": "b", "inputs": ["hidden"], "outputs": ["y"]},
+    ],
+}
 
 
 def with_stage(i, **changes):
@@ -27,7 +31,11 @@ CASES = [
     ("unknown operator", with_stage(1, name="gleu"), "/pipeline/1/name"),
     ("unknown tensor", with_stage(1, inputs=["hiden"]), "/pipeline/1/inputs/0"),
     ("duplicate id", with_stage(1, id="a"), "/pipeline/1/id"),
-    ("alignment 48", with_stage(0, constraints={"memory_alignment": 48}), "/pipeline/0/constraints/memory_alignment"),
+    (
+        "alignment 48",
+        with_stage(0, constraints={"memory_alignment": 48}),
+        "/pipeline/0/constraints/memory_alignment",
+    ),
 ]
 
 
@@ -49,8 +57,12 @@ def test_did_you_mean_for_operator_and_tensor():
 
 
 def test_cycle_is_rejected():
-    doc = {"pipeline": [{"name": "relu", "id": "a", "inputs": ["y"], "outputs": ["h"]},
-                        {"name": "relu", "id": "b", "inputs": ["h"], "outputs": ["y"]}]}
+    doc = {
+        "pipeline": [
+            {"name": "relu", "id": "a", "inputs": ["y"], "outputs": ["h"]},
+            {"name": "relu", "id": "b", "inputs": ["h"], "outputs": ["y"]},
+        ]
+    }
     problems = pl.validate(doc)
     assert problems and "cycle" in " ".join(p.message for p in problems)
 
@@ -96,8 +108,21 @@ def test_cli_exit_codes_and_messages(files, capsys):
     assert "/pipeline/1/name" in err and "did you mean 'gelu'" in err
     assert main(["run", str(files["unknown"]), "--random", "--device", "cpu"]) == 2
     out_path = files["dir"] / "out.npz"
-    assert main(["run", str(files["good"]), "--inputs", str(files["inputs"]), "--device", "cpu",
-                 "--output", str(out_path)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(files["good"]),
+                "--inputs",
+                str(files["inputs"]),
+                "--device",
+                "cpu",
+                "--output",
+                str(out_path),
+            ]
+        )
+        == 0
+    )
     x = np.load(files["inputs"])["x"]
     y = np.load(out_path)["y"]
     assert y.shape == (4, 8) and np.isfinite(y).all() and np.allclose(y[x < -4], 0, atol=1e-3)

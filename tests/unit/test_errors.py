@@ -9,9 +9,21 @@ import pytest
 import pipelink as pl
 from pipelink.errors import ErrorCode, Problem, error_for_code
 
-ALL = [pl.ConfigError, pl.InvalidArgumentError, pl.ModuleLoadError, pl.VersionMismatchError, pl.IntegrityError,
-       pl.ShapeMismatchError, pl.DTypeMismatchError, pl.HardwareUnsupportedError, pl.ModuleCrashError,
-       pl.PipeLinkTimeoutError, pl.OutOfMemoryError, pl.CUDAError, pl.TuningError]
+ALL = [
+    pl.ConfigError,
+    pl.InvalidArgumentError,
+    pl.ModuleLoadError,
+    pl.VersionMismatchError,
+    pl.IntegrityError,
+    pl.ShapeMismatchError,
+    pl.DTypeMismatchError,
+    pl.HardwareUnsupportedError,
+    pl.ModuleCrashError,
+    pl.PipeLinkTimeoutError,
+    pl.OutOfMemoryError,
+    pl.CUDAError,
+    pl.TuningError,
+]
 
 
 def test_codes_are_stable_numbers():
@@ -31,8 +43,10 @@ def test_one_class_per_code_and_pickling(cls):
 
 
 def test_config_error_keeps_all_problems():
-    problems = [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "/pipeline/0/name", "unknown operator"),
-                Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "/pipeline/1/id", "duplicate id")]
+    problems = [
+        Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "/pipeline/0/name", "unknown operator"),
+        Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "/pipeline/1/id", "duplicate id"),
+    ]
     err = pl.ConfigError("invalid:", errors=problems)
     assert err.errors == problems
     assert "/pipeline/1/id: duplicate id" in str(err)

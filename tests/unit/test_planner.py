@@ -15,15 +15,18 @@ def check_plan(requests, plan):
         assert b.offset % b.alignment == 0, f"{b.name} at {b.offset} not aligned to {b.alignment}"
         assert b.offset + b.nbytes <= plan.peak_bytes
     for i, a in enumerate(buffers):
-        for b in buffers[i + 1:]:
+        for b in buffers[i + 1 :]:
             if a.overlaps_in_time(b) and a.nbytes and b.nbytes:
                 assert not a.overlaps_in_space(b), f"{a} and {b} are live together and overlap"
     assert plan.peak_bytes <= plan.naive_bytes
 
 
 requests_strategy = st.lists(
-    st.tuples(st.integers(0, 5000), st.integers(0, 20), st.integers(0, 6), st.sampled_from([32, 64, 256, 512])),
-    min_size=0, max_size=40,
+    st.tuples(
+        st.integers(0, 5000), st.integers(0, 20), st.integers(0, 6), st.sampled_from([32, 64, 256, 512])
+    ),
+    min_size=0,
+    max_size=40,
 ).map(lambda items: [BufferRequest(f"b{i}", n, f, f + d, a) for i, (n, f, d, a) in enumerate(items)])
 
 
@@ -45,7 +48,11 @@ def test_chain_of_equal_stages_needs_two_buffers():
 
 def test_branch_keeps_tensor_alive_until_last_reader():
     # a is read at step 1 and step 3: it must not share memory with b (step 1..2) or c (2..3).
-    requests = [BufferRequest("a", 1000, 0, 3), BufferRequest("b", 1000, 1, 2), BufferRequest("c", 1000, 2, 3)]
+    requests = [
+        BufferRequest("a", 1000, 0, 3),
+        BufferRequest("b", 1000, 1, 2),
+        BufferRequest("c", 1000, 2, 3),
+    ]
     plan = plan_memory(requests)
     check_plan(requests, plan)
     a = plan.buffers["a"]
@@ -55,9 +62,13 @@ def test_branch_keeps_tensor_alive_until_last_reader():
 def test_exact_offsets_best_fit():
     # Placed largest first: big@0, keep_a@4096, small@6144, keep_b@7168. Freeing big and small leaves a
     # 4 KiB hole and a 1 KiB hole; a 1 KiB request must take the smaller one.
-    requests = [BufferRequest("big", 4096, 0, 0), BufferRequest("keep_a", 2048, 0, 5),
-                BufferRequest("small", 1024, 0, 0), BufferRequest("keep_b", 256, 0, 5),
-                BufferRequest("next", 1024, 1, 1)]
+    requests = [
+        BufferRequest("big", 4096, 0, 0),
+        BufferRequest("keep_a", 2048, 0, 5),
+        BufferRequest("small", 1024, 0, 0),
+        BufferRequest("keep_b", 256, 0, 5),
+        BufferRequest("next", 1024, 1, 1),
+    ]
     plan = plan_memory(requests)
     check_plan(requests, plan)
     assert [plan.buffers[n].offset for n in ("big", "keep_a", "small", "keep_b")] == [0, 4096, 6144, 7168]
@@ -65,8 +76,9 @@ def test_exact_offsets_best_fit():
     assert plan.peak_bytes == 7168 + 256
 
 
-@pytest.mark.parametrize("bad", [BufferRequest("x", -1, 0, 0), BufferRequest("x", 8, 2, 1),
-                                 BufferRequest("x", 8, 0, 0, 48)])
+@pytest.mark.parametrize(
+    "bad", [BufferRequest("x", -1, 0, 0), BufferRequest("x", 8, 2, 1), BufferRequest("x", 8, 0, 0, 48)]
+)
 def test_bad_requests_are_rejected(bad):
     with pytest.raises(ValueError):
         plan_memory([bad])

@@ -55,17 +55,26 @@ def test_symbolic_dims_unify_with_concrete():
 
 
 GEMM = OperatorDescriptor(
-    "g", "1.0.0", inputs=(Port("a", ["M", "K"], "T"), Port("b", ["K", "N"], "T")),
-    outputs=(Port("c", ["M", "N"], "T"),), dtype_vars={"T": frozenset({"float32", "float16"})})
+    "g",
+    "1.0.0",
+    inputs=(Port("a", ["M", "K"], "T"), Port("b", ["K", "N"], "T")),
+    outputs=(Port("c", ["M", "N"], "T"),),
+    dtype_vars={"T": frozenset({"float32", "float16"})},
+)
 
 
 def test_infer_outputs_names_stage_port_symbol_and_values():
-    assert infer_outputs(GEMM, ((4, 8), (8, 3)), ("float32", "float32"), {}, stage="s") == (((4, 3),), ("float32",))
+    assert infer_outputs(GEMM, ((4, 8), (8, 3)), ("float32", "float32"), {}, stage="s") == (
+        ((4, 3),),
+        ("float32",),
+    )
     with pytest.raises(ShapeMismatchError) as e:
         infer_outputs(GEMM, ((4, 8), (7, 3)), ("float32", "float32"), {}, stage="proj", tensors=("x", "w"))
     err = e.value
     assert (err.stage, err.port, err.symbol, err.expected, err.got) == ("proj", "b", "K", 8, 7)
-    assert "proj" in str(err) and "'b'" in str(err) and "K" in str(err) and "8" in str(err) and "7" in str(err)
+    assert (
+        "proj" in str(err) and "'b'" in str(err) and "K" in str(err) and "8" in str(err) and "7" in str(err)
+    )
 
 
 def test_infer_outputs_dtype_rules():

@@ -10,8 +10,16 @@ from ..tensor import parse_device
 from .base import Allocation, Backend, MemoryStats
 from .cpu import CPUBackend
 
-__all__ = ["Backend", "Allocation", "MemoryStats", "CPUBackend", "get_backend", "resolve_device",
-           "loaded_backends", "cuda_unavailable_reason"]
+__all__ = [
+    "Backend",
+    "Allocation",
+    "MemoryStats",
+    "CPUBackend",
+    "get_backend",
+    "resolve_device",
+    "loaded_backends",
+    "cuda_unavailable_reason",
+]
 
 log = logging.getLogger("pipelink")
 _backends: dict[str, Backend] = {}
@@ -26,8 +34,10 @@ def cuda_unavailable_reason() -> str | None:
         missing = e.name or str(e)
         if missing.startswith("pipelink"):
             return f"the CUDA backend failed to import: {e}"
-        return (f"the CUDA packages are not installed (missing {missing}); "
-                "install them with: pip install 'pipelink[cuda]'")
+        return (
+            f"the CUDA packages are not installed (missing {missing}); "
+            "install them with: pip install 'pipelink[cuda]'"
+        )
     return cuda.unavailable_reason()
 
 
@@ -61,8 +71,9 @@ def get_backend(device: str | None = "cpu") -> Backend:
         else:
             reason = cuda_unavailable_reason()
             if reason is not None:
-                raise HardwareUnsupportedError(f"device {name!r} requested, but CUDA is unavailable: {reason}",
-                                               device=name)
+                raise HardwareUnsupportedError(
+                    f"device {name!r} requested, but CUDA is unavailable: {reason}", device=name
+                )
             from .cuda import CUDABackend
 
             try:

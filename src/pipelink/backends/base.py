@@ -67,16 +67,20 @@ class Backend:
         self._stats_lock = threading.Lock()
 
     # -- memory ------------------------------------------------------------------------------------
-    def allocate(self, nbytes: int, *, alignment: int = 256, stream: Any = None, tag: str = "",
-                 shared: bool = False) -> Allocation:
+    def allocate(
+        self, nbytes: int, *, alignment: int = 256, stream: Any = None, tag: str = "", shared: bool = False
+    ) -> Allocation:
         """``nbytes`` of memory aligned to ``alignment`` (a power of two); ``shared`` makes it mappable
         by worker processes (process isolation)."""
         if nbytes < 0:
             raise InvalidArgumentError(f"allocation size must be >= 0 (got {nbytes})")
         if alignment & (alignment - 1):
             raise InvalidArgumentError(f"alignment must be a power of two (got {alignment})")
-        alloc = (self._allocate(max(int(nbytes), 1), alignment, stream, shared=True) if shared
-                 else self._allocate(max(int(nbytes), 1), alignment, stream))
+        alloc = (
+            self._allocate(max(int(nbytes), 1), alignment, stream, shared=True)
+            if shared
+            else self._allocate(max(int(nbytes), 1), alignment, stream)
+        )
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats
@@ -101,8 +105,14 @@ class Backend:
         """Return cached free memory to the system."""
 
     # -- views and tensors -------------------------------------------------------------------------
-    def view(self, alloc: Allocation, offset: int, shape: tuple[int, ...], dtype: DType,
-             strides: tuple[int, ...] | None = None) -> Any:
+    def view(
+        self,
+        alloc: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: DType,
+        strides: tuple[int, ...] | None = None,
+    ) -> Any:
         """The kernel argument for a region of an allocation (NumPy array on CPU, Tensor on CUDA)."""
         raise NotImplementedError
 
@@ -110,8 +120,9 @@ class Backend:
         """A user-facing Tensor for a kernel argument (zero-copy)."""
         raise NotImplementedError
 
-    def import_input(self, value: Any, *, stream: Any = None, dtype: Any = None,
-                     pinned_key: str | None = None) -> Any:
+    def import_input(
+        self, value: Any, *, stream: Any = None, dtype: Any = None, pinned_key: str | None = None
+    ) -> Any:
         """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device.
 
         ``dtype`` types a Python scalar; ``pinned_key`` names an input declared ``pin_memory`` (a device
@@ -167,7 +178,8 @@ class Backend:
         self.synchronize(stream)
 
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
-        """``(params, "tuned" | "default", reason)`` of a stage's kernel on this device (None: no tunables)."""
+        """``(params, "tuned" | "default", reason)`` of a stage's kernel on this device (None when it has
+        no tunables)."""
         return None
 
     def run_context(self):

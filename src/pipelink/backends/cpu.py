@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -48,10 +49,9 @@ class CPUBackend(Backend):
         shm = getattr(alloc, "shared", None)
         if shm is not None:
             alloc.shared = None
-            try:
+            # Views still exported keep the mapping until they go; the name is removed now either way.
+            with contextlib.suppress(BufferError):
                 shm.close()
-            except BufferError:
-                pass  # views still exported: the mapping goes when they do; the name is removed below
             shm.unlink()
 
     def _fill_stats(self, stats: MemoryStats) -> None:

@@ -85,15 +85,25 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
     params = {ALIASES.get(k, k): v for k, v in tuned.items() if ALIASES.get(k, k) in tunables}
     bad = {k: v for k, v in params.items() if v not in tunables[k][1]}
     if bad:
-        return defaults, "default", f"tuned entry has values outside the kernel's range {bad}; re-run pipelink tune"
+        return (
+            defaults,
+            "default",
+            f"tuned entry has values outside the kernel's range {bad}; re-run pipelink tune",
+        )
     return {**defaults, **params}, "tuned", f"tuned entry {key_digest(key)[:12]} in {cache.path}"
 
 
 class BuiltinKernelTarget(TuneTarget):
     """One built-in operator at fixed input shapes and dtypes, on one CUDA device."""
 
-    def __init__(self, operator: str, shapes: Mapping[str, tuple], dtypes: Mapping[str, str], device: str,
-                 space: Mapping[str, tuple] | None = None):
+    def __init__(
+        self,
+        operator: str,
+        shapes: Mapping[str, tuple],
+        dtypes: Mapping[str, str],
+        device: str,
+        space: Mapping[str, tuple] | None = None,
+    ):
         import pipelink as pl
 
         from . import get_backend
@@ -103,8 +113,10 @@ class BuiltinKernelTarget(TuneTarget):
         self.operator = operator
         self.tunables = tunables_of(operator)
         if not self.tunables:
-            raise InvalidArgumentError(f"operator {operator!r} has no tunable CUDA kernel "
-                                       f"(tunable: {', '.join(sorted(_catalogue().KERNELS))})")
+            raise InvalidArgumentError(
+                f"operator {operator!r} has no tunable CUDA kernel "
+                f"(tunable: {', '.join(sorted(_catalogue().KERNELS))})"
+            )
         ports = [p.name for p in self.desc.inputs]
         unknown = sorted(set(shapes) - set(ports))
         if unknown:
@@ -112,8 +124,16 @@ class BuiltinKernelTarget(TuneTarget):
         self.shapes = {p: tuple(shapes[p]) for p in ports if p in shapes}
         self.dtypes = {p: get_dtype(dtypes.get(p, "float32")).name for p in self.shapes}
         names = list(self.shapes)
-        doc = {"pipeline": [{"name": operator, "id": "tuned", "inputs": names,
-                             "outputs": [p.name for p in self.desc.outputs]}]}
+        doc = {
+            "pipeline": [
+                {
+                    "name": operator,
+                    "id": "tuned",
+                    "inputs": names,
+                    "outputs": [p.name for p in self.desc.outputs],
+                }
+            ]
+        }
         self._gpu = pl.load(doc, device=device, tuned=False)
         self._cpu = pl.load(doc, device="cpu")
         space = dict(space or {})
@@ -143,8 +163,10 @@ class BuiltinKernelTarget(TuneTarget):
     def prune(self, params: Mapping[str, Any]) -> str | None:
         for name in sorted(self._unused):
             if params.get(name, self._first_value[name]) != self._first_value[name]:
-                return (f"{name} is not a parameter of the {self.operator} kernel (same kernel as "
-                        f"{name}={self._first_value[name]})")
+                return (
+                    f"{name} is not a parameter of the {self.operator} kernel (same kernel as "
+                    f"{name}={self._first_value[name]})"
+                )
         for name, value in self._kernel_params(params).items():
             allowed = self.tunables[name][1]
             if value not in allowed:
@@ -166,8 +188,14 @@ class BuiltinKernelTarget(TuneTarget):
         host = self._inputs()
         args = {n: self.backend.import_input(v) for n, v in host.items()}
         signature = signature_of(self.backend, pipe.graph, args)
-        plan = compile_plan(pipe.graph, pipe._registry, self.backend, args, signature,  # noqa: SLF001
-                            tuned={"tuned": self._kernel_params(params)})
+        plan = compile_plan(
+            pipe.graph,
+            pipe._registry,
+            self.backend,
+            args,
+            signature,  # noqa: SLF001
+            tuned={"tuned": self._kernel_params(params)},
+        )
         return {"plan": plan, "args": args}
 
     def verify(self, candidate) -> tuple[bool, str]:
@@ -238,7 +266,10 @@ class BuiltinKernelTarget(TuneTarget):
             return None
         if self._bandwidth is None:
             n = 1 << 28
-            src, dst = self.backend.empty((n,), get_dtype("uint8")), self.backend.empty((n,), get_dtype("uint8"))
+            src, dst = (
+                self.backend.empty((n,), get_dtype("uint8")),
+                self.backend.empty((n,), get_dtype("uint8")),
+            )
             stream = self.backend.default_stream()
             for _ in range(3):
                 self.backend.copy(dst, src, stream=stream)
@@ -255,5 +286,10 @@ class BuiltinKernelTarget(TuneTarget):
 
 def make_tune_target(config, device: str) -> BuiltinKernelTarget:
     """The tune target of ``pipelink tune`` on a CUDA device (``config`` is a TuneConfig)."""
-    return BuiltinKernelTarget(config.operator, config.shapes, config.dtypes,
-                               "cuda" if device == "auto" else device, config.tuning_space)
+    return BuiltinKernelTarget(
+        config.operator,
+        config.shapes,
+        config.dtypes,
+        "cuda" if device == "auto" else device,
+        config.tuning_space,
+    )

@@ -72,8 +72,9 @@ class LinkedGraph:
         return next(s for s in self.stages if s.id == stage_id)
 
 
-def link(config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo, *,
-         load_library=None) -> tuple[LinkedGraph | None, list[Problem]]:
+def link(
+    config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo, *, load_library=None
+) -> tuple[LinkedGraph | None, list[Problem]]:
     """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems."""
     problems: list[Problem] = []
     problems += _check_requires(config, info)
@@ -109,12 +110,22 @@ def _check_requires(config: PipelineConfig, info: HardwareInfo) -> list[Problem]
     unmet = missing_requirement(info, reqs)
     if unmet is None:
         return []
-    return [Problem(ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED, "/requires",
-                    f"pipeline {unmet_message(info, unmet)}")]
+    return [
+        Problem(
+            ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED, "/requires", f"pipeline {unmet_message(info, unmet)}"
+        )
+    ]
 
 
-def _resolve(name: str, spec: str | None, registry: OperatorRegistry, source: str | None, stage: StageConfig,
-             problems: list[Problem], name_path: str) -> OperatorDescriptor | None:
+def _resolve(
+    name: str,
+    spec: str | None,
+    registry: OperatorRegistry,
+    source: str | None,
+    stage: StageConfig,
+    problems: list[Problem],
+    name_path: str,
+) -> OperatorDescriptor | None:
     try:
         desc = registry.get(name, spec, source=source, stage=stage.id)
     except UnknownOperatorError as e:
@@ -132,8 +143,14 @@ def _resolve(name: str, spec: str | None, registry: OperatorRegistry, source: st
     return desc
 
 
-def _link_stage(stage: StageConfig, config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo,
-                problems: list[Problem], load_library) -> LinkedStage | None:
+def _link_stage(
+    stage: StageConfig,
+    config: PipelineConfig,
+    registry: OperatorRegistry,
+    info: HardwareInfo,
+    problems: list[Problem],
+    load_library,
+) -> LinkedStage | None:
     source = None
     if stage.library:
         path = config.resolve_library(stage)
@@ -154,34 +171,52 @@ def _link_stage(stage: StageConfig, config: PipelineConfig, registry: OperatorRe
     n_required = sum(1 for p in desc.inputs if not p.optional)
     if not n_required <= len(stage.inputs) <= len(desc.inputs):
         ports = ", ".join(p.name + ("?" if p.optional else "") for p in desc.inputs)
-        problems.append(Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, f"{stage.path}/inputs",
-                                f"stage {stage.id!r}: operator {desc.name!r} takes inputs ({ports}), "
-                                f"got {len(stage.inputs)}"))
+        problems.append(
+            Problem(
+                ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                f"{stage.path}/inputs",
+                f"stage {stage.id!r}: operator {desc.name!r} takes inputs ({ports}), got {len(stage.inputs)}",
+            )
+        )
         return None
     if len(stage.outputs) > len(desc.outputs):
-        problems.append(Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, f"{stage.path}/outputs",
-                                f"stage {stage.id!r}: operator {desc.name!r} has outputs "
-                                f"({', '.join(p.name for p in desc.outputs)}), got {len(stage.outputs)}"))
+        problems.append(
+            Problem(
+                ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                f"{stage.path}/outputs",
+                f"stage {stage.id!r}: operator {desc.name!r} has outputs "
+                f"({', '.join(p.name for p in desc.outputs)}), got {len(stage.outputs)}",
+            )
+        )
         return None
     try:
         attrs = desc.resolve_attrs(stage.attrs, where=f"stage {stage.id!r}")
     except PipeLinkError as e:
         attr = e.context.get("attr")
-        problems.append(Problem(e.code, f"{stage.path}/attrs" + (f"/{attr}" if attr in stage.attrs else ""),
-                                e.message))
+        problems.append(
+            Problem(e.code, f"{stage.path}/attrs" + (f"/{attr}" if attr in stage.attrs else ""), e.message)
+        )
         return None
     inputs = tuple(stage.inputs) + (None,) * (len(desc.inputs) - len(stage.inputs))
     # Outputs the config leaves unnamed still need memory: name them after the stage.
-    outputs = tuple(stage.outputs) + tuple(f"{stage.id}.{p.name}" for p in desc.outputs[len(stage.outputs):])
+    outputs = tuple(stage.outputs) + tuple(f"{stage.id}.{p.name}" for p in desc.outputs[len(stage.outputs) :])
     linked = LinkedStage(stage.index, stage.id, stage, desc, attrs, inputs, outputs)
     if stage.on_error.kind == "fallback":
-        fb = _resolve(stage.on_error.fallback, stage.on_error.fallback_version, registry, None, stage, problems,
-                      f"{stage.path}/on_error/fallback")
+        fb = _resolve(
+            stage.on_error.fallback,
+            stage.on_error.fallback_version,
+            registry,
+            None,
+            stage,
+            problems,
+            f"{stage.path}/on_error/fallback",
+        )
         if fb is None:
             return None
         try:
             linked.fallback_attrs = fb.resolve_attrs(
-                {k: v for k, v in stage.attrs.items() if fb.attr(k) is not None}, where=f"stage {stage.id!r}")
+                {k: v for k, v in stage.attrs.items() if fb.attr(k) is not None}, where=f"stage {stage.id!r}"
+            )
         except PipeLinkError as e:
             problems.append(Problem(e.code, f"{stage.path}/on_error", e.message))
             return None
@@ -202,15 +237,22 @@ def resolve_precision(policy: str, info: HardwareInfo) -> tuple[str, str | None,
         return (PRECISIONS[half] if native else "float32"), None, None
     dtype = PRECISIONS[policy]
     if info.kind != "cpu" and policy in ("fp16", "bf16", "tf32") and info.value(policy) < 1:
-        return dtype, None, (f"precision_policy {policy!r} needs {policy} support, which {info.name} lacks; "
-                             f"use '{'fp16' if policy == 'fp16' else 'bf16'}_if_supported_else_fp32'"
-                             if policy != "tf32" else f"precision_policy 'tf32' needs tf32 support, which "
-                             f"{info.name} lacks; use 'fp32'")
+        return (
+            dtype,
+            None,
+            (
+                f"precision_policy {policy!r} needs {policy} support, which {info.name} lacks; "
+                f"use '{'fp16' if policy == 'fp16' else 'bf16'}_if_supported_else_fp32'"
+                if policy != "tf32"
+                else f"precision_policy 'tf32' needs tf32 support, which {info.name} lacks; use 'fp32'"
+            ),
+        )
     return dtype, ("tf32" if policy == "tf32" else None), None
 
 
-def _apply_precision(stages: list[LinkedStage], registry: OperatorRegistry, info: HardwareInfo,
-                     problems: list[Problem]) -> list[LinkedStage]:
+def _apply_precision(
+    stages: list[LinkedStage], registry: OperatorRegistry, info: HardwareInfo, problems: list[Problem]
+) -> list[LinkedStage]:
     """Insert ``precision_cast`` stages around every stage with a ``precision_policy``: its float inputs
     are cast to the policy's dtype, its outputs back to the dtype of its first input. Stages are then
     renumbered in order (their config, and so their JSON Pointer, stays the original)."""
@@ -225,8 +267,13 @@ def _apply_precision(stages: list[LinkedStage], registry: OperatorRegistry, info
             continue
         dtype, math, why_not = resolve_precision(policy, info)
         if why_not is not None:
-            problems.append(Problem(ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED,
-                                    f"{st.path}/constraints/precision_policy", f"stage {st.id!r}: {why_not}"))
+            problems.append(
+                Problem(
+                    ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED,
+                    f"{st.path}/constraints/precision_policy",
+                    f"stage {st.id!r}: {why_not}",
+                )
+            )
             out.append(st)
             continue
         st.math, st.precision = math, dtype
@@ -235,8 +282,9 @@ def _apply_precision(stages: list[LinkedStage], registry: OperatorRegistry, info
             continue
         cast = cast or registry.get("precision_cast", source="builtin")
         tag = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
-        base = dataclasses.replace(st.config, on_error=dataclasses.replace(st.config.on_error, kind="fail"),
-                                   isolation="none")
+        base = dataclasses.replace(
+            st.config, on_error=dataclasses.replace(st.config.on_error, kind="fail"), isolation="none"
+        )
         first = next((n for n in st.inputs if n is not None), None)
         new_inputs = []
         for i, name in enumerate(st.inputs):
@@ -245,8 +293,17 @@ def _apply_precision(stages: list[LinkedStage], registry: OperatorRegistry, info
                 continue
             cast_name = f"{name}@{st.id}:{tag}"
             sid = f"{st.id}.to_{tag}.{i}"
-            out.append(LinkedStage(0, sid, dataclasses.replace(base, id=sid), cast, {"dtype": dtype},
-                                   (name, None), (cast_name,)))
+            out.append(
+                LinkedStage(
+                    0,
+                    sid,
+                    dataclasses.replace(base, id=sid),
+                    cast,
+                    {"dtype": dtype},
+                    (name, None),
+                    (cast_name,),
+                )
+            )
             new_inputs.append(cast_name)
         named = len(st.config.outputs)  # unnamed outputs are scratch: nobody reads them back
         outs = tuple(f"{name}@{st.id}:{tag}" if j < named else name for j, name in enumerate(st.outputs))
@@ -254,8 +311,11 @@ def _apply_precision(stages: list[LinkedStage], registry: OperatorRegistry, info
         out.append(main)
         for j, (inner, name) in enumerate(zip(outs[:named], st.outputs[:named], strict=True)):
             sid = f"{st.id}.from_{tag}.{j}"
-            out.append(LinkedStage(0, sid, dataclasses.replace(base, id=sid), cast, {"dtype": dtype},
-                                   (inner, first), (name,)))
+            out.append(
+                LinkedStage(
+                    0, sid, dataclasses.replace(base, id=sid), cast, {"dtype": dtype}, (inner, first), (name,)
+                )
+            )
     for i, st in enumerate(out):
         st.index = i
     return out
@@ -286,8 +346,9 @@ def _build_graph(config: PipelineConfig, stages: list[LinkedStage], info: Hardwa
     return LinkedGraph(config, stages, tensors, external, outputs, info)
 
 
-def infer_signature(graph: LinkedGraph, inputs: Mapping[str, tuple], *, partial: bool = False
-                    ) -> dict[str, tuple[tuple, str]]:
+def infer_signature(
+    graph: LinkedGraph, inputs: Mapping[str, tuple], *, partial: bool = False
+) -> dict[str, tuple[tuple, str]]:
     """Shapes and dtypes of every tensor for one input signature ``{name: (shape, dtype)}``.
 
     With ``partial``, unknown inputs propagate as unknown (load-time checking of what is declared).
@@ -310,8 +371,9 @@ def infer_signature(graph: LinkedGraph, inputs: Mapping[str, tuple], *, partial:
             raise KeyError(missing)
         shapes = tuple(known[n][0] if n is not None else None for n in st.inputs)
         dtypes = tuple(known[n][1] if n is not None else None for n in st.inputs)
-        out_shapes, out_dtypes = infer_outputs(st.desc, shapes, dtypes, st.attrs, stage=st.id,
-                                               tensors=tuple(n or "" for n in st.inputs))
+        out_shapes, out_dtypes = infer_outputs(
+            st.desc, shapes, dtypes, st.attrs, stage=st.id, tensors=tuple(n or "" for n in st.inputs)
+        )
         for name, shape, dtype in zip(st.outputs, out_shapes, out_dtypes, strict=True):
             known[name] = (tuple(shape), dtype)
             if partial:
@@ -349,20 +411,31 @@ def _check_identity(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
     present = [n for n in st.inputs if n is not None]
     named = st.config.outputs  # unnamed outputs are scratch nobody reads
     if len(present) < len(named):
-        return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, path,
-                        f"stage {st.id!r}: on_error 'identity' needs an input for each of its "
-                        f"{len(named)} outputs (operator {st.desc.name!r} has {len(present)} inputs); "
-                        "use 'skip' or a fallback operator")]
+        return [
+            Problem(
+                ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                path,
+                f"stage {st.id!r}: on_error 'identity' needs an input for each of its "
+                f"{len(named)} outputs (operator {st.desc.name!r} has {len(present)} inputs); "
+                "use 'skip' or a fallback operator",
+            )
+        ]
     for src, dst in zip(present, named, strict=False):
         a, b = graph.tensors[src], graph.tensors[dst]
         if a.shape is None or b.shape is None:
             continue  # checked at the first run()
         if a.shape != b.shape or a.dtype != b.dtype:
-            return [Problem(ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH if a.shape != b.shape
-                            else ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH, path,
-                            f"stage {st.id!r}: on_error 'identity' passes input {src!r} "
-                            f"({list(a.shape)}, {a.dtype}) as output {dst!r} ({list(b.shape)}, {b.dtype}); "
-                            "they must match: use 'skip' or a fallback operator")]
+            return [
+                Problem(
+                    ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
+                    if a.shape != b.shape
+                    else ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH,
+                    path,
+                    f"stage {st.id!r}: on_error 'identity' passes input {src!r} "
+                    f"({list(a.shape)}, {a.dtype}) as output {dst!r} ({list(b.shape)}, {b.dtype}); "
+                    "they must match: use 'skip' or a fallback operator",
+                )
+            ]
     return []
 
 
@@ -370,10 +443,16 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
     path = f"{st.path}/on_error/fallback"
     fb = st.fallback
     if len(fb.outputs) < len(st.config.outputs) or sum(not p.optional for p in fb.inputs) > len(
-            [n for n in st.inputs if n is not None]):
-        return [Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, path,
-                        f"stage {st.id!r}: fallback operator {fb.name!r} does not have compatible ports "
-                        f"(inputs {[p.name for p in fb.inputs]}, outputs {[p.name for p in fb.outputs]})")]
+        [n for n in st.inputs if n is not None]
+    ):
+        return [
+            Problem(
+                ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                path,
+                f"stage {st.id!r}: fallback operator {fb.name!r} does not have compatible ports "
+                f"(inputs {[p.name for p in fb.inputs]}, outputs {[p.name for p in fb.outputs]})",
+            )
+        ]
     shapes = [graph.tensors[n].shape if n else None for n in st.inputs][: len(fb.inputs)]
     dtypes = [graph.tensors[n].dtype if n else None for n in st.inputs][: len(fb.inputs)]
     shapes += [None] * (len(fb.inputs) - len(shapes))
@@ -381,20 +460,28 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
     if any(s is None for s, p in zip(shapes, fb.inputs, strict=True) if not p.optional):
         return []
     try:
-        out_shapes, out_dtypes = infer_outputs(fb, tuple(shapes), tuple(dtypes), st.fallback_attrs, stage=st.id)
+        out_shapes, out_dtypes = infer_outputs(
+            fb, tuple(shapes), tuple(dtypes), st.fallback_attrs, stage=st.id
+        )
     except PipeLinkError as e:
         return [Problem(e.code, path, f"fallback operator {fb.name!r}: {e.message}")]
     for name, shape, dtype in zip(st.config.outputs, out_shapes, out_dtypes, strict=False):
         t = graph.tensors[name]
         if t.shape is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype):
-            return [Problem(ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH, path,
-                            f"stage {st.id!r}: fallback {fb.name!r} produces {list(shape)} {dtype} for "
-                            f"{name!r}, but the stage produces {list(t.shape)} {t.dtype}")]
+            return [
+                Problem(
+                    ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH,
+                    path,
+                    f"stage {st.id!r}: fallback {fb.name!r} produces {list(shape)} {dtype} for "
+                    f"{name!r}, but the stage produces {list(t.shape)} {t.dtype}",
+                )
+            ]
     return []
 
 
-def choose_variants(graph: LinkedGraph, registry: OperatorRegistry, dtypes: Mapping[str, str]
-                    ) -> dict[str, VariantChoice]:
+def choose_variants(
+    graph: LinkedGraph, registry: OperatorRegistry, dtypes: Mapping[str, str]
+) -> dict[str, VariantChoice]:
     """The variant per stage for concrete input dtypes (raises HardwareUnsupportedError)."""
     out = {}
     for st in graph.stages:

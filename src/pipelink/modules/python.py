@@ -50,24 +50,40 @@ def _accepts(fn: Callable, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _ports(spec: Sequence[str] | Mapping[str, Any], shapes: Mapping[str, Any], dtypes: Mapping[str, Any],
-           optional: Sequence[str], what: str) -> tuple[Port, ...]:
+def _ports(
+    spec: Sequence[str] | Mapping[str, Any],
+    shapes: Mapping[str, Any],
+    dtypes: Mapping[str, Any],
+    optional: Sequence[str],
+    what: str,
+) -> tuple[Port, ...]:
     if isinstance(spec, str):
         raise InvalidArgumentError(f"{what} must be a list of port names or a dict (got the string {spec!r})")
     items = spec.items() if isinstance(spec, Mapping) else ((n, None) for n in spec)
     ports = []
     for name, shape in items:
-        ports.append(Port(name, shape=shapes.get(name, shape), dtype=dtypes.get(name),
-                          optional=name in optional))
+        ports.append(
+            Port(name, shape=shapes.get(name, shape), dtype=dtypes.get(name), optional=name in optional)
+        )
     return tuple(ports)
 
 
-def operator(name: str, *, version: str = "1.0.0", inputs: Sequence[str] | Mapping[str, Any],
-             outputs: Sequence[str] | Mapping[str, Any], shapes: Mapping[str, Any] | None = None,
-             dtypes: Mapping[str, Any] | None = None, dtype_vars: Mapping[str, Sequence[str]] | None = None,
-             attrs: Mapping[str, Any] | Sequence[Attr] | None = None, device: str = "cpu",
-             optional: Sequence[str] = (), required_features: Sequence[str | Requirement] = (),
-             registry_: OperatorRegistry | None = None, doc: str | None = None) -> Callable:
+def operator(
+    name: str,
+    *,
+    version: str = "1.0.0",
+    inputs: Sequence[str] | Mapping[str, Any],
+    outputs: Sequence[str] | Mapping[str, Any],
+    shapes: Mapping[str, Any] | None = None,
+    dtypes: Mapping[str, Any] | None = None,
+    dtype_vars: Mapping[str, Sequence[str]] | None = None,
+    attrs: Mapping[str, Any] | Sequence[Attr] | None = None,
+    device: str = "cpu",
+    optional: Sequence[str] = (),
+    required_features: Sequence[str | Requirement] = (),
+    registry_: OperatorRegistry | None = None,
+    doc: str | None = None,
+) -> Callable:
     """Register a Python function as an operator.
 
     Parameters
@@ -105,13 +121,22 @@ def operator(name: str, *, version: str = "1.0.0", inputs: Sequence[str] | Mappi
 
     def decorate(fn: Callable) -> Callable:
         desc = OperatorDescriptor(
-            name=name, version=version,
+            name=name,
+            version=version,
             inputs=_ports(inputs, {}, dtypes, optional, "inputs"),
             outputs=_ports(outputs, shapes, dtypes, (), "outputs"),
             attrs=attr_list,
             dtype_vars={k: frozenset(v) for k, v in (dtype_vars or {}).items()},
-            variants=[Variant(device=device, bind=python_kernel(fn, n_in=len(in_names)), name=f"python:{fn.__name__}",
-                              source="python", required_features=reqs, origin=fn)],
+            variants=[
+                Variant(
+                    device=device,
+                    bind=python_kernel(fn, n_in=len(in_names)),
+                    name=f"python:{fn.__name__}",
+                    source="python",
+                    required_features=reqs,
+                    origin=fn,
+                )
+            ],
             doc=doc or (inspect.getdoc(fn) or "").split("\n")[0],
             source="python",
         )

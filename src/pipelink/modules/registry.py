@@ -63,10 +63,15 @@ class OperatorRegistry:
                     versions[i] = desc
                     return desc
                 if other.source not in ("builtin", "python") and desc.source not in ("builtin", "python"):
+                    if _same_content(other.source, desc.source):
+                        continue  # two copies of one module (same bytes): each stays reachable by path
                     raise ModuleLoadError(
                         f"operator {desc.name!r} version {desc.version} is provided by two modules: "
                         f"{other.source} and {desc.source}; load only one of them",
-                        operator=desc.name, module=desc.source, other_module=other.source)
+                        operator=desc.name,
+                        module=desc.source,
+                        other_module=other.source,
+                    )
             versions.append(desc)
             return desc
 
@@ -101,8 +106,9 @@ class OperatorRegistry:
         hit = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
         return hit[0] if hit else None
 
-    def get(self, name: str, spec: str | None = None, *, source: str | None = None,
-            stage: str | None = None) -> OperatorDescriptor:
+    def get(
+        self, name: str, spec: str | None = None, *, source: str | None = None, stage: str | None = None
+    ) -> OperatorDescriptor:
         """The highest version of ``name`` satisfying ``spec`` (from ``source`` only, when given).
 
         Raises
@@ -124,15 +130,20 @@ class OperatorRegistry:
                     f"operator {name!r}: no loaded version satisfies {spec!r} (available: {have})"
                     + (f" in stage {stage!r}" if stage else "")
                     + "; a different major version is incompatible (install the matching module)",
-                    stage=stage, operator=name, requested=spec, available=have)
+                    stage=stage,
+                    operator=name,
+                    requested=spec,
+                    available=have,
+                )
             candidates = fitting
         best = max(d.version for d in candidates)
         top = [d for d in candidates if d.version == best]
         rank = {"python": 0, "builtin": 1}
         return min(top, key=lambda d: rank.get(d.source, 2))
 
-    def select_variant(self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *,
-                       stage: str = "") -> VariantChoice:
+    def select_variant(
+        self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *, stage: str = ""
+    ) -> VariantChoice:
         """The first variant that runs on ``info`` and supports the input dtypes.
 
         Variants of the device's kind come first (highest priority first); a CPU variant is the last
@@ -145,8 +156,14 @@ class OperatorRegistry:
         if unmet_op is not None and info.kind != "cpu":
             raise HardwareUnsupportedError(
                 f"stage {stage!r}: operator {desc.name!r} {unmet_message(info, unmet_op)}",
-                stage=stage, operator=desc.name, feature=unmet_op.feature, required=unmet_op.minimum,
-                got=info.value(unmet_op.feature), device=info.name, device_uuid=info.uuid)
+                stage=stage,
+                operator=desc.name,
+                feature=unmet_op.feature,
+                required=unmet_op.minimum,
+                got=info.value(unmet_op.feature),
+                device=info.name,
+                device_uuid=info.uuid,
+            )
         for kind in kinds:
             for v in sorted((v for v in desc.variants if v.device == kind), key=lambda v: -v.priority):
                 label = v.name or f"{v.device} variant"
@@ -164,14 +181,36 @@ class OperatorRegistry:
             v, unmet = first_unmet
             raise HardwareUnsupportedError(
                 f"stage {stage!r}: no variant of operator {desc.name!r} runs on {info.name}: "
-                f"{unmet_message(info, unmet)}", stage=stage, operator=desc.name, feature=unmet.feature,
-                required=unmet.minimum, got=info.value(unmet.feature), device=info.name, device_uuid=info.uuid)
+                f"{unmet_message(info, unmet)}",
+                stage=stage,
+                operator=desc.name,
+                feature=unmet.feature,
+                required=unmet.minimum,
+                got=info.value(unmet.feature),
+                device=info.name,
+                device_uuid=info.uuid,
+            )
         devices = sorted({v.device for v in desc.variants}) or ["none"]
         raise HardwareUnsupportedError(
             f"stage {stage!r}: operator {desc.name!r} has no variant for {info.kind} "
             f"(variants: {', '.join(devices)}"
-            + (f"; skipped: {'; '.join(skipped)}" if skipped else "") + ")",
-            stage=stage, operator=desc.name, device=info.name)
+            + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
+            + ")",
+            stage=stage,
+            operator=desc.name,
+            device=info.name,
+        )
+
+
+def _same_content(a: str, b: str) -> bool:
+    """Whether two module files hold the same bytes (checked only when two modules claim one operator)."""
+    import hashlib
+    from pathlib import Path
+
+    try:
+        return hashlib.sha256(Path(a).read_bytes()).digest() == hashlib.sha256(Path(b).read_bytes()).digest()
+    except OSError:
+        return False
 
 
 registry = OperatorRegistry()

@@ -25,27 +25,79 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 # reserved. Developed at SunSoft, a Sun Microsystems, Inc. business. Permission to use, copy, modify,
 # and distribute this software is freely granted, provided that this notice is preserved.
 _ERX = 8.45062911510467529297e-01
-_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-       1.32494738004321644526e-04, -3.96022827877536812320e-06)
-_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-       -2.16637559486879084300e-03)
-_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-       1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
-       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
-_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
-       6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-       6.57024977031928170135e+00, -6.04244152148580987438e-02)
-_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
-       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-       -4.83519191608651397019e+02)
-_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
-       3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
-       -2.24409524465858183362e+01)
+_PP = (
+    1.28379167095512558561e-01,
+    -3.25042107247001499370e-01,
+    -2.84817495755985104766e-02,
+    -5.77027029648944159157e-03,
+    -2.37630166566501626084e-05,
+)
+_QQ = (
+    1.0,
+    3.97917223959155352819e-01,
+    6.50222499887672944485e-02,
+    5.08130628187576562776e-03,
+    1.32494738004321644526e-04,
+    -3.96022827877536812320e-06,
+)
+_PA = (
+    -2.36211856075265944077e-03,
+    4.14856118683748331666e-01,
+    -3.72207876035701323847e-01,
+    3.18346619901161753674e-01,
+    -1.10894694282396677476e-01,
+    3.54783043256182359371e-02,
+    -2.16637559486879084300e-03,
+)
+_QA = (
+    1.0,
+    1.06420880400844228286e-01,
+    5.40397917702171048937e-01,
+    7.18286544141962662868e-02,
+    1.26171219808761642112e-01,
+    1.36370839120290507362e-02,
+    1.19844998467991074170e-02,
+)
+_RA = (
+    -9.86494403484714822705e-03,
+    -6.93858572707181764372e-01,
+    -1.05586262253232909814e01,
+    -6.23753324503260060396e01,
+    -1.62396669462573470355e02,
+    -1.84605092906711035994e02,
+    -8.12874355063065934246e01,
+    -9.81432934416914548592e00,
+)
+_SA = (
+    1.0,
+    1.96512716674392571292e01,
+    1.37657754143519042600e02,
+    4.34565877475229228821e02,
+    6.45387271733267880336e02,
+    4.29008140027567833386e02,
+    1.08635005541779435134e02,
+    6.57024977031928170135e00,
+    -6.04244152148580987438e-02,
+)
+_RB = (
+    -9.86494292470009928597e-03,
+    -7.99283237680523006574e-01,
+    -1.77579549177547519889e01,
+    -1.60636384855821916062e02,
+    -6.37566443368389627722e02,
+    -1.02509513161107724954e03,
+    -4.83519191608651397019e02,
+)
+_SB = (
+    1.0,
+    3.03380607434824582924e01,
+    3.25792512996573918826e02,
+    1.53672958608443695994e03,
+    3.19985821950859553908e03,
+    2.55305040643316442583e03,
+    4.74528541206955367215e02,
+    -2.24409524465858183362e01,
+)
 
 
 def _poly(z: np.ndarray, coeffs: tuple[float, ...]) -> np.ndarray:
@@ -217,26 +269,37 @@ def _cast_bind(ctx: KernelContext):
 
 
 def _infer_precision_cast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
-    """Floats take the target dtype (the ``like`` input's, else the ``dtype`` attribute); others keep theirs."""
+    """Floats take the target dtype (the ``like`` input's, else the ``dtype`` attribute); the rest keep
+    theirs."""
     target = in_dtypes[1] if len(in_dtypes) > 1 and in_dtypes[1] is not None else attrs["dtype"]
     return (tuple(in_shapes[0]),), (target if in_dtypes[0] in FLOATS else in_dtypes[0],)
 
 
-def _unary(name: str, doc: str, make: Callable[[KernelContext], Compute], attrs=(), *,
-           x: str = "x", y: str = "y") -> OperatorDescriptor:
+def _unary(
+    name: str, doc: str, make: Callable[[KernelContext], Compute], attrs=(), *, x: str = "x", y: str = "y"
+) -> OperatorDescriptor:
     return cpu_operator(
-        name, doc=doc,
+        name,
+        doc=doc,
         inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
         outputs=[Port(y, shape=x, dtype="T")],
-        attrs=attrs, dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=_unary_bind(make))
+        attrs=attrs,
+        dtype_vars={"T": FLOATS},
+        variant_dtypes=FLOATS,
+        bind=_unary_bind(make),
+    )
 
 
 def _binary(name: str, doc: str, ufunc: np.ufunc) -> OperatorDescriptor:
     return cpu_operator(
-        name, doc=doc,
+        name,
+        doc=doc,
         inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
         outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")],
-        dtype_vars={"T": NUMERIC}, variant_dtypes=NUMERIC, bind=_binary_bind(ufunc))
+        dtype_vars={"T": NUMERIC},
+        variant_dtypes=NUMERIC,
+        bind=_binary_bind(ufunc),
+    )
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -249,35 +312,69 @@ def descriptors() -> list[OperatorDescriptor]:
     """
     relu_make, silu_make = _fixed(relu_into), _fixed(silu_into)
     return [
-        cpu_operator("identity", doc="Copy x to y unchanged (any dtype, any shape).",
-                     inputs=[Port("x")], outputs=[Port("y", shape="x")], bind=_identity_bind),
+        cpu_operator(
+            "identity",
+            doc="Copy x to y unchanged (any dtype, any shape).",
+            inputs=[Port("x")],
+            outputs=[Port("y", shape="x")],
+            bind=_identity_bind,
+        ),
         _unary("relu", "Rectified linear unit: y = max(x, 0).", relu_make),
         _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
-        _unary("gelu", "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
-               _make_gelu, attrs=[Attr("approximate", "str", "none", choices=("none", "tanh"),
-                                       doc="'none': erf form; 'tanh': tanh approximation")]),
-        _unary("scale", "Multiply by a constant: y = factor * x.", _make_scale,
-               attrs=[Attr("factor", "float", 1.0, doc="the multiplier")]),
+        _unary(
+            "gelu",
+            "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
+            _make_gelu,
+            attrs=[
+                Attr(
+                    "approximate",
+                    "str",
+                    "none",
+                    choices=("none", "tanh"),
+                    doc="'none': erf form; 'tanh': tanh approximation",
+                )
+            ],
+        ),
+        _unary(
+            "scale",
+            "Multiply by a constant: y = factor * x.",
+            _make_scale,
+            attrs=[Attr("factor", "float", 1.0, doc="the multiplier")],
+        ),
         cpu_operator(
             "precision_cast",
             doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
-                "non-float tensors pass through unchanged.",
+            "non-float tensors pass through unchanged.",
             inputs=[Port("x"), Port("like", optional=True, doc="take this tensor's dtype")],
             outputs=[Port("y", shape="x")],
             attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
-            infer=_infer_precision_cast, bind=_cast_bind),
+            infer=_infer_precision_cast,
+            bind=_cast_bind,
+        ),
         _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add),
         _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply),
         cpu_operator(
-            "bias_add", doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
+            "bias_add",
+            doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
             inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],
             outputs=[Port("y", shape="x", dtype="T")],
-            dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=_binary_bind(np.add)),
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            bind=_binary_bind(np.add),
+        ),
         cpu_operator(
-            "cast", doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
-            inputs=[Port("x")], outputs=[Port("y", shape="x", dtype="attr:dtype")],
-            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")], bind=_cast_bind),
-        _unary("silu_activation", "The seed's SiLU module: output = input * sigmoid(input).", silu_make,
-               x="input", y="output"),
+            "cast",
+            doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
+            inputs=[Port("x")],
+            outputs=[Port("y", shape="x", dtype="attr:dtype")],
+            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")],
+            bind=_cast_bind,
+        ),
+        _unary(
+            "silu_activation",
+            "The seed's SiLU module: output = input * sigmoid(input).",
+            silu_make,
+            x="input",
+            y="output",
+        ),
     ]
-

@@ -87,9 +87,16 @@ def signature_of(backend, graph: LinkedGraph, args: Mapping[str, Any]) -> tuple:
     return tuple((name,) + tuple(backend.signature_of(args[name])) for name in graph.external_inputs)
 
 
-def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: Mapping[str, Any],
-                 signature: tuple, *, tuned: Mapping[str, Mapping[str, Any]] | None = None,
-                 services: Any = None) -> ExecutionPlan:
+def compile_plan(
+    graph: LinkedGraph,
+    registry: OperatorRegistry,
+    backend,
+    args: Mapping[str, Any],
+    signature: tuple,
+    *,
+    tuned: Mapping[str, Mapping[str, Any]] | None = None,
+    services: Any = None,
+) -> ExecutionPlan:
     """Infer concrete shapes, choose variants, plan memory, allocate the arena and bind kernels."""
     inputs = {name: (tuple(shape), dtype) for name, shape, dtype, _ in signature}
     known = infer_signature(graph, inputs)
@@ -107,8 +114,11 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
         st = graph.stages[order[t.producer]]
         first = order[t.producer]
         last = max([order[c] for c in t.consumers] + [first])
-        requests.append(BufferRequest(name, _nbytes(shapes[name], dtypes[name]), first, last,
-                                      st.config.constraints.memory_alignment))
+        requests.append(
+            BufferRequest(
+                name, _nbytes(shapes[name], dtypes[name]), first, last, st.config.constraints.memory_alignment
+            )
+        )
     relayout_of: dict[str, str] = {}
     for name in graph.external_inputs:
         t = graph.tensors[name]
@@ -118,17 +128,34 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
             relayout_of[name] = buf
             first = min(order[c] for c in t.consumers)
             last = max(order[c] for c in t.consumers)
-            requests.append(BufferRequest(buf, _nbytes(shapes[name], dtypes[name]), first, last,
-                                          graph.stages[first].config.constraints.memory_alignment))
+            requests.append(
+                BufferRequest(
+                    buf,
+                    _nbytes(shapes[name], dtypes[name]),
+                    first,
+                    last,
+                    graph.stages[first].config.constraints.memory_alignment,
+                )
+            )
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
     memory = plan_memory(requests)
     # CPU worker processes of isolated stages map the arena: intermediates cross without copies (CUDA
     # workers use an IPC staging block of their own instead).
     shared = backend.kind == "cpu" and any(st.config.isolation == "process" for st in graph.stages)
-    arena = backend.allocate(memory.peak_bytes, alignment=max([r.alignment for r in requests] + [256]),
-                             tag="arena", shared=shared) if requests else None
-    static = {b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
-              for b in memory.buffers.values()}
+    arena = (
+        backend.allocate(
+            memory.peak_bytes,
+            alignment=max([r.alignment for r in requests] + [256]),
+            tag="arena",
+            shared=shared,
+        )
+        if requests
+        else None
+    )
+    static = {
+        b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
+        for b in memory.buffers.values()
+    }
 
     streams, stream_of = _assign_streams(graph, backend)
     preloaded = preload_inputs(graph)
@@ -147,10 +174,16 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
             from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
 
             kernel = isolate(st, choice.variant, ctx, backend, arena)
-        step = Step(st, kernel, choice.variant.name or choice.variant.device,
-                    tuple(relayout_of.get(n, n) if n else None for n in st.inputs), st.outputs,
-                    stream_id=stream_of[st.id], isolated=isolated,
-                    reads_preloaded=any(n in preloaded for n in st.inputs if n is not None))
+        step = Step(
+            st,
+            kernel,
+            choice.variant.name or choice.variant.device,
+            tuple(relayout_of.get(n, n) if n else None for n in st.inputs),
+            st.outputs,
+            stream_id=stream_of[st.id],
+            isolated=isolated,
+            reads_preloaded=any(n in preloaded for n in st.inputs if n is not None),
+        )
         for name in st.inputs:
             if name in relayout_of and name not in relayout_done:
                 relayout_done.add(name)
@@ -163,8 +196,17 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
         if st.fallback is not None:
             fb_in = tuple(dtypes.get(n) if n else None for n in st.inputs[: len(st.fallback.inputs)])
             fb_choice = registry.select_variant(st.fallback, graph.info, fb_in, stage=st.id)
-            fb_ctx = _context(st, st.fallback_attrs, shapes, dtypes, backend, {}, services,
-                              n_in=len(st.fallback.inputs), n_out=len(st.fallback.outputs))
+            fb_ctx = _context(
+                st,
+                st.fallback_attrs,
+                shapes,
+                dtypes,
+                backend,
+                {},
+                services,
+                n_in=len(st.fallback.inputs),
+                n_out=len(st.fallback.outputs),
+            )
             step.fallback_kernel = fb_choice.variant.bind(fb_ctx)
             step.fallback_variant = f"{st.fallback.name}:{fb_choice.variant.name or fb_choice.variant.device}"
         steps.append(step)
@@ -174,18 +216,25 @@ def compile_plan(graph: LinkedGraph, registry: OperatorRegistry, backend, args: 
     return ExecutionPlan(signature, shapes, dtypes, memory, arena, static, steps, outputs, streams)
 
 
-def _order_reused_memory(memory: MemoryPlan, steps: list[Step], graph: LinkedGraph, order: dict[int, int],
-                         relayout_of: dict[str, str]) -> None:
+def _order_reused_memory(
+    memory: MemoryPlan,
+    steps: list[Step],
+    graph: LinkedGraph,
+    order: dict[int, int],
+    relayout_of: dict[str, str],
+) -> None:
     """With several streams, a buffer placed where an earlier buffer lived must not be written before
     every reader of the earlier one (on another stream) has finished: add those waits."""
     source = {buf: name for name, buf in relayout_of.items()}
     users: dict[str, list[int]] = {}
     for name in memory.buffers:
         t = graph.tensors[source.get(name, name)]
-        users[name] = sorted({order[c] for c in t.consumers} | ({order[t.producer]} if name not in source else set()))
+        users[name] = sorted(
+            {order[c] for c in t.consumers} | ({order[t.producer]} if name not in source else set())
+        )
     buffers = sorted(memory.buffers.values(), key=lambda b: b.first)
     for i, a in enumerate(buffers):
-        for b in buffers[i + 1:]:
+        for b in buffers[i + 1 :]:
             if a.last >= b.first or not a.overlaps_in_space(b):
                 continue
             writer = steps[b.first]
@@ -197,20 +246,30 @@ def _order_reused_memory(memory: MemoryPlan, steps: list[Step], graph: LinkedGra
 def preload_inputs(graph: LinkedGraph) -> set[str]:
     """External inputs read by an ``async_preload`` stage: uploaded on a copy stream of their own, so the
     copy overlaps the stages before it; every stage reading one waits for that copy (and only those)."""
-    return {n for n in graph.external_inputs
-            if any(graph.stages[i].config.constraints.stream_affinity == "async_preload"
-                   for i in graph.tensors[n].consumers)}
+    return {
+        n
+        for n in graph.external_inputs
+        if any(
+            graph.stages[i].config.constraints.stream_affinity == "async_preload"
+            for i in graph.tensors[n].consumers
+        )
+    }
 
 
 def _context(st: LinkedStage, attrs, shapes, dtypes, backend, params, services, *, n_in=None, n_out=None):
     ins = st.inputs[:n_in] if n_in is not None else st.inputs
     outs = st.outputs[:n_out] if n_out is not None else st.outputs
     return KernelContext(
-        stage=st.id, attrs=attrs,
+        stage=st.id,
+        attrs=attrs,
         in_shapes=tuple(shapes.get(n) if n else None for n in ins),
         in_dtypes=tuple(dtypes.get(n) if n else None for n in ins),
-        out_shapes=tuple(shapes[n] for n in outs), out_dtypes=tuple(dtypes[n] for n in outs),
-        backend=backend, params=dict(params), services=services)
+        out_shapes=tuple(shapes[n] for n in outs),
+        out_dtypes=tuple(dtypes[n] for n in outs),
+        backend=backend,
+        params=dict(params),
+        services=services,
+    )
 
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
@@ -225,8 +284,11 @@ def _assign_streams(graph: LinkedGraph, backend) -> tuple[dict[int, Any], dict[s
     """Logical stream per stage from ``stream_affinity``; one backend stream per logical id."""
     stream_of: dict[str, int] = {}
     current, next_new = 0, 1000
-    used_ids = {c.constraints.stream_affinity for c in graph.config.stages if isinstance(
-        c.constraints.stream_affinity, int)}
+    used_ids = {
+        c.constraints.stream_affinity
+        for c in graph.config.stages
+        if isinstance(c.constraints.stream_affinity, int)
+    }
     for st in graph.stages:
         aff = st.config.constraints.stream_affinity
         if isinstance(aff, int):
@@ -236,14 +298,26 @@ def _assign_streams(graph: LinkedGraph, backend) -> tuple[dict[int, Any], dict[s
                 next_new += 1
             current, next_new = next_new, next_new + 1
         stream_of[st.id] = current
-    streams = {sid: backend.default_stream() if sid == 0 else backend.new_stream()
-               for sid in sorted(set(stream_of.values()) | {0})}
+    streams = {
+        sid: backend.default_stream() if sid == 0 else backend.new_stream()
+        for sid in sorted(set(stream_of.values()) | {0})
+    }
     return streams, stream_of
 
 
-def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, Any], *, strict: bool = False,
-            profile: bool = False, report: RunReport, error_log=None,
-            out_buffers: Mapping[str, Any] | None = None, preload_event: Any = None) -> dict[str, Any]:
+def execute(
+    plan: ExecutionPlan,
+    graph: LinkedGraph,
+    backend,
+    args: dict[str, Any],
+    *,
+    strict: bool = False,
+    profile: bool = False,
+    report: RunReport,
+    error_log=None,
+    out_buffers: Mapping[str, Any] | None = None,
+    preload_event: Any = None,
+) -> dict[str, Any]:
     """Run every step of a plan; returns the kernel arguments of the outputs that were produced.
 
     ``out_buffers`` replaces the per-run output allocation (graph capture writes into static buffers).
@@ -251,7 +325,9 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
     values = dict(plan.static)
     values.update(args)
     for name, shape, dtype in plan.outputs:
-        values[name] = out_buffers[name] if out_buffers is not None else backend.empty(shape, get_dtype(dtype))
+        values[name] = (
+            out_buffers[name] if out_buffers is not None else backend.empty(shape, get_dtype(dtype))
+        )
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
@@ -264,8 +340,12 @@ def execute(plan: ExecutionPlan, graph: LinkedGraph, backend, args: dict[str, An
         needed = [n for n in st.inputs if n is not None and n in missing]
         if needed:
             rep.status, rep.action = "skipped", "skip"
-            rep.error = ModuleCrashError(f"stage {st.id!r} skipped: its input {needed[0]!r} is missing "
-                                         "because an earlier stage failed", stage=st.id, operator=st.desc.name)
+            rep.error = ModuleCrashError(
+                f"stage {st.id!r} skipped: its input {needed[0]!r} is missing "
+                "because an earlier stage failed",
+                stage=st.id,
+                operator=st.desc.name,
+            )
             missing.update(step.out_names)
             continue
         stream = plan.streams[step.stream_id]
@@ -312,7 +392,9 @@ def _nvtx():
     return nvtx
 
 
-def _run_kernel(step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport) -> PipeLinkError | None:
+def _run_kernel(
+    step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport
+) -> PipeLinkError | None:
     st = step.stage
     try:
         if profile and backend.kind != "cpu":
@@ -330,7 +412,10 @@ def _run_kernel(step: Step, ins, outs, stream, backend, profile: bool, rep: Stag
     except Exception as e:  # noqa: BLE001 - any failure of user code is this stage's failure
         return ModuleCrashError(
             f"stage {st.id!r} (operator {st.desc.name!r}) raised {type(e).__name__}: {e}",
-            stage=st.id, operator=st.desc.name, cause=f"{type(e).__name__}: {e}")
+            stage=st.id,
+            operator=st.desc.name,
+            cause=f"{type(e).__name__}: {e}",
+        )
 
 
 def _post_checks(step: Step, outs, stream, backend, rep: StageReport) -> PipeLinkError | None:
@@ -349,19 +434,39 @@ def _post_checks(step: Step, outs, stream, backend, rep: StageReport) -> PipeLin
             return PipeLinkTimeoutError(
                 f"stage {st.id!r} (operator {st.desc.name!r}) took {rep.time_s * 1000:.1f} ms, over its "
                 f"timeout_ms of {c.timeout_ms:g}; its outputs were discarded (use isolation 'process' to "
-                "stop a stage that hangs)", stage=st.id, operator=st.desc.name, timeout_ms=c.timeout_ms)
+                "stop a stage that hangs)",
+                stage=st.id,
+                operator=st.desc.name,
+                timeout_ms=c.timeout_ms,
+            )
     if c.check_finite:
         for name, out in zip(step.out_names, outs, strict=True):
             bad = backend.count_nonfinite(out, stream=stream)
             if bad:
                 return ModuleCrashError(
                     f"stage {st.id!r} (operator {st.desc.name!r}) produced {bad} non-finite values (NaN/Inf) "
-                    f"in output {name!r}", stage=st.id, operator=st.desc.name, output=name, nonfinite=bad)
+                    f"in output {name!r}",
+                    stage=st.id,
+                    operator=st.desc.name,
+                    output=name,
+                    nonfinite=bad,
+                )
     return None
 
 
-def _apply_policy(step: Step, error: PipeLinkError, ins, outs, stream, backend, rep: StageReport,
-                  missing: set[str], strict: bool, error_log, graph: LinkedGraph) -> None:
+def _apply_policy(
+    step: Step,
+    error: PipeLinkError,
+    ins,
+    outs,
+    stream,
+    backend,
+    rep: StageReport,
+    missing: set[str],
+    strict: bool,
+    error_log,
+    graph: LinkedGraph,
+) -> None:
     st = step.stage
     rep.error = error
     if error_log is not None:
@@ -380,15 +485,28 @@ def _apply_policy(step: Step, error: PipeLinkError, ins, outs, stream, backend, 
         missing.update(step.out_names)
     elif policy == "fallback":
         n_in, n_out = len(st.fallback.inputs), len(st.fallback.outputs)
-        fb_error = _run_kernel(Step(st, step.fallback_kernel, step.fallback_variant, (), ()),
-                               ins[:n_in] + [None] * max(0, n_in - len(ins)), outs[:n_out], stream, backend,
-                               False, rep)
+        fb_error = _run_kernel(
+            Step(st, step.fallback_kernel, step.fallback_variant, (), ()),
+            ins[:n_in] + [None] * max(0, n_in - len(ins)),
+            outs[:n_out],
+            stream,
+            backend,
+            False,
+            rep,
+        )
         if fb_error is not None:
             rep.status = "failed"
-            raise ModuleCrashError(f"stage {st.id!r}: fallback {st.fallback.name!r} failed too: "
-                                   f"{fb_error.message} (original error: {error.message})",
-                                   stage=st.id, operator=st.desc.name) from fb_error
-        rep.status, rep.action, rep.variant = "degraded", f"fallback:{st.fallback.name}", step.fallback_variant
+            raise ModuleCrashError(
+                f"stage {st.id!r}: fallback {st.fallback.name!r} failed too: "
+                f"{fb_error.message} (original error: {error.message})",
+                stage=st.id,
+                operator=st.desc.name,
+            ) from fb_error
+        rep.status, rep.action, rep.variant = (
+            "degraded",
+            f"fallback:{st.fallback.name}",
+            step.fallback_variant,
+        )
         missing.update(step.out_names[n_out:])
 
 
@@ -415,8 +533,9 @@ def binding_key(args: Mapping[str, Any], names) -> tuple:
     return tuple((n, args[n].ptr, args[n].strides) for n in sorted(names))
 
 
-def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any],
-            bound: set[str]) -> None:
+def capture(
+    plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any], bound: set[str]
+) -> None:
     """Capture the whole plan into a CUDA graph.
 
     Inputs in ``bound`` are read where the caller's tensors live (their addresses are baked into the
@@ -450,8 +569,15 @@ def capture(plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapp
     plan.graph_key = binding_key(args, bound)
 
 
-def replay(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, *,
-           static_outputs: bool = False) -> dict[str, Any]:
+def replay(
+    plan: ExecutionPlan,
+    graph: LinkedGraph,
+    backend,
+    args: Mapping[str, Any],
+    stream,
+    *,
+    static_outputs: bool = False,
+) -> dict[str, Any]:
     """Launch the captured graph: bound inputs must be where they were at capture (see
     :func:`replay_or_recapture`); the others are copied into the static buffers first. Outputs are copied
     out of the static buffers into fresh tensors, unless ``static_outputs``."""
@@ -474,14 +600,24 @@ def replay(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, 
     return produced
 
 
-def replay_or_recapture(plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, *,
-                        static_outputs: bool = False) -> dict[str, Any]:
+def replay_or_recapture(
+    plan: ExecutionPlan,
+    graph: LinkedGraph,
+    backend,
+    args: Mapping[str, Any],
+    stream,
+    *,
+    static_outputs: bool = False,
+) -> dict[str, Any]:
     """Replay; an input whose address moved since the capture becomes a copied input (once, by capturing
     again), so inputs that stay put (weights) are never copied and inputs that move (fresh activations)
     cost one device copy each."""
     if binding_key(args, plan.graph_bound) != plan.graph_key:
-        moved = {n for n in plan.graph_bound if (args[n].ptr, args[n].strides) !=
-                 next((p, s) for k, p, s in plan.graph_key if k == n)}
+        moved = {
+            n
+            for n in plan.graph_bound
+            if (args[n].ptr, args[n].strides) != next((p, s) for k, p, s in plan.graph_key if k == n)
+        }
         capture(plan, graph, backend, stream, args, plan.graph_bound - moved)
     return replay(plan, graph, backend, args, stream, static_outputs=static_outputs)
 
@@ -493,11 +629,15 @@ def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
     extra = [n for n in given if n not in expected]
     if missing:
         raise InvalidArgumentError(
-            f"missing input {missing[0]!r}; the pipeline takes {expected}", input=missing[0])
+            f"missing input {missing[0]!r}; the pipeline takes {expected}", input=missing[0]
+        )
     if extra:
         import difflib
 
         hint = difflib.get_close_matches(extra[0], expected, n=1)
         raise InvalidArgumentError(
-            f"unexpected input {extra[0]!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-            + f"; the pipeline takes {expected}", input=extra[0])
+            f"unexpected input {extra[0]!r}"
+            + (f"; did you mean {hint[0]!r}?" if hint else "")
+            + f"; the pipeline takes {expected}",
+            input=extra[0],
+        )

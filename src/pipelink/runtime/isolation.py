@@ -9,6 +9,7 @@ the caller's process never dies. Never fork: a forked CUDA or threaded runtime i
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
 import time
@@ -60,15 +61,18 @@ class WorkerSpec:
 def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
     """The kernel of an isolated stage: same call signature, runs in a worker process."""
     if variant.source == "python" and variant.origin is None:
-        raise ModuleLoadError(f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker",
-                              stage=stage.id)
+        raise ModuleLoadError(
+            f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker", stage=stage.id
+        )
     if backend.kind == "cuda":
         from .isolation_cuda import CUDAIsolatedKernel
 
         return CUDAIsolatedKernel(stage, variant, ctx, backend)
     if backend.kind != "cpu":
-        raise InvalidArgumentError(f"stage {stage.id!r}: isolation 'process' is not available on the "
-                                   f"{backend.kind} backend", stage=stage.id)
+        raise InvalidArgumentError(
+            f"stage {stage.id!r}: isolation 'process' is not available on the {backend.kind} backend",
+            stage=stage.id,
+        )
     return IsolatedKernel(stage, variant, ctx, arena)
 
 
@@ -83,8 +87,11 @@ class IsolatedKernel:
 
     def __init__(self, stage, variant, ctx, arena):
         self.stage = stage
-        self.timeout_s = (stage.config.constraints.timeout_ms / 1000.0
-                          if stage.config.constraints.timeout_ms is not None else None)
+        self.timeout_s = (
+            stage.config.constraints.timeout_ms / 1000.0
+            if stage.config.constraints.timeout_ms is not None
+            else None
+        )
         shapes = [s for s in ctx.in_shapes if s is not None] + list(ctx.out_shapes)
         dtypes = [d for d in ctx.in_dtypes if d is not None] + list(ctx.out_dtypes)
         offsets, total = [], 0
@@ -94,19 +101,35 @@ class IsolatedKernel:
         self._staging = SharedMemory(create=True, size=max(total, 1))
         self._staging_offsets = offsets
         self._arena = arena
-        self._arena_range = ((arena.ptr, arena.ptr + arena.nbytes) if arena is not None and arena.shared
-                             else (0, 0))
+        self._arena_range = (
+            (arena.ptr, arena.ptr + arena.nbytes) if arena is not None and arena.shared else (0, 0)
+        )
         fn = variant.origin if variant.source == "python" else None
-        if fn is not None and (getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in fn.__qualname__):
+        if fn is not None and (
+            getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in fn.__qualname__
+        ):
             raise ModuleLoadError(
-                f"stage {stage.id!r}: isolation 'process' needs operator {stage.desc.name!r} to be importable "
-                f"by the worker; move {fn.__qualname__} to a module's top level", stage=stage.id)
+                f"stage {stage.id!r}: isolation 'process' needs operator {stage.desc.name!r} "
+                f"to be importable "
+                f"by the worker; move {fn.__qualname__} to a module's top level",
+                stage=stage.id,
+            )
         self.spec = WorkerSpec(
-            stage=stage.id, operator=stage.desc.name, version=str(stage.desc.version), source=variant.source,
-            variant=variant.name, function=fn, attrs=dict(ctx.attrs), in_shapes=tuple(ctx.in_shapes),
-            in_dtypes=tuple(ctx.in_dtypes), out_shapes=tuple(ctx.out_shapes), out_dtypes=tuple(ctx.out_dtypes),
-            params=dict(ctx.params), arena=arena.shared.name if arena is not None and arena.shared else None,
-            staging=self._staging.name)
+            stage=stage.id,
+            operator=stage.desc.name,
+            version=str(stage.desc.version),
+            source=variant.source,
+            variant=variant.name,
+            function=fn,
+            attrs=dict(ctx.attrs),
+            in_shapes=tuple(ctx.in_shapes),
+            in_dtypes=tuple(ctx.in_dtypes),
+            out_shapes=tuple(ctx.out_shapes),
+            out_dtypes=tuple(ctx.out_dtypes),
+            params=dict(ctx.params),
+            arena=arena.shared.name if arena is not None and arena.shared else None,
+            staging=self._staging.name,
+        )
         self._proc = None
         self._conn = None
         self.restarts = 0
@@ -119,14 +142,18 @@ class IsolatedKernel:
         parent, child = ctx.Pipe()
         from .worker import worker_main
 
-        proc = ctx.Process(target=worker_main, args=(child, self.spec), daemon=True,
-                           name=f"pipelink-{self.stage.id}")
+        proc = ctx.Process(
+            target=worker_main, args=(child, self.spec), daemon=True, name=f"pipelink-{self.stage.id}"
+        )
         proc.start()
         child.close()
         if not parent.poll(_START_TIMEOUT_S):
             proc.kill()
-            raise ModuleCrashError(f"stage {self.stage.id!r}: its worker process did not start",
-                                   stage=self.stage.id, operator=self.stage.desc.name)
+            raise ModuleCrashError(
+                f"stage {self.stage.id!r}: its worker process did not start",
+                stage=self.stage.id,
+                operator=self.stage.desc.name,
+            )
         try:
             status, payload = parent.recv()
         except EOFError:
@@ -195,11 +222,15 @@ class IsolatedKernel:
         started = time.perf_counter()
         if not self._conn.poll(self.timeout_s):
             self._kill()
+            waited_ms = (time.perf_counter() - started) * 1000
             raise PipeLinkTimeoutError(
                 f"stage {self.stage.id!r} (operator {self.stage.desc.name!r}) did not finish within its "
-                f"timeout_ms of {self.timeout_s * 1000:g} ms ({(time.perf_counter() - started) * 1000:.0f} ms "
-                "waited); its worker was stopped and will be restarted for the next run",
-                stage=self.stage.id, operator=self.stage.desc.name, timeout_ms=self.timeout_s * 1000)
+                f"timeout_ms of {self.timeout_s * 1000:g} ms ({waited_ms:.0f} ms waited); its worker was "
+                "stopped and will be restarted for the next run",
+                stage=self.stage.id,
+                operator=self.stage.desc.name,
+                timeout_ms=self.timeout_s * 1000,
+            )
         try:
             status, payload = self._conn.recv()
         except (EOFError, OSError):
@@ -207,7 +238,9 @@ class IsolatedKernel:
             self._kill()
             raise self._crash_error(proc.exitcode if proc else None, "while running") from None
         if status == "error":
-            if getattr(payload, "code", None) == ErrorCode.PIPELINK_ERR_CUDA or payload.context.get("cuda_error"):
+            if getattr(payload, "code", None) == ErrorCode.PIPELINK_ERR_CUDA or payload.context.get(
+                "cuda_error"
+            ):
                 self._kill()  # the worker's CUDA context may be corrupted: start a fresh one next time
             raise payload
 
@@ -222,17 +255,19 @@ class IsolatedKernel:
         return ModuleCrashError(
             f"stage {self.stage.id!r} (operator {self.stage.desc.name!r}, module {self.spec.source}): its "
             f"worker process died {when} ({cause}); the worker will be restarted for the next run",
-            stage=self.stage.id, operator=self.stage.desc.name, module=self.spec.source, cause=cause)
+            stage=self.stage.id,
+            operator=self.stage.desc.name,
+            module=self.spec.source,
+            cause=cause,
+        )
 
 
 def _shutdown_proc(handles: list) -> None:
     """Ask a worker to exit, then make sure it has."""
     proc, conn = handles
     if conn is not None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             conn.send(("exit",))
-        except (OSError, ValueError):
-            pass
         conn.close()
     if proc is not None:
         proc.join(1)
@@ -246,10 +281,8 @@ def _shutdown(staging: SharedMemory, handles: list) -> None:
         _shutdown_proc(handles)
     finally:
         staging.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             staging.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _reraise(err: BaseException) -> PipeLinkError:

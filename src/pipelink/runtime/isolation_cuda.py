@@ -25,8 +25,11 @@ class CUDAIsolatedKernel(IsolatedKernel):
 
         self.stage = stage
         self.backend = backend
-        self.timeout_s = (stage.config.constraints.timeout_ms / 1000.0
-                          if stage.config.constraints.timeout_ms is not None else None)
+        self.timeout_s = (
+            stage.config.constraints.timeout_ms / 1000.0
+            if stage.config.constraints.timeout_ms is not None
+            else None
+        )
         self._driver = driver
         shapes = [s for s in ctx.in_shapes if s is not None] + list(ctx.out_shapes)
         dtypes = [d for d in ctx.in_dtypes if d is not None] + list(ctx.out_dtypes)
@@ -37,22 +40,41 @@ class CUDAIsolatedKernel(IsolatedKernel):
         backend.synchronize()
         err, ptr = driver.cuMemAlloc(max(total, 1))
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise CUDAError(f"stage {stage.id!r}: cannot allocate {total} bytes of IPC staging memory ({err.name})",
-                            stage=stage.id, cuda_error=err.name)
+            raise CUDAError(
+                f"stage {stage.id!r}: cannot allocate {total} bytes of IPC staging memory ({err.name})",
+                stage=stage.id,
+                cuda_error=err.name,
+            )
         self._staging_ptr = int(ptr)
         err, handle = driver.cuIpcGetMemHandle(ptr)
         if err != driver.CUresult.CUDA_SUCCESS:
             driver.cuMemFree(ptr)
-            raise CUDAError(f"stage {stage.id!r}: cuIpcGetMemHandle failed ({err.name})", stage=stage.id,
-                            cuda_error=err.name)
+            raise CUDAError(
+                f"stage {stage.id!r}: cuIpcGetMemHandle failed ({err.name})",
+                stage=stage.id,
+                cuda_error=err.name,
+            )
         self._offsets = offsets
         fn = variant.origin if variant.source == "python" else None
         self.spec = WorkerSpec(
-            stage=stage.id, operator=stage.desc.name, version=str(stage.desc.version), source=variant.source,
-            variant=variant.name, function=fn, attrs=dict(ctx.attrs), in_shapes=tuple(ctx.in_shapes),
-            in_dtypes=tuple(ctx.in_dtypes), out_shapes=tuple(ctx.out_shapes), out_dtypes=tuple(ctx.out_dtypes),
-            params=dict(ctx.params), arena=None, staging=None, device=backend.device,
-            ipc_handle=bytes(handle.reserved), offsets=tuple(offsets))
+            stage=stage.id,
+            operator=stage.desc.name,
+            version=str(stage.desc.version),
+            source=variant.source,
+            variant=variant.name,
+            function=fn,
+            attrs=dict(ctx.attrs),
+            in_shapes=tuple(ctx.in_shapes),
+            in_dtypes=tuple(ctx.in_dtypes),
+            out_shapes=tuple(ctx.out_shapes),
+            out_dtypes=tuple(ctx.out_dtypes),
+            params=dict(ctx.params),
+            arena=None,
+            staging=None,
+            device=backend.device,
+            ipc_handle=bytes(handle.reserved),
+            offsets=tuple(offsets),
+        )
         self._proc = None
         self._conn = None
         self.restarts = 0

@@ -28,9 +28,16 @@ class StageReport:
     action: str = ""  # what the policy did: "identity", "fallback:<op>", "skip"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "operator": self.operator, "status": self.status,
-                "error": self.error.to_dict() if self.error else None, "time_s": self.time_s,
-                "device_time_s": self.device_time_s, "variant": self.variant, "action": self.action}
+        return {
+            "stage": self.stage,
+            "operator": self.operator,
+            "status": self.status,
+            "error": self.error.to_dict() if self.error else None,
+            "time_s": self.time_s,
+            "device_time_s": self.device_time_s,
+            "variant": self.variant,
+            "action": self.action,
+        }
 
 
 @dataclass
@@ -52,8 +59,12 @@ class RunReport:
         return [s for s in self.stages.values() if s.status != "ok"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stages": [s.to_dict() for s in self.stages.values()], "missing_outputs": self.missing_outputs,
-                "total_time_s": self.total_time_s, "graph_replay": self.graph_replay}
+        return {
+            "stages": [s.to_dict() for s in self.stages.values()],
+            "missing_outputs": self.missing_outputs,
+            "total_time_s": self.total_time_s,
+            "graph_replay": self.graph_replay,
+        }
 
 
 @dataclass

@@ -10,26 +10,49 @@ __all__ = ["trace_events", "write_trace"]
 
 def trace_events(pipe, report) -> list[dict]:
     """Trace events (``ph: "X"`` complete events, microseconds) laid out in execution order."""
-    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"pipelink {pipe.name}"}},
-              {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "host"}},
-              {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": f"device {pipe.device}"}}]
+    events = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"pipelink {pipe.name}"}},
+        {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "host"}},
+        {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": f"device {pipe.device}"}},
+    ]
     host_t, dev_t = 0.0, 0.0
     for s in report.stages.values():
         args = {"operator": s.operator, "variant": s.variant, "status": s.status}
         if s.error is not None:
             args["error"] = s.error.message
-        events.append({"ph": "X", "pid": 1, "tid": 1, "name": s.stage, "cat": "stage", "ts": host_t,
-                       "dur": s.time_s * 1e6, "args": args})
+        events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": 1,
+                "name": s.stage,
+                "cat": "stage",
+                "ts": host_t,
+                "dur": s.time_s * 1e6,
+                "args": args,
+            }
+        )
         host_t += s.time_s * 1e6
         if s.device_time_s is not None:
             dev_t = max(dev_t, host_t - s.time_s * 1e6)
-            events.append({"ph": "X", "pid": 1, "tid": 2, "name": s.stage, "cat": "kernel", "ts": dev_t,
-                           "dur": s.device_time_s * 1e6, "args": {"operator": s.operator}})
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": 2,
+                    "name": s.stage,
+                    "cat": "kernel",
+                    "ts": dev_t,
+                    "dur": s.device_time_s * 1e6,
+                    "args": {"operator": s.operator},
+                }
+            )
             dev_t += s.device_time_s * 1e6
     return events
 
 
 def write_trace(path: str | Path, pipe, report) -> None:
     """Write the trace as JSON (open it in chrome://tracing or ui.perfetto.dev)."""
-    Path(path).write_text(json.dumps({"traceEvents": trace_events(pipe, report),
-                                      "displayTimeUnit": "ms"}, indent=1))
+    Path(path).write_text(
+        json.dumps({"traceEvents": trace_events(pipe, report), "displayTimeUnit": "ms"}, indent=1)
+    )

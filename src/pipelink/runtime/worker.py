@@ -21,9 +21,16 @@ def _build_kernel(spec, backend=None):
     from ..modules.registry import OperatorRegistry
     from ..ops import register_builtins
 
-    ctx = KernelContext(stage=spec.stage, attrs=spec.attrs, in_shapes=spec.in_shapes, in_dtypes=spec.in_dtypes,
-                        out_shapes=spec.out_shapes, out_dtypes=spec.out_dtypes, backend=backend,
-                        params=spec.params)
+    ctx = KernelContext(
+        stage=spec.stage,
+        attrs=spec.attrs,
+        in_shapes=spec.in_shapes,
+        in_dtypes=spec.in_dtypes,
+        out_shapes=spec.out_shapes,
+        out_dtypes=spec.out_dtypes,
+        backend=backend,
+        params=spec.params,
+    )
     if spec.source == "python":
         return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
     registry = OperatorRegistry()
@@ -36,10 +43,13 @@ def _build_kernel(spec, backend=None):
         from ..modules.native import load_library
 
         load_library(spec.source, registry=registry)
-    desc = registry.get(spec.operator, f"=={spec.version}",
-                        source=None if spec.source == "builtin" else spec.source)
+    desc = registry.get(
+        spec.operator, f"=={spec.version}", source=None if spec.source == "builtin" else spec.source
+    )
     device = "cpu" if backend is None else backend.kind
-    variant = next(v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device))
+    variant = next(
+        v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device)
+    )
     return variant.bind(ctx)
 
 
@@ -65,9 +75,18 @@ def worker_main(conn, spec) -> None:
         in_dtypes = [get_dtype(d).numpy if d is not None else None for d in spec.in_dtypes]
         out_dtypes = [get_dtype(d).numpy for d in spec.out_dtypes]
     except BaseException as e:  # noqa: BLE001 - reported to the parent, never raised here
-        conn.send(("failed", e if isinstance(e, PipeLinkError) else ModuleCrashError(
-            f"stage {spec.stage!r}: its worker could not build the kernel: {type(e).__name__}: {e}",
-            stage=spec.stage, operator=spec.operator)))
+        conn.send(
+            (
+                "failed",
+                e
+                if isinstance(e, PipeLinkError)
+                else ModuleCrashError(
+                    f"stage {spec.stage!r}: its worker could not build the kernel: {type(e).__name__}: {e}",
+                    stage=spec.stage,
+                    operator=spec.operator,
+                ),
+            )
+        )
         return
     conn.send(("ready", None))
 
@@ -85,18 +104,29 @@ def worker_main(conn, spec) -> None:
                 return
             _, in_refs, out_refs = message
             try:
-                ins = [view(r, s, d) if r is not None else None
-                       for r, s, d in zip(in_refs, spec.in_shapes, in_dtypes, strict=True)]
+                ins = [
+                    view(r, s, d) if r is not None else None
+                    for r, s, d in zip(in_refs, spec.in_shapes, in_dtypes, strict=True)
+                ]
                 outs = [view(r, s, d) for r, s, d in zip(out_refs, spec.out_shapes, out_dtypes, strict=True)]
                 kernel(ins, outs, None)
                 conn.send(("ok", None))
             except PipeLinkError as e:
                 conn.send(("error", e))
             except Exception as e:  # noqa: BLE001 - the stage's failure, reported with its cause
-                conn.send(("error", ModuleCrashError(
-                    f"stage {spec.stage!r} (operator {spec.operator!r}) raised {type(e).__name__}: {e} "
-                    "in its worker process", stage=spec.stage, operator=spec.operator,
-                    cause=f"{type(e).__name__}: {e}")))
+                conn.send(
+                    (
+                        "error",
+                        ModuleCrashError(
+                            f"stage {spec.stage!r} (operator {spec.operator!r}) raised "
+                            f"{type(e).__name__}: {e} "
+                            "in its worker process",
+                            stage=spec.stage,
+                            operator=spec.operator,
+                            cause=f"{type(e).__name__}: {e}",
+                        ),
+                    )
+                )
 
 
 def _cuda_worker(conn, spec) -> None:
@@ -112,22 +142,36 @@ def _cuda_worker(conn, spec) -> None:
         backend = get_backend(spec.device)
         handle = driver.CUipcMemHandle()
         handle.reserved = spec.ipc_handle
-        err, base = driver.cuIpcOpenMemHandle(handle,
-                                              driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        err, base = driver.cuIpcOpenMemHandle(
+            handle, driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+        )
         if err != driver.CUresult.CUDA_SUCCESS:
             raise CUDAError(f"stage {spec.stage!r}: cuIpcOpenMemHandle failed ({err.name})", stage=spec.stage)
         base = int(base)
         slots = iter(spec.offsets)
-        ins = [Tensor(base + next(slots), s, d, spec.device) if s is not None else None
-               for s, d in zip(spec.in_shapes, spec.in_dtypes, strict=True)]
-        outs = [Tensor(base + next(slots), s, d, spec.device) for s, d in zip(spec.out_shapes, spec.out_dtypes,
-                                                                          strict=True)]
+        ins = [
+            Tensor(base + next(slots), s, d, spec.device) if s is not None else None
+            for s, d in zip(spec.in_shapes, spec.in_dtypes, strict=True)
+        ]
+        outs = [
+            Tensor(base + next(slots), s, d, spec.device)
+            for s, d in zip(spec.out_shapes, spec.out_dtypes, strict=True)
+        ]
         kernel = _build_kernel(spec, backend)
         stream = backend.default_stream()
     except BaseException as e:  # noqa: BLE001 - reported to the parent, never raised here
-        conn.send(("failed", e if isinstance(e, PipeLinkError) else ModuleCrashError(
-            f"stage {spec.stage!r}: its CUDA worker could not start: {type(e).__name__}: {e}",
-            stage=spec.stage, operator=spec.operator)))
+        conn.send(
+            (
+                "failed",
+                e
+                if isinstance(e, PipeLinkError)
+                else ModuleCrashError(
+                    f"stage {spec.stage!r}: its CUDA worker could not start: {type(e).__name__}: {e}",
+                    stage=spec.stage,
+                    operator=spec.operator,
+                ),
+            )
+        )
         return
     conn.send(("ready", None))
     while True:
@@ -146,13 +190,29 @@ def _cuda_worker(conn, spec) -> None:
             if isinstance(e, CUDAError) and spec.source not in ("builtin", "python"):
                 # A native module's CUDA fault is the module's crash (issue #4: MODULE_CRASH for modules).
                 e = ModuleCrashError(
-                    f"stage {spec.stage!r} (operator {spec.operator!r}, module {spec.source}) crashed its CUDA "
-                    f"worker: {e.message}", stage=spec.stage, operator=spec.operator, module=spec.source,
-                    cuda_error=e.context.get("cuda_error"), cuda_code=e.context.get("cuda_code"))
+                    f"stage {spec.stage!r} (operator {spec.operator!r}, module {spec.source}) "
+                    f"crashed its CUDA "
+                    f"worker: {e.message}",
+                    stage=spec.stage,
+                    operator=spec.operator,
+                    module=spec.source,
+                    cuda_error=e.context.get("cuda_error"),
+                    cuda_code=e.context.get("cuda_code"),
+                )
             conn.send(("error", e))
             if e.context.get("cuda_error") or isinstance(e, CUDAError):
                 return  # this context may be corrupted (sticky error): the parent starts a new worker
         except Exception as e:  # noqa: BLE001
-            conn.send(("error", ModuleCrashError(
-                f"stage {spec.stage!r} (operator {spec.operator!r}) raised {type(e).__name__}: {e} in its "
-                "CUDA worker process", stage=spec.stage, operator=spec.operator, cause=f"{type(e).__name__}: {e}")))
+            conn.send(
+                (
+                    "error",
+                    ModuleCrashError(
+                        f"stage {spec.stage!r} (operator {spec.operator!r}) raised "
+                        f"{type(e).__name__}: {e} in its "
+                        "CUDA worker process",
+                        stage=spec.stage,
+                        operator=spec.operator,
+                        cause=f"{type(e).__name__}: {e}",
+                    ),
+                )
+            )
