@@ -382,7 +382,12 @@ class Pipeline:
                 continue
             shapes = tuple(known[n][0] if n else None for n in st.inputs)
             dtypes = tuple(known[n][1] if n else None for n in st.inputs)
-            found = self._backend.tuned_params(st.desc, shapes, dtypes)
+            if st.desc.source in ("builtin", "python"):
+                found = self._backend.tuned_params(st.desc, shapes, dtypes)
+            else:  # a native module's manifest tunables, tuned with `pipelink tune` (library mode)
+                from .tune.native import lookup_native
+
+                found = lookup_native(st.desc, self._backend.info, shapes, dtypes)
             if found is None:
                 continue
             params, source, reason = found

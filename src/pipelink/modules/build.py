@@ -152,7 +152,8 @@ def build_module(
     flags = ["-I", str(include_dir())]
     for d in include_dirs:
         flags += ["-I", str(Path(d).absolute())]
-    flags += [f"-D{d}" for d in defines]
+    # "NAME=VALUE", or "-DNAME=VALUE" as `pipelink tune --export` writes them.
+    flags += [f"-D{d[2:] if d.startswith('-D') else d}" for d in defines]
     extra = list(extra_flags)
     cuda_arch = None
     if has_cu:

@@ -36,6 +36,15 @@ def default_target_factory(config: TuneConfig, device: str) -> TuneTarget:
     HardwareUnsupportedError
         When the CUDA backend (the ``cuda`` extra, an NVIDIA GPU) is not available.
     """
+    if config.library or config.sources:
+        from .native import NativeModuleTarget
+
+        chosen = config.device or device
+        if chosen == "auto":
+            from ..backends import resolve_device
+
+            chosen = resolve_device("auto")
+        return NativeModuleTarget(config, chosen)
     if device == "cpu":
         raise InvalidArgumentError("tuning needs a GPU: the CPU backend has no launch or compile parameters "
                                    "(got --device cpu; use auto, cuda or cuda:N)", device=device)

@@ -49,6 +49,11 @@ class TuneConfig:
     operator: str | None = None
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    library: str | None = None  # a native module whose tunables arrive as attributes
+    sources: tuple[str, ...] = ()  # or the module's sources, rebuilt per variant with -D macros
+    device: str | None = None
+    reference: str | None = None
+    base_dir: str | None = None  # where relative library/sources paths start (the config's folder)
 
     @property
     def space(self) -> ParameterSpace:
@@ -74,7 +79,17 @@ class TuneConfig:
             out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
         if self.dtypes:
             out["dtypes"] = dict(self.dtypes)
+        for key in ("library", "device", "reference"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.sources:
+            out["sources"] = list(self.sources)
         return out
+
+    def resolve(self, path: str) -> Path:
+        """A library or source path, relative to the tune config's folder."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() or self.base_dir is None else Path(self.base_dir) / p
 
 
 @cache
@@ -277,6 +292,11 @@ def load_tune_config(source: str | Path | Mapping[str, Any], *, operator: str | 
         operator=doc.get("operator"),
         shapes=shape_map,
         dtypes=dtype_map,
+        library=doc.get("library"),
+        sources=tuple(doc.get("sources", ())),
+        device=doc.get("device"),
+        reference=doc.get("reference"),
+        base_dir=str(Path(where).resolve().parent) if isinstance(source, str | Path) else None,
     )
 
 
