@@ -364,6 +364,23 @@ def tune(
     )
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context) -> None:
+    """Run the benchmark suite of a PipeLink checkout (``python -m benchmarks``; arguments pass through,
+    e.g. ``pipelink bench --quick --out results``)."""
+    root = Path.cwd()
+    if not (root / "benchmarks" / "suite.py").is_file():
+        raise UsageFailure(PipeLinkError(
+            "pipelink bench runs the suite in benchmarks/ of a PipeLink source checkout: run it from the "
+            "repository root"))
+    sys.path.insert(0, str(root))
+    from benchmarks.suite import main as bench_main
+
+    code = bench_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command()
 def doctor() -> None:
     """Device, driver, CUDA runtime, features and package versions."""

@@ -149,3 +149,9 @@ def test_path_with_nul_byte_is_a_config_error():
     # Found by the long fuzz run: a NUL byte made pathlib raise ValueError out of pl.validate.
     problems = pl.validate("\x00")
     assert problems and problems[0].code == pl.ErrorCode.PIPELINK_ERR_INVALID_CONFIG
+
+
+def test_cli_bench_needs_a_checkout(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--quick"]) == 2
+    assert "repository root" in capsys.readouterr().err
