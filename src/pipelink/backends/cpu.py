@@ -14,7 +14,35 @@ from ..hardware import cpu_info
 from ..tensor import Tensor, asarray
 from .base import Allocation, Backend, MemoryStats
 
-__all__ = ["CPUBackend", "scalar_dtype"]
+__all__ = ["CPUBackend", "scalar_dtype", "host_array"]
+
+
+def host_array(value: Any, dtype: DType | None = None) -> np.ndarray:
+    """A NumPy array of a host input (array, Python scalar or nested list), with a supported dtype.
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a value of another kind.
+    DTypeMismatchError
+        For an array of a dtype PipeLink does not support.
+    """
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+    elif isinstance(value, bool | int | float):
+        array = np.asarray(value, dtype=(dtype or scalar_dtype(value)).numpy)
+    elif isinstance(value, list | tuple):
+        array = np.asarray(value, dtype=dtype.numpy if dtype is not None else None)
+    else:
+        raise InvalidArgumentError(
+            f"cannot use {type(value).__name__} as an input: pass a NumPy array, a scalar or a "
+            "DLPack tensor (PyTorch, CuPy, JAX)"
+        )
+    try:
+        get_dtype(array.dtype)
+    except InvalidArgumentError as e:
+        raise DTypeMismatchError(f"unsupported input dtype {array.dtype}: {e}") from None
+    return array
 
 
 def scalar_dtype(value: bool | int | float) -> DType:
@@ -41,7 +69,7 @@ class CPUBackend(Backend):
             return alloc
         raw = np.empty(nbytes + alignment, dtype=np.uint8)
         start = (-raw.ctypes.data) % alignment
-        block = raw[start: start + nbytes]
+        block = raw[start : start + nbytes]
         return Allocation(block.ctypes.data, nbytes, block, self)
 
     def _free(self, alloc: Allocation) -> None:
@@ -60,11 +88,17 @@ class CPUBackend(Backend):
     def run_context(self):
         return np.errstate(all="ignore")
 
-    def view(self, alloc: Allocation, offset: int, shape: tuple[int, ...], dtype: DType,
-             strides: tuple[int, ...] | None = None) -> np.ndarray:
+    def view(
+        self,
+        alloc: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: DType,
+        strides: tuple[int, ...] | None = None,
+    ) -> np.ndarray:
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * dtype.itemsize
-        region = alloc.handle[offset: offset + nbytes]
+        region = alloc.handle[offset : offset + nbytes]
         return region.view(dtype.numpy).reshape(shape)
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
@@ -73,28 +107,15 @@ class CPUBackend(Backend):
     def wrap(self, arg: np.ndarray) -> Tensor:
         return Tensor.from_numpy(arg)
 
-    def import_input(self, value: Any, *, stream: Any = None, dtype: DType | None = None,
-                     pinned_key: str | None = None) -> np.ndarray:
-        if isinstance(value, np.ndarray):
-            array = value
-        elif isinstance(value, Tensor | np.generic) or hasattr(value, "__dlpack__"):
+    def import_input(
+        self, value: Any, *, stream: Any = None, dtype: DType | None = None, pinned_key: str | None = None
+    ) -> np.ndarray:
+        if isinstance(value, Tensor) or (
+            hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray | np.generic)
+        ):
             tensor = asarray(value)
-            if tensor.is_cuda:
-                tensor = tensor.cpu()
-            array = tensor.numpy()
-        elif isinstance(value, bool | int | float):
-            array = np.asarray(value, dtype=(dtype or scalar_dtype(value)).numpy)
-        elif isinstance(value, list | tuple):
-            array = np.asarray(value, dtype=dtype.numpy if dtype is not None else None)
-        else:
-            raise InvalidArgumentError(
-                f"cannot use {type(value).__name__} as an input: pass a NumPy array, a scalar or a "
-                "DLPack tensor (PyTorch, CuPy, JAX)")
-        try:
-            get_dtype(array.dtype)
-        except InvalidArgumentError as e:
-            raise DTypeMismatchError(f"unsupported input dtype {array.dtype}: {e}") from None
-        return array
+            return (tensor.cpu() if tensor.is_cuda else tensor).numpy()
+        return host_array(value, dtype)
 
     def signature_of(self, arg: np.ndarray) -> tuple[tuple[int, ...], str, bool]:
         return arg.shape, get_dtype(arg.dtype).name, bool(arg.flags.c_contiguous)

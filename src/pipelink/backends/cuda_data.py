@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType, get_dtype
-from ..errors import DTypeMismatchError, InvalidArgumentError, OutOfMemoryError
+from ..errors import InvalidArgumentError, OutOfMemoryError
 from ..tensor import Tensor, asarray
 from .base import Allocation, MemoryStats
-from .cpu import scalar_dtype
+from .cpu import host_array
 from .cuda_device import check_driver, is_cuda_exception
 from .cuda_pool import MAX_BIN, BinnedPool, bin_size
 
@@ -229,22 +229,7 @@ class CUDADataMixin:
                 self._check_device(tensor)
                 return tensor
             value = asarray(value)
-        if isinstance(value, Tensor):
-            array = value.numpy()
-        elif isinstance(value, np.ndarray | np.generic):
-            array = np.asarray(value)
-        elif isinstance(value, bool | int | float):
-            array = np.asarray(value, dtype=(dtype or scalar_dtype(value)).numpy)
-        elif isinstance(value, list | tuple):
-            array = np.asarray(value, dtype=dtype.numpy if dtype is not None else None)
-        else:
-            raise InvalidArgumentError(
-                f"cannot use {type(value).__name__} as an input: pass a NumPy array, a scalar or a "
-                "DLPack tensor (PyTorch, CuPy, JAX)")
-        try:
-            get_dtype(array.dtype)
-        except InvalidArgumentError as e:
-            raise DTypeMismatchError(f"unsupported input dtype {array.dtype}: {e}") from None
+        array = value.numpy() if isinstance(value, Tensor) else host_array(value, dtype)
         # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
         return self._upload(array if array.flags.c_contiguous else array.copy(order="C"), stream,
                             pinned_key=pinned_key)

@@ -58,6 +58,25 @@ class WorkerSpec:
     offsets: tuple = ()  # byte offsets of each present input, then each output, in the staging block
 
 
+def worker_spec(stage, variant, ctx, **where: Any) -> WorkerSpec:
+    """The picklable description a worker rebuilds the stage's kernel from (``where``: the memory it maps)."""
+    return WorkerSpec(
+        stage=stage.id,
+        operator=stage.desc.name,
+        version=str(stage.desc.version),
+        source=variant.source,
+        variant=variant.name,
+        function=variant.origin if variant.source == "python" else None,
+        attrs=dict(ctx.attrs),
+        in_shapes=tuple(ctx.in_shapes),
+        in_dtypes=tuple(ctx.in_dtypes),
+        out_shapes=tuple(ctx.out_shapes),
+        out_dtypes=tuple(ctx.out_dtypes),
+        params=dict(ctx.params),
+        **{"arena": None, "staging": None, **where},
+    )
+
+
 def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
     """The kernel of an isolated stage: same call signature, runs in a worker process."""
     if variant.source == "python" and variant.origin is None:
@@ -114,19 +133,10 @@ class IsolatedKernel:
                 f"by the worker; move {fn.__qualname__} to a module's top level",
                 stage=stage.id,
             )
-        self.spec = WorkerSpec(
-            stage=stage.id,
-            operator=stage.desc.name,
-            version=str(stage.desc.version),
-            source=variant.source,
-            variant=variant.name,
-            function=fn,
-            attrs=dict(ctx.attrs),
-            in_shapes=tuple(ctx.in_shapes),
-            in_dtypes=tuple(ctx.in_dtypes),
-            out_shapes=tuple(ctx.out_shapes),
-            out_dtypes=tuple(ctx.out_dtypes),
-            params=dict(ctx.params),
+        self.spec = worker_spec(
+            stage,
+            variant,
+            ctx,
             arena=arena.shared.name if arena is not None and arena.shared else None,
             staging=self._staging.name,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 
 from ..errors import CUDAError
-from .isolation import _ALIGN, IsolatedKernel, WorkerSpec, _nbytes, _shutdown_proc
+from .isolation import _ALIGN, IsolatedKernel, _nbytes, _shutdown_proc, worker_spec
 
 __all__ = ["CUDAIsolatedKernel"]
 
@@ -55,22 +55,10 @@ class CUDAIsolatedKernel(IsolatedKernel):
                 cuda_error=err.name,
             )
         self._offsets = offsets
-        fn = variant.origin if variant.source == "python" else None
-        self.spec = WorkerSpec(
-            stage=stage.id,
-            operator=stage.desc.name,
-            version=str(stage.desc.version),
-            source=variant.source,
-            variant=variant.name,
-            function=fn,
-            attrs=dict(ctx.attrs),
-            in_shapes=tuple(ctx.in_shapes),
-            in_dtypes=tuple(ctx.in_dtypes),
-            out_shapes=tuple(ctx.out_shapes),
-            out_dtypes=tuple(ctx.out_dtypes),
-            params=dict(ctx.params),
-            arena=None,
-            staging=None,
+        self.spec = worker_spec(
+            stage,
+            variant,
+            ctx,
             device=backend.device,
             ipc_handle=bytes(handle.reserved),
             offsets=tuple(offsets),
