@@ -10,7 +10,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from ..errors import ModuleCrashError, PipeLinkError
+from ..errors import ErrorCode, ModuleCrashError, PipeLinkError
 
 __all__ = ["worker_main"]
 
@@ -62,18 +62,9 @@ def _attach(name: str | None) -> SharedMemory | None:
 
 
 def worker_main(conn, spec) -> None:
-    """Entry point of the spawned process."""
-    if spec.device != "cpu":
-        _cuda_worker(conn, spec)
-        return
+    """Entry point of the spawned process: set up, say "ready", then serve "run" requests until "exit"."""
     try:
-        from ..dtypes import get_dtype
-
-        kernel = _build_kernel(spec)
-        arena = _attach(spec.arena)
-        staging = _attach(spec.staging)
-        in_dtypes = [get_dtype(d).numpy if d is not None else None for d in spec.in_dtypes]
-        out_dtypes = [get_dtype(d).numpy for d in spec.out_dtypes]
+        step = _cuda_setup(spec) if spec.device != "cpu" else _cpu_setup(spec)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, never raised here
         conn.send(
             (
@@ -81,7 +72,7 @@ def worker_main(conn, spec) -> None:
                 e
                 if isinstance(e, PipeLinkError)
                 else ModuleCrashError(
-                    f"stage {spec.stage!r}: its worker could not build the kernel: {type(e).__name__}: {e}",
+                    f"stage {spec.stage!r}: its worker could not start: {type(e).__name__}: {e}",
                     stage=spec.stage,
                     operator=spec.operator,
                 ),
@@ -89,11 +80,6 @@ def worker_main(conn, spec) -> None:
         )
         return
     conn.send(("ready", None))
-
-    def view(ref, shape, dtype):
-        block = arena if ref[0] == "arena" else staging
-        return np.ndarray(shape, dtype=dtype, buffer=block.buf, offset=ref[1])
-
     with np.errstate(all="ignore"):
         while True:
             try:
@@ -102,25 +88,21 @@ def worker_main(conn, spec) -> None:
                 return
             if message[0] == "exit":
                 return
-            _, in_refs, out_refs = message
             try:
-                ins = [
-                    view(r, s, d) if r is not None else None
-                    for r, s, d in zip(in_refs, spec.in_shapes, in_dtypes, strict=True)
-                ]
-                outs = [view(r, s, d) for r, s, d in zip(out_refs, spec.out_shapes, out_dtypes, strict=True)]
-                kernel(ins, outs, None)
+                step(message)
                 conn.send(("ok", None))
             except PipeLinkError as e:
+                e = _as_module_crash(e, spec)
                 conn.send(("error", e))
+                if e.code == ErrorCode.PIPELINK_ERR_CUDA or e.context.get("cuda_error"):
+                    return  # the CUDA context may be corrupted (sticky error): the parent starts a new worker
             except Exception as e:  # noqa: BLE001 - the stage's failure, reported with its cause
                 conn.send(
                     (
                         "error",
                         ModuleCrashError(
                             f"stage {spec.stage!r} (operator {spec.operator!r}) raised "
-                            f"{type(e).__name__}: {e} "
-                            "in its worker process",
+                            f"{type(e).__name__}: {e} in its worker process",
                             stage=spec.stage,
                             operator=spec.operator,
                             cause=f"{type(e).__name__}: {e}",
@@ -129,90 +111,73 @@ def worker_main(conn, spec) -> None:
                 )
 
 
-def _cuda_worker(conn, spec) -> None:
-    """The CUDA worker: its own context, the parent's staging block opened through a CUDA IPC handle."""
+def _as_module_crash(e: PipeLinkError, spec) -> PipeLinkError:
+    """A native module's CUDA fault is the module's crash (MODULE_CRASH for modules, CUDA for built-ins)."""
+    if e.code != ErrorCode.PIPELINK_ERR_CUDA or spec.source in ("builtin", "python"):
+        return e
+    return ModuleCrashError(
+        f"stage {spec.stage!r} (operator {spec.operator!r}, module {spec.source}) crashed its CUDA worker: "
+        f"{e.message}",
+        stage=spec.stage,
+        operator=spec.operator,
+        module=spec.source,
+        cuda_error=e.context.get("cuda_error"),
+        cuda_code=e.context.get("cuda_code"),
+    )
+
+
+def _cpu_setup(spec):
+    """CPU: map the plan's arena and the stage's staging block; each request names where tensors live."""
+    from ..dtypes import get_dtype
+
+    kernel = _build_kernel(spec)
+    blocks = {"arena": _attach(spec.arena), "staging": _attach(spec.staging)}
+    in_dtypes = [get_dtype(d).numpy if d is not None else None for d in spec.in_dtypes]
+    out_dtypes = [get_dtype(d).numpy for d in spec.out_dtypes]
+
+    def view(ref, shape, dtype):
+        return np.ndarray(shape, dtype=dtype, buffer=blocks[ref[0]].buf, offset=ref[1])
+
+    def step(message):
+        _, in_refs, out_refs = message
+        ins = [
+            view(r, s, d) if r is not None else None
+            for r, s, d in zip(in_refs, spec.in_shapes, in_dtypes, strict=True)
+        ]
+        outs = [view(r, s, d) for r, s, d in zip(out_refs, spec.out_shapes, out_dtypes, strict=True)]
+        kernel(ins, outs, None)
+
+    return step
+
+
+def _cuda_setup(spec):
+    """CUDA: our own context; the parent's staging block opened through its CUDA IPC handle."""
+    from cuda.bindings import driver
+
+    from ..backends import get_backend
     from ..errors import CUDAError
     from ..tensor import Tensor
 
-    try:
-        from cuda.bindings import driver
+    backend = get_backend(spec.device)
+    handle = driver.CUipcMemHandle()
+    handle.reserved = spec.ipc_handle
+    err, base = driver.cuIpcOpenMemHandle(handle, driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise CUDAError(f"stage {spec.stage!r}: cuIpcOpenMemHandle failed ({err.name})", stage=spec.stage)
+    slots = iter(int(base) + off for off in spec.offsets)
+    ins = [
+        Tensor(next(slots), s, d, spec.device) if s is not None else None
+        for s, d in zip(spec.in_shapes, spec.in_dtypes, strict=True)
+    ]
+    outs = [
+        Tensor(next(slots), s, d, spec.device) for s, d in zip(spec.out_shapes, spec.out_dtypes, strict=True)
+    ]
+    kernel = _build_kernel(spec, backend)
+    stream = backend.default_stream()
 
-        from ..backends import get_backend
+    def step(message):
+        kernel(ins, outs, stream)
+        backend.synchronize(stream)
+        backend.check_errors(stage=spec.stage)
 
-        backend = get_backend(spec.device)
-        handle = driver.CUipcMemHandle()
-        handle.reserved = spec.ipc_handle
-        err, base = driver.cuIpcOpenMemHandle(
-            handle, driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-        )
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise CUDAError(f"stage {spec.stage!r}: cuIpcOpenMemHandle failed ({err.name})", stage=spec.stage)
-        base = int(base)
-        slots = iter(spec.offsets)
-        ins = [
-            Tensor(base + next(slots), s, d, spec.device) if s is not None else None
-            for s, d in zip(spec.in_shapes, spec.in_dtypes, strict=True)
-        ]
-        outs = [
-            Tensor(base + next(slots), s, d, spec.device)
-            for s, d in zip(spec.out_shapes, spec.out_dtypes, strict=True)
-        ]
-        kernel = _build_kernel(spec, backend)
-        stream = backend.default_stream()
-    except BaseException as e:  # noqa: BLE001 - reported to the parent, never raised here
-        conn.send(
-            (
-                "failed",
-                e
-                if isinstance(e, PipeLinkError)
-                else ModuleCrashError(
-                    f"stage {spec.stage!r}: its CUDA worker could not start: {type(e).__name__}: {e}",
-                    stage=spec.stage,
-                    operator=spec.operator,
-                ),
-            )
-        )
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "exit":
-            return
-        try:
-            kernel(ins, outs, stream)
-            backend.synchronize(stream)
-            backend.check_errors(stage=spec.stage)
-            conn.send(("ok", None))
-        except PipeLinkError as e:
-            if isinstance(e, CUDAError) and spec.source not in ("builtin", "python"):
-                # A native module's CUDA fault is the module's crash (issue #4: MODULE_CRASH for modules).
-                e = ModuleCrashError(
-                    f"stage {spec.stage!r} (operator {spec.operator!r}, module {spec.source}) "
-                    f"crashed its CUDA "
-                    f"worker: {e.message}",
-                    stage=spec.stage,
-                    operator=spec.operator,
-                    module=spec.source,
-                    cuda_error=e.context.get("cuda_error"),
-                    cuda_code=e.context.get("cuda_code"),
-                )
-            conn.send(("error", e))
-            if e.context.get("cuda_error") or isinstance(e, CUDAError):
-                return  # this context may be corrupted (sticky error): the parent starts a new worker
-        except Exception as e:  # noqa: BLE001
-            conn.send(
-                (
-                    "error",
-                    ModuleCrashError(
-                        f"stage {spec.stage!r} (operator {spec.operator!r}) raised "
-                        f"{type(e).__name__}: {e} in its "
-                        "CUDA worker process",
-                        stage=spec.stage,
-                        operator=spec.operator,
-                        cause=f"{type(e).__name__}: {e}",
-                    ),
-                )
-            )
+    return step
