@@ -155,3 +155,28 @@ def test_cli_bench_needs_a_checkout(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["bench", "--quick"]) == 2
     assert "repository root" in capsys.readouterr().err
+
+
+def test_cli_doctor_include_dir_build_and_inspect(tmp_path, capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "CUDA" in out and "cpu features" in out
+    assert main(["include-dir"]) == 0
+    from pathlib import Path
+
+    assert (Path(capsys.readouterr().out.strip()) / "pipelink.h").is_file()
+    src = tmp_path / "twice.c"
+    src.write_text('#include <pipelink.h>\nPIPELINK_COMPUTE(twice) {\n'
+                   '    const float* x = (const float*)in[0].data; float* y = (float*)out[0].data;\n'
+                   '    for (int64_t i = 0; i < pipelink_numel(&in[0]); ++i) y[i] = 2 * x[i];\n'
+                   '    return PIPELINK_SUCCESS;\n}\nPIPELINK_VERSION(twice, 1, 2, 0)\n'
+                   'PIPELINK_MANIFEST({"name": "twice", "version": "1.2.0", "entry": "twice", "devices": ["cpu"],'
+                   ' "inputs": [{"name": "x", "dtype": "float32"}], "outputs": [{"name": "y", "shape": "x"}]})\n')
+    lib = tmp_path / "libtwice.so"
+    assert main(["build", str(src), "-o", str(lib)]) == 0 and lib.is_file()
+    capsys.readouterr()
+    assert main(["inspect", str(lib)]) == 0
+    text = capsys.readouterr().out
+    assert "twice" in text and "1.2.0" in text and "pipeLinkVersion_twice_1_2_0" in text
+    assert main(["inspect", str(tmp_path / "missing.so")]) == 2
+    assert "PIPELINK_ERR_MODULE_LOAD_FAILED" in capsys.readouterr().err
