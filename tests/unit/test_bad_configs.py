@@ -170,8 +170,9 @@ def test_cli_doctor_include_dir_build_and_inspect(tmp_path, capsys):
                    '    const float* x = (const float*)in[0].data; float* y = (float*)out[0].data;\n'
                    '    for (int64_t i = 0; i < pipelink_numel(&in[0]); ++i) y[i] = 2 * x[i];\n'
                    '    return PIPELINK_SUCCESS;\n}\nPIPELINK_VERSION(twice, 1, 2, 0)\n'
-                   'PIPELINK_MANIFEST({"name": "twice", "version": "1.2.0", "entry": "twice", "devices": ["cpu"],'
-                   ' "inputs": [{"name": "x", "dtype": "float32"}], "outputs": [{"name": "y", "shape": "x"}]})\n')
+                   'PIPELINK_MANIFEST({"name": "twice", "version": "1.2.0", "entry": "twice",'
+                   ' "devices": ["cpu"], "inputs": [{"name": "x", "dtype": "float32"}],'
+                   ' "outputs": [{"name": "y", "shape": "x"}]})\n')
     lib = tmp_path / "libtwice.so"
     assert main(["build", str(src), "-o", str(lib)]) == 0 and lib.is_file()
     capsys.readouterr()
