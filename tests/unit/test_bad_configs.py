@@ -181,3 +181,14 @@ def test_cli_doctor_include_dir_build_and_inspect(tmp_path, capsys):
     assert "twice" in text and "1.2.0" in text and "pipeLinkVersion_twice_1_2_0" in text
     assert main(["inspect", str(tmp_path / "missing.so")]) == 2
     assert "PIPELINK_ERR_MODULE_LOAD_FAILED" in capsys.readouterr().err
+
+
+def test_readme_config_example_is_valid():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    assert blocks, "the README shows a config"
+    for block in blocks:
+        assert pl.validate(json.loads(block)) == []
