@@ -282,7 +282,10 @@ def graph(
         return
     from .graph.render import write
 
-    write(dot, out)
+    try:
+        write(dot, out)
+    except PipeLinkError as e:  # a usage problem: wrong suffix, Graphviz missing
+        raise UsageFailure(e) from e
     console.print(f"graph written to {out}")
 
 

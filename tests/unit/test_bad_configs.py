@@ -192,3 +192,35 @@ def test_readme_config_example_is_valid():
     assert blocks, "the README shows a config"
     for block in blocks:
         assert pl.validate(json.loads(block)) == []
+
+
+def test_cli_trace_and_error_log(files, tmp_path, capsys):
+    flaky = tmp_path / "flaky.json"
+    flaky.write_text(json.dumps({
+        "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
+        "pipeline": [{"name": "layer_norm", "id": "norm", "inputs": ["x"], "outputs": ["h"],
+                      "attrs": {"eps": 0.0}, "constraints": {"check_finite": True}, "on_error": "identity"},
+                     {"name": "relu", "id": "act", "inputs": ["h"], "outputs": ["y"]}]}))
+    constant = tmp_path / "constant.npz"
+    np.savez(constant, x=np.full((4, 8), 3.0, np.float32))  # zero variance: 0/0 in every row
+    trace, log = tmp_path / "trace.json", tmp_path / "errors.jsonl"
+    code = main(["run", str(flaky), "--inputs", str(constant), "--device", "cpu", "--trace", str(trace),
+                 "--error-log", str(log)])
+    assert code == 1, "a degraded stage makes the run's exit status 1"
+    err = capsys.readouterr().err
+    assert "warning[PIPELINK_ERR_MODULE_CRASH]" in err and "non-finite" in err
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X"]
+    assert [e["name"] for e in spans] == ["norm", "act"]
+    assert spans[0]["args"]["status"] == "degraded" and spans[1]["ts"] >= spans[0]["ts"] + spans[0]["dur"]
+    entry = json.loads(log.read_text().splitlines()[0])
+    assert entry["stage"] == "norm" and entry["code"] == "PIPELINK_ERR_MODULE_CRASH"
+    pl.configure_error_log(None)
+
+
+def test_cli_graph_image_needs_graphviz_or_says_so(files, capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["graph", str(files["good"]), "-o", str(files["dir"] / "g.svg")]) == 2
+    assert "graphviz" in capsys.readouterr().err.lower()
