@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops import cuda as kc
 
@@ -224,7 +225,7 @@ def test_vectorised_loads_are_16_bytes():
 @pytest.mark.parametrize("c", [1, 3, 6, 1000, 1001, 4096, 4098])
 def test_row_vector_width_keeps_rows_aligned(dt, c):
     plan = kc.plan_layer_norm(dt, (5, c))
-    vec, item = int(plan.macros["PL_VEC"]), np.dtype(kc.get_dtype(dt).numpy).itemsize
+    vec, item = int(plan.macros["PL_VEC"]), np.dtype(get_dtype(dt).numpy).itemsize
     assert c % vec == 0 and vec * item <= 16
     if not plan.kernel.endswith("_big"):
         assert int(plan.macros["PL_GROUP"]) * vec * int(plan.macros["PL_MAX_VEC_PER_THREAD"]) >= c
