@@ -30,17 +30,9 @@ from .graph.planner import MemoryPlan
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
 from .runtime import errorlog
-from .runtime.executor import (
-    ExecutionPlan,
-    capture,
-    check_inputs,
-    compile_plan,
-    execute,
-    graph_blockers,
-    preload_inputs,
-    replay_or_recapture,
-    signature_of,
-)
+from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
+from .runtime.graphs import capture, graph_blockers, replay_or_recapture
+from .runtime.plan import ExecutionPlan
 from .runtime.report import LoadReport, RunReport
 
 __all__ = ["Pipeline", "load", "validate"]

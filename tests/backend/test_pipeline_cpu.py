@@ -360,7 +360,7 @@ def test_precision_policy_inserts_casts(policy, compute):
 
 
 def test_explicit_half_policy_is_refused_on_a_gpu_without_it():
-    from pipelink.graph.linker import resolve_precision
+    from pipelink.graph.precision import resolve_precision
     from pipelink.hardware import HardwareInfo
 
     old_gpu = HardwareInfo(kind="cuda", name="old GPU", compute_capability=(7, 5), features={"fp16": 1})

@@ -10,77 +10,26 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..descriptor import KernelContext
 from ..dtypes import get_dtype
 from ..errors import (
-    CUDAError,
     InvalidArgumentError,
     ModuleCrashError,
-    PipeLinkError,
-    PipeLinkTimeoutError,
 )
 from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
+from .plan import ExecutionPlan, Step
+from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel
 from .report import RunReport, StageReport
 
 __all__ = ["ExecutionPlan", "Step", "compile_plan", "execute"]
 
 log = logging.getLogger("pipelink")
-
-
-@dataclass
-class Step:
-    """One stage of a plan with its bound kernel and argument lists."""
-
-    stage: LinkedStage
-    kernel: Any
-    variant: str
-    in_names: tuple[str | None, ...]
-    out_names: tuple[str, ...]
-    stream_id: int = 0
-    relayouts: list[tuple[str, Any]] = field(default_factory=list)  # (source input name, contiguous buffer)
-    waits: list[int] = field(default_factory=list)  # producer step indices on other streams
-    fallback_kernel: Any = None
-    fallback_variant: str = ""
-    isolated: bool = False
-    reads_preloaded: bool = False  # waits for the async_preload copy stream before running
-
-
-@dataclass
-class ExecutionPlan:
-    """Everything ``run()`` needs for one input signature."""
-
-    signature: tuple
-    shapes: dict[str, tuple[int, ...]]
-    dtypes: dict[str, str]
-    memory: MemoryPlan
-    arena: Any
-    static: dict[str, Any]  # tensor name -> kernel argument living in the arena
-    steps: list[Step]
-    outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run
-    streams: dict[int, Any]
-    graph: Any = None  # captured CUDA graph (graph mode)
-    graph_io: dict[str, Any] = field(default_factory=dict)  # static input and output buffers
-    graph_bound: set[str] = field(default_factory=set)  # inputs read in place by the graph
-    graph_key: tuple = ()
-
-    def release(self) -> None:
-        if self.graph is not None:
-            self.graph.close()
-            self.graph = None
-        for step in self.steps:
-            if step.isolated:
-                step.kernel.close()
-        if self.arena is not None:
-            self.arena.free()
-            self.arena = None
 
 
 def signature_of(backend, graph: LinkedGraph, args: Mapping[str, Any]) -> tuple:
@@ -332,7 +281,7 @@ def execute(
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
     clock = time.perf_counter
-    nvtx = _nvtx() if profile or _NVTX_ENV else None
+    nvtx = nvtx_module() if profile or _NVTX_ENV else None
     for index, step in enumerate(plan.steps):
         st = step.stage
         rep = StageReport(st.id, st.desc.name, variant=step.variant)
@@ -361,14 +310,14 @@ def execute(
         if nvtx is not None:
             nvtx.push_range(f"{st.id} ({st.desc.name})", domain="pipelink")
         t0 = clock()
-        error = _run_kernel(step, ins, outs, stream, backend, profile, rep)
+        error = run_kernel(step, ins, outs, stream, backend, profile, rep)
         rep.time_s = clock() - t0
         if nvtx is not None:
             nvtx.pop_range(domain="pipelink")
         if error is None:
-            error = _post_checks(step, outs, stream, backend, rep)
+            error = post_checks(step, outs, stream, backend, rep)
         if error is not None:
-            _apply_policy(step, error, ins, outs, stream, backend, rep, missing, strict, error_log, graph)
+            apply_policy(step, error, ins, outs, stream, backend, rep, missing, strict, error_log, graph)
         if multi_stream:
             events[index] = backend.record_event(stream)
     if multi_stream:
@@ -378,248 +327,6 @@ def execute(
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
     return {n: values[n] for n in graph.outputs if n not in missing}
-
-
-_NVTX_ENV = os.environ.get("PIPELINK_NVTX") == "1"
-
-
-def _nvtx():
-    """The ``nvtx`` package when installed (NVTX ranges per stage for Nsight), else None."""
-    try:
-        import nvtx
-    except ImportError:
-        return None
-    return nvtx
-
-
-def _run_kernel(
-    step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport
-) -> PipeLinkError | None:
-    st = step.stage
-    try:
-        if profile and backend.kind != "cpu":
-            start = backend.record_event(stream, timing=True)
-            step.kernel(ins, outs, stream)
-            end = backend.record_event(stream, timing=True)
-            rep.device_time_s = backend.elapsed(start, end)
-        else:
-            step.kernel(ins, outs, stream)
-        return None
-    except PipeLinkError as e:
-        e.context.setdefault("stage", st.id)
-        e.context.setdefault("operator", st.desc.name)
-        return e
-    except Exception as e:  # noqa: BLE001 - any failure of user code is this stage's failure
-        return ModuleCrashError(
-            f"stage {st.id!r} (operator {st.desc.name!r}) raised {type(e).__name__}: {e}",
-            stage=st.id,
-            operator=st.desc.name,
-            cause=f"{type(e).__name__}: {e}",
-        )
-
-
-def _post_checks(step: Step, outs, stream, backend, rep: StageReport) -> PipeLinkError | None:
-    st = step.stage
-    c = st.config.constraints
-    if backend.kind != "cpu" and (c.check_finite or c.timeout_ms is not None or step.isolated):
-        try:
-            backend.check_errors(stage=st.id)
-        except CUDAError as e:
-            return e
-    if c.timeout_ms is not None and not step.isolated:
-        if backend.kind != "cpu":
-            backend.synchronize(stream)
-            rep.time_s = max(rep.time_s, 0.0)
-        if rep.time_s * 1000 > c.timeout_ms:
-            return PipeLinkTimeoutError(
-                f"stage {st.id!r} (operator {st.desc.name!r}) took {rep.time_s * 1000:.1f} ms, over its "
-                f"timeout_ms of {c.timeout_ms:g}; its outputs were discarded (use isolation 'process' to "
-                "stop a stage that hangs)",
-                stage=st.id,
-                operator=st.desc.name,
-                timeout_ms=c.timeout_ms,
-            )
-    if c.check_finite:
-        for name, out in zip(step.out_names, outs, strict=True):
-            bad = backend.count_nonfinite(out, stream=stream)
-            if bad:
-                return ModuleCrashError(
-                    f"stage {st.id!r} (operator {st.desc.name!r}) produced {bad} non-finite values (NaN/Inf) "
-                    f"in output {name!r}",
-                    stage=st.id,
-                    operator=st.desc.name,
-                    output=name,
-                    nonfinite=bad,
-                )
-    return None
-
-
-def _apply_policy(
-    step: Step,
-    error: PipeLinkError,
-    ins,
-    outs,
-    stream,
-    backend,
-    rep: StageReport,
-    missing: set[str],
-    strict: bool,
-    error_log,
-    graph: LinkedGraph,
-) -> None:
-    st = step.stage
-    rep.error = error
-    if error_log is not None:
-        error_log(error, st, graph)
-    policy = st.config.on_error.kind
-    if strict or policy == "fail":
-        rep.status = "failed"
-        raise error
-    if policy == "identity":
-        present = [x for x in ins if x is not None]
-        for src, dst in zip(present, outs, strict=False):
-            backend.copy(dst, src, stream=stream)
-        rep.status, rep.action = "degraded", "identity"
-    elif policy == "skip":
-        rep.status, rep.action = "skipped", "skip"
-        missing.update(step.out_names)
-    elif policy == "fallback":
-        n_in, n_out = len(st.fallback.inputs), len(st.fallback.outputs)
-        fb_error = _run_kernel(
-            Step(st, step.fallback_kernel, step.fallback_variant, (), ()),
-            ins[:n_in] + [None] * max(0, n_in - len(ins)),
-            outs[:n_out],
-            stream,
-            backend,
-            False,
-            rep,
-        )
-        if fb_error is not None:
-            rep.status = "failed"
-            raise ModuleCrashError(
-                f"stage {st.id!r}: fallback {st.fallback.name!r} failed too: "
-                f"{fb_error.message} (original error: {error.message})",
-                stage=st.id,
-                operator=st.desc.name,
-            ) from fb_error
-        rep.status, rep.action, rep.variant = (
-            "degraded",
-            f"fallback:{st.fallback.name}",
-            step.fallback_variant,
-        )
-        missing.update(step.out_names[n_out:])
-
-
-def graph_blockers(graph: LinkedGraph) -> list[str]:
-    """Why a pipeline cannot be captured into a CUDA graph (empty when it can).
-
-    A captured graph cannot stop between stages to look at results, so per-stage policies, finiteness
-    checks, timeouts and worker processes keep a pipeline eager.
-    """
-    reasons = []
-    for st in graph.stages:
-        c = st.config
-        if c.on_error.kind != "fail":
-            reasons.append(f"stage {st.id!r} has on_error {c.on_error.kind!r}")
-        if c.constraints.check_finite or c.constraints.timeout_ms is not None:
-            reasons.append(f"stage {st.id!r} checks its outputs (check_finite/timeout_ms)")
-        if c.isolation == "process":
-            reasons.append(f"stage {st.id!r} runs in a worker process")
-    return reasons
-
-
-def binding_key(args: Mapping[str, Any], names) -> tuple:
-    """Where the bound inputs of a captured graph live: (name, pointer, strides) per input."""
-    return tuple((n, args[n].ptr, args[n].strides) for n in sorted(names))
-
-
-def capture(
-    plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any], bound: set[str]
-) -> None:
-    """Capture the whole plan into a CUDA graph.
-
-    Inputs in ``bound`` are read where the caller's tensors live (their addresses are baked into the
-    graph, so no copy is made); the others are copied into static buffers before each replay. Outputs
-    are written to static buffers.
-    """
-    if plan.graph is not None:
-        plan.graph.close()
-        plan.graph = None
-    io = dict(plan.graph_io)
-    inputs = {}
-    for name, shape, dtype, _ in plan.signature:
-        if name in bound:
-            inputs[name] = args[name]
-        else:
-            if name not in io:
-                io[name] = backend.empty(tuple(shape), get_dtype(dtype))
-            inputs[name] = io[name]
-    for name, shape, dtype in plan.outputs:
-        if name not in io:
-            io[name] = backend.empty(shape, get_dtype(dtype))
-    outputs = {n: io[n] for n, *_ in plan.outputs}
-    backend.synchronize(stream)
-    backend.begin_capture(stream)
-    try:
-        execute(plan, graph, backend, inputs, report=RunReport(), out_buffers=outputs)
-    finally:
-        captured = backend.end_capture(stream)
-    plan.graph, plan.graph_io = captured, io
-    plan.graph_bound = set(bound)
-    plan.graph_key = binding_key(args, bound)
-
-
-def replay(
-    plan: ExecutionPlan,
-    graph: LinkedGraph,
-    backend,
-    args: Mapping[str, Any],
-    stream,
-    *,
-    static_outputs: bool = False,
-) -> dict[str, Any]:
-    """Launch the captured graph: bound inputs must be where they were at capture (see
-    :func:`replay_or_recapture`); the others are copied into the static buffers first. Outputs are copied
-    out of the static buffers into fresh tensors, unless ``static_outputs``."""
-    io = plan.graph_io
-    for name, value in args.items():
-        if name not in plan.graph_bound and value is not io.get(name):
-            backend.copy(io[name], value, stream=stream)
-    backend.launch_graph(plan.graph, stream)
-    produced = {}
-    for name, shape, dtype in plan.outputs:
-        if static_outputs:
-            produced[name] = io[name]
-        else:
-            out = backend.empty(shape, get_dtype(dtype))
-            backend.copy(out, io[name], stream=stream)
-            produced[name] = out
-    for name in graph.outputs:
-        if name not in produced and name in args:
-            produced[name] = args[name]
-    return produced
-
-
-def replay_or_recapture(
-    plan: ExecutionPlan,
-    graph: LinkedGraph,
-    backend,
-    args: Mapping[str, Any],
-    stream,
-    *,
-    static_outputs: bool = False,
-) -> dict[str, Any]:
-    """Replay; an input whose address moved since the capture becomes a copied input (once, by capturing
-    again), so inputs that stay put (weights) are never copied and inputs that move (fresh activations)
-    cost one device copy each."""
-    if binding_key(args, plan.graph_bound) != plan.graph_key:
-        moved = {
-            n
-            for n in plan.graph_bound
-            if (args[n].ptr, args[n].strides) != next((p, s) for k, p, s in plan.graph_key if k == n)
-        }
-        capture(plan, graph, backend, stream, args, plan.graph_bound - moved)
-    return replay(plan, graph, backend, args, stream, static_outputs=static_outputs)
 
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:

@@ -1,0 +1,59 @@
+"""The compiled form of a pipeline for one input signature: its steps and everything a run replays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..graph.linker import LinkedStage
+from ..graph.planner import MemoryPlan
+
+__all__ = ["Step", "ExecutionPlan"]
+
+
+@dataclass
+class Step:
+    """One stage of a plan with its bound kernel and argument lists."""
+
+    stage: LinkedStage
+    kernel: Any
+    variant: str
+    in_names: tuple[str | None, ...]
+    out_names: tuple[str, ...]
+    stream_id: int = 0
+    relayouts: list[tuple[str, Any]] = field(default_factory=list)  # (source input name, contiguous buffer)
+    waits: list[int] = field(default_factory=list)  # producer step indices on other streams
+    fallback_kernel: Any = None
+    fallback_variant: str = ""
+    isolated: bool = False
+    reads_preloaded: bool = False  # waits for the async_preload copy stream before running
+
+
+@dataclass
+class ExecutionPlan:
+    """Everything ``run()`` needs for one input signature."""
+
+    signature: tuple
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    memory: MemoryPlan
+    arena: Any
+    static: dict[str, Any]  # tensor name -> kernel argument living in the arena
+    steps: list[Step]
+    outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run
+    streams: dict[int, Any]
+    graph: Any = None  # captured CUDA graph (graph mode)
+    graph_io: dict[str, Any] = field(default_factory=dict)  # static input and output buffers
+    graph_bound: set[str] = field(default_factory=set)  # inputs read in place by the graph
+    graph_key: tuple = ()
+
+    def release(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
+        for step in self.steps:
+            if step.isolated:
+                step.kernel.close()
+        if self.arena is not None:
+            self.arena.free()
+            self.arena = None
