@@ -15,7 +15,7 @@ from pipelink.config import (
     read_config,
     schema_text,
 )
-from pipelink.errors import ErrorCode
+from tests.unit.config_helpers import only, stage
 
 KNOWN = {"deform_conv2d_v2", "silu_activation", "layer_norm_v1", "relu", "add", "matmul", "layer_norm"}
 
@@ -54,25 +54,9 @@ SEED_44 = {
 }
 
 
-def stage(name="relu", inputs=("x",), outputs=("y",), **extra):
-    return {"name": name, "inputs": list(inputs), "outputs": list(outputs), **extra}
-
-
 def check(doc, **kwargs):
     kwargs.setdefault("known_operators", KNOWN)
     return check_document(doc, **kwargs)
-
-
-def paths(problems):
-    return [p.path for p in problems]
-
-
-def only(problems, path):
-    """The single problem at ``path`` (fails if there is none or several)."""
-    found = [p for p in problems if p.path == path]
-    assert len(found) == 1, f"expected one problem at {path!r}, got {problems}"
-    assert found[0].code is ErrorCode.PIPELINK_ERR_INVALID_CONFIG
-    return found[0].message
 
 
 # --- the schema file -------------------------------------------------------------------------------------
