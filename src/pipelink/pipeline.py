@@ -31,7 +31,7 @@ from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
 from .runtime import errorlog
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
-from .runtime.graphs import capture, graph_blockers, replay_or_recapture
+from .runtime.graphs import capture_bound, graph_blockers, replay
 from .runtime.plan import ExecutionPlan
 from .runtime.report import LoadReport, RunReport
 
@@ -247,36 +247,52 @@ class Pipeline:
             Fresh tensors: a later run never overwrites them. Outputs of a failed ``skip`` stage are left
             out and listed in ``last_report.missing_outputs``.
         """
-        given = dict(inputs or {})
-        given.update(kwargs)
+        given = dict(inputs) if inputs else {}
+        if kwargs:
+            given.update(kwargs)
         with self._lock:
             if self._closed:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
-            check_inputs(self._graph, given)
-            stream = self._backend.default_stream()
-            preload = self._preload_stream()
-            args = {
-                n: self._import(n, v, preload if n in self._preload_inputs else stream)
-                for n, v in given.items()
-            }
-            preload_event = self._backend.record_event(preload) if preload is not None else None
-            signature = signature_of(self._backend, self._graph, args)
+            backend = self._backend
+            stream = backend.default_stream()
             report = RunReport()
-            plan = self._plans.get(signature)
-            if plan is None:
-                plan = self._plan_for(args, signature)
-                report.new_signature = True
-            self._last_plan = plan
+            preload_event = None
+            # The fast path: inputs already in the form of the last plan's signature (device tensors of the
+            # same shapes and dtypes, say) skip the import, the signature and the plan lookup.
+            plan = self._last_plan
+            args = (
+                backend.match_inputs(plan.signature, given, stream)
+                if plan is not None and not self._preload_inputs
+                else None
+            )
+            if args is None:
+                check_inputs(self._graph, given)
+                preload = self._preload_stream()
+                producers: list = []
+                args = {
+                    n: self._import(n, v, preload if n in self._preload_inputs else stream, producers)
+                    for n, v in given.items()
+                }
+                if producers:
+                    backend.order_after(producers)
+                preload_event = backend.record_event(preload) if preload is not None else None
+                signature = signature_of(backend, self._graph, args)
+                plan = self._plans.get(signature)
+                if plan is None:
+                    plan = self._plan_for(args, signature)
+                    report.new_signature = True
+                self._last_plan = plan
             t0 = time.perf_counter()
             try:
-                with self._backend.run_context():
+                with backend.run_context():
                     produced = self._execute(
                         plan, args, report, strict=strict, profile=profile, preload_event=preload_event
                     )
             finally:
                 report.total_time_s = time.perf_counter() - t0
                 self.last_report = report
-            return {n: self._backend.wrap(v) for n, v in produced.items()}
+            wrap = backend.wrap
+            return {n: wrap(v) for n, v in produced.items()}
 
     __call__ = run
 
@@ -300,11 +316,11 @@ class Pipeline:
         preload_event: Any = None,
     ) -> dict[str, Any]:
         stream = plan.streams[0]
-        if self.graph_mode and plan.graph is not None and not profile:
+        if self.graph_mode and plan.captured and not profile:
             report.graph_replay = True
             if preload_event is not None:
                 self._backend.wait_event(stream, preload_event)
-            produced = replay_or_recapture(
+            produced = replay(
                 plan, self._graph, self._backend, args, stream, static_outputs=self.static_outputs
             )
         else:
@@ -319,20 +335,22 @@ class Pipeline:
                 error_log=errorlog.record,
                 preload_event=preload_event,
             )
-            if self.graph_mode and plan.graph is None:
+            if self.graph_mode and not plan.captured:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
-                # input in place; inputs that later move become copied inputs.
-                capture(plan, self._graph, self._backend, stream, args, set(args))
+                # input where it is (replay captures more graphs as inputs move, up to a limit).
+                capture_bound(plan, self._graph, self._backend, stream, args)
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
         # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
         self._backend.finish_run(stream, keepalive=args)
         return produced
 
-    def _import(self, name: str, value: Any, stream: Any) -> Any:
+    def _import(self, name: str, value: Any, stream: Any, producers: list | None = None) -> Any:
         decl = (self._graph.config.inputs or {}).get(name)
         dtype = get_dtype(decl.dtype) if decl is not None and decl.dtype else None
         pinned = name if decl is not None and decl.pin_memory else None
-        arg = self._backend.import_input(value, stream=stream, dtype=dtype, pinned_key=pinned)
+        arg = self._backend.import_input(
+            value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
+        )
         shape, got, _ = self._backend.signature_of(arg)
         if decl is not None and decl.dtype and got != decl.dtype:
             raise InvalidArgumentError(

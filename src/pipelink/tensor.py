@@ -62,7 +62,7 @@ class Tensor:
         ``"cpu"`` or ``"cuda:N"``.
     """
 
-    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "__weakref__")
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "_contig", "__weakref__")
 
     def __init__(
         self,
@@ -84,6 +84,24 @@ class Tensor:
         self.device = "cpu" if kind == "cpu" else f"cuda:{index}"
         self._owner = owner
         self._array = _array
+        self._contig: bool | None = None
+
+    @classmethod
+    def _trusted(
+        cls,
+        ptr: int,
+        shape: tuple[int, ...],
+        dtype: DType,
+        device: str,
+        strides: tuple[int, ...],
+        owner: Any,
+    ) -> Tensor:
+        """A tensor from values already checked and in canonical form (tuples of ``int``, a ``DType``, a
+        ``"cuda:N"`` device): the run-time import path, without the constructor's conversions."""
+        t = cls.__new__(cls)
+        t.ptr, t.shape, t.strides, t.dtype, t.device = ptr, shape, strides, dtype, device
+        t._owner, t._array, t._contig = owner, None, None
+        return t
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -143,10 +161,13 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
-        return all(
-            d == 1 or s == c
-            for d, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape), strict=True)
-        )
+        contig = self._contig
+        if contig is None:  # shape and strides never change after construction
+            contig = self._contig = all(
+                d == 1 or s == c
+                for d, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape), strict=True)
+            )
+        return contig
 
     @property
     def is_cuda(self) -> bool:

@@ -121,13 +121,29 @@ class Backend:
         raise NotImplementedError
 
     def import_input(
-        self, value: Any, *, stream: Any = None, dtype: Any = None, pinned_key: str | None = None
+        self,
+        value: Any,
+        *,
+        stream: Any = None,
+        dtype: Any = None,
+        pinned_key: str | None = None,
+        producers: list | None = None,
     ) -> Any:
         """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device.
 
         ``dtype`` types a Python scalar; ``pinned_key`` names an input declared ``pin_memory`` (a device
-        backend uploads it through a page-locked buffer of its own)."""
+        backend uploads it through a page-locked buffer of its own); ``producers`` collects the streams
+        of inputs still being written elsewhere, for one :meth:`order_after` per run."""
         raise NotImplementedError
+
+    def order_after(self, producers: list) -> None:
+        """Make our streams wait for the producers' streams collected by :meth:`import_input`."""
+
+    def match_inputs(self, signature: tuple, given: dict, stream: Any) -> dict | None:
+        """The run's inputs as kernel arguments when each is already in the form a plan of ``signature``
+        takes (no upload, conversion or relayout): the fast path of ``run()``. None sends the run through
+        the general import."""
+        return None
 
     def signature_of(self, arg: Any) -> tuple[tuple[int, ...], str, bool]:
         """(shape, dtype name, is_contiguous) of a kernel argument."""

@@ -108,7 +108,13 @@ class CPUBackend(Backend):
         return Tensor.from_numpy(arg)
 
     def import_input(
-        self, value: Any, *, stream: Any = None, dtype: DType | None = None, pinned_key: str | None = None
+        self,
+        value: Any,
+        *,
+        stream: Any = None,
+        dtype: DType | None = None,
+        pinned_key: str | None = None,
+        producers: list | None = None,
     ) -> np.ndarray:
         if isinstance(value, Tensor) or (
             hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray | np.generic)
@@ -116,6 +122,22 @@ class CPUBackend(Backend):
             tensor = asarray(value)
             return (tensor.cpu() if tensor.is_cuda else tensor).numpy()
         return host_array(value, dtype)
+
+    def match_inputs(self, signature: tuple, given: dict, stream: Any) -> dict | None:
+        """``given`` as kernel arguments when every input is a NumPy array with the shape, dtype and
+        layout of ``signature``; else None (the general import)."""
+        if len(given) != len(signature):
+            return None
+        for name, shape, dtype, contiguous in signature:
+            value = given.get(name)
+            if (
+                type(value) is not np.ndarray
+                or value.shape != shape
+                or value.dtype != get_dtype(dtype).numpy
+                or value.flags.c_contiguous != contiguous
+            ):
+                return None
+        return given
 
     def signature_of(self, arg: np.ndarray) -> tuple[tuple[int, ...], str, bool]:
         return arg.shape, get_dtype(arg.dtype).name, bool(arg.flags.c_contiguous)

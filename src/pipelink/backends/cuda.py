@@ -116,6 +116,9 @@ class CUDABackend(CUDADataMixin, Backend):
         self._side = self._dev.create_stream(options=self._stream_options)  # allocations during a capture
         self._compiler = None
         self._compiler_lock = threading.Lock()
+        self._pending_runs: collections.deque = collections.deque()  # (event, what the run holds alive)
+        self._spare_events: list = []
+        self._finish_lock = threading.Lock()
         self._init_memory()
         from .cuda_ops import register_cuda_variants
 
@@ -145,6 +148,10 @@ class CUDABackend(CUDADataMixin, Backend):
                         "'process' for stages that may crash")
         return CUDAError(message, cuda_error=name, cuda_code=code, stage=stage, device=self.device,
                          device_uuid=self.info.uuid)
+
+    def launch_error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
+        """The :class:`CUDAError` of a failed driver call returning ``code`` (marks sticky errors)."""
+        return self._error(code, what, stage)
 
     def raise_cuda(self, exc: BaseException, what: str, stage: str | None = None) -> CUDAError:
         """The PipeLink :class:`CUDAError` for an exception of cuda.core (marks sticky errors).
@@ -261,10 +268,11 @@ class CUDABackend(CUDADataMixin, Backend):
 
     def launch_graph(self, graph: CUDAGraph, stream: Any) -> None:
         """Replay a captured graph on ``stream``."""
-        self._check_usable()
-        s = stream if stream is not None else self._main
-        check_driver(self._driver.cuGraphLaunch(graph.exec, s.handle), "cuGraphLaunch",
-                     device_uuid=self.info.uuid)
+        if self._corrupted is not None:
+            self._check_usable()
+        (err,) = self._driver.cuGraphLaunch(graph.exec, (stream if stream is not None else self._main).handle)
+        if err != 0:
+            raise self._error(int(err), "cuGraphLaunch")
 
     # -- kernels -----------------------------------------------------------------------------------
     @property
@@ -280,14 +288,22 @@ class CUDABackend(CUDADataMixin, Backend):
 
     def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
         """Return without waiting: record an event and hold the run's inputs until it completes, so a
-        producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels."""
-        pending = self.__dict__.setdefault("_pending_runs", collections.deque())
-        while pending and pending[0][0].is_done:
-            pending.popleft()
-        pending.append((self.record_event(stream), keepalive))
-        if len(pending) > 64:  # bound the host's run-ahead
-            pending[0][0].sync()
-            pending.popleft()
+        producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels. Events
+        are reused once their run has completed."""
+        pending, spare = self._pending_runs, self._spare_events
+        with self._finish_lock:  # pipelines on several threads share the backend
+            while pending and pending[0][0].is_done:
+                spare.append(pending.popleft()[0])
+            event = spare.pop() if spare else self._main.record(options=self._event_opts[False])
+            (err,) = self._driver.cuEventRecord(event.handle, stream.handle)
+            if err != 0:
+                spare.append(event)
+                raise self._error(int(err), "cuEventRecord")
+            pending.append((event, keepalive))
+            if len(pending) > 64:  # bound the host's run-ahead
+                event, _ = pending.popleft()
+                event.sync()
+                spare.append(event)
 
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
         """Tuned launch parameters from the tuning cache when the key matches (``pipelink tune``)."""

@@ -47,6 +47,10 @@ class _TorchDTypes(dict):
 _TORCH_DTYPES = _TorchDTypes()
 
 
+class _NotTorch:
+    """Stands for ``torch.Tensor`` until PyTorch was seen (no value has this type)."""
+
+
 class _HostMemory:
     """``__array_interface__`` over pinned host memory; holds the cuda.core Buffer that owns it."""
 
@@ -74,6 +78,9 @@ class CUDADataMixin:
         self._counter_lock = threading.Lock()
         self._counter: Tensor | None = None
         self._counter_host: np.ndarray | None = None
+        self._torch_tensor: type = _NotTorch  # torch.Tensor once a PyTorch input was imported
+        self._order_event: Any = None
+        self._cu_streams: dict[int, Any] = {}
 
     def _keep_pool_memory(self) -> None:
         # Without a release threshold the pool returns its memory to the OS at every synchronisation.
@@ -211,15 +218,18 @@ class CUDADataMixin:
 
     # -- import and export -------------------------------------------------------------------------
     def import_input(self, value: Any, *, stream: Any = None, dtype: DType | None = None,
-                     pinned_key: str | None = None) -> Tensor:
-        """A user's input as a device Tensor: CUDA DLPack producers zero-copy, host data uploaded."""
+                     pinned_key: str | None = None, producers: list | None = None) -> Tensor:
+        """A user's input as a device Tensor: CUDA DLPack producers zero-copy, host data uploaded.
+
+        ``producers``: where PyTorch inputs note ``(their stream, ours)`` for one :meth:`order_after` per
+        run; without it each PyTorch input is ordered on its own."""
         self._check_usable()
         stream = stream if stream is not None else self._main
         if isinstance(value, Tensor) and value.is_cuda:
             self._check_device(value)
             return value
         if type(value).__module__ == "torch" and getattr(value, "is_cuda", False):
-            fast = self._import_torch(value, stream)
+            fast = self._import_torch(value, stream, producers)
             if fast is not None:
                 return fast
         if not isinstance(value, np.ndarray | np.generic | Tensor) and hasattr(value, "__dlpack__"):
@@ -234,26 +244,89 @@ class CUDADataMixin:
         return self._upload(array if array.flags.c_contiguous else array.copy(order="C"), stream,
                             pinned_key=pinned_key)
 
-    def _import_torch(self, value: Any, stream: Any) -> Tensor | None:
+    def _import_torch(self, value: Any, stream: Any, producers: list | None = None) -> Tensor | None:
         """PyTorch CUDA tensors without the DLPack round trip (which costs tens of microseconds in
         PyTorch): the same zero-copy view, ordered after PyTorch's current stream by one event. None when
         the tensor needs the general path (another device, an unsupported dtype)."""
         import torch
 
         name = _TORCH_DTYPES.get(value.dtype)
-        if name is None or value.device.index != self.info.index:
+        if name is None or value.get_device() != self.info.index:
             return None
-        raw = torch._C._cuda_getCurrentRawStream(value.device.index)  # noqa: SLF001 - the fast accessor
-        ours = int(stream.handle)
-        if raw != ours:
-            event = self.__dict__.get("_order_event")
-            if event is None:
-                event = self._main.record(options=self._event_opts[False])
-                self._order_event = event
-            drv = self._driver
-            check_driver(drv.cuEventRecord(event.handle, drv.CUstream(raw)), "cuEventRecord")
-            check_driver(drv.cuStreamWaitEvent(drv.CUstream(ours), event.handle, 0), "cuStreamWaitEvent")
-        return Tensor(value.data_ptr(), tuple(value.shape), name, self.device, value.stride(), owner=value)
+        self._torch_tensor = torch.Tensor  # from now on, match_inputs recognises PyTorch tensors
+        raw = torch._C._cuda_getCurrentRawStream(self.info.index)  # noqa: SLF001 - the fast accessor
+        if producers is None:
+            self.order_after([(raw, stream)])
+        else:
+            producers.append((raw, stream))
+        return Tensor._trusted(value.data_ptr(), tuple(value.shape), get_dtype(name), self.device,
+                               tuple(value.stride()), value)
+
+    def order_after(self, producers: list) -> None:
+        """Make each of our streams wait for the work queued so far on a producer's stream.
+
+        ``producers``: ``(raw producer stream handle, our stream)`` pairs; each distinct pair costs one
+        event record and one wait, none when the producer's stream is ours."""
+        done = None
+        drv = self._driver
+        for raw, ours in producers:
+            handle = ours.handle
+            key = (raw, int(handle))
+            if raw == key[1]:
+                continue
+            if done is None:
+                done = {key}
+            elif key in done:
+                continue
+            else:
+                done.add(key)
+            if self._order_event is None:  # one event, recorded and waited on in turn
+                self._order_event = self._main.record(options=self._event_opts[False])
+            theirs = self._cu_streams.get(raw)
+            if theirs is None:
+                if len(self._cu_streams) > 256:
+                    self._cu_streams.clear()
+                theirs = self._cu_streams[raw] = drv.CUstream(raw)
+            event = self._order_event.handle
+            (err,) = drv.cuEventRecord(event, theirs)
+            if err == 0:
+                (err,) = drv.cuStreamWaitEvent(handle, event, 0)
+            if err != 0:
+                raise self._error(int(err), "ordering after the producer's stream")
+
+    def match_inputs(self, signature: tuple, given: dict, stream: Any) -> dict | None:
+        """``given`` as kernel arguments when every input already lives on this device with the shape,
+        dtype and layout of ``signature`` (a plan's), ordered after PyTorch's current stream; None when
+        any input needs the general import (host data, another device or signature, a DLPack producer
+        other than PyTorch)."""
+        if len(given) != len(signature):
+            return None
+        torch_tensor, device, index = self._torch_tensor, self.device, self.info.index
+        args = {}
+        torch_inputs = False
+        for name, shape, dtype, contiguous in signature:
+            value = given.get(name)
+            if type(value) is torch_tensor:
+                if (_TORCH_DTYPES.get(value.dtype) != dtype or value.shape != shape
+                        or value.get_device() != index):
+                    return None
+                tensor = Tensor._trusted(value.data_ptr(), shape, get_dtype(dtype), device,
+                                         tuple(value.stride()), value)
+                torch_inputs = True
+            elif type(value) is Tensor and value.device == device:
+                if value.dtype.name != dtype or value.shape != shape:
+                    return None
+                tensor = value
+            else:
+                return None
+            if tensor.is_contiguous != contiguous:
+                return None
+            args[name] = tensor
+        if torch_inputs:
+            import torch
+
+            self.order_after([(torch._C._cuda_getCurrentRawStream(index), stream)])  # noqa: SLF001
+        return args
 
     def _check_device(self, tensor: Tensor) -> None:
         if tensor.device != self.device:

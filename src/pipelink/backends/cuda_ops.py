@@ -8,6 +8,7 @@ switches to a scalar-access plan of the same op, compiled on first need.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import math
@@ -26,12 +27,18 @@ log = logging.getLogger("pipelink")
 
 CUDA_VARIANT = "cuda:nvrtc"
 FLOAT_NAMES = frozenset({"float32", "float16", "bfloat16", "float64"})
-_SCALAR = {"i64": np.int64, "i32": np.int32, "f32": np.float32, "f64": np.float64}
+_SCALAR = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float, "f64": ctypes.c_double}
+_SUCCESS = 0  # CUDA_SUCCESS; CUresult compares equal to its integer value
 Slot = tuple[str, int]  # ("in" | "out", position)
 
 
 class PlanLaunch:
     """One prebuilt launch of a catalogue plan.
+
+    The kernel's parameters live in ctypes storage built once, with an array of their addresses: a call
+    writes the current pointers into their slots and calls ``cuLaunchKernel`` with that array (the
+    driver copies the values at the launch, so the storage is reused at once). No per-call argument
+    objects are built.
 
     Parameters
     ----------
@@ -46,9 +53,9 @@ class PlanLaunch:
 
     def __init__(self, backend: Any, make_plan: Callable[[int], Any], slots: Mapping[str, Slot], stage: str,
                  alignment: int = 16):
-        from cuda.core import LaunchConfig, launch
+        from cuda.bindings import driver
 
-        self._launch = launch
+        self._driver = driver
         self.backend = backend
         self.stage = stage
         self._make_plan = make_plan
@@ -56,47 +63,57 @@ class PlanLaunch:
         plan = make_plan(alignment)
         self.plan = plan
         self.kernel = backend.compile_kernel(plan.source(), plan.kernel, plan.program_options())
-        self.config = LaunchConfig(grid=plan.grid, block=plan.block, shmem_size=plan.shared_mem)
-        self.template: list[Any] = []
-        self.pointers: list[tuple[int, bool, int]] = []  # (argument index, is output, position)
+        self._function = driver.CUfunction(int(self.kernel.handle))
+        self._dims = (*plan.grid, *plan.block, int(plan.shared_mem))
+        self._values: list[Any] = []  # ctypes storage of every parameter, in order
+        self.pointers: list[tuple[Any, bool, int]] = []  # (storage, is output, position)
         self.scalar_index: dict[str, int] = {}
         mask = 0
         for i, spec in enumerate(plan.arg_specs):
             if spec.kind == "ptr":
-                self.template.append(np.uint64(0))
+                value = ctypes.c_uint64(0)
                 slot = self._slots.get(spec.name)
                 if slot is not None:
-                    self.pointers.append((i, slot[0] == "out", slot[1]))
+                    self.pointers.append((value, slot[0] == "out", slot[1]))
                 mask |= spec.align - 1
             else:
-                self.template.append(_SCALAR[spec.kind](plan.scalars[spec.name]))
+                value = _SCALAR[spec.kind](plan.scalars[spec.name])
                 self.scalar_index[spec.name] = i
+            self._values.append(value)
+        self._params = (ctypes.c_void_p * max(1, len(self._values)))(
+            *[ctypes.addressof(v) for v in self._values])
+        self._params_address = ctypes.addressof(self._params)
         self.mask = mask
         self._fallback: PlanLaunch | None = None
 
-    def args(self, ins: list, outs: list) -> list[Any] | None:
-        """The argument list for these tensors, or None when a pointer breaks the plan's alignment."""
-        args = self.template.copy()
+    def _bind(self, ins: list, outs: list) -> bool:
+        """Write the tensors' pointers into the parameter storage; False when one breaks the alignment."""
         acc = 0
-        for i, is_out, pos in self.pointers:
+        for value, is_out, pos in self.pointers:
             t = outs[pos] if is_out else ins[pos]
             p = t.ptr if t is not None else 0
             acc |= p
-            args[i] = np.uint64(p)
-        return None if acc & self.mask else args
+            value.value = p
+        return not acc & self.mask
 
     def __call__(self, ins: list, outs: list, stream: Any, **scalars: Any) -> None:
-        args = self.args(ins, outs)
-        if args is None:
+        if not self._bind(ins, outs):
             self.scalar_plan()(ins, outs, stream, **scalars)
             return
+        values = self._values
+        saved = []
         for name, value in scalars.items():
-            i = self.scalar_index[name]
-            args[i] = type(args[i])(value)
+            slot = values[self.scalar_index[name]]
+            saved.append((slot, slot.value))
+            slot.value = value
         try:
-            self._launch(stream, self.config, self.kernel, *args)
-        except Exception as e:
-            raise self.backend.raise_cuda(e, f"launch of {self.plan.kernel}", self.stage) from e
+            (err,) = self._driver.cuLaunchKernel(self._function, *self._dims, stream.handle,
+                                                 self._params_address, 0)
+        finally:
+            for slot, value in saved:
+                slot.value = value
+        if err != _SUCCESS:
+            raise self.backend.launch_error(int(err), f"launch of {self.plan.kernel}", self.stage)
 
     def scalar_plan(self) -> PlanLaunch:
         """The same op planned for element-aligned pointers only (compiled on first need)."""

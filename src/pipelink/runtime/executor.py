@@ -24,7 +24,7 @@ from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
 from .plan import ExecutionPlan, Step
-from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel
+from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
 from .report import RunReport, StageReport
 
 __all__ = ["ExecutionPlan", "Step", "compile_plan", "execute"]
@@ -162,7 +162,24 @@ def compile_plan(
     if len(streams) > 1:
         _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
-    return ExecutionPlan(signature, shapes, dtypes, memory, arena, static, steps, outputs, streams)
+    lean = len(streams) == 1 and all(_is_lean(step) for step in steps)
+    return ExecutionPlan(signature, shapes, dtypes, memory, arena, static, steps, outputs, streams, lean=lean)
+
+
+def _is_lean(step: Step) -> bool:
+    """A step that needs nothing between its kernel and the next one: no policy, check, worker,
+    relayout, fallback or wait on another stream."""
+    c = step.stage.config
+    return (
+        c.on_error.kind == "fail"
+        and not c.constraints.check_finite
+        and c.constraints.timeout_ms is None
+        and not step.isolated
+        and not step.relayouts
+        and not step.waits
+        and not step.reads_preloaded
+        and step.fallback_kernel is None
+    )
 
 
 def _order_reused_memory(
@@ -277,11 +294,13 @@ def execute(
         values[name] = (
             out_buffers[name] if out_buffers is not None else backend.empty(shape, get_dtype(dtype))
         )
+    nvtx = nvtx_module() if profile or _NVTX_ENV else None
+    if plan.lean and not profile and nvtx is None and preload_event is None:
+        return _execute_lean(plan, graph, backend, values, report, strict, error_log)
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
     clock = time.perf_counter
-    nvtx = nvtx_module() if profile or _NVTX_ENV else None
     for index, step in enumerate(plan.steps):
         st = step.stage
         rep = StageReport(st.id, st.desc.name, variant=step.variant)
@@ -327,6 +346,44 @@ def execute(
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
     return {n: values[n] for n in graph.outputs if n not in missing}
+
+
+def _execute_lean(
+    plan: ExecutionPlan,
+    graph: LinkedGraph,
+    backend,
+    values: dict[str, Any],
+    report: RunReport,
+    strict: bool,
+    error_log,
+) -> dict[str, Any]:
+    """``execute`` for a lean plan: the kernels back to back, one clock reading after each; stage reports
+    are built only if read. A failing stage is reported and raised exactly as in the general loop."""
+    stream = plan.streams[0]
+    clock = time.perf_counter
+    stamps = [clock()]
+    try:
+        for step in plan.steps:
+            step.kernel(
+                [values[n] if n is not None else None for n in step.in_names],
+                [values[n] for n in step.out_names],
+                stream,
+            )
+            stamps.append(clock())
+    except Exception as e:  # noqa: BLE001 - turned into the stage's error below, as run_kernel does
+        step = plan.steps[len(stamps) - 1]
+        report.record_ok(plan.steps, stamps)
+        rep = StageReport(
+            step.stage.id, step.stage.desc.name, variant=step.variant, time_s=clock() - stamps[-1]
+        )
+        report.stages[step.stage.id] = rep
+        error = stage_error(step, e)
+        ins = [values[n] if n is not None else None for n in step.in_names]
+        outs = [values[n] for n in step.out_names]
+        apply_policy(step, error, ins, outs, stream, backend, rep, set(), strict, error_log, graph)
+        raise error from e  # apply_policy raises for a lean step (its policy is "fail"); never reached
+    report.record_ok(plan.steps, stamps)
+    return {n: values[n] for n in graph.outputs}
 
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """CUDA-graph mode: which pipelines can be captured, capture of a compiled plan, and replay.
 
-A captured graph reads the inputs whose addresses stay put in place and copies the others into static
-buffers; it writes static output buffers. It never captures work that must stop between stages to look
-at results (policies, finiteness checks, timeouts, worker processes).
+A plan keeps one graph per place of its inputs (up to ``MAX_BOUND_GRAPHS``): each reads the inputs where
+they are, so a replay copies nothing. Past that, one graph reads in place the inputs that stay put and
+copies the others into static buffers. Every graph writes the plan's static output buffers. It never
+captures work that must stop between stages to look at results (policies, finiteness checks, timeouts,
+worker processes).
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from .executor import execute
 from .plan import ExecutionPlan
 from .report import RunReport
 
-__all__ = ["graph_blockers", "binding_key", "capture", "replay", "replay_or_recapture"]
+__all__ = [
+    "MAX_BOUND_GRAPHS",
+    "graph_blockers",
+    "binding_key",
+    "places",
+    "capture",
+    "capture_bound",
+    "replay",
+]
 
 
 def graph_blockers(graph: LinkedGraph) -> list[str]:
@@ -37,24 +47,29 @@ def graph_blockers(graph: LinkedGraph) -> list[str]:
     return reasons
 
 
+MAX_BOUND_GRAPHS = 16  # input places captured per plan before moving inputs are copied instead
+
+
 def binding_key(args: Mapping[str, Any], names) -> tuple:
     """Where the bound inputs of a captured graph live: (name, pointer, strides) per input."""
     return tuple((n, args[n].ptr, args[n].strides) for n in sorted(names))
 
 
+def places(plan: ExecutionPlan, args: Mapping[str, Any]) -> tuple:
+    """Where every input of a run lives: (pointer, strides) per input, in signature order."""
+    return tuple((args[n].ptr, args[n].strides) for n, *_ in plan.signature)
+
+
 def capture(
     plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any], bound: set[str]
-) -> None:
-    """Capture the whole plan into a CUDA graph.
+) -> Any:
+    """Capture the whole plan into a CUDA graph and return it.
 
     Inputs in ``bound`` are read where the caller's tensors live (their addresses are baked into the
-    graph, so no copy is made); the others are copied into static buffers before each replay. Outputs
-    are written to static buffers.
+    graph, so no copy is made); the others are copied into static buffers (``plan.graph_io``) before each
+    replay. Outputs are written to static buffers shared by every graph of the plan.
     """
-    if plan.graph is not None:
-        plan.graph.close()
-        plan.graph = None
-    io = dict(plan.graph_io)
+    io = plan.graph_io
     inputs = {}
     for name, shape, dtype, _ in plan.signature:
         if name in bound:
@@ -73,28 +88,25 @@ def capture(
         execute(plan, graph, backend, inputs, report=RunReport(), out_buffers=outputs)
     finally:
         captured = backend.end_capture(stream)
-    plan.graph, plan.graph_io = captured, io
-    plan.graph_bound = set(bound)
-    plan.graph_key = binding_key(args, bound)
+    return captured
 
 
-def replay(
-    plan: ExecutionPlan,
-    graph: LinkedGraph,
-    backend,
-    args: Mapping[str, Any],
-    stream,
-    *,
-    static_outputs: bool = False,
+def capture_bound(plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any]) -> Any:
+    """Capture a graph reading every input where it is now (after the eager run that warmed the kernels),
+    unless the plan already holds ``MAX_BOUND_GRAPHS`` of them. Returns the graph, or None."""
+    if len(plan.bound_graphs) >= MAX_BOUND_GRAPHS:
+        return None
+    key = places(plan, args)
+    found = plan.bound_graphs.get(key)
+    if found is None:
+        found = plan.bound_graphs[key] = capture(plan, graph, backend, stream, args, set(args))
+    return found
+
+
+def _outputs(
+    plan: ExecutionPlan, graph: LinkedGraph, backend, args: Mapping[str, Any], stream, static_outputs: bool
 ) -> dict[str, Any]:
-    """Launch the captured graph: bound inputs must be where they were at capture (see
-    :func:`replay_or_recapture`); the others are copied into the static buffers first. Outputs are copied
-    out of the static buffers into fresh tensors, unless ``static_outputs``."""
     io = plan.graph_io
-    for name, value in args.items():
-        if name not in plan.graph_bound and value is not io.get(name):
-            backend.copy(io[name], value, stream=stream)
-    backend.launch_graph(plan.graph, stream)
     produced = {}
     for name, shape, dtype in plan.outputs:
         if static_outputs:
@@ -109,7 +121,7 @@ def replay(
     return produced
 
 
-def replay_or_recapture(
+def replay(
     plan: ExecutionPlan,
     graph: LinkedGraph,
     backend,
@@ -118,14 +130,44 @@ def replay_or_recapture(
     *,
     static_outputs: bool = False,
 ) -> dict[str, Any]:
-    """Replay; an input whose address moved since the capture becomes a copied input (once, by capturing
-    again), so inputs that stay put (weights) are never copied and inputs that move (fresh activations)
-    cost one device copy each."""
-    if binding_key(args, plan.graph_bound) != plan.graph_key:
-        moved = {
-            n
-            for n in plan.graph_bound
-            if (args[n].ptr, args[n].strides) != next((p, s) for k, p, s in plan.graph_key if k == n)
-        }
-        capture(plan, graph, backend, stream, args, plan.graph_bound - moved)
-    return replay(plan, graph, backend, args, stream, static_outputs=static_outputs)
+    """Launch the plan's graph for where the inputs are, capturing one when needed.
+
+    A graph captured for these input places reads them in place. Past ``MAX_BOUND_GRAPHS`` places, the
+    copying graph runs: inputs that kept their place since it was captured (weights) are read in place,
+    the others are copied into its static buffers first. Outputs are copied out of the static buffers
+    into fresh tensors, unless ``static_outputs``.
+    """
+    bound = plan.bound_graphs.get(places(plan, args)) or capture_bound(plan, graph, backend, stream, args)
+    if bound is not None:
+        backend.launch_graph(bound, stream)
+        return _outputs(plan, graph, backend, args, stream, static_outputs)
+    if plan.graph is None or binding_key(args, plan.graph_bound) != plan.graph_key:
+        _capture_copying(plan, graph, backend, stream, args)
+    io = plan.graph_io
+    for name, value in args.items():
+        if name not in plan.graph_bound and value is not io.get(name):
+            backend.copy(io[name], value, stream=stream)
+    backend.launch_graph(plan.graph, stream)
+    return _outputs(plan, graph, backend, args, stream, static_outputs)
+
+
+def _capture_copying(
+    plan: ExecutionPlan, graph: LinkedGraph, backend, stream, args: Mapping[str, Any]
+) -> None:
+    """(Re)capture the copying graph: it reads in place the inputs that have had one place in every graph
+    so far (weights), and copies the others; an input that moves later becomes copied (once, by capturing
+    again), so inputs that stay put are never copied and inputs that move cost one device copy each."""
+    if plan.graph is None:
+        seen: dict[str, set] = {}
+        for key in plan.bound_graphs:
+            for (name, *_), place in zip(plan.signature, key, strict=True):
+                seen.setdefault(name, set()).add(place)
+        stay = {n for n, p in seen.items() if len(p) == 1 and (args[n].ptr, args[n].strides) in p}
+    else:
+        previous = {k: (p, s) for k, p, s in plan.graph_key}
+        stay = {n for n in plan.graph_bound if (args[n].ptr, args[n].strides) == previous[n]}
+        plan.graph.close()
+        plan.graph = None
+    plan.graph = capture(plan, graph, backend, stream, args, stay)
+    plan.graph_bound = stay
+    plan.graph_key = binding_key(args, stay)

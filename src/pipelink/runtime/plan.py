@@ -42,15 +42,27 @@ class ExecutionPlan:
     steps: list[Step]
     outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run
     streams: dict[int, Any]
-    graph: Any = None  # captured CUDA graph (graph mode)
+    lean: bool = False  # no policies, checks, workers, relayouts or side streams: the executor's fast loop
+    # Graph mode. One graph per place of the inputs, reading them where they are (no copies), up to
+    # runtime.graphs.MAX_BOUND_GRAPHS places; past that, one graph that copies the inputs that move.
+    bound_graphs: dict[tuple, Any] = field(default_factory=dict)  # input places -> captured graph
+    graph: Any = None  # the copying graph
     graph_io: dict[str, Any] = field(default_factory=dict)  # static input and output buffers
-    graph_bound: set[str] = field(default_factory=set)  # inputs read in place by the graph
+    graph_bound: set[str] = field(default_factory=set)  # inputs the copying graph reads in place
     graph_key: tuple = ()
 
+    @property
+    def captured(self) -> bool:
+        """Whether a graph of this plan exists (graph mode replays from then on)."""
+        return bool(self.bound_graphs) or self.graph is not None
+
     def release(self) -> None:
+        graphs, self.bound_graphs = list(self.bound_graphs.values()), {}
         if self.graph is not None:
-            self.graph.close()
+            graphs.append(self.graph)
             self.graph = None
+        for g in graphs:
+            g.close()
         for step in self.steps:
             if step.isolated:
                 step.kernel.close()

@@ -11,7 +11,7 @@ from ..graph.linker import LinkedGraph
 from .plan import Step
 from .report import StageReport
 
-__all__ = ["run_kernel", "post_checks", "apply_policy", "nvtx_module"]
+__all__ = ["run_kernel", "stage_error", "post_checks", "apply_policy", "nvtx_module"]
 
 
 _NVTX_ENV = os.environ.get("PIPELINK_NVTX") == "1"
@@ -29,7 +29,6 @@ def nvtx_module():
 def run_kernel(
     step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport
 ) -> PipeLinkError | None:
-    st = step.stage
     try:
         if profile and backend.kind != "cpu":
             start = backend.record_event(stream, timing=True)
@@ -39,17 +38,23 @@ def run_kernel(
         else:
             step.kernel(ins, outs, stream)
         return None
-    except PipeLinkError as e:
+    except Exception as e:  # noqa: BLE001 - any failure of user code is this stage's failure
+        return stage_error(step, e)
+
+
+def stage_error(step: Step, e: Exception) -> PipeLinkError:
+    """The PipeLink error of a stage whose kernel raised ``e`` (a PipeLinkError gains the stage's name)."""
+    st = step.stage
+    if isinstance(e, PipeLinkError):
         e.context.setdefault("stage", st.id)
         e.context.setdefault("operator", st.desc.name)
         return e
-    except Exception as e:  # noqa: BLE001 - any failure of user code is this stage's failure
-        return ModuleCrashError(
-            f"stage {st.id!r} (operator {st.desc.name!r}) raised {type(e).__name__}: {e}",
-            stage=st.id,
-            operator=st.desc.name,
-            cause=f"{type(e).__name__}: {e}",
-        )
+    return ModuleCrashError(
+        f"stage {st.id!r} (operator {st.desc.name!r}) raised {type(e).__name__}: {e}",
+        stage=st.id,
+        operator=st.desc.name,
+        cause=f"{type(e).__name__}: {e}",
+    )
 
 
 def post_checks(step: Step, outs, stream, backend, rep: StageReport) -> PipeLinkError | None:

@@ -40,15 +40,50 @@ class StageReport:
         }
 
 
-@dataclass
 class RunReport:
-    """``pipe.last_report``: per-stage reports in execution order, and outputs that could not be made."""
+    """``pipe.last_report``: per-stage reports in execution order, and outputs that could not be made.
 
-    stages: dict[str, StageReport] = field(default_factory=dict)
-    missing_outputs: list[str] = field(default_factory=list)
-    total_time_s: float = 0.0
-    new_signature: bool = False
-    graph_replay: bool = False
+    A run in which every stage succeeded records only its clock readings; ``stages`` builds the stage
+    reports from them when first read, so a run pays nothing for reports nobody looks at.
+    """
+
+    __slots__ = ("_stages", "_lazy", "missing_outputs", "total_time_s", "new_signature", "graph_replay")
+
+    def __init__(self) -> None:
+        self._stages: dict[str, StageReport] | None = None
+        self._lazy: tuple | None = None  # (steps, clock readings: one before the first step, one after each)
+        self.missing_outputs: list[str] = []
+        self.total_time_s = 0.0
+        self.new_signature = False
+        self.graph_replay = False
+
+    def record_ok(self, steps, clock: list[float]) -> None:
+        """Stages ``steps[i]`` ran from ``clock[i]`` to ``clock[i + 1]`` and succeeded."""
+        self._stages, self._lazy = None, (steps, clock)
+
+    @property
+    def stages(self) -> dict[str, StageReport]:
+        stages = self._stages
+        if stages is None:
+            stages = self._stages = {}
+            if self._lazy is not None:
+                steps, clock = self._lazy
+                self._lazy = None
+                for i in range(len(clock) - 1):
+                    step = steps[i]
+                    stages[step.stage.id] = StageReport(
+                        step.stage.id,
+                        step.stage.desc.name,
+                        variant=step.variant,
+                        time_s=clock[i + 1] - clock[i],
+                    )
+        return stages
+
+    def __repr__(self) -> str:
+        return (
+            f"RunReport(stages={list(self.stages)}, missing_outputs={self.missing_outputs}, "
+            f"graph_replay={self.graph_replay})"
+        )
 
     @property
     def ok(self) -> bool:
