@@ -98,6 +98,8 @@ def run_chain(env: Env, stages: int = 20, length: int = 4096) -> dict[str, Any]:
                         use_events=env.is_cuda,
                     ),
                 )
+            if not g:
+                _timed(res, "launch_floor", lambda p=pipes[stages]: _launch_floor(p, budget))
         except Exception as e:  # noqa: BLE001
             res["errors"][mode] = short_error(e)
         finally:
@@ -113,6 +115,18 @@ def run_chain(env: Env, stages: int = 20, length: int = 4096) -> dict[str, Any]:
         res["errors"]["torch_eager"] = res["errors"]["torch_graph"] = f"skipped: {env.torch_note}"
     _per_stage(res, stages)
     return res
+
+
+def _launch_floor(pipe, budget):
+    """Host time of one stage's kernel called directly, as the executor calls it (on CUDA: one
+    ``cuLaunchKernel`` with the prebuilt parameter array): what a stage costs before PipeLink adds
+    anything. Timed on the host clock."""
+    plan = pipe._last_plan  # noqa: SLF001 - the benchmark looks inside on purpose
+    step = plan.steps[1]  # a stage reading and writing arena buffers
+    ins = [plan.static[n] for n in step.in_names]
+    outs = [plan.static[n] for n in step.out_names]
+    stream = plan.streams[0]
+    return measure([lambda: step.kernel(ins, outs, stream)], budget)
 
 
 def _host(env: Env, x: Any) -> np.ndarray:
@@ -179,6 +193,12 @@ def _per_stage(res: dict[str, Any], stages: int) -> None:
         if full is not None and one is not None:
             comp[f"pipelink_{mode}_us_per_stage_slope"] = (full - one) * 1e6 / (stages - 1)
             comp[f"pipelink_{mode}_fixed_us"] = one * 1e6 - comp[f"pipelink_{mode}_us_per_stage_slope"]
+    floor = h.get("launch_floor")
+    if floor is not None:
+        comp["launch_floor_us"] = floor * 1e6
+        slope = comp.get("pipelink_eager_us_per_stage_slope")
+        if slope is not None:
+            comp["pipelink_eager_us_per_stage_added"] = slope - floor * 1e6
     t = res["times_s"]
     for key in ("torch_eager", "torch_graph"):
         if key in t:

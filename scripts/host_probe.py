@@ -80,48 +80,30 @@ def main() -> None:
     pipe.run(x=xin)
     step = pipe._last_plan.steps[0]  # noqa: SLF001 - a probe
     kernel = step.kernel
-    row("PlanLaunch __call__ (cuda.core launch)", per_call(lambda: kernel([xin], [yout], stream), n))
-    from cuda.core import launch
-
-    args = kernel.args([xin], [yout])
     row(
-        "cuda.core launch, args prebuilt",
-        per_call(lambda: launch(stream, kernel.config, kernel.kernel, *args), n),
+        "PlanLaunch __call__ (bind pointers, cuLaunchKernel)",
+        per_call(lambda: kernel([xin], [yout], stream), n),
     )
-    handle = int(kernel.kernel.handle)
+    from cuda.core import LaunchConfig, launch
+
     plan = kernel.plan
-    store = []
-    for v in args:
-        c = {
-            np.uint64: ctypes.c_uint64,
-            np.int64: ctypes.c_int64,
-            np.int32: ctypes.c_int32,
-            np.float32: ctypes.c_float,
-            np.float64: ctypes.c_double,
-        }[type(v)](v.item())
-        store.append(c)
-    params = (ctypes.c_void_p * len(store))(*[ctypes.addressof(c) for c in store])
-    paddr = ctypes.addressof(params)
-    fn = driver.CUfunction(handle)
+    args = plan.args(x=xin.ptr, y=yout.ptr)
+    config = LaunchConfig(grid=plan.grid, block=plan.block, shmem_size=plan.shared_mem)
+    row("cuda.core launch, args prebuilt", per_call(lambda: launch(stream, config, kernel.kernel, *args), n))
+    fn, dims, paddr = kernel._function, kernel._dims, kernel._params_address  # noqa: SLF001
     hs = driver.CUstream(int(stream.handle))
-    gx, gy, gz = plan.grid
-    bx, by, bz = plan.block
-
-    def via_bindings():
-        driver.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, 0, hs, paddr, 0)
-
-    row("driver.cuLaunchKernel, param array prebuilt", per_call(via_bindings, n))
+    row(
+        "driver.cuLaunchKernel, param array prebuilt",
+        per_call(lambda: driver.cuLaunchKernel(fn, *dims, hs, paddr, 0), n),
+    )
     libcuda = ctypes.CDLL("libcuda.so.1")
     cl = libcuda.cuLaunchKernel
     cl.restype = ctypes.c_int
     cl.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-    sh = int(stream.handle)
+    sh, handle = int(stream.handle), int(kernel.kernel.handle)
     row(
-        "ctypes cuLaunchKernel, param array prebuilt",
-        per_call(lambda: cl(handle, gx, gy, gz, bx, by, bz, 0, sh, paddr, None), n),
+        "ctypes cuLaunchKernel, param array prebuilt", per_call(lambda: cl(handle, *dims, sh, paddr, None), n)
     )
-    store[1].value = yout.ptr
-    row("ctypes c_uint64.value = p", per_call(lambda: setattr(store[1], "value", yout.ptr), n))
     backend.synchronize()
 
     # -- events and graphs ---------------------------------------------------------------------------

@@ -69,9 +69,10 @@ def test_past_the_limit_moving_inputs_are_copied_and_weights_read_in_place(monke
     monkeypatch.setattr(graphs, "MAX_BOUND_GRAPHS", 2)
     gen = torch.Generator(device="cuda").manual_seed(2)
     weights = feed(gen)
+    xs = [torch.randn(64, 1024, device="cuda", generator=gen) for _ in range(6)]  # all alive: 6 places
     with pl.load(CHAIN, device="cuda", graph=True, static_outputs=True) as pipe:
-        for i in range(6):
-            f = dict(weights, x=torch.randn(64, 1024, device="cuda", generator=gen))  # x moves every run
+        for i, x in enumerate(xs):
+            f = dict(weights, x=x)
             out = pipe.run(f)["y"]
             check(out, f, f"run {i}")
         plan = pipe._last_plan  # noqa: SLF001
