@@ -95,12 +95,14 @@ class Tensor:
         device: str,
         strides: tuple[int, ...],
         owner: Any,
+        contiguous: bool | None = None,
     ) -> Tensor:
         """A tensor from values already checked and in canonical form (tuples of ``int``, a ``DType``, a
-        ``"cuda:N"`` device): the run-time import path, without the constructor's conversions."""
+        ``"cuda:N"`` device; ``contiguous`` when already known): the run-time import path, without the
+        constructor's conversions."""
         t = cls.__new__(cls)
         t.ptr, t.shape, t.strides, t.dtype, t.device = ptr, shape, strides, dtype, device
-        t._owner, t._array, t._contig = owner, None, None
+        t._owner, t._array, t._contig = owner, None, contiguous
         return t
 
     # -- construction -------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ def test_tune_gelu_then_load_uses_the_cached_parameters(tmp_path, monkeypatch):
     assert counts.get("pruned", 0) >= 6, "shared_mem_per_block is not a gelu parameter: one value built"
     assert all(t.status in ("ok", "pruned") for t in result.trials), [t.error for t in result.trials]
     best = result.best_params
-    assert best["block_size"] in (128, 256, 1024)
+    # The defaults (block 512) are a candidate too: tuning never picks something slower than them.
+    assert best["block_size"] in (128, 256, 1024) or result.best is result.default
 
     doc = {"pipeline": [{"name": "gelu", "inputs": ["x"], "outputs": ["y"]}]}
     pipe = pl.load(doc, device="cuda")

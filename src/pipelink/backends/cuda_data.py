@@ -260,7 +260,7 @@ class CUDADataMixin:
         else:
             producers.append((raw, stream))
         return Tensor._trusted(value.data_ptr(), tuple(value.shape), get_dtype(name), self.device,
-                               tuple(value.stride()), value)
+                               value.stride(), value)
 
     def order_after(self, producers: list) -> None:
         """Make each of our streams wait for the work queued so far on a producer's stream.
@@ -299,34 +299,46 @@ class CUDADataMixin:
         dtype and layout of ``signature`` (a plan's), ordered after PyTorch's current stream; None when
         any input needs the general import (host data, another device or signature, a DLPack producer
         other than PyTorch)."""
+        return self._match(signature, given, stream, True)
+
+    def match_places(self, signature: tuple, given: dict, stream: Any) -> tuple | None:
+        """As :meth:`match_inputs`, but only where each input lives: ``(pointer, strides)`` per input in
+        signature order (the key of a captured graph; see ``runtime.graphs.places``), without building
+        kernel arguments."""
+        return self._match(signature, given, stream, False)
+
+    def _match(self, signature: tuple, given: dict, stream: Any, tensors: bool) -> Any:
         if len(given) != len(signature):
             return None
         torch_tensor, device, index = self._torch_tensor, self.device, self.info.index
-        args = {}
+        out: Any = {} if tensors else []
         torch_inputs = False
         for name, shape, dtype, contiguous in signature:
             value = given.get(name)
             if type(value) is torch_tensor:
-                if (_TORCH_DTYPES.get(value.dtype) != dtype or value.shape != shape
-                        or value.get_device() != index):
+                if (dict.get(_TORCH_DTYPES, value.dtype) != dtype or value.shape != shape
+                        or value.get_device() != index or value.is_contiguous() != contiguous):
                     return None
-                tensor = Tensor._trusted(value.data_ptr(), shape, get_dtype(dtype), device,
-                                         tuple(value.stride()), value)
                 torch_inputs = True
+                if tensors:
+                    out[name] = Tensor._trusted(value.data_ptr(), shape, get_dtype(dtype), device,
+                                                value.stride(), value, contiguous)
+                else:
+                    out.append((value.data_ptr(), value.stride()))
             elif type(value) is Tensor and value.device == device:
-                if value.dtype.name != dtype or value.shape != shape:
+                if value.dtype.name != dtype or value.shape != shape or value.is_contiguous != contiguous:
                     return None
-                tensor = value
+                if tensors:
+                    out[name] = value
+                else:
+                    out.append((value.ptr, value.strides))
             else:
                 return None
-            if tensor.is_contiguous != contiguous:
-                return None
-            args[name] = tensor
         if torch_inputs:
             import torch
 
             self.order_after([(torch._C._cuda_getCurrentRawStream(index), stream)])  # noqa: SLF001
-        return args
+        return out if tensors else tuple(out)
 
     def _check_device(self, tensor: Tensor) -> None:
         if tensor.device != self.device:

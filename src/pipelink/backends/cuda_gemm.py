@@ -131,7 +131,7 @@ class _LtGemm:
         a, b, bias, residual = ins
         c = outs[0]
         lt = self.lt
-        if self.has_bias:
+        if self.has_bias and self.bias_ptr[0] != bias.ptr:  # the descriptor keeps it between calls
             self.bias_ptr[0] = bias.ptr
             self._set(lt.MatmulDescAttribute.BIAS_POINTER, self.bias_ptr)
         c_in = residual.ptr if self.use_beta else c.ptr
