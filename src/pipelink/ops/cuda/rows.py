@@ -46,12 +46,15 @@ def _row_plan(
     block = t["block"]
     group = t["group"]
     if group == 0:
-        # a warp per row while the row fits a warp's registers; 128 threads per row while that keeps
-        # <= 4 vectors per thread (best on an H200 for bf16 C = 4096); else the whole block
+        # a warp per row while the row fits a warp's registers; then the fewest threads per row (128 or
+        # 256) that keep <= 4 vectors per thread (best on an H200 for bf16 and fp32 C = 4096, several
+        # rows per block); else the whole block
         if nv <= 32 * min(cap, 8):
             group = 32
         elif nv <= 128 * min(cap, 4) and block >= 128:
             group = 128
+        elif nv <= 256 * min(cap, 4) and block >= 256:
+            group = 256
         else:
             group = block
     if group > block:
