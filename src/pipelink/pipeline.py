@@ -362,10 +362,15 @@ class Pipeline:
                 error_log=errorlog.record,
                 preload_event=preload_event,
             )
-            if self.graph_mode and not plan.captured:
+            if self.graph_mode and not plan.captured and not plan.uncapturable:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input where it is (replay captures more graphs as inputs move, up to a limit).
                 capture_bound(plan, self._graph, self._backend, stream, args)
+            elif self.graph_mode and plan.uncapturable and report.new_signature:
+                self.load_report.warnings.append(
+                    "graph mode requested, but running eagerly: the kernels of "
+                    f"{', '.join(map(repr, plan.uncapturable))} read device values on the host each run"
+                )
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
         # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
         self._backend.finish_run(stream, keepalive=args)

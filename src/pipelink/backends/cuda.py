@@ -116,10 +116,14 @@ class CUDABackend(CUDADataMixin, Backend):
         self._side = self._dev.create_stream(options=self._stream_options)  # allocations during a capture
         self._compiler = None
         self._compiler_lock = threading.Lock()
-        self._pending_runs: collections.deque = collections.deque()  # (event, what the run holds alive)
-        self._spare_events: list = []
+        self._main_handle = self._main.handle
+        self._pending_runs: collections.deque = collections.deque()  # (event, handle, what it holds alive)
+        self._spare_events: list = []  # (event, handle) of completed runs
         self._finish_lock = threading.Lock()
         self._init_memory()
+        # One event orders our streams after producers' streams (recorded and waited on in turn).
+        self._order_event = self._main.record(options=self._event_opts[False])
+        self._order_handle = self._order_event.handle
         from .cuda_ops import register_cuda_variants
 
         register_cuda_variants()
@@ -270,7 +274,8 @@ class CUDABackend(CUDADataMixin, Backend):
         """Replay a captured graph on ``stream``."""
         if self._corrupted is not None:
             self._check_usable()
-        (err,) = self._driver.cuGraphLaunch(graph.exec, (stream if stream is not None else self._main).handle)
+        handle = self.handle_of(stream) if stream is not None else self._main_handle
+        (err,) = self._driver.cuGraphLaunch(graph.exec, handle)
         if err != 0:
             raise self._error(int(err), "cuGraphLaunch")
 
@@ -293,17 +298,25 @@ class CUDABackend(CUDADataMixin, Backend):
         pending, spare = self._pending_runs, self._spare_events
         with self._finish_lock:  # pipelines on several threads share the backend
             while pending and pending[0][0].is_done:
-                spare.append(pending.popleft()[0])
-            event = spare.pop() if spare else self._main.record(options=self._event_opts[False])
-            (err,) = self._driver.cuEventRecord(event.handle, stream.handle)
+                spare.append(pending.popleft()[:2])
+            if spare:
+                event, handle = spare.pop()
+            else:
+                event = self._main.record(options=self._event_opts[False])
+                handle = event.handle
+            (err,) = self._driver.cuEventRecord(handle, self.handle_of(stream))
             if err != 0:
-                spare.append(event)
+                spare.append((event, handle))
                 raise self._error(int(err), "cuEventRecord")
-            pending.append((event, keepalive))
+            pending.append((event, handle, keepalive))
             if len(pending) > 64:  # bound the host's run-ahead
-                event, _ = pending.popleft()
-                event.sync()
-                spare.append(event)
+                entry = pending.popleft()
+                entry[0].sync()
+                spare.append(entry[:2])
+
+    def handle_of(self, stream: Any) -> Any:
+        """The driver handle of one of our streams (the main stream's is cached)."""
+        return self._main_handle if stream is self._main else stream.handle
 
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
         """Tuned launch parameters from the tuning cache when the key matches (``pipelink tune``)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import DType, get_dtype
 from ..errors import InvalidArgumentError, OutOfMemoryError
-from ..tensor import Tensor, asarray
+from ..tensor import Tensor, asarray, contiguous_strides
 from .base import Allocation, MemoryStats
 from .cpu import host_array
 from .cuda_device import check_driver, is_cuda_exception
@@ -79,7 +79,7 @@ class CUDADataMixin:
         self._counter: Tensor | None = None
         self._counter_host: np.ndarray | None = None
         self._torch_tensor: type = _NotTorch  # torch.Tensor once a PyTorch input was imported
-        self._order_event: Any = None
+        self._torch_stream: Any = None  # PyTorch's accessor of its current raw stream, then
         self._cu_streams: dict[int, Any] = {}
 
     def _keep_pool_memory(self) -> None:
@@ -194,9 +194,9 @@ class CUDADataMixin:
     # -- tensors -----------------------------------------------------------------------------------
     def empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
         """A contiguous device tensor from the pool; its block returns to the pool when it is dropped."""
-        dtype = get_dtype(dtype)
+        dtype, shape = get_dtype(dtype), tuple(int(d) for d in shape)
         block = self._pool.acquire(math.prod(shape) * dtype.itemsize)
-        return Tensor(block.ptr, shape, dtype, self.device, owner=block)
+        return Tensor._trusted(block.ptr, shape, dtype, self.device, contiguous_strides(shape), block, True)
 
     def view(self, alloc: Allocation, offset: int, shape: tuple[int, ...], dtype: DType,
              strides: tuple[int, ...] | None = None) -> Tensor:
@@ -254,6 +254,7 @@ class CUDADataMixin:
         if name is None or value.get_device() != self.info.index:
             return None
         self._torch_tensor = torch.Tensor  # from now on, match_inputs recognises PyTorch tensors
+        self._torch_stream = torch._C._cuda_getCurrentRawStream  # noqa: SLF001 - the fast accessor
         raw = torch._C._cuda_getCurrentRawStream(self.info.index)  # noqa: SLF001 - the fast accessor
         if producers is None:
             self.order_after([(raw, stream)])
@@ -270,7 +271,7 @@ class CUDADataMixin:
         done = None
         drv = self._driver
         for raw, ours in producers:
-            handle = ours.handle
+            handle = self.handle_of(ours)
             key = (raw, int(handle))
             if raw == key[1]:
                 continue
@@ -280,17 +281,14 @@ class CUDADataMixin:
                 continue
             else:
                 done.add(key)
-            if self._order_event is None:  # one event, recorded and waited on in turn
-                self._order_event = self._main.record(options=self._event_opts[False])
             theirs = self._cu_streams.get(raw)
             if theirs is None:
                 if len(self._cu_streams) > 256:
                     self._cu_streams.clear()
                 theirs = self._cu_streams[raw] = drv.CUstream(raw)
-            event = self._order_event.handle
-            (err,) = drv.cuEventRecord(event, theirs)
+            (err,) = drv.cuEventRecord(self._order_handle, theirs)
             if err == 0:
-                (err,) = drv.cuStreamWaitEvent(handle, event, 0)
+                (err,) = drv.cuStreamWaitEvent(handle, self._order_handle, 0)
             if err != 0:
                 raise self._error(int(err), "ordering after the producer's stream")
 
@@ -316,14 +314,17 @@ class CUDADataMixin:
         for name, shape, dtype, contiguous in signature:
             value = given.get(name)
             if type(value) is torch_tensor:
-                if (dict.get(_TORCH_DTYPES, value.dtype) != dtype or value.shape != shape
-                        or value.get_device() != index or value.is_contiguous() != contiguous):
+                if dict.get(_TORCH_DTYPES, value.dtype) != dtype or value.shape != shape:
                     return None
                 torch_inputs = True
                 if tensors:
+                    if value.get_device() != index or value.is_contiguous() != contiguous:
+                        return None
                     out[name] = Tensor._trusted(value.data_ptr(), shape, get_dtype(dtype), device,
                                                 value.stride(), value, contiguous)
                 else:
+                    # Places are keys of graphs captured here: a pointer of another device (one
+                    # address space) or other strides match no key, so neither is checked here.
                     out.append((value.data_ptr(), value.stride()))
             elif type(value) is Tensor and value.device == device:
                 if value.dtype.name != dtype or value.shape != shape or value.is_contiguous != contiguous:
@@ -335,9 +336,7 @@ class CUDADataMixin:
             else:
                 return None
         if torch_inputs:
-            import torch
-
-            self.order_after([(torch._C._cuda_getCurrentRawStream(index), stream)])  # noqa: SLF001
+            self.order_after([(self._torch_stream(index), stream)])
         return out if tensors else tuple(out)
 
     def _check_device(self, tensor: Tensor) -> None:

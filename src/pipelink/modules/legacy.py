@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,9 +213,11 @@ def legacy_bind(path: Path, spec: OpSpec, device: str, fn: Any):
                     keep.append(cell)
                     static[pos] = ctypes.addressof(cell)
                     host_scalars.append(
-                        (cell, in_index[item.name], np.dtype(item.dtype.replace("bool", "bool_")))
+                        [cell, in_index[item.name], np.dtype(item.dtype.replace("bool", "bool_")), None]
                     )
         name, stage, ptr, returns_status = spec.name, ctx.stage, data_ptr, spec.returns == "int"
+        # A device scalar read on the host cannot be captured: a graph would replay the value of its capture.
+        graph_safe = not host_scalars
 
         def kernel(inputs, outputs, stream, _keep=keep):
             args = list(static)
@@ -224,13 +227,32 @@ def legacy_bind(path: Path, spec: OpSpec, device: str, fn: Any):
                 args[pos] = ptr(outputs[i])
             for pos in stream_pos:
                 args[pos] = stream_handle(stream)
-            for cell, i, dt in host_scalars:
-                x = inputs[i]
-                cell.value = np.asarray(x.cpu() if hasattr(x, "cpu") else x).astype(dt).reshape(-1)[0].item()
+            for entry in host_scalars:
+                _read_host_scalar(entry, inputs[entry[1]])
             status = fn(*args)
             if returns_status and status:
                 raise status_error(status, module=path, operator=name, stage=stage)
 
+        kernel.graph_safe = graph_safe
         return kernel
 
     return bind
+
+
+def _read_host_scalar(entry: list, x: Any) -> None:
+    """Copy the device scalar ``x`` into its host cell (``entry``: cell, input index, dtype, last source).
+
+    Reading a device value waits for the device. A PyTorch tensor unchanged since the last read (the same
+    object, its version counter unchanged: PyTorch bumps it on every in-place write) is not read again.
+    """
+    cell, _, dt, last = entry
+    owner = getattr(x, "_owner", None)
+    version = getattr(owner, "_version", None)
+    if last is not None and version is not None and last[0]() is owner and last[1:] == (version, x.ptr):
+        return
+    cell.value = np.asarray(x.cpu() if hasattr(x, "cpu") else x).astype(dt).reshape(-1)[0].item()
+    if version is not None:
+        try:
+            entry[3] = (weakref.ref(owner), version, x.ptr)
+        except TypeError:  # an owner without weak references: read every run
+            entry[3] = None

@@ -109,6 +109,7 @@ def compile_plan(
     streams, stream_of = _assign_streams(graph, backend)
     preloaded = preload_inputs(graph)
     steps: list[Step] = []
+    uncapturable: list[str] = []  # stages whose kernel must run on the host each time (no graph)
     relayout_done: set[str] = set()
     for st in graph.stages:
         in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
@@ -123,6 +124,8 @@ def compile_plan(
             from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
 
             kernel = isolate(st, choice.variant, ctx, backend, arena)
+        if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):
+            uncapturable.append(st.id)
         step = Step(
             st,
             kernel,
@@ -163,7 +166,19 @@ def compile_plan(
         _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
     lean = len(streams) == 1 and all(_is_lean(step) for step in steps)
-    return ExecutionPlan(signature, shapes, dtypes, memory, arena, static, steps, outputs, streams, lean=lean)
+    return ExecutionPlan(
+        signature,
+        shapes,
+        dtypes,
+        memory,
+        arena,
+        static,
+        steps,
+        outputs,
+        streams,
+        lean=lean,
+        uncapturable=uncapturable,
+    )
 
 
 def _is_lean(step: Step) -> bool:

@@ -43,6 +43,7 @@ class ExecutionPlan:
     outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run
     streams: dict[int, Any]
     lean: bool = False  # no policies, checks, workers, relayouts or side streams: the executor's fast loop
+    uncapturable: list[str] = field(default_factory=list)  # stages a CUDA graph cannot replay (eager)
     # Graph mode. One graph per place of the inputs, reading them where they are (no copies), up to
     # runtime.graphs.MAX_BOUND_GRAPHS places; past that, one graph that copies the inputs that move.
     bound_graphs: dict[tuple, Any] = field(default_factory=dict)  # input places -> captured graph
