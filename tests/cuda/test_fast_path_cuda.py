@@ -123,3 +123,28 @@ def test_a_pl_tensor_output_feeds_the_next_run_on_the_fast_path():
             out = pipe.run(dict(f, x=y))["y"]
             check(out, dict(f, x=x_ref), f"chained run {i}")
             y = out
+
+
+def test_a_kernel_reading_device_values_on_the_host_keeps_graph_mode_eager():
+    """layer_norm_v1 reads its eps tensor on the host before each launch: a graph would replay the eps
+    of its capture, so the pipeline runs eagerly, says so, and follows every new eps."""
+    doc = {
+        "outputs": ["y"],
+        "pipeline": [
+            {
+                "name": "layer_norm_v1",
+                "inputs": ["x", "gamma", "beta", "eps"],
+                "outputs": ["y", "mean", "rstd"],
+            }
+        ],
+    }
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    f = feed(gen)
+    with pl.load(doc, device="cuda", graph=True) as pipe:
+        for eps in (1e-5, 1.0, 10.0):
+            e = torch.full((), eps, device="cuda")
+            out = torch.from_dlpack(pipe.run(x=f["x"], gamma=f["gamma"], beta=f["beta"], eps=e)["y"])
+            want = torch.nn.functional.layer_norm(f["x"], (1024,), f["gamma"], f["beta"], eps)
+            torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+            assert not pipe.last_report.graph_replay
+        assert any("layer_norm_v1" in w or "read device values" in w for w in pipe.load_report.warnings)
