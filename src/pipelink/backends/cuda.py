@@ -345,6 +345,27 @@ class CUDABackend(CUDADataMixin, Backend):
         self._bind_thread()
         return self.compiler.get(source_text, name, options, include_dirs)
 
+    def kernel_function(self, kernel: Any) -> Any:
+        """The driver handle (``CUfunction``) of a kernel from :meth:`compile_kernel`, for
+        :meth:`launch_prepared`."""
+        return self._driver.CUfunction(int(kernel.handle))
+
+    def launch_prepared(self, function: Any, dims: tuple, params_address: int, stream: Any, *,
+                        what: str, stage: str | None = None) -> None:
+        """Launch ``function`` with a prebuilt kernel-parameter array (``void*[]`` at ``params_address``).
+
+        ``dims`` is ``(gx, gy, gz, bx, by, bz, shared_mem)``. The driver copies the parameter values at
+        the launch, so their storage may be rewritten as soon as this returns.
+
+        Raises
+        ------
+        CUDAError
+            The launch failed (``what`` and ``stage`` name it; sticky errors mark the context).
+        """
+        (err,) = self._driver.cuLaunchKernel(function, *dims, self.handle_of(stream), params_address, 0)
+        if err != 0:
+            raise self._error(int(err), what, stage)
+
     def launch(self, stream: Any, config: Any, kernel: Any, *args: Any, stage: str | None = None) -> None:
         """``cuda.core.launch`` with CUDA failures turned into :class:`CUDAError`."""
         from cuda.core import launch

@@ -28,7 +28,6 @@ log = logging.getLogger("pipelink")
 CUDA_VARIANT = "cuda:nvrtc"
 FLOAT_NAMES = frozenset({"float32", "float16", "bfloat16", "float64"})
 _SCALAR = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float, "f64": ctypes.c_double}
-_SUCCESS = 0  # CUDA_SUCCESS; CUresult compares equal to its integer value
 Slot = tuple[str, int]  # ("in" | "out", position)
 
 
@@ -53,9 +52,6 @@ class PlanLaunch:
 
     def __init__(self, backend: Any, make_plan: Callable[[int], Any], slots: Mapping[str, Slot], stage: str,
                  alignment: int = 16):
-        from cuda.bindings import driver
-
-        self._driver = driver
         self.backend = backend
         self.stage = stage
         self._make_plan = make_plan
@@ -63,7 +59,7 @@ class PlanLaunch:
         plan = make_plan(alignment)
         self.plan = plan
         self.kernel = backend.compile_kernel(plan.source(), plan.kernel, plan.program_options())
-        self._function = driver.CUfunction(int(self.kernel.handle))
+        self._function = backend.kernel_function(self.kernel)
         self._dims = (*plan.grid, *plan.block, int(plan.shared_mem))
         self._values: list[Any] = []  # ctypes storage of every parameter, in order
         self.pointers: list[tuple[Any, bool, int]] = []  # (storage, is output, position)
@@ -107,13 +103,11 @@ class PlanLaunch:
             saved.append((slot, slot.value))
             slot.value = value
         try:
-            (err,) = self._driver.cuLaunchKernel(self._function, *self._dims, stream.handle,
-                                                 self._params_address, 0)
+            self.backend.launch_prepared(self._function, self._dims, self._params_address, stream,
+                                         what=f"launch of {self.plan.kernel}", stage=self.stage)
         finally:
             for slot, value in saved:
                 slot.value = value
-        if err != _SUCCESS:
-            raise self.backend.launch_error(int(err), f"launch of {self.plan.kernel}", self.stage)
 
     def scalar_plan(self) -> PlanLaunch:
         """The same op planned for element-aligned pointers only (compiled on first need)."""
