@@ -26,6 +26,8 @@ __all__ = [
     "DTYPES",
     "FLOAT_DTYPES",
     "get_dtype",
+    "TOLERANCES",
+    "tolerance",
 ]
 
 # DLPack type codes (dlpack.h: DLDataTypeCode).
@@ -76,6 +78,29 @@ DTYPES: dict[str, DType] = {
     d.name: d for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_)
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+
+#: (rtol, atol) per dtype for comparing a computed float result with its float64 reference: the one table
+#: of the tests (``assert_allclose``), the tuner's correctness check and the benchmarks (which compare the
+#: relative norm error with rtol). bfloat16's atol is wider: its 8-bit significand leaves values that
+#: cancel to near zero (normalisation, residual sums) with absolute errors of ~1e-2.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-5, 1e-5),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 2e-2),
+    "float64": (1e-10, 1e-10),
+}
+
+
+def tolerance(dtype: object) -> tuple[float, float]:
+    """``(rtol, atol)`` of a float dtype's results (see :data:`TOLERANCES`); integers and bool: exact.
+
+    Raises
+    ------
+    InvalidArgumentError
+        For an unknown dtype.
+    """
+    return TOLERANCES.get(get_dtype(dtype).name, (0.0, 0.0))
+
 
 _ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp64": "float64",
             "double": "float64", "float": "float32", "bool_": "bool"}

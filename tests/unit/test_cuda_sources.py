@@ -20,57 +20,75 @@ import pytest
 
 from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
-from pipelink.ops import cuda as kc
+from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
+from pipelink.ops.batch_norm.cuda import plan_batch_norm
+from pipelink.ops.elementwise.cuda import (
+    UNARY,
+    plan_bias_add,
+    plan_binary,
+    plan_cast,
+    plan_cast_any,
+    plan_unary,
+)
+from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
+from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
+from pipelink.ops.softmax.cuda import plan_softmax
+from pipelink.ops.transpose.cuda import plan_transpose
 
 FLOATS = ("float32", "float16", "bfloat16")
 ALL_FLOATS = FLOATS + ("float64",)
+EPS = 1e-5  # any eps: it is a kernel argument, not a macro
 _PTX_KIND = {"ptr": "u64", "i64": "u64", "i32": "u32", "f32": "f32", "f64": "f64"}
 
 
-def _cases() -> list[tuple[str, kc.LaunchPlan]]:
+def _cases() -> list[tuple[str, LaunchPlan]]:
     """One plan per op x dtype x interesting shape / tunable setting."""
     cases = []
     for dt in ALL_FLOATS:
-        for op in ("identity", "relu", "silu", "gelu", "gelu_tanh", "scale"):
-            cases.append((f"{op}-{dt}", kc.plan_unary(op, dt, (1_000_003,), factor=0.5)))
+        for op in UNARY:
+            cases.append((f"{op}-{dt}", plan_unary(op, dt, (1_000_003,), factor=0.5)))
         cases.append(
-            (f"gelu-{dt}-unroll4", kc.plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
+            (f"gelu-{dt}-unroll4", plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
         )
         for op in ("add", "sub", "mul", "div"):
-            cases.append((f"{op}-{dt}", kc.plan_binary(op, dt, (1000, 3), (1000, 3))))
-        cases.append((f"add-bcast-{dt}", kc.plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
+            cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 3), (1000, 3))))
+        cases.append((f"add-bcast-{dt}", plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
         cases.append(
-            (f"mul-bcast-{dt}", kc.plan_binary("mul", dt, (2, 3, 4, 5, 6, 7, 8, 9), (3, 1, 5, 1, 7, 1, 9)))
+            (f"mul-bcast-{dt}", plan_binary("mul", dt, (2, 3, 4, 5, 6, 7, 8, 9), (3, 1, 5, 1, 7, 1, 9)))
         )
-        cases.append((f"bias_add-{dt}", kc.plan_bias_add(dt, (37, 1000))))
-        cases.append((f"bias_add-odd-{dt}", kc.plan_bias_add(dt, (37, 999), tuned={"unroll": 2})))
+        cases.append((f"bias_add-{dt}", plan_bias_add(dt, (37, 1000))))
+        cases.append((f"bias_add-odd-{dt}", plan_bias_add(dt, (37, 999), tuned={"unroll": 2})))
         for out in ALL_FLOATS:
             if out != dt:
-                cases.append((f"cast-{dt}-{out}", kc.plan_cast(dt, out, (1_000_003,))))
+                cases.append((f"cast-{dt}-{out}", plan_cast(dt, out, (1_000_003,))))
         for c in (1000, 4096, 1001, 100_000):  # warp per row, block per row, vec 1, *_big
-            cases.append((f"layer_norm-{dt}-{c}", kc.plan_layer_norm(dt, (37, c))))
+            cases.append((f"layer_norm-{dt}-{c}", plan_layer_norm(dt, (37, c), eps=EPS)))
         for c in (1000, 100_000):
-            cases.append((f"rms_norm-{dt}-{c}", kc.plan_rms_norm(dt, (37, c), has_gamma=c != 1000)))
-            cases.append((f"softmax-{dt}-{c}", kc.plan_softmax(dt, (37, c))))
+            cases.append((f"rms_norm-{dt}-{c}", plan_rms_norm(dt, (37, c), has_gamma=c != 1000, eps=EPS)))
+            cases.append((f"softmax-{dt}-{c}", plan_softmax(dt, (37, c))))
         cases.append(
             (
                 f"layer_norm-{dt}-nobeta-512",
-                kc.plan_layer_norm(dt, (9, 4096), has_beta=False, tuned={"block": 512}),
+                plan_layer_norm(dt, (9, 4096), has_beta=False, tuned={"block": 512}, eps=EPS),
             )
         )
         cases.append(
-            (f"layer_norm-{dt}-group8", kc.plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}))
+            (f"layer_norm-{dt}-group8",
+             plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}, eps=EPS))
         )
-        cases.append((f"transpose-{dt}", kc.plan_transpose(dt, (3, 37, 41))))
+        cases.append((f"transpose-{dt}", plan_transpose(dt, (3, 37, 41))))
         cases.append(
-            (f"transpose64-{dt}", kc.plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16}))
+            (f"transpose64-{dt}", plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16}))
         )
-        cases.append((f"permute-{dt}", kc.plan_transpose(dt, (2, 3, 4, 5), (3, 1, 0, 2))))
-        cases.append((f"batch_norm-{dt}", kc.plan_batch_norm(dt, (2, 3, 5, 8))))
+        cases.append((f"permute-{dt}", plan_transpose(dt, (2, 3, 4, 5), (3, 1, 0, 2))))
+        cases.append((f"batch_norm-{dt}", plan_batch_norm(dt, (2, 3, 5, 8), eps=EPS)))
         cases.append(
-            (f"batch_norm-2d-{dt}", kc.plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False))
+            (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
-    cases.append(("transpose-int8", kc.plan_transpose("int8", (5, 7))))
+    cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for din, dout in (("int32", "float16"), ("bfloat16", "int8"), ("bool", "float32"), ("float64", "uint8"),
+                      ("int64", "bool")):
+        cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
     # one compilation per distinct (source, macros): plans of other shapes would build the same module
     unique = {
         (plan.file, tuple(sorted(plan.macros.items())), plan.kernel): (name, plan) for name, plan in cases
@@ -81,7 +99,7 @@ def _cases() -> list[tuple[str, kc.LaunchPlan]]:
 CASES = _cases()
 
 
-def _check_ptx(ptx: str, plan: kc.LaunchPlan) -> None:
+def _check_ptx(ptx: str, plan: LaunchPlan) -> None:
     # the kernel exists and its parameters match, one by one, what plan.args() passes
     match = re.search(rf"\.entry {plan.kernel}\((.*?)\)", ptx, re.S)
     assert match, f"{plan.kernel} missing from the PTX"
@@ -128,7 +146,7 @@ def _nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bool, st
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _nvrtc_ptx(nvrtc, plan: kc.LaunchPlan, extra_include: tuple[str, ...] = ()) -> str:
+def _nvrtc_ptx(nvrtc, plan: LaunchPlan, extra_include: tuple[str, ...] = ()) -> str:
     ok, text = _nvrtc_compile(
         plan.source(), plan.file, plan.options(arch="sm_90", extra_include=extra_include)
     )
@@ -176,7 +194,7 @@ def test_nvrtc_with_cuda_headers():
 # ------------------------------------------------------------------------------------------------
 # nvcc (a representative subset: one plan per kernel and dtype family)
 # ------------------------------------------------------------------------------------------------
-def _nvcc_subset() -> list[tuple[str, kc.LaunchPlan]]:
+def _nvcc_subset() -> list[tuple[str, LaunchPlan]]:
     seen, out = set(), []
     for name, plan in CASES:
         key = (plan.file, plan.macros.get("PL_T", plan.macros.get("PL_TIN")))
@@ -196,7 +214,7 @@ def test_nvcc_compiles_subset():
 
         def build(case):
             name, plan = case
-            src = Path(kc.include_dir()) / plan.file
+            src = plan.path
             out = Path(tmp) / f"{name}.ptx"
             cmd = [nvcc, "--ptx", "-o", str(out), *plan.options(arch="sm_90"), str(src)]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -212,7 +230,7 @@ def test_nvcc_compiles_subset():
 def test_vectorised_loads_are_16_bytes():
     """The wide paths really issue 16-byte accesses (otherwise bandwidth targets are out of reach)."""
     nvrtc = _nvrtc()
-    for plan in (kc.plan_layer_norm("bfloat16", (8, 4096)), kc.plan_unary("silu", "float32", (1 << 20,))):
+    for plan in (plan_layer_norm("bfloat16", (8, 4096), eps=EPS), plan_unary("silu", "float32", (1 << 20,))):
         ptx = _nvrtc_ptx(nvrtc, plan)
         assert re.search(r"ld\.global(\.nc)?\.v4\.(u32|b32|f32)", ptx), plan.kernel
         assert re.search(r"st\.global\.v4\.(u32|b32|f32)", ptx), plan.kernel
@@ -224,7 +242,7 @@ def test_vectorised_loads_are_16_bytes():
 @pytest.mark.parametrize("dt", ALL_FLOATS)
 @pytest.mark.parametrize("c", [1, 3, 6, 1000, 1001, 4096, 4098])
 def test_row_vector_width_keeps_rows_aligned(dt, c):
-    plan = kc.plan_layer_norm(dt, (5, c))
+    plan = plan_layer_norm(dt, (5, c), eps=EPS)
     vec, item = int(plan.macros["PL_VEC"]), np.dtype(get_dtype(dt).numpy).itemsize
     assert c % vec == 0 and vec * item <= 16
     if not plan.kernel.endswith("_big"):
@@ -232,7 +250,7 @@ def test_row_vector_width_keeps_rows_aligned(dt, c):
 
 
 def test_args_reject_misaligned_and_missing_pointers():
-    plan = kc.plan_layer_norm("bfloat16", (4, 4096))
+    plan = plan_layer_norm("bfloat16", (4, 4096), eps=EPS)
     ok = plan.args(x=256, gamma=512, beta=768, y=1024)
     assert ok[6] == np.int64(4) and ok[7] == np.int32(4096) and ok[8] == np.float32(1e-5)
     with pytest.raises(InvalidArgumentError, match="aligned"):
@@ -240,10 +258,10 @@ def test_args_reject_misaligned_and_missing_pointers():
     with pytest.raises(InvalidArgumentError, match="required"):
         plan.args(x=256, beta=768, y=1024)
     with pytest.raises(InvalidArgumentError, match="tunable"):
-        kc.plan_softmax("float32", (4, 8), tuned={"block": 100})
+        plan_softmax("float32", (4, 8), tuned={"block": 100})
 
 
-def _emulate_strided(plan: kc.LaunchPlan, prefix: str, src: np.ndarray) -> np.ndarray:
+def _emulate_strided(plan: LaunchPlan, prefix: str, src: np.ndarray) -> np.ndarray:
     """What pl_permute / pl_binary_bcast read for every output element, from the plan's scalars."""
     ndim = int(plan.macros["PL_NDIM"])
     dims = [plan.scalars[f"d{k}"] for k in range(ndim)]
@@ -270,7 +288,7 @@ def test_transpose_plan_index_math(shape, perm):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape)
     expect = np.transpose(x, perm).reshape(-1)
-    plan = kc.plan_transpose("float32", shape, perm)
+    plan = plan_transpose("float32", shape, perm)
     if plan.kernel == "pl_transpose":
         b, r, c = plan.scalars["batch"], plan.scalars["R"], plan.scalars["C"]
         got = x.reshape(b, r, c).transpose(0, 2, 1).reshape(-1)
@@ -285,7 +303,7 @@ def test_transpose_plan_index_math(shape, perm):
 def test_broadcast_plan_index_math(sa, sb):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(sa), rng.standard_normal(sb)
-    plan = kc.plan_binary("add", "float32", sa, sb)
+    plan = plan_binary("add", "float32", sa, sb)
     expect = (a + b).reshape(-1)
     if plan.kernel == "pl_binary":
         got = a.reshape(-1) + b.reshape(-1)
@@ -294,12 +312,70 @@ def test_broadcast_plan_index_math(sa, sb):
     np.testing.assert_array_equal(got, expect)
 
 
-def test_catalogue_is_complete():
-    """Every catalogued op plans through plan() and names a kernel its source defines."""
-    for op, src in kc.KERNELS.items():
-        text = kc.source_text(src.file)
-        assert f"{src.kernel}(" in text, op
+def test_every_kernel_source_defines_its_kernel():
+    """Each family's KERNELS entry names a kernel its .cu file defines, with allowed defaults."""
+    for op, src in cuda_kernels().items():
+        assert f"{src.kernel}(" in src.text(), op
+        assert src.path.parent.parent == Path(include_dir()), f"{op}: {src.path} is not in a family folder"
         for name, (default, allowed) in src.tunables.items():
             assert default in allowed, (op, name)
-    assert kc.plan("layer_norm", ["bfloat16"] * 3, [(4, 8), (8,), (8,)]).kernel == "pl_layer_norm"
-    assert kc.plan("cast", "float32", (4,), {"dtype": "bfloat16"}).macros["PL_TOUT"] == "__nv_bfloat16"
+
+
+def test_every_builtin_operator_declares_its_cuda_variant():
+    """Each family registers its operators with a CUDA variant, so a CUDA device never falls back to the
+    CPU reference silently; operators tuned as another one find that kernel."""
+    for family in FAMILIES:
+        for desc in family.descriptors():
+            devices = [(v.device, v.name) for v in desc.variants]
+            assert ("cuda", CUDA_VARIANT) in devices, desc.name
+    assert cuda_kernel("silu_activation") is cuda_kernel("silu")
+    assert cuda_kernel("gemm") is None  # cuBLASLt: nothing to tune
+
+
+def test_source_hash_changes_with_the_source_and_macros(tmp_path):
+    """The one kernel-source hash (tuning cache key and module key) changes when the code would."""
+    from dataclasses import replace
+
+    from pipelink.ops.kernel import source_hash
+
+    src = cuda_kernel("layer_norm")
+    copy = tmp_path / src.file
+    copy.write_text(src.text())
+    same = replace(src, path=copy)
+    assert same.source_hash() == src.source_hash()
+    copy.write_text(src.text() + "\n// changed\n")
+    assert same.source_hash() != src.source_hash()
+    assert replace(src, macros={"PL_X": "1"}).source_hash() != src.source_hash()
+    assert source_hash("a", {"X": 1, "Y": 2}) == source_hash("a", {"Y": 2, "X": 1})
+
+
+def test_eps_is_a_required_plan_argument():
+    """The plans take eps from the stage (the descriptor's default), never a default of their own."""
+    with pytest.raises(TypeError):
+        plan_rms_norm("float32", (4, 8))  # type: ignore[call-arg]
+
+
+def test_flat_kernels_keep_their_vectors_in_registers():
+    """pl_vector_loop's lambdas capture the slot arrays by reference: after inlining they must stay in
+    registers (a .local array would spill every vector to memory and halve the bandwidth)."""
+    nvrtc = _nvrtc()
+    plans = [plan_unary("gelu", "bfloat16", (1 << 20,), tuned={"unroll": 4}),
+             plan_binary("add", "float32", (1 << 20,), (1 << 20,)),
+             plan_bias_add("float16", (64, 1024)), plan_cast("float32", "bfloat16", (1 << 20,)),
+             plan_batch_norm("float32", (8, 16, 32, 32), eps=EPS)]
+    for plan in plans:
+        ptx = _nvrtc_ptx(nvrtc, plan)
+        assert ".local" not in ptx, f"{plan.kernel} {plan.macros} uses local memory"
+
+
+def test_backend_helper_kernels_compile():
+    """The CUDA backend's helpers.cu (strided copy, non-finite count) builds on common.cuh."""
+    _nvrtc()
+    helpers = Path(include_dir()).parent / "backends" / "helpers.cu"
+    for elem in ("unsigned char", "unsigned short", "unsigned int", "unsigned long long"):
+        ok, ptx = _nvrtc_compile(helpers.read_text(), "helpers.cu",
+                                 ["-std=c++17", f"-I{include_dir()}", f"-DPL_ELEM={elem}", "-arch=sm_90"])
+        assert ok, ptx
+        for kernel in ("pl_strided_copy", "pl_nonfinite_f32", "pl_nonfinite_f16", "pl_nonfinite_bf16",
+                       "pl_nonfinite_f64"):
+            assert f".entry {kernel}(" in ptx, kernel

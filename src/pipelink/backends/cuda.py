@@ -2,9 +2,9 @@
 graphs).
 
 The only module of PipeLink that imports ``cuda.core`` / ``cuda.bindings`` (with the private helpers it
-alone imports: ``cuda_device``, ``cuda_data``, ``cuda_pool``, ``cuda_kernels``, ``cuda_ops``,
-``cuda_gemm``). All work goes to the backend's own non-blocking streams, never to the legacy default
-stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process must restart.
+alone imports: ``cuda_device``, ``cuda_data``, ``cuda_pool``, ``cuda_kernels``). All work goes to the
+backend's own non-blocking streams, never to the legacy default stream. After a sticky CUDA error
+(700, 714-719) it refuses all further work: the process must restart.
 """
 
 from __future__ import annotations
@@ -124,9 +124,6 @@ class CUDABackend(CUDADataMixin, Backend):
         # One event orders our streams after producers' streams (recorded and waited on in turn).
         self._order_event = self._main.record(options=self._event_opts[False])
         self._order_handle = self._order_event.handle
-        from .cuda_ops import register_cuda_variants
-
-        register_cuda_variants()
 
     # -- context and errors ------------------------------------------------------------------------
     def _bind_thread(self) -> None:

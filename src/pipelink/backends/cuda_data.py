@@ -438,7 +438,8 @@ class CUDADataMixin:
                 f"a strided copy supports up to 8 dimensions after merging (got {dims})")
         pad = 8 - len(dims)
         kernel = self.compile_kernel(_helper_source(), "pl_strided_copy",
-                                     {"define_macro": [("PL_ELEM", _UINT[src.dtype.itemsize])]})
+                                     {"define_macro": [("PL_ELEM", _UINT[src.dtype.itemsize])]},
+                                     _helper_include_dirs())
         n = src.size
         args = [np.uint64(src.ptr), np.uint64(dst.ptr), np.int64(n)]
         args += [np.int64(v) for v in [1] * pad + dims]
@@ -458,7 +459,8 @@ class CUDADataMixin:
             tmp = self.empty(arg.shape, arg.dtype)
             self.copy(tmp, arg, stream=stream)
             arg = tmp
-        kernel = self.compile_kernel(_helper_source(), name, {"define_macro": [("PL_ELEM", "unsigned int")]})
+        kernel = self.compile_kernel(_helper_source(), name, {"define_macro": [("PL_ELEM", "unsigned int")]},
+                                     _helper_include_dirs())
         with self._counter_lock:
             if self._counter is None:
                 self._counter = self.empty((1,), "int64")
@@ -482,6 +484,12 @@ def _helper_source() -> str:
     from .cuda_kernels import HELPER_SOURCE
 
     return HELPER_SOURCE
+
+
+def _helper_include_dirs() -> tuple[str, ...]:
+    from .cuda_kernels import HELPER_INCLUDE_DIRS
+
+    return HELPER_INCLUDE_DIRS
 
 
 def _collapse(dims: list[int], src: list[int], dst: list[int]) -> tuple[list[int], list[int], list[int]]:

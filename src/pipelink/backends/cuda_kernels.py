@@ -1,5 +1,5 @@
 """NVRTC compilation with an in-memory and an on-disk cubin cache, and the CUDA backend's own helper
-kernels (strided copy, non-finite count, casts the operator catalogue does not cover).
+kernels (strided copy, non-finite count: helpers.cu).
 
 Imported only by the CUDA backend. The cache key is a SHA-256 of everything that changes the cubin
 (source, headers found in the include folders, options, architecture, NVRTC version): a stale cubin is
@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModuleLoadError
+from ..ops.kernel import include_dir, source_hash
 
-__all__ = ["cache_dir", "cache_key", "header_digest", "KernelCompiler", "HELPER_SOURCE", "CAST_SOURCE"]
+__all__ = ["cache_dir", "cache_key", "header_digest", "KernelCompiler", "HELPER_SOURCE",
+           "HELPER_INCLUDE_DIRS"]
 
 _HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
 
@@ -53,13 +55,11 @@ def header_digest(include_dirs: Sequence[str]) -> str:
 
 def cache_key(source: str, options: Mapping[str, Any], arch: str, nvrtc_version: tuple[int, int],
               headers: str = "") -> str:
-    """The cubin cache key: SHA-256 over the source, the options (order-independent), the architecture,
-    the NVRTC version and the header digest."""
-    h = hashlib.sha256()
-    for part in (source, json.dumps(dict(options), sort_keys=True, default=repr), arch,
-                 f"{nvrtc_version[0]}.{nvrtc_version[1]}", headers):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()
+    """The cubin cache key: the kernel-source hash (:func:`pipelink.ops.kernel.source_hash`) of the source
+    and the header digest, with the options (order-independent), the architecture and the NVRTC version
+    in place of macros."""
+    return source_hash(source, {"options": json.dumps(dict(options), sort_keys=True, default=repr),
+                                "arch": arch, "nvrtc": f"{nvrtc_version[0]}.{nvrtc_version[1]}"}, (headers,))
 
 
 class KernelCompiler:
@@ -177,93 +177,7 @@ def _as_list(value: Any) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
-# Helper kernels of the backend. PL_ELEM: an unsigned type of the element size (1, 2, 4 or 8 bytes).
-HELPER_SOURCE = r"""
-#ifndef PL_ELEM
-#define PL_ELEM unsigned int
-#endif
-
-// dst[dst_offset(i)] = src[src_offset(i)] for every logical index i, row-major over d0..d7 (unused
-// trailing dims are 1); s* / t* are the source / destination strides in elements (any sign, or zero).
-extern "C" __global__ void pl_strided_copy(
-    const PL_ELEM* __restrict__ src, PL_ELEM* __restrict__ dst, long long n,
-    long long d0, long long d1, long long d2, long long d3,
-    long long d4, long long d5, long long d6, long long d7,
-    long long s0, long long s1, long long s2, long long s3,
-    long long s4, long long s5, long long s6, long long s7,
-    long long t0, long long t1, long long t2, long long t3,
-    long long t4, long long t5, long long t6, long long t7) {
-    const long long dims[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
-    const long long ss[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-    const long long ts[8] = {t0, t1, t2, t3, t4, t5, t6, t7};
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        long long rest = i, s = 0, d = 0;
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-            const long long c = rest % dims[k];
-            rest /= dims[k];
-            s += c * ss[k];
-            d += c * ts[k];
-        }
-        dst[d] = src[s];
-    }
-}
-
-// Count elements whose exponent bits are all ones (NaN or Inf) into *out.
-template <class U>
-__device__ __forceinline__ void pl_count(const U* __restrict__ x, long long n, U mask,
-                                         unsigned long long* out) {
-    unsigned long long c = 0;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        c += (x[i] & mask) == mask;
-    }
-    for (int off = 16; off > 0; off >>= 1) c += __shfl_down_sync(0xffffffffu, c, off);
-    if ((threadIdx.x & 31) == 0 && c) atomicAdd(out, c);
-}
-extern "C" __global__ void pl_nonfinite_f32(const unsigned int* x, long long n, unsigned long long* out) {
-    pl_count<unsigned int>(x, n, 0x7f800000u, out);
-}
-extern "C" __global__ void pl_nonfinite_f16(const unsigned short* x, long long n, unsigned long long* out) {
-    pl_count<unsigned short>(x, n, (unsigned short)0x7c00u, out);
-}
-extern "C" __global__ void pl_nonfinite_bf16(const unsigned short* x, long long n, unsigned long long* out) {
-    pl_count<unsigned short>(x, n, (unsigned short)0x7f80u, out);
-}
-extern "C" __global__ void pl_nonfinite_f64(const unsigned long long* x, long long n,
-                                            unsigned long long* out) {
-    pl_count<unsigned long long>(x, n, 0x7ff0000000000000ull, out);
-}
-"""
-
-# Casts between any two dtypes with C semantics (as the CPU reference). PL_TIN / PL_TOUT are CUDA type
-# names; PL_DIRECT=1 when neither is a 16-bit float (a plain C cast), else the value goes through double
-# (exact for every 16-bit float, and rounded once, to odd, before the final narrowing).
-CAST_SOURCE = r"""
-#include "common.cuh"
-#ifndef PL_DIRECT
-#define PL_DIRECT 1
-#endif
-template <class T> __device__ __forceinline__ double pl_cast_in(T v) { return (double)v; }
-__device__ __forceinline__ double pl_cast_in(__half v) { return (double)pl_to_acc(v); }
-__device__ __forceinline__ double pl_cast_in(__nv_bfloat16 v) { return (double)pl_to_acc(v); }
-template <class T> struct pl_cast_out { static __device__ __forceinline__ T from(double v) { return (T)v; } };
-template <> struct pl_cast_out<bool> {
-    static __device__ __forceinline__ bool from(double v) { return v != 0.0; } };
-template <> struct pl_cast_out<__half> {
-    static __device__ __forceinline__ __half from(double v) { return pl_from<__half>(v); } };
-template <> struct pl_cast_out<__nv_bfloat16> {
-    static __device__ __forceinline__ __nv_bfloat16 from(double v) { return pl_from<__nv_bfloat16>(v); } };
-
-extern "C" __global__ void pl_cast_any(const PL_TIN* __restrict__ x, PL_TOUT* __restrict__ y, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-#if PL_DIRECT
-        y[i] = (PL_TOUT)x[i];
-#else
-        y[i] = pl_cast_out<PL_TOUT>::from(pl_cast_in(x[i]));
-#endif
-    }
-}
-"""
+# The backend's helper kernels (strided copy, non-finite count) live in helpers.cu; they include the
+# operators' common.cuh, so they compile with HELPER_INCLUDE_DIRS on the include path.
+HELPER_SOURCE = (Path(__file__).resolve().parent / "helpers.cu").read_text(encoding="utf-8")
+HELPER_INCLUDE_DIRS = (include_dir(),)

@@ -1,52 +1,49 @@
 """Tuning the built-in CUDA kernels: the tune target, and the tuned-parameter lookup used by ``pl.load``.
 
-A variant is the operator's catalogue plan with some tunables changed (compile-time macros and launch
-geometry). The cache key holds everything that makes a result valid (operator and version, a hash of the
-kernel sources, device name, compute capability, driver, shapes, dtypes), computed here for both the
-tuner and the loader, so they can never disagree.
+A variant is the operator's launch plan with some tunables changed (compile-time macros and launch
+geometry). Tunables, tuning-space aliases and the kernel-source hash come from the operator's own unit
+(:func:`pipelink.ops.cuda_kernel`: its family's ``cuda.py``). The cache key holds everything that makes a
+result valid (operator and version, the kernel-source hash, device name, compute capability, driver,
+shapes, dtypes), computed here for both the tuner and the loader, so they can never disagree.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..dtypes import get_dtype
+from ..dtypes import get_dtype, tolerance
 from ..errors import InvalidArgumentError
+from ..ops import cuda_kernel, cuda_kernels
 from ..tune.target import TuneTarget
 
-__all__ = ["ALIASES", "key_fields", "tunables_of", "lookup_tuned", "BuiltinKernelTarget", "make_tune_target"]
+__all__ = ["aliases_of", "key_fields", "tunables_of", "lookup_tuned", "BuiltinKernelTarget",
+           "make_tune_target"]
 
-#: The seed's parameter names -> the catalogue's tunables.
-ALIASES = {"block_size": "block", "unroll_factor": "unroll", "vector_width": "vec", "vec_width": "vec"}
 _SAMPLE_S = 100e-6  # each timing sample spans at least this much device time (launch gaps amortised)
-
-
-def _catalogue():
-    from ..ops import cuda as catalogue
-
-    return catalogue
 
 
 def tunables_of(op: str) -> dict[str, tuple[Any, tuple]]:
     """name -> (default, allowed values) of a built-in operator's CUDA kernel ({} when it has none)."""
-    kernels = _catalogue().KERNELS
-    name = "silu" if op == "silu_activation" else op
-    return dict(kernels[name].tunables) if name in kernels else {}
+    kernel = cuda_kernel(op)
+    return dict(kernel.tunables) if kernel is not None else {}
+
+
+def aliases_of(op: str) -> dict[str, str]:
+    """Tuning-space name -> kernel tunable of a built-in operator's CUDA kernel ({} when it has none)."""
+    kernel = cuda_kernel(op)
+    return dict(kernel.aliases) if kernel is not None else {}
 
 
 def source_hash(op: str) -> str:
-    cat = _catalogue()
-    name = "silu" if op == "silu_activation" else op
-    ks = cat.KERNELS[name]
-    digest = hashlib.sha256()
-    for text in (cat.source_text(ks.file), cat.source_text("common.cuh"), repr(sorted(ks.macros.items()))):
-        digest.update(text.encode())
-    return digest.hexdigest()
+    """The kernel-source hash of a built-in operator's CUDA kernel."""
+    kernel = cuda_kernel(op)
+    if kernel is None:
+        raise InvalidArgumentError(f"operator {op!r} has no built-in CUDA kernel", op=op)
+    return kernel.source_hash()
 
 
 def key_fields(op: str, version: str, info, shapes: Mapping[str, Any], dtypes: Mapping[str, str]) -> dict:
@@ -82,7 +79,8 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
     if tuned is None:
         return defaults, "default", f"no tuned entry in {cache.path}"
     # Entries are stored under the tuning space's names (the seed's block_size...): map them.
-    params = {ALIASES.get(k, k): v for k, v in tuned.items() if ALIASES.get(k, k) in tunables}
+    aliases = aliases_of(desc.name)
+    params = {aliases.get(k, k): v for k, v in tuned.items() if aliases.get(k, k) in tunables}
     bad = {k: v for k, v in params.items() if v not in tunables[k][1]}
     if bad:
         return (
@@ -112,10 +110,11 @@ class BuiltinKernelTarget(TuneTarget):
         self.desc = pl.get_operator_info(operator)
         self.operator = operator
         self.tunables = tunables_of(operator)
+        self.aliases = aliases_of(operator)
         if not self.tunables:
             raise InvalidArgumentError(
                 f"operator {operator!r} has no tunable CUDA kernel "
-                f"(tunable: {', '.join(sorted(_catalogue().KERNELS))})"
+                f"(tunable: {', '.join(sorted(op for op, k in cuda_kernels().items() if k.tunables))})"
             )
         ports = [p.name for p in self.desc.inputs]
         unknown = sorted(set(shapes) - set(ports))
@@ -138,7 +137,7 @@ class BuiltinKernelTarget(TuneTarget):
         self._cpu = pl.load(doc, device="cpu")
         space = dict(space or {})
         self._space_names = tuple(space)
-        self._unused = {n for n in space if ALIASES.get(n, n) not in self.tunables}
+        self._unused = {n for n in space if self.aliases.get(n, n) not in self.tunables}
         # A parameter the kernel does not use (the seed's shared_mem_per_block for a kernel with static
         # shared memory) gives the same kernel for every value: only its first value is built.
         self._first_value = {n: tuple(space[n])[0] for n in self._unused}
@@ -150,7 +149,7 @@ class BuiltinKernelTarget(TuneTarget):
         """The kernel's defaults, named as the tuning space names them (``block_size`` for ``block``)."""
         out = {k: v[0] for k, v in self.tunables.items()}
         for name in self._space_names:
-            kernel_name = ALIASES.get(name, name)
+            kernel_name = self.aliases.get(name, name)
             if kernel_name in self.tunables and kernel_name != name:
                 out[name] = out.pop(kernel_name)
             elif kernel_name not in self.tunables:
@@ -158,7 +157,8 @@ class BuiltinKernelTarget(TuneTarget):
         return out
 
     def _kernel_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {ALIASES.get(k, k): v for k, v in params.items() if ALIASES.get(k, k) in self.tunables}
+        named = {self.aliases.get(k, k): v for k, v in params.items()}
+        return {k: v for k, v in named.items() if k in self.tunables}
 
     def prune(self, params: Mapping[str, Any]) -> str | None:
         for name in sorted(self._unused):
@@ -207,7 +207,7 @@ class BuiltinKernelTarget(TuneTarget):
         got = execute(candidate["plan"], self._gpu.graph, self.backend, args, report=RunReport())
         self.backend.synchronize(candidate["plan"].streams[0])
         ref = self._cpu.run(host)
-        tol = {"float32": 1e-5, "float64": 1e-12}.get(self.dtypes[next(iter(self.dtypes))], 1e-2)
+        tol = tolerance(self.dtypes[next(iter(self.dtypes))])[0]
         worst = 0.0
         for name, r in ref.items():
             g = self.backend.wrap(got[name]).numpy().astype(np.float64)

@@ -1,31 +1,55 @@
-"""The standard operator library: built-in descriptors with their CPU (NumPy) reference kernels.
+"""The standard operator library: one package per operator family, each holding its descriptors, its
+NumPy reference (``reference.py``) and its CUDA kernels (``cuda.py`` and ``.cu`` sources).
 
-CUDA variants are attached elsewhere (``registry.add_variant``); this package never imports CUDA.
+``FAMILIES`` is the list of families: adding a family is one line there. Nothing here imports a CUDA
+package (a family's CUDA binds import what they need when a stage binds).
 """
 
 from __future__ import annotations
 
 from ..descriptor import OperatorDescriptor
 from ..modules.registry import OperatorRegistry
-from . import elementwise, linalg, normalization
+from . import batch_norm, elementwise, gemm, normalization, softmax, transpose
+from .kernel import KernelSource
 
-__all__ = ["BUILTIN_OPERATORS", "register_builtins", "builtin_descriptors"]
+__all__ = ["FAMILIES", "BUILTIN_OPERATORS", "register_builtins", "builtin_descriptors", "cuda_kernel",
+           "cuda_kernels"]
+
+FAMILIES = (elementwise, normalization, softmax, batch_norm, transpose, gemm)
+"""The built-in operator families, in registration order."""
 
 
 def builtin_descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of every built-in operator, each with its ``cpu:numpy`` variant."""
-    return elementwise.descriptors() + normalization.descriptors() + linalg.descriptors()
+    """Fresh descriptors of every built-in operator, each with its ``cpu:numpy`` and ``cuda:nvrtc``
+    variants."""
+    return [desc for family in FAMILIES for desc in family.descriptors()]
 
 
 BUILTIN_OPERATORS: tuple[str, ...] = tuple(d.name for d in builtin_descriptors())
 """Names of the built-in operators, in registration order."""
 
 
+def cuda_kernels() -> dict[str, KernelSource]:
+    """Every built-in CUDA kernel with tunables or a source of its own, by the op name its plans use."""
+    return {op: ks for family in FAMILIES for op, ks in family.cuda.KERNELS.items()}
+
+
+def cuda_kernel(operator: str) -> KernelSource | None:
+    """The CUDA kernel a built-in operator runs and is tuned as (None when it has none): its tunables,
+    tuning aliases and source hash, as its family's ``cuda.py`` declares them."""
+    for family in FAMILIES:
+        name = family.cuda.TUNED_AS.get(operator, operator)
+        if name in family.cuda.KERNELS:
+            return family.cuda.KERNELS[name]
+    return None
+
+
 def register_builtins(registry: OperatorRegistry | None = None) -> list[OperatorDescriptor]:
-    """Register the built-in operators on ``registry`` (the global one by default).
+    """Register the built-in operators, with their CPU and CUDA variants, on ``registry`` (the global one
+    by default).
 
     Idempotent: an operator whose built-in version is already registered there is left as it is, so a
-    second call neither duplicates it nor drops the variants (CUDA kernels) attached to it since.
+    second call neither duplicates it nor drops variants attached to it since.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Helpers shared by the built-in operators' descriptors and NumPy reference kernels.
+"""Helpers shared by the built-in operator families' descriptors and NumPy reference kernels.
 
 Kept free of any CUDA import: the CPU reference must load on a machine without a GPU.
 """
@@ -14,7 +14,7 @@ from ..descriptor import KernelContext, OperatorDescriptor, Variant
 from ..dtypes import FLOAT_DTYPES, get_dtype
 
 __all__ = ["VERSION", "CPU_VARIANT", "FLOATS", "INTS", "NUMERIC", "HALF_DTYPES", "numpy_dtype",
-           "compute_dtype", "stats_dtype", "cpu_operator", "Bind"]
+           "compute_dtype", "stats_dtype", "builtin_operator", "Bind"]
 
 VERSION = "1.0.0"
 CPU_VARIANT = "cpu:numpy"
@@ -41,10 +41,12 @@ def stats_dtype(name: str) -> str:
     return "float64" if name == "float64" else "float32"
 
 
-def cpu_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
-                 dtype_vars: Mapping[str, frozenset[str]] | None = None,
-                 variant_dtypes: frozenset[str] | None = None, infer=None) -> OperatorDescriptor:
-    """A fresh built-in descriptor with its NumPy variant (one per registry: descriptors are mutable).
+def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
+                     dtype_vars: Mapping[str, frozenset[str]] | None = None,
+                     variant_dtypes: frozenset[str] | None = None, infer=None,
+                     cuda: Variant | None = None) -> OperatorDescriptor:
+    """A fresh built-in descriptor with its NumPy variant and, when the family has one, its CUDA variant
+    (one descriptor per registry: descriptors are mutable).
 
     Parameters
     ----------
@@ -60,10 +62,13 @@ def cpu_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
         Input dtypes the CPU variant accepts (None: any).
     infer : callable, optional
         Output shape/dtype rule when the port rules cannot express it.
+    cuda : Variant, optional
+        The family's CUDA variant (:func:`pipelink.ops.kernel.cuda_variant`); its bind imports nothing
+        CUDA until it runs.
     """
+    variants = [Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes, source="builtin")]
+    if cuda is not None:
+        variants.append(cuda)
     return OperatorDescriptor(
         name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
-        dtype_vars=dict(dtype_vars or {}),
-        variants=[Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes,
-                          source="builtin")],
-        infer=infer, doc=doc, source="builtin")
+        dtype_vars=dict(dtype_vars or {}), variants=variants, infer=infer, doc=doc, source="builtin")

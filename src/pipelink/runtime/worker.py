@@ -34,11 +34,7 @@ def _build_kernel(spec, backend=None):
     if spec.source == "python":
         return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
     registry = OperatorRegistry()
-    register_builtins(registry)
-    if backend is not None and backend.kind == "cuda":
-        from ..backends.cuda_ops import register_cuda_variants
-
-        register_cuda_variants(registry)
+    register_builtins(registry)  # with their CUDA variants
     if spec.source != "builtin":
         from ..modules.native import load_library
 

@@ -1,6 +1,7 @@
-// Shared device helpers for PipeLink's built-in CUDA kernels: element types, float conversion,
-// 16-byte vector access and warp/block reductions. Device code only: it must never allocate,
-// touch the default stream, or depend on any header NVRTC cannot find by itself.
+// The one header of PipeLink's CUDA kernels (pipelink/ops/*/*.cu and the CUDA backend's helpers.cu):
+// element types, float conversion, 16-byte vector access, the grid-stride loops, stride decoding and
+// warp/block reductions. Device code only: it must never allocate, touch the default stream, or depend
+// on any header NVRTC cannot find by itself.
 //
 // Compiles with nvcc and with NVRTC (with or without the CUDA include folder on the path):
 // when <cuda_fp16.h> / <cuda_bf16.h> are reachable they define __half / __nv_bfloat16; otherwise
@@ -32,8 +33,19 @@ __device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
 }
 #endif
 
+// Launch-shape macros a plan always sets (pipelink/ops/<family>/cuda.py); these defaults only let a
+// source compile on its own.
 #ifndef PL_BLOCK
-#define PL_BLOCK 256
+#define PL_BLOCK 256  // threads per block: the launch must use exactly this many
+#endif
+#ifndef PL_VEC
+#define PL_VEC 1  // elements per vector access
+#endif
+#ifndef PL_UNROLL
+#define PL_UNROLL 1  // vectors in flight per thread per grid-stride step
+#endif
+#ifndef PL_INDEX64
+#define PL_INDEX64 1  // 0 when the plan proved every index and offset of a strided walk is below 2^31
 #endif
 
 #define PL_WARP 32
@@ -202,3 +214,68 @@ __device__ __forceinline__ float pl_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double pl_rsqrt(double x) { return rsqrt(x); }
 __device__ __forceinline__ float pl_exp(float x) { return expf(x); }
 __device__ __forceinline__ double pl_exp(double x) { return exp(x); }
+
+// ---------------------------------------------------------------------------------------------
+// Grid-stride loops and indexing.
+// ---------------------------------------------------------------------------------------------
+// pl_idx: the index type of strided walks. 64-bit signed (strides may be negative in the backend's
+// copies), or 32-bit unsigned when the plan set PL_INDEX64 0 (32-bit division is several times cheaper).
+#if PL_INDEX64
+typedef long long pl_idx;
+#else
+typedef unsigned int pl_idx;
+#endif
+
+// for (i = this thread's first element; i < n; i += threads in the grid): one element per step.
+#define PL_FOR_EACH_INDEX(i, n)                                                           \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
+         i += (long long)gridDim.x * blockDim.x)
+
+// The vectorised grid-stride loop of the flat kernels over n elements seen as n / PL_VEC vectors.
+// Each step, a thread loads PL_UNROLL vectors PL_BLOCK apart (all loads issued before any use, so they
+// are in flight together), then computes and stores them; the n % PL_VEC tail elements go one per
+// thread to the first threads. load(u, j) loads vector j into the caller's slot u; apply(u, j) computes
+// and stores slot u as vector j; tail(t) handles element t. Called with lambdas that capture the
+// caller's slot array by reference: after inlining and unrolling, u is a constant and the slots stay
+// in registers.
+template <class Load, class Apply, class Tail>
+__device__ __forceinline__ void pl_vector_loop(long long n, Load load, Apply apply, Tail tail) {
+    const long long nv = n / PL_VEC;
+    const long long step = (long long)gridDim.x * (PL_BLOCK * PL_UNROLL);
+    for (long long base = (long long)blockIdx.x * (PL_BLOCK * PL_UNROLL) + threadIdx.x; base < nv;
+         base += step) {
+#pragma unroll
+        for (int u = 0; u < PL_UNROLL; ++u) {
+            const long long j = base + (long long)u * PL_BLOCK;
+            if (j < nv) load(u, j);
+        }
+#pragma unroll
+        for (int u = 0; u < PL_UNROLL; ++u) {
+            const long long j = base + (long long)u * PL_BLOCK;
+            if (j < nv) apply(u, j);
+        }
+    }
+    const long long t = nv * PL_VEC + (long long)blockIdx.x * PL_BLOCK + threadIdx.x;
+    if (t < n) tail(t);
+}
+
+// Stride decoding: the offsets, in elements, of logical element i of a row-major walk over the dims
+// d[0..NDIM-1], in each of NOPS operands with element strides s[op][0..NDIM-1].
+template <int NDIM, int NOPS>
+__device__ __forceinline__ void pl_strided_offsets(pl_idx i, const long long (&d)[8],
+                                                   const long long (&s)[NOPS][8], pl_idx (&off)[NOPS]) {
+    pl_idx rem = i;
+#pragma unroll
+    for (int op = 0; op < NOPS; ++op) off[op] = 0;
+#pragma unroll
+    for (int k = NDIM - 1; k > 0; --k) {
+        const pl_idx dk = (pl_idx)d[k];
+        const pl_idx q = rem / dk;
+        const pl_idx r = rem - q * dk;
+#pragma unroll
+        for (int op = 0; op < NOPS; ++op) off[op] += r * (pl_idx)s[op][k];
+        rem = q;
+    }
+#pragma unroll
+    for (int op = 0; op < NOPS; ++op) off[op] += rem * (pl_idx)s[op][0];
+}

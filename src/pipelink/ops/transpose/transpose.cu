@@ -3,7 +3,7 @@
 // Pure data movement: elements are copied bit for bit as raw words of sizeof(PL_T) bytes.
 // Never allocate, never read outside the given shape.
 //
-// Macros (chosen by pipelink/ops/cuda/__init__.py):
+// Macros (chosen by plan_transpose in pipelink/ops/transpose/cuda.py):
 //   PL_T          element type (only its size matters)
 //   PL_TILE       tile edge (32 or 64); PL_TILE_ROWS thread rows per tile (block = PL_TILE x PL_TILE_ROWS)
 //   PL_TILE_PAD   shared-memory padding in elements per tile row (1 avoids bank conflicts)
@@ -29,15 +29,6 @@
 #endif
 #ifndef PL_NDIM
 #define PL_NDIM 8
-#endif
-#ifndef PL_INDEX64
-#define PL_INDEX64 1
-#endif
-
-#if PL_INDEX64
-typedef long long pl_idx;
-#else
-typedef unsigned int pl_idx;
 #endif
 
 template <int BYTES> struct pl_word;
@@ -92,18 +83,10 @@ pl_permute(const PL_T* __restrict__ x_, PL_T* __restrict__ y_, long long n,
     const W* __restrict__ x = reinterpret_cast<const W*>(x_);
     W* __restrict__ y = reinterpret_cast<W*>(y_);
     const long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
-    const long long s[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-    const long long step = (long long)gridDim.x * PL_BLOCK;
-    for (long long i = (long long)blockIdx.x * PL_BLOCK + threadIdx.x; i < n; i += step) {
-        pl_idx rem = (pl_idx)i, off = 0;
-#pragma unroll
-        for (int k = PL_NDIM - 1; k > 0; --k) {
-            const pl_idx dk = (pl_idx)d[k];
-            const pl_idx q = rem / dk;
-            off += (rem - q * dk) * (pl_idx)s[k];
-            rem = q;
-        }
-        off += rem * (pl_idx)s[0];
-        y[i] = x[off];
+    const long long s[1][8] = {{s0, s1, s2, s3, s4, s5, s6, s7}};
+    PL_FOR_EACH_INDEX(i, n) {
+        pl_idx off[1];
+        pl_strided_offsets<PL_NDIM, 1>((pl_idx)i, d, s, off);
+        y[i] = x[off[0]];
     }
 }

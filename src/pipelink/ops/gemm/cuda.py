@@ -1,10 +1,11 @@
-"""The CUDA ``gemm`` variant: cuBLASLt through nvmath-python's low-level bindings, with fused epilogues.
+"""The gemm family on CUDA: cuBLASLt through nvmath-python's low-level bindings, with fused epilogues.
 
 ``c = act(alpha * a @ b + bias) + residual``. cuBLASLt's BIAS / RELU_BIAS / GELU_BIAS epilogues fuse the
 bias and the activation (its GELU is the tanh form, so ``"gelu"`` (erf) runs the built-in GELU kernel
 after the product); a residual rides on ``beta = 1, C = residual`` when no activation comes before it,
 else it is added by the built-in add kernel. Without nvmath (or without a loadable cuBLASLt) the product
-falls back to PyTorch through DLPack, with a logged note. Imported only by the CUDA backend.
+falls back to PyTorch through DLPack, with a logged note. nvmath and PyTorch are imported when a stage
+binds, never at import time.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from ..descriptor import KernelContext
-from ..errors import HardwareUnsupportedError
+from ...descriptor import KernelContext
+from ...errors import HardwareUnsupportedError
+from ..elementwise.cuda import plan_binary, plan_unary
+from ..kernel import KernelSource, PlanLaunch
 
-__all__ = ["bind_gemm"]
+__all__ = ["KERNELS", "TUNED_AS", "bind_gemm"]
 
 log = logging.getLogger("pipelink")
 
+KERNELS: dict[str, KernelSource] = {}  # cuBLASLt chooses its own kernels: nothing to plan or tune here
+TUNED_AS: dict[str, str] = {}
 WORKSPACE_BYTES = 32 << 20
 # dtype -> (cudaDataType of A/B/C/D, cublasComputeType, cudaDataType of alpha/beta, NumPy scale type)
 _TYPES = {"float32": (0, 68, 0, np.float32), "float64": (1, 70, 1, np.float64),
@@ -40,7 +45,7 @@ def bind_gemm(ctx: KernelContext) -> Any:
 
 def _dims(ctx: KernelContext) -> tuple[int, int, int, bool]:
     a, b = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-    trans_b = bool(ctx.attrs.get("trans_b", False))
+    trans_b = bool(ctx.attrs["trans_b"])
     k = a[-1]
     n = b[0] if trans_b else b[1]
     return math.prod(a[:-1]), n, k, trans_b
@@ -52,8 +57,6 @@ class _LtGemm:
     def __init__(self, ctx: KernelContext):
         import nvmath.bindings.cublasLt as lt
 
-        from .cuda_ops import PlanLaunch, _catalogue
-
         self.lt = lt
         self.backend = backend = ctx.backend
         self.stage = ctx.stage
@@ -62,7 +65,7 @@ class _LtGemm:
         if dtype == "float32" and dict(ctx.params or {}).get("math") == "tf32":
             compute = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: precision_policy "tf32"
         m, n, k, trans_b = _dims(ctx)
-        activation = ctx.attrs.get("activation", "none")
+        activation = ctx.attrs["activation"]
         self.has_bias = ctx.in_shapes[2] is not None
         has_residual = ctx.in_shapes[3] is not None
         self.handles: dict[int, int] = {}
@@ -89,7 +92,7 @@ class _LtGemm:
         self.c_layout = lt.matrix_layout_create(data_type, n, m, n)
         out_shape = tuple(ctx.out_shapes[0])
         self.use_beta = has_residual and activation == "none" and tuple(ctx.in_shapes[3]) == out_shape
-        self.alpha = np.array([float(ctx.attrs.get("alpha", 1.0))], scalar)
+        self.alpha = np.array([float(ctx.attrs["alpha"])], scalar)
         self.beta = np.array([1.0 if self.use_beta else 0.0], scalar)
         pref = lt.matmul_preference_create()
         ws = np.array([WORKSPACE_BYTES], np.uint64)
@@ -105,15 +108,14 @@ class _LtGemm:
             raise RuntimeError(f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} with this epilogue")
         self.workspace_size = min(int(self.heuristic["workspace_size"][0]) or 0, WORKSPACE_BYTES)
         self.workspace = backend.allocate(max(self.workspace_size, 1), tag="cublaslt-workspace")
-        cat = _catalogue()
         self.post: list[PlanLaunch] = []
         if activation in ("gelu", "gelu_tanh") and not fused:
             self.post.append(PlanLaunch(
-                backend, lambda a: cat.plan_unary(activation, dtype, out_shape, alignment=a),
+                backend, lambda a: plan_unary(activation, dtype, out_shape, alignment=a),
                 {"x": ("out", 0), "y": ("out", 0)}, ctx.stage))
         if has_residual and not self.use_beta:
             res_shape = tuple(ctx.in_shapes[3])
-            self.post.append(PlanLaunch(backend, lambda a: cat.plan_binary("add", dtype, out_shape, res_shape,
+            self.post.append(PlanLaunch(backend, lambda a: plan_binary("add", dtype, out_shape, res_shape,
                                                                            alignment=a),
                                         {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)}, ctx.stage))
 
@@ -166,8 +168,8 @@ def _torch_gemm(ctx: KernelContext) -> Any:
             f"stage {ctx.stage!r}: gemm on CUDA needs nvmath-python (cuBLASLt) or PyTorch; install "
             "'pipelink[cuda]'", stage=ctx.stage) from e
     m, n, k, trans_b = _dims(ctx)
-    alpha = float(ctx.attrs.get("alpha", 1.0))
-    activation = ctx.attrs.get("activation", "none")
+    alpha = float(ctx.attrs["alpha"])
+    activation = ctx.attrs["activation"]
     compute = torch.float64 if ctx.in_dtypes[0] == "float64" else torch.float32
 
     def kernel(ins, outs, stream):

@@ -2,8 +2,10 @@
 // Register path reads each row once and writes it once; pl_softmax_big re-reads long rows.
 // Never allocate, never use fast-math exponentials (accuracy is part of the contract).
 //
-// Macros: PL_T, PL_BLOCK, PL_GROUP, PL_VEC, PL_MAX_VEC_PER_THREAD, with the meaning they have in
-// norm.cu (C % PL_VEC == 0; register kernel needs C <= PL_GROUP * PL_VEC * PL_MAX_VEC_PER_THREAD).
+// Macros: PL_T, PL_BLOCK, PL_GROUP, PL_VEC, PL_MAX_VEC_PER_THREAD, chosen by row_geometry in
+// pipelink/ops/kernel.py, with the meaning they have in pipelink/ops/normalization/norm.cu (C % PL_VEC
+// == 0; register kernel needs C <= PL_GROUP * PL_VEC * PL_MAX_VEC_PER_THREAD).
+// x and y are distinct buffers (no plan runs a row kernel in place), hence __restrict__.
 //
 // Kernel signatures:
 //   pl_softmax(const T* x, T* y, long long rows, int C)

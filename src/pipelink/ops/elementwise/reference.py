@@ -1,4 +1,5 @@
-"""Elementwise built-in operators: descriptors and their NumPy reference kernels.
+"""The elementwise family's NumPy reference kernels (the CPU variant, and the truth the CUDA kernels are
+tested against).
 
 Kernels write their preallocated outputs in place and never return arrays. Half types (float16,
 bfloat16) are computed in float32 and rounded once on the store; float64 is computed in float64.
@@ -11,10 +12,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
-from ._common import FLOATS, HALF_DTYPES, NUMERIC, cpu_operator
+from ...descriptor import KernelContext
+from .._common import FLOATS, HALF_DTYPES
 
-__all__ = ["erf", "gelu_into", "gelu_tanh_into", "relu_into", "silu_into", "descriptors"]
+__all__ = ["erf", "gelu_into", "gelu_tanh_into", "relu_into", "silu_into", "sigmoid_into", "tanh_into",
+           "unary_bind", "fixed", "make_gelu", "make_scale", "binary_bind", "identity_bind", "cast_bind",
+           "infer_precision_cast"]
 
 Compute = Callable[[np.ndarray, np.ndarray], None]  # compute(x, out): out = f(x); out never aliases x
 
@@ -167,6 +170,20 @@ def silu_into(x: np.ndarray, out: np.ndarray) -> None:
     np.divide(x, out, out=out)
 
 
+def sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = 1 / (1 + exp(-x))``; ``out`` must not alias ``x``."""
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for very negative x gives the right limit, 0
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.reciprocal(out, out=out)
+
+
+def tanh_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = tanh(x)``."""
+    np.tanh(x, out=out)
+
+
 def gelu_into(x: np.ndarray, out: np.ndarray) -> None:
     """``out = x/2 * (1 + erf(x/sqrt(2)))``; ``out`` must not alias ``x``."""
     np.multiply(x, INV_SQRT2, out=out)
@@ -189,7 +206,7 @@ def gelu_tanh_into(x: np.ndarray, out: np.ndarray) -> None:
     np.multiply(out, 0.5, out=out)
 
 
-def _unary_bind(make: Callable[[KernelContext], Compute]):
+def unary_bind(make: Callable[[KernelContext], Compute]):
     """A ``Variant.bind`` for a float unary op given ``make(ctx) -> compute(x, out)``."""
 
     def bind(ctx: KernelContext):
@@ -214,17 +231,17 @@ def _unary_bind(make: Callable[[KernelContext], Compute]):
     return bind
 
 
-def _fixed(compute: Compute) -> Callable[[KernelContext], Compute]:
+def fixed(compute: Compute) -> Callable[[KernelContext], Compute]:
     """A ``make`` for an op without attributes."""
     return lambda ctx: compute
 
 
-def _make_gelu(ctx: KernelContext) -> Compute:
-    return gelu_tanh_into if ctx.attrs.get("approximate", "none") == "tanh" else gelu_into
+def make_gelu(ctx: KernelContext) -> Compute:
+    return gelu_tanh_into if ctx.attrs["approximate"] == "tanh" else gelu_into
 
 
-def _make_scale(ctx: KernelContext) -> Compute:
-    factor = float(ctx.attrs.get("factor", 1.0))
+def make_scale(ctx: KernelContext) -> Compute:
+    factor = float(ctx.attrs["factor"])
 
     def scale_into(x, out):
         np.multiply(x, factor, out=out)
@@ -232,7 +249,7 @@ def _make_scale(ctx: KernelContext) -> Compute:
     return scale_into
 
 
-def _binary_bind(ufunc: np.ufunc):
+def binary_bind(ufunc: np.ufunc):
     """``c = ufunc(a, b)`` with broadcasting; half types go through a float32 loop, rounded once."""
 
     def bind(ctx: KernelContext):
@@ -251,14 +268,14 @@ def _binary_bind(ufunc: np.ufunc):
     return bind
 
 
-def _identity_bind(ctx: KernelContext):
+def identity_bind(ctx: KernelContext):
     def kernel(inputs, outputs, stream):
         np.copyto(outputs[0], inputs[0])
 
     return kernel
 
 
-def _cast_bind(ctx: KernelContext):
+def cast_bind(ctx: KernelContext):
     # NumPy's unsafe cast is C's: float -> int truncates toward zero, anything -> bool is "!= 0",
     # bool -> number is 0/1. NaN, inf and out-of-range values give unspecified integers, as in C.
     def kernel(inputs, outputs, stream):
@@ -268,113 +285,8 @@ def _cast_bind(ctx: KernelContext):
     return kernel
 
 
-def _infer_precision_cast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
+def infer_precision_cast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
     """Floats take the target dtype (the ``like`` input's, else the ``dtype`` attribute); the rest keep
     theirs."""
     target = in_dtypes[1] if len(in_dtypes) > 1 and in_dtypes[1] is not None else attrs["dtype"]
     return (tuple(in_shapes[0]),), (target if in_dtypes[0] in FLOATS else in_dtypes[0],)
-
-
-def _unary(
-    name: str, doc: str, make: Callable[[KernelContext], Compute], attrs=(), *, x: str = "x", y: str = "y"
-) -> OperatorDescriptor:
-    return cpu_operator(
-        name,
-        doc=doc,
-        inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
-        outputs=[Port(y, shape=x, dtype="T")],
-        attrs=attrs,
-        dtype_vars={"T": FLOATS},
-        variant_dtypes=FLOATS,
-        bind=_unary_bind(make),
-    )
-
-
-def _binary(name: str, doc: str, ufunc: np.ufunc) -> OperatorDescriptor:
-    return cpu_operator(
-        name,
-        doc=doc,
-        inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
-        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")],
-        dtype_vars={"T": NUMERIC},
-        variant_dtypes=NUMERIC,
-        bind=_binary_bind(ufunc),
-    )
-
-
-def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of every elementwise operator (one set per registry).
-
-    Returns
-    -------
-    list of OperatorDescriptor
-        ``identity, relu, silu, gelu, scale, add, mul, bias_add, cast, silu_activation``.
-    """
-    relu_make, silu_make = _fixed(relu_into), _fixed(silu_into)
-    return [
-        cpu_operator(
-            "identity",
-            doc="Copy x to y unchanged (any dtype, any shape).",
-            inputs=[Port("x")],
-            outputs=[Port("y", shape="x")],
-            bind=_identity_bind,
-        ),
-        _unary("relu", "Rectified linear unit: y = max(x, 0).", relu_make),
-        _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
-        _unary(
-            "gelu",
-            "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
-            _make_gelu,
-            attrs=[
-                Attr(
-                    "approximate",
-                    "str",
-                    "none",
-                    choices=("none", "tanh"),
-                    doc="'none': erf form; 'tanh': tanh approximation",
-                )
-            ],
-        ),
-        _unary(
-            "scale",
-            "Multiply by a constant: y = factor * x.",
-            _make_scale,
-            attrs=[Attr("factor", "float", 1.0, doc="the multiplier")],
-        ),
-        cpu_operator(
-            "precision_cast",
-            doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
-            "non-float tensors pass through unchanged.",
-            inputs=[Port("x"), Port("like", optional=True, doc="take this tensor's dtype")],
-            outputs=[Port("y", shape="x")],
-            attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
-            infer=_infer_precision_cast,
-            bind=_cast_bind,
-        ),
-        _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add),
-        _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply),
-        cpu_operator(
-            "bias_add",
-            doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
-            inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],
-            outputs=[Port("y", shape="x", dtype="T")],
-            dtype_vars={"T": FLOATS},
-            variant_dtypes=FLOATS,
-            bind=_binary_bind(np.add),
-        ),
-        cpu_operator(
-            "cast",
-            doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
-            inputs=[Port("x")],
-            outputs=[Port("y", shape="x", dtype="attr:dtype")],
-            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")],
-            bind=_cast_bind,
-        ),
-        _unary(
-            "silu_activation",
-            "The seed's SiLU module: output = input * sigmoid(input).",
-            silu_make,
-            x="input",
-            y="output",
-        ),
-    ]

@@ -2,7 +2,8 @@
 // Each row is read from global memory once and written once (register path); rows too long for
 // registers use the *_big kernels, which re-read the row. Never allocate, never use atomics.
 //
-// Macros (chosen by pipelink/ops/cuda/__init__.py):
+// Macros (chosen by row_geometry in pipelink/ops/kernel.py, called by the plans in
+// pipelink/ops/normalization/cuda.py):
 //   PL_T                   element type of x, y, gamma, beta (float, double, __half, __nv_bfloat16)
 //   PL_BLOCK               threads per block; the launch uses exactly this many
 //   PL_GROUP               threads per row (32: a warp per row, PL_BLOCK/32 rows per block; or a
@@ -20,6 +21,7 @@
 // layer_norm: mean = sum(x)/C, var = sum((x-mean)^2)/C (biased), rstd = 1/sqrt(var+eps),
 //             y = (x-mean)*rstd*gamma + beta.
 // rms_norm:   rstd = 1/sqrt(sum(x^2)/C + eps), y = x*rstd*gamma.
+// x and y are distinct buffers (no plan runs a row kernel in place), hence __restrict__.
 #include "common.cuh"
 
 #ifndef PL_VEC

@@ -1,0 +1,38 @@
+// PipeLink's any-dtype cast (ints, bool, and floats to or from them), with C semantics as the CPU
+// reference: float -> int truncates, anything -> bool is "!= 0". Casts between two floats use the
+// vectorised pl_cast of elementwise.cu instead.
+//
+// Macros (chosen in pipelink/ops/elementwise/cuda.py, plan_cast_any):
+//   PL_TIN, PL_TOUT  CUDA type names of the input and output
+//   PL_DIRECT        1 when neither is a 16-bit float (a plain C cast); else the value goes through
+//                    double (exact for every 16-bit float, and rounded once, to odd, before the final
+//                    narrowing)
+//   PL_BLOCK         threads per block
+//
+// Kernel: pl_cast_any(const TIN* x, TOUT* y, long long n). x and y are distinct buffers (their element
+// sizes may differ), so they are declared __restrict__.
+#include "common.cuh"
+#ifndef PL_DIRECT
+#define PL_DIRECT 1
+#endif
+template <class T> __device__ __forceinline__ double pl_cast_in(T v) { return (double)v; }
+__device__ __forceinline__ double pl_cast_in(__half v) { return (double)pl_to_acc(v); }
+__device__ __forceinline__ double pl_cast_in(__nv_bfloat16 v) { return (double)pl_to_acc(v); }
+template <class T> struct pl_cast_out { static __device__ __forceinline__ T from(double v) { return (T)v; } };
+template <> struct pl_cast_out<bool> {
+    static __device__ __forceinline__ bool from(double v) { return v != 0.0; } };
+template <> struct pl_cast_out<__half> {
+    static __device__ __forceinline__ __half from(double v) { return pl_from<__half>(v); } };
+template <> struct pl_cast_out<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 from(double v) { return pl_from<__nv_bfloat16>(v); } };
+
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_cast_any(const PL_TIN* __restrict__ x, PL_TOUT* __restrict__ y, long long n) {
+    PL_FOR_EACH_INDEX(i, n) {
+#if PL_DIRECT
+        y[i] = (PL_TOUT)x[i];
+#else
+        y[i] = pl_cast_out<PL_TOUT>::from(pl_cast_in(x[i]));
+#endif
+    }
+}

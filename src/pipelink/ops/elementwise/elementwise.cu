@@ -1,0 +1,295 @@
+// PipeLink built-in elementwise kernels: unary activations, binary arithmetic (same shape and
+// broadcast), bias_add and float casts. Compute in float (double for float64); never allocate, never
+// assume more alignment than the launch plan chose (PL_VEC elements).
+//
+// Which kernels a compilation contains is chosen by macros, set by the plans of
+// pipelink/ops/elementwise/cuda.py:
+//   PL_T            element type (float, double, __half, __nv_bfloat16) - every kernel but pl_cast
+//   PL_UNARY_OP     one of PL_OP_IDENTITY .. PL_OP_TANH      -> pl_unary
+//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_DIV            -> pl_binary, pl_binary_bcast
+//   PL_BIAS_ADD     defined                                 -> pl_bias_add
+//   PL_TIN, PL_TOUT input and output types                   -> pl_cast
+//   PL_VEC          elements per vector access (16 / sizeof(T) at most); every pointer the kernel
+//                   is given is aligned to PL_VEC * sizeof(T) bytes (the plan checks it)
+//   PL_BLOCK        threads per block (the launch must use exactly this many)
+//   PL_UNROLL       vectors in flight per thread per grid-stride step
+//   PL_NDIM         dims of the broadcast index space (1..8), PL_INDEX64 0/1 index width there
+//   PL_FAST_ACT     1 for 16-bit types: silu, sigmoid, tanh and gelu use the hardware exp and reciprocal
+//                   (relative error of the float result below 2e-5 for every input, tails included: far
+//                   under half an ulp of a half or bfloat16 result, 2^-12 / 2^-9); else 0 (the
+//                   correctly rounded library functions)
+//
+// Kernel signatures (all sizes are element counts; strides are in elements and >= 0):
+//   pl_unary(const T* x, T* y, long long n, ACC alpha)               alpha: factor of `scale`
+//   pl_binary(const T* a, const T* b, T* y, long long n)
+//   pl_binary_bcast(const T* a, const T* b, T* y, long long n,
+//                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
+//   pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)
+//   pl_cast(const TIN* x, TOUT* y, long long n)
+// ACC is float, or double when T is double. y may equal x (or a, or b): fused epilogues run these
+// kernels in place, so those pointers are not __restrict__ (each element is read before the same
+// thread writes it, so in-place use is safe).
+#include "common.cuh"
+
+#define PL_OP_IDENTITY 0
+#define PL_OP_RELU 1
+#define PL_OP_SILU 2
+#define PL_OP_GELU 3
+#define PL_OP_GELU_TANH 4
+#define PL_OP_SCALE 5
+#define PL_OP_SIGMOID 6
+#define PL_OP_TANH 7
+#define PL_OP_ADD 10
+#define PL_OP_SUB 11
+#define PL_OP_MUL 12
+#define PL_OP_DIV 13
+
+#ifndef PL_NDIM
+#define PL_NDIM 8
+#endif
+#ifndef PL_FAST_ACT
+#define PL_FAST_ACT 0
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Operators, in the accumulation type A.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float pl_erf(float x) { return erff(x); }
+__device__ __forceinline__ double pl_erf(double x) { return erf(x); }
+__device__ __forceinline__ float pl_tanh_lib(float x) { return tanhf(x); }
+__device__ __forceinline__ double pl_tanh_lib(double x) { return tanh(x); }
+
+#if PL_FAST_ACT
+// 2^x from the hardware approximation (MUFU.EX2; relative error ~2^-22, subnormal results kept).
+__device__ __forceinline__ float pl_exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// 1/x from the hardware approximation (MUFU.RCP; relative error ~2^-23; 1/inf = 0).
+__device__ __forceinline__ float pl_rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+// 1 / (1 + exp(-x)); with PL_FAST_ACT (float only) from the hardware exp and reciprocal: 1/inf is 0,
+// so the result goes to 0 for very negative x as the exact one does
+__device__ __forceinline__ float pl_sigmoid(float x) {
+#if PL_FAST_ACT
+    return __frcp_rn(1.0f + __expf(-x));
+#else
+    return 1.0f / (1.0f + pl_exp(-x));
+#endif
+}
+__device__ __forceinline__ double pl_sigmoid(double x) { return 1.0 / (1.0 + pl_exp(-x)); }
+// x / (1 + exp(-x)), from the same pieces as pl_sigmoid
+__device__ __forceinline__ float pl_silu(float x) {
+#if PL_FAST_ACT
+    return x * __frcp_rn(1.0f + __expf(-x));
+#else
+    return x / (1.0f + pl_exp(-x));
+#endif
+}
+__device__ __forceinline__ double pl_silu(double x) { return x / (1.0 + pl_exp(-x)); }
+// tanh. With PL_FAST_ACT (float only): for |x| >= 0.25, 1 - 2 / (exp(2|x|) + 1) with the sign of x
+// (absolute error a few float ulps, relative < 1e-6 there); below, the odd Taylor polynomial to x^7
+// (relative error < 4e-7), which keeps tiny inputs exact where the exp form would cancel.
+__device__ __forceinline__ float pl_tanh(float x) {
+#if PL_FAST_ACT
+    const float ax = fabsf(x);
+    if (ax < 0.25f) {
+        const float x2 = x * x;
+        float p = fmaf(x2, -0.053968254f, 0.13333334f);  // -17/315, 2/15
+        p = fmaf(x2, p, -0.33333334f);
+        return fmaf(x * x2, p, x);
+    }
+    const float r = 1.0f - 2.0f * __frcp_rn(1.0f + __expf(2.0f * ax));
+    return copysignf(r, x);
+#else
+    return pl_tanh_lib(x);
+#endif
+}
+__device__ __forceinline__ double pl_tanh(double x) { return pl_tanh_lib(x); }
+// x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
+// With PL_FAST_ACT (float only), for u = |x| / sqrt 2 and t = 1 / (1 + u/2):
+//     erfc(u) / 2 = t * 2^(-x^2 log2(e) / 2 + Q(t)),  Q(t) = log2(e) P(t) - 1,
+// where P(t) is a degree-5 minimax fit of ln(exp(u^2) erfc(u) / t) over u in [0, 10] (absolute error
+// 7.7e-6, so erfc(u) has a relative error below 8e-6 for every u: both tails stay accurate, unlike the
+// short erf fits whose absolute error bound loses all relative accuracy for negative x). The factors
+// 1/2 and log2(e) are folded into the coefficients, so an element costs one reciprocal, one exp2,
+// 5 FMAs for Q and ~7 other operations (the degree-9 fit of Numerical Recipes' erfcc used before cost
+// 4 FMAs and 3 multiplications more; on an H200 bf16 gelu was issue-bound at 78% of copy bandwidth).
+// Then Phi(x) = h for x < 0 and 1 - h for x >= 0, with h = erfc(u) / 2.
+// Float result vs the exact value: relative error below 1.3e-5 over the float range.
+__device__ __forceinline__ float pl_gelu(float x) {
+#if PL_FAST_ACT
+    const float t = pl_rcp_approx(fmaf(fabsf(x), 0.35355339f, 1.0f));  // 1 / (1 + |x| / (2 sqrt 2))
+    float q = fmaf(t, 3.300921321e-01f, -1.023181915e+00f);
+    q = fmaf(t, q, 6.845652461e-01f);
+    q = fmaf(t, q, 3.670915365e-01f);
+    q = fmaf(t, q, 1.468676329e+00f);
+    q = fmaf(t, q, -2.827232361e+00f);
+    const float h = t * pl_exp2_approx(fmaf(x * x, -0.72134752f, q));  // -log2(e) / 2
+    return x * (x < 0.0f ? h : 1.0f - h);
+#else
+    return 0.5f * x * (1.0f + pl_erf(x * 0.70710678118654752440f));
+#endif
+}
+__device__ __forceinline__ double pl_gelu(double x) { return 0.5 * x * (1.0 + pl_erf(x * 0.70710678118654752440)); }
+
+#if defined(PL_UNARY_OP)
+template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
+#if PL_UNARY_OP == PL_OP_RELU
+    (void)alpha;
+    return x < A(0) ? A(0) : x;  // NaN propagates, like numpy.maximum(x, 0)
+#elif PL_UNARY_OP == PL_OP_SILU
+    (void)alpha;
+    return pl_silu(x);
+#elif PL_UNARY_OP == PL_OP_GELU
+    (void)alpha;
+    return pl_gelu(x);
+#elif PL_UNARY_OP == PL_OP_GELU_TANH
+    (void)alpha;
+    const A inner = A(0.79788456080286535588) * (x + A(0.044715) * x * x * x);
+    return A(0.5) * x * (A(1) + pl_tanh_lib(inner));
+#elif PL_UNARY_OP == PL_OP_SIGMOID
+    (void)alpha;
+    return pl_sigmoid(x);
+#elif PL_UNARY_OP == PL_OP_TANH
+    (void)alpha;
+    return pl_tanh(x);
+#elif PL_UNARY_OP == PL_OP_SCALE
+    return x * alpha;
+#elif PL_UNARY_OP == PL_OP_IDENTITY
+    (void)alpha;
+    return x;
+#else
+#error "unknown PL_UNARY_OP"
+#endif
+}
+#endif
+
+#if defined(PL_BINARY_OP)
+template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
+#if PL_BINARY_OP == PL_OP_ADD
+    return a + b;
+#elif PL_BINARY_OP == PL_OP_SUB
+    return a - b;
+#elif PL_BINARY_OP == PL_OP_MUL
+    return a * b;
+#elif PL_BINARY_OP == PL_OP_DIV
+    return a / b;
+#else
+#error "unknown PL_BINARY_OP"
+#endif
+}
+#endif
+
+#if defined(PL_T)
+typedef PL_T T;
+typedef typename pl_acc<T>::type A;
+typedef pl_vec<T, PL_VEC> V;
+
+#if defined(PL_UNARY_OP)
+extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_unary(const T* x, T* y, long long n, A alpha) {
+    V v[PL_UNROLL];
+    pl_vector_loop(
+        n, [&](int u, long long j) { v[u] = pl_load<T, PL_VEC>(x + j * PL_VEC); },
+        [&](int u, long long j) {
+#if PL_UNARY_OP != PL_OP_IDENTITY
+#pragma unroll
+            for (int k = 0; k < PL_VEC; ++k) v[u].v[k] = pl_from<T>(pl_unary_apply(pl_to_acc(v[u].v[k]), alpha));
+#endif
+            pl_store<T, PL_VEC>(y + j * PL_VEC, v[u]);
+        },
+        [&](long long t) {
+#if PL_UNARY_OP == PL_OP_IDENTITY
+            y[t] = x[t];  // bit-exact copy
+#else
+            y[t] = pl_from<T>(pl_unary_apply(pl_to_acc(x[t]), alpha));
+#endif
+        });
+}
+#endif  // PL_UNARY_OP
+
+#if defined(PL_BINARY_OP)
+extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_binary(const T* a, const T* b, T* y, long long n) {
+    V va[PL_UNROLL], vb[PL_UNROLL];
+    pl_vector_loop(
+        n,
+        [&](int u, long long j) {
+            va[u] = pl_load<T, PL_VEC>(a + j * PL_VEC);
+            vb[u] = pl_load<T, PL_VEC>(b + j * PL_VEC);
+        },
+        [&](int u, long long j) {
+#pragma unroll
+            for (int k = 0; k < PL_VEC; ++k) {
+                va[u].v[k] = pl_from<T>(pl_binary_apply(pl_to_acc(va[u].v[k]), pl_to_acc(vb[u].v[k])));
+            }
+            pl_store<T, PL_VEC>(y + j * PL_VEC, va[u]);
+        },
+        [&](long long t) { y[t] = pl_from<T>(pl_binary_apply(pl_to_acc(a[t]), pl_to_acc(b[t]))); });
+}
+
+// General broadcast: y is contiguous with shape d[0..PL_NDIM-1] (row-major); a and b are read
+// with per-dimension element strides sa/sb (0 on broadcast dimensions).
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_binary_bcast(const T* a, const T* b, T* y, long long n,
+                long long d0, long long d1, long long d2, long long d3,
+                long long d4, long long d5, long long d6, long long d7,
+                long long sa0, long long sa1, long long sa2, long long sa3,
+                long long sa4, long long sa5, long long sa6, long long sa7,
+                long long sb0, long long sb1, long long sb2, long long sb3,
+                long long sb4, long long sb5, long long sb6, long long sb7) {
+    const long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
+    const long long s[2][8] = {{sa0, sa1, sa2, sa3, sa4, sa5, sa6, sa7}, {sb0, sb1, sb2, sb3, sb4, sb5, sb6, sb7}};
+    PL_FOR_EACH_INDEX(i, n) {
+        pl_idx off[2];
+        pl_strided_offsets<PL_NDIM, 2>((pl_idx)i, d, s, off);
+        y[i] = pl_from<T>(pl_binary_apply(pl_to_acc(a[off[0]]), pl_to_acc(b[off[1]])));
+    }
+}
+#endif  // PL_BINARY_OP
+
+#if defined(PL_BIAS_ADD)
+// y[..., c] = x[..., c] + bias[c] with N = bias length; PL_VEC divides N. bias is never an output.
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_bias_add(const T* x, const T* __restrict__ bias, T* y, long long n, long long N) {
+    V vx[PL_UNROLL], vb[PL_UNROLL];
+    pl_vector_loop(
+        n,
+        [&](int u, long long j) {
+            const pl_idx col = (pl_idx)(j * PL_VEC) % (pl_idx)N;
+            vx[u] = pl_load<T, PL_VEC>(x + j * PL_VEC);
+            vb[u] = pl_load<T, PL_VEC>(bias + col);
+        },
+        [&](int u, long long j) {
+#pragma unroll
+            for (int k = 0; k < PL_VEC; ++k) vx[u].v[k] = pl_from<T>(pl_to_acc(vx[u].v[k]) + pl_to_acc(vb[u].v[k]));
+            pl_store<T, PL_VEC>(y + j * PL_VEC, vx[u]);
+        },
+        [&](long long t) { y[t] = pl_from<T>(pl_to_acc(x[t]) + pl_to_acc(bias[(pl_idx)t % (pl_idx)N])); });
+}
+#endif  // PL_BIAS_ADD
+#endif  // PL_T
+
+#if defined(PL_TIN) && defined(PL_TOUT)
+// y = (TOUT)x, through the wider of the two accumulation types; rounding to nearest even, and
+// double -> 16-bit rounded once (no double rounding through float). x and y have different types, so
+// they never alias.
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_cast(const PL_TIN* __restrict__ x, PL_TOUT* __restrict__ y, long long n) {
+    pl_vec<PL_TIN, PL_VEC> vi[PL_UNROLL];
+    pl_vector_loop(
+        n, [&](int u, long long j) { vi[u] = pl_load<PL_TIN, PL_VEC>(x + j * PL_VEC); },
+        [&](int u, long long j) {
+            pl_vec<PL_TOUT, PL_VEC> vo;
+#pragma unroll
+            for (int k = 0; k < PL_VEC; ++k) vo.v[k] = pl_from<PL_TOUT>(pl_to_acc(vi[u].v[k]));
+            pl_store<PL_TOUT, PL_VEC>(y + j * PL_VEC, vo);
+        },
+        [&](long long t) { y[t] = pl_from<PL_TOUT>(pl_to_acc(x[t])); });
+}
+#endif  // PL_TIN && PL_TOUT
