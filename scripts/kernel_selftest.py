@@ -21,29 +21,17 @@ import numpy as np
 import torch
 from cuda.core import Device, EventOptions, LaunchConfig, Program, ProgramOptions, launch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from pipelink.dtypes import tolerance  # noqa: E402
+from pipelink.errors import InvalidArgumentError  # noqa: E402
+from pipelink.ops.batch_norm.cuda import plan_batch_norm  # noqa: E402
+from pipelink.ops.elementwise.cuda import plan_bias_add, plan_binary, plan_cast, plan_unary  # noqa: E402
+from pipelink.ops.kernel import LaunchPlan  # noqa: E402
+from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm  # noqa: E402
+from pipelink.ops.softmax.cuda import plan_softmax  # noqa: E402
+from pipelink.ops.transpose.cuda import plan_transpose  # noqa: E402
 
-def _load_catalogue():
-    """pipelink.ops.cuda; when the full package cannot be imported here (a GPU host without the
-    CLI's dependencies), load only the catalogue and the two light modules it needs."""
-    src = Path(__file__).resolve().parents[1] / "src"
-    sys.path.insert(0, str(src))
-    try:
-        from pipelink.ops import cuda as catalogue
-    except ImportError as e:
-        import types
-
-        print(f"note: `import pipelink` failed ({e}); loading pipelink.ops.cuda on its own")
-        for name in [m for m in sys.modules if m == "pipelink" or m.startswith("pipelink.")]:
-            del sys.modules[name]
-        for name in ("pipelink", "pipelink.ops"):
-            pkg = types.ModuleType(name)
-            pkg.__path__ = [str(src / name.replace(".", "/"))]
-            sys.modules[name] = pkg
-        from pipelink.ops import cuda as catalogue
-    return catalogue
-
-
-kc = _load_catalogue()
+EPS = 1e-5
 
 NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64}
 TORCH = {
@@ -52,7 +40,6 @@ TORCH = {
     "bfloat16": torch.bfloat16,
     "float64": torch.float64,
 }
-TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-12}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -67,7 +54,7 @@ class Runner:
         self._kernels: dict[tuple[str, str], object] = {}
         self.compile_s = 0.0
 
-    def kernel(self, plan: kc.LaunchPlan):
+    def kernel(self, plan: LaunchPlan):
         key = (plan.cache_key, plan.kernel)
         if key not in self._kernels:
             t0 = time.perf_counter()
@@ -76,11 +63,11 @@ class Runner:
             self.compile_s += time.perf_counter() - t0
         return self._kernels[key]
 
-    def run(self, plan: kc.LaunchPlan, **ptrs) -> None:
+    def run(self, plan: LaunchPlan, **ptrs) -> None:
         config = LaunchConfig(grid=plan.grid, block=plan.block, shmem_size=plan.shared_mem)
         launch(self.stream, config, self.kernel(plan), *plan.args(**ptrs))
 
-    def time_ms(self, plan: kc.LaunchPlan, iters: int = 50, **ptrs) -> float:
+    def time_ms(self, plan: LaunchPlan, iters: int = 50, **ptrs) -> float:
         for _ in range(3):
             self.run(plan, **ptrs)
         opts = EventOptions(timing_enabled=True)
@@ -147,6 +134,8 @@ UNARY = {
     "gelu": lambda x, f: 0.5 * x * (1 + erf(x / np.sqrt(2))),
     "gelu_tanh": lambda x, f: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
     "scale": lambda x, f: x * f,
+    "sigmoid": lambda x, f: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, f: np.tanh(x),
 }
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
 
@@ -167,7 +156,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
     rows: list[tuple] = []
 
     def record(op, dt, shape, err, plan, tol=None):
-        tol = TOL[dt] if tol is None else tol
+        tol = tolerance(dt)[0] if tol is None else tol
         rows.append((op, dt, str(shape), plan.kernel, err, tol, err <= tol))
 
     n = 1_000_003
@@ -176,7 +165,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
         for op, fn in UNARY.items():
             x, xd = rand(rng, (n,), dt)
             y = poisoned((n,), dt)
-            plan = kc.plan_unary(op, dt, (n,), factor=0.37, sm_count=r.sm_count)
+            plan = plan_unary(op, dt, (n,), factor=0.37, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
             record(op, dt, (n,), rel_err(to_host(y), fn(x, 0.37)), plan)
@@ -186,7 +175,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
                 b, bd = rand(rng, sb, dt, low=0.5 if op == "div" else None)
                 out = np.broadcast_shapes(sa, sb)
                 y = poisoned(out, dt)
-                plan = kc.plan_binary(op, dt, sa, sb, sm_count=r.sm_count)
+                plan = plan_binary(op, dt, sa, sb, sm_count=r.sm_count)
                 r.run(plan, a=ad.data_ptr(), b=bd.data_ptr(), y=y.data_ptr())
                 r.stream.sync()
                 record(op, dt, f"{sa}x{sb}", rel_err(to_host(y), fn(a, b)), plan)
@@ -194,14 +183,14 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
             x, xd = rand(rng, shape, dt)
             b, bd = rand(rng, shape[-1:], dt)
             y = poisoned(shape, dt)
-            plan = kc.plan_bias_add(dt, shape, sm_count=r.sm_count)
+            plan = plan_bias_add(dt, shape, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), bias=bd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
             record("bias_add", dt, shape, rel_err(to_host(y), x + b), plan)
         for out in DTYPES:
             x, xd = rand(rng, (n,), dt)
             y = poisoned((n,), out)
-            plan = kc.plan_cast(dt, out, (n,), sm_count=r.sm_count)
+            plan = plan_cast(dt, out, (n,), sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
             ref = x.astype(NP[out]).astype(np.float64)
@@ -211,7 +200,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
                 f"->{out}",
                 rel_err(to_host(y), ref),
                 plan,
-                tol=TOL[out] if out != dt else 0.0,
+                tol=tolerance(out)[0] if out != dt else 0.0,
             )
         for c in norm_cs:
             shape = (37, c)
@@ -224,7 +213,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
                 g, gd = rand(rng, (c,), dt)
                 b, bd = rand(rng, (c,), dt)
                 y, mean, rstd = poisoned(shape, dt), poisoned((37,), stat), poisoned((37,), stat)
-                plan = kc.plan_layer_norm(
+                plan = plan_layer_norm(
                     dt, shape, eps=1e-5, has_gamma=has_gb, has_beta=has_gb, sm_count=r.sm_count
                 )
                 ptrs = dict(x=xd.data_ptr(), y=y.data_ptr(), mean=mean.data_ptr(), rstd=rstd.data_ptr())
@@ -238,14 +227,14 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
             x, xd = rand(rng, shape, dt)
             g, gd = rand(rng, (c,), dt)
             y = poisoned(shape, dt)
-            plan = kc.plan_rms_norm(dt, shape, eps=1e-6, sm_count=r.sm_count)
+            plan = plan_rms_norm(dt, shape, eps=EPS, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), gamma=gd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
-            ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g
+            ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
             record("rms_norm", dt, shape, rel_err(to_host(y), ref), plan)
             x, xd = rand(rng, shape, dt)
             y = poisoned(shape, dt)
-            plan = kc.plan_softmax(dt, shape, sm_count=r.sm_count)
+            plan = plan_softmax(dt, shape, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
             e = np.exp(x - x.max(-1, keepdims=True))
@@ -260,7 +249,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
             x, xd = rand(rng, shape, dt)
             ref = np.swapaxes(x, -1, -2) if perm is None else np.transpose(x, perm)
             y = poisoned(ref.shape, dt)
-            plan = kc.plan_transpose(dt, shape, perm, sm_count=r.sm_count)
+            plan = plan_transpose(dt, shape, perm, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), y=y.data_ptr())
             r.stream.sync()
             record("transpose", dt, f"{shape}{perm or ''}", rel_err(to_host(y), ref), plan, tol=0.0)
@@ -272,7 +261,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
             g, gd = rand(rng, (c,), dt)
             b, bd = rand(rng, (c,), dt)
             y = poisoned(shape, dt)
-            plan = kc.plan_batch_norm(dt, shape, eps=1e-5, sm_count=r.sm_count)
+            plan = plan_batch_norm(dt, shape, eps=1e-5, sm_count=r.sm_count)
             r.run(
                 plan,
                 x=xd.data_ptr(),
@@ -338,7 +327,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
         for tuned in grid if sweep else ():
             try:
                 cand = make_plan(tuned)
-            except kc.InvalidArgumentError:
+            except InvalidArgumentError:
                 continue
             t = r.time_ms(cand, **ptrs)
             if t < ms:
@@ -363,7 +352,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
             "layer_norm",
             dt,
             label,
-            lambda t, dt=dt, shape=shape: kc.plan_layer_norm(dt, shape, tuned=t, sm_count=sm),
+            lambda t, dt=dt, shape=shape: plan_layer_norm(dt, shape, eps=EPS, tuned=t, sm_count=sm),
             2 * x.nbytes,
             ROW_SWEEP,
             x=x.data_ptr(),
@@ -377,7 +366,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
             "rms_norm",
             dt,
             label,
-            lambda t, dt=dt, shape=shape: kc.plan_rms_norm(dt, shape, tuned=t, sm_count=sm),
+            lambda t, dt=dt, shape=shape: plan_rms_norm(dt, shape, eps=EPS, tuned=t, sm_count=sm),
             2 * x.nbytes,
             ROW_SWEEP,
             x=x.data_ptr(),
@@ -388,7 +377,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
             "softmax",
             dt,
             label,
-            lambda t, dt=dt, shape=shape: kc.plan_softmax(dt, shape, tuned=t, sm_count=sm),
+            lambda t, dt=dt, shape=shape: plan_softmax(dt, shape, tuned=t, sm_count=sm),
             2 * x.nbytes,
             ROW_SWEEP,
             x=x.data_ptr(),
@@ -406,7 +395,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
                 op,
                 dt,
                 "256 MiB",
-                lambda t, op=op, dt=dt, n=n: kc.plan_unary(op, dt, (n,), tuned=t, sm_count=sm),
+                lambda t, op=op, dt=dt, n=n: plan_unary(op, dt, (n,), tuned=t, sm_count=sm),
                 2 * big,
                 FLAT_SWEEP,
                 x=a.data_ptr(),
@@ -416,7 +405,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
             "add",
             dt,
             "256 MiB",
-            lambda t, dt=dt, n=n: kc.plan_binary("add", dt, (n,), (n,), tuned=t, sm_count=sm),
+            lambda t, dt=dt, n=n: plan_binary("add", dt, (n,), (n,), tuned=t, sm_count=sm),
             3 * big,
             FLAT_SWEEP,
             a=a.data_ptr(),
@@ -428,7 +417,7 @@ def perf_all(r: Runner, sweep: bool) -> list[tuple]:
             "transpose",
             dt,
             f"{side}x{side}",
-            lambda t, dt=dt, side=side: kc.plan_transpose(dt, (side, side), tuned=t, sm_count=sm),
+            lambda t, dt=dt, side=side: plan_transpose(dt, (side, side), tuned=t, sm_count=sm),
             2 * side * side * a.element_size(),
             TILE_SWEEP,
             x=a.data_ptr(),

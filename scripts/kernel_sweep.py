@@ -15,9 +15,10 @@ import statistics
 import numpy as np
 
 from pipelink.backends import get_backend
-from pipelink.backends.cuda_ops import PlanLaunch
 from pipelink.dtypes import get_dtype
-from pipelink.ops import cuda as cat
+from pipelink.ops.elementwise.cuda import plan_unary
+from pipelink.ops.kernel import PlanLaunch
+from pipelink.ops.normalization.cuda import plan_layer_norm
 
 
 def timed(backend, stream, fn, iters: int = 20, repeats: int = 5) -> float:
@@ -93,7 +94,8 @@ def main() -> None:
         def make(tuned, shape=(rows, cols), dtype=dtype):
             return PlanLaunch(
                 backend,
-                lambda al: cat.plan_layer_norm(dtype, shape, tuned=tuned or None, alignment=al, sm_count=sms),
+                lambda al: plan_layer_norm(dtype, shape, eps=1e-5, tuned=tuned or None, alignment=al,
+                                           sm_count=sms),
                 norm_slots,
                 "sweep",
             )
@@ -120,7 +122,7 @@ def main() -> None:
         def make(tuned, op=op, dtype=dtype, count=count):
             return PlanLaunch(
                 backend,
-                lambda al: cat.plan_unary(
+                lambda al: plan_unary(
                     op, dtype, (count,), tuned=tuned or None, alignment=al, sm_count=sms
                 ),
                 {"x": ("in", 0), "y": ("out", 0)},

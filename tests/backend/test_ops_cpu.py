@@ -16,7 +16,7 @@ from pipelink.dtypes import get_dtype
 from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import BUILTIN_OPERATORS, register_builtins
-from pipelink.ops.elementwise import erf
+from pipelink.ops.elementwise.reference import erf
 
 from .ops_cpu_helpers import (
     FLOAT_NAMES,
@@ -34,7 +34,7 @@ from .ops_cpu_helpers import (
 SHAPES = [(3, 7), (2, 5, 33)]
 EXPECTED_OPS = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
                 "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-                "gemm", "transpose", "precision_cast"}
+                "gemm", "transpose", "precision_cast", "sigmoid", "tanh"}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
     for name in EXPECTED_OPS:
         (desc,) = registry.versions(name)
         assert str(desc.version) == "1.0.0" and desc.source == "builtin"
-        assert [v.name for v in desc.variants] == ["cpu:numpy"]
+        assert [v.name for v in desc.variants] == ["cpu:numpy", "cuda:nvrtc"]  # each family declares both
         assert desc.doc and "\n" not in desc.doc, f"{name} needs a one-line doc"
         assert all(p.contiguous for p in desc.inputs)
         assert desc.to_dict()["name"] == name
@@ -65,13 +65,13 @@ def test_register_builtins_is_idempotent_and_keeps_attached_variants():
     registry.add_variant("relu", cuda)
     assert register_builtins(registry) == []
     assert len(registry.versions("relu")) == 1
-    assert [v.name for v in registry.get("relu").variants] == ["cpu:numpy", "cuda:test"]
+    assert [v.name for v in registry.get("relu").variants] == ["cpu:numpy", "cuda:nvrtc", "cuda:test"]
 
 
 def test_each_registry_gets_its_own_descriptors():
     first, second = make_registry(), make_registry()
     first.add_variant("gelu", Variant(device="cuda", bind=lambda ctx: None))
-    assert len(second.get("gelu").variants) == 1
+    assert len(second.get("gelu").variants) == 2  # its own cpu:numpy and cuda:nvrtc only
 
 
 # ---------------------------------------------------------------------------------------------- erf
