@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from pipelink.dtypes import tolerance as dtype_tolerance
+
 __all__ = ["Budget", "BUDGETS", "Timing", "measure", "rel_err", "tolerance", "measure_ceilings", "load_torch"]
 
 L2_ROTATE_BYTES = 200e6  # input sets smaller than this are rotated so the working set exceeds the L2
-TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ def n_input_sets(set_bytes: int) -> int:
 
 
 def tolerance(dtype: str) -> float:
-    return TOLERANCE.get(dtype, 1e-4)
+    """The largest relative (norm) error a result of ``dtype`` may have: the rtol of the package's one
+    tolerance table (:data:`pipelink.dtypes.TOLERANCES`), shared with the tests and the tuner."""
+    return dtype_tolerance(dtype)[0]
 
 
 def rel_err(out: Any, ref: Any, torch: Any = None) -> float:

@@ -1,11 +1,12 @@
-"""Shared test helpers: per-dtype tolerances, poisoning, the gpu marker's skip."""
+"""Shared test helpers: the relative-error check at the package's per-dtype tolerance, the gpu marker's
+skip."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-TOLERANCES = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-2, "bfloat16": 1e-2}
+from pipelink.dtypes import tolerance
 
 
 def rel_error(got, ref) -> float:
@@ -19,7 +20,7 @@ def rel_error(got, ref) -> float:
 
 def assert_close(got, ref, dtype: str, what: str = "") -> None:
     err = rel_error(got, ref)
-    tol = TOLERANCES.get(dtype, 0.0)
+    tol = tolerance(dtype)[0]
     assert err <= tol, f"{what}: relative error {err:.3g} above {tol:g} for {dtype}"
 
 

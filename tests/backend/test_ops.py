@@ -18,7 +18,7 @@ from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import BUILTIN_OPERATORS, register_builtins
 from pipelink.ops.elementwise.reference import erf
 
-from .ops_cpu_helpers import (
+from .ops_helpers import (
     FLOAT_NAMES,
     INT_NAMES,
     TOL,
@@ -31,7 +31,7 @@ from .ops_cpu_helpers import (
     run_op,
 )
 
-SHAPES = [(3, 7), (2, 5, 33)]
+SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails and more than one block
 EXPECTED_OPS = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
                 "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
                 "gemm", "transpose", "precision_cast", "sigmoid", "tanh"}
@@ -82,8 +82,7 @@ def test_erf_matches_math_erf_in_float64():
     assert err < 2e-7, err
 
 
-def test_erf_in_float32_and_beyond_the_fitted_range():
-    rng = np.random.default_rng()
+def test_erf_in_float32_and_beyond_the_fitted_range(rng):
     x = rng.uniform(-7.0, 7.0, 50_000).astype(np.float32)
     got = erf(x)
     assert got.dtype == np.float32
@@ -116,42 +115,57 @@ UNARY = [
     ("gelu", {"approximate": "tanh"}, _gelu_tanh),
     ("scale", {}, lambda x: x),
     ("scale", {"factor": -2.5}, lambda x: -2.5 * x),
+    ("sigmoid", {}, lambda x: 1.0 / (1.0 + np.exp(-x))),
+    ("tanh", {}, lambda x: (np.exp(x) - np.exp(-x)) / (np.exp(x) + np.exp(-x))),
 ]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize(("name", "attrs", "ref"), UNARY, ids=[f"{n}{a}" for n, a, _ in UNARY])
-def test_unary_float_ops(reg, name, attrs, ref, shape, dtype):
-    rng = np.random.default_rng()
+def test_unary_float_ops(reg, device, rng, name, attrs, ref, shape, dtype):
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         x = rand(rng, shape, dtype, -6.0, 6.0)
-        (y,) = run_op(reg, name, [x], attrs)
+        (y,) = run_op(reg, name, [x], attrs, device=device)
         assert y.dtype == x.dtype and y.shape == x.shape
         check_close(y, ref(as64(x)), dtype)
 
 
-def test_silu_of_very_negative_inputs_is_minus_zero_not_nan(reg):
+def test_silu_of_very_negative_inputs_is_minus_zero_not_nan(reg, device):
     x = np.array([-1000.0, -100.0, 0.0, 100.0], dtype=np.float32)
     with np.errstate(over="raise", invalid="raise", divide="raise"):
-        (y,) = run_op(reg, "silu", [x])
+        (y,) = run_op(reg, "silu", [x], device=device)
     np.testing.assert_allclose(y, [0.0, -100.0 * math.exp(-100.0), 0.0, 100.0], atol=1e-30)
 
 
-def test_relu_propagates_nan(reg):
-    (y,) = run_op(reg, "relu", [np.array([np.nan, -1.0, 2.0], dtype=np.float32)])
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_sigmoid_and_tanh_saturate_without_nan(reg, device, dtype):
+    """Far tails: exp overflows to inf inside sigmoid, and tanh must reach exactly +-1, never NaN."""
+    x = np.array([-1000.0, -100.0, -20.0, -1e-6, 0.0, 1e-6, 20.0, 100.0, 1000.0])
+    x = x.astype(get_dtype(dtype).numpy)
+    (s,) = run_op(reg, "sigmoid", [x], device=device)
+    (t,) = run_op(reg, "tanh", [x], device=device)
+    assert not np.isnan(as64(s)).any() and not np.isnan(as64(t)).any()
+    assert as64(s)[0] == 0.0 and as64(s)[-1] == 1.0 and as64(s)[4] == 0.5
+    assert as64(t)[0] == -1.0 and as64(t)[-1] == 1.0 and as64(t)[4] == 0.0
+    # tanh(x) ~ x for tiny x: relative accuracy, not absolute
+    np.testing.assert_allclose(as64(t)[[3, 5]], as64(x)[[3, 5]], rtol=TOL[dtype][0])
+
+
+def test_relu_propagates_nan(reg, device):
+    (y,) = run_op(reg, "relu", [np.array([np.nan, -1.0, 2.0], dtype=np.float32)], device=device)
     assert np.isnan(y[0]) and y[1] == 0.0 and y[2] == 2.0
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES + ("bool",))
-def test_identity_copies_any_dtype(reg, dtype):
-    x = rand(np.random.default_rng(), (2, 5, 33), dtype)
-    (y,) = run_op(reg, "identity", [x])
+def test_identity_copies_any_dtype(reg, device, rng, dtype):
+    x = rand(rng, (2, 5, 33), dtype)
+    (y,) = run_op(reg, "identity", [x], device=device)
     assert y.dtype == x.dtype
     np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
 
 
-@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "bias_add"])
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "sigmoid", "tanh", "bias_add"])
 def test_float_only_ops_refuse_ints(reg, name):
     desc = reg.get(name)
     ins = [(3, 7), (7,)][: len(desc.inputs)]
@@ -184,10 +198,9 @@ def _wrap(values: np.ndarray, dtype: str) -> np.ndarray:
 @pytest.mark.parametrize(("name", "op"), [("add", np.add), ("mul", np.multiply)])
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES)
 @pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
-def test_binary_ops_broadcast(reg, name, op, dtype, sa, sb):
-    rng = np.random.default_rng()
+def test_binary_ops_broadcast(reg, device, rng, name, op, dtype, sa, sb):
     a, b = rand(rng, sa, dtype), rand(rng, sb, dtype)
-    (c,) = run_op(reg, name, [a, b])
+    (c,) = run_op(reg, name, [a, b], device=device)
     assert c.shape == np.broadcast_shapes(sa, sb) and c.dtype == a.dtype
     if dtype in INT_NAMES:
         # Integer arithmetic wraps like C: exact in Python ints, then reduced to the dtype's width.
@@ -199,10 +212,9 @@ def test_binary_ops_broadcast(reg, name, op, dtype, sa, sb):
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_bias_add(reg, dtype, shape):
-    rng = np.random.default_rng()
+def test_bias_add(reg, device, rng, dtype, shape):
     x, bias = rand(rng, shape, dtype), rand(rng, shape[-1:], dtype)
-    (y,) = run_op(reg, "bias_add", [x, bias])
+    (y,) = run_op(reg, "bias_add", [x, bias], device=device)
     check_close(y, as64(x) + as64(bias), dtype)
 
 
@@ -260,13 +272,12 @@ def _cast_reference(x: np.ndarray, target: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("src", "dst"), CASTS)
-def test_cast(reg, src, dst):
-    rng = np.random.default_rng()
+def test_cast(reg, device, rng, src, dst):
     # Floats headed for a narrow or unsigned int stay in range (out of range is unspecified, as in C).
     x = rand(rng, (2, 5, 33), src, -0.9 if dst == "uint8" else -120.0, 250.0 if dst == "uint8" else 120.0)
     if src in FLOAT_NAMES and dst == "bool":
         x.reshape(-1)[::3] = 0.0
-    (y,) = run_op(reg, "cast", [x], {"dtype": dst})
+    (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
     assert y.dtype == get_dtype(dst).numpy and y.shape == x.shape
     ref = _cast_reference(x, dst)
     if dst in FLOAT_NAMES:
@@ -275,9 +286,9 @@ def test_cast(reg, src, dst):
         assert y.tolist() == ref.tolist()
 
 
-def test_cast_truncates_toward_zero(reg):
+def test_cast_truncates_toward_zero(reg, device):
     x = np.array([-2.9, -0.5, 0.5, 2.9, 7.0], dtype=np.float32)
-    (y,) = run_op(reg, "cast", [x], {"dtype": "int32"})
+    (y,) = run_op(reg, "cast", [x], {"dtype": "int32"}, device=device)
     assert y.tolist() == [-2, 0, 0, 2, 7]
 
 

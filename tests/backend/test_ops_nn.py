@@ -14,9 +14,9 @@ import pytest
 from pipelink.descriptor import infer_outputs
 from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 
-from .ops_cpu_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, ref_erf, run_op
+from .ops_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, ref_erf, run_op
 
-SHAPES = [(3, 7), (2, 5, 33)]
+SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails, several warps per row
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +44,15 @@ def _layer_norm_ref(x, gamma, beta, eps):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize("shape", SHAPES + [(33,)])
+@pytest.mark.parametrize("shape", SHAPES + [(33,), (3, 40000)])  # 40000: the *_big row kernels
 @pytest.mark.parametrize(("with_gamma", "with_beta"), [(True, True), (False, False), (True, False)])
-def test_layer_norm(reg, dtype, shape, with_gamma, with_beta):
-    rng = np.random.default_rng()
+def test_layer_norm(reg, device, rng, dtype, shape, with_gamma, with_beta):
     eps = 1e-3
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         x = rand(rng, shape, dtype, -2.0, 4.0)
         gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
         beta = rand(rng, shape[-1:], dtype) if with_beta else None
-        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps})
+        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps}, device=device)
         assert y.dtype == x.dtype and mean.dtype == rstd.dtype == np.dtype(_stats(dtype))
         assert mean.shape == rstd.shape == shape[:-1]
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps)
@@ -64,11 +63,11 @@ def test_layer_norm(reg, dtype, shape, with_gamma, with_beta):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, dtype):
-    rng = np.random.default_rng()
+def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, device, rng, dtype):
     x, gamma, beta = rand(rng, (5, 33), dtype), rand(rng, (33,), dtype), rand(rng, (33,), dtype)
     for eps in (1e-5, 0.5):  # one bound kernel, two eps values: eps is read per run
-        y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)])
+        y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)],
+                               device=device)
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, float(np.float32(eps)))
         assert mean.shape == rstd.shape == (5,)
         check_close(y, ref_y, dtype)
@@ -113,11 +112,10 @@ def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("with_gamma", [True, False])
-def test_rms_norm(reg, dtype, shape, with_gamma):
-    rng = np.random.default_rng()
+def test_rms_norm(reg, device, rng, dtype, shape, with_gamma):
     x = rand(rng, shape, dtype)
     gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
-    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2})
+    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2}, device=device)
     x64 = as64(x)
     ref = x64 / np.sqrt((x64 ** 2).mean(axis=-1, keepdims=True) + 1e-2)
     check_close(y, ref * as64(gamma) if with_gamma else ref, dtype)
@@ -126,12 +124,12 @@ def test_rms_norm(reg, dtype, shape, with_gamma):
 # ---------------------------------------------------------------------------------------------- softmax
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize(("shape", "axis"), [((3, 7), -1), ((3, 7), 0), ((2, 5, 33), 1), ((2, 5, 33), -1)])
-def test_softmax(reg, dtype, shape, axis):
-    rng = np.random.default_rng()
+@pytest.mark.parametrize(("shape", "axis"), [((3, 7), -1), ((3, 7), 0), ((2, 5, 33), 1), ((2, 5, 33), -1),
+                                             ((2, 4099), -1), ((6, 9, 11), 0)])
+def test_softmax(reg, device, rng, dtype, shape, axis):
     x = rand(rng, shape, dtype, -8.0, 8.0)
     x.reshape(-1)[0] = 100.0  # exp(100) overflows float32: only a max-subtracting softmax survives
-    (y,) = run_op(reg, "softmax", [x], {"axis": axis})
+    (y,) = run_op(reg, "softmax", [x], {"axis": axis}, device=device)
     x64 = as64(x)
     e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
     check_close(y, e / e.sum(axis=axis, keepdims=True), dtype)
@@ -149,14 +147,13 @@ def test_softmax_axis_is_checked_at_inference(reg):
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", [(3, 7), (2, 5, 33), (2, 3, 5, 7)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm(reg, dtype, shape, affine):
-    rng = np.random.default_rng()
+def test_batch_norm(reg, device, rng, dtype, shape, affine):
     c = shape[1]
     x, mean = rand(rng, shape, dtype), rand(rng, (c,), dtype)
     var = rand(rng, (c,), dtype, 0.1, 3.0)
     gamma = rand(rng, (c,), dtype) if affine else None
     beta = rand(rng, (c,), dtype) if affine else None
-    (y,) = run_op(reg, "batch_norm", [x, mean, var, gamma, beta], {"eps": 1e-3})
+    (y,) = run_op(reg, "batch_norm", [x, mean, var, gamma, beta], {"eps": 1e-3}, device=device)
     bshape = (c,) + (1,) * (len(shape) - 2)
     ref = (as64(x) - as64(mean).reshape(bshape)) / np.sqrt(as64(var).reshape(bshape) + 1e-3)
     if affine:
@@ -191,13 +188,14 @@ GEMM_CASES = [  # a shape, N, attrs, bias?, residual?
     ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, False, True),
     ((33,), 6, {"trans_b": True}, True, False),
     ((4, 3, 7), 11, {"activation": "relu"}, False, True),
+    ((2, 9, 40), 24, {"trans_b": True}, False, False),
+    ((37, 72), 48, {"activation": "gelu", "alpha": 0.5}, True, True),
 ]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize(("a_shape", "n", "attrs", "with_bias", "with_res"), GEMM_CASES)
-def test_gemm(reg, dtype, a_shape, n, attrs, with_bias, with_res):
-    rng = np.random.default_rng()
+def test_gemm(reg, device, rng, dtype, a_shape, n, attrs, with_bias, with_res):
     k = a_shape[-1]
     trans_b = attrs.get("trans_b", False)
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
@@ -205,7 +203,7 @@ def test_gemm(reg, dtype, a_shape, n, attrs, with_bias, with_res):
         b = rand(rng, (n, k) if trans_b else (k, n), dtype, -1.0, 1.0)
         bias = rand(rng, (n,), dtype) if with_bias else None
         residual = rand(rng, a_shape[:-1] + (n,), dtype) if with_res else None
-        (c,) = run_op(reg, "gemm", [a, b, bias, residual], attrs)
+        (c,) = run_op(reg, "gemm", [a, b, bias, residual], attrs, device=device)
         assert c.shape == a_shape[:-1] + (n,) and c.dtype == a.dtype
         b64 = as64(b).T if trans_b else as64(b)
         ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", as64(a), b64)
@@ -274,14 +272,14 @@ def test_gemm_rejects_an_unknown_activation(reg):
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + ("int8", "int64", "bool"))
 @pytest.mark.parametrize(("shape", "perm"), [((3, 7), None), ((2, 5, 33), (1, 2, 0)), ((2, 5, 33), None),
                                              ((2, 3, 5, 7), (0, 2, 1, 3))])
-def test_transpose(reg, dtype, shape, perm):
-    x = rand(np.random.default_rng(), shape, dtype)
-    (y,) = run_op(reg, "transpose", [x], {} if perm is None else {"perm": list(perm)})
+def test_transpose(reg, device, rng, dtype, shape, perm):
+    x = rand(rng, shape, dtype)
+    (y,) = run_op(reg, "transpose", [x], {} if perm is None else {"perm": list(perm)}, device=device)
     expected = np.transpose(x, perm)
     assert y.flags.c_contiguous and y.shape == expected.shape and y.dtype == x.dtype
     # Element by element through index arithmetic, not through the kernel's own call.
     order = perm if perm is not None else tuple(reversed(range(len(shape))))
-    picks = np.random.default_rng().integers(0, y.shape, (20, len(shape)))
+    picks = rng.integers(0, y.shape, (20, len(shape)))
     for idx in [tuple(int(i) for i in t) for t in picks]:
         src = [0] * len(shape)
         for out_axis, in_axis in enumerate(order):
