@@ -379,3 +379,17 @@ def test_backend_helper_kernels_compile():
         for kernel in ("pl_strided_copy", "pl_nonfinite_f32", "pl_nonfinite_f16", "pl_nonfinite_bf16",
                        "pl_nonfinite_f64"):
             assert f".entry {kernel}(" in ptx, kernel
+
+
+def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
+    """backends/cuda_tune.py keeps no table of its own: what it knows comes from the family's cuda.py."""
+    from pipelink.backends import cuda_tune
+
+    assert cuda_tune.tunables_of("layer_norm") == cuda_kernel("layer_norm").tunables
+    assert cuda_tune.tunables_of("silu_activation") == cuda_tune.tunables_of("silu")
+    assert cuda_tune.aliases_of("softmax")["block_size"] == "block"
+    assert cuda_tune.tunables_of("gemm") == {} and cuda_tune.aliases_of("gemm") == {}
+    assert cuda_tune.source_hash("rms_norm") == cuda_kernel("rms_norm").source_hash()
+    assert cuda_tune.source_hash("relu") != cuda_tune.source_hash("gelu")  # their macros differ
+    with pytest.raises(InvalidArgumentError, match="no built-in CUDA kernel"):
+        cuda_tune.source_hash("gemm")
