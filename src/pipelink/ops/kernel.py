@@ -31,9 +31,9 @@ from ..descriptor import KernelContext, Variant
 from ..dtypes import DType, get_dtype
 from ..errors import InvalidArgumentError
 
-__all__ = ["CUDA_VARIANT", "FLOATS", "DEFAULT_SM_COUNT", "MAX_NDIM", "I32_LIMIT", "GRID_YZ_MAX",
-           "SEED_ALIASES", "FLAT_TUNABLES", "ROW_TUNABLES", "BLOCKS", "ArgSpec", "KernelSource", "LaunchPlan",
-           "PlanLaunch", "include_dir", "source_hash", "cuda_variant", "tuned_values", "tuned_of",
+__all__ = ["CUDA_VARIANT", "FLOATS", "DEFAULT_SM_COUNT", "DEFAULT_UNROLL", "MAX_NDIM", "I32_LIMIT",
+           "GRID_YZ_MAX", "SEED_ALIASES", "FLAT_TUNABLES", "ROW_TUNABLES", "BLOCKS", "ArgSpec",
+           "KernelSource", "LaunchPlan", "PlanLaunch", "include_dir", "source_hash", "cuda_variant", "tuned_values", "tuned_of",
            "float_dtype", "acc_kind", "pick_vec", "prod", "shape_of", "flat_grid", "pointer", "make_plan",
            "contiguous_strides", "collapse", "strided_scalars", "strided_specs", "row_geometry",
            "sm_count_of"]
@@ -50,11 +50,12 @@ GRID_YZ_MAX = 65535
 SEED_ALIASES = {"block_size": "block", "unroll_factor": "unroll", "vector_width": "vec", "vec_width": "vec"}
 
 BLOCKS = (64, 128, 256, 512, 1024)
+DEFAULT_UNROLL = 4  # vectors in flight per thread of a memory-bound flat kernel (unroll 0)
 _VECS = (0, 1, 2, 4, 8)
 FLAT_TUNABLES = {  # defaults measured on an H200 (256 MiB operands): block 512, 16 blocks/SM
     "block": (512, BLOCKS),
     "vec": (0, _VECS),
-    "unroll": (0, (0, 1, 2, 4)),  # 0: chosen per op (see the family's plan)
+    "unroll": (0, (0, 1, 2, 4)),  # 0: chosen per op, DEFAULT_UNROLL unless the family's plan says why not
     "max_blocks_per_sm": (16, (1, 2, 4, 8, 16, 32)),
 }
 # block 512 measured best on an H200 for fp32 and bf16 rows of 4096 (scripts/kernel_sweep.py)

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError
 from ..kernel import (
     DEFAULT_SM_COUNT,
+    DEFAULT_UNROLL,
     FLAT_TUNABLES,
     ArgSpec,
     KernelSource,
@@ -59,7 +59,7 @@ def plan_batch_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = Tru
         raise InvalidArgumentError(f"batch_norm: x must be [N, C, *spatial] (got {shp})", op=op)
     n, c, s = prod(shp), max(shp[1], 1), max(prod(shp[2:]), 1)
     t = tuned_values(source, tuned)
-    t["unroll"] = t["unroll"] or 4
+    t["unroll"] = t["unroll"] or DEFAULT_UNROLL
     channel_last = int(s == 1)
     vec = pick_vec(t["vec"], dt.itemsize, alignment, op, c if channel_last else s)
     index64 = int(n >= 2**32)
@@ -77,12 +77,11 @@ def plan_batch_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = Tru
 
 def batch_norm_bind(ctx: KernelContext):
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    itemsize = get_dtype(dtype).itemsize
     eps = float(ctx.attrs["eps"])
     has_gamma, has_beta = ctx.in_shapes[3] is not None, ctx.in_shapes[4] is not None
     tuned, sms = tuned_of(ctx, KERNELS["batch_norm"]), sm_count_of(ctx)
     return PlanLaunch(ctx.backend, lambda a: plan_batch_norm(
-        dtype, shape, eps=eps, has_gamma=has_gamma, has_beta=has_beta, alignment=max(a, itemsize),
+        dtype, shape, eps=eps, has_gamma=has_gamma, has_beta=has_beta, alignment=a,
         tuned=tuned, sm_count=sms),
         {"x": ("in", 0), "mean": ("in", 1), "var": ("in", 2), "gamma": ("in", 3), "beta": ("in", 4),
          "y": ("out", 0)}, ctx.stage)

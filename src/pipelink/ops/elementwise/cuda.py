@@ -15,6 +15,7 @@ from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError
 from ..kernel import (
     DEFAULT_SM_COUNT,
+    DEFAULT_UNROLL,
     FLAT_TUNABLES,
     FLOATS,
     I32_LIMIT,
@@ -59,7 +60,8 @@ UNARY = {
 }
 BINARY = {"add": "PL_OP_ADD", "sub": "PL_OP_SUB", "mul": "PL_OP_MUL", "div": "PL_OP_DIV"}
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for
-# them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to 4.
+# them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to
+# DEFAULT_UNROLL.
 _TRANSCENDENTAL = frozenset({"silu", "gelu", "gelu_tanh", "sigmoid", "tanh"})
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
@@ -83,7 +85,7 @@ def _unroll(t: dict[str, int], op: str, itemsize: int) -> int:
     """The ``unroll`` tunable, with 0 resolved (see ``_TRANSCENDENTAL``)."""
     if t["unroll"]:
         return t["unroll"]
-    return 1 if op in _TRANSCENDENTAL and itemsize <= 2 else 4
+    return 1 if op in _TRANSCENDENTAL and itemsize <= 2 else DEFAULT_UNROLL
 
 
 def plan_unary(op: str, dtype: Any, shape: Any, *, factor: float = 1.0, tuned: dict[str, int] | None = None,
@@ -248,10 +250,6 @@ def plan_cast_any(dtype_in: Any, dtype_out: Any, shape: Any, *,
 
 
 # -- binds ----------------------------------------------------------------------------------------
-def _align(alignment: int, itemsize: int) -> int:
-    return max(alignment, itemsize)
-
-
 def unary_bind(op: str):
     """The CUDA bind of a unary operator (``gelu`` picks the tanh form from ``approximate``)."""
 
@@ -259,10 +257,9 @@ def unary_bind(op: str):
         dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
         name = "gelu_tanh" if op == "gelu" and ctx.attrs["approximate"] == "tanh" else op
         factor = float(ctx.attrs["factor"]) if op == "scale" else 1.0  # alpha: read by scale only
-        itemsize = get_dtype(dtype).itemsize
         tuned, sms = tuned_of(ctx, KERNELS[name]), sm_count_of(ctx)
         return PlanLaunch(ctx.backend, lambda a: plan_unary(
-            name, dtype, shape, factor=factor, alignment=_align(a, itemsize), tuned=tuned, sm_count=sms),
+            name, dtype, shape, factor=factor, alignment=a, tuned=tuned, sm_count=sms),
             {"x": ("in", 0), "y": ("out", 0)}, ctx.stage)
 
     return bind
@@ -274,10 +271,9 @@ def binary_bind(op: str):
     def bind(ctx: KernelContext):
         dtype = ctx.in_dtypes[0]
         sa, sb = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-        itemsize = get_dtype(dtype).itemsize
         tuned, sms = tuned_of(ctx, KERNELS[op]), sm_count_of(ctx)
         return PlanLaunch(ctx.backend, lambda a: plan_binary(
-            op, dtype, sa, sb, alignment=_align(a, itemsize), tuned=tuned, sm_count=sms),
+            op, dtype, sa, sb, alignment=a, tuned=tuned, sm_count=sms),
             {"a": ("in", 0), "b": ("in", 1), "y": ("out", 0)}, ctx.stage)
 
     return bind
@@ -285,10 +281,9 @@ def binary_bind(op: str):
 
 def bias_add_bind(ctx: KernelContext):
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    itemsize = get_dtype(dtype).itemsize
     tuned, sms = tuned_of(ctx, KERNELS["bias_add"]), sm_count_of(ctx)
     return PlanLaunch(ctx.backend, lambda a: plan_bias_add(
-        dtype, shape, alignment=_align(a, itemsize), tuned=tuned, sm_count=sms),
+        dtype, shape, alignment=a, tuned=tuned, sm_count=sms),
         {"x": ("in", 0), "bias": ("in", 1), "y": ("out", 0)}, ctx.stage)
 
 
@@ -309,8 +304,7 @@ def cast_bind(ctx: KernelContext):
         return copy_bind(ctx)
     io, sms = {"x": ("in", 0), "y": ("out", 0)}, sm_count_of(ctx)
     if din in FLOATS and dout in FLOATS:
-        size = max(get_dtype(din).itemsize, get_dtype(dout).itemsize)
         tuned = tuned_of(ctx, KERNELS["cast"])
         return PlanLaunch(ctx.backend, lambda a: plan_cast(
-            din, dout, shape, alignment=_align(a, size), tuned=tuned, sm_count=sms), io, ctx.stage)
+            din, dout, shape, alignment=a, tuned=tuned, sm_count=sms), io, ctx.stage)
     return PlanLaunch(ctx.backend, lambda a: plan_cast_any(din, dout, shape, sm_count=sms), io, ctx.stage)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
 from ..kernel import (
     DEFAULT_SM_COUNT,
     ROW_TUNABLES,
@@ -78,20 +77,15 @@ def plan_rms_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = True,
                      {"rows": rows, "C": c, "eps": eps}, params)
 
 
-def _align(alignment: int, itemsize: int) -> int:
-    return max(alignment, itemsize)
-
-
 def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
     """layer_norm (eps from the attribute), or layer_norm_v1 (eps from a 0-d device tensor, read on the
     host before each launch: such a stage cannot be captured in a CUDA graph)."""
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    itemsize = get_dtype(dtype).itemsize
     eps = 0.0 if eps_input else float(ctx.attrs["eps"])  # v1: replaced at each launch
     has_gamma, has_beta = ctx.in_shapes[1] is not None, ctx.in_shapes[2] is not None
     tuned, sms = tuned_of(ctx, KERNELS["layer_norm"]), sm_count_of(ctx)
     launch = PlanLaunch(ctx.backend, lambda a: plan_layer_norm(
-        dtype, shape, eps=eps, has_gamma=has_gamma, has_beta=has_beta, alignment=_align(a, itemsize),
+        dtype, shape, eps=eps, has_gamma=has_gamma, has_beta=has_beta, alignment=a,
         tuned=tuned, sm_count=sms),
         {"x": ("in", 0), "gamma": ("in", 1), "beta": ("in", 2), "y": ("out", 0), "mean": ("out", 1),
          "rstd": ("out", 2)}, ctx.stage)
@@ -110,10 +104,9 @@ def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
 
 def rms_norm_bind(ctx: KernelContext):
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    itemsize = get_dtype(dtype).itemsize
     eps = float(ctx.attrs["eps"])
     has_gamma = ctx.in_shapes[1] is not None
     tuned, sms = tuned_of(ctx, KERNELS["rms_norm"]), sm_count_of(ctx)
     return PlanLaunch(ctx.backend, lambda a: plan_rms_norm(
-        dtype, shape, eps=eps, has_gamma=has_gamma, alignment=_align(a, itemsize), tuned=tuned, sm_count=sms),
+        dtype, shape, eps=eps, has_gamma=has_gamma, alignment=a, tuned=tuned, sm_count=sms),
         {"x": ("in", 0), "gamma": ("in", 1), "y": ("out", 0)}, ctx.stage)

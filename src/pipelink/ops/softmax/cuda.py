@@ -53,20 +53,19 @@ def plan_softmax(dtype: Any, shape: Any, *, tuned: dict[str, int] | None = None,
 
 def softmax_bind(ctx: KernelContext):
     backend, dtype, shape = ctx.backend, ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    itemsize = get_dtype(dtype).itemsize
     axis = normalize_axis(int(ctx.attrs["axis"]), len(shape))
     tuned, sms = tuned_of(ctx, KERNELS["softmax"]), sm_count_of(ctx)
     io = {"x": ("in", 0), "y": ("out", 0)}
     if axis == len(shape) - 1:
         return PlanLaunch(backend, lambda a: plan_softmax(
-            dtype, shape, alignment=max(a, itemsize), tuned=tuned, sm_count=sms), io, ctx.stage)
+            dtype, shape, alignment=a, tuned=tuned, sm_count=sms), io, ctx.stage)
     # Another axis: move it last, softmax the rows, move it back (scratch allocated here, not per run).
     perm = tuple(i for i in range(len(shape)) if i != axis) + (axis,)
     inverse = tuple(int(i) for i in np.argsort(perm))
     moved = tuple(shape[p] for p in perm)
     scratch = [backend.empty(moved, get_dtype(dtype)), backend.empty(moved, get_dtype(dtype))]
     to_last = PlanLaunch(backend, lambda a: plan_transpose(dtype, shape, perm, sm_count=sms), io, ctx.stage)
-    rows = PlanLaunch(backend, lambda a: plan_softmax(dtype, moved, alignment=max(a, itemsize), tuned=tuned,
+    rows = PlanLaunch(backend, lambda a: plan_softmax(dtype, moved, alignment=a, tuned=tuned,
                                                       sm_count=sms), io, ctx.stage)
     back = PlanLaunch(backend, lambda a: plan_transpose(dtype, moved, inverse, sm_count=sms), io, ctx.stage)
 
