@@ -33,10 +33,10 @@ from ..errors import InvalidArgumentError
 
 __all__ = ["CUDA_VARIANT", "FLOATS", "DEFAULT_SM_COUNT", "DEFAULT_UNROLL", "MAX_NDIM", "I32_LIMIT",
            "GRID_YZ_MAX", "SEED_ALIASES", "FLAT_TUNABLES", "ROW_TUNABLES", "BLOCKS", "ArgSpec",
-           "KernelSource", "LaunchPlan", "PlanLaunch", "include_dir", "source_hash", "cuda_variant", "tuned_values", "tuned_of",
-           "float_dtype", "acc_kind", "pick_vec", "prod", "shape_of", "flat_grid", "pointer", "make_plan",
-           "contiguous_strides", "collapse", "strided_scalars", "strided_specs", "row_geometry",
-           "sm_count_of"]
+           "KernelSource", "LaunchPlan", "PlanLaunch", "include_dir", "source_hash", "cuda_variant",
+           "tuned_values", "tuned_of", "float_dtype", "acc_kind", "pick_vec", "prod", "shape_of",
+           "flat_grid", "pointer", "make_plan", "contiguous_strides", "collapse", "strided_scalars",
+           "strided_specs", "row_geometry", "sm_count_of"]
 
 _DIR = Path(__file__).resolve().parent
 CUDA_VARIANT = "cuda:nvrtc"
