@@ -81,7 +81,8 @@ float8_e5m2 = DType("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), DL_FLOAT8_E5
 
 DTYPES: dict[str, DType] = {
     d.name: d
-    for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_, float8_e4m3fn, float8_e5m2)
+    for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_, float8_e4m3fn,
+              float8_e5m2)
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 

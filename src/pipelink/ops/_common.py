@@ -43,7 +43,8 @@ def stats_dtype(name: str) -> str:
 
 def cpu_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
                  dtype_vars: Mapping[str, frozenset[str]] | None = None,
-                 variant_dtypes: frozenset[str] | None = None, infer=None) -> OperatorDescriptor:
+                 variant_dtypes: frozenset[str] | None = None, infer=None,
+                 onnx: str = "") -> OperatorDescriptor:
     """A fresh built-in descriptor with its NumPy variant (one per registry: descriptors are mutable).
 
     Parameters
@@ -60,10 +61,12 @@ def cpu_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
         Input dtypes the CPU variant accepts (None: any).
     infer : callable, optional
         Output shape/dtype rule when the port rules cannot express it.
+    onnx : str, optional
+        The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
     """
     return OperatorDescriptor(
         name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
         dtype_vars=dict(dtype_vars or {}),
         variants=[Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes,
                           source="builtin")],
-        infer=infer, doc=doc, source="builtin")
+        infer=infer, doc=doc, source="builtin", onnx=onnx)
