@@ -131,3 +131,20 @@ def test_pipeline_attention_block_plans_and_runs():
     assert y.shape == (2, 16, 128)
     ref = _ref(q, k, v, causal=True).transpose(0, 2, 1, 3).reshape(2, 16, 128)
     check_close(y, ref, "bfloat16")
+
+
+def test_pipeline_with_a_bool_mask_selects_the_cpu_variant():
+    config = {
+        "inputs": {"q": {"shape": [1, 2, 4, 8], "dtype": "float16"},
+                   "k": {"shape": [1, 2, 6, 8], "dtype": "float16"},
+                   "v": {"shape": [1, 2, 6, 8], "dtype": "float16"},
+                   "keep": {"shape": [1, 1, 1, 6], "dtype": "bool"}},
+        "pipeline": [{"name": "attention", "inputs": ["q", "k", "v", "keep"], "outputs": ["y"]}],
+    }
+    rng = np.random.default_rng(66)
+    q = rand(rng, (1, 2, 4, 8), "float16")
+    k, v = rand(rng, (1, 2, 6, 8), "float16"), rand(rng, (1, 2, 6, 8), "float16")
+    keep = np.array([[[[True, False, True, True, False, True]]]])
+    with pl.load(config, device="cpu") as pipe:
+        y = np.asarray(pipe.run(q=q, k=k, v=v, keep=keep)["y"])
+    check_close(y, _ref(q, k, v, mask=keep), "float16")

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from ..descriptor import OperatorDescriptor
 from ..modules.registry import OperatorRegistry
-from . import attention, conv, elementwise, linalg, normalization, pool, reduce, resize, shape
+from . import attention, conv, elementwise, linalg, normalization, pool, quantize, reduce, resize, shape
 
 __all__ = ["BUILTIN_OPERATORS", "register_builtins", "builtin_descriptors"]
+
+FAMILIES = (shape, reduce, conv, pool, resize, attention, quantize)
+"""Operator families, one package each (descriptors, CPU reference, later their CUDA variants)."""
 
 
 def builtin_descriptors() -> list[OperatorDescriptor]:
     """Fresh descriptors of every built-in operator, each with its ``cpu:numpy`` variant."""
     return elementwise.descriptors() + normalization.descriptors() + linalg.descriptors() + [
-        d for family in (shape, reduce, conv, pool, resize, attention) for d in family.descriptors()]
+        d for family in FAMILIES for d in family.descriptors()]
 
 
 BUILTIN_OPERATORS: tuple[str, ...] = tuple(d.name for d in builtin_descriptors())

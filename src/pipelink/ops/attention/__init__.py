@@ -97,6 +97,6 @@ def descriptors() -> list[OperatorDescriptor]:
             outputs=[Port("y", dtype="T", doc="[B, H, S, Dv]")],
             attrs=[Attr("is_causal", "bool", False, doc="query i attends to keys 0..i (upper-left aligned)"),
                    Attr("scale", "float", None, doc="multiplies q k^T; default 1/sqrt(D)")],
-            dtype_vars={"T": ATTENTION_DTYPES}, variant_dtypes=ATTENTION_DTYPES, infer=infer_attention,
-            bind=_attention_bind, onnx="Attention"),
+            dtype_vars={"T": ATTENTION_DTYPES}, variant_dtypes=ATTENTION_DTYPES | {"bool"},
+            infer=infer_attention, bind=_attention_bind, onnx="Attention"),
     ]
