@@ -6,9 +6,12 @@ errors at load, and a pipeline that plans memory for them.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pipelink as pl
 from pipelink.descriptor import infer_outputs
@@ -180,15 +183,15 @@ def test_split_errors(reg, attrs, error, match):
 def _slice_ref(x, starts, ends, axes, steps):
     """Index lists walked one step at a time with ONNX's clamping (no Python slice objects)."""
     index = [list(range(d)) for d in x.shape]
-    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+    for a, s, e, step in zip(axes, starts, ends, steps, strict=True):
         d = x.shape[a]
         s, e = (s + d if s < 0 else s), (e + d if e < 0 else e)
-        s = min(max(s, 0), d) if st > 0 else min(max(s, 0), d - 1)
-        e = min(max(e, 0), d) if st > 0 else min(max(e, -1), d - 1)
+        s = min(max(s, 0), d) if step > 0 else min(max(s, 0), d - 1)
+        e = min(max(e, 0), d) if step > 0 else min(max(e, -1), d - 1)
         picked, i = [], s
-        while (st > 0 and i < e) or (st < 0 and i > e):
+        while (step > 0 and i < e) or (step < 0 and i > e):
             picked.append(i)
-            i += st
+            i += step
         index[a] = picked
     return x[np.ix_(*index)] if x.ndim else x
 
@@ -382,3 +385,50 @@ def test_pipeline_shape_error_is_reported_at_load_with_its_stage():
     (problem,) = info.value.errors  # every problem found at load, with its JSON Pointer
     assert problem.code.name == "PIPELINK_ERR_SHAPE_MISMATCH" and "stage 'r'" in problem.message
     assert problem.path == "/pipeline/0/inputs/0"
+
+
+# -------------------------------------------------------------------------------------- property tests
+
+_dims = st.lists(st.integers(0, 5), min_size=1, max_size=4)
+_index = st.integers(-12, 12) | st.sampled_from([2**62, -(2**62)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=_dims, data=st.data())
+def test_slice_equals_python_slicing(reg, shape, data):
+    # ONNX's clamping equals Python's slice semantics but for one corner (tested below).
+    axes = data.draw(st.lists(st.integers(-len(shape), len(shape) - 1), max_size=len(shape),
+                              unique_by=lambda a: a % len(shape)))
+    starts = data.draw(st.lists(_index, min_size=len(axes), max_size=len(axes)))
+    ends = data.draw(st.lists(_index, min_size=len(axes), max_size=len(axes)))
+    steps = data.draw(st.lists(st.integers(-3, 3).filter(bool), min_size=len(axes), max_size=len(axes)))
+    x = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
+    if not axes:
+        return
+    (y,) = run_op(reg, "slice", [x], {"starts": starts, "ends": ends, "axes": axes, "steps": steps})
+    index = [slice(None)] * len(shape)
+    for a, s, e, k in zip(axes, starts, ends, steps, strict=True):
+        if k < 0 and s + shape[a % len(shape)] < 0:
+            s = 0  # the spec clamps such a start to 0 where Python's slice is empty: see the test below
+        index[a % len(shape)] = slice(s, e, k)
+    assert np.array_equal(y, x[tuple(index)])
+
+
+def test_slice_clamps_a_start_before_the_first_element_to_0_when_stepping_back(reg):
+    # ONNX's spec (and onnxruntime) clamp start to [0, dim - 1] for a negative step, so x[-10:-20:-1] of
+    # 3 elements is [x[0]]; onnx.reference uses Python slicing and gives [] here. PipeLink follows the spec.
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    (y,) = run_op(reg, "slice", [x], {"starts": [-10], "ends": [-20], "steps": [-1]})
+    assert y.tolist() == [1.0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=_dims, data=st.data())
+def test_reshape_matches_numpy_for_any_factorisation(reg, shape, data):
+    total = math.prod(shape)
+    target = list(data.draw(st.permutations(shape)))
+    if target and total:
+        target[data.draw(st.integers(0, len(target) - 1))] = -1  # NumPy infers the same dimension
+    x = np.arange(total, dtype=np.int64).reshape(shape)
+    (y,) = run_op(reg, "reshape", [x], {"shape": target, "allowzero": True})
+    assert np.array_equal(y, x.reshape(target))
