@@ -28,6 +28,7 @@ def _ref(q, k, v, *, causal=False, scale=None, mask=None):
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
     b, h, s, d = q.shape
     t = k.shape[2]
+    group = h // k.shape[1]  # grouped-query attention: query head hi reads key/value head hi // group
     scale = 1 / math.sqrt(d) if scale is None else scale
     full = None if mask is None else np.broadcast_to(mask, (b, h, s, t))
     y = np.empty((b, h, s, v.shape[3]))
@@ -38,11 +39,11 @@ def _ref(q, k, v, *, causal=False, scale=None, mask=None):
             if full is not None and full.dtype == np.bool_:
                 visible = visible and bool(full[bi, hi, i, j])
             bias = 0.0 if full is None or full.dtype == np.bool_ else float(full[bi, hi, i, j])
-            logits.append(scale * float(q[bi, hi, i] @ k[bi, hi, j]) + bias if visible else None)
+            logits.append(scale * float(q[bi, hi, i] @ k[bi, hi // group, j]) + bias if visible else None)
         top = max(x for x in logits if x is not None)
         weights = [0.0 if x is None else math.exp(x - top) for x in logits]
         total = math.fsum(weights)
-        y[bi, hi, i] = sum(w / total * v[bi, hi, j] for j, w in enumerate(weights))
+        y[bi, hi, i] = sum(w / total * v[bi, hi // group, j] for j, w in enumerate(weights))
     return y
 
 
@@ -72,6 +73,18 @@ def test_masks_and_scale(reg, dtype):
     check_close(y, _ref(q, k, v, causal=True, mask=bias), dtype)
 
 
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize(("h", "hk"), [(4, 2), (6, 1), (8, 4)])
+def test_grouped_query_attention(reg, dtype, h, hk):
+    rng = np.random.default_rng(67)
+    q = rand(rng, (2, h, 5, 8), dtype, -1, 1)
+    k, v = rand(rng, (2, hk, 7, 8), dtype, -1, 1), rand(rng, (2, hk, 7, 4), dtype, -1, 1)
+    keep = rng.random((2, h, 5, 7)) > 0.2
+    keep[..., 0] = True
+    (y,) = run_op(reg, "attention", [q, k, v, keep], {"is_causal": True})
+    check_close(y, _ref(q, k, v, causal=True, mask=keep), dtype)
+
+
 def test_fully_masked_row_is_nan_and_the_others_are_not(reg):
     rng = np.random.default_rng(63)
     q, k, v = (rand(rng, (1, 1, 3, 4), "float32") for _ in range(3))
@@ -83,7 +96,8 @@ def test_fully_masked_row_is_nan_and_the_others_are_not(reg):
 
 @pytest.mark.parametrize(("shapes", "dtypes", "error", "match"), [
     ([(1, 2, 3, 4), (1, 2, 5, 8), (1, 2, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension D"),
-    ([(1, 2, 3, 4), (1, 3, 5, 4), (1, 3, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension H"),
+    ([(1, 2, 3, 4), (1, 3, 5, 4), (1, 3, 5, 4)], ["float32"] * 3, ShapeMismatchError, "not a multiple"),
+    ([(1, 4, 3, 4), (1, 2, 5, 4), (1, 1, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension Hkv"),
     ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 6, 4)], ["float32"] * 3, ShapeMismatchError, "dimension T"),
     ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), (3, 4)], ["float32"] * 4, ShapeMismatchError,
      "does not broadcast"),
@@ -99,13 +113,14 @@ def test_attention_errors(reg, shapes, dtypes, error, match):
 
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize(("s", "t"), [(4, 4), (3, 6)])
-def test_attention_matches_onnx(reg, causal, s, t):
+@pytest.mark.parametrize("hk", [2, 1])
+def test_attention_matches_onnx(reg, causal, s, t, hk):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     rng = np.random.default_rng(64)
-    q, k, v = rand(rng, (2, 2, s, 8), "float32"), rand(rng, (2, 2, t, 8), "float32"), rand(
-        rng, (2, 2, t, 5), "float32")
+    q, k, v = rand(rng, (2, 2, s, 8), "float32"), rand(rng, (2, hk, t, 8), "float32"), rand(
+        rng, (2, hk, t, 5), "float32")
     (y,) = run_op(reg, "attention", [q, k, v], {"is_causal": bool(causal), "scale": 0.3})
     ref = run_onnx("Attention", [q, k, v], {"is_causal": causal, "scale": 0.3}, opset=23)[0]
     check_close(y, ref.astype(np.float64))

@@ -1,8 +1,10 @@
 """Scaled dot-product attention (ONNX Attention, 4-d form): descriptor and NumPy reference.
 
 ``y = softmax(scale * q @ k^T + mask) @ v`` per batch and head, computed in float32 and rounded once on
-the store. The causal mask is upper-left aligned (query i sees keys 0..i), as in ONNX and PyTorch; a row
-with every key masked gives NaN. The cuDNN SDPA variant is attached beside this in this folder.
+the store. k and v may have fewer heads than q (grouped-query attention): query head i reads key/value
+head ``i // (H / H_kv)``. The causal mask is upper-left aligned (query i sees keys 0..i). Both as in ONNX
+and PyTorch. A row with every key masked gives NaN. The cuDNN SDPA variant is attached beside this in
+this folder.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import DTypeMismatchError, ShapeMismatchError
 from ...graph.shapes import Mismatch, broadcast_shapes, unify
 from .._common import cpu_operator
+from .._dims import is_known
 
 __all__ = ["descriptors", "infer_attention", "ATTENTION_DTYPES"]
 
@@ -24,7 +27,7 @@ ATTENTION_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
 
 def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """Output rule of attention: ``[B, H, S, Dv]``, after checking the optional mask.
+    """Output rule of attention: ``[B, H, S, Dv]``, after checking the head counts and the optional mask.
 
     The mask is bool (True: attend) or q's dtype (added to the scores) and broadcasts to ``[B, H, S, T]``.
 
@@ -33,9 +36,14 @@ def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
     DTypeMismatchError
         The mask is neither bool nor q's dtype.
     ShapeMismatchError
-        The mask does not broadcast to the scores.
+        q's heads are not a multiple of k's and v's, or the mask does not broadcast to the scores.
     """
-    (b, h, s, _), (_, _, t, _), (_, _, _, dv) = (tuple(x) for x in in_shapes[:3])
+    (b, h, s, _), (_, hk, t, _), (_, _, _, dv) = (tuple(x) for x in in_shapes[:3])
+    if is_known(h, hk) and h % hk:
+        raise ShapeMismatchError(
+            f"attention: q has {h} heads, not a multiple of the {hk} heads of k and v (grouped-query "
+            "attention shares each key/value head among H / H_kv query heads)", port="k", symbol="H",
+            expected=f"a divisor of {h}", got=hk)
     mask_shape, mask_dtype = in_shapes[3], in_dtypes[3]
     if mask_shape is not None:
         if mask_dtype not in ("bool", in_dtypes[0]):
@@ -52,7 +60,8 @@ def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
 
 
 def _attention_bind(ctx: KernelContext):
-    (b, h, s, d), (_, _, t, _) = ctx.in_shapes[0], ctx.in_shapes[1]
+    (b, h, s, d), (_, hk, t, _) = ctx.in_shapes[0], ctx.in_shapes[1]
+    group = h // hk  # query heads per key/value head
     scale = ctx.attrs["scale"]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     has_mask = ctx.in_shapes[3] is not None
@@ -61,10 +70,14 @@ def _attention_bind(ctx: KernelContext):
     scores = np.empty((b, h, s, t), np.float32)
     row = np.empty((b, h, s, 1), np.float32)
     acc = np.empty(ctx.out_shapes[0], np.float32)
+    # Grouped views: query head hk * group + g meets key/value head hk (contiguous, no copies).
+    scores_g = scores.reshape(b, hk, group, s, t)
+    acc_g = acc.reshape(b, hk, group, s, -1)
 
     def kernel(inputs, outputs, stream):
         q, k, v, mask = inputs
-        np.matmul(q, k.swapaxes(-1, -2), out=scores, dtype=np.float32)
+        keys = k[:, :, None].swapaxes(-1, -2)
+        np.matmul(q.reshape(b, hk, group, s, d), keys, out=scores_g, dtype=np.float32)
         np.multiply(scores, scale, out=scores)
         if hidden is not None:
             scores[..., hidden] = -np.inf
@@ -78,7 +91,7 @@ def _attention_bind(ctx: KernelContext):
         np.exp(scores, out=scores)
         np.sum(scores, axis=-1, keepdims=True, out=row)
         np.divide(scores, row, out=scores)
-        np.matmul(scores, v, out=acc, dtype=np.float32)
+        np.matmul(scores_g, v[:, :, None], out=acc_g, dtype=np.float32)
         np.copyto(outputs[0], acc, casting="unsafe")
 
     return kernel
@@ -90,8 +103,8 @@ def descriptors() -> list[OperatorDescriptor]:
         cpu_operator(
             "attention", doc="Scaled dot-product attention: softmax(scale * q k^T + mask) v, per head.",
             inputs=[Port("q", shape=["B", "H", "S", "D"], dtype="T"),
-                    Port("k", shape=["B", "H", "T", "D"], dtype="T"),
-                    Port("v", shape=["B", "H", "T", "Dv"], dtype="T"),
+                    Port("k", shape=["B", "Hkv", "T", "D"], dtype="T", doc="Hkv divides H"),
+                    Port("v", shape=["B", "Hkv", "T", "Dv"], dtype="T"),
                     Port("mask", optional=True,
                          doc="bool (True: attend) or additive, broadcast to [B, H, S, T]")],
             outputs=[Port("y", dtype="T", doc="[B, H, S, Dv]")],
