@@ -163,3 +163,12 @@ def test_pipeline_with_a_bool_mask_selects_the_cpu_variant():
     with pl.load(config, device="cpu") as pipe:
         y = np.asarray(pipe.run(q=q, k=k, v=v, keep=keep)["y"])
     check_close(y, _ref(q, k, v, mask=keep), "float16")
+
+
+def test_empty_queries_and_empty_keys(reg):
+    (y,) = run_op(reg, "attention", [np.zeros((1, 2, 0, 4), np.float16), np.ones((1, 2, 3, 4), np.float16),
+                                     np.ones((1, 2, 3, 5), np.float16)])
+    assert y.shape == (1, 2, 0, 5)
+    (y,) = run_op(reg, "attention", [np.ones((1, 2, 3, 4), np.float32), np.ones((1, 1, 0, 4), np.float32),
+                                     np.ones((1, 1, 0, 5), np.float32)])
+    assert y.shape == (1, 2, 3, 5) and np.isnan(y).all(), "no keys: every row is fully masked"

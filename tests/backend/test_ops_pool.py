@@ -149,3 +149,21 @@ def test_pipeline_pool_head_plans_and_runs():
     p = _pool_ref(x, "max", [3, 3], [2, 2], [0] * 4, [1, 1], True, False)
     q = _pool_ref(p, "avg", [2, 2], [1, 1], [1, 1, 0, 0], [1, 1], False, True)
     check_close(y, q.mean(axis=(2, 3), keepdims=True), "float16")
+
+
+def test_empty_batches_and_empty_spatial_axes(reg):
+    for name, attrs in (("max_pool2d", {"kernel_shape": [2, 2]}), ("avg_pool2d", {"kernel_shape": [2, 2]}),
+                        ("global_average_pool", {})):
+        (y,) = run_op(reg, name, [np.zeros((0, 2, 4, 4), np.float32)], attrs)
+        assert y.shape[:2] == (0, 2)
+    (y,) = run_op(reg, "global_average_pool", [np.ones((1, 2, 0, 4), np.float32)])
+    assert y.shape == (1, 2, 1, 1) and np.isnan(y).all(), "the mean of no elements is NaN"
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_max_pool_on_8_bit_integers_is_exact(reg, dtype):
+    x = rand(np.random.default_rng(47), (2, 3, 7, 6), dtype)
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 1, 1, 0], "ceil_mode": True}
+    (y,) = run_op(reg, "max_pool2d", [x], attrs)
+    ref = _pool_ref(x, "max", [3, 2], [2, 2], [1, 1, 1, 0], [1, 1], True, False)
+    assert y.dtype == x.dtype and np.array_equal(y.astype(np.float64), ref)

@@ -62,6 +62,8 @@ def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
 def _attention_bind(ctx: KernelContext):
     (b, h, s, d), (_, hk, t, _) = ctx.in_shapes[0], ctx.in_shapes[1]
     group = h // hk  # query heads per key/value head
+    if t == 0:
+        return _no_keys_kernel
     scale = ctx.attrs["scale"]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     has_mask = ctx.in_shapes[3] is not None
@@ -72,7 +74,7 @@ def _attention_bind(ctx: KernelContext):
     acc = np.empty(ctx.out_shapes[0], np.float32)
     # Grouped views: query head hk * group + g meets key/value head hk (contiguous, no copies).
     scores_g = scores.reshape(b, hk, group, s, t)
-    acc_g = acc.reshape(b, hk, group, s, -1)
+    acc_g = acc.reshape(b, hk, group, s, ctx.out_shapes[0][3])
 
     def kernel(inputs, outputs, stream):
         q, k, v, mask = inputs
@@ -95,6 +97,11 @@ def _attention_bind(ctx: KernelContext):
         np.copyto(outputs[0], acc, casting="unsafe")
 
     return kernel
+
+
+def _no_keys_kernel(inputs, outputs, stream):
+    """Attention over zero keys: every row is fully masked, so NaN (as a masked row)."""
+    outputs[0].fill(np.nan)
 
 
 def descriptors() -> list[OperatorDescriptor]:

@@ -7,6 +7,7 @@ A CUDA variant is attached beside these in this folder.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,10 +16,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import InvalidArgumentError
-from .._common import FLOATS, compute_dtype, cpu_operator
+from .._common import FLOATS, compute_dtype, cpu_operator, numpy_dtype
 from ..conv.window import Window, window_2d, window_attrs
 
-__all__ = ["descriptors", "infer_global_average_pool"]
+__all__ = ["descriptors", "infer_global_average_pool", "MAX_POOL_DTYPES"]
+
+MAX_POOL_DTYPES = FLOATS | {"int8", "uint8"}
 
 
 def _window(shape: tuple, attrs: Mapping[str, Any], op: str) -> Window:
@@ -63,8 +66,11 @@ def _padded_windows(shape: tuple, win: Window, cdt, fill: float):
 def _max_pool_bind(ctx: KernelContext):
     shape = tuple(ctx.in_shapes[0])
     win = _window(shape, ctx.attrs, "max_pool2d")
-    cdt = compute_dtype(ctx.in_dtypes[0])
-    _, inner, views = _padded_windows(shape, win, cdt, -np.inf)
+    dtype = ctx.in_dtypes[0]
+    # Integers pool exactly in their own type, padded with their lowest value (it never wins).
+    cdt = compute_dtype(dtype) if dtype in FLOATS else numpy_dtype(dtype)
+    low = -np.inf if dtype in FLOATS else np.iinfo(cdt).min
+    _, inner, views = _padded_windows(shape, win, cdt, low)
     acc = np.empty(ctx.out_shapes[0], cdt)
 
     def kernel(inputs, outputs, stream):
@@ -107,10 +113,13 @@ def _global_average_pool_bind(ctx: KernelContext):
     shape = tuple(ctx.in_shapes[0])
     cdt = compute_dtype(ctx.in_dtypes[0])
     axes = tuple(range(2, len(shape)))
+    count = math.prod(shape[2:])
     acc = np.empty(ctx.out_shapes[0], cdt)
 
     def kernel(inputs, outputs, stream):
-        np.mean(inputs[0], axis=axes, dtype=cdt, keepdims=True, out=acc)
+        np.sum(inputs[0], axis=axes, dtype=cdt, keepdims=True, out=acc)
+        with np.errstate(invalid="ignore"):  # no spatial elements: 0/0 = NaN, as a mean of nothing
+            np.divide(acc, count, out=acc)
         np.copyto(outputs[0], acc, casting="unsafe")
 
     return kernel
@@ -130,8 +139,8 @@ def descriptors() -> list[OperatorDescriptor]:
         cpu_operator(
             "max_pool2d", doc="Maximum over each 2-d window of NCHW x (padding never wins; NaN propagates).",
             inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")], attrs=_pool_attrs(),
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=_infer("max_pool2d"), bind=_max_pool_bind,
-            onnx="MaxPool"),
+            dtype_vars={"T": MAX_POOL_DTYPES}, variant_dtypes=MAX_POOL_DTYPES, infer=_infer("max_pool2d"),
+            bind=_max_pool_bind, onnx="MaxPool"),
         cpu_operator(
             "avg_pool2d", doc="Mean over each 2-d window of NCHW x.",
             inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")],
