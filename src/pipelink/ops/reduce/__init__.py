@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
-from .._common import FLOATS, HALF_DTYPES, NUMERIC, compute_dtype, cpu_operator
+from .._common import FLOATS, HALF_DTYPES, NUMERIC, compute_dtype, cpu_operator, numpy_dtype
 from .._dims import normalize_axes
 
 __all__ = ["descriptors", "reduced_axes"]
@@ -40,10 +40,6 @@ def _infer(op: str):
     return infer_reduce
 
 
-def _lowest(dtype: np.dtype):
-    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
-
-
 def _reduce_bind(kind: str):
     def bind(ctx: KernelContext):
         dtype = ctx.in_dtypes[0]
@@ -54,12 +50,13 @@ def _reduce_bind(kind: str):
         is_float = dtype in FLOATS
         scratch = np.empty(ctx.out_shapes[0], np.float32) if half else None
         count = math.prod(shape[a] for a in axes)
+        # max over nothing is the lowest value of the type (-inf for floats), as ONNX says.
+        low = -np.inf if is_float else np.iinfo(numpy_dtype(dtype)).min
 
         def kernel(inputs, outputs, stream):
             x, y = inputs[0], outputs[0]
             out = scratch if half else y
             if kind == "max":
-                low = _lowest(np.dtype(np.float32) if half else x.dtype)
                 np.max(x, axis=axes, keepdims=keep, out=out, initial=low)
             elif is_float:
                 np.sum(x, axis=axes, keepdims=keep, out=out, dtype=compute_dtype(dtype))
