@@ -156,7 +156,9 @@ def descriptors() -> list[OperatorDescriptor]:
             dtype_vars=any_t, infer=infer_concat, bind=_concat_bind, onnx="Concat"),
         cpu_operator(
             "split", doc=f"Split x along an axis into up to {MAX_PARTS} parts (outputs y0, y1, ...).",
-            inputs=[x_in], outputs=[Port(f"y{i}", dtype="T") for i in range(MAX_PARTS)],
+            inputs=[x_in],
+            outputs=[Port(f"y{i}", dtype="T", doc="part i (empty past the part count)")
+                     for i in range(MAX_PARTS)],
             attrs=[Attr("axis", "int", 0, doc="the axis to split; negative counts from the end"),
                    Attr("split", "ints", (), doc="the part sizes (they add up to the axis size)"),
                    Attr("num_outputs", "int", 0,
@@ -166,7 +168,7 @@ def descriptors() -> list[OperatorDescriptor]:
             "slice", doc="Take x[starts:ends:steps] along the given axes (ONNX clamping of the indices).",
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("starts", "ints", REQUIRED, doc="first index per axis; negative counts from the end"),
-                   Attr("ends", "ints", REQUIRED, doc="end (exclusive) per axis; clamped to the axis"),
+                   Attr("ends", "ints", REQUIRED, doc="end (exclusive) per axis; clamped as ONNX says"),
                    Attr("axes", "ints", (), doc="the sliced axes (default: 0, 1, ...)"),
                    Attr("steps", "ints", (), doc="step per axis, nonzero; negative walks backwards")],
             dtype_vars=any_t, infer=infer_slice, bind=_slice_bind, onnx="Slice"),
