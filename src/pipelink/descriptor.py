@@ -161,6 +161,7 @@ class OperatorDescriptor:
     infer: Callable[[tuple, tuple, Mapping[str, Any]], tuple] | None = None
     doc: str = ""
     source: str = "builtin"
+    onnx: str = ""  # the ONNX operator this one implements ("" when ONNX has none), for docs and import
 
     def __post_init__(self):
         self.version = parse_version(self.version)
@@ -233,6 +234,7 @@ class OperatorDescriptor:
             "devices": list(self.devices),
             "source": self.source,
             "doc": self.doc,
+            "onnx": self.onnx,
         }
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "int64",
     "uint8",
     "bool_",
+    "float8_e4m3fn",
+    "float8_e5m2",
     "DTYPES",
     "FLOAT_DTYPES",
     "get_dtype",
@@ -32,6 +34,7 @@ __all__ = [
 
 # DLPack type codes (dlpack.h: DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
+DL_FLOAT8_E4M3FN, DL_FLOAT8_E5M2 = 10, 12
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class DType:
 
     @property
     def is_floating(self) -> bool:
-        return self.dl_code in (DL_FLOAT, DL_BFLOAT)
+        return self.dl_code in (DL_FLOAT, DL_BFLOAT, DL_FLOAT8_E4M3FN, DL_FLOAT8_E5M2)
 
     def __str__(self) -> str:
         return self.name
@@ -73,9 +76,15 @@ int32 = DType("int32", np.dtype(np.int32), DL_INT, 32, 5, "int")
 int64 = DType("int64", np.dtype(np.int64), DL_INT, 64, 6, "long long")
 uint8 = DType("uint8", np.dtype(np.uint8), DL_UINT, 8, 7, "unsigned char")
 bool_ = DType("bool", np.dtype(np.bool_), DL_BOOL, 8, 8, "bool")
+# Hopper's 8-bit floats (OCP FP8): storage for quantize_linear/dequantize_linear, not compute dtypes.
+float8_e4m3fn = DType("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), DL_FLOAT8_E4M3FN, 8, 9,
+                      "__nv_fp8_e4m3")
+float8_e5m2 = DType("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), DL_FLOAT8_E5M2, 8, 10, "__nv_fp8_e5m2")
 
 DTYPES: dict[str, DType] = {
-    d.name: d for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_)
+    d.name: d
+    for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_, float8_e4m3fn,
+              float8_e5m2)
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 
@@ -103,7 +112,8 @@ def tolerance(dtype: object) -> tuple[float, float]:
 
 
 _ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp64": "float64",
-            "double": "float64", "float": "float32", "bool_": "bool"}
+            "double": "float64", "float": "float32", "bool_": "bool",
+            "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
 _BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}

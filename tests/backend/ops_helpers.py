@@ -51,7 +51,7 @@ def poison(shape, dtype: str) -> np.ndarray:
     if dtype in FLOAT_NAMES:
         return np.full(shape, np.nan, dtype=npd)
     out = np.empty(shape, dtype=npd)
-    out.view(np.uint8)[...] = 0xCD
+    out.reshape(-1).view(np.uint8)[...] = 0xCD  # reshape: a 0-d array cannot change its itemsize
     return out
 
 
@@ -61,6 +61,7 @@ def run_op(registry, name: str, inputs: list, attrs: dict | None = None, *, stag
     NumPy arrays. Skips the test when the device has no kernel for the input dtype (a float-only CUDA
     kernel asked for ints)."""
     desc = registry.get(name)
+    inputs = list(inputs) + [None] * (len(desc.inputs) - len(inputs))  # absent trailing optional ports
     resolved = desc.resolve_attrs(attrs or {}, where=f"stage {stage!r}")
     in_shapes = tuple(None if a is None else a.shape for a in inputs)
     in_dtypes = tuple(None if a is None else get_dtype(a.dtype).name for a in inputs)

@@ -80,12 +80,14 @@ typedef enum PipeLinkDTypeId {
     PIPELINK_DTYPE_INT64 = 6,
     PIPELINK_DTYPE_UINT8 = 7,
     PIPELINK_DTYPE_BOOL = 8,
+    PIPELINK_DTYPE_FLOAT8_E4M3FN = 9,
+    PIPELINK_DTYPE_FLOAT8_E5M2 = 10,
     PIPELINK_DTYPE_UNKNOWN = -1
 } PipeLinkDTypeId;
 
 /* DLPack type codes (DLDataTypeCode) used in PipeLinkDataType.code. */
 enum { PIPELINK_DL_INT = 0, PIPELINK_DL_UINT = 1, PIPELINK_DL_FLOAT = 2, PIPELINK_DL_BFLOAT = 4,
-       PIPELINK_DL_BOOL = 6 };
+       PIPELINK_DL_BOOL = 6, PIPELINK_DL_FLOAT8_E4M3FN = 10, PIPELINK_DL_FLOAT8_E5M2 = 12 };
 
 /* Device types: DLPack's DLDeviceType values. */
 enum { PIPELINK_DEVICE_CPU = 1, PIPELINK_DEVICE_CUDA = 2, PIPELINK_DEVICE_CUDA_HOST = 3 };
@@ -218,6 +220,9 @@ static inline PipeLinkDTypeId pipelink_dtype_id(const PipeLinkTensor* t) {
              : t->dtype.bits == 64 ? PIPELINK_DTYPE_INT64 : PIPELINK_DTYPE_UNKNOWN;
     case PIPELINK_DL_UINT: return t->dtype.bits == 8 ? PIPELINK_DTYPE_UINT8 : PIPELINK_DTYPE_UNKNOWN;
     case PIPELINK_DL_BOOL: return PIPELINK_DTYPE_BOOL;
+    case PIPELINK_DL_FLOAT8_E4M3FN:
+        return t->dtype.bits == 8 ? PIPELINK_DTYPE_FLOAT8_E4M3FN : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_FLOAT8_E5M2: return t->dtype.bits == 8 ? PIPELINK_DTYPE_FLOAT8_E5M2 : PIPELINK_DTYPE_UNKNOWN;
     default: return PIPELINK_DTYPE_UNKNOWN;
     }
 }

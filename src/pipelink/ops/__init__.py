@@ -9,14 +9,29 @@ from __future__ import annotations
 
 from ..descriptor import OperatorDescriptor
 from ..modules.registry import OperatorRegistry
-from . import batch_norm, elementwise, gemm, normalization, softmax, transpose
+from . import (
+    attention,
+    batch_norm,
+    conv,
+    elementwise,
+    gemm,
+    normalization,
+    pool,
+    quantize,
+    reduce,
+    resize,
+    shape,
+    softmax,
+    transpose,
+)
 from .kernel import KernelSource
 
 __all__ = ["FAMILIES", "BUILTIN_OPERATORS", "register_builtins", "builtin_descriptors", "cuda_kernel",
            "cuda_kernels"]
 
-FAMILIES = (elementwise, normalization, softmax, batch_norm, transpose, gemm)
-"""The built-in operator families, in registration order."""
+FAMILIES = (elementwise, normalization, softmax, batch_norm, transpose, gemm, shape, reduce, conv, pool,
+            resize, attention, quantize)
+"""The built-in operator families, one package each, in registration order."""
 
 
 def builtin_descriptors() -> list[OperatorDescriptor]:

@@ -44,7 +44,7 @@ def stats_dtype(name: str) -> str:
 def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
                      dtype_vars: Mapping[str, frozenset[str]] | None = None,
                      variant_dtypes: frozenset[str] | None = None, infer=None,
-                     cuda: Variant | None = None) -> OperatorDescriptor:
+                     cuda: Variant | None = None, onnx: str = "") -> OperatorDescriptor:
     """A fresh built-in descriptor with its NumPy variant and, when the family has one, its CUDA variant
     (one descriptor per registry: descriptors are mutable).
 
@@ -65,10 +65,13 @@ def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=
     cuda : Variant, optional
         The family's CUDA variant (:func:`pipelink.ops.kernel.cuda_variant`); its bind imports nothing
         CUDA until it runs.
+    onnx : str, optional
+        The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
     """
     variants = [Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes, source="builtin")]
     if cuda is not None:
         variants.append(cuda)
     return OperatorDescriptor(
         name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
-        dtype_vars=dict(dtype_vars or {}), variants=variants, infer=infer, doc=doc, source="builtin")
+        dtype_vars=dict(dtype_vars or {}), variants=variants, infer=infer, doc=doc, source="builtin",
+        onnx=onnx)

@@ -26,5 +26,6 @@ def descriptors() -> list[OperatorDescriptor]:
             attrs=[Attr("eps", "float", 1e-5, doc="added to the running variance before the square root "
                         "(ONNX BatchNormalization's default)")],
             dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=batch_norm_bind,
-            cuda=cuda_variant(cuda.batch_norm_bind, FLOATS)),
+            cuda=cuda_variant(cuda.batch_norm_bind, FLOATS),
+            onnx="BatchNormalization"),
     ]

@@ -29,21 +29,22 @@ __all__ = ["descriptors"]
 
 
 def _unary(name: str, doc: str, make, attrs=(), *, kernel: str | None = None, x: str = "x",
-           y: str = "y") -> OperatorDescriptor:
+           y: str = "y", onnx: str = "") -> OperatorDescriptor:
     """A float unary operator: ``make(ctx) -> compute(x, out)`` on the CPU, the ``kernel`` op of
     elementwise.cu (default: ``name``) on CUDA."""
     return builtin_operator(
         name, doc=doc, inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
         outputs=[Port(y, shape=x, dtype="T")], attrs=attrs, dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS,
-        bind=unary_bind(make), cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS))
+        bind=unary_bind(make), cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS), onnx=onnx)
 
 
-def _binary(name: str, doc: str, ufunc: np.ufunc) -> OperatorDescriptor:
+def _binary(name: str, doc: str, ufunc: np.ufunc, onnx: str) -> OperatorDescriptor:
     """``c = a op b`` with broadcasting: any numeric dtype on the CPU, floats on CUDA."""
     return builtin_operator(
         name, doc=doc, inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
         outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")], dtype_vars={"T": NUMERIC},
-        variant_dtypes=NUMERIC, bind=binary_bind(ufunc), cuda=cuda_variant(cuda.binary_bind(name), FLOATS))
+        variant_dtypes=NUMERIC, bind=binary_bind(ufunc), cuda=cuda_variant(cuda.binary_bind(name), FLOATS),
+        onnx=onnx)
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -59,17 +60,19 @@ def descriptors() -> list[OperatorDescriptor]:
     return [
         builtin_operator(
             "identity", doc="Copy x to y unchanged (any dtype, any shape).", inputs=[Port("x")],
-            outputs=[Port("y", shape="x")], bind=identity_bind, cuda=cuda_variant(cuda.copy_bind, None)),
-        _unary("relu", "Rectified linear unit: y = max(x, 0).", fixed(reference.relu_into)),
+            outputs=[Port("y", shape="x")], bind=identity_bind, cuda=cuda_variant(cuda.copy_bind, None),
+            onnx="Identity"),
+        _unary("relu", "Rectified linear unit: y = max(x, 0).", fixed(reference.relu_into), onnx="Relu"),
         _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
         _unary("gelu", "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
                make_gelu, attrs=[Attr("approximate", "str", "none", choices=("none", "tanh"),
-                                      doc="'none': erf form; 'tanh': tanh approximation")]),
+                                      doc="'none': erf form; 'tanh': tanh approximation")], onnx="Gelu"),
         _unary("scale", "Multiply by a constant: y = factor * x.", make_scale,
                attrs=[Attr("factor", "float", 1.0, doc="the multiplier")]),
         _unary("sigmoid", "Logistic sigmoid: y = 1 / (1 + exp(-x)) (ONNX Sigmoid).",
-               fixed(reference.sigmoid_into)),
-        _unary("tanh", "Hyperbolic tangent: y = tanh(x) (ONNX Tanh).", fixed(reference.tanh_into)),
+               fixed(reference.sigmoid_into), onnx="Sigmoid"),
+        _unary("tanh", "Hyperbolic tangent: y = tanh(x) (ONNX Tanh).", fixed(reference.tanh_into),
+               onnx="Tanh"),
         builtin_operator(
             "precision_cast",
             doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
@@ -77,19 +80,19 @@ def descriptors() -> list[OperatorDescriptor]:
             inputs=[Port("x"), Port("like", optional=True, doc="take this tensor's dtype")],
             outputs=[Port("y", shape="x")],
             attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
-            infer=infer_precision_cast, bind=cast_bind, cuda=cuda_variant(cuda.cast_bind, None)),
-        _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add),
-        _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply),
+            infer=infer_precision_cast, bind=cast_bind, cuda=cuda_variant(cuda.cast_bind, None), onnx="Cast"),
+        _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add, "Add"),
+        _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply, "Mul"),
         builtin_operator(
             "bias_add", doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
             inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],
             outputs=[Port("y", shape="x", dtype="T")], dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS,
-            bind=binary_bind(np.add), cuda=cuda_variant(cuda.bias_add_bind, FLOATS)),
+            bind=binary_bind(np.add), cuda=cuda_variant(cuda.bias_add_bind, FLOATS), onnx="Add"),
         builtin_operator(
             "cast", doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
             inputs=[Port("x")], outputs=[Port("y", shape="x", dtype="attr:dtype")],
             attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")], bind=cast_bind,
-            cuda=cuda_variant(cuda.cast_bind, None)),
+            cuda=cuda_variant(cuda.cast_bind, None), onnx="Cast"),
         _unary("silu_activation", "The seed's SiLU module: output = input * sigmoid(input).", silu_make,
                kernel="silu", x="input", y="output"),
     ]

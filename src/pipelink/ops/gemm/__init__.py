@@ -33,5 +33,6 @@ def descriptors() -> list[OperatorDescriptor]:
                         doc="applied after alpha and bias; 'gelu' is the erf form"),
                    Attr("trans_b", "bool", False, doc="b is stored [N, K]")],
             dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, infer=infer_gemm, bind=gemm_bind,
-            cuda=cuda_variant(cuda.bind_gemm, FLOATS, supports_graphs=has_nvmath)),
+            cuda=cuda_variant(cuda.bind_gemm, FLOATS, supports_graphs=has_nvmath),
+            onnx="Gemm"),
     ]

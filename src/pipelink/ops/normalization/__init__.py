@@ -41,14 +41,15 @@ def descriptors() -> list[OperatorDescriptor]:
                      Port("rstd", shape=["..."], dtype=STATS,
                           doc="1/sqrt(var + eps), var biased; " + _STATS_DOC)],
             attrs=[_eps()], dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_norm_stats,
-            bind=partial(layer_norm_bind, eps_input=False), cuda=cuda_variant(cuda.layer_norm_bind, FLOATS)),
+            bind=partial(layer_norm_bind, eps_input=False), cuda=cuda_variant(cuda.layer_norm_bind, FLOATS),
+            onnx="LayerNormalization"),
         builtin_operator(
             "rms_norm", doc="RMS normalisation over the last axis: x / sqrt(mean(x^2) + eps) * gamma.",
             inputs=[Port("x", shape=["...", "C"], dtype="T"),
                     Port("gamma", shape=["C"], dtype="T", optional=True, doc="scale (default 1)")],
             outputs=[Port("output", shape="x", dtype="T")],
             attrs=[_eps()], dtype_vars=floats, variant_dtypes=FLOATS, bind=rms_norm_bind,
-            cuda=cuda_variant(cuda.rms_norm_bind, FLOATS)),
+            cuda=cuda_variant(cuda.rms_norm_bind, FLOATS), onnx="RMSNormalization"),
         builtin_operator(
             "layer_norm_v1",
             doc="The seed's LayerNorm module: layer_norm of [N, C] with eps as a 0-d tensor.",

@@ -20,5 +20,6 @@ def descriptors() -> list[OperatorDescriptor]:
             inputs=[Port("x", doc="any shape, any dtype")],
             outputs=[Port("y", doc="x's shape permuted by perm")],
             attrs=[Attr("perm", "ints", (), doc="y.shape[i] = x.shape[perm[i]]; empty reverses the axes")],
-            infer=infer_transpose, bind=transpose_bind, cuda=cuda_variant(cuda.transpose_bind, None)),
+            infer=infer_transpose, bind=transpose_bind, cuda=cuda_variant(cuda.transpose_bind, None),
+            onnx="Transpose"),
     ]

@@ -1,0 +1,159 @@
+"""Linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear): int8, uint8 and the Hopper 8-bit floats
+float8_e4m3fn and float8_e5m2, per tensor or per axis. Descriptors and NumPy references.
+
+Quantize computes ``x / scale`` in float32, rounds half to even, adds the zero point and saturates to the
+integer range; float8 outputs round to nearest even and, with ``saturate``, clip to the largest finite
+value (without it, overflow is NaN for e4m3fn and inf for e5m2, as ONNX says). A CUDA variant is attached
+beside these in this folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
+from ...errors import DTypeMismatchError, ShapeMismatchError
+from .._common import builtin_operator, numpy_dtype
+from .._dims import normalize_axis
+
+__all__ = ["descriptors", "QUANTIZED_DTYPES", "SCALE_DTYPES", "scale_layout"]
+
+QUANTIZED_DTYPES = frozenset({"int8", "uint8", "float8_e4m3fn", "float8_e5m2"})
+SCALE_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+
+
+def scale_layout(op: str, x_shape: tuple, scale_shape: tuple, zero_shape, axis: int) -> int | None:
+    """The axis a scale applies along (None: one scale for the whole tensor).
+
+    Raises
+    ------
+    ShapeMismatchError
+        The scale is neither a scalar/[1] nor 1-d of x's size along ``axis``, or the zero point's shape
+        differs from the scale's.
+    """
+    if zero_shape is not None and tuple(zero_shape) != tuple(scale_shape):
+        raise ShapeMismatchError(
+            f"{op}: the zero point's shape {list(zero_shape)} must equal the scale's {list(scale_shape)}",
+            port="zero_point", expected=list(scale_shape), got=list(zero_shape))
+    if tuple(scale_shape) in ((), (1,)):
+        return None
+    axis = normalize_axis(axis, len(x_shape), op=op)
+    if len(scale_shape) != 1 or scale_shape[0] != x_shape[axis]:
+        raise ShapeMismatchError(
+            f"{op}: the scale {list(scale_shape)} must be a scalar (per tensor) or 1-d with x's size "
+            f"{x_shape[axis]} along axis {axis} (per axis); x is {list(x_shape)}", port="scale",
+            expected=[x_shape[axis]], got=list(scale_shape))
+    return axis
+
+
+def _quantized_dtype(attrs: Mapping[str, Any], zero_dtype: str | None) -> str:
+    wanted = attrs["output_dtype"]
+    if wanted is not None and zero_dtype is not None and wanted != zero_dtype:
+        raise DTypeMismatchError(
+            f"quantize_linear: output_dtype {wanted} differs from the zero point's dtype {zero_dtype}; "
+            "make them agree or leave one out", port="zero_point", expected=wanted, got=zero_dtype)
+    dtype = wanted or zero_dtype or "uint8"
+    if dtype not in QUANTIZED_DTYPES:
+        raise DTypeMismatchError(
+            f"quantize_linear: output_dtype must be one of {sorted(QUANTIZED_DTYPES)} (got {dtype})",
+            port="y", expected=sorted(QUANTIZED_DTYPES), got=dtype)
+    return dtype
+
+
+def infer_quantize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of quantize_linear: x's shape in the quantized dtype (output_dtype, else the zero
+    point's, else uint8)."""
+    x = tuple(in_shapes[0])
+    scale_layout("quantize_linear", x, tuple(in_shapes[1]), in_shapes[2], int(attrs["axis"]))
+    return (x,), (_quantized_dtype(attrs, in_dtypes[2]),)
+
+
+def infer_dequantize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of dequantize_linear: x's shape in the scale's dtype."""
+    x = tuple(in_shapes[0])
+    scale_layout("dequantize_linear", x, tuple(in_shapes[1]), in_shapes[2], int(attrs["axis"]))
+    return (x,), (in_dtypes[1],)
+
+
+def _broadcastable(ndim: int, axis: int | None, length: int) -> tuple[int, ...]:
+    """The shape that lines a per-axis vector up with x (a scalar stays a scalar)."""
+    if axis is None:
+        return ()
+    shape = [1] * ndim
+    shape[axis] = length
+    return tuple(shape)
+
+
+def _quantize_bind(ctx: KernelContext):
+    x_shape = tuple(ctx.in_shapes[0])
+    axis = scale_layout("quantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
+                        int(ctx.attrs["axis"]))
+    vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
+    out_dtype = ctx.out_dtypes[0]
+    is_int = out_dtype in ("int8", "uint8")
+    limits = (np.iinfo if is_int else ml_dtypes.finfo)(numpy_dtype(out_dtype))
+    saturate = bool(ctx.attrs["saturate"])
+    buf = np.empty(x_shape, np.float32)
+
+    def kernel(inputs, outputs, stream):
+        x, scale, zero = inputs
+        np.divide(x, scale.reshape(vec), out=buf, dtype=np.float32)
+        if is_int:
+            np.rint(buf, out=buf)  # round half to even
+        if zero is not None:
+            np.add(buf, zero.reshape(vec).astype(np.float32), out=buf)
+        if is_int or saturate:
+            np.clip(buf, limits.min, limits.max, out=buf)  # NaN stays NaN (float8) before the cast
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(outputs[0], buf, casting="unsafe")
+
+    return kernel
+
+
+def _dequantize_bind(ctx: KernelContext):
+    x_shape = tuple(ctx.in_shapes[0])
+    axis = scale_layout("dequantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
+                        int(ctx.attrs["axis"]))
+    vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
+    buf = np.empty(x_shape, np.float32)
+
+    def kernel(inputs, outputs, stream):
+        x, scale, zero = inputs
+        np.copyto(buf, x, casting="unsafe")  # every int8/uint8/float8 value is exact in float32
+        if zero is not None:
+            np.subtract(buf, zero.reshape(vec).astype(np.float32), out=buf)
+        np.multiply(buf, scale.reshape(vec), out=buf, dtype=np.float32)
+        np.copyto(outputs[0], buf, casting="unsafe")
+
+    return kernel
+
+
+def descriptors() -> list[OperatorDescriptor]:
+    """Fresh descriptors of quantize_linear and dequantize_linear (one set per registry)."""
+    axis = Attr("axis", "int", 1, doc="the axis a 1-d scale runs along (per-axis quantization)")
+    scale_doc = "a scalar or [1] (per tensor), or 1-d of x's size along axis (per axis)"
+    return [
+        builtin_operator(
+            "quantize_linear", doc="y = saturate(round_half_even(x / scale) + zero_point) in an 8-bit type.",
+            inputs=[Port("x", dtype="T"), Port("scale", dtype="T", doc=scale_doc),
+                    Port("zero_point", dtype=QUANTIZED_DTYPES, optional=True,
+                         doc="same shape as scale; its dtype is the output's")],
+            outputs=[Port("y", doc="x's shape, int8/uint8/float8")],
+            attrs=[axis, Attr("saturate", "bool", True, doc="float8 only: clip to the largest finite value "
+                                                               "(integers always saturate)"),
+                   Attr("output_dtype", "dtype", None, doc="the quantized dtype (default: the zero point's, "
+                                                            "else uint8)")],
+            dtype_vars={"T": SCALE_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
+            infer=infer_quantize, bind=_quantize_bind, onnx="QuantizeLinear"),
+        builtin_operator(
+            "dequantize_linear", doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
+            inputs=[Port("x", dtype="Q"), Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),
+                    Port("zero_point", dtype="Q", optional=True, doc="same shape as scale, x's dtype")],
+            outputs=[Port("y", doc="x's shape, the scale's dtype")],
+            attrs=[axis], dtype_vars={"Q": QUANTIZED_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
+            infer=infer_dequantize, bind=_dequantize_bind, onnx="DequantizeLinear"),
+    ]

@@ -1,0 +1,212 @@
+"""Resampling (ONNX Resize with nearest and linear modes; DepthToSpace as pixel_shuffle): descriptors and
+NumPy references.
+
+Resize is separable: each resized axis gathers its source indices (and, for ``linear``, blends two
+neighbours) once per axis, with index and weight tables computed in ``bind``. Linear resizing computes
+in float32 (float64 for float64). A CUDA variant is attached beside these in this folder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
+from ...dtypes import DTYPES
+from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+from .._common import FLOATS, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
+from .._dims import derived, is_known
+
+__all__ = ["descriptors", "resize_plan", "source_coordinates", "COORDINATE_MODES", "NEAREST_MODES"]
+
+COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output shape and the per-axis scale of resize (``sizes`` give ``scale = out / in``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Neither or both of scales/sizes, a length other than x's rank, a scale <= 0, a size < 0.
+    ShapeMismatchError
+        ``sizes`` asks for elements along an empty axis.
+    """
+    scales, sizes = tuple(attrs["scales"]), tuple(attrs["sizes"])
+    if bool(scales) == bool(sizes):
+        raise InvalidArgumentError(
+            f"resize: give exactly one of 'scales' and 'sizes' (got scales={list(scales)}, "
+            f"sizes={list(sizes)})", attr="scales")
+    given, name = (scales, "scales") if scales else (sizes, "sizes")
+    if len(given) != len(shape):
+        raise InvalidArgumentError(
+            f"resize: {name!r} needs one value per axis of the {len(shape)}-d input {list(shape)} "
+            f"(got {list(given)})", attr=name, got=list(given))
+    if scales and any(s <= 0 for s in scales):
+        raise InvalidArgumentError(f"resize: 'scales' must be > 0 (got {list(scales)})", attr="scales")
+    if sizes and any(s < 0 for s in sizes):
+        raise InvalidArgumentError(f"resize: 'sizes' must be >= 0 (got {list(sizes)})", attr="sizes")
+    if sizes:
+        if any(d == 0 and o > 0 for o, d in zip(sizes, shape, strict=True)):
+            raise ShapeMismatchError(
+                f"resize: cannot resize an empty axis of {list(shape)} to 'sizes' {list(sizes)}", port="x",
+                attr="sizes", got=list(sizes))
+        ratio = tuple(o / d if is_known(d) and d else 1.0 for o, d in zip(sizes, shape, strict=True))
+        return tuple(sizes), ratio
+    out = tuple(math.floor(d * s) if is_known(d) else (d if s == 1 else derived("resize", d, s))
+                for d, s in zip(shape, scales, strict=True))
+    return out, scales
+
+
+def source_coordinates(out_size: int, in_size: int, scale: float, mode: str) -> np.ndarray:
+    """ONNX's coordinate_transformation_mode: where each output index samples the input (float64).
+
+    As in ONNX's reference, the resized length in align_corners and pytorch_half_pixel is
+    ``in_size * scale`` (not rounded down), which equals ``out_size`` when the shape came from sizes.
+    """
+    o = np.arange(out_size, dtype=np.float64)
+    length = in_size * scale
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "align_corners":
+        return o * ((in_size - 1) / (length - 1)) if length != 1 else np.zeros(out_size)
+    if mode == "pytorch_half_pixel" and length <= 1:
+        return np.zeros(out_size)
+    return (o + 0.5) / scale - 0.5
+
+
+def _nearest(coords: np.ndarray, mode: str, in_size: int) -> np.ndarray:
+    if mode == "floor":
+        idx = np.floor(coords)
+    elif mode == "ceil":
+        idx = np.ceil(coords)
+    else:
+        halfway = coords - np.floor(coords) == 0.5
+        tie = np.floor(coords) if mode == "round_prefer_floor" else np.ceil(coords)
+        idx = np.where(halfway, tie, np.floor(coords + 0.5))
+    return np.clip(idx, 0, in_size - 1).astype(np.intp)
+
+
+def infer_resize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of resize; linear mode needs a float input."""
+    if attrs["mode"] == "linear" and in_dtypes[0] not in FLOATS:
+        raise DTypeMismatchError(
+            f"resize: mode 'linear' needs a float input (got {in_dtypes[0]}); use mode 'nearest' or cast",
+            port="x", expected=sorted(FLOATS), got=in_dtypes[0])
+    return (resize_plan(tuple(in_shapes[0]), attrs)[0],), (in_dtypes[0],)
+
+
+def _resize_bind(ctx: KernelContext):
+    shape = tuple(ctx.in_shapes[0])
+    out_shape, scales = resize_plan(shape, ctx.attrs)
+    linear = ctx.attrs["mode"] == "linear"
+    coord_mode, nearest_mode = ctx.attrs["coordinate_transformation_mode"], ctx.attrs["nearest_mode"]
+    dtype = ctx.in_dtypes[0]
+    cdt = compute_dtype(dtype) if linear else numpy_dtype(dtype)
+    # Linear blends in the compute dtype: widen a half input once into a buffer kept from here.
+    widened = np.empty(shape, cdt) if cdt != numpy_dtype(dtype) else None
+    steps, current = [], list(shape)
+    for axis, (size, out) in enumerate(zip(shape, out_shape, strict=True)):
+        if size == out and scales[axis] == 1:
+            continue  # an axis left as it is samples itself in every coordinate mode
+        coords = source_coordinates(out, size, scales[axis], coord_mode) if size else np.zeros(0)
+        current[axis] = out
+        bshape = [1] * len(shape)
+        bshape[axis] = out
+        if linear and size:
+            clamped = np.clip(coords, 0, size - 1)
+            lo = np.floor(clamped).astype(np.intp)
+            hi = np.minimum(lo + 1, size - 1)
+            weight = (clamped - lo).astype(cdt).reshape(bshape)
+            steps.append((axis, lo, hi, weight, np.empty(current, cdt), np.empty(current, cdt)))
+        else:
+            idx = _nearest(coords, nearest_mode, size) if size else np.zeros(out, np.intp)
+            steps.append((axis, idx, None, None, np.empty(current, cdt), None))
+
+    def kernel(inputs, outputs, stream):
+        data = inputs[0]
+        if widened is not None:
+            np.copyto(widened, data, casting="unsafe")
+            data = widened
+        for axis, lo, hi, weight, buf, other in steps:
+            np.take(data, lo, axis=axis, out=buf)
+            if hi is not None:
+                # buf + (other - buf) * w: the two neighbours blended by the fractional coordinate.
+                np.take(data, hi, axis=axis, out=other)
+                np.subtract(other, buf, out=other)
+                np.multiply(other, weight, out=other)
+                np.add(buf, other, out=buf)
+            data = buf
+        np.copyto(outputs[0], data, casting="unsafe")
+
+    return kernel
+
+
+def infer_pixel_shuffle(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of pixel_shuffle: ``[N, C / b^2, H * b, W * b]``.
+
+    Raises
+    ------
+    ShapeMismatchError
+        C is not a multiple of ``blocksize ** 2``.
+    """
+    n, c, h, w = tuple(in_shapes[0])
+    b = int(attrs["blocksize"])
+    if b < 1:
+        raise InvalidArgumentError(f"pixel_shuffle: 'blocksize' must be >= 1 (got {b})", attr="blocksize")
+    if is_known(c) and c % (b * b):
+        raise ShapeMismatchError(
+            f"pixel_shuffle: input 'x' has {c} channels, not a multiple of blocksize^2 = {b * b}", port="x",
+            symbol="C", expected=f"a multiple of {b * b}", got=c)
+
+    def scaled(d):
+        return d * b if is_known(d) else derived("pixel_shuffle", d, b)
+
+    return ((n, c // (b * b) if is_known(c) else derived("pixel_shuffle", c, b), scaled(h), scaled(w)),), (
+        in_dtypes[0],)
+
+
+def _pixel_shuffle_bind(ctx: KernelContext):
+    n, c, h, w = ctx.in_shapes[0]
+    b = int(ctx.attrs["blocksize"])
+    if ctx.attrs["mode"] == "DCR":  # depth = (row offset, column offset, channel)
+        split, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+    else:  # CRD: depth = (channel, row offset, column offset), PyTorch's PixelShuffle
+        split, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    out_shape = tuple(ctx.out_shapes[0])
+
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0].reshape(n, out_shape[1], h, b, w, b), inputs[0].reshape(split).transpose(perm))
+
+    return kernel
+
+
+def descriptors() -> list[OperatorDescriptor]:
+    """Fresh descriptors of resize and pixel_shuffle (one set per registry)."""
+    return [
+        builtin_operator(
+            "resize", doc="Resample x to new sizes (nearest or linear), each axis by a scale or to a size.",
+            inputs=[Port("x", dtype="T")], outputs=[Port("y", dtype="T")],
+            attrs=[Attr("mode", "str", "nearest", choices=("nearest", "linear"),
+                        doc="'linear' is bilinear over two resized axes (float inputs)"),
+                   Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
+                   Attr("sizes", "ints", (), doc="or: the output shape"),
+                   Attr("coordinate_transformation_mode", "str", "half_pixel", choices=COORDINATE_MODES,
+                        doc="how an output index maps to an input coordinate"),
+                   Attr("nearest_mode", "str", "round_prefer_floor", choices=NEAREST_MODES,
+                        doc="rounding of the coordinate in mode 'nearest'")],
+            dtype_vars={"T": NUMERIC}, variant_dtypes=NUMERIC, infer=infer_resize, bind=_resize_bind,
+            onnx="Resize"),
+        builtin_operator(
+            "pixel_shuffle", doc="Move blocks of channels into space: [N, C, H, W] -> [N, C/b^2, H*b, W*b].",
+            inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T")], outputs=[Port("y", dtype="T")],
+            attrs=[Attr("blocksize", "int", REQUIRED, doc="b: the upscale factor"),
+                   Attr("mode", "str", "CRD", choices=("CRD", "DCR"),
+                        doc="channel order: CRD as PyTorch's PixelShuffle, DCR as ONNX's default")],
+            dtype_vars={"T": frozenset(DTYPES)}, infer=infer_pixel_shuffle, bind=_pixel_shuffle_bind,
+            onnx="DepthToSpace"),
+    ]

@@ -1,0 +1,191 @@
+"""Shape operators (ONNX semantics): reshape, flatten, squeeze, unsqueeze, concat, split, slice, gather,
+where, expand — descriptors and their NumPy reference kernels.
+
+Every output shape is known at load from the input shapes and the attributes (``rules.py``); the kernels
+copy into the preallocated outputs and never allocate arrays of the data's size. A CUDA variant of an
+operator here is attached beside it in this folder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
+from ...dtypes import DTYPES
+from ...errors import InvalidArgumentError
+from .._common import builtin_operator
+from .._dims import normalize_axis
+from .rules import (
+    MAX_PARTS,
+    infer_concat,
+    infer_expand,
+    infer_flatten,
+    infer_gather,
+    infer_reshape,
+    infer_slice,
+    infer_split,
+    infer_squeeze,
+    infer_unsqueeze,
+    infer_where,
+    slice_plan,
+    split_sizes,
+)
+
+__all__ = ["descriptors", "MAX_PARTS"]
+
+ANY = frozenset(DTYPES)
+INDEX = frozenset({"int32", "int64"})
+
+
+def _copy_reshaped_bind(ctx: KernelContext):
+    """reshape, flatten, squeeze, unsqueeze: the same elements in the same order, another shape."""
+    out_shape = tuple(ctx.out_shapes[0])
+
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0], inputs[0].reshape(out_shape))
+
+    return kernel
+
+
+def _broadcast_copy_bind(ctx: KernelContext):
+    """expand: NumPy's copy broadcasts x to y's shape."""
+
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0], inputs[0])
+
+    return kernel
+
+
+def _concat_bind(ctx: KernelContext):
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.out_shapes[0]), op="concat")
+
+    def kernel(inputs, outputs, stream):
+        np.concatenate([a for a in inputs if a is not None], axis=axis, out=outputs[0])
+
+    return kernel
+
+
+def _split_bind(ctx: KernelContext):
+    shape = tuple(ctx.in_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="split")
+    sizes = split_sizes(shape[axis], tuple(ctx.attrs["split"]), int(ctx.attrs["num_outputs"]))
+    bounds = np.cumsum((0,) + sizes)
+    lead = (slice(None),) * axis
+    parts = [lead + (slice(int(a), int(b)),) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def kernel(inputs, outputs, stream):
+        x = inputs[0]
+        for out, index in zip(outputs, parts, strict=False):  # ports past the parts hold empty tensors
+            np.copyto(out, x[index])
+
+    return kernel
+
+
+def _slice_bind(ctx: KernelContext):
+    index, _ = slice_plan(tuple(ctx.in_shapes[0]), ctx.attrs)
+
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0], inputs[0][index])
+
+    return kernel
+
+
+def _gather_bind(ctx: KernelContext):
+    data_shape = tuple(ctx.in_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(data_shape), op="gather")
+    n = data_shape[axis]
+    fixed = np.empty(ctx.in_shapes[1], np.int64)  # indices with negatives wrapped, reused every run
+    stage = ctx.stage
+
+    def kernel(inputs, outputs, stream):
+        data, indices = inputs
+        np.copyto(fixed, indices, casting="unsafe")
+        fixed[fixed < 0] += n
+        if fixed.size and (fixed.min() < 0 or fixed.max() >= n):
+            bad = indices.flat[int(np.argmax((fixed < 0) | (fixed >= n)))]
+            raise InvalidArgumentError(
+                f"stage {stage!r}: gather index {int(bad)} is out of range for axis {axis} of size {n} "
+                f"(valid: {-n} .. {n - 1})", stage=stage, port="indices", got=int(bad))
+        np.take(data, fixed, axis=axis, out=outputs[0])
+
+    return kernel
+
+
+def _where_bind(ctx: KernelContext):
+    def kernel(inputs, outputs, stream):
+        cond, x, y = inputs
+        out = outputs[0]
+        np.copyto(out, y)
+        np.copyto(out, x, where=cond)
+
+    return kernel
+
+
+def descriptors() -> list[OperatorDescriptor]:
+    """Fresh descriptors of the shape operators (one set per registry)."""
+    any_t = {"T": ANY}
+    x_in, y_out = Port("x", dtype="T"), Port("y", dtype="T")
+    return [
+        builtin_operator(
+            "reshape", doc="New shape, same elements (0 copies a dimension, -1 is inferred).",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("shape", "ints", REQUIRED, doc="0 copies x's dimension, -1 is inferred"),
+                   Attr("allowzero", "bool", False, doc="a 0 in shape is an empty dimension, not a copy")],
+            dtype_vars=any_t, infer=infer_reshape, bind=_copy_reshaped_bind, onnx="Reshape"),
+        builtin_operator(
+            "flatten", doc="Flatten x into a matrix: [prod(shape[:axis]), prod(shape[axis:])].",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("axis", "int", 1, doc="first axis of the inner dimension; in [-rank, rank]")],
+            dtype_vars=any_t, infer=infer_flatten, bind=_copy_reshaped_bind, onnx="Flatten"),
+        builtin_operator(
+            "squeeze", doc="Remove size-1 axes (the named ones, or every one when axes is empty).",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("axes", "ints", (), doc="size-1 axes to remove; negative counts from the end")],
+            dtype_vars=any_t, infer=infer_squeeze, bind=_copy_reshaped_bind, onnx="Squeeze"),
+        builtin_operator(
+            "unsqueeze", doc="Insert size-1 axes at the given positions of the output.",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("axes", "ints", REQUIRED, doc="positions in the output; negative from its end")],
+            dtype_vars=any_t, infer=infer_unsqueeze, bind=_copy_reshaped_bind, onnx="Unsqueeze"),
+        builtin_operator(
+            "concat", doc=f"Join up to {MAX_PARTS} tensors along an axis.",
+            inputs=[Port("x0", dtype="T")]
+            + [Port(f"x{i}", dtype="T", optional=True) for i in range(1, MAX_PARTS)],
+            outputs=[y_out],
+            attrs=[Attr("axis", "int", REQUIRED, doc="the axis to join along; negative counts from the end")],
+            dtype_vars=any_t, infer=infer_concat, bind=_concat_bind, onnx="Concat"),
+        builtin_operator(
+            "split", doc=f"Split x along an axis into up to {MAX_PARTS} parts (outputs y0, y1, ...).",
+            inputs=[x_in],
+            outputs=[Port(f"y{i}", dtype="T", doc="part i (empty past the part count)")
+                     for i in range(MAX_PARTS)],
+            attrs=[Attr("axis", "int", 0, doc="the axis to split; negative counts from the end"),
+                   Attr("split", "ints", (), doc="the part sizes (they add up to the axis size)"),
+                   Attr("num_outputs", "int", 0,
+                        doc="or: this many parts of ceil(size / num_outputs), the last one smaller")],
+            dtype_vars=any_t, infer=infer_split, bind=_split_bind, onnx="Split"),
+        builtin_operator(
+            "slice", doc="Take x[starts:ends:steps] along the given axes (ONNX clamping of the indices).",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("starts", "ints", REQUIRED, doc="first index per axis; negative counts from the end"),
+                   Attr("ends", "ints", REQUIRED, doc="end (exclusive) per axis; clamped as ONNX says"),
+                   Attr("axes", "ints", (), doc="the sliced axes (default: 0, 1, ...)"),
+                   Attr("steps", "ints", (), doc="step per axis, nonzero; negative walks backwards")],
+            dtype_vars=any_t, infer=infer_slice, bind=_slice_bind, onnx="Slice"),
+        builtin_operator(
+            "gather", doc="Take entries of data along an axis at given indices (axis 0: embedding lookup).",
+            inputs=[Port("data", dtype="T"), Port("indices", dtype=INDEX, doc="negative: from the end")],
+            outputs=[Port("y", dtype="T", doc="data.shape[:axis] + indices.shape + data.shape[axis+1:]")],
+            attrs=[Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end")],
+            dtype_vars=any_t, infer=infer_gather, bind=_gather_bind, onnx="Gather"),
+        builtin_operator(
+            "where", doc="Choose x where condition is true, else y (all three broadcast).",
+            inputs=[Port("condition", dtype="bool"), Port("x", dtype="T"), Port("y", dtype="T")],
+            outputs=[Port("z", dtype="T")],
+            dtype_vars=any_t, infer=infer_where, bind=_where_bind, onnx="Where"),
+        builtin_operator(
+            "expand", doc="Broadcast x to a shape (x's size-1 axes stretch; the shape's 1s keep x's size).",
+            inputs=[x_in], outputs=[y_out],
+            attrs=[Attr("shape", "ints", REQUIRED, doc="broadcast with x's shape to give the output shape")],
+            dtype_vars=any_t, infer=infer_expand, bind=_broadcast_copy_bind, onnx="Expand"),
+    ]

@@ -1,0 +1,189 @@
+"""resize (nearest, linear) and pixel_shuffle against element-by-element references (every output value
+computed from its own source coordinate, linear as a sum over the 2^k corners) and ONNX's reference
+evaluator: every coordinate_transformation_mode and nearest_mode, scales and sizes, down- and up-sampling.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import pipelink as pl
+from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+
+from .ops_cpu_helpers import FLOAT_NAMES, check_close, make_registry, rand, run_op
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return make_registry()
+
+
+def _coord(o, n_in, scale, mode):
+    length = n_in * scale  # ONNX: the resized length before rounding down
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "align_corners":
+        return 0.0 if length == 1 else o * (n_in - 1) / (length - 1)
+    if mode == "pytorch_half_pixel" and length <= 1:
+        return 0.0
+    return (o + 0.5) / scale - 0.5
+
+
+def _round(c, mode):
+    if mode == "floor":
+        return math.floor(c)
+    if mode == "ceil":
+        return math.ceil(c)
+    if c - math.floor(c) == 0.5:
+        return math.floor(c) if mode == "round_prefer_floor" else math.ceil(c)
+    return round(c)  # not a tie: nearest integer
+
+
+def _resize_ref(x, out_shape, scales, mode, coord_mode, nearest_mode):
+    x64 = x.astype(np.float64)
+    y = np.empty(out_shape)
+    for pos in itertools.product(*(range(d) for d in out_shape)):
+        coords = [_coord(o, n, s, coord_mode) for o, n, s in zip(pos, x.shape, scales, strict=True)]
+        if mode == "nearest":
+            src = tuple(min(max(_round(c, nearest_mode), 0), n - 1) for c, n in zip(coords, x.shape,
+                                                                                    strict=True))
+            y[pos] = x64[src]
+            continue
+        total = 0.0
+        corners = []
+        for c, n in zip(coords, x.shape, strict=True):
+            c = min(max(c, 0.0), n - 1.0)
+            lo = math.floor(c)
+            corners.append(((lo, 1.0 - (c - lo)), (min(lo + 1, n - 1), c - lo)))
+        for combo in itertools.product(*corners):
+            weight = math.prod(w for _, w in combo)
+            total += weight * x64[tuple(i for i, _ in combo)]
+        y[pos] = total
+    return y
+
+
+COORDS = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+SCALES = [(1.0, 1.0, 2.0, 2.0), (1.0, 1.0, 0.5, 1.5), (1.0, 1.0, 1.7, 0.6), (1.0, 2.0, 3.0, 1.0)]
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("coord_mode", COORDS)
+@pytest.mark.parametrize("nearest_mode", NEAREST)
+def test_nearest_against_per_element(reg, scales, coord_mode, nearest_mode):
+    x = rand(np.random.default_rng(51), (1, 2, 4, 5), "int8")  # nearest copies values: any dtype
+    (y,) = run_op(reg, "resize", [x], {"scales": list(scales), "coordinate_transformation_mode": coord_mode,
+                                       "nearest_mode": nearest_mode})
+    out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
+    assert y.shape == out
+    assert np.array_equal(y, _resize_ref(x, out, scales, "nearest", coord_mode, nearest_mode))
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize("coord_mode", COORDS)
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_linear_against_corner_sums(reg, scales, coord_mode, dtype):
+    x = rand(np.random.default_rng(52), (1, 2, 4, 5), dtype)
+    (y,) = run_op(reg, "resize", [x], {"mode": "linear", "scales": list(scales),
+                                       "coordinate_transformation_mode": coord_mode})
+    out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
+    check_close(y, _resize_ref(x, out, scales, "linear", coord_mode, ""), dtype)
+
+
+@pytest.mark.parametrize("sizes", [(1, 2, 8, 3), (1, 2, 1, 1), (1, 2, 4, 5), (2, 2, 6, 10)])
+def test_sizes_give_the_shape_and_out_over_in_scales(reg, sizes):
+    x = rand(np.random.default_rng(53), (1, 2, 4, 5), "float32")
+    (y,) = run_op(reg, "resize", [x], {"mode": "linear", "sizes": list(sizes)})
+    scales = [o / i for o, i in zip(sizes, x.shape, strict=True)]
+    assert y.shape == sizes
+    check_close(y, _resize_ref(x, sizes, scales, "linear", "half_pixel", ""))
+
+
+@pytest.mark.parametrize(("attrs", "error", "match"), [
+    ({}, InvalidArgumentError, "exactly one of"),
+    ({"scales": [1.0, 2.0], "sizes": [1, 2]}, InvalidArgumentError, "exactly one of"),
+    ({"scales": [2.0, 2.0, 2.0]}, InvalidArgumentError, "one value per axis"),
+    ({"scales": [1.0, 0.0]}, InvalidArgumentError, "> 0"),
+    ({"sizes": [2, -1]}, InvalidArgumentError, ">= 0"),
+    ({"scales": [1.0, 2.0], "mode": "cubic"}, InvalidArgumentError, "must be one of"),
+])
+def test_resize_errors(reg, attrs, error, match):
+    with pytest.raises(error, match=match):
+        run_op(reg, "resize", [np.zeros((2, 3), np.float32)], attrs)
+    with pytest.raises(DTypeMismatchError, match="mode 'linear' needs a float input"):
+        run_op(reg, "resize", [np.zeros((2, 3), np.int8)], {"mode": "linear", "scales": [1.0, 2.0]})
+    with pytest.raises(ShapeMismatchError, match="empty axis"):
+        run_op(reg, "resize", [np.zeros((0, 3), np.float32)], {"sizes": [2, 3]})
+
+
+@pytest.mark.parametrize("mode", ["CRD", "DCR"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+def test_pixel_shuffle_against_index_formula(reg, mode, dtype):
+    b, n, c, h, w = 2, 2, 12, 3, 4
+    x = rand(np.random.default_rng(54), (n, c, h, w), dtype)
+    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": b, "mode": mode})
+    co = c // (b * b)
+    assert y.shape == (n, co, h * b, w * b)
+    for ni, ci, yi, xi in itertools.product(range(n), range(co), range(h * b), range(w * b)):
+        i, j = yi % b, xi % b
+        src_c = ci * b * b + i * b + j if mode == "CRD" else (i * b + j) * co + ci
+        assert y[ni, ci, yi, xi] == x[ni, src_c, yi // b, xi // b]
+
+
+def test_pixel_shuffle_errors(reg):
+    with pytest.raises(ShapeMismatchError, match="not a multiple of blocksize\\^2 = 4"):
+        run_op(reg, "pixel_shuffle", [np.zeros((1, 6, 2, 2), np.float32)], {"blocksize": 2})
+    with pytest.raises(InvalidArgumentError, match="'blocksize' must be >= 1"):
+        run_op(reg, "pixel_shuffle", [np.zeros((1, 6, 2, 2), np.float32)], {"blocksize": 0})
+
+
+@pytest.mark.parametrize("scales", SCALES)
+@pytest.mark.parametrize(("mode", "coord_mode", "nearest_mode"), [
+    ("nearest", "half_pixel", "round_prefer_floor"), ("nearest", "asymmetric", "floor"),
+    ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", "round_prefer_floor"),
+    ("linear", "align_corners", "round_prefer_floor"), ("linear", "asymmetric", "round_prefer_floor"),
+    ("linear", "pytorch_half_pixel", "round_prefer_floor"),
+])
+def test_resize_matches_onnx(reg, scales, mode, coord_mode, nearest_mode):
+    pytest.importorskip("onnx")
+    from .onnx_oracle import run_onnx
+
+    x = rand(np.random.default_rng(55), (1, 2, 4, 5), "float32")
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord_mode, "nearest_mode": nearest_mode}
+    (y,) = run_op(reg, "resize", [x], {"scales": list(scales), **attrs})
+    (ref,) = run_onnx("Resize", [x, None, np.array(scales, np.float32)], attrs, opset=19)
+    check_close(y, ref.astype(np.float64))
+
+
+@pytest.mark.parametrize("mode", ["CRD", "DCR"])
+def test_pixel_shuffle_matches_onnx_depth_to_space(reg, mode):
+    pytest.importorskip("onnx")
+    from .onnx_oracle import run_onnx
+
+    x = rand(np.random.default_rng(56), (2, 18, 2, 3), "float32")
+    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": 3, "mode": mode})
+    (ref,) = run_onnx("DepthToSpace", [x], {"blocksize": 3, "mode": mode})
+    assert np.array_equal(y, ref)
+
+
+def test_pipeline_upsampler_plans_and_runs():
+    config = {
+        "inputs": {"x": {"shape": [1, 8, 5, 5], "dtype": "float32"}},
+        "pipeline": [
+            {"name": "pixel_shuffle", "inputs": ["x"], "outputs": ["p"], "attrs": {"blocksize": 2}},
+            {"name": "resize", "inputs": ["p"], "outputs": ["y"],
+             "attrs": {"mode": "linear", "sizes": [1, 2, 15, 20],
+                       "coordinate_transformation_mode": "align_corners"}},
+        ],
+    }
+    x = rand(np.random.default_rng(57), (1, 8, 5, 5), "float32")
+    with pl.load(config, device="cpu") as pipe:
+        assert 0 < pipe.memory_plan.peak_bytes <= pipe.memory_plan.naive_bytes
+        y = np.asarray(pipe.run(x=x)["y"])
+    p = x.reshape(1, 2, 2, 2, 5, 5).transpose(0, 1, 4, 2, 5, 3).reshape(1, 2, 10, 10)
+    scales = [1.0, 1.0, 1.5, 2.0]
+    check_close(y, _resize_ref(p, (1, 2, 15, 20), scales, "linear", "align_corners", ""))
