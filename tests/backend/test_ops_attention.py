@@ -14,7 +14,7 @@ import pytest
 import pipelink as pl
 from pipelink.errors import DTypeMismatchError, ShapeMismatchError
 
-from .ops_cpu_helpers import check_close, make_registry, rand, run_op
+from .ops_helpers import check_close, make_registry, rand, run_op
 
 TYPES = ("float32", "float16", "bfloat16")
 

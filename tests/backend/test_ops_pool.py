@@ -12,7 +12,7 @@ import pytest
 import pipelink as pl
 from pipelink.errors import InvalidArgumentError, ShapeMismatchError
 
-from .ops_cpu_helpers import FLOAT_NAMES, check_close, make_registry, rand, run_op
+from .ops_helpers import FLOAT_NAMES, check_close, make_registry, rand, run_op
 
 
 @pytest.fixture(scope="module")

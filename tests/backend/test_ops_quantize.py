@@ -15,7 +15,7 @@ import pytest
 import pipelink as pl
 from pipelink.errors import DTypeMismatchError, ShapeMismatchError
 
-from .ops_cpu_helpers import check_close, make_registry, run_op
+from .ops_helpers import check_close, make_registry, run_op
 
 FP8 = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
 

@@ -13,7 +13,7 @@ import pytest
 import pipelink as pl
 from pipelink.errors import DTypeMismatchError, InvalidArgumentError
 
-from .ops_cpu_helpers import TOL, make_registry, rand, run_op
+from .ops_helpers import TOL, make_registry, rand, run_op
 
 FLOAT_TYPES = ("float32", "float16", "bfloat16", "float64")
 KINDS = ("mean", "sum", "max")

@@ -18,7 +18,7 @@ from pipelink.descriptor import infer_outputs
 from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from pipelink.ops.shape import MAX_PARTS
 
-from .ops_cpu_helpers import make_registry, rand, run_op
+from .ops_helpers import make_registry, rand, run_op
 
 DATA_TYPES = ("float32", "float16", "bfloat16", "int8", "int64", "bool")
 

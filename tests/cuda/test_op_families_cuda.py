@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pipelink as pl
-from tests.cuda.helpers import check_close, rand
+from tests.backend.ops_helpers import check_close, rand
 
 pytestmark = pytest.mark.gpu
 
@@ -65,4 +65,4 @@ def test_families_run_on_a_cuda_device_like_on_the_cpu(name):
     for stage, variant in variants.items():
         assert variant.startswith("cpu" if stage in CPU_ONLY else "cuda"), (stage, variant)
     for key in ref:
-        check_close(got[key], ref[key], dtype, f"{name}: {key}")
+        check_close(got[key], ref[key], dtype)

@@ -35,8 +35,8 @@ FAMILIES = (elementwise, normalization, softmax, batch_norm, transpose, gemm, sh
 
 
 def builtin_descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of every built-in operator, each with its ``cpu:numpy`` and ``cuda:nvrtc``
-    variants."""
+    """Fresh descriptors of every built-in operator, each with its ``cpu:numpy`` variant and, where its
+    family has kernels (a ``cuda`` module), its ``cuda:nvrtc`` variant."""
     return [desc for family in FAMILIES for desc in family.descriptors()]
 
 
@@ -46,13 +46,18 @@ BUILTIN_OPERATORS: tuple[str, ...] = tuple(d.name for d in builtin_descriptors()
 
 def cuda_kernels() -> dict[str, KernelSource]:
     """Every built-in CUDA kernel with tunables or a source of its own, by the op name its plans use."""
-    return {op: ks for family in FAMILIES for op, ks in family.cuda.KERNELS.items()}
+    return {op: ks for family in _cuda_families() for op, ks in family.cuda.KERNELS.items()}
+
+
+def _cuda_families() -> list:
+    """The families with CUDA kernels of their own (a ``cuda`` module beside their reference)."""
+    return [family for family in FAMILIES if hasattr(family, "cuda")]
 
 
 def cuda_kernel(operator: str) -> KernelSource | None:
     """The CUDA kernel a built-in operator runs and is tuned as (None when it has none): its tunables,
     tuning aliases and source hash, as its family's ``cuda.py`` declares them."""
-    for family in FAMILIES:
+    for family in _cuda_families():
         name = family.cuda.TUNED_AS.get(operator, operator)
         if name in family.cuda.KERNELS:
             return family.cuda.KERNELS[name]
