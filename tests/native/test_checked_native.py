@@ -3,6 +3,8 @@ stage, the output and how far it wrote, and the stage's on_error policy applies.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,18 @@ def test_without_checked_mode_the_overrun_goes_unnoticed(libs, reg):
     with load(libs, reg, 2, checked=False) as pipe:
         pipe.run(x=x)
         assert pipe.last_report.stages["bad"].status == "ok"
+
+
+def test_pipelink_run_checked_reports_the_overrun(libs, tmp_path, capsys):
+    from pipelink.cli import main
+
+    config = tmp_path / "overrun.json"
+    config.write_text(json.dumps(overrun_pipeline(libs, 2)))
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones((2, 8), np.float32))
+    argv = ["run", str(config), "--inputs", str(inputs), "--device", "cpu"]
+    assert main(argv + ["--checked"]) == 1
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "error[PIPELINK_ERR_MODULE_CRASH]" in err and "wrote 8 bytes past output 't'" in err
+    assert "Traceback" not in err
+    assert main(argv) == 0  # unchecked, the overrun goes unnoticed
