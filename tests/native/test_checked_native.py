@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pipelink as pl
-from pipelink.runtime.checked import GUARD_BYTES
+from pipelink.runtime.checked import CHECKED_ENV, GUARD_BYTES
 
 
 def overrun_pipeline(libs, extra: int, on_error: str = "fail", returned: bool = False) -> dict:
@@ -78,8 +78,10 @@ def test_without_checked_mode_the_overrun_goes_unnoticed(libs, reg):
         assert pipe.last_report.stages["bad"].status == "ok"
 
 
-def test_pipelink_run_checked_reports_the_overrun(libs, tmp_path, capsys):
+def test_pipelink_run_checked_reports_the_overrun(libs, tmp_path, capsys, monkeypatch):
     from pipelink.cli import main
+
+    monkeypatch.delenv(CHECKED_ENV, raising=False)  # without --checked, the run is unchecked
 
     config = tmp_path / "overrun.json"
     config.write_text(json.dumps(overrun_pipeline(libs, 2)))
