@@ -328,7 +328,7 @@ def execute(
             values[name] = backend.empty(shape, get_dtype(dtype))
     nvtx = nvtx_module() if profile or _NVTX_ENV else None
     if plan.lean and not profile and nvtx is None and preload_event is None:
-        return _execute_lean(plan, graph, backend, values, report, strict, error_log)
+        return _execute_lean(plan, graph, backend, values, report, strict, error_log, out_buffers is None)
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
@@ -381,7 +381,8 @@ def execute(
             if step.stream_id != 0 and index in events:
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
-    copy_passthrough(plan, backend, values, plan.streams[0])
+    if out_buffers is None:  # a graph capture's caller copies them (never inside the capture)
+        copy_passthrough(plan, backend, values, plan.streams[0])
     return {n: values[n] for n in graph.outputs if n not in missing}
 
 
@@ -402,6 +403,7 @@ def _execute_lean(
     report: RunReport,
     strict: bool,
     error_log,
+    fresh_passthrough: bool,
 ) -> dict[str, Any]:
     """``execute`` for a lean plan: the kernels back to back, one clock reading after each; stage reports
     are built only if read. A failing stage is reported and raised exactly as in the general loop."""
@@ -429,7 +431,8 @@ def _execute_lean(
         apply_policy(step, error, ins, outs, stream, backend, rep, set(), strict, error_log, graph)
         raise error from e  # apply_policy raises for a lean step (its policy is "fail"); never reached
     report.record_ok(plan.steps, stamps)
-    copy_passthrough(plan, backend, values, stream)
+    if fresh_passthrough:
+        copy_passthrough(plan, backend, values, stream)
     return {n: values[n] for n in graph.outputs}
 
 
