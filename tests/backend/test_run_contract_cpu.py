@@ -47,6 +47,19 @@ def test_a_symbol_repeated_in_one_declaration_binds_one_value():
             pipe.run(x=f32(3, 4))
 
 
+@pl.operator("test_contract_square", inputs={"x": ["N", "N"]}, outputs=["y"], shapes={"y": "x"})
+def square_copy(x, y):
+    np.copyto(y, x)
+
+
+def test_an_operator_port_declared_n_by_n_refuses_a_3_by_4_input_at_run():
+    doc = {"pipeline": [{"name": "test_contract_square", "id": "sq", "inputs": ["x"], "outputs": ["y"]}]}
+    with pl.load(doc, device="cpu") as pipe:
+        pipe.run(x=f32(3, 3))
+        with pytest.raises(pl.ShapeMismatchError, match=r"stage 'sq' input 'x' .*dimension N is 4, but 3"):
+            pipe.run(x=f32(3, 4))
+
+
 def test_a_signature_that_breaks_the_declaration_is_never_cached():
     with pl.load(ADD_N4, device="cpu") as pipe:
         a, b = f32(5, 4), f32(5, 4)
