@@ -63,6 +63,14 @@ def _words(dtype: DType) -> np.dtype:
     return np.dtype(f"<u{dtype.itemsize}")
 
 
+def _untouched(host: np.ndarray) -> bool:
+    """Whether every element of a (non-empty) output still holds the exact poison bits."""
+    if not host.size:
+        return False
+    dtype = get_dtype(host.dtype)
+    return bool(np.all(np.ascontiguousarray(host).view(_words(dtype)) == poison_word(dtype)))
+
+
 def _as_allocation(backend, arg: Any, nbytes: int) -> Allocation:
     """A byte buffer from ``backend.empty`` as an Allocation, so ``backend.view`` can cut it (it is freed
     with its last view, never through ``Allocation.free``)."""
@@ -101,7 +109,7 @@ class CheckedPlan:
         # One poison block per dtype, as large as its largest output; each output poisons from a view.
         counts: dict[str, int] = {}
         for shape, dtype in outputs.values():
-            counts[dtype] = max(counts.get(dtype, 0), int(np.prod(shape, dtype=np.int64)))
+            counts[dtype] = max(counts.get(dtype, 1), int(np.prod(shape, dtype=np.int64)))
         blocks = {}
         for name, count in counts.items():
             dtype = get_dtype(name)
@@ -158,9 +166,7 @@ class CheckedPlan:
                             output=name,
                             bytes_past=past,
                         )
-                host = self._host(out)
-                if host.size and bool(np.all(host.view(_words(get_dtype(host.dtype))) == poison_word(
-                        get_dtype(host.dtype)))):
+                if _untouched(self._host(out)):
                     return ModuleCrashError(
                         f"stage {st.id!r} (operator {st.desc.name!r}) did not write output {name!r} "
                         "(checked mode: every element still holds the poison pattern); the kernel must "
