@@ -38,11 +38,11 @@ class UsageFailure(Exception):
         self.error = error
 
 
-def _load(config: Path, device: str, graph: bool = False):
+def _load(config: Path, device: str, graph: bool = False, checked: bool | None = None):
     import pipelink as pl
 
     try:
-        return pl.load(config, device=device, graph=graph)
+        return pl.load(config, device=device, graph=graph, checked=checked)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
 
@@ -145,13 +145,16 @@ def run(
     profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
     error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
+    checked: Annotated[
+        bool, typer.Option("--checked", help="checked mode: catch stages that skip or overrun outputs (slow)")
+    ] = False,
 ) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
 
     if error_log is not None:
         pl.configure_error_log(error_log)
-    pipe = _load(config, device, graph)
+    pipe = _load(config, device, graph, checked=True if checked else None)  # None: PIPELINK_CHECKED
     scalars = _parse_kv(value, "value")
     if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):
         feed = {}

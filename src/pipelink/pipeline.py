@@ -30,6 +30,8 @@ from .graph.planner import MemoryPlan
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
 from .runtime import errorlog
+from .runtime.checked import is_checked
+from .runtime.declared import check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.graphs import capture_bound, graph_blockers, replay
 from .runtime.plan import ExecutionPlan
@@ -111,6 +113,7 @@ def load(
     registry: OperatorRegistry | None = None,
     tuned: bool = True,
     static_outputs: bool = False,
+    checked: bool | None = None,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -126,6 +129,10 @@ def load(
     static_outputs : bool
         Graph mode only: return the graph's own output buffers instead of fresh copies. They are
         overwritten by the next ``run()``.
+    checked : bool, optional
+        Checked mode (a debugging mode, slow): outputs are poisoned before each stage and guard bytes
+        follow every buffer; a stage that leaves an output unwritten or writes past it fails with
+        ``ModuleCrashError``. None (default) reads the ``PIPELINK_CHECKED`` environment variable.
 
     Raises
     ------
@@ -142,7 +149,15 @@ def load(
     )
     if problems:
         _raise_problems(problems, source)
-    return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned, static_outputs=static_outputs)
+    return Pipeline(
+        linked,
+        backend,
+        reg,
+        graph_mode=graph,
+        use_tuned=tuned,
+        static_outputs=static_outputs,
+        checked=is_checked(checked),
+    )
 
 
 class Pipeline:
@@ -157,6 +172,7 @@ class Pipeline:
         graph_mode: bool = False,
         use_tuned: bool = True,
         static_outputs: bool = False,
+        checked: bool = False,
     ):
         self._graph = graph
         self._backend = backend
@@ -164,7 +180,10 @@ class Pipeline:
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._lock = threading.RLock()
         self._closed = False
+        self.checked = checked
         blockers = graph_blockers(graph) if graph_mode else []
+        if graph_mode and checked:
+            blockers.append("checked mode looks at every stage's outputs")
         self.graph_mode = bool(graph_mode) and backend.supports_graphs and not blockers
         self.static_outputs = static_outputs
         self.use_tuned = use_tuned
@@ -383,7 +402,7 @@ class Pipeline:
         arg = self._backend.import_input(
             value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
         )
-        shape, got, _ = self._backend.signature_of(arg)
+        _, got, _ = self._backend.signature_of(arg)
         if decl is not None and decl.dtype and got != decl.dtype:
             raise InvalidArgumentError(
                 f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
@@ -391,22 +410,16 @@ class Pipeline:
                 expected=decl.dtype,
                 got=got,
             )
-        if decl is not None and decl.shape is not None:
-            want = tuple(decl.shape)
-            if len(want) != len(shape) or any(
-                isinstance(w, int) and w != s for w, s in zip(want, shape, strict=False)
-            ):
-                raise InvalidArgumentError(
-                    f"input {name!r} has shape {list(shape)}, but the pipeline declares {list(want)}",
-                    input=name,
-                    expected=list(want),
-                    got=list(shape),
-                )
+        # Declared shapes (and their symbols, across inputs) are checked once per signature, at plan time.
         return arg
 
     def _plan_for(self, args: Mapping[str, Any], signature: tuple) -> ExecutionPlan:
+        # Before anything reads the signature: one that breaks the declared shapes is never planned.
+        check_declared_shapes(self._graph, signature)
         tuned = self._tuned_params(signature) if self.use_tuned else {}
-        plan = compile_plan(self._graph, self._registry, self._backend, args, signature, tuned=tuned)
+        plan = compile_plan(
+            self._graph, self._registry, self._backend, args, signature, tuned=tuned, checked=self.checked
+        )
         self._plans[signature] = plan
         for step in plan.steps:
             self.load_report.variants[step.stage.id] = step.variant

@@ -99,7 +99,7 @@ def test_a_failing_stage_of_a_lean_plan_is_reported_and_raised():
             {"name": "add", "id": "last", "inputs": ["a", "b"], "outputs": ["y"]},
         ],
     }
-    with pl.load(doc, device="cpu") as pipe:
+    with pl.load(doc, device="cpu", checked=False) as pipe:  # checked plans are never lean
         good = np.ones(8, np.float32)
         np.testing.assert_array_equal(np.asarray(pipe.run(x=good)["y"]), 2 * good)
         plan = pipe._last_plan  # noqa: SLF001 - the test checks which loop ran
@@ -123,10 +123,10 @@ def test_plans_with_policies_are_not_lean():
             {"name": "relu", "id": "b", "inputs": ["t"], "outputs": ["y"]},
         ],
     }
-    with pl.load(doc, device="cpu") as pipe:
+    with pl.load(doc, device="cpu", checked=False) as pipe:  # checked plans are never lean
         pipe.run(x=np.ones(3, np.float32))
         assert not pipe._last_plan.lean  # noqa: SLF001
-    with pl.load(CHAIN, device="cpu") as pipe:
+    with pl.load(CHAIN, device="cpu", checked=False) as pipe:
         pipe.run(x=np.ones(3, np.float32))
         assert pipe._last_plan.lean  # noqa: SLF001
 

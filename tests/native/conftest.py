@@ -26,6 +26,7 @@ NAMES = [
     "duplicate",
     "bomb",
     "legacy",
+    "overrun",
 ]
 
 

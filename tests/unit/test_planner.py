@@ -82,3 +82,24 @@ def test_exact_offsets_best_fit():
 def test_bad_requests_are_rejected(bad):
     with pytest.raises(ValueError):
         plan_memory([bad])
+
+
+@given(requests_strategy, st.sampled_from([16, 64]))
+@settings(max_examples=200, deadline=None)
+def test_guard_bytes_belong_to_their_buffer(requests, guard):
+    """Checked mode: the guard after a buffer is never shared with another live buffer (else a stage
+    writing a neighbour would look like an overrun, and a real overrun would go unseen)."""
+    plan = plan_memory(requests, guard_bytes=guard)
+    check_plan(requests, plan)
+    buffers = list(plan.buffers.values())
+    for b in buffers:
+        assert b.guard == guard and b.end == b.offset + b.nbytes + guard <= plan.peak_bytes
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1 :]:
+            if a.overlaps_in_time(b):
+                assert a.end <= b.offset or b.end <= a.offset, f"{a} and {b} share bytes"
+
+
+def test_negative_guard_bytes_are_refused():
+    with pytest.raises(ValueError, match="guard_bytes"):
+        plan_memory([BufferRequest("a", 8, 0, 0)], guard_bytes=-1)

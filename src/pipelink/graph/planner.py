@@ -5,12 +5,13 @@ Algorithm (offline, in step order):
 - at each step, buffers that die are returned to a free list (coalescing neighbours) and new buffers take
   the best-fitting free block (smallest that fits, split), else the arena grows at its end;
 - if the packed arena were ever larger than the no-reuse layout, the no-reuse layout is used instead.
-Offsets are aligned to each buffer's alignment (the stage's ``memory_alignment``).
+Offsets are aligned to each buffer's alignment (the stage's ``memory_alignment``). In checked mode every
+buffer is followed by ``guard_bytes`` of its own (canary bytes that catch a kernel writing past it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["BufferRequest", "PlannedBuffer", "MemoryPlan", "plan_memory", "align_up"]
 
@@ -38,12 +39,18 @@ class PlannedBuffer:
     first: int
     last: int
     alignment: int
+    guard: int = 0  # canary bytes reserved right after the buffer (checked mode)
+
+    @property
+    def end(self) -> int:
+        """One past the last byte the buffer holds, its guard included."""
+        return self.offset + self.nbytes + self.guard
 
     def overlaps_in_time(self, other: PlannedBuffer) -> bool:
         return self.first <= other.last and other.first <= self.last
 
     def overlaps_in_space(self, other: PlannedBuffer) -> bool:
-        return self.offset < other.offset + other.nbytes and other.offset < self.offset + self.nbytes
+        return self.offset < other.end and other.offset < self.end
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,16 @@ def _naive(requests: list[BufferRequest]) -> dict[str, int]:
     return offsets
 
 
-def plan_memory(requests: list[BufferRequest]) -> MemoryPlan:
-    """Pack buffers with best fit over their lifetimes (see the module docstring)."""
+def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> MemoryPlan:
+    """Pack buffers with best fit over their lifetimes (see the module docstring); each buffer owns the
+    ``guard_bytes`` after it."""
     for r in requests:
         if r.nbytes < 0 or r.first > r.last or r.alignment <= 0 or r.alignment & (r.alignment - 1):
             raise ValueError(f"bad buffer request {r}")
+    if guard_bytes < 0:
+        raise ValueError(f"guard_bytes must be >= 0 (got {guard_bytes})")
+    sizes = {r.name: r.nbytes for r in requests}
+    requests = [replace(r, nbytes=r.nbytes + guard_bytes) for r in requests] if guard_bytes else requests
     naive_offsets = _naive(requests)
     naive_bytes = max((naive_offsets[r.name] + r.nbytes for r in requests), default=0)
 
@@ -111,7 +123,8 @@ def plan_memory(requests: list[BufferRequest]) -> MemoryPlan:
     peak = max((offsets[r.name] + r.nbytes for r in requests), default=0)
     if peak > naive_bytes:
         offsets, peak = naive_offsets, naive_bytes
-    buffers = {r.name: PlannedBuffer(r.name, offsets[r.name], r.nbytes, r.first, r.last, r.alignment)
+    buffers = {r.name: PlannedBuffer(r.name, offsets[r.name], sizes[r.name], r.first, r.last, r.alignment,
+                                     guard_bytes)
                for r in requests}
     return MemoryPlan(buffers, peak, naive_bytes)
 

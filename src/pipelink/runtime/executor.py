@@ -23,11 +23,12 @@ from ..errors import (
 from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
+from .checked import GUARD_BYTES, CheckedPlan
 from .plan import ExecutionPlan, Step
 from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
 from .report import RunReport, StageReport
 
-__all__ = ["ExecutionPlan", "Step", "compile_plan", "execute"]
+__all__ = ["ExecutionPlan", "Step", "compile_plan", "copy_passthrough", "execute"]
 
 log = logging.getLogger("pipelink")
 
@@ -45,8 +46,13 @@ def compile_plan(
     *,
     tuned: Mapping[str, Mapping[str, Any]] | None = None,
     services: Any = None,
+    checked: bool = False,
 ) -> ExecutionPlan:
-    """Infer concrete shapes, choose variants, plan memory, allocate the arena and bind kernels."""
+    """Infer concrete shapes, choose variants, plan memory, allocate the arena and bind kernels.
+
+    A ``checked`` plan has guard bytes after every buffer and poisons outputs before each stage
+    (``runtime.checked``). Declared input shapes are the caller's to check first (``runtime.declared``).
+    """
     inputs = {name: (tuple(shape), dtype) for name, shape, dtype, _ in signature}
     known = infer_signature(graph, inputs)
     shapes = {n: tuple(int(d) for d in s) for n, (s, _) in known.items()}
@@ -87,7 +93,7 @@ def compile_plan(
                 )
             )
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
-    memory = plan_memory(requests)
+    memory = plan_memory(requests, guard_bytes=GUARD_BYTES if checked else 0)
     # CPU worker processes of isolated stages map the arena: intermediates cross without copies (CUDA
     # workers use an IPC staging block of their own instead).
     shared = backend.kind == "cpu" and any(st.config.isolation == "process" for st in graph.stages)
@@ -165,7 +171,12 @@ def compile_plan(
     if len(streams) > 1:
         _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
-    lean = len(streams) == 1 and all(_is_lean(step) for step in steps)
+    passthrough = tuple(n for n in graph.outputs if graph.tensors[n].producer < 0)
+    lean = not checked and len(streams) == 1 and all(_is_lean(step) for step in steps)
+    checks = None
+    if checked:
+        written = {n: (shapes[n], dtypes[n]) for step in steps for n in step.out_names}
+        checks = CheckedPlan(backend, memory, arena, written)
     return ExecutionPlan(
         signature,
         shapes,
@@ -178,6 +189,8 @@ def compile_plan(
         streams,
         lean=lean,
         uncapturable=uncapturable,
+        passthrough=passthrough,
+        checks=checks,
     )
 
 
@@ -305,13 +318,17 @@ def execute(
     """
     values = dict(plan.static)
     values.update(args)
+    checks = plan.checks
     for name, shape, dtype in plan.outputs:
-        values[name] = (
-            out_buffers[name] if out_buffers is not None else backend.empty(shape, get_dtype(dtype))
-        )
+        if out_buffers is not None:
+            values[name] = out_buffers[name]
+        elif checks is not None:
+            values[name] = checks.new_output(name, shape, get_dtype(dtype))
+        else:
+            values[name] = backend.empty(shape, get_dtype(dtype))
     nvtx = nvtx_module() if profile or _NVTX_ENV else None
     if plan.lean and not profile and nvtx is None and preload_event is None:
-        return _execute_lean(plan, graph, backend, values, report, strict, error_log)
+        return _execute_lean(plan, graph, backend, values, report, strict, error_log, out_buffers is None)
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(plan.streams) > 1
@@ -341,6 +358,8 @@ def execute(
             backend.copy(buffer, values[source], stream=stream)
         ins = [values[n] if n is not None else None for n in step.in_names]
         outs = [values[n] for n in step.out_names]
+        if checks is not None:
+            checks.arm(step, outs, stream)
         if nvtx is not None:
             nvtx.push_range(f"{st.id} ({st.desc.name})", domain="pipelink")
         t0 = clock()
@@ -348,6 +367,8 @@ def execute(
         rep.time_s = clock() - t0
         if nvtx is not None:
             nvtx.pop_range(domain="pipelink")
+        if error is None and checks is not None:
+            error = checks.verify(step, outs, stream)
         if error is None:
             error = post_checks(step, outs, stream, backend, rep)
         if error is not None:
@@ -360,7 +381,18 @@ def execute(
             if step.stream_id != 0 and index in events:
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
+    if out_buffers is None:  # a graph capture's caller copies them (never inside the capture)
+        copy_passthrough(plan, backend, values, plan.streams[0])
     return {n: values[n] for n in graph.outputs if n not in missing}
+
+
+def copy_passthrough(plan: ExecutionPlan, backend, values: dict[str, Any], stream: Any) -> None:
+    """Outputs that are external inputs become fresh copies in ``values``: ``run()`` returns new tensors,
+    never the caller's own memory."""
+    for name in plan.passthrough:
+        fresh = backend.empty(plan.shapes[name], get_dtype(plan.dtypes[name]))
+        backend.copy(fresh, values[name], stream=stream)
+        values[name] = fresh
 
 
 def _execute_lean(
@@ -371,6 +403,7 @@ def _execute_lean(
     report: RunReport,
     strict: bool,
     error_log,
+    fresh_passthrough: bool,
 ) -> dict[str, Any]:
     """``execute`` for a lean plan: the kernels back to back, one clock reading after each; stage reports
     are built only if read. A failing stage is reported and raised exactly as in the general loop."""
@@ -398,6 +431,8 @@ def _execute_lean(
         apply_policy(step, error, ins, outs, stream, backend, rep, set(), strict, error_log, graph)
         raise error from e  # apply_policy raises for a lean step (its policy is "fail"); never reached
     report.record_ok(plan.steps, stamps)
+    if fresh_passthrough:
+        copy_passthrough(plan, backend, values, stream)
     return {n: values[n] for n in graph.outputs}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..dtypes import get_dtype
 from ..graph.linker import LinkedGraph
-from .executor import execute
+from .executor import copy_passthrough, execute
 from .plan import ExecutionPlan
 from .report import RunReport
 
@@ -115,10 +115,10 @@ def _outputs(
             out = backend.empty(shape, get_dtype(dtype))
             backend.copy(out, io[name], stream=stream)
             produced[name] = out
-    for name in graph.outputs:
-        if name not in produced and name in args:
-            produced[name] = args[name]
-    return produced
+    passthrough = {n: args[n] for n in plan.passthrough}
+    copy_passthrough(plan, backend, passthrough, stream)
+    produced.update(passthrough)
+    return {n: produced[n] for n in graph.outputs}
 
 
 def replay(
