@@ -194,7 +194,8 @@ static void test_bad_execute(PipeLinkPipelineHandle h) {
     memcpy(bad, in, sizeof bad), bad[0].shape = wrong;
     EXPECT(pipeLinkExecute(h, bad, 4, out, 3), PIPELINK_ERR_SHAPE_MISMATCH);
     CHECK(strstr(pipeLinkGetLastErrorMessage(), "[8x1025]") != NULL, "the message shows the shape given");
-    memcpy(bad, in, sizeof bad), bad[0].ndim = 3;
+    int64_t rank3[3] = {N, C, 1};
+    memcpy(bad, in, sizeof bad), bad[0].ndim = 3, bad[0].shape = rank3;
     EXPECT(pipeLinkExecute(h, bad, 4, out, 3), PIPELINK_ERR_SHAPE_MISMATCH);
     memcpy(bad, in, sizeof bad), bad[0].shape = NULL;
     EXPECT(pipeLinkExecute(h, bad, 4, out, 3), PIPELINK_ERR_SHAPE_MISMATCH);

@@ -1,4 +1,4 @@
-"""Fixtures for the native core's tests: the runtime library, test modules, compiled plans, the C test program.
+"""Fixtures for the native core's tests: the runtime library, test modules, compiled plans, the C program.
 
 Everything is built with the system C compiler against the installed header and library, as a C/C++ host
 would (``pipelink include-dir`` / ``pipelink lib-dir``).
@@ -47,6 +47,7 @@ def layernorm_config(lib: str) -> dict:
 def ops_configs(lib: str) -> dict[str, dict]:
     """The policy pipelines c_api_test.c expects (see its comments)."""
     x = {"x": {"shape": SHAPE, "dtype": "float32"}}
+    fallback, finite = "core_scale", {"check_finite": True}
 
     def stage(op, sid, src, dst, **extra):
         return {"name": op, "id": sid, "library": lib, "inputs": [src], "outputs": [dst], **extra}
@@ -58,8 +59,8 @@ def ops_configs(lib: str) -> dict[str, dict]:
                 stage("core_scale", "double", "x", "h", attrs={"alpha": 2.0}),
                 stage("core_scale", "halve", "h", "y", attrs={"alpha": 0.5}),
                 stage("core_flaky", "ident", "h", "a", attrs={"alpha": 1.0}, on_error="identity"),
-                stage("core_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": "core_scale"}),
-                stage("core_nanify", "finite", "h", "d", constraints={"check_finite": True}, on_error="identity"),
+                stage("core_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": fallback}),
+                stage("core_nanify", "finite", "h", "d", constraints=finite, on_error="identity"),
                 stage("core_offset", "ctx", "h", "e", attrs={"offset": 5.0}),
             ],
         },

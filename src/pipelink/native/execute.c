@@ -166,7 +166,7 @@ static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* wa
     if (!same) {
         for (int32_t d = 0; d < want->ndim && d < 16; ++d)
             snprintf(shape_want + strlen(shape_want), sizeof shape_want - strlen(shape_want), "%s%lld", d ? "x" : "", (long long)want->shape[d]);
-        for (int32_t d = 0; t->shape && d < t->ndim && d < 16; ++d)
+        for (int32_t d = 0; t->shape && t->ndim == want->ndim && d < t->ndim && d < 16; ++d) /* only then readable */
             snprintf(shape_got + strlen(shape_got), sizeof shape_got - strlen(shape_got), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
         return plk_fail(PIPELINK_ERR_SHAPE_MISMATCH, "%s %d ('%s') has rank %d shape [%s]%s, but the plan was compiled "
                         "for rank %d shape [%s]; compile a plan for this shape (pipelink compile --shape)", role, index,

@@ -82,13 +82,15 @@ static int read_tensor(Reader* r, PlanTensor* t) {
     t->shape = calloc((size_t)t->ndim + 1, sizeof(int64_t));
     t->strides = calloc((size_t)t->ndim + 1, sizeof(int64_t));
     if (t->shape == NULL || t->strides == NULL) return r->what = "memory for a shape", 0;
-    t->numel = 1;
+    int64_t span = 1; /* the product of the dimensions with zeros counted as one: bounds the strides too */
     for (int32_t d = 0; d < t->ndim; ++d) {
         int64_t v = rd_i64(r, "a tensor dimension");
-        if (r->what == NULL && (v < 0 || (v > 0 && t->numel > INT64_MAX / 8 / v))) r->what = "a dimension in range";
+        if (r->what == NULL && (v < 0 || span > INT64_MAX / 8 / (v > 0 ? v : 1))) r->what = "a dimension in range";
         if (r->what != NULL) return 0;
-        t->shape[d] = v, t->numel *= v;
+        t->shape[d] = v, span *= v > 0 ? v : 1;
     }
+    t->numel = 1;
+    for (int32_t d = 0; d < t->ndim; ++d) t->numel *= t->shape[d];
     int64_t stride = 1;
     for (int32_t d = t->ndim - 1; d >= 0; --d) t->strides[d] = stride, stride *= t->shape[d];
     t->nbytes = (uint64_t)t->numel * itemsize;

@@ -89,13 +89,15 @@ def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
         kind = "a built-in NumPy operator" if desc.source == "builtin" else "a Python operator"
         raise _refuse(
             st,
-            f"{what} {desc.name!r} is {kind}; the native core calls native modules (C ABI) only. Use a native "
-            "module for it, or run this pipeline from Python",
+            f"{what} {desc.name!r} is {kind}; the native core calls native modules (C ABI) only. Use a "
+            "native module for it, or run this pipeline from Python",
         )
     module = load_library(desc.source, registry=registry)
     spec = next(s for s in module.specs if s.name == desc.name and s.version == desc.version)
     if spec.signature is not None:
-        raise _refuse(st, f"{what} is a legacy kernel bound through a sidecar; the core calls ABI entry points only")
+        raise _refuse(
+            st, f"{what} is a legacy kernel bound through a sidecar; the core calls ABI entry points only"
+        )
     if "cpu" not in spec.entry:
         raise _refuse(st, f"{what} has no CPU entry point (devices {list(spec.devices)}); CPU plans need one")
     return module, spec
@@ -324,6 +326,7 @@ def parse_shape(text: str) -> tuple[str, tuple[tuple[int, ...], str | None]]:
         shape = None
     if not sep or not name or shape is None or any(d < 0 for d in shape):
         raise InvalidArgumentError(
-            f"--shape {text!r}: expected NAME=AxB[:dtype], e.g. x=8x1024:float32 (NAME=:float32 for a 0-d input)"
+            f"--shape {text!r}: expected NAME=AxB[:dtype], e.g. x=8x1024:float32 (NAME=:float32 for a 0-d "
+            "input)"
         )
     return name, (shape, get_dtype(dtype).name if dtype else None)
