@@ -7,8 +7,10 @@ would (``pipelink include-dir`` / ``pipelink lib-dir``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,12 @@ def _library() -> Path:
     from pipelink.native import library_path
 
     return library_path()  # raises ModuleLoadError (a test failure) when the install did not build it
+
+
+def host_env() -> dict[str, str]:
+    """The environment of a C host: pipeLinkLoadPipeline("x.json") compiles through this very package."""
+    path = os.pathsep.join(p for p in sys.path if p)
+    return dict(os.environ, PIPELINK_PYTHON=sys.executable, PYTHONPATH=path)
 
 
 def layernorm_config(lib: str) -> dict:

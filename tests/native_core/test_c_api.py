@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from pipelink.runtime.planfile import HEADER_SIZE, MAGIC
 
+from .conftest import host_env
+
 LONG = os.environ.get("PIPELINK_LONG") == "1"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PIPELINK_PYTHON"] = sys.executable  # pipeLinkLoadPipeline("x.json") compiles through this package
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return env
-
-
 def test_every_api_check_passes(c_api_test, plans):
-    proc = subprocess.run([c_api_test, "api", plans], capture_output=True, text=True, env=_env(), timeout=300)
+    run = [c_api_test, "api", plans]
+    proc = subprocess.run(run, capture_output=True, text=True, env=host_env(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 failed" in proc.stdout
 

@@ -3,7 +3,6 @@ run on the CPU with the walkthrough's C twin; its config is compiled through thi
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipelink.modules.build import cmake_dir
+
+from .conftest import host_env
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpp_host"
 
@@ -27,7 +28,7 @@ def test_cpp_host_builds_and_runs_the_walkthrough(tmp_path, runtime_lib):
         module = build / "lib" / "liblayernorm_module.so"
         needed = subprocess.run(["readelf", "-d", module], capture_output=True, text=True).stdout
         assert "pipelink_runtime" not in needed
-    env = dict(os.environ, PIPELINK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.run([build / "test_main"], cwd=build, capture_output=True, text=True, env=env, timeout=120)
+    run = [build / "test_main"]
+    proc = subprocess.run(run, cwd=build, capture_output=True, text=True, env=host_env(), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "norm_output [1 x 1024]" in proc.stdout
