@@ -220,6 +220,11 @@ static void test_bad_execute(PipeLinkPipelineHandle h) {
     int64_t transposed[2] = {1, N};
     memcpy(bo, o, sizeof bo), bo[0].data = y2, bo[0].strides = transposed;
     EXPECT(pipeLinkExecute(h, in, 4, bo, 3), PIPELINK_ERR_INVALID_ARGUMENT);
+    memcpy(bo, o, sizeof bo), bo[0].data = k.x; /* written while it is read */
+    EXPECT(pipeLinkExecute(h, in, 4, bo, 3), PIPELINK_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pipeLinkGetLastErrorMessage(), "overlaps input 'input_tensor'") != NULL, "names both tensors");
+    memcpy(bo, o, sizeof bo), bo[2].data = mean + 4; /* two outputs sharing bytes */
+    EXPECT(pipeLinkExecute(h, in, 4, bo, 3), PIPELINK_ERR_INVALID_ARGUMENT);
     memcpy(bo, o, sizeof bo), bo[0].device.device_type = PIPELINK_DEVICE_CUDA;
     EXPECT(pipeLinkExecute(h, in, 4, bo, 3), PIPELINK_ERR_INVALID_ARGUMENT);
 

@@ -183,6 +183,35 @@ static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* wa
     return PIPELINK_SUCCESS;
 }
 
+/* The bytes a caller's tensor spans: [*lo, *hi). Strides are non-negative (checked before). */
+static void extent(const PipeLinkTensor* t, const PlanTensor* want, uintptr_t* lo, uintptr_t* hi) {
+    uint64_t last = 0; /* the element offset of the last element */
+    for (int32_t d = 0; d < t->ndim; ++d)
+        last += (uint64_t)(t->shape[d] > 0 ? t->shape[d] - 1 : 0) * (uint64_t)(t->strides ? t->strides[d] : want->strides[d]);
+    *lo = (uintptr_t)t->data + t->byte_offset;
+    *hi = want->numel ? *lo + (uintptr_t)((last + 1) * (want->nbytes / (uint64_t)want->numel)) : *lo;
+}
+
+/* A caller's output that shares bytes with an input or another output would be read after it is written. */
+static PipeLinkStatus check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs) {
+    for (int32_t i = 0; i < plan->n_outputs; ++i) {
+        if (outputs[i].data == NULL) continue;
+        uintptr_t lo, hi, a, b;
+        extent(&outputs[i], &plan->tensors[plan->outputs[i]], &lo, &hi);
+        for (int32_t j = 0; j < plan->n_inputs + i; ++j) {
+            const int is_input = j < plan->n_inputs;
+            const PipeLinkTensor* other = is_input ? &inputs[j] : &outputs[j - plan->n_inputs];
+            const PlanTensor* info = &plan->tensors[is_input ? plan->inputs[j] : plan->outputs[j - plan->n_inputs]];
+            if (other->data == NULL) continue;
+            extent(other, info, &a, &b);
+            if (lo < b && a < hi)
+                return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "output %d ('%s') overlaps %s '%s'; pass separate buffers",
+                                i, plan->tensors[plan->outputs[i]].name, is_input ? "input" : "output", info->name);
+        }
+    }
+    return PIPELINK_SUCCESS;
+}
+
 /* Copy a strided tensor into a contiguous one (element by element; strides in elements). */
 static void strided_copy(void* dst, const PipeLinkTensor* src, uint32_t itemsize) {
     const char* base = (const char*)src->data + src->byte_offset;
@@ -327,6 +356,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
         if (outputs[i].data == NULL) continue;
         if ((st = check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1))) return st;
     }
+    if ((st = check_overlaps(plan, inputs, outputs))) return st;
     st = PIPELINK_SUCCESS;
     ExecContext* c = take_context(p, &st);
     if (c == NULL) return st;
