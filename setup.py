@@ -20,6 +20,11 @@ _spec.loader.exec_module(native)
 class BuildRuntime(build_ext):
     """Compiles the runtime with the system compiler under its own name (no Python ABI suffix)."""
 
+    def run(self):
+        # Editable installs copy the library back into the source tree: its folder must exist there.
+        (Path(__file__).parent / "src" / "pipelink" / "lib").mkdir(exist_ok=True)
+        super().run()
+
     def get_ext_filename(self, fullname):
         return str(Path(*fullname.split(".")[:-1]) / native.LIBRARY_NAME)
 

@@ -90,3 +90,21 @@ def test_shape_options():
 def test_lib_dir_prints_the_library_folder(runtime_lib, capsys):
     assert main(["lib-dir"]) == 0
     assert capsys.readouterr().out.strip() == str(runtime_lib.parent)
+
+
+def test_a_missing_library_says_how_to_build_it(monkeypatch, tmp_path, capsys):
+    # An install without a C compiler succeeds; the library is then missing and lib-dir says what to do.
+    import pipelink.native.build as native_build
+
+    monkeypatch.setattr(native_build, "default_output", lambda: tmp_path / "lib" / "libpipelink_runtime.so")
+    assert main(["lib-dir"]) == 1
+    err = capsys.readouterr().err
+    assert "error[PIPELINK_ERR_MODULE_LOAD_FAILED]" in err and "python -m pipelink.native.build" in err
+
+
+def test_a_failing_compiler_is_reported(tmp_path):
+    from pipelink.native.build import compile_runtime
+
+    with pytest.raises(RuntimeError, match="failed"):
+        compile_runtime(tmp_path / "lib.so", compiler=["false"])
+    assert not (tmp_path / "lib.so").exists()
