@@ -98,7 +98,7 @@ def test_a_missing_library_says_how_to_build_it(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setattr(native_build, "default_output", lambda: tmp_path / "lib" / "libpipelink_runtime.so")
     assert main(["lib-dir"]) == 1
-    err = capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
     assert "error[PIPELINK_ERR_MODULE_LOAD_FAILED]" in err and "python -m pipelink.native.build" in err
 
 
