@@ -443,6 +443,41 @@ static void test_threads(PipeLinkPipelineHandle h) {
     CHECK(bad == 0, "%d of %d concurrent runs failed or differed", bad, T * 20);
 }
 
+/* Destroying a pipeline while other threads execute it: each run either finishes or is refused. */
+typedef struct Racer { PipeLinkPipelineHandle h; int ok, refused, other; } Racer;
+
+static void* racer(void* arg) {
+    Racer* r = arg;
+    static _Thread_local LNCase k;
+    ln_case(&k, 5);
+    for (int run = 0; run < 200; ++run) {
+        PipeLinkTensor in[4], out[3];
+        ln_inputs(&k, in);
+        memset(out, 0, sizeof out);
+        PipeLinkStatus st = pipeLinkExecute(r->h, in, 4, out, 3);
+        if (st == PIPELINK_SUCCESS) ++r->ok;
+        else if (st == PIPELINK_ERR_INVALID_ARGUMENT) ++r->refused;
+        else ++r->other;
+        for (int i = 0; i < 3; ++i) pipeLinkFree(out[i].data);
+    }
+    return NULL;
+}
+
+static void test_destroy_while_running(void) {
+    enum { T = 4 };
+    PipeLinkPipelineHandle h = NULL;
+    EXPECT(pipeLinkLoadPipeline(path_of("ln.plk"), &h), PIPELINK_SUCCESS);
+    pthread_t t[T];
+    Racer r[T];
+    for (int i = 0; i < T; ++i) r[i] = (Racer){h, 0, 0, 0}, pthread_create(&t[i], NULL, racer, &r[i]);
+    usleep(2000);
+    EXPECT(pipeLinkDestroyPipeline(h), PIPELINK_SUCCESS);
+    int ok = 0, refused = 0, other = 0;
+    for (int i = 0; i < T; ++i) pthread_join(t[i], NULL), ok += r[i].ok, refused += r[i].refused, other += r[i].other;
+    CHECK(other == 0 && ok + refused == T * 200, "runs racing a destroy: %d ok, %d refused, %d other", ok, refused, other);
+    CHECK(refused > 0, "runs after the destroy are refused");
+}
+
 static int run_api(void) {
     PipeLinkPipelineHandle h = NULL;
     CHECK(pipeLinkGetLastErrorMessage() != NULL, "never NULL");
@@ -453,6 +488,7 @@ static int run_api(void) {
     test_layernorm(h);
     test_bad_execute(h);
     test_threads(h);
+    test_destroy_while_running();
     test_policies();
     test_skip_and_fail();
     test_bad_plans();

@@ -1,8 +1,8 @@
-#define _POSIX_C_SOURCE 200809L
 /* execute.c - running a loaded plan on the CPU: execution contexts (arena + tensor tables + per-stage
  * services, reused from a per-pipeline free list), the checks on the caller's tensors, the stages with
  * their on_error policies and check_finite. Nothing here allocates once a context exists, except the
  * outputs the caller asked the runtime to allocate. */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

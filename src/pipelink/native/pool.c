@@ -1,9 +1,9 @@
-#define _POSIX_C_SOURCE 200809L
 /* pool.c - the host memory pool behind pipeLinkMalloc/pipeLinkFree (CuPy's pool, simplified):
  * - a request is rounded up to a power of two (at least 256 bytes) and served from that size class's cache
  *   of freed blocks, else from the system (256-byte aligned);
  * - every live block is in a hash table, so freeing a pointer the pool never handed out is a status.
  * One mutex guards it: it is not on pipeLinkExecute's path except for outputs the runtime allocates. */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <stdlib.h>
 #include <string.h>
 
