@@ -506,7 +506,10 @@ static int run_api(void) {
     setenv("PIPELINK_PYTHON", "/nonexistent/python3", 1);
     PipeLinkPipelineHandle none = NULL;
     EXPECT(pipeLinkLoadPipeline(path_of("ln.json"), &none), PIPELINK_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(pipeLinkGetLastErrorMessage(), "pipelink compile") != NULL, "the message says to run pipelink compile");
+    CHECK(strstr(pipeLinkGetLastErrorMessage(), "could not be started") && strstr(pipeLinkGetLastErrorMessage(),
+          "pipelink compile"), "the message says what happened and to run pipelink compile");
+    setenv("PIPELINK_PYTHON", saved, 1);
+    EXPECT(pipeLinkLoadPipeline(path_of("bad.json"), &none), PIPELINK_ERR_INVALID_CONFIG); /* the CLI's exit 2 */
     setenv("PIPELINK_PYTHON", saved, 1);
 
     /* Destroyed and finalized handles are refused, never dereferenced. */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
 #include "core.h"
 
 #define MAX_PIPELINES 4096
+
+extern char** environ;
 
 typedef struct Slot {
     _Atomic uint64_t state; /* generation << 1 | live */
@@ -184,22 +187,29 @@ static PipeLinkStatus compile_config(const char* path, char* plan_path, size_t c
     int fd = mkstemp(plan_path);
     if (fd < 0) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: no temporary file for the plan of %s", path);
     close(fd);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) dup2(devnull, 0), dup2(devnull, 1); /* stderr stays: the compiler's errors */
-        execlp(python, python, "-m", "pipelink", "compile", path, "-o", plan_path, "--device", "cpu", (char*)NULL);
-        _exit(127);
-    }
+    /* posix_spawn, not fork: the host may be multi-threaded. stdout is dropped, stderr kept (errors). */
+    char* argv[] = {(char*)python, "-m", "pipelink", "compile", (char*)path, "-o", plan_path, "--device", "cpu", NULL};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    if (posix_spawnp(&pid, python, &actions, NULL, argv, environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&actions);
     int status = 0;
     while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         unlink(plan_path);
-        int code = pid < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        int code = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        char what[64];
+        if (pid < 0) snprintf(what, sizeof what, "could not be started");
+        else if (code < 0) snprintf(what, sizeof what, "was killed");
+        else snprintf(what, sizeof what, "failed with exit %d (its message is on stderr)", code);
+        /* The CLI exits 2 for an invalid config or usage, 1 for anything else. */
         return plk_fail(code == 2 ? PIPELINK_ERR_INVALID_CONFIG : PIPELINK_ERR_INVALID_ARGUMENT,
-                        "pipeLinkLoadPipeline: %s is a JSON config and `%s -m pipelink compile` failed (exit %d; its "
-                        "message is on stderr). Compile it yourself with `pipelink compile %s -o model.plk` (the "
-                        "Python package must be installed) and load the .plk", path, python, code, path);
+                        "pipeLinkLoadPipeline: %s is a JSON config and `%s -m pipelink compile` %s. Compile it "
+                        "yourself with `pipelink compile %s -o model.plk` (the Python package must be installed) "
+                        "and load the .plk", path, python, what, path);
     }
     return PIPELINK_SUCCESS;
 }
