@@ -88,6 +88,7 @@ typedef struct Plan {
     PlanLibrary* libraries;
     int32_t n_stages;
     Stage* stages;
+    uint8_t* read_in_place; /* per tensor: a module reads it directly (so a caller's copy must be contiguous) */
 } Plan;
 
 /* Per stage and execution context: the tensor arrays handed to the module, its services and state. */

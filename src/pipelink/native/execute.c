@@ -152,7 +152,7 @@ static int is_contiguous(const PipeLinkTensor* t) {
 }
 
 static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
-                                   int output) {
+                                   int contiguous) {
     char shape_want[256] = "", shape_got[256] = "";
     if (t->device.device_type != PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
         return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CPU plan takes host "
@@ -175,9 +175,9 @@ static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* wa
     for (int32_t d = 0; t->strides && d < t->ndim; ++d)
         if (t->strides[d] < 0)
             return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') has a negative stride", role, index, want->name);
-    if (output && !is_contiguous(t))
-        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "output %d ('%s') must be contiguous (strides NULL or row-major)",
-                        index, want->name);
+    if (contiguous && !is_contiguous(t))
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') must be contiguous (strides NULL or row-major)",
+                        role, index, want->name);
     if (t->data == NULL && want->numel > 0)
         return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') has data NULL", role, index, want->name);
     return PIPELINK_SUCCESS;
@@ -351,7 +351,8 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     const Plan* plan = &p->plan;
     PipeLinkStatus st;
     for (int32_t i = 0; i < plan->n_inputs; ++i)
-        if ((st = check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, 0))) return st;
+        if ((st = check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]])))
+            return st;
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
         if ((st = check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1))) return st;

@@ -245,6 +245,11 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
     if (r.what == NULL && (plan->tensors == NULL || plan->libraries == NULL || plan->stages == NULL))
         r.what = "memory for the plan";
     const char* bad = r.what == NULL ? check_plan(plan) : NULL;
+    plan->read_in_place = bad == NULL && r.what == NULL ? calloc((size_t)plan->n_tensors + 1, 1) : NULL;
+    if (r.what == NULL && bad == NULL && plan->read_in_place == NULL) bad = "memory for the plan";
+    for (int32_t i = 0; plan->read_in_place && i < plan->n_stages; ++i)
+        for (int32_t j = 0; plan->stages[i].kind == PLK_STAGE_CALL && j < plan->stages[i].n_in; ++j)
+            if (plan->stages[i].in[j] >= 0) plan->read_in_place[plan->stages[i].in[j]] = 1;
     if (r.what != NULL || bad != NULL) {
         PipeLinkStatus st = plk_fail(PIPELINK_ERR_INTEGRITY,
                                      "plan %s is malformed: expected %s at payload byte %zu; recompile it with "
@@ -380,6 +385,6 @@ void plk_plan_free(Plan* plan) {
         free(plan->libraries[i].path);
     }
     free(plan->name), free(plan->tensors), free(plan->inputs), free(plan->outputs), free(plan->libraries);
-    free(plan->stages);
+    free(plan->stages), free(plan->read_in_place);
     memset(plan, 0, sizeof *plan);
 }
