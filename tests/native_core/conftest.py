@@ -103,7 +103,8 @@ def plans(tmp_path_factory, runtime_lib) -> Path:
         (out / f"{name}.json").write_text(json.dumps(cfg, indent=1))
         with pl.load(out / f"{name}.json", device="cpu") as pipe:
             pipe.save(out / f"{name}.plk")
-    (out / "bad.json").write_text('{"pipeline": [{"name": "no_such_operator", "inputs": ["x"], "outputs": ["y"]}]}')
+    bad = {"pipeline": [{"name": "no_such_operator", "inputs": ["x"], "outputs": ["y"]}]}
+    (out / "bad.json").write_text(json.dumps(bad))
     # A plan whose module changed after compiling, and a plan moved away from its module.
     (out / "tampered" / "lib").mkdir(parents=True)
     shutil.copy(out / "ln.plk", out / "tampered" / "ln.plk")
