@@ -153,7 +153,6 @@ static int is_contiguous(const PipeLinkTensor* t) {
 
 static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
                                    int contiguous) {
-    char shape_want[256] = "", shape_got[256] = "";
     if (t->device.device_type != PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
         return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CPU plan takes host "
                         "memory (PIPELINK_DEVICE_CPU)", role, index, want->name, t->device.device_type);
@@ -164,6 +163,7 @@ static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* wa
     int same = t->ndim == want->ndim && (t->ndim == 0 || t->shape != NULL);
     for (int32_t d = 0; same && d < t->ndim; ++d) same = t->shape[d] == want->shape[d];
     if (!same) {
+        char shape_want[256] = "", shape_got[256] = "";
         for (int32_t d = 0; d < want->ndim && d < 16; ++d)
             snprintf(shape_want + strlen(shape_want), sizeof shape_want - strlen(shape_want), "%s%lld", d ? "x" : "", (long long)want->shape[d]);
         for (int32_t d = 0; t->shape && t->ndim == want->ndim && d < t->ndim && d < 16; ++d) /* only then readable */
@@ -377,9 +377,11 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
             c->data[plan->outputs[i]] = (char*)outputs[i].data + outputs[i].byte_offset;
         }
     }
-    char degraded[1024] = "";
+    char degraded[1024];
+    degraded[0] = '\0'; /* not zero-filled: this is the hot path */
     if (!st) st = run_stages(plan, c, inputs, degraded, sizeof degraded);
-    char missing[512] = "";
+    char missing[512];
+    missing[0] = '\0';
     for (int32_t i = 0; !st && i < plan->n_outputs; ++i)
         if (c->missing[plan->outputs[i]])
             snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'", missing[0] ? ", " : "",
