@@ -12,7 +12,8 @@
  *
  * A pipeline is loaded from a compiled plan (`pipelink compile CONFIG -o model.plk`, or Pipeline.save;
  * docs/plan-format.md). Given a ".json" config, pipeLinkLoadPipeline runs `python3 -m pipelink compile`
- * when the Python package is importable, else it says to run `pipelink compile`.
+ * (the interpreter named by $PIPELINK_PYTHON, else python3) and loads the result; when that fails, the
+ * message says to run `pipelink compile` and load the .plk.
  *
  * This version runs CPU plans. CUDA plans, cuBLAS handles and pipeLinkExecuteAsync on a CUDA stream are
  * refused with PIPELINK_ERR_HARDWARE_UNSUPPORTED until the CUDA path lands.
