@@ -238,18 +238,18 @@ static void test_bad_execute(PipeLinkPipelineHandle h) {
 static void test_policies(void) {
     PipeLinkPipelineHandle h = NULL;
     EXPECT(pipeLinkLoadPipeline(path_of("ops.plk"), &h), PIPELINK_SUCCESS);
-    float x[24], out[6][24];
+    float x[24], out[7][24];
     int64_t shape[2] = {4, 6};
     unsigned seed = 11;
     for (int neg = 0; neg < 2; ++neg) {
         for (int i = 0; i < 24; ++i) x[i] = fabsf(frand(&seed)) + 0.25f;
         if (neg) x[0] = -1.0f;
-        PipeLinkTensor in = tensor(x, 2, shape, PIPELINK_DL_FLOAT, 32), o[6];
-        for (int k = 0; k < 6; ++k) {
+        PipeLinkTensor in = tensor(x, 2, shape, PIPELINK_DL_FLOAT, 32), o[7];
+        for (int k = 0; k < 7; ++k) {
             for (int i = 0; i < 24; ++i) out[k][i] = NAN;
             o[k] = tensor(out[k], 2, shape, PIPELINK_DL_FLOAT, 32);
         }
-        EXPECT(pipeLinkExecute(h, &in, 1, o, 6), PIPELINK_SUCCESS);
+        EXPECT(pipeLinkExecute(h, &in, 1, o, 7), PIPELINK_SUCCESS);
         const char* msg = pipeLinkGetLastErrorMessage();
         int ok = 1;
         for (int i = 0; i < 24; ++i) {
@@ -260,11 +260,13 @@ static void test_policies(void) {
             ok &= out[3][i] == hh;                                  /* d: NaN caught, identity */
             ok &= out[4][i] == hh + 5;                              /* e: offset from context_create */
             ok &= out[5][i] == x[i];                                /* x passed through */
+            ok &= out[6][i] == (neg ? hh : hh + 1);                 /* t: over timeout_ms, identity */
         }
         CHECK(ok, "policy results (negative input: %d)", neg);
         if (neg)
             CHECK(strstr(msg, "'ident' identity") && strstr(msg, "'fb' fallback:core_scale") && strstr(msg, "'finite' identity")
-                  && strstr(msg, "non-finite"), "a degraded run says which stages degraded and why: %s", msg);
+                  && strstr(msg, "non-finite") && strstr(msg, "'slow' identity") && strstr(msg, "over its timeout_ms"),
+                  "a degraded run says which stages degraded and why: %s", msg);
         else
             CHECK(msg[0] == '\0', "a clean run leaves no message");
     }

@@ -60,14 +60,14 @@ def layernorm_config(lib: str) -> dict:
 def ops_configs(lib: str) -> dict[str, dict]:
     """The policy pipelines c_api_test.c expects (see its comments)."""
     x = {"x": {"shape": SHAPE, "dtype": "float32"}}
-    fallback, finite = "core_scale", {"check_finite": True}
+    fallback, finite, slow = "core_scale", {"check_finite": True}, {"timeout_ms": 5}
 
     def stage(op, sid, src, dst, **extra):
         return {"name": op, "id": sid, "library": lib, "inputs": [src], "outputs": [dst], **extra}
 
     return {
         "ops": {
-            "name": "ops", "inputs": x, "outputs": ["y", "a", "c", "d", "e", "x"],
+            "name": "ops", "inputs": x, "outputs": ["y", "a", "c", "d", "e", "x", "t"],
             "pipeline": [
                 stage("core_scale", "double", "x", "h", attrs={"alpha": 2.0}),
                 stage("core_scale", "halve", "h", "y", attrs={"alpha": 0.5}),
@@ -75,6 +75,7 @@ def ops_configs(lib: str) -> dict[str, dict]:
                 stage("core_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": fallback}),
                 stage("core_nanify", "finite", "h", "d", constraints=finite, on_error="identity"),
                 stage("core_offset", "ctx", "h", "e", attrs={"offset": 5.0}),
+                stage("core_sleepy", "slow", "h", "t", attrs={"ms": 30.0}, constraints=slow, on_error="identity"),
             ],
         },
         "skip": {

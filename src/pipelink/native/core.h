@@ -65,6 +65,7 @@ typedef struct Stage {
     char* op_json; /* the operator's manifest entry */
     int32_t on_error;
     int32_t check_finite;
+    double timeout_ms; /* 0: none */
     CallTarget call;
     CallTarget fallback; /* on_error == FALLBACK */
     /* both kinds: tensor refs (-1: an absent optional input); a relayout reads in[0] and writes out[0] */

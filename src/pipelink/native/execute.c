@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core.h"
 
@@ -267,10 +268,21 @@ static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c,
         }
     for (int32_t j = 0; j < s->n_in; ++j) slot->in[j].data = s->in[j] >= 0 ? c->data[s->in[j]] : NULL;
     for (int32_t j = 0; j < s->n_out; ++j) slot->out[j].data = c->data[s->out[j]];
+    struct timespec t0, t1;
+    if (s->timeout_ms > 0) clock_gettime(CLOCK_MONOTONIC, &t0);
     int status = call(&s->call, slot, &slot->services);
     char why[256];
+    double ms = 0;
+    if (s->timeout_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    }
     if (status != 0) {
         snprintf(why, sizeof why, "returned status %d (%s)", status, plk_status_name(status));
+    } else if (ms > s->timeout_ms && s->timeout_ms > 0) {
+        /* Measured after the call, as Python's executor does: a hung module is not stopped here. */
+        status = PIPELINK_ERR_TIMEOUT;
+        snprintf(why, sizeof why, "took %.1f ms, over its timeout_ms of %g; its outputs were discarded", ms, s->timeout_ms);
     } else if (s->check_finite) {
         for (int32_t j = 0; j < s->n_out && status == 0; ++j) {
             int64_t bad = count_nonfinite(&slot->out[j]);

@@ -172,6 +172,8 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
     s->op_json = rd_str(r, "an operator manifest");
     s->on_error = rd_u8(r, "an on_error policy");
     s->check_finite = rd_u8(r, "a check_finite flag");
+    s->timeout_ms = rd_f64(r, "a timeout");
+    if (r->what == NULL && !(s->timeout_ms >= 0 && s->timeout_ms < 1e12)) r->what = "a timeout in [0, 1e12) ms";
     if (r->what == NULL && (s->on_error < 0 || s->on_error > PLK_ON_ERROR_FALLBACK)) r->what = "a known on_error policy";
     if (!read_call(r, &s->call, (uint32_t)plan->n_libraries)) return 0;
     if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 1) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))

@@ -107,8 +107,6 @@ def _check_stage(st: LinkedStage, registry) -> None:
     c = st.config
     if c.isolation == "process":
         raise _refuse(st, "isolation 'process' runs only in the Python executor; remove it to compile")
-    if c.constraints.timeout_ms is not None:
-        raise _refuse(st, "timeout_ms is enforced by the Python executor only; remove it to compile")
     _native_spec(st.desc, registry, st)
     if st.fallback is not None:
         _native_spec(st.fallback, registry, st, what="its fallback")
@@ -238,6 +236,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -
         stages.str(json.dumps(spec.raw, sort_keys=True))
         stages.u8(ON_ERROR[c.on_error.kind])
         stages.u8(1 if c.constraints.check_finite else 0)
+        stages.f64s([float(c.constraints.timeout_ms or 0.0)])
         params = dict(tuned.get(st.id, {}))
         if st.math:
             params["math"] = st.math
@@ -296,7 +295,7 @@ def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None
     ------
     ConfigError
         A stage the native core cannot run (a built-in or Python operator, a legacy kernel, isolation
-        'process', timeout_ms): the problem points at the stage.
+        'process'): the problem points at the stage.
     InvalidArgumentError
         An input without a concrete shape and dtype.
     HardwareUnsupportedError

@@ -1,8 +1,10 @@
 /* Operators for the native core's C tests: a workspace user, a data-dependent failure, a NaN producer and
  * a stateful operator with context hooks. Each fails only when its input's first element is negative, so
  * one plan exercises both the happy path and every on_error policy. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 #include <pipelink.h>
 
 /* y = alpha * x, staged through the runtime's workspace (checks the workspace service). */
@@ -40,6 +42,17 @@ PIPELINK_COMPUTE(nanify_compute) {
     return PIPELINK_SUCCESS;
 }
 
+/* y = x + 1, after sleeping attr "ms" milliseconds when x[0] < 0 (for timeout_ms). */
+PIPELINK_COMPUTE(sleepy_compute) {
+    const float* x = (const float*)in[0].data;
+    if (x[0] < 0) {
+        const struct timespec pause = {0, (long)(pipelink_attr_float(attrs, n_attrs, "ms", 0.0) * 1e6)};
+        nanosleep(&pause, NULL);
+    }
+    for (int64_t i = 0; i < pipelink_numel(&in[0]); ++i) ((float*)out[0].data)[i] = x[i] + 1.0f;
+    return PIPELINK_SUCCESS;
+}
+
 /* y = x + offset, the offset read once by context_create from the attrs into per-stage state. */
 typedef struct { float offset; } OffsetState;
 
@@ -65,6 +78,7 @@ PIPELINK_VERSION(core_scale, 1, 0, 0)
 PIPELINK_VERSION(core_flaky, 1, 0, 0)
 PIPELINK_VERSION(core_nanify, 1, 0, 0)
 PIPELINK_VERSION(core_offset, 1, 0, 0)
+PIPELINK_VERSION(core_sleepy, 1, 0, 0)
 PIPELINK_MANIFEST(
   {"name": "core_scale", "version": "1.0.0", "entry": "scale_compute", "workspace_size": "scale_workspace",
    "devices": ["cpu"], "inputs": [{"name": "x", "dtype": "float32"}], "outputs": [{"name": "y", "shape": "x"}],
@@ -77,4 +91,7 @@ PIPELINK_MANIFEST(
   {"name": "core_offset", "version": "1.0.0", "entry": "offset_compute", "context_create": "offset_create",
    "context_destroy": "offset_destroy", "devices": ["cpu"],
    "inputs": [{"name": "x", "dtype": "float32"}], "outputs": [{"name": "y", "shape": "x"}],
-   "attrs": [{"name": "offset", "type": "float", "default": 0.0}]})
+   "attrs": [{"name": "offset", "type": "float", "default": 0.0}]},
+  {"name": "core_sleepy", "version": "1.0.0", "entry": "sleepy_compute", "devices": ["cpu"],
+   "inputs": [{"name": "x", "dtype": "float32"}], "outputs": [{"name": "y", "shape": "x"}],
+   "attrs": [{"name": "ms", "type": "float", "default": 0.0}]})
