@@ -75,7 +75,8 @@ def ops_configs(lib: str) -> dict[str, dict]:
                 stage("core_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": fallback}),
                 stage("core_nanify", "finite", "h", "d", constraints=finite, on_error="identity"),
                 stage("core_offset", "ctx", "h", "e", attrs={"offset": 5.0}),
-                stage("core_sleepy", "slow", "h", "t", attrs={"ms": 30.0}, constraints=slow, on_error="identity"),
+                stage("core_sleepy", "slow", "h", "t", attrs={"ms": 30.0}, constraints=slow,
+                      on_error="identity"),
             ],
         },
         "skip": {
