@@ -308,6 +308,37 @@ def cmake_dir_cmd() -> None:
     sys.stdout.write(f"{cmake_dir()}\n")
 
 
+@app.command("lib-dir")
+def lib_dir_cmd() -> None:
+    """Print the folder holding libpipelink_runtime.so (for -L and the rpath of C/C++ hosts)."""
+    from .native import lib_dir
+
+    sys.stdout.write(f"{lib_dir()}\n")
+
+
+@app.command()
+def compile(
+    config: Annotated[Path, typer.Argument(help="pipeline JSON")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the plan file to write (.plk)")],
+    device: Annotated[str, typer.Option(help="device of the plan (cpu)")] = "cpu",
+    shape: Annotated[
+        list[str] | None,
+        typer.Option(help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input)"),
+    ] = None,
+) -> None:
+    """Compile a config into a plan the native core runs (pipeLinkLoadPipeline)."""
+    from .runtime.planfile import parse_shape
+
+    shapes = dict(parse_shape(s) for s in shape or [])
+    pipe = _load(config, device)
+    with pipe:
+        try:
+            pipe.save(output, shapes=shapes)
+        except ConfigError as e:
+            raise UsageFailure(e) from e
+    console.print(f"plan written to {output}")
+
+
 @app.command()
 def build(
     sources: Annotated[list[Path], typer.Argument(help=".c/.cpp/.cu sources and an optional *.desc.h")],

@@ -523,6 +523,28 @@ class Pipeline:
             self._select_variants_for_declared()
             return changed
 
+    # -- compiled plans ----------------------------------------------------------------------------
+    def save(self, path: str | Path, *, shapes: Mapping[str, tuple] | None = None) -> Path:
+        """Write a compiled plan for the native core (``pipeLinkLoadPipeline``; docs/plan-format.md).
+
+        Parameters
+        ----------
+        path : str or Path
+            The ``.plk`` file to write. Native module paths are stored relative to its folder.
+        shapes : dict of name -> (shape, dtype), optional
+            The input signature to compile for (default: the config's declared ``inputs``; a dtype of
+            None takes the declared one).
+
+        Raises
+        ------
+        ConfigError
+            A stage the native core cannot run (a built-in or Python operator, ...), pointing at it.
+        """
+        from .runtime.planfile import write_plan
+
+        with self._lock:
+            return write_plan(self, path, shapes)
+
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Free the arenas of every plan. The pipeline refuses to run afterwards."""

@@ -4,8 +4,14 @@
 #   find_package(PipeLink REQUIRED)
 #   pipelink_add_module(layernorm_module SOURCES src/layernorm_kernel.cu DESCRIPTOR src/layernorm.desc.h)
 #
-# Provides the INTERFACE target PipeLink::runtime (the include folder holding pipelink.h; modules never
-# link against PipeLink), PipeLink_INCLUDE_DIR, PipeLink_ABI_VERSION and pipelink_add_module().
+#   add_executable(app main.cpp)
+#   target_link_libraries(app PRIVATE PipeLink::runtime)        # a C/C++ host of the native core
+#
+# Provides PipeLink::runtime: the include folder (pipelink.h, pipelink/runtime.h) for everything that
+# links it, and libpipelink_runtime for executables only, so a module built with the seed's
+# `target_link_libraries(mod PRIVATE PipeLink::runtime)` still never links against PipeLink (a host that
+# is itself a shared library links PipeLink::runtime_library explicitly). Also PipeLink_INCLUDE_DIR,
+# PipeLink_RUNTIME_LIBRARY, PipeLink_ABI_VERSION and pipelink_add_module().
 cmake_minimum_required(VERSION 3.18)
 
 get_filename_component(_PIPELINK_PKG "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -20,9 +26,24 @@ if(NOT EXISTS "${PipeLink_INCLUDE_DIR}/pipelink.h")
   return()
 endif()
 
+set(PipeLink_RUNTIME_LIBRARY "${_PIPELINK_PKG}/lib/libpipelink_runtime.so")
+
 if(NOT TARGET PipeLink::runtime)
   add_library(PipeLink::runtime INTERFACE IMPORTED)
   set_target_properties(PipeLink::runtime PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${PipeLink_INCLUDE_DIR}")
+  if(EXISTS "${PipeLink_RUNTIME_LIBRARY}")
+    add_library(PipeLink::runtime_library SHARED IMPORTED)
+    set_target_properties(PipeLink::runtime_library PROPERTIES
+      IMPORTED_LOCATION "${PipeLink_RUNTIME_LIBRARY}"
+      IMPORTED_NO_SONAME TRUE
+      INTERFACE_INCLUDE_DIRECTORIES "${PipeLink_INCLUDE_DIR}")
+    set_target_properties(PipeLink::runtime PROPERTIES INTERFACE_LINK_LIBRARIES
+      "$<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:PipeLink::runtime_library>")
+  else()
+    message(WARNING "PipeLink: ${PipeLink_RUNTIME_LIBRARY} is missing (no C compiler when PipeLink was "
+                    "installed); executables cannot link the native core. Build it with "
+                    "`python -m pipelink.native.build` or reinstall PipeLink with a C compiler.")
+  endif()
 endif()
 
 # pipelink_add_module(NAME SOURCES src... [DESCRIPTOR file.desc.h] [DEFINES A=1 ...] [OUTPUT_DIRECTORY dir])

@@ -1,0 +1,140 @@
+/*
+ * pipelink/runtime.h - the C API of the PipeLink native core (the seed's section 4.5), libpipelink_runtime.
+ *
+ *   cc app.c -I"$(pipelink include-dir)" -L"$(pipelink lib-dir)" -lpipelink_runtime
+ *   CMake: find_package(PipeLink) then target_link_libraries(app PRIVATE PipeLink::runtime)
+ *
+ * Model: SQLite. Opaque handles; every call returns a PipeLinkStatus (the numbers of pipelink.errors.ErrorCode)
+ * and leaves a message for the calling thread in pipeLinkGetLastErrorMessage(). No argument a caller can
+ * pass crashes the process: NULLs, wrong counts, shapes, dtypes or devices, destroyed or made-up handles
+ * and corrupt plan files are all statuses. A crash *inside* a native module is not caught here (Python's
+ * isolation "process" is the answer to that).
+ *
+ * A pipeline is loaded from a compiled plan (`pipelink compile CONFIG -o model.plk`, or Pipeline.save;
+ * docs/plan-format.md). Given a ".json" config, pipeLinkLoadPipeline runs `python3 -m pipelink compile`
+ * (the interpreter named by $PIPELINK_PYTHON, else python3) and loads the result; when that fails, the
+ * message says to run `pipelink compile` and load the .plk.
+ *
+ * This version runs CPU plans. CUDA plans, cuBLAS handles and pipeLinkExecuteAsync on a CUDA stream are
+ * refused with PIPELINK_ERR_HARDWARE_UNSUPPORTED until the CUDA path lands.
+ */
+#ifndef PIPELINK_RUNTIME_H_
+#define PIPELINK_RUNTIME_H_
+
+#include "../pipelink.h" /* PipeLinkStatus, PipeLinkTensor (DLTensor), dtype and device codes */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PIPELINK_RUNTIME_VERSION_MAJOR 0
+#define PIPELINK_RUNTIME_VERSION_MINOR 1
+
+/* Exported from libpipelink_runtime (built with hidden visibility: only these functions are its ABI). */
+#if defined(__GNUC__)
+#define PIPELINK_API __attribute__((visibility("default")))
+#else
+#define PIPELINK_API
+#endif
+
+typedef struct PipeLinkPipeline_* PipeLinkPipelineHandle; /* opaque; validated on every call */
+
+/* One input or output of a pipeline. Pointers stay valid until the pipeline is destroyed. */
+typedef struct PipeLinkTensorInfo {
+    const char* name;
+    PipeLinkDataType dtype;
+    int32_t dtype_id; /* PipeLinkDTypeId */
+    int32_t ndim;
+    const int64_t* shape;
+} PipeLinkTensorInfo;
+
+/* What pipeLinkGetPipelineInfo reports: inputs and outputs in the order Execute takes them. */
+typedef struct PipeLinkPipelineInfo {
+    const char* name;
+    int32_t device_type; /* PIPELINK_DEVICE_* the plan was compiled for */
+    int32_t n_inputs;
+    int32_t n_outputs;
+    int32_t n_stages;
+    const PipeLinkTensorInfo* inputs;
+    const PipeLinkTensorInfo* outputs;
+    uint64_t arena_bytes; /* one arena of this size per execution context */
+} PipeLinkPipelineInfo;
+
+/* The allocator behind pipeLinkMalloc. ASYNC (stream-ordered, the default) and LEGACY (synchronous) differ
+ * only on CUDA, where LEGACY is what code inside a foreign CUDA-graph capture needs; the CPU pool is the
+ * same for both. The choice is reported in PipeLinkPoolStats.allocator. */
+typedef enum PipeLinkAllocator {
+    PIPELINK_ALLOCATOR_ASYNC = 0,
+    PIPELINK_ALLOCATOR_LEGACY = 1
+} PipeLinkAllocator;
+
+/* The host memory pool of pipeLinkMalloc: blocks are rounded up to a power of two (at least 256 bytes);
+ * a freed block is cached for the next request of its size class until pipeLinkClearMemoryPool. */
+typedef struct PipeLinkPoolStats {
+    uint64_t allocated_bytes; /* live blocks, as rounded */
+    uint64_t peak_bytes;      /* the most allocated_bytes ever was */
+    uint64_t cached_bytes;    /* freed blocks kept for reuse */
+    uint64_t n_allocations;   /* live blocks */
+    uint64_t n_reused;        /* requests served from the cache */
+    int32_t allocator;        /* PipeLinkAllocator */
+} PipeLinkPoolStats;
+
+/* Reference-counted: each Initialize needs one Finalize. The last Finalize destroys the pipelines still
+ * loaded and empties the pool cache. Every other call except the memory functions needs it first. */
+PIPELINK_API PipeLinkStatus pipeLinkInitialize(void);
+PIPELINK_API PipeLinkStatus pipeLinkFinalize(void);
+
+/* Load a compiled plan (.plk) or a JSON config (compiled through the Python package). Native modules are
+ * read once, checked against the plan's sha256 and opened from those verified bytes. */
+PIPELINK_API PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* out);
+/* Waits for executions of this pipeline in other threads, then frees it; the handle is dead afterwards. */
+PIPELINK_API PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h);
+PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelineInfo* info);
+
+/* Run once; returns when the outputs are ready. Thread-safe: concurrent calls on one pipeline each take an
+ * execution context (its own arena) from the pipeline's small pool.
+ * inputs:  n_inputs tensors in pipelineinfo order; host memory (PIPELINK_DEVICE_CPU or _CUDA_HOST), the
+ *          plan's dtype and shape; strides NULL (contiguous) or any non-negative strides (copied).
+ * outputs: n_outputs tensors. data NULL: the runtime allocates the output with pipeLinkMalloc (release it
+ *          with pipeLinkFree) and fills in data, device, dtype, ndim and shape (shape then points at the
+ *          pipeline's own array). Otherwise it is written in place after its dtype, shape and device are
+ *          checked (contiguous only).
+ * A stage that fails follows its on_error policy: identity and fallback degrade and the run succeeds;
+ * skip leaves its outputs (and everything that reads them) missing: then PIPELINK_ERR_MODULE_CRASH is
+ * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL. */
+PIPELINK_API PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                               PipeLinkTensor* outputs, int32_t n_outputs);
+/* As pipeLinkExecute, ordered on `stream` (a CUstream/cudaStream_t) for CUDA plans. CPU plans take a NULL
+ * stream and run synchronously. */
+PIPELINK_API PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                                    PipeLinkTensor* outputs, int32_t n_outputs, void* stream);
+
+/* Host memory from the runtime's pool (256-byte aligned). pipeLinkFree of a pointer the pool did not hand
+ * out (or already took back) is PIPELINK_ERR_INVALID_ARGUMENT, never a crash; pipeLinkFree(NULL) is a no-op. */
+PIPELINK_API PipeLinkStatus pipeLinkMalloc(void** ptr, size_t nbytes);
+PIPELINK_API PipeLinkStatus pipeLinkFree(void* ptr);
+PIPELINK_API PipeLinkStatus pipeLinkGetMemoryPoolStats(PipeLinkPoolStats* stats);
+PIPELINK_API PipeLinkStatus pipeLinkClearMemoryPool(void);
+PIPELINK_API PipeLinkStatus pipeLinkSetMemoryAllocator(PipeLinkAllocator kind);
+
+/* Requirements separated by commas or spaces: "compute_capability>=8.0", "device=cuda", "device=cpu".
+ * Operators: >= > <= < == !=. Without an NVIDIA driver (libcuda.so.1) a CUDA requirement is
+ * PIPELINK_ERR_HARDWARE_UNSUPPORTED; a malformed string is PIPELINK_ERR_INVALID_ARGUMENT. */
+PIPELINK_API PipeLinkStatus pipeLinkValidateHardware(const char* requirements);
+
+/* The manifest entry (JSON) of an operator used by a loaded pipeline, NUL-terminated in json[capacity].
+ * Too small a buffer is PIPELINK_ERR_INVALID_ARGUMENT (the message says how many bytes it needs). */
+PIPELINK_API PipeLinkStatus pipeLinkGetOperatorInfo(const char* name, char* json, size_t capacity);
+
+/* A cuBLAS handle bound to `stream`, one per stream, reused (seed 3.3). NULL in this version (no CUDA path
+ * yet); the message says so. */
+PIPELINK_API void* pipeLinkGetCublasHandle(void* stream);
+
+/* The message of the calling thread's last call ("" after a call that succeeded cleanly). Never NULL. */
+PIPELINK_API const char* pipeLinkGetLastErrorMessage(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PIPELINK_RUNTIME_H_ */

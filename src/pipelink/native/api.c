@@ -1,0 +1,353 @@
+/* api.c - the seed's C API: initialisation, the registry of live pipeline handles, loading plan files,
+ * pipeline info, execution entry points and operator info.
+ *
+ * Handles are slot numbers with a generation, never pointers: a destroyed or made-up handle is looked up,
+ * found wrong and refused. Executions pin their slot with a reference count (no lock on that path);
+ * destroy marks the slot dead, waits for the pins to drop and frees. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#define MAX_PIPELINES 4096
+
+extern char** environ;
+
+typedef struct Slot {
+    _Atomic uint64_t state; /* generation << 1 | live */
+    _Atomic int32_t pins;
+    Pipeline* pipeline;
+} Slot;
+
+static Slot slots[MAX_PIPELINES];
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER; /* load, destroy, init, finalize */
+static int init_count;
+
+/* ---- initialisation ---- */
+
+PipeLinkStatus pipeLinkInitialize(void) {
+    pthread_mutex_lock(&registry_lock);
+    ++init_count;
+    pthread_mutex_unlock(&registry_lock);
+    return plk_ok();
+}
+
+static void destroy_slot(Slot* s, uint64_t live_state);
+
+PipeLinkStatus pipeLinkFinalize(void) {
+    pthread_mutex_lock(&registry_lock);
+    if (init_count == 0) {
+        pthread_mutex_unlock(&registry_lock);
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkFinalize: the runtime is not initialized "
+                        "(each pipeLinkInitialize takes one pipeLinkFinalize)");
+    }
+    if (--init_count == 0)
+        for (int i = 0; i < MAX_PIPELINES; ++i) {
+            uint64_t state = atomic_load(&slots[i].state);
+            if (state & 1) destroy_slot(&slots[i], state);
+        }
+    int last = init_count == 0;
+    pthread_mutex_unlock(&registry_lock);
+    if (last) plk_pool_clear();
+    return plk_ok();
+}
+
+int plk_is_initialized(void) {
+    pthread_mutex_lock(&registry_lock);
+    int yes = init_count > 0;
+    pthread_mutex_unlock(&registry_lock);
+    return yes;
+}
+
+/* ---- handles ---- */
+
+static PipeLinkPipelineHandle handle_of(int index, uint64_t state) {
+    return (PipeLinkPipelineHandle)(uintptr_t)(((uint64_t)(index + 1) << 32) | (state >> 1 & 0xffffffffu));
+}
+
+/* Pin the pipeline of `h`, or NULL (with the message set) when it is not a live handle. */
+static Slot* pin(PipeLinkPipelineHandle h, const char* fn) {
+    uint64_t raw = (uint64_t)(uintptr_t)h;
+    uint64_t index = (raw >> 32) - 1, gen = raw & 0xffffffffu;
+    if (h == NULL || (raw >> 32) == 0 || index >= MAX_PIPELINES) {
+        plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: %p is not a pipeline handle (NULL, destroyed or never loaded)", fn, (void*)h);
+        return NULL;
+    }
+    Slot* s = &slots[index];
+    atomic_fetch_add(&s->pins, 1);
+    uint64_t state = atomic_load(&s->state);
+    if (!(state & 1) || (state >> 1 & 0xffffffffu) != gen) {
+        atomic_fetch_sub(&s->pins, 1);
+        plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline handle %p is not live (destroyed, finalized, or never "
+                 "loaded)", fn, (void*)h);
+        return NULL;
+    }
+    return s;
+}
+
+static void unpin(Slot* s) { atomic_fetch_sub(&s->pins, 1); }
+
+/* Called with registry_lock held and the slot live. */
+static void destroy_slot(Slot* s, uint64_t live_state) {
+    atomic_store(&s->state, live_state & ~(uint64_t)1); /* dead: new pins fail */
+    while (atomic_load(&s->pins) != 0) sched_yield();   /* executions in flight finish */
+    Pipeline* p = s->pipeline;
+    s->pipeline = NULL;
+    atomic_store(&s->state, ((live_state >> 1) + 1) << 1); /* the next generation, free */
+    plk_pipeline_free_contexts(p);
+    pthread_mutex_destroy(&p->pool_lock);
+    plk_plan_free(&p->plan);
+    free(p->input_info), free(p->output_info), free(p);
+}
+
+PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h) {
+    pthread_mutex_lock(&registry_lock);
+    Slot* s = pin(h, "pipeLinkDestroyPipeline");
+    if (s == NULL) {
+        pthread_mutex_unlock(&registry_lock);
+        return PIPELINK_ERR_INVALID_ARGUMENT;
+    }
+    unpin(s);
+    destroy_slot(s, atomic_load(&s->state));
+    pthread_mutex_unlock(&registry_lock);
+    return plk_ok();
+}
+
+/* ---- loading ---- */
+
+static PipeLinkStatus read_file(const char* path, uint8_t** out, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: cannot open %s (%s)", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, got;
+    uint8_t* buf = malloc(cap);
+    while (buf != NULL && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            uint8_t* grown = cap < ((size_t)1 << 32) ? realloc(buf, cap *= 2) : NULL;
+            if (grown == NULL) free(buf);
+            buf = grown;
+        }
+    }
+    fclose(f);
+    if (buf == NULL) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkLoadPipeline: reading %s", path);
+    *out = buf, *n = len;
+    return PIPELINK_SUCCESS;
+}
+
+static uint32_t le32(const uint8_t* p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t le64(const uint8_t* p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+/* Check the envelope (docs/plan-format.md): magic, version, device, size, checksum. */
+static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* path, int32_t* device_type, int32_t* device_id) {
+    if (n < 8 || memcmp(b, PLK_MAGIC, 8) != 0)
+        return plk_fail(PIPELINK_ERR_INVALID_CONFIG, "%s is not a PipeLink plan (no PLKPLAN magic); write one with "
+                        "`pipelink compile CONFIG -o model.plk`", path);
+    if (n < PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is truncated: %zu bytes, shorter than its header", path, n);
+    uint32_t version = le32(b + 8), header = le32(b + 12);
+    if (version != PLK_FORMAT_VERSION)
+        return plk_fail(PIPELINK_ERR_VERSION_MISMATCH, "plan %s has format version %u; this runtime reads version %u: "
+                        "recompile it with the PipeLink that ships this runtime", path, version, PLK_FORMAT_VERSION);
+    if (header != PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: header size %u, expected %u", path, header, PLK_HEADER_SIZE);
+    *device_type = (int32_t)le32(b + 16), *device_id = (int32_t)le32(b + 20);
+    uint64_t payload = le64(b + 24);
+    if (payload != n - PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is truncated or padded: its header announces %llu payload "
+                        "bytes, the file holds %zu", path, (unsigned long long)payload, n - PLK_HEADER_SIZE);
+    uint8_t digest[32];
+    plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
+    if (memcmp(digest, b + 32, 32) != 0)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is corrupt: the payload's sha256 differs from its header's", path);
+    if (*device_type == PIPELINK_DEVICE_CUDA)
+        return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "plan %s was compiled for cuda:%d; this runtime runs CPU plans "
+                        "only (its CUDA path is not built yet): compile with --device cpu", path, *device_id);
+    if (*device_type != PIPELINK_DEVICE_CPU)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s names device type %d, which is not a PipeLink device", path, *device_type);
+    return PIPELINK_SUCCESS;
+}
+
+/* A JSON config: compile it through the Python package into a temporary plan (PIPELINK_PYTHON, default
+ * python3), then load that. */
+static PipeLinkStatus compile_config(const char* path, char* plan_path, size_t cap) {
+    const char* python = getenv("PIPELINK_PYTHON");
+    if (python == NULL || python[0] == '\0') python = "python3";
+    const char* tmp = getenv("TMPDIR");
+    snprintf(plan_path, cap, "%s/pipelink-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(plan_path);
+    if (fd < 0) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: no temporary file for the plan of %s", path);
+    close(fd);
+    /* posix_spawn, not fork: the host may be multi-threaded. stdout is dropped, stderr kept (errors). */
+    char* argv[] = {(char*)python, "-m", "pipelink", "compile", (char*)path, "-o", plan_path, "--device", "cpu", NULL};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    if (posix_spawnp(&pid, python, &actions, NULL, argv, environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        unlink(plan_path);
+        int code = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        char what[64];
+        if (pid < 0) snprintf(what, sizeof what, "could not be started");
+        else if (code < 0) snprintf(what, sizeof what, "was killed");
+        else snprintf(what, sizeof what, "failed with exit %d (its message is on stderr)", code);
+        /* The CLI exits 2 for an invalid config or usage, 1 for anything else. */
+        return plk_fail(code == 2 ? PIPELINK_ERR_INVALID_CONFIG : PIPELINK_ERR_INVALID_ARGUMENT,
+                        "pipeLinkLoadPipeline: %s is a JSON config and `%s -m pipelink compile` %s. Compile it "
+                        "yourself with `pipelink compile %s -o model.plk` (the Python package must be installed) "
+                        "and load the .plk", path, python, what, path);
+    }
+    return PIPELINK_SUCCESS;
+}
+
+static void make_info(const Plan* plan, const int32_t* refs, int32_t n, PipeLinkTensorInfo* info) {
+    for (int32_t i = 0; i < n; ++i) {
+        const PlanTensor* t = &plan->tensors[refs[i]];
+        info[i].name = t->name, info[i].dtype = t->dtype, info[i].dtype_id = t->dtype_id;
+        info[i].ndim = t->ndim, info[i].shape = t->shape;
+    }
+}
+
+PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* out) {
+    if (out == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: out is NULL; pass the address of a handle");
+    *out = NULL;
+    if (path == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: path is NULL");
+    if (!plk_is_initialized()) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: call pipeLinkInitialize first");
+    char compiled[4096] = "";
+    size_t len = strlen(path);
+    PipeLinkStatus st;
+    if (len >= 5 && strcmp(path + len - 5, ".json") == 0) {
+        if ((st = compile_config(path, compiled, sizeof compiled))) return st;
+    }
+    const char* file = compiled[0] ? compiled : path;
+    uint8_t* bytes = NULL;
+    size_t n = 0;
+    st = read_file(file, &bytes, &n);
+    if (compiled[0]) unlink(compiled);
+    if (st) return st;
+    Pipeline* p = calloc(1, sizeof *p);
+    int32_t device_type = 0, device_id = 0;
+    st = p ? check_envelope(bytes, n, path, &device_type, &device_id) : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
+    if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, &p->plan);
+    free(bytes);
+    if (st) { free(p); return st; }
+    p->plan.device_type = device_type, p->plan.device_id = device_id;
+    /* Libraries resolve against the plan's folder (the writer stored them relative to it). */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", file);
+    char* slash = strrchr(dir, '/');
+    if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
+    if (!st) st = plk_plan_open_libraries(&p->plan, dir[0] ? dir : "/");
+    p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
+    p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
+    if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");
+    if (st) {
+        plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
+        return st;
+    }
+    make_info(&p->plan, p->plan.inputs, p->plan.n_inputs, p->input_info);
+    make_info(&p->plan, p->plan.outputs, p->plan.n_outputs, p->output_info);
+    pthread_mutex_init(&p->pool_lock, NULL);
+    pthread_mutex_lock(&registry_lock);
+    int index = -1;
+    for (int i = 0; i < MAX_PIPELINES && index < 0; ++i)
+        if (!(atomic_load(&slots[i].state) & 1)) index = i;
+    if (index < 0) {
+        pthread_mutex_unlock(&registry_lock);
+        pthread_mutex_destroy(&p->pool_lock);
+        plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkLoadPipeline: %d pipelines are loaded already; destroy some", MAX_PIPELINES);
+    }
+    slots[index].pipeline = p;
+    uint64_t state = atomic_load(&slots[index].state) | 1;
+    atomic_store(&slots[index].state, state);
+    *out = handle_of(index, state);
+    pthread_mutex_unlock(&registry_lock);
+    return plk_ok();
+}
+
+PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelineInfo* info) {
+    if (info == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkGetPipelineInfo: info is NULL");
+    Slot* s = pin(h, "pipeLinkGetPipelineInfo");
+    if (s == NULL) return PIPELINK_ERR_INVALID_ARGUMENT;
+    const Pipeline* p = s->pipeline;
+    info->name = p->plan.name, info->device_type = p->plan.device_type;
+    info->n_inputs = p->plan.n_inputs, info->n_outputs = p->plan.n_outputs, info->n_stages = p->plan.n_stages;
+    info->inputs = p->input_info, info->outputs = p->output_info, info->arena_bytes = p->plan.arena_bytes;
+    unpin(s);
+    return plk_ok();
+}
+
+/* ---- execution ---- */
+
+static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                              PipeLinkTensor* outputs, int32_t n_outputs, void* stream) {
+    Slot* s = pin(h, fn);
+    if (s == NULL) return PIPELINK_ERR_INVALID_ARGUMENT;
+    Pipeline* p = s->pipeline;
+    PipeLinkStatus st = PIPELINK_SUCCESS;
+    if (n_inputs != p->plan.n_inputs || n_outputs != p->plan.n_outputs)
+        st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline '%s' takes %d inputs and %d outputs (got %d and %d); "
+                      "pipeLinkGetPipelineInfo lists them", fn, p->plan.name, p->plan.n_inputs, p->plan.n_outputs, n_inputs, n_outputs);
+    else if ((inputs == NULL && n_inputs > 0) || (outputs == NULL && n_outputs > 0))
+        st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: %s is NULL, but the pipeline has %d of them", fn,
+                      inputs == NULL && n_inputs > 0 ? "inputs" : "outputs", inputs == NULL && n_inputs > 0 ? n_inputs : n_outputs);
+    else if (stream != NULL)
+        st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline '%s' is a CPU plan; pass a NULL stream", fn, p->plan.name);
+    else
+        st = plk_pipeline_execute(p, inputs, outputs);
+    unpin(s);
+    return st;
+}
+
+PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                               PipeLinkTensor* outputs, int32_t n_outputs) {
+    return execute("pipeLinkExecute", h, inputs, n_inputs, outputs, n_outputs, NULL);
+}
+
+PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                                    PipeLinkTensor* outputs, int32_t n_outputs, void* stream) {
+    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream);
+}
+
+/* ---- operators ---- */
+
+PipeLinkStatus pipeLinkGetOperatorInfo(const char* name, char* json, size_t capacity) {
+    if (name == NULL || json == NULL)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkGetOperatorInfo: %s is NULL", name == NULL ? "name" : "json");
+    PipeLinkStatus st = PIPELINK_SUCCESS;
+    int found = 0;
+    pthread_mutex_lock(&registry_lock); /* no pipeline is destroyed while we read it */
+    for (int i = 0; i < MAX_PIPELINES && !found; ++i) {
+        if (!(atomic_load(&slots[i].state) & 1)) continue;
+        const Plan* plan = &slots[i].pipeline->plan;
+        for (int32_t k = 0; k < plan->n_stages && !found; ++k) {
+            const Stage* s = &plan->stages[k];
+            if (s->kind != PLK_STAGE_CALL || strcmp(s->call.op_name, name) != 0) continue;
+            found = 1;
+            size_t need = strlen(s->op_json) + 1;
+            if (need > capacity)
+                st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkGetOperatorInfo: operator %s's info needs %zu "
+                              "bytes, the buffer has %zu", name, need, capacity);
+            else
+                memcpy(json, s->op_json, need);
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (!found)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkGetOperatorInfo: no loaded pipeline uses operator '%s'", name);
+    return st ? st : plk_ok();
+}

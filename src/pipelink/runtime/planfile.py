@@ -1,0 +1,331 @@
+"""Writing compiled plans (``.plk``) for the native core: ``Pipeline.save`` and ``pipelink compile``.
+
+The format is documented in ``docs/plan-format.md``; ``src/pipelink/native/plan.c`` reads it. This module
+only serialises a plan the executor already compiled (shapes, memory plan, steps); it never plans itself.
+A stage the native core cannot run makes the compile fail with a ``ConfigError`` pointing at the stage.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..dtypes import get_dtype
+from ..errors import ConfigError, ErrorCode, HardwareUnsupportedError, InvalidArgumentError, Problem
+from ..graph.linker import LinkedStage
+from ..modules.native import load_library
+from ..modules.services import ATTR_FLOATS, ATTR_INTS, ATTR_STR, AttrArray
+from .executor import compile_plan
+
+__all__ = ["MAGIC", "FORMAT_VERSION", "HEADER_SIZE", "write_plan", "plan_bytes", "parse_shape"]
+
+MAGIC = b"PLKPLAN\0"
+FORMAT_VERSION = 1
+HEADER_SIZE = 64
+DEVICE_CPU = 1
+STORAGE_EXTERNAL, STORAGE_ARENA = 0, 1
+STAGE_CALL, STAGE_RELAYOUT = 0, 1
+ON_ERROR = {"fail": 0, "identity": 1, "skip": 2, "fallback": 3}
+
+
+class _Payload:
+    """Little-endian primitives of the payload (docs/plan-format.md, "Encoding")."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def u8(self, v: int) -> None:
+        self.parts.append(struct.pack("<B", v))
+
+    def u32(self, v: int) -> None:
+        self.parts.append(struct.pack("<I", v))
+
+    def i32(self, v: int) -> None:
+        self.parts.append(struct.pack("<i", v))
+
+    def u64(self, v: int) -> None:
+        self.parts.append(struct.pack("<Q", v))
+
+    def i64s(self, vs) -> None:
+        self.parts.append(struct.pack(f"<{len(vs)}q", *vs))
+
+    def f64s(self, vs) -> None:
+        self.parts.append(struct.pack(f"<{len(vs)}d", *vs))
+
+    def str(self, s: str | bytes) -> None:
+        b = s.encode() if isinstance(s, str) else s
+        self.u32(len(b))
+        self.parts.append(b)
+
+    def refs(self, refs) -> None:
+        self.u32(len(refs))
+        for r in refs:
+            self.i32(r)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _refuse(st: LinkedStage, why: str) -> ConfigError:
+    message = (
+        f"stage {st.id!r} (operator {st.desc.name!r}) cannot be compiled for the native core: {why}"
+    )
+    return ConfigError(
+        f"cannot compile the pipeline: {message}",
+        errors=[Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, st.path, message)],
+        stage=st.id,
+    )
+
+
+def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
+    """The manifest entry of a native CPU operator, or a ConfigError saying why the core cannot call it."""
+    if desc.source in ("builtin", "python"):
+        kind = "a built-in NumPy operator" if desc.source == "builtin" else "a Python operator"
+        raise _refuse(
+            st,
+            f"{what} {desc.name!r} is {kind}; the native core calls native modules (C ABI) only. Use a "
+            "native module for it, or run this pipeline from Python",
+        )
+    module = load_library(desc.source, registry=registry)
+    spec = next(s for s in module.specs if s.name == desc.name and s.version == desc.version)
+    if spec.signature is not None:
+        raise _refuse(
+            st, f"{what} is a legacy kernel bound through a sidecar; the core calls ABI entry points only"
+        )
+    if "cpu" not in spec.entry:
+        raise _refuse(st, f"{what} has no CPU entry point (devices {list(spec.devices)}); CPU plans need one")
+    return module, spec
+
+
+def _check_stage(st: LinkedStage, registry) -> None:
+    c = st.config
+    if c.isolation == "process":
+        raise _refuse(st, "isolation 'process' runs only in the Python executor; remove it to compile")
+    _native_spec(st.desc, registry, st)
+    if st.fallback is not None:
+        _native_spec(st.fallback, registry, st, what="its fallback")
+
+
+def _attrs(p: _Payload, values: Mapping[str, Any], where: str) -> None:
+    # AttrArray decides how each Python value crosses the ABI; the plan stores exactly that.
+    arr = AttrArray(values, where=where)
+    p.u32(arr.count)
+    for slot in list(arr.array)[: arr.count]:
+        p.str(slot.name)
+        p.u8(slot.type)
+        if slot.type == ATTR_STR:
+            p.str(ctypes.string_at(slot.value.s, slot.count))
+        elif slot.type in (ATTR_FLOATS, ATTR_INTS):
+            p.u32(slot.count)
+            if slot.type == ATTR_FLOATS:
+                p.f64s(slot.value.floats[: slot.count])
+            else:
+                p.i64s(slot.value.ints[: slot.count])
+        elif slot.type == 0:  # ATTR_FLOAT
+            p.f64s([slot.value.f])
+        else:  # int, bool
+            p.i64s([slot.value.i])
+
+
+def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str) -> None:
+    p.str(spec.name)
+    p.u32(library)
+    p.str(spec.entry["cpu"])
+    p.str(spec.workspace_size or "")
+    p.str(spec.context_create or "")
+    p.str(spec.context_destroy or "")
+    _attrs(p, values, where)
+
+
+def _signature(pipe, shapes: Mapping[str, tuple] | None) -> tuple:
+    decls = pipe.graph.config.inputs or {}
+    sig = []
+    for name in pipe.graph.external_inputs:
+        shape, dtype = (shapes or {}).get(name, (None, None))
+        decl = decls.get(name)
+        if shape is None and decl is not None and decl.shape is not None:
+            shape = decl.shape
+        if dtype is None and decl is not None:
+            dtype = decl.dtype
+        if shape is None or dtype is None or not all(isinstance(d, int) for d in shape):
+            raise InvalidArgumentError(
+                f"input {name!r} has no concrete shape and dtype to compile for; declare it in the config's "
+                f"'inputs', or pass --shape {name}=AxB:dtype (Pipeline.save(shapes={{...}}))",
+                input=name,
+            )
+        sig.append((name, tuple(int(d) for d in shape), get_dtype(dtype).name, False))
+    return tuple(sig)
+
+
+def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> bytes:
+    """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
+    if pipe._backend.kind != "cpu":
+        raise HardwareUnsupportedError(
+            f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU plans only in this "
+            "version: load it with device='cpu' (pipelink compile --device cpu)",
+            device=pipe.device,
+        )
+    graph, registry = pipe.graph, pipe._registry
+    for st in graph.stages:
+        _check_stage(st, registry)
+    # Inputs are marked non-contiguous so the plan reserves a relayout buffer for each input a contiguous
+    # port reads; the core uses it only when a caller's tensor is strided.
+    signature = _signature(pipe, shapes)
+    tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
+    plan = compile_plan(graph, registry, pipe._backend, {}, signature, tuned=tuned)
+    try:
+        return _serialise(pipe, plan, path, tuned)
+    finally:
+        plan.release()
+
+
+def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -> bytes:
+    graph, registry = pipe.graph, pipe._registry
+    tensors: list[tuple[str, str, tuple, int, int]] = []  # name, dtype, shape, storage, offset
+    index: dict[str, int] = {}
+
+    def add(name: str, storage: int, offset: int = 0, *, bind: bool = True) -> int:
+        tensors.append((name, plan.dtypes[name], plan.shapes[name], storage, offset))
+        if bind:
+            index[name] = len(tensors) - 1
+        return len(tensors) - 1
+
+    inputs = [add(n, STORAGE_EXTERNAL) for n in graph.external_inputs]
+    passthrough = [n for n in graph.outputs if n in index]
+    outputs = [add(n, STORAGE_EXTERNAL, bind=n not in index) for n in graph.outputs]
+    for b in plan.memory.buffers.values():
+        add(b.name, STORAGE_ARENA, b.offset)
+
+    libraries: dict[str, int] = {}
+    lib_entries: list[tuple[str, bytes]] = []
+
+    def library(module) -> int:
+        key = str(module.path)
+        if key not in libraries:
+            libraries[key] = len(lib_entries)
+            rel = os.path.relpath(module.path, Path(path).resolve().parent)
+            lib_entries.append((rel, hashlib.sha256(module.path.read_bytes()).digest()))
+        return libraries[key]
+
+    stages = _Payload()
+    n_stages = 0
+    relayouts: set[str] = set()
+    for step in plan.steps:
+        st = step.stage
+        for source, name in zip(st.inputs, step.in_names, strict=True):
+            if name is not None and name != source and name not in relayouts:
+                # An input a contiguous port reads: copied into its arena buffer only when strided.
+                relayouts.add(name)
+                stages.u8(STAGE_RELAYOUT)
+                stages.str(f"{st.id}.relayout.{source}")
+                stages.u8(1)
+                stages.refs([index[source]])
+                stages.refs([index[name]])
+                n_stages += 1
+        module, spec = _native_spec(st.desc, registry, st)
+        c = st.config
+        stages.u8(STAGE_CALL)
+        stages.str(st.id)
+        stages.str(str(st.desc.version))
+        stages.str(json.dumps(spec.raw, sort_keys=True))
+        stages.u8(ON_ERROR[c.on_error.kind])
+        stages.u8(1 if c.constraints.check_finite else 0)
+        stages.f64s([float(c.constraints.timeout_ms or 0.0)])
+        params = dict(tuned.get(st.id, {}))
+        if st.math:
+            params["math"] = st.math
+        _call(stages, spec, library(module), {**st.attrs, **params}, f"stage {st.id!r}")
+        stages.refs([index[n] if n is not None else -1 for n in step.in_names])
+        stages.refs([index[n] for n in step.out_names])
+        if c.on_error.kind == "fallback":
+            fb_module, fb_spec = _native_spec(st.fallback, registry, st, what="its fallback")
+            _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback")
+            stages.u32(len(st.fallback.inputs))
+            stages.u32(len(st.fallback.outputs))
+        n_stages += 1
+    for name in passthrough:  # an input returned as an output: copied into the caller's output
+        stages.u8(STAGE_RELAYOUT)
+        stages.str(f"output.{name}")
+        stages.u8(0)
+        stages.refs([index[name]])
+        stages.refs([outputs[graph.outputs.index(name)]])
+        n_stages += 1
+
+    p = _Payload()
+    p.str(pipe.name)
+    p.u64(plan.memory.peak_bytes)
+    p.u32(max([b.alignment for b in plan.memory.buffers.values()] + [256]))
+    p.u32(len(tensors))
+    for name, dtype, shape, storage, offset in tensors:
+        p.str(name)
+        p.i32(get_dtype(dtype).c_enum)
+        p.u32(len(shape))
+        p.i64s(shape)
+        p.u8(storage)
+        p.u64(offset)
+    p.refs(inputs)
+    p.refs(outputs)
+    p.u32(len(lib_entries))
+    for rel, digest in lib_entries:
+        p.str(rel)
+        p.parts.append(digest)
+    p.u32(n_stages)
+    p.parts.append(stages.bytes())
+    payload = p.bytes()
+    header = MAGIC + struct.pack("<IIiiQ", FORMAT_VERSION, HEADER_SIZE, DEVICE_CPU, 0, len(payload))
+    return header + hashlib.sha256(payload).digest() + payload
+
+
+def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None = None) -> Path:
+    """Compile ``pipe`` for the native core and write the plan to ``path`` (atomically).
+
+    Parameters
+    ----------
+    shapes : dict of name -> (shape, dtype), optional
+        The input signature to compile for; by default the config's declared ``inputs``. A dtype of None
+        takes the declared one.
+
+    Raises
+    ------
+    ConfigError
+        A stage the native core cannot run (a built-in or Python operator, a legacy kernel, isolation
+        'process'): the problem points at the stage.
+    InvalidArgumentError
+        An input without a concrete shape and dtype.
+    HardwareUnsupportedError
+        The pipeline is not loaded on the CPU.
+    """
+    out = Path(path)
+    data = plan_bytes(pipe, out, shapes)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+    return out
+
+
+def parse_shape(text: str) -> tuple[str, tuple[tuple[int, ...], str | None]]:
+    """``NAME=AxB[:dtype]`` (``NAME=:dtype`` or ``NAME=`` for 0-d) -> (name, (shape, dtype or None)).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming the text and the expected form.
+    """
+    name, sep, rest = text.partition("=")
+    dims, _, dtype = rest.partition(":")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 for d in shape):
+        raise InvalidArgumentError(
+            f"--shape {text!r}: expected NAME=AxB[:dtype], e.g. x=8x1024:float32 (NAME=:float32 for a 0-d "
+            "input)"
+        )
+    return name, (shape, get_dtype(dtype).name if dtype else None)

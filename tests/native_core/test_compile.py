@@ -1,0 +1,110 @@
+"""Compiling configs into plans (Pipeline.save, `pipelink compile`, `pipelink lib-dir`); what is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pipelink as pl
+from pipelink.cli import main
+from pipelink.errors import ConfigError, ErrorCode, InvalidArgumentError
+from pipelink.runtime.planfile import parse_shape
+
+from .conftest import EXAMPLE, layernorm_config
+
+
+@pytest.fixture
+def ln_dir(plans, tmp_path):
+    """A folder with the example's undeclared config (seed 4.4) and the C twin module beside it."""
+    (tmp_path / "lib").mkdir()
+    module = (plans / "lib" / "liblayernorm_module.so").read_bytes()
+    (tmp_path / "lib" / "liblayernorm_module.so").write_bytes(module)
+    (tmp_path / "config.json").write_text((EXAMPLE / "config.json").read_text())
+    return tmp_path
+
+
+def test_cli_compile_with_shapes_equals_save_of_declared_inputs(ln_dir, capsys):
+    # One signature, on the command line or declared in the config: the same plan, byte for byte.
+    rc = main([
+        "compile", str(ln_dir / "config.json"), "-o", str(ln_dir / "cli.plk"),
+        "--shape", "input_tensor=8x1024:float32", "--shape", "gamma_tensor=1024:float32",
+        "--shape", "beta_tensor=1024:float32", "--shape", "eps_scalar=:float32",
+    ])
+    assert rc == 0, capsys.readouterr()
+    declared = ln_dir / "declared.json"
+    declared.write_text(json.dumps(layernorm_config("./lib/liblayernorm_module.so")))
+    with pl.load(declared, device="cpu") as pipe:
+        pipe.save(ln_dir / "api.plk")
+    cli, api = (ln_dir / "cli.plk").read_bytes(), (ln_dir / "api.plk").read_bytes()
+    # Only the pipeline's name (the config's stem) differs: compare past it.
+    assert len(cli) - len("config") == len(api) - len("declared")
+    assert cli[68 + len("config"):] == api[68 + len("declared"):]
+
+
+def test_compile_without_shapes_names_the_input(ln_dir, capsys):
+    with pl.load(ln_dir / "config.json", device="cpu") as pipe, pytest.raises(InvalidArgumentError) as e:
+        pipe.save(ln_dir / "x.plk")
+    assert "input_tensor" in str(e.value) and "--shape" in str(e.value)
+    assert main(["compile", str(ln_dir / "config.json"), "-o", str(ln_dir / "x.plk")]) == 1
+    assert "error[PIPELINK_ERR_INVALID_ARGUMENT]" in capsys.readouterr().err
+
+
+def test_a_builtin_stage_is_refused_naming_it(tmp_path, capsys):
+    cfg = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "relu", "id": "act", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    path = tmp_path / "builtin.json"
+    path.write_text(json.dumps(cfg))
+    with pl.load(path, device="cpu") as pipe, pytest.raises(ConfigError) as e:
+        pipe.save(tmp_path / "x.plk")
+    assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_CONFIG
+    assert e.value.errors[0].path == "/pipeline/0"
+    assert "'act'" in e.value.message and "built-in NumPy operator" in e.value.message
+    assert not (tmp_path / "x.plk").exists()
+    assert main(["compile", str(path), "-o", str(tmp_path / "x.plk")]) == 2
+    assert "error[PIPELINK_ERR_INVALID_CONFIG]" in capsys.readouterr().err
+
+
+def test_process_isolation_is_refused(plans, tmp_path):
+    cfg = json.loads((plans / "fail.json").read_text())
+    cfg["pipeline"][0]["library"] = str(plans / "lib" / "libcore_ops.so")
+    cfg["pipeline"][0]["isolation"] = "process"
+    with pl.load(cfg, device="cpu") as pipe, pytest.raises(ConfigError, match="isolation 'process'"):
+        pipe.save(tmp_path / "x.plk")
+
+
+@pytest.mark.parametrize("text", ["x", "=4", "x=4xA", "x=-1", "x=4:notadtype"])
+def test_bad_shape_options(text):
+    with pytest.raises(InvalidArgumentError):
+        parse_shape(text)
+
+
+def test_shape_options():
+    assert parse_shape("x=8x1024:float16") == ("x", ((8, 1024), "float16"))
+    assert parse_shape("eps=:float32") == ("eps", ((), "float32"))
+    assert parse_shape("x=3") == ("x", ((3,), None))
+
+
+def test_lib_dir_prints_the_library_folder(runtime_lib, capsys):
+    assert main(["lib-dir"]) == 0
+    assert capsys.readouterr().out.strip() == str(runtime_lib.parent)
+
+
+def test_a_missing_library_says_how_to_build_it(monkeypatch, tmp_path, capsys):
+    # An install without a C compiler succeeds; the library is then missing and lib-dir says what to do.
+    import pipelink.native.build as native_build
+
+    monkeypatch.setattr(native_build, "default_output", lambda: tmp_path / "lib" / "libpipelink_runtime.so")
+    assert main(["lib-dir"]) == 1
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "error[PIPELINK_ERR_MODULE_LOAD_FAILED]" in err and "python -m pipelink.native.build" in err
+
+
+def test_a_failing_compiler_is_reported(tmp_path):
+    from pipelink.native.build import compile_runtime
+
+    with pytest.raises(RuntimeError, match="failed"):
+        compile_runtime(tmp_path / "lib.so", compiler=["false"])
+    assert not (tmp_path / "lib.so").exists()
