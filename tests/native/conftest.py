@@ -26,6 +26,10 @@ NAMES = [
     "duplicate",
     "bomb",
     "legacy",
+    "ctor_segv",
+    "ctor_exit",
+    "marker",
+    "fnmanifest",
 ]
 
 
