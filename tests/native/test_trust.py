@@ -168,7 +168,7 @@ def _patch(data: bytes, offset: int, fmt: str, value: int) -> bytes:
 
 def _load_headers(data: bytes):
     """(e_phoff, e_phentsize, [(index, p_type)]) of a 64-bit little-endian ELF file."""
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     entsize, count = struct.unpack_from("<HH", data, 0x36)
     return phoff, entsize, [(i, struct.unpack_from("<I", data, phoff + i * entsize)[0]) for i in range(count)]
 
@@ -321,3 +321,8 @@ def test_an_over_long_or_odd_path_is_a_load_error(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ModuleLoadError, match="not a regular file"):
         load_library(fifo, registry=OperatorRegistry())
+
+
+def test_the_public_load_library_probes_on_request(libs):
+    with pytest.raises(pl.ModuleLoadError, match="SIGSEGV"):
+        pl.load_library(libs["ctor_segv"], probe=True)

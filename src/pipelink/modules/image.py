@@ -243,21 +243,35 @@ def probe_image(image: ModuleImage, *, manifest: bool = False, timeout_s: float 
             check=False,
         )
     except subprocess.TimeoutExpired as e:
-        raise _probe_error(image, f"opening it did not finish within {timeout_s:g} s (a constructor that "
-                           f"never returns?)", e.stderr) from None
+        raise _probe_error(
+            image,
+            f"opening it did not finish within {timeout_s:g} s (a constructor that never returns?)",
+            e.stderr,
+        ) from None
     except OSError as e:
         raise _probe_error(image, f"the probe process could not start ({e})", b"") from e
     kind, _, body = done.stdout.partition(b"\n")
     if done.returncode < 0:
-        raise _probe_error(image, f"opening it crashed the probe process ({_signal_name(-done.returncode)}: "
-                           f"a constructor that crashes, or a damaged ELF file)", done.stderr)
+        raise _probe_error(
+            image,
+            f"opening it crashed the probe process ({_signal_name(-done.returncode)}: "
+            f"a constructor that crashes, or a damaged ELF file)",
+            done.stderr,
+        )
     if kind == b"refused":
-        raise _probe_error(image, f"the dynamic loader refused it ({body.decode('utf-8', 'replace')})",
-                           b"", hint="check that the libraries it needs are installed ('pipelink inspect' "
-                           "lists them)")
+        raise _probe_error(
+            image,
+            f"the dynamic loader refused it ({body.decode('utf-8', 'replace')})",
+            b"",
+            hint="check that the libraries it needs are installed ('pipelink inspect' lists them)",
+        )
     if kind not in (b"ok", b"manifest", b"null") or done.returncode != 0:
-        raise _probe_error(image, f"opening it ended the probe process with exit code {done.returncode} (a "
-                           f"constructor that calls exit()?)", done.stderr)
+        raise _probe_error(
+            image,
+            f"opening it ended the probe process with exit code {done.returncode} (a "
+            f"constructor that calls exit()?)",
+            done.stderr,
+        )
     text = body.decode("utf-8", errors="replace") if kind == b"manifest" else None
     with _LOCK:
         _PROBED[image.sha256] = text if manifest else _PROBED.get(image.sha256, "")
@@ -277,8 +291,7 @@ def _probe_error(image: ModuleImage, what: str, stderr: bytes | None, *, hint: s
     tail = (stderr or b"")[-400:].decode("utf-8", errors="replace").strip()
     return ModuleLoadError(
         f"native module {image.path}: {what}; it was opened in a child process first, so this process "
-        f"is unharmed. {hint or 'Fix or rebuild the library'}"
-        + (f" (its output: {tail})" if tail else ""),
+        f"is unharmed. {hint or 'Fix or rebuild the library'}" + (f" (its output: {tail})" if tail else ""),
         module=str(image.path),
         sha256=image.sha256,
     )
