@@ -28,6 +28,7 @@ NAMES = [
     "legacy",
     "ctor_segv",
     "ctor_exit",
+    "ctor_hang",
     "marker",
     "fnmanifest",
 ]

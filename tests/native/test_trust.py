@@ -11,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -265,6 +266,7 @@ def test_with_process_isolation_only_the_worker_opens_the_module(libs, tmp_path,
         np.testing.assert_array_equal(np.asarray(pipe.run(x=x)["y"]), 2 * x)
     opened = _openers(marker)
     assert opened and os.getpid() not in opened  # the worker opened it; this process never did
+    assert not image_mod.is_opened(read_image(libs["marker"]).sha256)
     with pl.load({"pipeline": [stage]}, device="cpu") as pipe:  # the same config without isolation
         np.testing.assert_array_equal(np.asarray(pipe.run(x=x)["y"]), 2 * x)
     assert os.getpid() in _openers(marker)
@@ -326,3 +328,10 @@ def test_an_over_long_or_odd_path_is_a_load_error(tmp_path):
 def test_the_public_load_library_probes_on_request(libs):
     with pytest.raises(pl.ModuleLoadError, match="SIGSEGV"):
         pl.load_library(libs["ctor_segv"], probe=True)
+
+
+def test_a_constructor_that_never_returns_is_a_load_error_after_the_probe_timeout(libs):
+    started = time.perf_counter()
+    with pytest.raises(ModuleLoadError, match="did not finish within 1 s"):
+        probe_image(read_image(libs["ctor_hang"]), timeout_s=1.0)
+    assert time.perf_counter() - started < 30

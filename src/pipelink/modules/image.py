@@ -27,6 +27,7 @@ __all__ = [
     "ModuleImage",
     "read_image",
     "open_image",
+    "is_opened",
     "probe_image",
     "probe_default",
     "PROBE_ENV",
@@ -198,6 +199,12 @@ def open_image(image: ModuleImage) -> ctypes.CDLL:
         return lib
 
 
+def is_opened(sha256: str) -> bool:
+    """Whether this process has dlopened the bytes with this SHA-256 (isolated stages must not have)."""
+    with _LOCK:
+        return sha256 in _OPENED
+
+
 def _loader_message(e: OSError, fd: int | None = None) -> str:
     text = str(e)
     return text.replace(f"/proc/self/fd/{fd}: ", "") if fd is not None else text
@@ -234,6 +241,11 @@ def probe_image(image: ModuleImage, *, manifest: bool = False, timeout_s: float 
         if image.sha256 in _PROBED and (not manifest or _PROBED[image.sha256] != ""):
             return _PROBED[image.sha256]
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+    if not sys.executable:  # an embedding application without a Python executable to start
+        raise _probe_error(
+            image, "there is no Python executable to run the probe in (sys.executable is empty)", b"",
+            hint=f"Set {PROBE_ENV}=0 (or pass probe=False) to open trusted libraries without a probe",
+        )  # fmt: skip
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-S", str(_CHILD), "1" if manifest else "0"],
@@ -263,7 +275,7 @@ def probe_image(image: ModuleImage, *, manifest: bool = False, timeout_s: float 
             image,
             f"the dynamic loader refused it ({body.decode('utf-8', 'replace')})",
             b"",
-            hint="check that the libraries it needs are installed ('pipelink inspect' lists them)",
+            hint="Check that the libraries it needs are installed ('pipelink inspect' lists them)",
         )
     if kind not in (b"ok", b"manifest", b"null") or done.returncode != 0:
         raise _probe_error(
