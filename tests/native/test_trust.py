@@ -7,6 +7,7 @@ module or take the caller down, and shows that it cannot.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import struct
 import subprocess
@@ -213,6 +214,18 @@ def test_a_relocation_outside_the_image_is_refused_before_dlopen(libs, tmp_path)
     path = tmp_path / "libreloc.so"
     path.write_bytes(bad)
     with pytest.raises(ModuleLoadError, match="relocation writes at 0x7ff000000000"):
+        load_library(path, registry=OperatorRegistry(), probe=False)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="patches an x86-64 relocation type")
+def test_a_copy_relocation_in_a_library_is_refused(libs, tmp_path):
+    entries, _ = _relocations(libs["vop_v1"])
+    data = libs["vop_v1"].read_bytes()
+    (info,) = struct.unpack_from("<Q", data, entries[0][0] + 8)
+    bad = _patch(data, entries[0][0] + 8, "<Q", (info & ~0xFFFFFFFF) | 5)  # R_X86_64_COPY
+    path = tmp_path / "libcopy.so"
+    path.write_bytes(bad)
+    with pytest.raises(ModuleLoadError, match="COPY relocation"):
         load_library(path, registry=OperatorRegistry(), probe=False)
 
 

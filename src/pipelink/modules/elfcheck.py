@@ -32,6 +32,9 @@ _ARRAYS = ((DT_INIT_ARRAY, DT_INIT_ARRAYSZ), (DT_FINI_ARRAY, DT_FINI_ARRAYSZ),
            (DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ))  # fmt: skip
 # Relocations whose addend is an address in the library: RELATIVE, and IRELATIVE (a resolver it calls).
 _SELF_RELOCS = {"EM_X86_64": (8, 37), "EM_AARCH64": (1027, 1032), "EM_386": (8, 42), "EM_ARM": (23, 160)}
+# COPY relocations belong in executables only: in a library they copy another object's bytes into it,
+# as many as the symbols' sizes say, past any bound we could check.
+_COPY_RELOCS = {"EM_X86_64": 5, "EM_AARCH64": 1024, "EM_386": 5, "EM_ARM": 20}
 _MAX_ENTRIES = 1 << 22  # far beyond any real module; bounds the work a hostile count can ask for
 _MAX_VERSIONS = 4096
 _STT_TLS, _SHN_UNDEF, _SHN_ABS = 6, 0, 0xFFF1
@@ -178,6 +181,7 @@ def _check_dynamic(image: _Image, tags: dict[int, list[int]], machine: str) -> N
             if (ndx & 0x7FFF) > max(max_version, 1):
                 raise _Damaged(f"symbol {i} names version {ndx & 0x7FFF}, which is not defined")
     self_relocs = _SELF_RELOCS.get(machine, ())
+    copy_reloc = _COPY_RELOCS.get(machine)
     rela = (24 if image.is64 else 12), True
     rel = (16 if image.is64 else 8), False
     tables = [(DT_RELA, DT_RELASZ, *rela), (DT_REL, DT_RELSZ, *rel)]
@@ -192,10 +196,13 @@ def _check_dynamic(image: _Image, tags: dict[int, list[int]], machine: str) -> N
         if not image.mapped(start, size) or size // entsize > _MAX_ENTRIES:
             raise _Damaged(f"a relocation table (tag {addr_tag}) lies outside the loaded image")
         for i in range(size // entsize):
-            _check_relocation(image, start + i * entsize, has_addend, word, nsyms, self_relocs)
+            kind = _check_relocation(image, start + i * entsize, has_addend, word, nsyms, self_relocs)
+            if kind == copy_reloc:
+                raise _Damaged("a shared library holds a COPY relocation")
 
 
-def _check_relocation(image: _Image, at: int, has_addend: bool, word: int, nsyms: int, self_relocs) -> None:
+def _check_relocation(image: _Image, at: int, has_addend: bool, word: int, nsyms: int, self_relocs) -> int:
+    """Check one relocation's target, symbol and (for self-relative ones) address; returns its type."""
     if image.is64:
         offset, info = image.unpack("QQ", at)
         sym, kind = info >> 32, info & 0xFFFFFFFF
@@ -212,6 +219,7 @@ def _check_relocation(image: _Image, at: int, has_addend: bool, word: int, nsyms
         target = addend if addend is not None else int.from_bytes(image.read(offset, word), "little")
         if not image.mapped(target, 0):
             raise _Damaged(f"a relocation points at {target:#x}, outside the loaded image")
+    return kind
 
 
 def _symbol_count(image: _Image, tags: dict[int, list[int]]) -> int:
