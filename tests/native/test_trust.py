@@ -252,6 +252,10 @@ def test_a_library_others_can_write_loads_with_a_warning(libs, tmp_path):
     lib = shutil.copy(libs["vop_v1"], shared / "libvop.so")
     with pytest.warns(UserWarning, match="world-writable"):
         load_library(lib, registry=OperatorRegistry())
+    pinned = shutil.copy(libs["vop_v1"], shared / "libvop_pinned.so")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a pinned digest proves the bytes: nothing to warn about
+        load_library(pinned, sha256=read_image(libs["vop_v1"]).sha256, registry=OperatorRegistry())
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     writable = shutil.copy(libs["vop_v2"], private / "libvop2.so")

@@ -66,7 +66,7 @@ def read_image(path: str | Path, expected_sha256: str | None = None) -> ModuleIm
     """Read a module file once, hash those bytes and compare them with ``expected_sha256``.
 
     A file that is itself group/world-writable, or lies in a world-writable folder, is read with a
-    ``UserWarning`` (anyone could have planted it); it is not refused.
+    ``UserWarning`` (anyone could have planted it) unless ``expected_sha256`` pins it; it is not refused.
 
     Raises
     ------
@@ -109,7 +109,8 @@ def read_image(path: str | Path, expected_sha256: str | None = None) -> ModuleIm
                 expected=expected,
                 got=digest,
             )
-    _warn_if_writable_by_others(p, st, digest)
+    else:  # a pinned digest already proves the bytes are the intended ones, whoever could write the file
+        _warn_if_writable_by_others(p, st, digest)
     return ModuleImage(p, data, digest)
 
 
