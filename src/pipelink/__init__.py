@@ -78,11 +78,14 @@ def get_operator_info(name: str, version: str | None = None) -> OperatorDescript
         raise InvalidArgumentError(str(e), operator=name) from None
 
 
-def load_library(path, sha256: str | None = None) -> Any:
-    """Load a native operator module and register its operators (see ``docs/native-modules.md``)."""
+def load_library(path, sha256: str | None = None, *, probe: bool | None = None) -> Any:
+    """Load a native operator module and register its operators (see ``docs/native-modules.md``).
+
+    ``probe``: open it in a child process first (default: ``PIPELINK_PROBE_LIBRARIES``, on).
+    """
     from .modules.native import load_library as _load
 
-    return _load(path, sha256=sha256, registry=_builtins())
+    return _load(path, sha256=sha256, registry=_builtins(), probe=probe)
 
 
 def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:

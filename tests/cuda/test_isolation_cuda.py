@@ -66,7 +66,10 @@ def doc(library, isolation="process"):
 
 
 def test_illegal_address_in_isolated_module_is_contained(crashy):
+    from pipelink.modules.image import is_opened, read_image
+
     pipe = pl.load(doc(crashy), device="cuda")
+    assert not is_opened(read_image(crashy).sha256)  # only the worker opens an isolated stage's module
     rng = np.random.default_rng(3)
     x = rng.standard_normal(10_000).astype(np.float32)
     healthy = pl.load({"pipeline": [{"name": "gelu", "inputs": ["x"], "outputs": ["h"]}]}, device="cuda")

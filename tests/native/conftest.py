@@ -27,6 +27,11 @@ NAMES = [
     "bomb",
     "legacy",
     "overrun",
+    "ctor_segv",
+    "ctor_exit",
+    "ctor_hang",
+    "marker",
+    "fnmanifest",
 ]
 
 

@@ -157,7 +157,10 @@ def _link_stage(
             if load_library is None:
                 from ..modules.native import load_library as load_library_  # noqa: PLC0415
 
-                module = load_library_(path, sha256=stage.sha256, registry=registry)
+                # An isolated stage's module is opened only by its worker, never in this process.
+                module = load_library_(
+                    path, sha256=stage.sha256, registry=registry, open=stage.isolation != "process"
+                )
             else:
                 module = load_library(path, sha256=stage.sha256, registry=registry)
             source = str(getattr(module, "path", path))

@@ -1,42 +1,34 @@
-"""``pipelink inspect``: what a native module declares and exports, read without executing it when possible.
+"""``pipelink inspect``: what a native module declares and exports, read without ever running it here.
 
 The version symbols and needed libraries always come from the ELF dynamic section (pyelftools). The
 manifest comes from the ``.pipelink_manifest`` section, else a legacy sidecar, and only as a last resort
-from calling ``pipelink_manifest()`` (which loads the library). Never registers anything.
+from calling ``pipelink_manifest()`` in a child process (the probe): this process never opens the
+library. Never registers anything.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 from pathlib import Path
 from typing import Any
 
 from ..descriptor import REQUIRED
 from ..errors import ModuleLoadError
 from ..versioning import version_symbol
-from .elfinfo import file_sha256, read_elf, resolve_path
-from .manifest import OpSpec, parse_manifest
-from .native import sidecar_path
+from .elfinfo import read_elf
+from .image import probe_image, read_image
+from .manifest import OpSpec
+from .native import _parse, _read_sidecar, sidecar_path
 
 __all__ = ["inspect_library", "format_inspect"]
 
 
-def _manifest_by_loading(p: Path) -> str:
-    try:
-        lib = ctypes.CDLL(str(p), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    except OSError as e:
+def _manifest_by_probing(image) -> str:
+    text = probe_image(image, manifest=True)
+    if text is None:
         raise ModuleLoadError(
-            f"native module {p}: the manifest is not in a '.pipelink_manifest' section and "
-            f"the library cannot be loaded to ask for it ({e})",
-            module=str(p),
-        ) from e
-    fn = lib.pipelink_manifest
-    fn.restype, fn.argtypes = ctypes.c_char_p, []
-    raw = fn()
-    if raw is None:
-        raise ModuleLoadError(f"native module {p}: pipelink_manifest() returned NULL", module=str(p))
-    return raw.decode("utf-8", errors="replace")
+            f"native module {image.path}: pipelink_manifest() returned NULL", module=str(image.path)
+        )
+    return text
 
 
 def _plain(value: Any) -> Any:
@@ -102,8 +94,9 @@ def inspect_library(path: str | Path, *, sidecar: str | Path | None = None, allo
     sidecar : str or Path, optional
         A legacy sidecar (default: ``<path>.pipelink.json`` when it exists).
     allow_load : bool
-        Whether the library may be loaded to call ``pipelink_manifest()`` when the manifest is in no ELF
-        section (modules built with this header always have the section).
+        Whether the library may be opened in a child process to call ``pipelink_manifest()`` when the
+        manifest is in no ELF section (modules built with this header always have the section). This
+        process never opens it.
 
     Returns
     -------
@@ -118,8 +111,9 @@ def inspect_library(path: str | Path, *, sidecar: str | Path | None = None, allo
     ModuleLoadError
         Missing file, not an ELF shared library, no manifest, malformed manifest, unknown ABI version.
     """
-    p = resolve_path(path)
-    elf = read_elf(p)
+    image = read_image(path)
+    p = image.path
+    elf = read_elf(image.data, p)
     side = Path(sidecar) if sidecar is not None else sidecar_path(p)
     specs: list[OpSpec] = []
     sources = []
@@ -128,13 +122,13 @@ def inspect_library(path: str | Path, *, sidecar: str | Path | None = None, allo
         text, where = (
             (elf.manifest_text, "section")
             if elf.manifest_text is not None
-            else (_manifest_by_loading(p), "function")
+            else (_manifest_by_probing(image), "function")
         )
-        specs += parse_manifest(text, p)
+        specs += _parse(text, p)
         sources.append(where)
         abi = 1
     if side.is_file():
-        specs += parse_manifest(side.read_text(encoding="utf-8"), side, what="sidecar", legacy=True)
+        specs += _parse(_read_sidecar(side), side, what="sidecar", legacy=True)
         sources.append("sidecar")
         abi = 1
     if not sources:
@@ -158,8 +152,8 @@ def inspect_library(path: str | Path, *, sidecar: str | Path | None = None, allo
             )
     return {
         "path": str(p),
-        "sha256": file_sha256(p),
-        "size": p.stat().st_size,
+        "sha256": image.sha256,
+        "size": len(image.data),
         "machine": elf.machine,
         "abi_version": abi,
         "manifest_source": "+".join(sources),

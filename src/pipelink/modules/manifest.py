@@ -74,6 +74,10 @@ def parse_manifest(text: str, path: Path, *, what: str = "manifest", legacy: boo
             f"the {what} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})",
             "fix the PIPELINK_MANIFEST text (every key and string in double quotes, no trailing commas)",
         ) from e
+    except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
+        raise _error(
+            path, f"the {what} cannot be read ({type(e).__name__}: {e})", "fix the PIPELINK_MANIFEST text"
+        ) from e
     if not isinstance(doc, dict):
         raise _error(
             path,
@@ -140,18 +144,19 @@ def _operator(op: Any, index: int, path: Path, what: str, legacy: bool) -> OpSpe
         version = parse_version(need("version", (str, int), '"version": "1.0.0"'))
     except ValueError as e:
         raise _error(path, f"{what} {where}: {e}", 'write "version": "MAJOR.MINOR.PATCH"') from e
-    devices = tuple(op.get("devices", ["cpu"]))
-    bad = [d for d in devices if d not in DEVICES]
-    if bad or not devices:
+    raw_devices = op.get("devices", ["cpu"])
+    devices = tuple(raw_devices) if isinstance(raw_devices, list) else ()
+    bad = [d for d in devices if not isinstance(d, str) or d not in DEVICES]
+    if bad or not devices or len(set(devices)) != len(devices):
         raise _error(
             path,
-            f"{what} {where}: devices {list(devices)} (each must be one of {list(DEVICES)})",
+            f"{what} {where}: devices {raw_devices!r} (a list of distinct names from {list(DEVICES)})",
             'write "devices": ["cpu"] or ["cuda"]',
         )
     key = "symbol" if legacy else "entry"
     entry_value = need(key, (str, dict), f'"{key}": "{name}_compute"')
     entry = {d: entry_value for d in devices} if isinstance(entry_value, str) else dict(entry_value)
-    missing = [d for d in devices if not isinstance(entry.get(d), str)]
+    missing = [d for d in devices if not isinstance(entry.get(d), str) or not entry[d]]
     if missing:
         raise _error(
             path,
@@ -159,7 +164,7 @@ def _operator(op: Any, index: int, path: Path, what: str, legacy: bool) -> OpSpe
             f'give "{key}" as a string or a {{device: symbol}} object covering {list(devices)}',
         )
     dtype_vars = {}
-    for var, names in (op.get("dtype_vars") or {}).items():
+    for var, names in _mapping(op, "dtype_vars", path, f"{what} {where}", '{"T": ["float32"]}').items():
         dtype_vars[var] = frozenset(_dtype_names(names, path, f"{what} {where}: dtype_vars[{var!r}]"))
     spec = OpSpec(
         name=name,
@@ -171,10 +176,10 @@ def _operator(op: Any, index: int, path: Path, what: str, legacy: bool) -> OpSpe
         outputs=_ports(op, "outputs", path, f"{what} {where}", dtype_vars, is_input=False),
         attrs=_attrs(op.get("attrs", []), path, f"{what} {where}"),
         required_features=_features(op.get("required_features", []), path, f"{what} {where}"),
-        context_create=op.get("context_create"),
-        context_destroy=op.get("context_destroy"),
-        workspace_size=op.get("workspace_size"),
-        tunables={k: tuple(v) for k, v in (op.get("tunables") or {}).items()},
+        context_create=_symbol(op, "context_create", path, f"{what} {where}"),
+        context_destroy=_symbol(op, "context_destroy", path, f"{what} {where}"),
+        workspace_size=_symbol(op, "workspace_size", path, f"{what} {where}"),
+        tunables=_tunables(op, path, f"{what} {where}"),
         doc=str(op.get("doc", "")),
         raw=op,
     )
@@ -187,6 +192,36 @@ def _operator(op: Any, index: int, path: Path, what: str, legacy: bool) -> OpSpe
                 path, f"{what} {where}: returns {spec.returns!r}", 'write "returns": "void" or "int"'
             )
     return spec
+
+
+def _mapping(op: dict, key: str, path: Path, where: str, example: str) -> dict:
+    value = op.get(key) or {}
+    if not isinstance(value, dict):
+        raise _error(path, f"{where}: {key!r} must be an object (got {value!r})", f'write "{key}": {example}')
+    return value
+
+
+def _symbol(op: dict, key: str, path: Path, where: str) -> str | None:
+    value = op.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _error(path, f"{where}: {key!r} must name a symbol (got {value!r})", "give the function's name")
+    return value
+
+
+def _tunables(op: dict, path: Path, where: str) -> dict[str, tuple]:
+    tunables = _mapping(op, "tunables", path, where, '{"block": [128, 256]}')
+    for name, values in tunables.items():
+        if not isinstance(values, list) or not values or not all(_is_scalar(v) for v in values):
+            raise _error(
+                path,
+                f"{where}: tunable {name!r} must be a non-empty list of numbers or strings (got {values!r})",
+                'write "tunables": {"block": [128, 256]}',
+            )
+    return {k: tuple(v) for k, v in tunables.items()}
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, int | float | str) and not isinstance(value, bool)
 
 
 def _kind(kind: type | tuple) -> str:
@@ -237,7 +272,7 @@ def _ports(
                 f'declare it in "dtype_vars" or use one of {sorted(DTYPES)}',
             )
         shape = item.get("shape")
-        if shape is not None and not isinstance(shape, list | str | dict):
+        if not _is_pattern(shape, op):
             raise _error(
                 path,
                 f"{where}: {key}[{i}].shape {shape!r} is not a pattern",
@@ -256,6 +291,24 @@ def _ports(
             )
         ports.append(Port(pname, shape=shape, dtype=dtype, optional=bool(item.get("optional", False))))
     return tuple(ports)
+
+
+def _is_pattern(shape: Any, op: dict) -> bool:
+    """None, an input's name, ``{"broadcast": [input names]}`` or a list of dims (ints >= 0, names, "...")."""
+    if shape is None or isinstance(shape, str):
+        return True
+    if isinstance(shape, dict):
+        inputs = {p.get("name") if isinstance(p, dict) else p for p in op.get("inputs") or []}
+        names = shape.get("broadcast")
+        return (
+            list(shape) == ["broadcast"]
+            and isinstance(names, list)
+            and all(isinstance(n, str) and n in inputs for n in names)
+        )
+    if isinstance(shape, list):
+        dims_ok = all(isinstance(d, str) or (type(d) is int and d >= 0) for d in shape)
+        return dims_ok and shape.count("...") <= 1
+    return False
 
 
 def _attrs(items: Any, path: Path, where: str) -> tuple[Attr, ...]:
@@ -294,5 +347,12 @@ def _features(items: Any, path: Path, where: str) -> tuple[Requirement, ...]:
                 f"{where}: required_features entry {item!r} is invalid",
                 'write [{"feature": "tensor_core", "minimum": 8}]',
             )
-        out.append(Requirement(item["feature"], float(item.get("minimum", 1))))
+        minimum = item.get("minimum", 1)
+        if not isinstance(minimum, int | float) or isinstance(minimum, bool) or minimum != minimum:
+            raise _error(
+                path,
+                f"{where}: required feature {item['feature']!r} has minimum {minimum!r}, not a number",
+                'write [{"feature": "tensor_core", "minimum": 8}]',
+            )
+        out.append(Requirement(item["feature"], float(minimum)))
     return tuple(out)

@@ -1,15 +1,14 @@
 """Loading native operator modules (.so) through the C ABI of ``pipelink.h`` and registering their operators.
 
-Order of checks in :func:`load_library`: the file exists; its SHA-256 matches (before anything opens it);
-it is an ELF shared library; it carries a manifest (or a legacy sidecar); only then is it opened, the
-manifest validated, every named symbol and version symbol checked, and the operators registered.
-Never lets a bad library crash the process at load: every problem is a ``ModuleLoadError`` naming the file.
+A module is the bytes read once from its file (``image.py``): they are hashed, checked against ``sha256``,
+parsed as ELF and for the manifest, optionally opened first in a child process (the probe), and only then
+dlopened, from a sealed private copy of those same bytes, never from the path. Its identity is their
+SHA-256. Never lets a bad library crash the process at load: every problem is a ``ModuleLoadError``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -28,7 +27,8 @@ from ..errors import (
     error_for_code,
 )
 from ..versioning import check_compatible, parse_specifier, version_symbol
-from .elfinfo import ELFInfo, check_sha256, read_elf, resolve_path
+from .elfinfo import ELFInfo, read_elf
+from .image import ModuleImage, open_image, probe_default, probe_image, read_image
 from .manifest import OpSpec, parse_manifest
 from .registry import OperatorRegistry
 from .registry import registry as default_registry
@@ -45,11 +45,11 @@ from .services import (
     stream_handle,
 )
 
-__all__ = ["NativeModule", "load_library", "load_operator", "status_error", "sidecar_path"]
+__all__ = ["NativeModule", "load_library", "load_image", "load_operator", "status_error", "sidecar_path"]
 
 _LOCK = threading.RLock()
 _UNSET = object()
-# registry -> library path -> (file stamp, module); weak so a dropped registry drops its modules.
+# registry -> library path -> ((sha256, sidecar), module); weak so a dropped registry drops its modules.
 _CACHE: weakref.WeakKeyDictionary[OperatorRegistry, dict[str, tuple[tuple, NativeModule]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -57,16 +57,21 @@ _CACHE: weakref.WeakKeyDictionary[OperatorRegistry, dict[str, tuple[tuple, Nativ
 
 @dataclass
 class NativeModule:
-    """A loaded native module: its file, manifest, ELF facts and the operators it registered."""
+    """A loaded native module: its bytes (identity: their sha256), manifest, ELF facts and its operators."""
 
     path: Path
-    sha256: str | None
+    sha256: str
     elf: ELFInfo
     specs: list[OpSpec]
+    image: ModuleImage = field(repr=False)
     operators: list[OperatorDescriptor] = field(default_factory=list)
-    manifest_source: str = "function"  # "function" | "section" | "sidecar"
-    library: Any = None  # the ctypes.CDLL; kept alive as long as the module is
+    manifest_source: str = "section"  # "section" | "function" | "sidecar" (or "section+sidecar", ...)
     _registry: Any = field(default=None, repr=False)  # weakref: the load cache is keyed by the registry
+
+    @property
+    def library(self) -> ctypes.CDLL:
+        """The ctypes handle of the module's bytes, opened (from the sealed copy) on first use."""
+        return open_image(self.image)
 
     @property
     def registry(self) -> OperatorRegistry | None:
@@ -139,49 +144,77 @@ def load_library(
     sha256: str | None = None,
     registry: OperatorRegistry | None = None,
     sidecar: str | Path | None = None,
+    probe: bool | None = None,
+    open: bool = True,  # noqa: A002 - reads as the question it is: open it in this process?
 ) -> NativeModule:
     """Load a native module and register every operator it declares.
 
     Parameters
     ----------
     path : str or Path
-        The shared library (the caller resolves config-relative paths).
+        The shared library (the caller resolves config-relative paths). It is read once; what is hashed,
+        checked and opened are those bytes, so changing the file afterwards changes nothing loaded.
     sha256 : str, optional
-        Expected SHA-256 (hex); checked before the library is opened.
+        Expected SHA-256 (hex) of the bytes; checked before anything else reads them.
     registry : OperatorRegistry, optional
         Where to register (default: the global registry).
     sidecar : str or Path, optional
         A legacy sidecar descriptor; by default ``<path>.pipelink.json`` is used when it exists.
+    probe : bool, optional
+        Open the bytes in a child process first (once per content per process), so a constructor that
+        crashes or exits, or a file the loader chokes on, is a ``ModuleLoadError`` rather than the end of
+        this process. Default: ``PIPELINK_PROBE_LIBRARIES`` (on unless set to 0).
+    open : bool
+        Open the library in this process now. False for a module only isolated stages run: the manifest
+        comes from its ELF section (or the probe) and only the worker process opens it.
 
     Returns
     -------
     NativeModule
-        Loading the same unchanged file into the same registry again returns the same module.
+        Loading the same bytes into the same registry again returns the same module; new bytes at the
+        same path are a new module (its old operators are unregistered first).
 
     Raises
     ------
     IntegrityError
         The SHA-256 differs.
     ModuleLoadError
-        Missing file, not an ELF shared library, no or malformed manifest, unknown ABI version, a missing
-        symbol, version symbols that disagree with the manifest, or a name and version another module has.
+        Missing file, not an ELF shared library or a damaged one, no or malformed manifest, unknown ABI
+        version, a missing symbol, version symbols that disagree with the manifest, a name and version
+        another module has, or (probed) a library that crashes, exits or hangs when opened.
     """
+    return load_image(
+        read_image(path, sha256), registry=registry, sidecar=sidecar, probe=probe, open=open
+    )
+
+
+def load_image(
+    image: ModuleImage,
+    *,
+    registry: OperatorRegistry | None = None,
+    sidecar: str | Path | None = None,
+    probe: bool | None = None,
+    open: bool = True,  # noqa: A002 - see load_library
+) -> NativeModule:
+    """``load_library`` for bytes already read and verified (a worker gets its caller's image this way)."""
     reg = registry if registry is not None else default_registry
-    p = resolve_path(path)
-    digest = check_sha256(p, sha256)
-    st = p.stat()
-    stamp = (st.st_mtime_ns, st.st_size, st.st_ino, str(sidecar) if sidecar else None)
+    p = image.path
+    key = (image.sha256, str(sidecar) if sidecar else None)
     with _LOCK:
         hit = _CACHE.get(reg, {}).get(str(p))
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        if hit is not None:
-            hit[1].unload()  # the file changed: drop the old operators before registering the new ones
-        # A changed file at a path the dynamic loader already mapped would come back as the old mapping:
-        # open a private copy instead (hot reload). Old kernels keep their own mapping alive.
-        module = _load(p, digest, reg, Path(sidecar) if sidecar else None, fresh=hit is not None)
-        _CACHE.setdefault(reg, {})[str(p)] = (stamp, module)
-        return module
+        if hit is not None and hit[0] == key:
+            module = hit[1]
+        else:
+            if hit is not None:
+                hit[1].unload()  # new bytes at this path: drop the old operators before registering new ones
+            module = _load(
+                image, reg, Path(sidecar) if sidecar else None,
+                probe=probe_default() if probe is None else probe, open=open,
+            )  # fmt: skip
+            _CACHE.setdefault(reg, {})[str(p)] = (key, module)
+    if open:
+        module.library  # noqa: B018 - opened now, so a refusal is reported at load, not at the first run
+    return module
 
 
 def load_operator(
@@ -197,11 +230,13 @@ def load_operator(
     return load_library(path, sha256=sha256, registry=registry).operator(name, version, stage=stage)
 
 
-def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | None, *,
-          fresh: bool = False) -> NativeModule:
+def _load(
+    image: ModuleImage, reg: OperatorRegistry, sidecar: Path | None, *, probe: bool, open: bool  # noqa: A002
+) -> NativeModule:
     from . import legacy
 
-    elf = read_elf(p)
+    p = image.path
+    elf = read_elf(image.data, p)
     side = sidecar if sidecar is not None else sidecar_path(p)
     has_side = side.is_file()
     if sidecar is not None and not has_side:
@@ -214,30 +249,34 @@ def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | No
             f"from pipelink.h, or describe a legacy kernel in a sidecar file",
             module=str(p),
         )
-    lib = _open(_private_copy(p) if fresh else p)
+    # Only a module without the section must run code to say what it is: ask the probe when there is one.
+    by_function = elf.manifest_text is None and has_function
+    function_text = None
+    if probe or (by_function and not open):
+        function_text = probe_image(image, manifest=by_function)
+    elif by_function:
+        function_text = _call_manifest(open_image(image))
+    if by_function and function_text is None:
+        raise ModuleLoadError(
+            f"native module {p}: pipelink_manifest() returned NULL; return the manifest text "
+            f"(use PIPELINK_MANIFEST)",
+            module=str(p),
+        )
     specs: list[OpSpec] = []
-    source = "sidecar"
-    if has_function or elf.manifest_text is not None:
-        text = elf.manifest_text
-        source = "section"
-        if has_function:
-            fn = lib.pipelink_manifest
-            fn.restype, fn.argtypes = ctypes.c_char_p, []
-            raw = fn()
-            if raw is None:
-                raise ModuleLoadError(
-                    f"native module {p}: pipelink_manifest() returned NULL; return the "
-                    f"manifest text (use PIPELINK_MANIFEST)",
-                    module=str(p),
-                )
-            text, source = raw.decode("utf-8", errors="replace"), "function"
-        specs += parse_manifest(text, p)
+    sources = []
+    text = function_text if by_function else elf.manifest_text
+    if text is not None:
+        specs += _parse(text, p)
+        sources.append("function" if by_function else "section")
     if has_side:
-        specs += parse_manifest(side.read_text(encoding="utf-8"), side, what="sidecar", legacy=True)
+        specs += _parse(_read_sidecar(side), side, what="sidecar", legacy=True)
+        sources.append("sidecar")
     check_symbols(p, elf, specs)
     module = NativeModule(
-        p, digest, elf, specs, manifest_source=source, library=lib, _registry=weakref.ref(reg)
+        p, image.sha256, elf, specs, image, manifest_source="+".join(sources), _registry=weakref.ref(reg)
     )
+    if open:
+        module.library  # noqa: B018 - open before registering: a refusal leaves nothing registered
     module.operators = [_descriptor(module, spec, legacy) for spec in specs]
     try:
         for desc in module.operators:
@@ -248,31 +287,31 @@ def _load(p: Path, digest: str | None, reg: OperatorRegistry, sidecar: Path | No
     return module
 
 
-def _private_copy(p: Path) -> Path:
-    """A content-addressed copy of a library, so dlopen maps the new file rather than the old one."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"pipelink-reload-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    target = folder / f"{p.stem}.{digest}{p.suffix}"
-    if not target.exists():
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        shutil.copy2(p, tmp)
-        os.replace(tmp, target)
-    return target
+def _call_manifest(lib: ctypes.CDLL) -> str | None:
+    fn = lib.pipelink_manifest
+    fn.restype, fn.argtypes = ctypes.c_char_p, []
+    raw = fn()
+    return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
-def _open(p: Path) -> ctypes.CDLL:
+def _read_sidecar(side: Path) -> str:
     try:
-        return ctypes.CDLL(str(p), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        return side.read_bytes().decode("utf-8", errors="replace")
     except OSError as e:
+        raise ModuleLoadError(f"sidecar {side}: cannot be read ({e.strerror})", module=str(side)) from e
+
+
+def _parse(text: str, path: Path, **kw: Any) -> list[OpSpec]:
+    """``parse_manifest``, with anything it did not foresee in hostile text reported as a load failure."""
+    try:
+        return parse_manifest(text, path, **kw)
+    except PipeLinkError:
+        raise
+    except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as e:
         raise ModuleLoadError(
-            f"native module {p}: the dynamic loader refused it ({e}); check that the "
-            f"libraries it needs are installed ('pipelink inspect' lists them)",
-            module=str(p),
+            f"native module {path}: the {kw.get('what', 'manifest')} is malformed ({type(e).__name__}: {e}); "
+            f"fix the PIPELINK_MANIFEST text and rebuild",
+            module=str(path),
         ) from e
 
 
@@ -321,24 +360,18 @@ def check_symbols(p: Path, elf: ELFInfo, specs: list[OpSpec]) -> list[str]:
 
 def _descriptor(module: NativeModule, spec: OpSpec, legacy: Any) -> OperatorDescriptor:
     path = str(module.path)
-    variants = []
-    for device in spec.devices:
-        fn = getattr(module.library, spec.entry[device])
-        if spec.signature is not None:
-            bind = legacy.legacy_bind(module.path, spec, device, fn)
-        else:
-            fn.restype, fn.argtypes = COMPUTE_FN
-            bind = _abi_bind(module, spec, device, fn)
-        variants.append(
-            Variant(
-                device=device,
-                bind=bind,
-                name=f"{spec.name} {spec.version} ({device}, {module.path.name})",
-                source=path,
-                tunables=dict(spec.tunables),
-                required_features=spec.required_features if device == "cuda" else (),
-            )
+    variants = [
+        Variant(
+            device=device,
+            bind=_lazy_bind(module, spec, device, legacy),
+            name=f"{spec.name} {spec.version} ({device}, {module.path.name})",
+            source=path,
+            tunables=dict(spec.tunables),
+            required_features=spec.required_features if device == "cuda" else (),
+            origin=module,  # an isolated stage's worker opens module.image, the bytes verified here
         )
+        for device in spec.devices
+    ]
     return OperatorDescriptor(
         name=spec.name,
         version=spec.version,
@@ -368,6 +401,23 @@ def status_error(status: int, *, module: Path | str, operator: str, stage: str |
         operator=operator,
         status=status,
     )
+
+
+def _lazy_bind(module: NativeModule, spec: OpSpec, device: str, legacy: Any):
+    """A ``Variant.bind`` that opens the module in this process only when a stage is bound here."""
+    made: list[Any] = []
+
+    def bind(ctx: KernelContext):
+        if not made:
+            fn = getattr(module.library, spec.entry[device])
+            if spec.signature is not None:
+                made.append(legacy.legacy_bind(module.path, spec, device, fn))
+            else:
+                fn.restype, fn.argtypes = COMPUTE_FN
+                made.append(_abi_bind(module, spec, device, fn))
+        return made[0](ctx)
+
+    return bind
 
 
 def _abi_bind(module: NativeModule, spec: OpSpec, device: str, fn: Any):

@@ -63,7 +63,7 @@ class OperatorRegistry:
                     versions[i] = desc
                     return desc
                 if other.source not in ("builtin", "python") and desc.source not in ("builtin", "python"):
-                    if _same_content(other.source, desc.source):
+                    if _same_content(other, desc):
                         continue  # two copies of one module (same bytes): each stays reachable by path
                     raise ModuleLoadError(
                         f"operator {desc.name!r} version {desc.version} is provided by two modules: "
@@ -202,15 +202,13 @@ class OperatorRegistry:
         )
 
 
-def _same_content(a: str, b: str) -> bool:
-    """Whether two module files hold the same bytes (checked only when two modules claim one operator)."""
-    import hashlib
-    from pathlib import Path
+def _same_content(a: OperatorDescriptor, b: OperatorDescriptor) -> bool:
+    """Whether two native modules are the same bytes: the sha256 they were loaded from, never the disk now."""
 
-    try:
-        return hashlib.sha256(Path(a).read_bytes()).digest() == hashlib.sha256(Path(b).read_bytes()).digest()
-    except OSError:
-        return False
+    def digest(d: OperatorDescriptor) -> str | None:
+        return next((getattr(v.origin, "sha256", None) for v in d.variants), None)
+
+    return digest(a) is not None and digest(a) == digest(b)
 
 
 registry = OperatorRegistry()

@@ -124,12 +124,14 @@ def compile_plan(
         if st.math:
             params["math"] = st.math
         ctx = _context(st, st.attrs, shapes, dtypes, backend, params, services)
-        kernel = choice.variant.bind(ctx)
         isolated = st.config.isolation == "process"
         if isolated:
             from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
 
+            # Bound only in the worker: binding here would open an isolated native module in this process.
             kernel = isolate(st, choice.variant, ctx, backend, arena)
+        else:
+            kernel = choice.variant.bind(ctx)
         if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):
             uncapturable.append(st.id)
         step = Step(

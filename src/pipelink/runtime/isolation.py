@@ -56,6 +56,7 @@ class WorkerSpec:
     device: str = "cpu"
     ipc_handle: bytes | None = None  # CUDA IPC handle of the device staging block (CUDA)
     offsets: tuple = ()  # byte offsets of each present input, then each output, in the staging block
+    image: Any = None  # a native module's ModuleImage: the worker opens the bytes the caller verified
 
 
 def worker_spec(stage, variant, ctx, **where: Any) -> WorkerSpec:
@@ -73,6 +74,7 @@ def worker_spec(stage, variant, ctx, **where: Any) -> WorkerSpec:
         out_shapes=tuple(ctx.out_shapes),
         out_dtypes=tuple(ctx.out_dtypes),
         params=dict(ctx.params),
+        image=getattr(variant.origin, "image", None),
         **{"arena": None, "staging": None, **where},
     )
 

@@ -36,9 +36,10 @@ def _build_kernel(spec, backend=None):
     registry = OperatorRegistry()
     register_builtins(registry)  # with their CUDA variants
     if spec.source != "builtin":
-        from ..modules.native import load_library
+        from ..modules.native import load_image
 
-        load_library(spec.source, registry=registry)
+        # The caller's verified bytes, not the path (which may have changed); the worker is the isolation.
+        load_image(spec.image, registry=registry, probe=False)
     desc = registry.get(
         spec.operator, f"=={spec.version}", source=None if spec.source == "builtin" else spec.source
     )
