@@ -42,7 +42,7 @@ def _load(config: Path, device: str, graph: bool = False):
     import pipelink as pl
 
     try:
-        return pl.load(config, device=device, graph=graph)
+        return pl.load(config, device=device, cuda_graph=graph)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
 

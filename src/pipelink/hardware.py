@@ -59,6 +59,9 @@ class HardwareInfo:
     features: dict[str, float] = field(default_factory=dict)
     driver_version: str | None = None
     runtime_version: str | None = None
+    # Features the device only emulates (the CPU's fp16/bf16 through NumPy/ml_dtypes, tf32 as fp32): usable,
+    # but never a reason to prefer a narrower type (precision_policy "*_if_supported_else_fp32").
+    emulated: frozenset[str] = frozenset()
 
     def value(self, feature: str) -> float:
         if feature == "compute_capability":
@@ -86,6 +89,7 @@ def cpu_info() -> HardwareInfo:
         kind="cpu",
         name=platform.processor() or platform.machine() or "cpu",
         features={"fp32": 1, "fp64": 1, "fp16": 1, "bf16": 1, "atomic_double": 1},
+        emulated=frozenset({"fp16", "bf16", "tf32"}),
     )
 
 

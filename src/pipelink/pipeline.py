@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,11 @@ def load(
     config: str | Path | Mapping[str, Any],
     *,
     device: str = "auto",
-    graph: bool = False,
+    cuda_graph: bool = False,
     registry: OperatorRegistry | None = None,
     tuned: bool = True,
     static_outputs: bool = False,
+    graph: bool | None = None,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -120,12 +122,15 @@ def load(
         A JSON config (comments allowed) or the parsed document.
     device : str
         ``"auto"`` (GPU if one works, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-    graph : bool
-        Capture the plan into a CUDA graph per input signature and replay it (CUDA only; the CPU runs
-        eagerly, and so does a pipeline with per-stage policies or checks: ``load_report.warnings``).
+    cuda_graph : bool
+        Capture the plan into a CUDA graph per input signature and replay it (on a backend whose
+        ``capabilities.cuda_graphs`` holds; elsewhere, and for a pipeline with per-stage policies or
+        checks, it runs eagerly and ``load_report.warnings`` says why).
     static_outputs : bool
-        Graph mode only: return the graph's own output buffers instead of fresh copies. They are
+        CUDA-graph mode only: return the graph's own output buffers instead of fresh copies. They are
         overwritten by the next ``run()``.
+    graph : bool, optional
+        Deprecated spelling of ``cuda_graph`` (``Pipeline.graph`` is the DAG); warns.
 
     Raises
     ------
@@ -133,6 +138,13 @@ def load(
         With ``.errors``, every problem found (or the specific error class when all problems share one
         code, e.g. ShapeMismatchError for a declared shape that does not fit).
     """
+    if graph is not None:
+        warnings.warn(
+            "pl.load(graph=...) is deprecated: use cuda_graph=... (Pipeline.graph is the pipeline's DAG)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        cuda_graph = cuda_graph or bool(graph)
     reg = _registry(registry)
     cfg, linked, problems, backend = _check(config, reg, device)
     source = (
@@ -142,7 +154,7 @@ def load(
     )
     if problems:
         _raise_problems(problems, source)
-    return Pipeline(linked, backend, reg, graph_mode=graph, use_tuned=tuned, static_outputs=static_outputs)
+    return Pipeline(linked, backend, reg, cuda_graph=cuda_graph, use_tuned=tuned, static_outputs=static_outputs)
 
 
 class Pipeline:
@@ -154,7 +166,7 @@ class Pipeline:
         backend,
         registry: OperatorRegistry,
         *,
-        graph_mode: bool = False,
+        cuda_graph: bool = False,
         use_tuned: bool = True,
         static_outputs: bool = False,
     ):
@@ -164,8 +176,9 @@ class Pipeline:
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._lock = threading.RLock()
         self._closed = False
-        blockers = graph_blockers(graph) if graph_mode else []
-        self.graph_mode = bool(graph_mode) and backend.supports_graphs and not blockers
+        can_capture = backend.capabilities.cuda_graphs
+        blockers = graph_blockers(graph) if cuda_graph and can_capture else []
+        self.cuda_graph = bool(cuda_graph) and can_capture and not blockers
         self.static_outputs = static_outputs
         self.use_tuned = use_tuned
         self.last_report: RunReport | None = None
@@ -178,13 +191,13 @@ class Pipeline:
         self._passthrough = any(n in graph.external_inputs for n in graph.outputs)
         for st in graph.stages:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
-        if graph_mode and not backend.supports_graphs:
+        if cuda_graph and not can_capture:
             self.load_report.warnings.append(
-                f"graph mode requested, but the {backend.kind} backend runs eagerly"
+                f"cuda_graph requested, but the {backend.kind} backend has no graph capture: running eagerly"
             )
         elif blockers:
             self.load_report.warnings.append(
-                "graph mode requested, but running eagerly: " + "; ".join(blockers)
+                "cuda_graph requested, but running eagerly: " + "; ".join(blockers)
             )
         self._select_variants_for_declared()
 
@@ -213,7 +226,13 @@ class Pipeline:
 
     @property
     def graph(self) -> LinkedGraph:
+        """The pipeline's DAG (stages and tensors); CUDA graph capture is :attr:`cuda_graph`."""
         return self._graph
+
+    @property
+    def graph_mode(self) -> bool:
+        """Same as :attr:`cuda_graph` (the name reports and benchmarks used before it)."""
+        return self.cuda_graph
 
     @property
     def memory_plan(self) -> MemoryPlan | None:
@@ -259,7 +278,7 @@ class Pipeline:
             stream = backend.default_stream()
             plan = self._last_plan
             fast = plan is not None and not self._preload_inputs
-            if fast and not profile and self.graph_mode and plan.captured and not self._passthrough:
+            if fast and not profile and self.cuda_graph and plan.captured and not self._passthrough:
                 # The fastest path: device inputs where a graph of the last plan reads them.
                 key = backend.match_places(plan.signature, given, stream)
                 found = plan.bound_graphs.get(key) if key is not None else None
@@ -326,7 +345,7 @@ class Pipeline:
     def _preload_stream(self) -> Any:
         """The copy stream of ``async_preload`` stages' host inputs (None when no stage asks, or on the
         CPU)."""
-        if not self._preload_inputs or self._backend.kind == "cpu":
+        if not self._preload_inputs or not self._backend.capabilities.asynchronous:
             return None
         if self._copy_stream is None:
             self._copy_stream = self._backend.new_stream()
@@ -343,7 +362,7 @@ class Pipeline:
         preload_event: Any = None,
     ) -> dict[str, Any]:
         stream = plan.streams[0]
-        if self.graph_mode and plan.captured and not profile:
+        if self.cuda_graph and plan.captured and not profile:
             report.graph_replay = True
             if preload_event is not None:
                 self._backend.wait_event(stream, preload_event)
@@ -362,13 +381,13 @@ class Pipeline:
                 error_log=errorlog.record,
                 preload_event=preload_event,
             )
-            if self.graph_mode and not plan.captured and not plan.uncapturable:
+            if self.cuda_graph and not plan.captured and not plan.uncapturable:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input where it is (replay captures more graphs as inputs move, up to a limit).
                 capture_bound(plan, self._graph, self._backend, stream, args)
-            elif self.graph_mode and plan.uncapturable and report.new_signature:
+            elif self.cuda_graph and plan.uncapturable and report.new_signature:
                 self.load_report.warnings.append(
-                    "graph mode requested, but running eagerly: the kernels of "
+                    "cuda_graph requested, but running eagerly: the kernels of "
                     f"{', '.join(map(repr, plan.uncapturable))} read device values on the host each run"
                 )
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream

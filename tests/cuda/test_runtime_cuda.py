@@ -30,7 +30,7 @@ def _feed(rng, rows=67, cols=515):
 
 def test_graph_replay_equals_eager_exactly():
     rng = np.random.default_rng(1)
-    with pl.load(_chain(), device="cuda") as eager, pl.load(_chain(), device="cuda", graph=True) as graphed:
+    with pl.load(_chain(), device="cuda") as eager, pl.load(_chain(), device="cuda", cuda_graph=True) as graphed:
         for _ in range(3):  # the first run captures, the next ones replay
             feed = _feed(rng)
             want = eager.run(feed)["y"].numpy()

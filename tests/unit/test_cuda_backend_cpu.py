@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from pipelink.backends import cuda_device, cuda_kernels
-from pipelink.backends.cuda_pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
+from pipelink.backends.cuda import compiler as cuda_kernels
+from pipelink.backends.cuda import device as cuda_device
+from pipelink.backends.cuda.pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
 
 
 # -- cache keys -------------------------------------------------------------------------------------

@@ -88,9 +88,11 @@ def compile_plan(
             )
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
     memory = plan_memory(requests)
-    # CPU worker processes of isolated stages map the arena: intermediates cross without copies (CUDA
-    # workers use an IPC staging block of their own instead).
-    shared = backend.kind == "cpu" and any(st.config.isolation == "process" for st in graph.stages)
+    # Worker processes of isolated stages map a shared-memory arena: intermediates cross without copies
+    # (IPC workers use a device staging block of their own instead).
+    shared = backend.capabilities.isolation == "shared_memory" and any(
+        st.config.isolation == "process" for st in graph.stages
+    )
     arena = (
         backend.allocate(
             memory.peak_bytes,

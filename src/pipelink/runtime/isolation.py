@@ -83,13 +83,15 @@ def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
         raise ModuleLoadError(
             f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker", stage=stage.id
         )
-    if backend.kind == "cuda":
+    how = backend.capabilities.isolation
+    if how == "ipc":
         from .isolation_cuda import CUDAIsolatedKernel
 
         return CUDAIsolatedKernel(stage, variant, ctx, backend)
-    if backend.kind != "cpu":
+    if how != "shared_memory":
         raise InvalidArgumentError(
-            f"stage {stage.id!r}: isolation 'process' is not available on the {backend.kind} backend",
+            f"stage {stage.id!r}: isolation 'process' is not available on the {backend.kind} backend; "
+            "use isolation 'none'",
             stage=stage.id,
         )
     return IsolatedKernel(stage, variant, ctx, arena)

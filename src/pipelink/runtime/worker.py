@@ -35,7 +35,7 @@ def _build_kernel(spec, backend=None):
         return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
     registry = OperatorRegistry()
     register_builtins(registry)
-    if backend is not None and backend.kind == "cuda":
+    if backend is not None and backend.info.kind == "cuda":
         from ..backends.cuda_ops import register_cuda_variants
 
         register_cuda_variants(registry)
@@ -46,7 +46,7 @@ def _build_kernel(spec, backend=None):
     desc = registry.get(
         spec.operator, f"=={spec.version}", source=None if spec.source == "builtin" else spec.source
     )
-    device = "cpu" if backend is None else backend.kind
+    device = "cpu" if backend is None else backend.info.kind
     variant = next(
         v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device)
     )

@@ -131,7 +131,7 @@ class NativeModuleTarget(TuneTarget):
         in_dtypes = tuple(self.dtypes.get(p) for p in ports)
         attrs = desc.resolve_attrs({}, where="tune")
         out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, attrs, stage="tune")
-        variant = next(v for v in desc.variants if v.device == backend.kind)
+        variant = next(v for v in desc.variants if v.device == backend.info.kind)
         use_attrs = bool(self.config.library)  # a library receives its tunables as attributes
         ctx = KernelContext(
             stage="tune",
@@ -216,7 +216,7 @@ class NativeModuleTarget(TuneTarget):
             kernel(ins, outs, stream)
         samples = []
         for _ in range(iters):
-            if backend.kind == "cpu":
+            if not backend.capabilities.asynchronous:
                 t0 = time.perf_counter()
                 kernel(ins, outs, stream)
                 samples.append(time.perf_counter() - t0)

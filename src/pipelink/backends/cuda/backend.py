@@ -1,27 +1,30 @@
-"""The CUDA backend: one NVIDIA GPU through cuda.core (streams, events, memory pools, NVRTC, launches,
-graphs).
+"""The CUDA backend: one NVIDIA GPU through cuda.core (context, streams, events, launches, graphs).
 
-The only module of PipeLink that imports ``cuda.core`` / ``cuda.bindings`` (with the private helpers it
-alone imports: ``cuda_device``, ``cuda_data``, ``cuda_pool``, ``cuda_kernels``, ``cuda_ops``,
-``cuda_gemm``). All work goes to the backend's own non-blocking streams, never to the legacy default
-stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process must restart.
+With the modules of this package it is the only code of PipeLink that imports ``cuda.core`` /
+``cuda.bindings`` (inside functions: ``import pipelink`` works without them). Memory is a composed
+:class:`~.memory.CUDAMemory`, run inputs a :class:`~.inputs.CUDAInputs`, kernels compile through
+:class:`~.compiler.KernelCompiler`. All work goes to the backend's own non-blocking streams, never to the
+legacy default stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process
+must restart. It knows no operator.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import CUDAError, HardwareUnsupportedError
-from ..hardware import HardwareInfo
-from . import cuda_device
-from .base import Backend
-from .cuda_data import CUDADataMixin
-from .cuda_device import (
+import numpy as np
+
+from ...dtypes import DType
+from ...errors import CUDAError, HardwareUnsupportedError, InvalidArgumentError
+from ...hardware import HardwareInfo
+from ...tensor import Tensor
+from ..base import Allocation, Backend, Capabilities, MemoryStats
+from . import device as cuda_device
+from .device import (
     STICKY_ERRORS,
     check_driver,
     derive_features,
@@ -30,8 +33,12 @@ from .cuda_device import (
     version_text,
     wrap_cuda_exception,
 )
+from .graphs import CUDAGraph
+from .helpers import NonFiniteCounter, StridedCopy
+from .inputs import CUDAInputs
+from .memory import CUDAMemory
 
-__all__ = ["CUDABackend", "CUDAGraph", "unavailable_reason"]
+__all__ = ["CUDABackend", "unavailable_reason"]
 
 log = logging.getLogger("pipelink")
 
@@ -41,27 +48,7 @@ def unavailable_reason() -> str | None:
     return cuda_device.unavailable_reason()
 
 
-class CUDAGraph:
-    """A captured and instantiated CUDA graph; destroyed with the object (or by :meth:`close`)."""
-
-    def __init__(self, graph: Any, exec_: Any, driver: Any):
-        self.graph = graph
-        self.exec = exec_
-        self._driver = driver
-
-    def close(self) -> None:
-        exec_, graph, self.exec, self.graph = self.exec, self.graph, None, None
-        if exec_ is not None:
-            self._driver.cuGraphExecDestroy(exec_)
-        if graph is not None:
-            self._driver.cuGraphDestroy(graph)
-
-    def __del__(self):
-        with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
-            self.close()
-
-
-class CUDABackend(CUDADataMixin, Backend):
+class CUDABackend(Backend):
     """The backend of one CUDA device (``"cuda:N"``).
 
     Parameters
@@ -76,7 +63,7 @@ class CUDABackend(CUDADataMixin, Backend):
     """
 
     kind = "cuda"
-    supports_graphs = True
+    capabilities = Capabilities(host_access=False, asynchronous=True, cuda_graphs=True, isolation="ipc")
 
     def __init__(self, index: int = 0):
         reason = unavailable_reason()
@@ -87,10 +74,10 @@ class CUDABackend(CUDADataMixin, Backend):
 
         count = check_driver(driver.cuDeviceGetCount(), "cuDeviceGetCount")
         if not 0 <= index < count:
-            raise HardwareUnsupportedError(f"no device cuda:{index}: this machine has {count} CUDA device(s)",
-                                           device=f"cuda:{index}")
+            raise HardwareUnsupportedError(
+                f"no device cuda:{index}: this machine has {count} CUDA device(s)", device=f"cuda:{index}"
+            )
         self._driver = driver
-        self._log = log
         self._dev = Device(index)
         self._dev.set_current()
         self._tls = threading.local()
@@ -99,10 +86,15 @@ class CUDABackend(CUDADataMixin, Backend):
         cc = (int(props.compute_capability_major), int(props.compute_capability_minor))
         _, total = check_driver(driver.cuMemGetInfo(), "cuMemGetInfo")
         info = HardwareInfo(
-            kind="cuda", name=self._dev.name, index=index, uuid=str(self._dev.uuid), compute_capability=cc,
+            kind="cuda",
+            name=self._dev.name,
+            index=index,
+            uuid=str(self._dev.uuid),
+            compute_capability=cc,
             features=derive_features(cc, int(props.multiprocessor_count), int(total)),
             driver_version=version_text(check_driver(driver.cuDriverGetVersion(), "cuDriverGetVersion")),
-            runtime_version=_runtime_version())
+            runtime_version=_runtime_version(),
+        )
         super().__init__(f"cuda:{index}", info)
         self.index = index
         self.arch = f"sm_{cc[0]}{cc[1]}"
@@ -110,8 +102,10 @@ class CUDABackend(CUDADataMixin, Backend):
         self._corrupted_code: int | None = None
         self._capturing = 0
         self._stream_options = StreamOptions(nonblocking=True)
-        self._event_opts = {False: EventOptions(timing_enabled=False),
-                            True: EventOptions(timing_enabled=True)}
+        self._event_opts = {
+            False: EventOptions(timing_enabled=False),
+            True: EventOptions(timing_enabled=True),
+        }
         self._main = self._dev.create_stream(options=self._stream_options)
         self._side = self._dev.create_stream(options=self._stream_options)  # allocations during a capture
         self._compiler = None
@@ -120,11 +114,29 @@ class CUDABackend(CUDADataMixin, Backend):
         self._pending_runs: collections.deque = collections.deque()  # (event, handle, what it holds alive)
         self._spare_events: list = []  # (event, handle) of completed runs
         self._finish_lock = threading.Lock()
-        self._init_memory()
+        self.memory = CUDAMemory(
+            self._dev,
+            driver,
+            name=self.device,
+            uuid=self.info.uuid,
+            streams=(self._main, self._side),
+            guard=self._guard,
+            capturing=lambda: self._capturing > 0,
+            wrap_error=self.raise_cuda,
+        )
         # One event orders our streams after producers' streams (recorded and waited on in turn).
-        self._order_event = self._main.record(options=self._event_opts[False])
-        self._order_handle = self._order_event.handle
-        from .cuda_ops import register_cuda_variants
+        self._inputs = CUDAInputs(
+            self.memory,
+            driver,
+            name=self.device,
+            index=index,
+            handle_of=self.handle_of,
+            order_event=self._main.record(options=self._event_opts[False]),
+            error=self._error,
+        )
+        self._strided_copy = StridedCopy(self)
+        self._count_nonfinite = NonFiniteCounter(self)
+        from ..cuda_ops import register_cuda_variants
 
         register_cuda_variants()
 
@@ -135,12 +147,21 @@ class CUDABackend(CUDADataMixin, Backend):
             self._dev.set_current()
             self._tls.bound = True
 
+    def _guard(self) -> None:
+        """Refuse work on a corrupted context; make the context current on this thread."""
+        self._check_usable()
+        self._bind_thread()
+
     def _check_usable(self) -> None:
         if self._corrupted is not None:
             raise CUDAError(
                 f"{self.device}: the CUDA context is corrupted by {self._corrupted}; the process must "
-                "restart: use isolation 'process' for stages that may crash", cuda_error=self._corrupted,
-                cuda_code=self._corrupted_code, device=self.device, device_uuid=self.info.uuid)
+                "restart: use isolation 'process' for stages that may crash",
+                cuda_error=self._corrupted,
+                cuda_code=self._corrupted_code,
+                device=self.device,
+                device_uuid=self.info.uuid,
+            )
 
     def _error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
         name = error_name(code)
@@ -148,10 +169,18 @@ class CUDABackend(CUDADataMixin, Backend):
         message = f"{where}{what} reported {name} ({code}) on {self.device}"
         if code in STICKY_ERRORS:
             self._corrupted, self._corrupted_code = name, code
-            message += (f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
-                        "'process' for stages that may crash")
-        return CUDAError(message, cuda_error=name, cuda_code=code, stage=stage, device=self.device,
-                         device_uuid=self.info.uuid)
+            message += (
+                f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
+                "'process' for stages that may crash"
+            )
+        return CUDAError(
+            message,
+            cuda_error=name,
+            cuda_code=code,
+            stage=stage,
+            device=self.device,
+            device_uuid=self.info.uuid,
+        )
 
     def launch_error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
         """The :class:`CUDAError` of a failed driver call returning ``code`` (marks sticky errors)."""
@@ -165,8 +194,9 @@ class CUDABackend(CUDADataMixin, Backend):
         if isinstance(exc, CUDAError):
             return exc
         if not is_cuda_exception(exc):
-            return CUDAError(f"{what} failed: {type(exc).__name__}: {exc}", stage=stage,
-                             device_uuid=self.info.uuid)
+            return CUDAError(
+                f"{what} failed: {type(exc).__name__}: {exc}", stage=stage, device_uuid=self.info.uuid
+            )
         err = wrap_cuda_exception(exc, what, stage=stage, device=self.device, device_uuid=self.info.uuid)
         code = err.context.get("cuda_code")
         if code is not None:
@@ -189,6 +219,140 @@ class CUDABackend(CUDADataMixin, Backend):
         (err,) = self._driver.cuCtxSynchronize()
         if int(err) != 0:
             raise self._error(int(err), "the device", stage)
+
+    # -- memory (the composed CUDAMemory does the work) --------------------------------------------
+    def set_allocator(self, kind: str) -> None:
+        """``"async"``: stream-ordered pool (cuMemAllocAsync); ``"legacy"``: synchronous cuMemAlloc."""
+        self.memory.set_allocator(kind)
+
+    def _allocate(self, nbytes: int, alignment: int, stream: Any, *, shared: bool = False) -> Allocation:
+        ptr, raw = self.memory.allocate(nbytes, alignment)
+        self.memory.accounted(self._stats.allocated_bytes + nbytes)
+        return Allocation(ptr, nbytes, raw, self)
+
+    def _free(self, alloc: Allocation) -> None:
+        raw, alloc.handle = alloc.handle, None
+        self.memory.release(raw)
+        self.memory.accounted(self._stats.allocated_bytes)
+
+    def _memcpy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        self.memory.memcpy(dst, src, nbytes, stream)
+
+    def _fill_stats(self, stats: MemoryStats) -> None:
+        self.memory.fill_stats(stats)
+
+    def clear_pool(self) -> None:
+        """Free every cached block, then trim the stream-ordered pool to what is in use."""
+        self.memory.clear()
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A contiguous device tensor from the pool; its block returns to the pool when it is dropped."""
+        return self.memory.empty(shape, dtype)
+
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A NumPy array in page-locked host memory (fast, asynchronous host <-> device copies)."""
+        return self.memory.pinned_empty(shape, dtype)
+
+    # -- tensors and inputs (the composed CUDAInputs does the work) ---------------------------------
+    def view(
+        self,
+        alloc: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: DType,
+        strides: tuple[int, ...] | None = None,
+    ) -> Tensor:
+        return Tensor(alloc.ptr + offset, shape, dtype, self.device, strides, owner=alloc)
+
+    def wrap(self, arg: Tensor) -> Tensor:
+        return arg
+
+    def signature_of(self, arg: Tensor) -> tuple[tuple[int, ...], str, bool]:
+        return arg.shape, arg.dtype.name, arg.is_contiguous
+
+    def import_input(
+        self,
+        value: Any,
+        *,
+        stream: Any = None,
+        dtype: DType | None = None,
+        pinned_key: str | None = None,
+        producers: list | None = None,
+    ) -> Tensor:
+        """A user's input as a device Tensor: CUDA DLPack producers zero-copy, host data uploaded."""
+        self._check_usable()
+        return self._inputs.import_input(
+            value,
+            stream if stream is not None else self._main,
+            dtype=dtype,
+            pinned_key=pinned_key,
+            producers=producers,
+        )
+
+    def order_after(self, producers: list) -> None:
+        """Make each of our streams wait for the work queued so far on a producer's stream."""
+        self._inputs.order_after(producers)
+
+    def match_inputs(self, signature: tuple, given: dict, stream: Any) -> dict | None:
+        """``given`` as kernel arguments when every input already lives on this device with the shape,
+        dtype and layout of ``signature`` (a plan's), ordered after PyTorch's current stream; None when
+        any input needs the general import (host data, another device or signature, a DLPack producer
+        other than PyTorch)."""
+        return self._inputs.match(signature, given, stream, True)
+
+    def match_places(self, signature: tuple, given: dict, stream: Any) -> tuple | None:
+        """As :meth:`match_inputs`, but only where each input lives: ``(pointer, strides)`` per input in
+        signature order (the key of a captured graph), without building kernel arguments."""
+        return self._inputs.match(signature, given, stream, False)
+
+    def to_host(self, tensor: Tensor) -> Tensor:
+        """A NumPy-backed copy of a device tensor (synchronises the backend's main stream)."""
+        self._check_usable()
+        if not tensor.is_cuda:
+            return tensor
+        self._inputs.check_device(tensor)
+        src = tensor
+        if not tensor.is_contiguous:
+            src = self.empty(tensor.shape, tensor.dtype)
+            self.copy(src, tensor, stream=self._main)
+        out = np.empty(tensor.shape, dtype=tensor.dtype.numpy)
+        self.memcpy(out.ctypes.data, src.ptr, out.nbytes, stream=self._main)
+        self.synchronize(self._main)
+        return Tensor.from_numpy(out)
+
+    def order_for_consumer(self, tensor: Tensor, stream: Any) -> None:
+        """Make a DLPack consumer's stream (an int handle) wait for the work queued on our main stream."""
+        if self._capturing or self._corrupted:
+            return
+        event = self._main.record(options=self._event_opts[False])
+        check_driver(
+            self._driver.cuStreamWaitEvent(self._driver.CUstream(int(stream)), event.handle, 0),
+            "cuStreamWaitEvent",
+        )
+
+    def copy(self, dst: Tensor, src: Tensor, *, stream: Any = None) -> None:
+        """``dst[...] = src``: one cuMemcpyAsync when both are contiguous, else a strided-copy kernel."""
+        self._check_usable()
+        stream = stream if stream is not None else self._main
+        if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
+            raise InvalidArgumentError(
+                f"copy needs equal shapes and dtypes (got {src.shape} {src.dtype} -> {dst.shape} {dst.dtype})"
+            )
+        if src.nbytes == 0:
+            return
+        if src.is_contiguous and dst.is_contiguous:
+            self.memory.memcpy(dst.ptr, src.ptr, src.nbytes, stream)
+        else:
+            self._strided_copy(dst, src, stream)
+
+    def count_nonfinite(self, arg: Tensor, *, stream: Any = None) -> int:
+        """NaN/Inf elements of a floating tensor, counted on the device (synchronises ``stream``)."""
+        if self._capturing:
+            raise InvalidArgumentError("check_finite cannot run while a CUDA graph is being captured")
+        return self._count_nonfinite(arg, stream if stream is not None else self._main, self._memset)
+
+    def _memset(self, ptr: int, nbytes: int, stream: Any) -> None:
+        check_driver(self._driver.cuMemsetD8Async(ptr, 0, nbytes, self.handle_of(stream)), "cuMemsetD8Async")
 
     # -- streams and events ------------------------------------------------------------------------
     def default_stream(self) -> Any:
@@ -245,26 +409,30 @@ class CUDABackend(CUDADataMixin, Backend):
         self._bind_thread()
         d = self._driver
         s = stream if stream is not None else self._main
-        check_driver(d.cuStreamBeginCapture(s.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
-                     "cuStreamBeginCapture", device_uuid=self.info.uuid)
+        check_driver(
+            d.cuStreamBeginCapture(s.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+            "cuStreamBeginCapture",
+            device_uuid=self.info.uuid,
+        )
         self._capturing += 1
-        self._pool.hold_frees = True
+        self.memory.hold_frees(True)
 
     def end_capture(self, stream: Any) -> CUDAGraph:
         """End the capture started on ``stream``; returns the instantiated graph."""
         d = self._driver
         s = stream if stream is not None else self._main
         try:
-            graph = check_driver(d.cuStreamEndCapture(s.handle), "cuStreamEndCapture",
-                                 device_uuid=self.info.uuid)
+            graph = check_driver(
+                d.cuStreamEndCapture(s.handle), "cuStreamEndCapture", device_uuid=self.info.uuid
+            )
         finally:
             self._capturing = max(0, self._capturing - 1)
             if not self._capturing:
-                self._pool.hold_frees = False
-                self._pool.flush()
+                self.memory.hold_frees(False)
         try:
-            exec_ = check_driver(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate",
-                                 device_uuid=self.info.uuid)
+            exec_ = check_driver(
+                d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate", device_uuid=self.info.uuid
+            )
         except CUDAError:
             d.cuGraphDestroy(graph)
             raise
@@ -286,7 +454,7 @@ class CUDABackend(CUDADataMixin, Backend):
         if self._compiler is None:
             with self._compiler_lock:
                 if self._compiler is None:
-                    from .cuda_kernels import KernelCompiler
+                    from .compiler import KernelCompiler
 
                     self._compiler = KernelCompiler(self.arch)
         return self._compiler
@@ -320,12 +488,17 @@ class CUDABackend(CUDADataMixin, Backend):
 
     def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
         """Tuned launch parameters from the tuning cache when the key matches (``pipelink tune``)."""
-        from .cuda_tune import lookup_tuned
+        from ..cuda_tune import lookup_tuned
 
         return lookup_tuned(desc, self.info, in_shapes, in_dtypes)
 
-    def compile_kernel(self, source_text: str, name: str, options: Mapping[str, Any] | None = None,
-                       include_dirs: Sequence[str] = ()) -> Any:
+    def compile_kernel(
+        self,
+        source_text: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        include_dirs: Sequence[str] = (),
+    ) -> Any:
         """The cuda.core ``Kernel`` ``name`` of ``source_text``, compiled for this device (cached).
 
         Parameters
@@ -350,8 +523,16 @@ class CUDABackend(CUDADataMixin, Backend):
         :meth:`launch_prepared`."""
         return self._driver.CUfunction(int(kernel.handle))
 
-    def launch_prepared(self, function: Any, dims: tuple, params_address: int, stream: Any, *,
-                        what: str, stage: str | None = None) -> None:
+    def launch_prepared(
+        self,
+        function: Any,
+        dims: tuple,
+        params_address: int,
+        stream: Any,
+        *,
+        what: str,
+        stage: str | None = None,
+    ) -> None:
         """Launch ``function`` with a prebuilt kernel-parameter array (``void*[]`` at ``params_address``).
 
         ``dims`` is ``(gx, gy, gz, bx, by, bz, shared_mem)``. The driver copies the parameter values at
@@ -381,6 +562,7 @@ class CUDABackend(CUDADataMixin, Backend):
         if self._corrupted is not None:
             return
         try:
+            self._release_workspaces()
             self.clear_pool()
         except Exception as e:  # noqa: BLE001 - best effort at exit
             log.debug("pipelink: closing %s: %s", self.device, e)
@@ -408,6 +590,6 @@ def _runtime_version() -> str | None:
 
 def make_tune_target(config, device: str):
     """The target of ``pipelink tune`` (see :mod:`pipelink.backends.cuda_tune`)."""
-    from .cuda_tune import make_tune_target as make
+    from ..cuda_tune import make_tune_target as make
 
     return make(config, device)

@@ -11,18 +11,27 @@ import importlib
 import re
 from typing import Any
 
-from ..errors import CUDAError
+from ...errors import CUDAError
 
-__all__ = ["STICKY_ERRORS", "derive_features", "version_text", "unavailable_reason", "error_name",
-           "check_driver", "wrap_cuda_exception", "is_cuda_exception"]
+__all__ = [
+    "STICKY_ERRORS",
+    "derive_features",
+    "version_text",
+    "unavailable_reason",
+    "error_name",
+    "check_driver",
+    "wrap_cuda_exception",
+    "is_cuda_exception",
+]
 
 # Errors after which the context is unusable: the process must be restarted (cuda.core's error table).
 STICKY_ERRORS = frozenset({700, 714, 715, 716, 717, 718, 719})
 _NAME = re.compile(r"\b(CUDA_ERROR_[A-Z0-9_]+|NVRTC_ERROR_[A-Z0-9_]+)\b")
 
 
-def derive_features(compute_capability: tuple[int, int], sm_count: int,
-                    memory_bytes: int) -> dict[str, float]:
+def derive_features(
+    compute_capability: tuple[int, int], sm_count: int, memory_bytes: int
+) -> dict[str, float]:
     """The feature table of a GPU (``HardwareInfo.features``) from its compute capability.
 
     Parameters
@@ -67,8 +76,10 @@ def unavailable_reason() -> str | None:
         driver = importlib.import_module("cuda.bindings.driver")
     except ImportError as e:
         missing = getattr(e, "name", None) or str(e)
-        return (f"the CUDA packages are not installed ({missing}); "
-                "install them with: pip install 'pipelink[cuda]'")
+        return (
+            f"the CUDA packages are not installed ({missing}); "
+            "install them with: pip install 'pipelink[cuda]'"
+        )
     try:
         (err,) = driver.cuInit(0)
     except Exception as e:  # noqa: BLE001 - the loader raises its own types when libcuda is absent
