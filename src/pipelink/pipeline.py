@@ -28,6 +28,7 @@ from .errors import (
 )
 from .graph.linker import LinkedGraph, link
 from .graph.planner import MemoryPlan
+from .modules.libraries import load_stage_libraries
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
 from .runtime import errorlog
@@ -60,7 +61,9 @@ def _check(config, registry: OperatorRegistry, device: str | None, *, libraries:
     if not libraries and any(s.library for s in cfg.stages):
         # Schema and semantic rules only: stages of native modules cannot be linked without the modules.
         return cfg, None, [], backend
-    graph, link_problems = link(cfg, registry, backend.info)
+    libraries, library_problems = load_stage_libraries(cfg, registry)
+    graph, link_problems = link(cfg, registry, backend.info, libraries=libraries)
+    link_problems = library_problems + link_problems
     for warning in check_warnings(doc):
         log.warning("pipelink: %s", warning)
     return cfg, graph, link_problems, backend
@@ -154,7 +157,9 @@ def load(
     )
     if problems:
         _raise_problems(problems, source)
-    return Pipeline(linked, backend, reg, cuda_graph=cuda_graph, use_tuned=tuned, static_outputs=static_outputs)
+    return Pipeline(
+        linked, backend, reg, cuda_graph=cuda_graph, use_tuned=tuned, static_outputs=static_outputs
+    )
 
 
 class Pipeline:
@@ -238,7 +243,7 @@ class Pipeline:
     def memory_plan(self) -> MemoryPlan | None:
         """The memory plan of the last input signature (of the declared inputs before any run)."""
         if self._last_plan is None and self._declared_signature() is not None:
-            self._last_plan = self._plan_for(self._declared_args(), self._declared_signature())
+            self._last_plan = self._plan_for({}, self._declared_signature())
         return self._last_plan.memory if self._last_plan else None
 
     # -- running -----------------------------------------------------------------------------------
@@ -473,9 +478,6 @@ class Pipeline:
             sig.append((name, tuple(d.shape), d.dtype, True))
         return tuple(sig)
 
-    def _declared_args(self) -> dict[str, Any]:
-        return {}
-
     def _select_variants_for_declared(self) -> None:
         """With fully declared inputs the variants (and the plan) are chosen at load, not at run."""
         signature = self._declared_signature()
@@ -499,7 +501,9 @@ class Pipeline:
         """
         with self._lock:
             old = self._graph
-            graph, problems = link(old.config, self._registry, self._backend.info)
+            libraries, problems = load_stage_libraries(old.config, self._registry)
+            graph, link_problems = link(old.config, self._registry, self._backend.info, libraries=libraries)
+            problems += link_problems
             if problems:
                 _raise_problems(problems, str(old.config.source_path or "(dict)"))
             changed = []

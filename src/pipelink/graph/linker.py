@@ -1,8 +1,9 @@
 """The linker: stages -> a checked DAG of operators with symbolic shapes and dtypes (seed section 3.5).
 
-It resolves every stage's operator (loading native modules), maps tensors to ports, checks attributes,
-versions, hardware and error policies, and infers shapes and dtypes as far as the declared inputs
-allow. Every problem is collected with its JSON Pointer; nothing runs here.
+It resolves every stage's operator, maps tensors to ports, checks attributes, versions, hardware and
+error policies, and infers shapes and dtypes as far as the declared inputs allow. Every problem is
+collected with its JSON Pointer; nothing runs here, and no file is opened: native modules are loaded
+before (``modules.libraries.load_stage_libraries``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..config import PipelineConfig, StageConfig
 from ..descriptor import OperatorDescriptor, infer_outputs
 from ..errors import ErrorCode, PipeLinkError, Problem
 from ..hardware import HardwareInfo, missing_requirement, requirements_from, unmet_message
-from ..modules.registry import OperatorRegistry, UnknownOperatorError, VariantChoice
+from ..modules.registry import OperatorRegistry, UnknownOperatorError
 from ..versioning import check_compatible
 
 __all__ = ["LinkedStage", "TensorInfo", "LinkedGraph", "link", "infer_signature"]
@@ -70,14 +71,23 @@ class LinkedGraph:
 
 
 def link(
-    config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo, *, load_library=None
+    config: PipelineConfig,
+    registry: OperatorRegistry,
+    info: HardwareInfo,
+    *,
+    libraries: Mapping[str, str | None] | None = None,
 ) -> tuple[LinkedGraph | None, list[Problem]]:
-    """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems."""
+    """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems.
+
+    ``libraries``: stage id -> source of the native module already loaded for each stage that names a
+    ``library`` (None for a module whose failure was reported when loading it); see
+    :func:`pipelink.modules.libraries.load_stage_libraries`.
+    """
     problems: list[Problem] = []
     problems += _check_requires(config, info)
     stages: list[LinkedStage] = []
     for stage in config.stages:
-        linked = _link_stage(stage, config, registry, info, problems, load_library)
+        linked = _link_stage(stage, registry, info, problems, libraries or {})
         if linked is not None:
             stages.append(linked)
     if len(stages) != len(config.stages):
@@ -144,25 +154,25 @@ def _resolve(
 
 def _link_stage(
     stage: StageConfig,
-    config: PipelineConfig,
     registry: OperatorRegistry,
     info: HardwareInfo,
     problems: list[Problem],
-    load_library,
+    libraries: Mapping[str, str | None],
 ) -> LinkedStage | None:
     source = None
     if stage.library:
-        path = config.resolve_library(stage)
-        try:
-            if load_library is None:
-                from ..modules.native import load_library as load_library_  # noqa: PLC0415
-
-                module = load_library_(path, sha256=stage.sha256, registry=registry)
-            else:
-                module = load_library(path, sha256=stage.sha256, registry=registry)
-            source = str(getattr(module, "path", path))
-        except PipeLinkError as e:
-            problems.append(Problem(e.code, f"{stage.path}/library", e.message))
+        if stage.id not in libraries:
+            problems.append(
+                Problem(
+                    ErrorCode.PIPELINK_ERR_MODULE_LOAD_FAILED,
+                    f"{stage.path}/library",
+                    f"stage {stage.id!r}: module {stage.library!r} was not loaded before linking; "
+                    "load it with modules.libraries.load_stage_libraries first",
+                )
+            )
+            return None
+        source = libraries[stage.id]
+        if source is None:  # its loading failed and was reported then
             return None
     desc = _resolve(stage.operator, stage.version, registry, source, stage, problems, f"{stage.path}/name")
     if desc is None:
@@ -379,14 +389,3 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
                 )
             ]
     return []
-
-
-def choose_variants(
-    graph: LinkedGraph, registry: OperatorRegistry, dtypes: Mapping[str, str]
-) -> dict[str, VariantChoice]:
-    """The variant per stage for concrete input dtypes (raises HardwareUnsupportedError)."""
-    out = {}
-    for st in graph.stages:
-        in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
-        out[st.id] = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
-    return out

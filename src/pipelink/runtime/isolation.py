@@ -25,7 +25,6 @@ from ..errors import (
     InvalidArgumentError,
     ModuleCrashError,
     ModuleLoadError,
-    PipeLinkError,
     PipeLinkTimeoutError,
 )
 
@@ -295,7 +294,3 @@ def _shutdown(staging: SharedMemory, handles: list) -> None:
         staging.close()
         with contextlib.suppress(FileNotFoundError):
             staging.unlink()
-
-
-def _reraise(err: BaseException) -> PipeLinkError:
-    return err if isinstance(err, PipeLinkError) else ModuleCrashError(str(err))
