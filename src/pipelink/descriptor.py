@@ -144,6 +144,9 @@ class Variant:
     supports_graphs: bool = True
     tunables: Mapping[str, tuple] = field(default_factory=dict)
     origin: Any = None  # the Python function of a Python operator (rebuilt by reference in workers)
+    # A host (device "cpu") variant that may run for a device backend on copies staged to host memory and
+    # back (Python operators: their functions take NumPy arrays). Without it, a device never picks it.
+    host_ok: bool = False
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import get_backend
+from .backends.cuda_ops import register_cuda_variants
 from .config import build_config, check_document, check_warnings, read_config
 from .dtypes import get_dtype
 from .errors import (
@@ -31,6 +32,7 @@ from .graph.planner import MemoryPlan
 from .modules.libraries import load_stage_libraries
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
+from .ops import register_builtins
 from .runtime import errorlog
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.graphs import capture_bound, graph_blockers, replay
@@ -43,10 +45,11 @@ log = logging.getLogger("pipelink")
 
 
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
-    from .ops import register_builtins
-
+    """The registry a load resolves against, with every built-in operator and all its variants (a custom
+    ``registry=`` on a GPU resolves the built-in CUDA kernels too, not only their CPU references)."""
     reg = registry or default_registry
     register_builtins(reg)
+    register_cuda_variants(reg)  # attaches variants only (no CUDA import); idempotent
     return reg
 
 
@@ -432,8 +435,18 @@ class Pipeline:
         tuned = self._tuned_params(signature) if self.use_tuned else {}
         plan = compile_plan(self._graph, self._registry, self._backend, args, signature, tuned=tuned)
         self._plans[signature] = plan
+        report = self.load_report
         for step in plan.steps:
-            self.load_report.variants[step.stage.id] = step.variant
+            sid = step.stage.id
+            report.variants[sid] = step.variant
+            if step.skipped_variants:
+                report.skipped_variants[sid] = list(step.skipped_variants)
+            if step.staged and sid not in report.staged:
+                report.staged.append(sid)
+                report.warnings.append(
+                    f"stage {sid!r} runs the host variant {step.variant!r} on {self.device}: its inputs are "
+                    "copied to host memory and its outputs back on every run"
+                )
         return plan
 
     def _tuned_params(self, signature: tuple) -> dict[str, dict]:

@@ -26,6 +26,7 @@ from ..modules.registry import OperatorRegistry
 from .plan import ExecutionPlan, Step
 from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
 from .report import RunReport, StageReport
+from .staging import HostStaged
 
 __all__ = ["ExecutionPlan", "Step", "compile_plan", "execute"]
 
@@ -121,6 +122,8 @@ def compile_plan(
             params["math"] = st.math
         ctx = _context(st, st.attrs, shapes, dtypes, backend, params, services)
         kernel = choice.variant.bind(ctx)
+        if choice.staged:
+            kernel = HostStaged(kernel, ctx, backend)
         isolated = st.config.isolation == "process"
         if isolated:
             from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
@@ -137,6 +140,8 @@ def compile_plan(
             stream_id=stream_of[st.id],
             isolated=isolated,
             reads_preloaded=any(n in preloaded for n in st.inputs if n is not None),
+            skipped_variants=choice.skipped,
+            staged=choice.staged,
         )
         for name in st.inputs:
             if name in relayout_of and name not in relayout_done:
@@ -162,6 +167,8 @@ def compile_plan(
                 n_out=len(st.fallback.outputs),
             )
             step.fallback_kernel = fb_choice.variant.bind(fb_ctx)
+            if fb_choice.staged:
+                step.fallback_kernel = HostStaged(step.fallback_kernel, fb_ctx, backend)
             step.fallback_variant = f"{st.fallback.name}:{fb_choice.variant.name or fb_choice.variant.device}"
         steps.append(step)
     if len(streams) > 1:
