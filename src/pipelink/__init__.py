@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import memory
+from .backends import get_backend, validate_hardware
 from .descriptor import Attr, OperatorDescriptor, Port, Variant
-from .dtypes import DType, bfloat16, bool_, float16, float32, float64, int8, int32, int64, uint8
+from .dtypes import DType, bfloat16, bool_, float16, float32, float64, get_dtype, int8, int32, int64, uint8
 from .errors import (
     ConfigError,
     CUDAError,
@@ -28,9 +29,12 @@ from .errors import (
     TuningError,
     VersionMismatchError,
 )
-from .hardware import HardwareInfo, validate_hardware
+from .hardware import HardwareInfo
+from .modules.native import load_library as _load_library
 from .modules.python import operator
+from .modules.registry import UnknownOperatorError
 from .modules.registry import registry as _registry
+from .ops import register_builtins
 from .pipeline import Pipeline, load, validate
 from .runtime.errorlog import configure_error_log
 from .runtime.report import LoadReport, RunReport, StageReport
@@ -51,8 +55,6 @@ __all__ = [
 
 
 def _builtins():
-    from .ops import register_builtins
-
     register_builtins(_registry)
     return _registry
 
@@ -70,8 +72,6 @@ def get_operator_info(name: str, version: str | None = None) -> OperatorDescript
     InvalidArgumentError
         For an unknown name (with a suggestion).
     """
-    from .modules.registry import UnknownOperatorError
-
     try:
         return _builtins().get(name, version)
     except UnknownOperatorError as e:
@@ -80,15 +80,10 @@ def get_operator_info(name: str, version: str | None = None) -> OperatorDescript
 
 def load_library(path, sha256: str | None = None) -> Any:
     """Load a native operator module and register its operators (see ``docs/native-modules.md``)."""
-    from .modules.native import load_library as _load
-
-    return _load(path, sha256=sha256, registry=_builtins())
+    return _load_library(path, sha256=sha256, registry=_builtins())
 
 
 def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:
     """An uninitialised tensor from the runtime's allocator on ``device``."""
-    from .backends import get_backend
-    from .dtypes import get_dtype
-
     backend = get_backend(device)
     return backend.wrap(backend.empty(tuple(int(s) for s in shape), get_dtype(dtype)))

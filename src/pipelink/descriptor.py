@@ -15,8 +15,8 @@ from packaging.version import Version
 
 from .dtypes import DTYPES, FLOAT_DTYPES
 from .errors import DTypeMismatchError, InvalidArgumentError, PipeLinkError, ShapeMismatchError
-from .graph.shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
 from .hardware import Requirement
+from .shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
 from .versioning import parse_version
 
 __all__ = [

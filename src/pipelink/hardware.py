@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from .errors import HardwareUnsupportedError
 
-__all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements", "validate_hardware"]
+__all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements"]
 
 # Known feature names, with the seed's HW_FEATURE_* spelling in comments.
 FEATURES = {
@@ -141,33 +141,3 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
             reqs.append(Requirement(str(feat)))
     return tuple(reqs)
 
-
-def validate_hardware(
-    compute_capability: str | None = None, features=(), *, device: str = "auto"
-) -> HardwareInfo:
-    """Check the device against requirements (seed: ``pipeLinkValidateHardware()``).
-
-    Parameters
-    ----------
-    compute_capability : str, optional
-        A specifier such as ``">=8.0"``.
-    features : sequence of str
-        Feature names that must be present (``"tensor_core"``, ``"bf16"``...).
-    device : str
-        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-
-    Returns
-    -------
-    HardwareInfo
-        The device's description when every requirement holds.
-
-    Raises
-    ------
-    HardwareUnsupportedError
-        Naming the feature, what is required and what the device has.
-    """
-    from .backends import get_backend  # local: backends import this module
-
-    info = get_backend(device).info
-    check_requirements(info, requirements_from(compute_capability, features), what=f"device {info.name!r}")
-    return info

@@ -27,7 +27,7 @@ from .errors import (
     VersionMismatchError,
     error_for_code,
 )
-from .graph.linker import LinkedGraph, link
+from .graph.linker import LinkedGraph, infer_signature, link
 from .graph.planner import MemoryPlan
 from .modules.libraries import load_stage_libraries
 from .modules.registry import OperatorRegistry
@@ -38,6 +38,7 @@ from .runtime.executor import check_inputs, compile_plan, execute, preload_input
 from .runtime.graphs import capture_bound, graph_blockers, replay
 from .runtime.plan import ExecutionPlan
 from .runtime.report import LoadReport, RunReport
+from .tune.native import lookup_native
 
 __all__ = ["Pipeline", "load", "validate"]
 
@@ -452,8 +453,6 @@ class Pipeline:
     def _tuned_params(self, signature: tuple) -> dict[str, dict]:
         """Per stage, the launch parameters from the tuning cache (``pipelink tune``) when the key matches;
         what was used and why is recorded in ``load_report.tuned``."""
-        from .graph.linker import infer_signature
-
         known = infer_signature(self._graph, {n: (s, d) for n, s, d, _ in signature})
         out = {}
         for st in self._graph.stages:
@@ -464,8 +463,6 @@ class Pipeline:
             if st.desc.source in ("builtin", "python"):
                 found = self._backend.tuned_params(st.desc, shapes, dtypes)
             else:  # a native module's manifest tunables, tuned with `pipelink tune` (library mode)
-                from .tune.native import lookup_native
-
                 found = lookup_native(st.desc, self._backend.info, shapes, dtypes)
             if found is None:
                 continue

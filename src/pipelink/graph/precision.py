@@ -9,7 +9,7 @@ import dataclasses
 from ..errors import ErrorCode, Problem
 from ..hardware import HardwareInfo
 from ..modules.registry import OperatorRegistry
-from .linker import LinkedStage
+from .stages import LinkedStage
 
 __all__ = ["PRECISIONS", "resolve_precision", "apply_precision"]
 

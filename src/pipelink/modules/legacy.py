@@ -36,7 +36,7 @@ import numpy as np
 
 from ..descriptor import KernelContext
 from ..errors import InvalidArgumentError, ModuleLoadError, ShapeMismatchError
-from ..graph.shapes import ELLIPSIS, Bindings, match_pattern
+from ..shapes import ELLIPSIS, Bindings, match_pattern
 from .manifest import OpSpec
 
 __all__ = ["TemplateItem", "parse_template", "legacy_bind", "SCALAR_TYPES"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ..errors import InvalidArgumentError, ShapeMismatchError
-from ..graph.shapes import unify
+from ..shapes import unify
 from ._common import FLOATS, HALF_DTYPES, compute_dtype, cpu_operator
 from .elementwise import gelu_into, gelu_tanh_into
 

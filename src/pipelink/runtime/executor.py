@@ -8,6 +8,7 @@ It must never allocate intermediates or re-validate what the plan already checke
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ from ..errors import (
 from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
+from .isolate import isolate
 from .plan import ExecutionPlan, Step
 from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
 from .report import RunReport, StageReport
@@ -126,8 +128,6 @@ def compile_plan(
             kernel = HostStaged(kernel, ctx, backend)
         isolated = st.config.isolation == "process"
         if isolated:
-            from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
-
             kernel = isolate(st, choice.variant, ctx, backend, arena)
         if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):
             uncapturable.append(st.id)
@@ -420,8 +420,6 @@ def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
             f"missing input {missing[0]!r}; the pipeline takes {expected}", input=missing[0]
         )
     if extra:
-        import difflib
-
         hint = difflib.get_close_matches(extra[0], expected, n=1)
         raise InvalidArgumentError(
             f"unexpected input {extra[0]!r}"

@@ -20,15 +20,16 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import get_dtype
 from ..errors import (
     ErrorCode,
-    InvalidArgumentError,
     ModuleCrashError,
     ModuleLoadError,
     PipeLinkTimeoutError,
 )
+from .worker import worker_main
 
-__all__ = ["WorkerSpec", "IsolatedKernel", "isolate"]
+__all__ = ["WorkerSpec", "IsolatedKernel", "worker_spec"]
 
 _ALIGN = 256
 _START_TIMEOUT_S = 120.0
@@ -76,29 +77,7 @@ def worker_spec(stage, variant, ctx, **where: Any) -> WorkerSpec:
     )
 
 
-def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
-    """The kernel of an isolated stage: same call signature, runs in a worker process."""
-    if variant.source == "python" and variant.origin is None:
-        raise ModuleLoadError(
-            f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker", stage=stage.id
-        )
-    how = backend.capabilities.isolation
-    if how == "ipc":
-        from .isolation_cuda import CUDAIsolatedKernel
-
-        return CUDAIsolatedKernel(stage, variant, ctx, backend)
-    if how != "shared_memory":
-        raise InvalidArgumentError(
-            f"stage {stage.id!r}: isolation 'process' is not available on the {backend.kind} backend; "
-            "use isolation 'none'",
-            stage=stage.id,
-        )
-    return IsolatedKernel(stage, variant, ctx, arena)
-
-
 def _nbytes(shape, dtype) -> int:
-    from ..dtypes import get_dtype
-
     return int(np.prod(shape, dtype=np.int64)) * get_dtype(dtype).itemsize
 
 
@@ -151,8 +130,6 @@ class IsolatedKernel:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        from .worker import worker_main
-
         proc = ctx.Process(
             target=worker_main, args=(child, self.spec), daemon=True, name=f"pipelink-{self.stage.id}"
         )

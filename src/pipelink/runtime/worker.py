@@ -10,16 +10,21 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from ..errors import ErrorCode, ModuleCrashError, PipeLinkError
+from ..backends import get_backend
+from ..backends.cuda_ops import register_cuda_variants
+from ..descriptor import KernelContext
+from ..dtypes import get_dtype
+from ..errors import CUDAError, ErrorCode, ModuleCrashError, PipeLinkError
+from ..modules.native import load_library
+from ..modules.python import python_kernel
+from ..modules.registry import OperatorRegistry
+from ..ops import register_builtins
+from ..tensor import Tensor
 
 __all__ = ["worker_main"]
 
 
 def _build_kernel(spec, backend=None):
-    from ..descriptor import KernelContext
-    from ..modules.python import python_kernel
-    from ..modules.registry import OperatorRegistry
-    from ..ops import register_builtins
 
     ctx = KernelContext(
         stage=spec.stage,
@@ -36,12 +41,8 @@ def _build_kernel(spec, backend=None):
     registry = OperatorRegistry()
     register_builtins(registry)
     if backend is not None and backend.info.kind == "cuda":
-        from ..backends.cuda_ops import register_cuda_variants
-
         register_cuda_variants(registry)
     if spec.source != "builtin":
-        from ..modules.native import load_library
-
         load_library(spec.source, registry=registry)
     desc = registry.get(
         spec.operator, f"=={spec.version}", source=None if spec.source == "builtin" else spec.source
@@ -128,8 +129,6 @@ def _as_module_crash(e: PipeLinkError, spec) -> PipeLinkError:
 
 def _cpu_setup(spec):
     """CPU: map the plan's arena and the stage's staging block; each request names where tensors live."""
-    from ..dtypes import get_dtype
-
     kernel = _build_kernel(spec)
     blocks = {"arena": _attach(spec.arena), "staging": _attach(spec.staging)}
     in_dtypes = [get_dtype(d).numpy if d is not None else None for d in spec.in_dtypes]
@@ -153,10 +152,6 @@ def _cpu_setup(spec):
 def _cuda_setup(spec):
     """CUDA: our own context; the parent's staging block opened through its CUDA IPC handle."""
     from cuda.bindings import driver
-
-    from ..backends import get_backend
-    from ..errors import CUDAError
-    from ..tensor import Tensor
 
     backend = get_backend(spec.device)
     handle = driver.CUipcMemHandle()
