@@ -7,6 +7,7 @@ kernel, a native module entry...) chosen per device. It holds no state from a pi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,8 +188,6 @@ class OperatorDescriptor:
         known = {a.name for a in self.attrs}
         unknown = sorted(set(given) - known)
         if unknown:
-            import difflib
-
             hint = difflib.get_close_matches(unknown[0], sorted(known), n=1)
             raise InvalidArgumentError(
                 f"{where}: operator {self.name!r} has no attribute {unknown[0]!r}"

@@ -10,8 +10,10 @@ built-in stage runs; a stage that wants the module's version names its ``library
 from __future__ import annotations
 
 import difflib
+import hashlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -229,9 +231,6 @@ def _dtype_refused(v: Variant, in_dtypes: tuple, skipped: list[str]) -> bool:
 
 def _same_content(a: str, b: str) -> bool:
     """Whether two module files hold the same bytes (checked only when two modules claim one operator)."""
-    import hashlib
-    from pathlib import Path
-
     try:
         return hashlib.sha256(Path(a).read_bytes()).digest() == hashlib.sha256(Path(b).read_bytes()).digest()
     except OSError:

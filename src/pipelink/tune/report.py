@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
 from .target import defines
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from .tuner import Trial, TuneResult
 
 __all__ = ["trials_table", "summary_line", "plot_space", "export", "MATPLOTLIB_MISSING"]
@@ -63,8 +63,6 @@ def trials_table(result: TuneResult, *, limit: int | None = None) -> Table:
     limit : int, optional
         Show only the best ``limit`` verified trials plus every failure (all rows by default).
     """
-    from rich.table import Table
-
     unit = result.unit
     table = Table(title=f"{result.operator or 'operator'}: {len(result.trials)} variants, "
                         f"{result.criteria} from the {result.statistic} launch time")

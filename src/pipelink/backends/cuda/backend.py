@@ -24,6 +24,7 @@ from ...hardware import HardwareInfo
 from ...tensor import Tensor
 from ..base import Allocation, Backend, Capabilities, MemoryStats
 from . import device as cuda_device
+from .compiler import KernelCompiler
 from .device import (
     STICKY_ERRORS,
     check_driver,
@@ -454,8 +455,6 @@ class CUDABackend(Backend):
         if self._compiler is None:
             with self._compiler_lock:
                 if self._compiler is None:
-                    from .compiler import KernelCompiler
-
                     self._compiler = KernelCompiler(self.arch)
         return self._compiler
 
