@@ -183,3 +183,41 @@ def test_pool_reports_changes():
     block.release()
     pool.drain()
     assert deltas == [4096, -4096]
+
+
+# -- the backend's own kernels (helpers.cu) ----------------------------------------------------------
+@pytest.mark.parametrize("elem", ["unsigned char", "unsigned short", "unsigned int", "unsigned long long"])
+def test_helpers_cu_compiles_for_every_element_size(elem):
+    # Wrong if the .cu file the CUDA backend loads at run time fails to compile for some dtype width, or
+    # lost a kernel the backend launches by name.
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    from pipelink.backends.cuda.helpers import HELPERS_CU, helper_source
+
+    assert HELPERS_CU.suffix == ".cu" and HELPERS_CU.is_file()
+    err, prog = nvrtc.nvrtcCreateProgram(helper_source().encode(), b"helpers.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    try:
+        opts = [b"--gpu-architecture=compute_90", f"-DPL_ELEM={elem}".encode()]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    text = ptx.decode(errors="replace")
+    for kernel in ("pl_strided_copy", "pl_nonfinite_f32", "pl_nonfinite_f16", "pl_nonfinite_bf16",
+                   "pl_nonfinite_f64"):
+        assert f".entry {kernel}(" in text, kernel
+
+
+def test_strided_copy_dims_collapse_to_what_both_operands_walk_contiguously():
+    from pipelink.backends.cuda.helpers import collapse
+
+    # A contiguous (6, 7, 5) into a contiguous destination: one run of 210 elements.
+    assert collapse([6, 7, 5], [35, 5, 1], [35, 5, 1]) == ([210], [1], [1])
+    # A transposed source keeps its two walks; size-1 dims vanish.
+    assert collapse([4, 1, 6], [1, 99, 4], [6, 6, 1]) == ([4, 6], [1, 4], [6, 1])
