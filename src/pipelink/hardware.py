@@ -140,4 +140,3 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
         else:
             reqs.append(Requirement(str(feat)))
     return tuple(reqs)
-

@@ -23,13 +23,20 @@ def test_cache_key_is_deterministic_and_order_independent():
 @pytest.mark.parametrize("change", ["source", "options", "arch", "nvrtc", "headers"])
 def test_cache_key_changes_with_every_input(change):
     args = {"source": "src", "options": {"std": "c++17"}, "arch": "sm_90", "nvrtc": (13, 0), "headers": "h"}
+
     def key():
-        return cuda_kernels.cache_key(args["source"], args["options"], args["arch"], args["nvrtc"],
-                                      args["headers"])
+        return cuda_kernels.cache_key(
+            args["source"], args["options"], args["arch"], args["nvrtc"], args["headers"]
+        )
 
     base = key()
-    args[change] = {"source": "src2", "options": {"std": "c++20"}, "arch": "sm_80", "nvrtc": (13, 1),
-                    "headers": "h2"}[change]
+    args[change] = {
+        "source": "src2",
+        "options": {"std": "c++20"},
+        "arch": "sm_80",
+        "nvrtc": (13, 1),
+        "headers": "h2",
+    }[change]
     other = key()
     assert other != base, f"a different {change} must give a different cubin key"
 
@@ -56,13 +63,16 @@ def test_features_of_an_h100_class_device():
     assert f["fp16"] == f["bf16"] == f["tf32"] == f["fp8"] == f["fp64"] == f["atomic_double"] == 1
 
 
-@pytest.mark.parametrize("cc,expect", [
-    ((5, 2), {"tensor_core": 0, "fp16": 0, "bf16": 0, "fp8": 0, "atomic_double": 0}),
-    ((6, 1), {"tensor_core": 0, "fp16": 1, "bf16": 0, "atomic_double": 1}),
-    ((7, 5), {"tensor_core": 4 * 40, "fp16": 1, "bf16": 0, "tf32": 0}),
-    ((8, 6), {"bf16": 1, "tf32": 1, "fp8": 0}),
-    ((8, 9), {"fp8": 1}),
-])
+@pytest.mark.parametrize(
+    "cc,expect",
+    [
+        ((5, 2), {"tensor_core": 0, "fp16": 0, "bf16": 0, "fp8": 0, "atomic_double": 0}),
+        ((6, 1), {"tensor_core": 0, "fp16": 1, "bf16": 0, "atomic_double": 1}),
+        ((7, 5), {"tensor_core": 4 * 40, "fp16": 1, "bf16": 0, "tf32": 0}),
+        ((8, 6), {"bf16": 1, "tf32": 1, "fp8": 0}),
+        ((8, 9), {"fp8": 1}),
+    ],
+)
 def test_features_follow_the_compute_capability(cc, expect):
     f = cuda_device.derive_features(cc, 40, 1 << 30)
     assert {k: f[k] for k in expect} == expect
@@ -89,15 +99,27 @@ def test_wrapped_cuda_core_error_keeps_the_name():
     class CUDAError(Exception):  # the name cuda.core's exception has
         pass
 
-    err = cuda_device.wrap_cuda_exception(CUDAError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"),
-                                          "launch", stage="s")
+    err = cuda_device.wrap_cuda_exception(
+        CUDAError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"), "launch", stage="s"
+    )
     assert err.cuda_error == "CUDA_ERROR_ILLEGAL_ADDRESS" and err.stage == "s"
     assert cuda_device.is_cuda_exception(CUDAError("x"))
 
 
 # -- bins and the pool ------------------------------------------------------------------------------
-@pytest.mark.parametrize("nbytes,expect", [(0, 512), (1, 512), (512, 512), (513, 1024), (4096, 4096),
-                                           (4097, 8192), (MAX_BIN, MAX_BIN), (MAX_BIN + 1, None)])
+@pytest.mark.parametrize(
+    "nbytes,expect",
+    [
+        (0, 512),
+        (1, 512),
+        (512, 512),
+        (513, 1024),
+        (4096, 4096),
+        (4097, 8192),
+        (MAX_BIN, MAX_BIN),
+        (MAX_BIN + 1, None),
+    ],
+)
 def test_bin_size(nbytes, expect):
     assert bin_size(nbytes) == expect
 
@@ -209,8 +231,13 @@ def test_helpers_cu_compiles_for_every_element_size(elem):
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     text = ptx.decode(errors="replace")
-    for kernel in ("pl_strided_copy", "pl_nonfinite_f32", "pl_nonfinite_f16", "pl_nonfinite_bf16",
-                   "pl_nonfinite_f64"):
+    for kernel in (
+        "pl_strided_copy",
+        "pl_nonfinite_f32",
+        "pl_nonfinite_f16",
+        "pl_nonfinite_bf16",
+        "pl_nonfinite_f64",
+    ):
         assert f".entry {kernel}(" in text, kernel
 
 

@@ -10,6 +10,7 @@ from pipelink.modules.libraries import load_stage_libraries
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import register_builtins
 
+
 def _registry() -> OperatorRegistry:
     registry = OperatorRegistry()
     register_builtins(registry)
