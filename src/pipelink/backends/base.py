@@ -138,6 +138,7 @@ class Backend:
         """
         if nbytes < 0:
             raise InvalidArgumentError(f"workspace size must be >= 0 (got {nbytes})")
+        stream = stream if stream is not None else self.default_stream()
         handle = self.handle_of(stream)
         key = int(handle) if handle is not None else id(stream)
         with self._workspace_lock:
