@@ -48,6 +48,17 @@ def test_a_host_operator_between_device_stages_runs_on_staged_copies(cuda_graph)
             assert pipe.last_report.graph_replay is False  # a host stage keeps the plan eager
 
 
+def test_an_isolated_host_operator_on_cuda_stages_its_tensors_in_the_worker():
+    # Wrong if the worker handed the host function the IPC block's device tensors.
+    doc = _doc()
+    doc["pipeline"][1]["isolation"] = "process"
+    x = np.random.default_rng(24).standard_normal((17, 33)).astype(np.float32)
+    with pl.load(doc, device="cuda") as pipe:
+        z = np.asarray(pipe.run(x=x)["z"].cpu())
+        assert pipe.last_report.stages["host"].status == "ok"
+    np.testing.assert_allclose(z, (np.maximum(x, 0) * 2.0 - 1.0) * 0.5, rtol=1e-6, atol=1e-6)
+
+
 def test_a_strided_device_input_reaches_a_host_operator_dense():
     torch = pytest.importorskip("torch")
     doc = {"pipeline": [{"name": "host_affine_v1", "id": "host", "inputs": ["x"], "outputs": ["y"]}]}

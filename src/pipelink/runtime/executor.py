@@ -124,9 +124,9 @@ def compile_plan(
             params["math"] = st.math
         ctx = _context(st, st.attrs, shapes, dtypes, backend, params, services)
         kernel = choice.variant.bind(ctx)
-        if choice.staged:
-            kernel = HostStaged(kernel, ctx, backend)
         isolated = st.config.isolation == "process"
+        if choice.staged and not isolated:  # an isolated stage's worker stages its own copies
+            kernel = HostStaged(kernel, ctx, backend)
         if isolated:
             kernel = isolate(st, choice.variant, ctx, backend, arena)
         if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):

@@ -55,6 +55,7 @@ class WorkerSpec:
     staging: str | None  # shared memory name of this stage's staging block (CPU)
     device: str = "cpu"
     ipc_handle: bytes | None = None  # CUDA IPC handle of the device staging block (CUDA)
+    staged: bool = False  # a host variant on a device: the worker stages its tensors (runtime.staging)
     offsets: tuple = ()  # byte offsets of each present input, then each output, in the staging block
 
 

@@ -62,6 +62,7 @@ class CUDAIsolatedKernel(IsolatedKernel):
             ctx,
             device=backend.device,
             ipc_handle=bytes(handle.reserved),
+            staged=variant.device != backend.info.kind,
             offsets=tuple(offsets),
         )
         self._proc = None

@@ -20,12 +20,18 @@ from ..modules.python import python_kernel
 from ..modules.registry import OperatorRegistry
 from ..ops import register_builtins
 from ..tensor import Tensor
+from .staging import HostStaged
 
 __all__ = ["worker_main"]
 
 
 def _build_kernel(spec, backend=None):
+    kernel, ctx = _bind(spec, backend)
+    # A host variant chosen for a device (Variant.host_ok) runs here on staged copies, as in-process.
+    return HostStaged(kernel, ctx, backend) if spec.staged else kernel
 
+
+def _bind(spec, backend):
     ctx = KernelContext(
         stage=spec.stage,
         attrs=spec.attrs,
@@ -37,7 +43,7 @@ def _build_kernel(spec, backend=None):
         params=spec.params,
     )
     if spec.source == "python":
-        return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
+        return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx), ctx
     registry = OperatorRegistry()
     register_builtins(registry)
     register_cuda_variants(registry)  # as pl.load does: every built-in variant, matched by name below
@@ -50,7 +56,7 @@ def _build_kernel(spec, backend=None):
     variant = next(
         v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device)
     )
-    return variant.bind(ctx)
+    return variant.bind(ctx), ctx
 
 
 def _attach(name: str | None) -> SharedMemory | None:
