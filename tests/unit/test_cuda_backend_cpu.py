@@ -248,3 +248,20 @@ def test_strided_copy_dims_collapse_to_what_both_operands_walk_contiguously():
     assert collapse([6, 7, 5], [35, 5, 1], [35, 5, 1]) == ([210], [1], [1])
     # A transposed source keeps its two walks; size-1 dims vanish.
     assert collapse([4, 1, 6], [1, 99, 4], [6, 6, 1]) == ([4, 6], [1, 4], [6, 1])
+
+
+def test_a_sticky_cuda_error_corrupts_the_context_for_good():
+    # Wrong if work continued on a context after an illegal address (700): the process must restart.
+    from pipelink.errors import CUDAError
+
+    health = cuda_device.ContextHealth("cuda:0", "GPU-test")
+    err = health.error(1, "cuLaunchKernel", "s")  # an invalid value: the context stays usable
+    assert err.cuda_code == 1 and err.stage == "s" and health.corrupted is None
+    health.check()
+    err = health.error(700, "cuLaunchKernel", "s")
+    assert err.cuda_code == 700 and "the process must restart" in err.message
+    with pytest.raises(CUDAError, match="corrupted") as info:
+        health.check()
+    assert info.value.cuda_code == 700 and info.value.device_uuid == "GPU-test"
+    wrapped = health.wrap(ValueError("boom"), "launch", "s")
+    assert isinstance(wrapped, CUDAError) and "ValueError: boom" in wrapped.message

@@ -10,7 +10,6 @@ must restart. It knows no operator.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,19 +24,12 @@ from ...tensor import Tensor
 from ..base import Allocation, Backend, Capabilities, MemoryStats
 from . import device as cuda_device
 from .compiler import KernelCompiler
-from .device import (
-    STICKY_ERRORS,
-    check_driver,
-    derive_features,
-    error_name,
-    is_cuda_exception,
-    version_text,
-    wrap_cuda_exception,
-)
-from .graphs import CUDAGraph
+from .device import ContextHealth, check_driver, derive_features, version_text
+from .graphs import CUDAGraph, begin_capture, end_capture
 from .helpers import NonFiniteCounter, StridedCopy
 from .inputs import CUDAInputs
 from .memory import CUDAMemory
+from .streams import RunFences
 
 __all__ = ["CUDABackend", "unavailable_reason"]
 
@@ -99,8 +91,8 @@ class CUDABackend(Backend):
         super().__init__(f"cuda:{index}", info)
         self.index = index
         self.arch = f"sm_{cc[0]}{cc[1]}"
-        self._corrupted: str | None = None
-        self._corrupted_code: int | None = None
+        self._health = ContextHealth(self.device, self.info.uuid)
+        self._error = self._health.error  # (CUresult code, what, stage) -> CUDAError; marks sticky errors
         self._capturing = 0
         self._stream_options = StreamOptions(nonblocking=True)
         self._event_opts = {
@@ -112,9 +104,9 @@ class CUDABackend(Backend):
         self._compiler = None
         self._compiler_lock = threading.Lock()
         self._main_handle = self._main.handle
-        self._pending_runs: collections.deque = collections.deque()  # (event, handle, what it holds alive)
-        self._spare_events: list = []  # (event, handle) of completed runs
-        self._finish_lock = threading.Lock()
+        self._fences = RunFences(
+            driver, lambda: self._main.record(options=self._event_opts[False]), error=self._error
+        )
         self.memory = CUDAMemory(
             self._dev,
             driver,
@@ -154,34 +146,7 @@ class CUDABackend(Backend):
         self._bind_thread()
 
     def _check_usable(self) -> None:
-        if self._corrupted is not None:
-            raise CUDAError(
-                f"{self.device}: the CUDA context is corrupted by {self._corrupted}; the process must "
-                "restart: use isolation 'process' for stages that may crash",
-                cuda_error=self._corrupted,
-                cuda_code=self._corrupted_code,
-                device=self.device,
-                device_uuid=self.info.uuid,
-            )
-
-    def _error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
-        name = error_name(code)
-        where = f"stage {stage!r}: " if stage else ""
-        message = f"{where}{what} reported {name} ({code}) on {self.device}"
-        if code in STICKY_ERRORS:
-            self._corrupted, self._corrupted_code = name, code
-            message += (
-                f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
-                "'process' for stages that may crash"
-            )
-        return CUDAError(
-            message,
-            cuda_error=name,
-            cuda_code=code,
-            stage=stage,
-            device=self.device,
-            device_uuid=self.info.uuid,
-        )
+        self._health.check()
 
     def launch_error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
         """The :class:`CUDAError` of a failed driver call returning ``code`` (marks sticky errors)."""
@@ -192,17 +157,7 @@ class CUDABackend(Backend):
 
         Returns the error for the caller to raise (``raise backend.raise_cuda(e, "launch") from e``).
         """
-        if isinstance(exc, CUDAError):
-            return exc
-        if not is_cuda_exception(exc):
-            return CUDAError(
-                f"{what} failed: {type(exc).__name__}: {exc}", stage=stage, device_uuid=self.info.uuid
-            )
-        err = wrap_cuda_exception(exc, what, stage=stage, device=self.device, device_uuid=self.info.uuid)
-        code = err.context.get("cuda_code")
-        if code is not None:
-            return self._error(int(code), what, stage)
-        return err
+        return self._health.wrap(exc, what, stage)
 
     def check_errors(self, *, stage: str | None = None) -> None:
         """Raise the context's pending error, if any: synchronises the context (not while capturing).
@@ -323,7 +278,7 @@ class CUDABackend(Backend):
 
     def order_for_consumer(self, tensor: Tensor, stream: Any) -> None:
         """Make a DLPack consumer's stream (an int handle) wait for the work queued on our main stream."""
-        if self._capturing or self._corrupted:
+        if self._capturing or self._health.corrupted:
             return
         event = self._main.record(options=self._event_opts[False])
         check_driver(
@@ -406,42 +361,30 @@ class CUDABackend(Backend):
     # -- graphs ------------------------------------------------------------------------------------
     def begin_capture(self, stream: Any) -> None:
         """Start capturing the work queued on ``stream`` (and on streams that join it through events)."""
-        self._check_usable()
-        self._bind_thread()
-        d = self._driver
-        s = stream if stream is not None else self._main
-        check_driver(
-            d.cuStreamBeginCapture(s.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
-            "cuStreamBeginCapture",
-            device_uuid=self.info.uuid,
+        self._guard()
+        begin_capture(
+            self._driver, self.handle_of(stream if stream is not None else self._main), uuid=self.info.uuid
         )
         self._capturing += 1
         self.memory.hold_frees(True)
 
     def end_capture(self, stream: Any) -> CUDAGraph:
         """End the capture started on ``stream``; returns the instantiated graph."""
-        d = self._driver
-        s = stream if stream is not None else self._main
         try:
-            graph = check_driver(
-                d.cuStreamEndCapture(s.handle), "cuStreamEndCapture", device_uuid=self.info.uuid
+            graph = end_capture(
+                self._driver,
+                self.handle_of(stream if stream is not None else self._main),
+                uuid=self.info.uuid,
             )
         finally:
             self._capturing = max(0, self._capturing - 1)
             if not self._capturing:
                 self.memory.hold_frees(False)
-        try:
-            exec_ = check_driver(
-                d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate", device_uuid=self.info.uuid
-            )
-        except CUDAError:
-            d.cuGraphDestroy(graph)
-            raise
-        return CUDAGraph(graph, exec_, d)
+        return CUDAGraph.instantiate(graph, self._driver, uuid=self.info.uuid)
 
     def launch_graph(self, graph: CUDAGraph, stream: Any) -> None:
         """Replay a captured graph on ``stream``."""
-        if self._corrupted is not None:
+        if self._health.corrupted is not None:
             self._check_usable()
         handle = self.handle_of(stream) if stream is not None else self._main_handle
         (err,) = self._driver.cuGraphLaunch(graph.exec, handle)
@@ -462,24 +405,7 @@ class CUDABackend(Backend):
         """Return without waiting: record an event and hold the run's inputs until it completes, so a
         producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels. Events
         are reused once their run has completed."""
-        pending, spare = self._pending_runs, self._spare_events
-        with self._finish_lock:  # pipelines on several threads share the backend
-            while pending and pending[0][0].is_done:
-                spare.append(pending.popleft()[:2])
-            if spare:
-                event, handle = spare.pop()
-            else:
-                event = self._main.record(options=self._event_opts[False])
-                handle = event.handle
-            (err,) = self._driver.cuEventRecord(handle, self.handle_of(stream))
-            if err != 0:
-                spare.append((event, handle))
-                raise self._error(int(err), "cuEventRecord")
-            pending.append((event, handle, keepalive))
-            if len(pending) > 64:  # bound the host's run-ahead
-                entry = pending.popleft()
-                entry[0].sync()
-                spare.append(entry[:2])
+        self._fences.finish(self.handle_of(stream), keepalive)
 
     def handle_of(self, stream: Any) -> Any:
         """The driver handle of one of our streams (the main stream's is cached)."""
@@ -558,7 +484,7 @@ class CUDABackend(Backend):
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Wait for pending work and return cached memory (called at interpreter exit)."""
-        if self._corrupted is not None:
+        if self._health.corrupted is not None:
             return
         try:
             self._release_workspaces()

@@ -14,6 +14,7 @@ from typing import Any
 from ...errors import CUDAError
 
 __all__ = [
+    "ContextHealth",
     "STICKY_ERRORS",
     "derive_features",
     "version_text",
@@ -148,3 +149,56 @@ def wrap_cuda_exception(exc: BaseException, what: str, **context: Any) -> CUDAEr
         except (ImportError, AttributeError):
             code = None
     return CUDAError(f"{what} failed: {text}", cuda_error=name, cuda_code=code, **context)
+
+
+class ContextHealth:
+    """Whether a device's CUDA context is still usable, and the :class:`CUDAError` of each failure.
+
+    After a sticky error (700, 714-719) the context is corrupted for good: :meth:`check` then refuses all
+    further work, because the process must restart.
+    """
+
+    def __init__(self, device: str, uuid: str | None):
+        self.device = device
+        self.uuid = uuid
+        self.corrupted: str | None = None  # the CUDA error name that corrupted the context
+        self.corrupted_code: int | None = None
+
+    def check(self) -> None:
+        """Raise when the context is corrupted."""
+        if self.corrupted is not None:
+            raise CUDAError(
+                f"{self.device}: the CUDA context is corrupted by {self.corrupted}; the process must "
+                "restart: use isolation 'process' for stages that may crash",
+                cuda_error=self.corrupted,
+                cuda_code=self.corrupted_code,
+                device=self.device,
+                device_uuid=self.uuid,
+            )
+
+    def error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
+        """The error of a driver call that returned ``code`` (a sticky one marks the context)."""
+        name = error_name(code)
+        where = f"stage {stage!r}: " if stage else ""
+        message = f"{where}{what} reported {name} ({code}) on {self.device}"
+        if code in STICKY_ERRORS:
+            self.corrupted, self.corrupted_code = name, code
+            message += (
+                f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
+                "'process' for stages that may crash"
+            )
+        return CUDAError(
+            message, cuda_error=name, cuda_code=code, stage=stage, device=self.device, device_uuid=self.uuid
+        )
+
+    def wrap(self, exc: BaseException, what: str, stage: str | None = None) -> CUDAError:
+        """The error for an exception of cuda.core (or any exception raised around a CUDA call)."""
+        if isinstance(exc, CUDAError):
+            return exc
+        if not is_cuda_exception(exc):
+            return CUDAError(
+                f"{what} failed: {type(exc).__name__}: {exc}", stage=stage, device_uuid=self.uuid
+            )
+        err = wrap_cuda_exception(exc, what, stage=stage, device=self.device, device_uuid=self.uuid)
+        code = err.context.get("cuda_code")
+        return self.error(int(code), what, stage) if code is not None else err
