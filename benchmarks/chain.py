@@ -75,7 +75,7 @@ def run_chain(env: Env, stages: int = 20, length: int = 4096) -> dict[str, Any]:
         mode = "pipelink_graph" if g else "pipelink_eager"
         pipes = {}
         try:  # one mode failing keeps the other's numbers
-            pipes = {n: pl.load(chain_doc(n, length), device=env.pl_device, graph=g, static_outputs=g)
+            pipes = {n: pl.load(chain_doc(n, length), device=env.pl_device, cuda_graph=g, static_outputs=g)
                      for n in (1, stages)}
             for _ in range(2):  # graph mode: the first run captures, the second replays
                 out = pipes[stages].run(**sets[0])["y"]
@@ -84,7 +84,7 @@ def run_chain(env: Env, stages: int = 20, length: int = 4096) -> dict[str, Any]:
             tol = tolerance("float32")
             res["correctness"][mode] = {"rel_err": err, "tolerance": tol, "ok": err <= tol}
             if g:
-                res["graph_mode"] = pipes[stages].graph_mode
+                res["graph_mode"] = pipes[stages].cuda_graph
                 res["graph_replay"] = bool(pipes[stages].last_report.graph_replay)
                 res["load_warnings"] = list(pipes[stages].load_report.warnings)
             for n, pipe in pipes.items():

@@ -136,13 +136,13 @@ def _one(env: Env, lib: Path, name: str, rows: int, cols: int) -> dict[str, Any]
         key = "pipelink_graph" if g else "pipelink_eager"
         pipe = None
         try:  # one mode failing keeps the other's numbers
-            pipe = pl.load(doc, device=env.pl_device, graph=g, static_outputs=g)
+            pipe = pl.load(doc, device=env.pl_device, cuda_graph=g, static_outputs=g)
             for _ in range(2):  # graph mode: the first run captures, the second replays
                 out = pipe.run(**sets[0])["norm_output"]
             err = env.rel_err(env.from_pl(out), ref)
             res["correctness"][key] = {"rel_err": err, "tolerance": tol, "ok": err <= tol}
             if g:
-                res["graph_mode"] = pipe.graph_mode
+                res["graph_mode"] = pipe.cuda_graph
                 res["graph_replay"] = bool(pipe.last_report.graph_replay)
                 res["load_warnings"] = list(pipe.load_report.warnings)
             _timed(

@@ -78,7 +78,7 @@ def run_op_case(env: Env, case: OpCase) -> dict[str, Any]:
     tol = tolerance(case.dtype)
 
     mem0 = _pl_memory(env) if case.memory else None
-    eager = pl.load(case.doc, device=env.pl_device, graph=False)
+    eager = pl.load(case.doc, device=env.pl_device, cuda_graph=False)
     graph = None
     try:
         # -- correctness (and, for memory cases, the first run's peak) ---------------------------------
@@ -138,8 +138,8 @@ def run_op_case(env: Env, case: OpCase) -> dict[str, Any]:
 def _check_graph(env: Env, case: OpCase, res: dict[str, Any], inputs: dict[str, Any], ref: Any):
     """Load the graph-mode pipeline and check its replayed output; returns the pipeline."""
     mem1 = _pl_memory(env) if case.memory else None
-    graph = pl.load(case.doc, device=env.pl_device, graph=True, static_outputs=True)
-    res["graph_mode"] = graph.graph_mode
+    graph = pl.load(case.doc, device=env.pl_device, cuda_graph=True, static_outputs=True)
+    res["graph_mode"] = graph.cuda_graph
     res["load_warnings"] = list(graph.load_report.warnings)
     try:
         for _ in range(2):  # the first run is eager and captures; the second replays

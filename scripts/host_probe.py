@@ -125,7 +125,7 @@ def main() -> None:
     gpipe = pl.load(
         {"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}]},
         device="cuda",
-        graph=True,
+        cuda_graph=True,
         static_outputs=True,
     )
     for _ in range(3):
@@ -220,7 +220,7 @@ def main() -> None:
     )
     for label, d, ins in cases:
         for mode in ("eager", "graph"):
-            p = pl.load(d, device="cuda", graph=mode == "graph", static_outputs=mode == "graph")
+            p = pl.load(d, device="cuda", cuda_graph=mode == "graph", static_outputs=mode == "graph")
             k = [0]
 
             def call(p=p, ins=ins, k=k):

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import memory
+from .backends import get_backend, validate_hardware
 from .descriptor import Attr, OperatorDescriptor, Port, Variant
-from .dtypes import DType, bfloat16, bool_, float16, float32, float64, int8, int32, int64, uint8
+from .dtypes import DType, bfloat16, bool_, float16, float32, float64, get_dtype, int8, int32, int64, uint8
 from .errors import (
     ConfigError,
     CUDAError,
@@ -28,9 +29,12 @@ from .errors import (
     TuningError,
     VersionMismatchError,
 )
-from .hardware import HardwareInfo, validate_hardware
+from .hardware import HardwareInfo
+from .modules.native import load_library as _load_library
 from .modules.python import operator
+from .modules.registry import UnknownOperatorError
 from .modules.registry import registry as _registry
+from .ops import register_builtins
 from .pipeline import Pipeline, load, validate
 from .runtime.errorlog import configure_error_log
 from .runtime.report import LoadReport, RunReport, StageReport
@@ -39,20 +43,58 @@ from .tensor import Tensor, asarray
 __version__ = "0.1.0"
 
 __all__ = [
-    "load", "validate", "Pipeline", "operator", "list_operators", "get_operator_info", "load_library",
-    "validate_hardware", "memory", "empty", "Tensor", "asarray", "configure_error_log",
-    "OperatorDescriptor", "Port", "Attr", "Variant", "HardwareInfo", "RunReport", "StageReport", "LoadReport",
-    "DType", "float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool_",
-    "ErrorCode", "Problem", "PipeLinkError", "ConfigError", "InvalidArgumentError", "ModuleLoadError",
-    "VersionMismatchError", "IntegrityError", "ShapeMismatchError", "DTypeMismatchError",
-    "HardwareUnsupportedError", "ModuleCrashError", "PipeLinkTimeoutError", "OutOfMemoryError", "CUDAError",
-    "TuningError", "__version__",
+    "load",
+    "validate",
+    "Pipeline",
+    "operator",
+    "list_operators",
+    "get_operator_info",
+    "load_library",
+    "validate_hardware",
+    "memory",
+    "empty",
+    "Tensor",
+    "asarray",
+    "configure_error_log",
+    "OperatorDescriptor",
+    "Port",
+    "Attr",
+    "Variant",
+    "HardwareInfo",
+    "RunReport",
+    "StageReport",
+    "LoadReport",
+    "DType",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int8",
+    "int32",
+    "int64",
+    "uint8",
+    "bool_",
+    "ErrorCode",
+    "Problem",
+    "PipeLinkError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "ModuleLoadError",
+    "VersionMismatchError",
+    "IntegrityError",
+    "ShapeMismatchError",
+    "DTypeMismatchError",
+    "HardwareUnsupportedError",
+    "ModuleCrashError",
+    "PipeLinkTimeoutError",
+    "OutOfMemoryError",
+    "CUDAError",
+    "TuningError",
+    "__version__",
 ]
 
 
 def _builtins():
-    from .ops import register_builtins
-
     register_builtins(_registry)
     return _registry
 
@@ -70,8 +112,6 @@ def get_operator_info(name: str, version: str | None = None) -> OperatorDescript
     InvalidArgumentError
         For an unknown name (with a suggestion).
     """
-    from .modules.registry import UnknownOperatorError
-
     try:
         return _builtins().get(name, version)
     except UnknownOperatorError as e:
@@ -83,15 +123,10 @@ def load_library(path, sha256: str | None = None, *, probe: bool | None = None) 
 
     ``probe``: open it in a child process first (default: ``PIPELINK_PROBE_LIBRARIES``, on).
     """
-    from .modules.native import load_library as _load
-
-    return _load(path, sha256=sha256, registry=_builtins(), probe=probe)
+    return _load_library(path, sha256=sha256, registry=_builtins(), probe=probe)
 
 
 def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:
     """An uninitialised tensor from the runtime's allocator on ``device``."""
-    from .backends import get_backend
-    from .dtypes import get_dtype
-
     backend = get_backend(device)
     return backend.wrap(backend.empty(tuple(int(s) for s in shape), get_dtype(dtype)))

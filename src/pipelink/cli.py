@@ -42,7 +42,7 @@ def _load(config: Path, device: str, graph: bool = False, checked: bool | None =
     import pipelink as pl
 
     try:
-        return pl.load(config, device=device, graph=graph, checked=checked)
+        return pl.load(config, device=device, cuda_graph=graph, checked=checked)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
 

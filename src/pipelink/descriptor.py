@@ -7,6 +7,7 @@ kernel, a native module entry...) chosen per device. It holds no state from a pi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +16,8 @@ from packaging.version import Version
 
 from .dtypes import DTYPES, FLOAT_DTYPES
 from .errors import DTypeMismatchError, InvalidArgumentError, PipeLinkError, ShapeMismatchError
-from .graph.shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
 from .hardware import Requirement
+from .shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
 from .versioning import parse_version
 
 __all__ = [
@@ -144,6 +145,9 @@ class Variant:
     supports_graphs: bool = True
     tunables: Mapping[str, tuple] = field(default_factory=dict)
     origin: Any = None  # the Python function of a Python operator (rebuilt by reference in workers)
+    # A host (device "cpu") variant that may run for a device backend on copies staged to host memory and
+    # back (Python operators: their functions take NumPy arrays). Without it, a device never picks it.
+    host_ok: bool = False
 
 
 @dataclass
@@ -185,8 +189,6 @@ class OperatorDescriptor:
         known = {a.name for a in self.attrs}
         unknown = sorted(set(given) - known)
         if unknown:
-            import difflib
-
             hint = difflib.get_close_matches(unknown[0], sorted(known), n=1)
             raise InvalidArgumentError(
                 f"{where}: operator {self.name!r} has no attribute {unknown[0]!r}"

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from .errors import HardwareUnsupportedError
 
-__all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements", "validate_hardware"]
+__all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements"]
 
 # Known feature names, with the seed's HW_FEATURE_* spelling in comments.
 FEATURES = {
@@ -59,6 +59,9 @@ class HardwareInfo:
     features: dict[str, float] = field(default_factory=dict)
     driver_version: str | None = None
     runtime_version: str | None = None
+    # Features the device only emulates (the CPU's fp16/bf16 through NumPy/ml_dtypes, tf32 as fp32): usable,
+    # but never a reason to prefer a narrower type (precision_policy "*_if_supported_else_fp32").
+    emulated: frozenset[str] = frozenset()
 
     def value(self, feature: str) -> float:
         if feature == "compute_capability":
@@ -86,6 +89,7 @@ def cpu_info() -> HardwareInfo:
         kind="cpu",
         name=platform.processor() or platform.machine() or "cpu",
         features={"fp32": 1, "fp64": 1, "fp16": 1, "bf16": 1, "atomic_double": 1},
+        emulated=frozenset({"fp16", "bf16", "tf32"}),
     )
 
 
@@ -136,34 +140,3 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
         else:
             reqs.append(Requirement(str(feat)))
     return tuple(reqs)
-
-
-def validate_hardware(
-    compute_capability: str | None = None, features=(), *, device: str = "auto"
-) -> HardwareInfo:
-    """Check the device against requirements (seed: ``pipeLinkValidateHardware()``).
-
-    Parameters
-    ----------
-    compute_capability : str, optional
-        A specifier such as ``">=8.0"``.
-    features : sequence of str
-        Feature names that must be present (``"tensor_core"``, ``"bf16"``...).
-    device : str
-        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-
-    Returns
-    -------
-    HardwareInfo
-        The device's description when every requirement holds.
-
-    Raises
-    ------
-    HardwareUnsupportedError
-        Naming the feature, what is required and what the device has.
-    """
-    from .backends import get_backend  # local: backends import this module
-
-    info = get_backend(device).info
-    check_requirements(info, requirements_from(compute_capability, features), what=f"device {info.name!r}")
-    return info

@@ -38,8 +38,7 @@ def set_allocator(kind: str) -> None:
         raise InvalidArgumentError(f"allocator must be one of {list(_ALLOCATORS)} (got {kind!r})")
     _allocator = kind
     for b in loaded_backends():
-        if hasattr(b, "set_allocator"):
-            b.set_allocator(kind)
+        b.set_allocator(kind)
 
 
 def get_allocator() -> str:

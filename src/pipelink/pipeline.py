@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,12 @@ from .errors import (
     VersionMismatchError,
     error_for_code,
 )
-from .graph.linker import LinkedGraph, link
+from .graph.linker import LinkedGraph, infer_signature, link
 from .graph.planner import MemoryPlan
+from .modules.libraries import load_stage_libraries
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
+from .ops import register_builtins
 from .runtime import errorlog
 from .runtime.checked import is_checked
 from .runtime.declared import check_declared_shapes
@@ -36,6 +39,8 @@ from .runtime.executor import check_inputs, compile_plan, execute, preload_input
 from .runtime.graphs import capture_bound, graph_blockers, replay
 from .runtime.plan import ExecutionPlan
 from .runtime.report import LoadReport, RunReport
+from .tune.kernels import lookup_tuned
+from .tune.native import lookup_native
 
 __all__ = ["Pipeline", "load", "validate"]
 
@@ -43,10 +48,10 @@ log = logging.getLogger("pipelink")
 
 
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
-    from .ops import register_builtins
-
+    """The registry a load resolves against, with every built-in operator and all its variants (a custom
+    ``registry=`` on a GPU resolves the built-in CUDA kernels too, not only their CPU references)."""
     reg = registry or default_registry
-    register_builtins(reg)
+    register_builtins(reg)  # each family declares its CUDA variant too (no CUDA import); idempotent
     return reg
 
 
@@ -61,7 +66,9 @@ def _check(config, registry: OperatorRegistry, device: str | None, *, libraries:
     if not libraries and any(s.library for s in cfg.stages):
         # Schema and semantic rules only: stages of native modules cannot be linked without the modules.
         return cfg, None, [], backend
-    graph, link_problems = link(cfg, registry, backend.info)
+    libraries, library_problems = load_stage_libraries(cfg, registry)
+    graph, link_problems = link(cfg, registry, backend.info, libraries=libraries)
+    link_problems = library_problems + link_problems
     for warning in check_warnings(doc):
         log.warning("pipelink: %s", warning)
     return cfg, graph, link_problems, backend
@@ -109,11 +116,12 @@ def load(
     config: str | Path | Mapping[str, Any],
     *,
     device: str = "auto",
-    graph: bool = False,
+    cuda_graph: bool = False,
     registry: OperatorRegistry | None = None,
     tuned: bool = True,
     static_outputs: bool = False,
     checked: bool | None = None,
+    graph: bool | None = None,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -123,16 +131,19 @@ def load(
         A JSON config (comments allowed) or the parsed document.
     device : str
         ``"auto"`` (GPU if one works, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-    graph : bool
-        Capture the plan into a CUDA graph per input signature and replay it (CUDA only; the CPU runs
-        eagerly, and so does a pipeline with per-stage policies or checks: ``load_report.warnings``).
+    cuda_graph : bool
+        Capture the plan into a CUDA graph per input signature and replay it (on a backend whose
+        ``capabilities.cuda_graphs`` holds; elsewhere, and for a pipeline with per-stage policies or
+        checks, it runs eagerly and ``load_report.warnings`` says why).
     static_outputs : bool
-        Graph mode only: return the graph's own output buffers instead of fresh copies. They are
+        CUDA-graph mode only: return the graph's own output buffers instead of fresh copies. They are
         overwritten by the next ``run()``.
     checked : bool, optional
         Checked mode (a debugging mode, slow): outputs are poisoned before each stage and guard bytes
         follow every buffer; a stage that leaves an output unwritten or writes past it fails with
         ``ModuleCrashError``. None (default) reads the ``PIPELINK_CHECKED`` environment variable.
+    graph : bool, optional
+        Deprecated spelling of ``cuda_graph`` (``Pipeline.graph`` is the DAG); warns.
 
     Raises
     ------
@@ -140,6 +151,13 @@ def load(
         With ``.errors``, every problem found (or the specific error class when all problems share one
         code, e.g. ShapeMismatchError for a declared shape that does not fit).
     """
+    if graph is not None:
+        warnings.warn(
+            "pl.load(graph=...) is deprecated: use cuda_graph=... (Pipeline.graph is the pipeline's DAG)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        cuda_graph = cuda_graph or bool(graph)
     reg = _registry(registry)
     cfg, linked, problems, backend = _check(config, reg, device)
     source = (
@@ -153,7 +171,7 @@ def load(
         linked,
         backend,
         reg,
-        graph_mode=graph,
+        cuda_graph=cuda_graph,
         use_tuned=tuned,
         static_outputs=static_outputs,
         checked=is_checked(checked),
@@ -169,7 +187,7 @@ class Pipeline:
         backend,
         registry: OperatorRegistry,
         *,
-        graph_mode: bool = False,
+        cuda_graph: bool = False,
         use_tuned: bool = True,
         static_outputs: bool = False,
         checked: bool = False,
@@ -181,10 +199,11 @@ class Pipeline:
         self._lock = threading.RLock()
         self._closed = False
         self.checked = checked
-        blockers = graph_blockers(graph) if graph_mode else []
-        if graph_mode and checked:
+        can_capture = backend.capabilities.cuda_graphs
+        blockers = graph_blockers(graph) if cuda_graph and can_capture else []
+        if cuda_graph and checked:
             blockers.append("checked mode looks at every stage's outputs")
-        self.graph_mode = bool(graph_mode) and backend.supports_graphs and not blockers
+        self.cuda_graph = bool(cuda_graph) and can_capture and not blockers
         self.static_outputs = static_outputs
         self.use_tuned = use_tuned
         self.last_report: RunReport | None = None
@@ -197,13 +216,13 @@ class Pipeline:
         self._passthrough = any(n in graph.external_inputs for n in graph.outputs)
         for st in graph.stages:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
-        if graph_mode and not backend.supports_graphs:
+        if cuda_graph and not can_capture:
             self.load_report.warnings.append(
-                f"graph mode requested, but the {backend.kind} backend runs eagerly"
+                f"cuda_graph requested, but the {backend.kind} backend has no graph capture: running eagerly"
             )
         elif blockers:
             self.load_report.warnings.append(
-                "graph mode requested, but running eagerly: " + "; ".join(blockers)
+                "cuda_graph requested, but running eagerly: " + "; ".join(blockers)
             )
         self._select_variants_for_declared()
 
@@ -232,13 +251,19 @@ class Pipeline:
 
     @property
     def graph(self) -> LinkedGraph:
+        """The pipeline's DAG (stages and tensors); CUDA graph capture is :attr:`cuda_graph`."""
         return self._graph
+
+    @property
+    def graph_mode(self) -> bool:
+        """Same as :attr:`cuda_graph` (the name reports and benchmarks used before it)."""
+        return self.cuda_graph
 
     @property
     def memory_plan(self) -> MemoryPlan | None:
         """The memory plan of the last input signature (of the declared inputs before any run)."""
         if self._last_plan is None and self._declared_signature() is not None:
-            self._last_plan = self._plan_for(self._declared_args(), self._declared_signature())
+            self._last_plan = self._plan_for({}, self._declared_signature())
         return self._last_plan.memory if self._last_plan else None
 
     # -- running -----------------------------------------------------------------------------------
@@ -278,7 +303,7 @@ class Pipeline:
             stream = backend.default_stream()
             plan = self._last_plan
             fast = plan is not None and not self._preload_inputs
-            if fast and not profile and self.graph_mode and plan.captured and not self._passthrough:
+            if fast and not profile and self.cuda_graph and plan.captured and not self._passthrough:
                 # The fastest path: device inputs where a graph of the last plan reads them.
                 key = backend.match_places(plan.signature, given, stream)
                 found = plan.bound_graphs.get(key) if key is not None else None
@@ -345,7 +370,7 @@ class Pipeline:
     def _preload_stream(self) -> Any:
         """The copy stream of ``async_preload`` stages' host inputs (None when no stage asks, or on the
         CPU)."""
-        if not self._preload_inputs or self._backend.kind == "cpu":
+        if not self._preload_inputs or not self._backend.capabilities.asynchronous:
             return None
         if self._copy_stream is None:
             self._copy_stream = self._backend.new_stream()
@@ -362,7 +387,7 @@ class Pipeline:
         preload_event: Any = None,
     ) -> dict[str, Any]:
         stream = plan.streams[0]
-        if self.graph_mode and plan.captured and not profile:
+        if self.cuda_graph and plan.captured and not profile:
             report.graph_replay = True
             if preload_event is not None:
                 self._backend.wait_event(stream, preload_event)
@@ -381,13 +406,13 @@ class Pipeline:
                 error_log=errorlog.record,
                 preload_event=preload_event,
             )
-            if self.graph_mode and not plan.captured and not plan.uncapturable:
+            if self.cuda_graph and not plan.captured and not plan.uncapturable:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input where it is (replay captures more graphs as inputs move, up to a limit).
                 capture_bound(plan, self._graph, self._backend, stream, args)
-            elif self.graph_mode and plan.uncapturable and report.new_signature:
+            elif self.cuda_graph and plan.uncapturable and report.new_signature:
                 self.load_report.warnings.append(
-                    "graph mode requested, but running eagerly: the kernels of "
+                    "cuda_graph requested, but running eagerly: the kernels of "
                     f"{', '.join(map(repr, plan.uncapturable))} read device values on the host each run"
                 )
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
@@ -421,15 +446,23 @@ class Pipeline:
             self._graph, self._registry, self._backend, args, signature, tuned=tuned, checked=self.checked
         )
         self._plans[signature] = plan
+        report = self.load_report
         for step in plan.steps:
-            self.load_report.variants[step.stage.id] = step.variant
+            sid = step.stage.id
+            report.variants[sid] = step.variant
+            if step.skipped_variants:
+                report.skipped_variants[sid] = list(step.skipped_variants)
+            if step.staged and sid not in report.staged:
+                report.staged.append(sid)
+                report.warnings.append(
+                    f"stage {sid!r} runs the host variant {step.variant!r} on {self.device}: its inputs are "
+                    "copied to host memory and its outputs back on every run"
+                )
         return plan
 
     def _tuned_params(self, signature: tuple) -> dict[str, dict]:
         """Per stage, the launch parameters from the tuning cache (``pipelink tune``) when the key matches;
         what was used and why is recorded in ``load_report.tuned``."""
-        from .graph.linker import infer_signature
-
         known = infer_signature(self._graph, {n: (s, d) for n, s, d, _ in signature})
         out = {}
         for st in self._graph.stages:
@@ -437,11 +470,11 @@ class Pipeline:
                 continue
             shapes = tuple(known[n][0] if n else None for n in st.inputs)
             dtypes = tuple(known[n][1] if n else None for n in st.inputs)
-            if st.desc.source in ("builtin", "python"):
-                found = self._backend.tuned_params(st.desc, shapes, dtypes)
+            if st.desc.source == "builtin":  # the compiled kernel's launch parameters, where it runs
+                found = lookup_tuned(st.desc, self._backend.info, shapes, dtypes)
+            elif st.desc.source == "python":
+                found = None
             else:  # a native module's manifest tunables, tuned with `pipelink tune` (library mode)
-                from .tune.native import lookup_native
-
                 found = lookup_native(st.desc, self._backend.info, shapes, dtypes)
             if found is None:
                 continue
@@ -467,9 +500,6 @@ class Pipeline:
             sig.append((name, tuple(d.shape), d.dtype, True))
         return tuple(sig)
 
-    def _declared_args(self) -> dict[str, Any]:
-        return {}
-
     def _select_variants_for_declared(self) -> None:
         """With fully declared inputs the variants (and the plan) are chosen at load, not at run."""
         signature = self._declared_signature()
@@ -493,7 +523,9 @@ class Pipeline:
         """
         with self._lock:
             old = self._graph
-            graph, problems = link(old.config, self._registry, self._backend.info)
+            libraries, problems = load_stage_libraries(old.config, self._registry)
+            graph, link_problems = link(old.config, self._registry, self._backend.info, libraries=libraries)
+            problems += link_problems
             if problems:
                 _raise_problems(problems, str(old.config.source_path or "(dict)"))
             changed = []

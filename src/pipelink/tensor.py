@@ -8,6 +8,7 @@ unless the caller asks (``cpu()``, ``numpy()`` on a device tensor).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,23 @@ from . import dlpack
 from .dtypes import DType, from_dlpack_code, get_dtype
 from .errors import InvalidArgumentError
 
-__all__ = ["Tensor", "asarray", "contiguous_strides", "parse_device"]
+__all__ = ["Tensor", "asarray", "contiguous_strides", "parse_device", "set_backend_resolver"]
+
+# device -> its backend, for the few Tensor methods that need one (cpu(), DLPack stream ordering). Set by
+# pipelink.backends when it is imported: this module sits below the backends and never imports them.
+_backend_of: Callable[[str], Any] | None = None
+
+
+def set_backend_resolver(resolve: Callable[[str], Any]) -> None:
+    """Tell tensors how to find the backend of a device (``pipelink.backends.get_backend``)."""
+    global _backend_of
+    _backend_of = resolve
+
+
+def _backend(device: str) -> Any:
+    if _backend_of is None:
+        raise InvalidArgumentError(f"no backend is loaded for {device}: import pipelink first")
+    return _backend_of(device)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -208,9 +225,7 @@ class Tensor:
         """This tensor on the host (itself when already there)."""
         if not self.is_cuda:
             return self
-        from .backends import get_backend
-
-        return get_backend(self.device).to_host(self)
+        return _backend(self.device).to_host(self)
 
     # -- DLPack export -----------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -228,9 +243,7 @@ class Tensor:
         if self.is_cuda and stream is not None and stream != -1:
             # Our work on this tensor is complete when run() returns (outputs are synchronised), so the
             # consumer's stream needs no extra ordering; the backend may still record an event here.
-            from .backends import get_backend
-
-            get_backend(self.device).order_for_consumer(self, stream)
+            _backend(self.device).order_for_consumer(self, stream)
         dev_type, dev_id = self.__dlpack_device__()
         return dlpack.to_capsule(
             self, self.ptr, self.shape, self.strides, self.dtype.dl_code, self.dtype.bits, dev_type, dev_id

@@ -51,7 +51,7 @@ def test_device_inputs_take_the_fast_path_and_stay_correct(monkeypatch, graph):
     monkeypatch.setattr(pipeline_module, "signature_of", lambda *a: general.append(1) or original(*a))
     gen = torch.Generator(device="cuda").manual_seed(1)
     sets = [feed(gen) for _ in range(3)]
-    with pl.load(CHAIN, device="cuda", graph=graph) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=graph) as pipe:
         for i in range(9):
             f = sets[i % 3]
             f["x"].normal_(generator=gen)  # fresh data at the same place, written on torch's stream
@@ -70,7 +70,7 @@ def test_past_the_limit_moving_inputs_are_copied_and_weights_read_in_place(monke
     gen = torch.Generator(device="cuda").manual_seed(2)
     weights = feed(gen)
     xs = [torch.randn(64, 1024, device="cuda", generator=gen) for _ in range(6)]  # all alive: 6 places
-    with pl.load(CHAIN, device="cuda", graph=True, static_outputs=True) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=True, static_outputs=True) as pipe:
         for i, x in enumerate(xs):
             f = dict(weights, x=x)
             out = pipe.run(f)["y"]
@@ -83,13 +83,13 @@ def test_past_the_limit_moving_inputs_are_copied_and_weights_read_in_place(monke
 def test_static_outputs_are_the_graphs_own_buffers():
     gen = torch.Generator(device="cuda").manual_seed(3)
     f = feed(gen)
-    with pl.load(CHAIN, device="cuda", graph=True, static_outputs=True) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=True, static_outputs=True) as pipe:
         pipe.run(f)
         first = pipe.run(f)["y"]
         second = pipe.run(f)["y"]
         assert first.ptr == second.ptr
         check(second, f, "static output")
-    with pl.load(CHAIN, device="cuda", graph=True) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=True) as pipe:
         pipe.run(f)
         first = pipe.run(f)["y"]
         second = pipe.run(f)["y"]
@@ -104,7 +104,7 @@ def test_runs_wait_for_work_pytorch_queued_on_the_input(graph):
     gen = torch.Generator(device="cuda").manual_seed(4)
     f = feed(gen, rows=2048, cols=1024)
     big = torch.randn(4096, 4096, device="cuda", generator=gen)
-    with pl.load(CHAIN, device="cuda", graph=graph) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=graph) as pipe:
         pipe.run(f)
         for i in range(4):
             slow = big @ big  # keeps torch's stream busy
@@ -116,7 +116,7 @@ def test_runs_wait_for_work_pytorch_queued_on_the_input(graph):
 def test_a_pl_tensor_output_feeds_the_next_run_on_the_fast_path():
     gen = torch.Generator(device="cuda").manual_seed(5)
     f = feed(gen)
-    with pl.load(CHAIN, device="cuda", graph=True) as pipe:
+    with pl.load(CHAIN, device="cuda", cuda_graph=True) as pipe:
         y = pipe.run(f)["y"]
         for i in range(4):
             x_ref = torch.from_dlpack(y).clone()  # ordered after our stream by the DLPack protocol
@@ -140,7 +140,7 @@ def test_a_kernel_reading_device_values_on_the_host_keeps_graph_mode_eager():
     }
     gen = torch.Generator(device="cuda").manual_seed(6)
     f = feed(gen)
-    with pl.load(doc, device="cuda", graph=True) as pipe:
+    with pl.load(doc, device="cuda", cuda_graph=True) as pipe:
         for eps in (1e-5, 1.0, 10.0):
             e = torch.full((), eps, device="cuda")
             out = torch.from_dlpack(pipe.run(x=f["x"], gamma=f["gamma"], beta=f["beta"], eps=e)["y"])

@@ -33,12 +33,19 @@ def reference(x, g, b, eps):
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_native_cuda_layernorm_in_pipeline(library, graph):
-    doc = {"outputs": ["norm_output", "mean_tensor", "rstd_tensor", "act"],
-           "pipeline": [{"name": "layer_norm_v1", "library": str(library),
-                         "inputs": ["input_tensor", "gamma_tensor", "beta_tensor", "eps_scalar"],
-                         "outputs": ["norm_output", "mean_tensor", "rstd_tensor"]},
-                        {"name": "relu", "inputs": ["norm_output"], "outputs": ["act"]}]}
-    pipe = pl.load(doc, device="cuda", graph=graph)
+    doc = {
+        "outputs": ["norm_output", "mean_tensor", "rstd_tensor", "act"],
+        "pipeline": [
+            {
+                "name": "layer_norm_v1",
+                "library": str(library),
+                "inputs": ["input_tensor", "gamma_tensor", "beta_tensor", "eps_scalar"],
+                "outputs": ["norm_output", "mean_tensor", "rstd_tensor"],
+            },
+            {"name": "relu", "inputs": ["norm_output"], "outputs": ["act"]},
+        ],
+    }
+    pipe = pl.load(doc, device="cuda", cuda_graph=graph)
     rng = np.random.default_rng(5)
     for rows, cols in ((37, 1000), (64, 4096)):
         x = rng.standard_normal((rows, cols)).astype(np.float32)

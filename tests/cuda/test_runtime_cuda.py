@@ -16,37 +16,69 @@ pytestmark = pytest.mark.gpu
 
 
 def _chain() -> dict:
-    return {"name": "chain", "outputs": ["y"], "pipeline": [
-        {"name": "layer_norm", "id": "ln", "inputs": ["x", "gamma", "beta"], "outputs": ["h"]},
-        {"name": "gelu", "id": "act", "inputs": ["h"], "outputs": ["a"]},
-        {"name": "scale", "id": "sc", "inputs": ["a"], "outputs": ["y"], "attrs": {"factor": 0.5}}]}
+    return {
+        "name": "chain",
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "layer_norm", "id": "ln", "inputs": ["x", "gamma", "beta"], "outputs": ["h"]},
+            {"name": "gelu", "id": "act", "inputs": ["h"], "outputs": ["a"]},
+            {"name": "scale", "id": "sc", "inputs": ["a"], "outputs": ["y"], "attrs": {"factor": 0.5}},
+        ],
+    }
 
 
 def _feed(rng, rows=67, cols=515):
-    return {"x": rng.standard_normal((rows, cols)).astype(np.float32),
-            "gamma": rng.standard_normal(cols).astype(np.float32),
-            "beta": rng.standard_normal(cols).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((rows, cols)).astype(np.float32),
+        "gamma": rng.standard_normal(cols).astype(np.float32),
+        "beta": rng.standard_normal(cols).astype(np.float32),
+    }
 
 
 def test_graph_replay_equals_eager_exactly():
     rng = np.random.default_rng(1)
-    with pl.load(_chain(), device="cuda") as eager, pl.load(_chain(), device="cuda", graph=True) as graphed:
+    with (
+        pl.load(_chain(), device="cuda") as eager,
+        pl.load(_chain(), device="cuda", cuda_graph=True) as graphed,
+    ):
         for _ in range(3):  # the first run captures, the next ones replay
             feed = _feed(rng)
             want = eager.run(feed)["y"].numpy()
             got = graphed.run(feed)["y"].numpy()
-            np.testing.assert_array_equal(got, want,
-                                          err_msg="a graph replay must equal the eager run bit for bit")
+            np.testing.assert_array_equal(
+                got, want, err_msg="a graph replay must equal the eager run bit for bit"
+            )
 
 
 def test_two_branches_on_new_streams_1000_runs():
-    cfg = {"name": "branches", "outputs": ["y"], "pipeline": [
-        {"name": "relu", "id": "left", "inputs": ["x"], "outputs": ["l"],
-         "constraints": {"stream_affinity": "new"}},
-        {"name": "scale", "id": "right", "inputs": ["x"], "outputs": ["r"], "attrs": {"factor": 3.0},
-         "constraints": {"stream_affinity": "new"}},
-        {"name": "add", "id": "merge", "inputs": ["l", "r"], "outputs": ["y"],
-         "constraints": {"stream_affinity": {"stream_id": 0}}}]}
+    cfg = {
+        "name": "branches",
+        "outputs": ["y"],
+        "pipeline": [
+            {
+                "name": "relu",
+                "id": "left",
+                "inputs": ["x"],
+                "outputs": ["l"],
+                "constraints": {"stream_affinity": "new"},
+            },
+            {
+                "name": "scale",
+                "id": "right",
+                "inputs": ["x"],
+                "outputs": ["r"],
+                "attrs": {"factor": 3.0},
+                "constraints": {"stream_affinity": "new"},
+            },
+            {
+                "name": "add",
+                "id": "merge",
+                "inputs": ["l", "r"],
+                "outputs": ["y"],
+                "constraints": {"stream_affinity": {"stream_id": 0}},
+            },
+        ],
+    }
     rng = np.random.default_rng(2)
     with pl.load(cfg, device="cuda") as pipe:
         for i in range(1000):
@@ -54,8 +86,10 @@ def test_two_branches_on_new_streams_1000_runs():
             y = pipe.run(x=x)["y"].numpy()
             want = np.maximum(x, 0) + 3.0 * x
             if not np.allclose(y, want, rtol=1e-6, atol=1e-6):
-                pytest.fail(f"run {i}: the merge read a branch before it finished (max error "
-                            f"{np.abs(y - want).max():g})")
+                pytest.fail(
+                    f"run {i}: the merge read a branch before it finished (max error "
+                    f"{np.abs(y - want).max():g})"
+                )
 
 
 def test_memory_does_not_grow_over_10000_runs():
@@ -110,8 +144,11 @@ def test_cuda_error_of_a_stage_is_reported_with_its_name():
     def boom(x, y, *, stream=None):
         raise CUDAError("simulated launch failure", cuda_error="CUDA_ERROR_LAUNCH_FAILED", cuda_code=719)
 
-    cfg = {"name": "err", "outputs": ["y"], "pipeline": [
-        {"name": "raises_cuda_error_v1", "id": "boom", "inputs": ["x"], "outputs": ["y"]}]}
+    cfg = {
+        "name": "err",
+        "outputs": ["y"],
+        "pipeline": [{"name": "raises_cuda_error_v1", "id": "boom", "inputs": ["x"], "outputs": ["y"]}],
+    }
     with pl.load(cfg, device="cuda") as pipe:
         with pytest.raises(CUDAError) as info:
             pipe.run(x=np.ones(8, np.float32))
@@ -120,9 +157,18 @@ def test_cuda_error_of_a_stage_is_reported_with_its_name():
         assert pipe.last_report.stages["boom"].status == "failed"
 
 
-def test_check_errors_is_clean_after_normal_work():
+def test_check_errors_waits_for_queued_work_and_is_clean_after_it():
+    # Wrong if check_errors returned before the device finished (it would miss asynchronous errors) or
+    # reported an error after ordinary work.
     backend = get_backend("cuda")
-    backend.check_errors(stage="probe")  # raises only when the context holds an error
+    stream = backend.default_stream()
+    x = backend.import_input(np.random.default_rng(3).standard_normal(1 << 22).astype(np.float32))
+    y = backend.empty(x.shape, x.dtype)
+    backend.copy(y, x, stream=stream)
+    done = backend.record_event(stream)
+    backend.check_errors(stage="probe")
+    assert done.is_done, "check_errors returned before the queued copy finished"
+    np.testing.assert_array_equal(np.asarray(y.cpu()), np.asarray(x.cpu()))
 
 
 def test_count_nonfinite_on_device():
@@ -166,8 +212,10 @@ def test_pin_memory_inputs_upload_through_their_own_pinned_buffer():
     import pipelink as pl
     from pipelink.backends import get_backend
 
-    doc = {"inputs": {"x": {"shape": [1 << 22], "dtype": "float32", "pin_memory": True}},
-           "pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], "attrs": {"factor": 3.0}}]}
+    doc = {
+        "inputs": {"x": {"shape": [1 << 22], "dtype": "float32", "pin_memory": True}},
+        "pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], "attrs": {"factor": 3.0}}],
+    }
     pipe = pl.load(doc, device="cuda")
     rng = np.random.default_rng(21)
     for _ in range(3):  # the buffer is reused run after run: every result must be this run's

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from pipelink.backends import cuda_device, cuda_kernels
-from pipelink.backends.cuda_pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
+from pipelink.backends.cuda import compiler as cuda_kernels
+from pipelink.backends.cuda import device as cuda_device
+from pipelink.backends.cuda.pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
 
 
 # -- cache keys -------------------------------------------------------------------------------------
@@ -22,13 +23,20 @@ def test_cache_key_is_deterministic_and_order_independent():
 @pytest.mark.parametrize("change", ["source", "options", "arch", "nvrtc", "headers"])
 def test_cache_key_changes_with_every_input(change):
     args = {"source": "src", "options": {"std": "c++17"}, "arch": "sm_90", "nvrtc": (13, 0), "headers": "h"}
+
     def key():
-        return cuda_kernels.cache_key(args["source"], args["options"], args["arch"], args["nvrtc"],
-                                      args["headers"])
+        return cuda_kernels.cache_key(
+            args["source"], args["options"], args["arch"], args["nvrtc"], args["headers"]
+        )
 
     base = key()
-    args[change] = {"source": "src2", "options": {"std": "c++20"}, "arch": "sm_80", "nvrtc": (13, 1),
-                    "headers": "h2"}[change]
+    args[change] = {
+        "source": "src2",
+        "options": {"std": "c++20"},
+        "arch": "sm_80",
+        "nvrtc": (13, 1),
+        "headers": "h2",
+    }[change]
     other = key()
     assert other != base, f"a different {change} must give a different cubin key"
 
@@ -55,13 +63,16 @@ def test_features_of_an_h100_class_device():
     assert f["fp16"] == f["bf16"] == f["tf32"] == f["fp8"] == f["fp64"] == f["atomic_double"] == 1
 
 
-@pytest.mark.parametrize("cc,expect", [
-    ((5, 2), {"tensor_core": 0, "fp16": 0, "bf16": 0, "fp8": 0, "atomic_double": 0}),
-    ((6, 1), {"tensor_core": 0, "fp16": 1, "bf16": 0, "atomic_double": 1}),
-    ((7, 5), {"tensor_core": 4 * 40, "fp16": 1, "bf16": 0, "tf32": 0}),
-    ((8, 6), {"bf16": 1, "tf32": 1, "fp8": 0}),
-    ((8, 9), {"fp8": 1}),
-])
+@pytest.mark.parametrize(
+    "cc,expect",
+    [
+        ((5, 2), {"tensor_core": 0, "fp16": 0, "bf16": 0, "fp8": 0, "atomic_double": 0}),
+        ((6, 1), {"tensor_core": 0, "fp16": 1, "bf16": 0, "atomic_double": 1}),
+        ((7, 5), {"tensor_core": 4 * 40, "fp16": 1, "bf16": 0, "tf32": 0}),
+        ((8, 6), {"bf16": 1, "tf32": 1, "fp8": 0}),
+        ((8, 9), {"fp8": 1}),
+    ],
+)
 def test_features_follow_the_compute_capability(cc, expect):
     f = cuda_device.derive_features(cc, 40, 1 << 30)
     assert {k: f[k] for k in expect} == expect
@@ -88,15 +99,27 @@ def test_wrapped_cuda_core_error_keeps_the_name():
     class CUDAError(Exception):  # the name cuda.core's exception has
         pass
 
-    err = cuda_device.wrap_cuda_exception(CUDAError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"),
-                                          "launch", stage="s")
+    err = cuda_device.wrap_cuda_exception(
+        CUDAError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"), "launch", stage="s"
+    )
     assert err.cuda_error == "CUDA_ERROR_ILLEGAL_ADDRESS" and err.stage == "s"
     assert cuda_device.is_cuda_exception(CUDAError("x"))
 
 
 # -- bins and the pool ------------------------------------------------------------------------------
-@pytest.mark.parametrize("nbytes,expect", [(0, 512), (1, 512), (512, 512), (513, 1024), (4096, 4096),
-                                           (4097, 8192), (MAX_BIN, MAX_BIN), (MAX_BIN + 1, None)])
+@pytest.mark.parametrize(
+    "nbytes,expect",
+    [
+        (0, 512),
+        (1, 512),
+        (512, 512),
+        (513, 1024),
+        (4096, 4096),
+        (4097, 8192),
+        (MAX_BIN, MAX_BIN),
+        (MAX_BIN + 1, None),
+    ],
+)
 def test_bin_size(nbytes, expect):
     assert bin_size(nbytes) == expect
 
@@ -182,3 +205,63 @@ def test_pool_reports_changes():
     block.release()
     pool.drain()
     assert deltas == [4096, -4096]
+
+
+# -- the backend's own kernels (helpers.cu) ----------------------------------------------------------
+@pytest.mark.parametrize("elem", ["unsigned char", "unsigned short", "unsigned int", "unsigned long long"])
+def test_helpers_cu_compiles_for_every_element_size(elem):
+    # Wrong if the .cu file the CUDA backend loads at run time fails to compile for some dtype width, or
+    # lost a kernel the backend launches by name.
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    from pipelink.backends.cuda.helpers import HELPERS_CU, helper_source
+
+    assert HELPERS_CU.suffix == ".cu" and HELPERS_CU.is_file()
+    err, prog = nvrtc.nvrtcCreateProgram(helper_source().encode(), b"helpers.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    try:
+        opts = [b"--gpu-architecture=compute_90", f"-DPL_ELEM={elem}".encode()]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    text = ptx.decode(errors="replace")
+    for kernel in (
+        "pl_strided_copy",
+        "pl_nonfinite_f32",
+        "pl_nonfinite_f16",
+        "pl_nonfinite_bf16",
+        "pl_nonfinite_f64",
+    ):
+        assert f".entry {kernel}(" in text, kernel
+
+
+def test_strided_copy_dims_collapse_to_what_both_operands_walk_contiguously():
+    from pipelink.backends.cuda.helpers import collapse
+
+    # A contiguous (6, 7, 5) into a contiguous destination: one run of 210 elements.
+    assert collapse([6, 7, 5], [35, 5, 1], [35, 5, 1]) == ([210], [1], [1])
+    # A transposed source keeps its two walks; size-1 dims vanish.
+    assert collapse([4, 1, 6], [1, 99, 4], [6, 6, 1]) == ([4, 6], [1, 4], [6, 1])
+
+
+def test_a_sticky_cuda_error_corrupts_the_context_for_good():
+    # Wrong if work continued on a context after an illegal address (700): the process must restart.
+    from pipelink.errors import CUDAError
+
+    health = cuda_device.ContextHealth("cuda:0", "GPU-test")
+    err = health.error(1, "cuLaunchKernel", "s")  # an invalid value: the context stays usable
+    assert err.cuda_code == 1 and err.stage == "s" and health.corrupted is None
+    health.check()
+    err = health.error(700, "cuLaunchKernel", "s")
+    assert err.cuda_code == 700 and "the process must restart" in err.message
+    with pytest.raises(CUDAError, match="corrupted") as info:
+        health.check()
+    assert info.value.cuda_code == 700 and info.value.device_uuid == "GPU-test"
+    wrapped = health.wrap(ValueError("boom"), "launch", "s")
+    assert isinstance(wrapped, CUDAError) and "ValueError: boom" in wrapped.message

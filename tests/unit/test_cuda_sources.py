@@ -384,8 +384,8 @@ def test_backend_helper_kernels_compile():
 
 
 def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
-    """backends/cuda_tune.py keeps no table of its own: what it knows comes from the family's cuda.py."""
-    from pipelink.backends import cuda_tune
+    """tune/kernels.py keeps no table of its own: what it knows comes from the family's cuda.py."""
+    from pipelink.tune import kernels as cuda_tune
 
     assert cuda_tune.tunables_of("layer_norm") == cuda_kernel("layer_norm").tunables
     assert cuda_tune.tunables_of("silu_activation") == cuda_tune.tunables_of("silu")

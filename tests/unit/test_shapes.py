@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pipelink.descriptor import OperatorDescriptor, Port, infer_outputs
 from pipelink.errors import DTypeMismatchError, ShapeMismatchError
-from pipelink.graph.shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
+from pipelink.shapes import Bindings, Mismatch, broadcast_shapes, match_pattern, substitute
 
 shapes = st.lists(st.integers(1, 6), min_size=0, max_size=4).map(tuple)
 

@@ -1,17 +1,26 @@
-"""Backend selection: one shared backend instance per device. Only ``cuda.py`` imports CUDA packages."""
+"""Backend selection: one shared backend instance per device.
+
+Only the ``cuda`` package imports CUDA packages, inside its functions: importing this works without them.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
+from .. import tensor
 from ..errors import HardwareUnsupportedError, InvalidArgumentError
+from ..hardware import HardwareInfo, check_requirements, requirements_from
 from ..tensor import parse_device
-from .base import Allocation, Backend, MemoryStats
+from . import cuda
+from .base import Allocation, Backend, Capabilities, MemoryStats
 from .cpu import CPUBackend
+from .cuda import CUDABackend
 
 __all__ = [
     "Backend",
+    "Capabilities",
     "Allocation",
     "MemoryStats",
     "CPUBackend",
@@ -19,6 +28,7 @@ __all__ = [
     "resolve_device",
     "loaded_backends",
     "cuda_unavailable_reason",
+    "validate_hardware",
 ]
 
 log = logging.getLogger("pipelink")
@@ -28,16 +38,6 @@ _lock = threading.Lock()
 
 def cuda_unavailable_reason() -> str | None:
     """None when a CUDA device can be used, else why not (packages missing, no driver, no device)."""
-    try:
-        from . import cuda
-    except ImportError as e:
-        missing = e.name or str(e)
-        if missing.startswith("pipelink"):
-            return f"the CUDA backend failed to import: {e}"
-        return (
-            f"the CUDA packages are not installed (missing {missing}); "
-            "install them with: pip install 'pipelink[cuda]'"
-        )
     return cuda.unavailable_reason()
 
 
@@ -74,8 +74,6 @@ def get_backend(device: str | None = "cpu") -> Backend:
                 raise HardwareUnsupportedError(
                     f"device {name!r} requested, but CUDA is unavailable: {reason}", device=name
                 )
-            from .cuda import CUDABackend
-
             try:
                 backend = CUDABackend(int(name.split(":")[1]))
             except (ValueError, IndexError) as e:
@@ -87,3 +85,35 @@ def get_backend(device: str | None = "cpu") -> Backend:
 def loaded_backends() -> list[Backend]:
     with _lock:
         return list(_backends.values())
+
+
+def validate_hardware(
+    compute_capability: str | None = None, features: Sequence[str] = (), *, device: str = "auto"
+) -> HardwareInfo:
+    """Check a device against requirements (seed: ``pipeLinkValidateHardware``).
+
+    Parameters
+    ----------
+    compute_capability : str, optional
+        A specifier such as ``">=8.0"``.
+    features : sequence of str
+        Feature names that must be present (``"tensor_core"``, ``"bf16"``...).
+    device : str
+        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Returns
+    -------
+    HardwareInfo
+        The device's description when every requirement holds.
+
+    Raises
+    ------
+    HardwareUnsupportedError
+        Naming the feature, what is required and what the device has.
+    """
+    info = get_backend(device).info
+    check_requirements(info, requirements_from(compute_capability, features), what=f"device {info.name!r}")
+    return info
+
+
+tensor.set_backend_resolver(get_backend)

@@ -1,23 +1,37 @@
-"""The backend contract: memory, views, copies, streams, events and graph capture for one device.
+"""The backend contract: memory, views, copies, streams, events, kernels and graph capture for one device.
 
-The executor talks only to this interface. Public methods validate and account; a backend fills in
-the private hooks of the same name (``allocate`` -> ``_allocate``). A backend without graph support
-leaves ``supports_graphs`` False and the executor runs eagerly.
+The runtime talks only to this interface and asks a backend's :class:`Capabilities`, never its kind.
+Public methods validate and account; a backend fills in the private hooks of the same name
+(``allocate`` -> ``_allocate``). A backend without graph support says ``cuda_graphs=False`` and the
+runtime runs eagerly. Nothing here knows about any operator.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..dtypes import DType
-from ..errors import InvalidArgumentError
+import numpy as np
+
+from ..dtypes import DType, get_dtype
+from ..errors import HardwareUnsupportedError, InvalidArgumentError
 from ..hardware import HardwareInfo
 from ..tensor import Tensor
 
-__all__ = ["Allocation", "Backend", "MemoryStats"]
+__all__ = ["Allocation", "Backend", "Capabilities", "MemoryStats"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do: the questions the runtime asks at plan time instead of its kind."""
+
+    host_access: bool  # kernel arguments are host memory (NumPy) Python code may read directly
+    asynchronous: bool  # work is queued on streams; timing/results need events and synchronisation
+    cuda_graphs: bool  # begin_capture / end_capture / launch_graph work
+    isolation: str  # how a process-isolated stage gets its tensors: "shared_memory" | "ipc" | "none"
 
 
 @dataclass
@@ -55,32 +69,46 @@ class MemoryStats:
 
 
 class Backend:
-    """Base class of the CPU and CUDA backends. One instance per device, shared by pipelines."""
+    """Base class of the CPU and CUDA backends. One instance per device, shared by pipelines.
+
+    ``kind`` names the backend in messages and reports only; the runtime decides by ``capabilities``.
+    """
 
     kind = "abstract"
-    supports_graphs = False
+    capabilities = Capabilities(host_access=False, asynchronous=False, cuda_graphs=False, isolation="none")
 
     def __init__(self, device: str, info: HardwareInfo):
         self.device = device
         self.info = info
         self._stats = MemoryStats(device)
         self._stats_lock = threading.Lock()
+        self._workspaces: dict[Any, Allocation] = {}
+        self._retired_workspaces: list[Allocation] = []
+        self._workspace_lock = threading.Lock()
 
     # -- memory ------------------------------------------------------------------------------------
     def allocate(
         self, nbytes: int, *, alignment: int = 256, stream: Any = None, tag: str = "", shared: bool = False
     ) -> Allocation:
         """``nbytes`` of memory aligned to ``alignment`` (a power of two); ``shared`` makes it mappable
-        by worker processes (process isolation)."""
+        by worker processes (``capabilities.isolation == "shared_memory"``).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A negative size, an alignment that is not a power of two, or ``shared`` on a backend whose
+            workers do not map host memory.
+        """
         if nbytes < 0:
             raise InvalidArgumentError(f"allocation size must be >= 0 (got {nbytes})")
-        if alignment & (alignment - 1):
+        if alignment <= 0 or alignment & (alignment - 1):
             raise InvalidArgumentError(f"alignment must be a power of two (got {alignment})")
-        alloc = (
-            self._allocate(max(int(nbytes), 1), alignment, stream, shared=True)
-            if shared
-            else self._allocate(max(int(nbytes), 1), alignment, stream)
-        )
+        if shared and self.capabilities.isolation != "shared_memory":
+            raise InvalidArgumentError(
+                f"the {self.kind} backend cannot share memory with worker processes "
+                f"(its isolation is {self.capabilities.isolation!r})"
+            )
+        alloc = self._allocate(max(int(nbytes), 1), alignment, stream, shared=shared)
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats
@@ -95,6 +123,35 @@ class Backend:
             self._stats.frees += 1
         self._free(alloc)
 
+    def workspace(self, nbytes: int, *, stream: Any) -> Allocation:
+        """A scratch buffer of at least ``nbytes`` shared by every kernel queued on ``stream``.
+
+        Kernels of one stream run one after another, so one buffer per stream serves them all (cuBLASLt's
+        workspace, say) instead of one per stage. It grows to the largest request (a power of two, at
+        least 1 MiB); a buffer it outgrows stays allocated until the backend closes, because a graph
+        captured earlier may still use it. Call it when binding a kernel, not per run.
+
+        Raises
+        ------
+        InvalidArgumentError
+            For a negative size.
+        """
+        if nbytes < 0:
+            raise InvalidArgumentError(f"workspace size must be >= 0 (got {nbytes})")
+        stream = stream if stream is not None else self.default_stream()
+        handle = self.handle_of(stream)
+        key = int(handle) if handle is not None else id(stream)
+        with self._workspace_lock:
+            current = self._workspaces.get(key)
+            if current is not None and current.nbytes >= nbytes:
+                return current
+            size = max(1 << 20, 1 << max(int(nbytes) - 1, 0).bit_length())
+            grown = self.allocate(size, stream=stream, tag="workspace")
+            if current is not None:
+                self._retired_workspaces.append(current)
+            self._workspaces[key] = grown
+            return grown
+
     def memory_stats(self) -> MemoryStats:
         with self._stats_lock:
             stats = MemoryStats(**{**self._stats.__dict__, "bins": dict(self._stats.bins)})
@@ -103,6 +160,20 @@ class Backend:
 
     def clear_pool(self) -> None:
         """Return cached free memory to the system."""
+
+    def set_allocator(self, kind: str) -> None:
+        """Choose the device allocator (``pl.memory.set_allocator``); a host backend has only one."""
+        if kind not in ("async", "legacy"):
+            raise InvalidArgumentError(f"allocator must be 'async' or 'legacy' (got {kind!r})")
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> Any:
+        """A fresh contiguous kernel argument of ``shape`` and ``dtype`` (returned outputs, ``pl.empty``)."""
+        raise NotImplementedError
+
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A NumPy array in page-locked host memory where the device has such memory (plain host memory
+        elsewhere): the host side of asynchronous copies."""
+        return np.empty(shape, dtype=get_dtype(dtype).numpy)
 
     # -- views and tensors -------------------------------------------------------------------------
     def view(
@@ -145,6 +216,12 @@ class Backend:
         the general import."""
         return None
 
+    def match_places(self, signature: tuple, given: dict, stream: Any) -> tuple | None:
+        """Where each input of ``given`` lives, ``(pointer, strides)`` in signature order, when all are
+        device tensors of ``signature`` (the key of a captured graph, see ``runtime.graphs``); None
+        otherwise. Only backends with ``capabilities.cuda_graphs`` are asked."""
+        return None
+
     def signature_of(self, arg: Any) -> tuple[tuple[int, ...], str, bool]:
         """(shape, dtype name, is_contiguous) of a kernel argument."""
         raise NotImplementedError
@@ -152,6 +229,21 @@ class Backend:
     def copy(self, dst: Any, src: Any, *, stream: Any = None) -> None:
         """Copy ``src`` into ``dst`` (same shape and dtype; ``src`` may be strided)."""
         raise NotImplementedError
+
+    def memcpy(self, dst: int, src: int, nbytes: int, *, stream: Any = None) -> None:
+        """Copy ``nbytes`` between two raw addresses (host or device), ordered on ``stream``.
+
+        Raises
+        ------
+        InvalidArgumentError
+            For a negative size.
+        """
+        if nbytes < 0:
+            raise InvalidArgumentError(f"copy size must be >= 0 (got {nbytes})")
+        if nbytes:
+            self._memcpy(
+                int(dst), int(src), int(nbytes), stream if stream is not None else self.default_stream()
+            )
 
     def to_host(self, tensor: Tensor) -> Tensor:
         raise NotImplementedError
@@ -170,11 +262,20 @@ class Backend:
     def new_stream(self) -> Any:
         return None
 
-    def record_event(self, stream: Any) -> Any:
+    def handle_of(self, stream: Any) -> Any:
+        """The native handle of one of our streams (None on a backend without streams)."""
+        return None
+
+    def record_event(self, stream: Any, timing: bool = False) -> Any:
+        """An event marking the work queued on ``stream`` so far (``timing``: usable by :meth:`elapsed`)."""
         return None
 
     def wait_event(self, stream: Any, event: Any) -> None:
         return None
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        """Seconds between two timing events of an asynchronous backend (waits for ``end``)."""
+        raise InvalidArgumentError(f"the {self.kind} backend runs synchronously: time it on the host")
 
     def synchronize(self, stream: Any = None) -> None:
         return None
@@ -193,10 +294,46 @@ class Backend:
         ``keepalive`` (the run's inputs) alive until the work completes)."""
         self.synchronize(stream)
 
-    def tuned_params(self, desc, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
-        """``(params, "tuned" | "default", reason)`` of a stage's kernel on this device (None when it has
-        no tunables)."""
-        return None
+    # -- kernels -----------------------------------------------------------------------------------
+    def compile_kernel(
+        self,
+        source_text: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        include_dirs: Sequence[str] = (),
+    ) -> Any:
+        """The compiled kernel ``name`` of a device source (cached)."""
+        raise HardwareUnsupportedError(
+            f"the {self.kind} backend compiles no device kernels", device=self.device
+        )
+
+    def kernel_function(self, kernel: Any) -> Any:
+        """The native handle of a kernel from :meth:`compile_kernel`, for :meth:`launch_prepared`."""
+        raise HardwareUnsupportedError(
+            f"the {self.kind} backend launches no device kernels", device=self.device
+        )
+
+    def launch(self, stream: Any, config: Any, kernel: Any, *args: Any, stage: str | None = None) -> None:
+        """Launch a compiled kernel with a launch configuration and its arguments on ``stream``."""
+        raise HardwareUnsupportedError(
+            f"the {self.kind} backend launches no device kernels", device=self.device
+        )
+
+    def launch_prepared(
+        self,
+        function: Any,
+        dims: tuple,
+        params_address: int,
+        stream: Any,
+        *,
+        what: str,
+        stage: str | None = None,
+    ) -> None:
+        """Launch ``function`` with a prebuilt kernel-parameter array (``void*[]`` at
+        ``params_address``)."""
+        raise HardwareUnsupportedError(
+            f"the {self.kind} backend launches no device kernels", device=self.device
+        )
 
     def run_context(self):
         """A context manager around one run (the CPU silences NumPy's floating-point warnings: NaN is
@@ -208,12 +345,23 @@ class Backend:
 
     def close(self) -> None:
         """Release what the backend holds (called at interpreter exit)."""
+        self._release_workspaces()
+
+    def _release_workspaces(self) -> None:
+        with self._workspace_lock:
+            held = list(self._workspaces.values()) + self._retired_workspaces
+            self._workspaces, self._retired_workspaces = {}, []
+        for alloc in held:
+            alloc.free()
 
     # -- hooks -------------------------------------------------------------------------------------
-    def _allocate(self, nbytes: int, alignment: int, stream: Any, shared: bool = False) -> Allocation:
+    def _allocate(self, nbytes: int, alignment: int, stream: Any, *, shared: bool = False) -> Allocation:
         raise NotImplementedError
 
     def _free(self, alloc: Allocation) -> None:
+        raise NotImplementedError
+
+    def _memcpy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         raise NotImplementedError
 
     def _fill_stats(self, stats: MemoryStats) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -12,7 +13,7 @@ from ..dtypes import DType, get_dtype
 from ..errors import DTypeMismatchError, InvalidArgumentError
 from ..hardware import cpu_info
 from ..tensor import Tensor, asarray
-from .base import Allocation, Backend, MemoryStats
+from .base import Allocation, Backend, Capabilities, MemoryStats
 
 __all__ = ["CPUBackend", "scalar_dtype", "host_array"]
 
@@ -53,13 +54,17 @@ def scalar_dtype(value: bool | int | float) -> DType:
 
 
 class CPUBackend(Backend):
+    """The host: NumPy arrays are the kernel arguments; work runs synchronously, on no stream."""
+
     kind = "cpu"
-    supports_graphs = False
+    capabilities = Capabilities(
+        host_access=True, asynchronous=False, cuda_graphs=False, isolation="shared_memory"
+    )
 
     def __init__(self):
         super().__init__("cpu", cpu_info())
 
-    def _allocate(self, nbytes: int, alignment: int, stream: Any, shared: bool = False) -> Allocation:
+    def _allocate(self, nbytes: int, alignment: int, stream: Any, *, shared: bool = False) -> Allocation:
         if shared:
             # For plans with isolated stages: worker processes map the same pages (page-aligned).
             shm = SharedMemory(create=True, size=nbytes)
@@ -81,6 +86,9 @@ class CPUBackend(Backend):
             with contextlib.suppress(BufferError):
                 shm.close()
             shm.unlink()
+
+    def _memcpy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        ctypes.memmove(dst, src, nbytes)
 
     def _fill_stats(self, stats: MemoryStats) -> None:
         stats.reserved_bytes = stats.allocated_bytes

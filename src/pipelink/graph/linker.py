@@ -1,89 +1,52 @@
 """The linker: stages -> a checked DAG of operators with symbolic shapes and dtypes (seed section 3.5).
 
-It resolves every stage's operator (loading native modules), maps tensors to ports, checks attributes,
-versions, hardware and error policies, and infers shapes and dtypes as far as the declared inputs
-allow. Every problem is collected with its JSON Pointer; nothing runs here.
+It resolves every stage's operator, maps tensors to ports, checks attributes, versions, hardware and
+error policies, and infers shapes and dtypes as far as the declared inputs allow. Every problem is
+collected with its JSON Pointer; nothing runs here, and no file is opened: native modules are loaded
+before (``modules.libraries.load_stage_libraries``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import PipelineConfig, StageConfig
 from ..descriptor import OperatorDescriptor, infer_outputs
 from ..errors import ErrorCode, PipeLinkError, Problem
 from ..hardware import HardwareInfo, missing_requirement, requirements_from, unmet_message
-from ..modules.registry import OperatorRegistry, UnknownOperatorError, VariantChoice
+from ..modules.registry import OperatorRegistry, UnknownOperatorError
 from ..versioning import check_compatible
+from .precision import apply_precision
+from .stages import LinkedGraph, LinkedStage, TensorInfo
 
 __all__ = ["LinkedStage", "TensorInfo", "LinkedGraph", "link", "infer_signature"]
 
 log = logging.getLogger("pipelink")
 
 
-@dataclass
-class LinkedStage:
-    """One stage bound to an operator version; ``inputs[i]`` is None for an absent optional port."""
-
-    index: int
-    id: str
-    config: StageConfig
-    desc: OperatorDescriptor
-    attrs: dict[str, Any]
-    inputs: tuple[str | None, ...]
-    outputs: tuple[str, ...]
-    fallback: OperatorDescriptor | None = None
-    fallback_attrs: dict[str, Any] = field(default_factory=dict)
-    math: str | None = None  # "tf32" under precision_policy tf32
-    precision: str | None = None  # the compute dtype precision_policy resolved to
-
-    @property
-    def path(self) -> str:
-        return self.config.path
-
-
-@dataclass
-class TensorInfo:
-    name: str
-    shape: tuple | None = None  # symbolic or concrete; None when unknown until run()
-    dtype: str | None = None
-    producer: int = -1  # stage index, -1 for an external input
-    consumers: list[int] = field(default_factory=list)
-    is_output: bool = False
-    is_scratch: bool = False  # an operator output the config did not name
-
-
-@dataclass
-class LinkedGraph:
-    config: PipelineConfig
-    stages: list[LinkedStage]
-    tensors: dict[str, TensorInfo]
-    external_inputs: list[str]
-    outputs: list[str]
-    info: HardwareInfo
-
-    def stage(self, stage_id: str) -> LinkedStage:
-        return next(s for s in self.stages if s.id == stage_id)
-
-
 def link(
-    config: PipelineConfig, registry: OperatorRegistry, info: HardwareInfo, *, load_library=None
+    config: PipelineConfig,
+    registry: OperatorRegistry,
+    info: HardwareInfo,
+    *,
+    libraries: Mapping[str, str | None] | None = None,
 ) -> tuple[LinkedGraph | None, list[Problem]]:
-    """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems."""
+    """Link a validated config. Returns the graph (None when a stage could not be resolved) and problems.
+
+    ``libraries``: stage id -> source of the native module already loaded for each stage that names a
+    ``library`` (None for a module whose failure was reported when loading it); see
+    :func:`pipelink.modules.libraries.load_stage_libraries`.
+    """
     problems: list[Problem] = []
     problems += _check_requires(config, info)
     stages: list[LinkedStage] = []
     for stage in config.stages:
-        linked = _link_stage(stage, config, registry, info, problems, load_library)
+        linked = _link_stage(stage, registry, info, problems, libraries or {})
         if linked is not None:
             stages.append(linked)
     if len(stages) != len(config.stages):
         return None, problems
-    from .precision import apply_precision  # noqa: PLC0415 - it builds LinkedStages (defined here)
-
     stages = apply_precision(stages, registry, info, problems)
     if problems and any(p.path.endswith("/precision_policy") for p in problems):
         return None, problems
@@ -144,28 +107,25 @@ def _resolve(
 
 def _link_stage(
     stage: StageConfig,
-    config: PipelineConfig,
     registry: OperatorRegistry,
     info: HardwareInfo,
     problems: list[Problem],
-    load_library,
+    libraries: Mapping[str, str | None],
 ) -> LinkedStage | None:
     source = None
     if stage.library:
-        path = config.resolve_library(stage)
-        try:
-            if load_library is None:
-                from ..modules.native import load_library as load_library_  # noqa: PLC0415
-
-                # An isolated stage's module is opened only by its worker, never in this process.
-                module = load_library_(
-                    path, sha256=stage.sha256, registry=registry, open=stage.isolation != "process"
+        if stage.id not in libraries:
+            problems.append(
+                Problem(
+                    ErrorCode.PIPELINK_ERR_MODULE_LOAD_FAILED,
+                    f"{stage.path}/library",
+                    f"stage {stage.id!r}: module {stage.library!r} was not loaded before linking; "
+                    "load it with modules.libraries.load_stage_libraries first",
                 )
-            else:
-                module = load_library(path, sha256=stage.sha256, registry=registry)
-            source = str(getattr(module, "path", path))
-        except PipeLinkError as e:
-            problems.append(Problem(e.code, f"{stage.path}/library", e.message))
+            )
+            return None
+        source = libraries[stage.id]
+        if source is None:  # its loading failed and was reported then
             return None
     desc = _resolve(stage.operator, stage.version, registry, source, stage, problems, f"{stage.path}/name")
     if desc is None:
@@ -382,14 +342,3 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
                 )
             ]
     return []
-
-
-def choose_variants(
-    graph: LinkedGraph, registry: OperatorRegistry, dtypes: Mapping[str, str]
-) -> dict[str, VariantChoice]:
-    """The variant per stage for concrete input dtypes (raises HardwareUnsupportedError)."""
-    out = {}
-    for st in graph.stages:
-        in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
-        out[st.id] = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
-    return out

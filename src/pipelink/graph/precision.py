@@ -9,7 +9,7 @@ import dataclasses
 from ..errors import ErrorCode, Problem
 from ..hardware import HardwareInfo
 from ..modules.registry import OperatorRegistry
-from .linker import LinkedStage
+from .stages import LinkedStage
 
 __all__ = ["PRECISIONS", "resolve_precision", "apply_precision"]
 
@@ -25,10 +25,10 @@ def resolve_precision(policy: str, info: HardwareInfo) -> tuple[str, str | None,
     """
     if policy.endswith("_if_supported_else_fp32"):
         half = policy.split("_", 1)[0]
-        native = info.kind != "cpu" and info.value(half) >= 1
+        native = info.value(half) >= 1 and half not in info.emulated
         return (PRECISIONS[half] if native else "float32"), None, None
     dtype = PRECISIONS[policy]
-    if info.kind != "cpu" and policy in ("fp16", "bf16", "tf32") and info.value(policy) < 1:
+    if policy in ("fp16", "bf16", "tf32") and info.value(policy) < 1 and policy not in info.emulated:
         return (
             dtype,
             None,

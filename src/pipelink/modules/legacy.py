@@ -36,8 +36,10 @@ import numpy as np
 
 from ..descriptor import KernelContext
 from ..errors import InvalidArgumentError, ModuleLoadError, ShapeMismatchError
-from ..graph.shapes import ELLIPSIS, Bindings, match_pattern
+from ..shapes import ELLIPSIS, Bindings, match_pattern
 from .manifest import OpSpec
+from .native import status_error
+from .services import data_ptr, device_of, make_services, stream_handle
 
 __all__ = ["TemplateItem", "parse_template", "legacy_bind", "SCALAR_TYPES"]
 
@@ -156,9 +158,6 @@ def _bind_symbols(spec: OpSpec, ctx: KernelContext) -> dict[str, Any]:
 
 def legacy_bind(path: Path, spec: OpSpec, device: str, fn: Any):
     """A ``Variant.bind`` that calls ``fn`` with the arguments the signature template describes."""
-    from .native import status_error
-    from .services import data_ptr, device_of, make_services, stream_handle
-
     items = parse_template(spec, path)
     argtypes = []
     for item in items:

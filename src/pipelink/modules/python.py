@@ -101,7 +101,9 @@ def operator(
     attrs : dict of name -> default, or list of Attr
         Attribute defaults; the type comes from the default (``REQUIRED`` for none).
     device : str
-        ``"cpu"`` (arrays are NumPy) or ``"cuda"`` (arguments are ``pl.Tensor`` and ``stream=``).
+        ``"cpu"`` (arrays are NumPy) or ``"cuda"`` (arguments are ``pl.Tensor`` and ``stream=``). A
+        ``"cpu"`` operator also runs in pipelines on a GPU: PipeLink copies its inputs to host memory and
+        its outputs back, and ``load_report.staged`` lists the stage.
 
     Returns
     -------
@@ -135,6 +137,7 @@ def operator(
                     source="python",
                     required_features=reqs,
                     origin=fn,
+                    host_ok=device == "cpu",
                 )
             ],
             doc=doc or (inspect.getdoc(fn) or "").split("\n")[0],

@@ -17,10 +17,10 @@ from packaging.version import Version
 
 from ..descriptor import OperatorDescriptor, Variant
 from ..errors import HardwareUnsupportedError, ModuleLoadError, VersionMismatchError
-from ..hardware import HardwareInfo, missing_requirement, unmet_message
+from ..hardware import HardwareInfo, Requirement, missing_requirement, unmet_message
 from ..versioning import parse_specifier
 
-__all__ = ["OperatorRegistry", "VariantChoice", "registry", "UnknownOperatorError"]
+__all__ = ["HOST", "OperatorRegistry", "VariantChoice", "registry", "UnknownOperatorError"]
 
 
 class UnknownOperatorError(LookupError):
@@ -33,16 +33,17 @@ class UnknownOperatorError(LookupError):
         super().__init__(f"unknown operator {name!r}{hint}")
 
 
+HOST = "cpu"  # the device of variants whose kernels take host memory (NumPy arrays)
+
+
 @dataclass(frozen=True)
 class VariantChoice:
-    """The variant chosen for a stage and why the others were skipped (the load report)."""
+    """The variant chosen for a stage, why the others were skipped (the load report), and whether it
+    is a host variant run on a device through staged copies (``Variant.host_ok``)."""
 
     variant: Variant
     skipped: tuple[str, ...]
-
-    @property
-    def is_cross_device(self) -> bool:
-        return bool(self.skipped) and self.variant.device == "cpu" and any("cuda" in s for s in self.skipped)
+    staged: bool = False
 
 
 class OperatorRegistry:
@@ -144,16 +145,21 @@ class OperatorRegistry:
     def select_variant(
         self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *, stage: str = ""
     ) -> VariantChoice:
-        """The first variant that runs on ``info`` and supports the input dtypes.
+        """The variant a stage runs on the device ``info`` describes, for its input dtypes.
 
-        Variants of the device's kind come first (highest priority first); a CPU variant is the last
-        resort for a CUDA device. Raises HardwareUnsupportedError naming the unmet feature.
+        Variants of the device come first (highest priority first). On a device that is not the host, a
+        host variant is chosen only when it allows host execution (``Variant.host_ok``): the stage then
+        runs on copies staged to host memory and back (``VariantChoice.staged``). A device tensor is never
+        handed to host code.
+
+        Raises
+        ------
+        HardwareUnsupportedError
+            When no variant fits: the message names each variant skipped and why (an unmet feature, an
+            unsupported dtype, a host variant that does not allow host execution).
         """
-        kinds = [info.kind] + (["cpu"] if info.kind != "cpu" else [])
-        skipped: list[str] = []
-        first_unmet: tuple[Variant, object] | None = None
         unmet_op = missing_requirement(info, desc.required_features)
-        if unmet_op is not None and info.kind != "cpu":
+        if unmet_op is not None and info.kind != HOST:
             raise HardwareUnsupportedError(
                 f"stage {stage!r}: operator {desc.name!r} {unmet_message(info, unmet_op)}",
                 stage=stage,
@@ -164,42 +170,61 @@ class OperatorRegistry:
                 device=info.name,
                 device_uuid=info.uuid,
             )
-        for kind in kinds:
-            for v in sorted((v for v in desc.variants if v.device == kind), key=lambda v: -v.priority):
-                label = v.name or f"{v.device} variant"
-                unmet = missing_requirement(info, v.required_features) if v.device == info.kind else None
-                if unmet is not None:
-                    skipped.append(f"{label}: {unmet_message(info, unmet)}")
-                    first_unmet = first_unmet or (v, unmet)
-                    continue
-                bad = [d for d in in_dtypes if d is not None and v.dtypes is not None and d not in v.dtypes]
-                if bad:
-                    skipped.append(f"{label}: dtype {bad[0]} not supported (has {sorted(v.dtypes or ())})")
-                    continue
-                return VariantChoice(v, tuple(skipped))
+        skipped: list[str] = []
+        first_unmet: Requirement | None = None
+        by_priority = sorted(desc.variants, key=lambda v: -v.priority)
+        for v in by_priority:
+            if v.device != info.kind:
+                continue
+            unmet = missing_requirement(info, v.required_features)
+            if unmet is not None:
+                skipped.append(f"{_label(v)}: {unmet_message(info, unmet)}")
+                first_unmet = first_unmet or unmet
+                continue
+            if _dtype_refused(v, in_dtypes, skipped):
+                continue
+            return VariantChoice(v, tuple(skipped))
+        for v in by_priority:
+            if v.device == info.kind:
+                continue
+            if v.device != HOST:
+                skipped.append(f"{_label(v)}: runs on {v.device}, not on {info.kind}")
+                continue
+            if not v.host_ok:
+                skipped.append(
+                    f"{_label(v)}: a host (cpu) variant, and the operator does not allow host execution on "
+                    f"{info.kind} (declare host_ok=True to run it on staged copies)"
+                )
+                continue
+            if _dtype_refused(v, in_dtypes, skipped):
+                continue
+            return VariantChoice(v, tuple(skipped), staged=True)
+        listing = "; ".join(skipped) if skipped else "none"
+        context = {"stage": stage, "operator": desc.name, "device": info.name, "skipped": list(skipped)}
         if first_unmet is not None:
-            v, unmet = first_unmet
-            raise HardwareUnsupportedError(
-                f"stage {stage!r}: no variant of operator {desc.name!r} runs on {info.name}: "
-                f"{unmet_message(info, unmet)}",
-                stage=stage,
-                operator=desc.name,
-                feature=unmet.feature,
-                required=unmet.minimum,
-                got=info.value(unmet.feature),
-                device=info.name,
+            context.update(
+                feature=first_unmet.feature,
+                required=first_unmet.minimum,
+                got=info.value(first_unmet.feature),
                 device_uuid=info.uuid,
             )
-        devices = sorted({v.device for v in desc.variants}) or ["none"]
+        devices = ", ".join(sorted({v.device for v in desc.variants})) or "none"
         raise HardwareUnsupportedError(
-            f"stage {stage!r}: operator {desc.name!r} has no variant for {info.kind} "
-            f"(variants: {', '.join(devices)}"
-            + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
-            + ")",
-            stage=stage,
-            operator=desc.name,
-            device=info.name,
+            f"stage {stage!r}: no variant of operator {desc.name!r} runs on {info.kind} ({info.name}); "
+            f"variants: {devices}; skipped: {listing}",
+            **context,
         )
+
+
+def _label(v: Variant) -> str:
+    return v.name or f"{v.device} variant"
+
+
+def _dtype_refused(v: Variant, in_dtypes: tuple, skipped: list[str]) -> bool:
+    bad = [d for d in in_dtypes if d is not None and v.dtypes is not None and d not in v.dtypes]
+    if bad:
+        skipped.append(f"{_label(v)}: dtype {bad[0]} not supported (has {sorted(v.dtypes or ())})")
+    return bool(bad)
 
 
 def _same_content(a: OperatorDescriptor, b: OperatorDescriptor) -> bool:

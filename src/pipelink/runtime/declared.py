@@ -1,7 +1,7 @@
 """The pipeline's declared input shapes checked against one input signature, at plan time.
 
 A declaration may use dimension symbols (``"shape": ["N", 4]``): a symbol is one value across every
-declared input of a run, exactly as a symbol of an operator's ports is at load (``graph.shapes``). This
+declared input of a run, exactly as a symbol of an operator's ports is at load (``pipelink.shapes``). This
 runs once per new input signature; a signature that fails it is never planned, so never cached.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import InvalidArgumentError, ShapeMismatchError
 from ..graph.linker import LinkedGraph
-from ..graph.shapes import Bindings, match_pattern
+from ..shapes import Bindings, match_pattern
 
 __all__ = ["check_declared_shapes"]
 

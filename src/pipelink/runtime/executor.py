@@ -8,6 +8,7 @@ It must never allocate intermediates or re-validate what the plan already checke
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import time
@@ -24,9 +25,11 @@ from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
 from .checked import GUARD_BYTES, CheckedPlan
+from .isolate import isolate
 from .plan import ExecutionPlan, Step
 from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
 from .report import RunReport, StageReport
+from .staging import HostStaged
 
 __all__ = ["ExecutionPlan", "Step", "compile_plan", "copy_passthrough", "execute"]
 
@@ -94,9 +97,11 @@ def compile_plan(
             )
             shapes[buf], dtypes[buf] = shapes[name], dtypes[name]
     memory = plan_memory(requests, guard_bytes=GUARD_BYTES if checked else 0)
-    # CPU worker processes of isolated stages map the arena: intermediates cross without copies (CUDA
-    # workers use an IPC staging block of their own instead).
-    shared = backend.kind == "cpu" and any(st.config.isolation == "process" for st in graph.stages)
+    # Worker processes of isolated stages map a shared-memory arena: intermediates cross without copies
+    # (IPC workers use a device staging block of their own instead).
+    shared = backend.capabilities.isolation == "shared_memory" and any(
+        st.config.isolation == "process" for st in graph.stages
+    )
     arena = (
         backend.allocate(
             memory.peak_bytes,
@@ -126,12 +131,13 @@ def compile_plan(
         ctx = _context(st, st.attrs, shapes, dtypes, backend, params, services)
         isolated = st.config.isolation == "process"
         if isolated:
-            from .isolation import isolate  # noqa: PLC0415 (only pipelines that ask pay for it)
-
-            # Bound only in the worker: binding here would open an isolated native module in this process.
+            # Bound only in the worker (which stages its own host copies): binding here would open an
+            # isolated native module in this process.
             kernel = isolate(st, choice.variant, ctx, backend, arena)
         else:
             kernel = choice.variant.bind(ctx)
+            if choice.staged:
+                kernel = HostStaged(kernel, ctx, backend)
         if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):
             uncapturable.append(st.id)
         step = Step(
@@ -143,6 +149,8 @@ def compile_plan(
             stream_id=stream_of[st.id],
             isolated=isolated,
             reads_preloaded=any(n in preloaded for n in st.inputs if n is not None),
+            skipped_variants=choice.skipped,
+            staged=choice.staged,
         )
         for name in st.inputs:
             if name in relayout_of and name not in relayout_done:
@@ -168,6 +176,8 @@ def compile_plan(
                 n_out=len(st.fallback.outputs),
             )
             step.fallback_kernel = fb_choice.variant.bind(fb_ctx)
+            if fb_choice.staged:
+                step.fallback_kernel = HostStaged(step.fallback_kernel, fb_ctx, backend)
             step.fallback_variant = f"{st.fallback.name}:{fb_choice.variant.name or fb_choice.variant.device}"
         steps.append(step)
     if len(streams) > 1:
@@ -448,8 +458,6 @@ def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
             f"missing input {missing[0]!r}; the pipeline takes {expected}", input=missing[0]
         )
     if extra:
-        import difflib
-
         hint = difflib.get_close_matches(extra[0], expected, n=1)
         raise InvalidArgumentError(
             f"unexpected input {extra[0]!r}"

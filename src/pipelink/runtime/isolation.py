@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import get_dtype
 from ..errors import (
     ErrorCode,
-    InvalidArgumentError,
     ModuleCrashError,
     ModuleLoadError,
-    PipeLinkError,
     PipeLinkTimeoutError,
 )
+from .worker import worker_main
 
-__all__ = ["WorkerSpec", "IsolatedKernel", "isolate"]
+__all__ = ["WorkerSpec", "IsolatedKernel", "worker_spec"]
 
 _ALIGN = 256
 _START_TIMEOUT_S = 120.0
@@ -55,6 +55,7 @@ class WorkerSpec:
     staging: str | None  # shared memory name of this stage's staging block (CPU)
     device: str = "cpu"
     ipc_handle: bytes | None = None  # CUDA IPC handle of the device staging block (CUDA)
+    staged: bool = False  # a host variant on a device: the worker stages its tensors (runtime.staging)
     offsets: tuple = ()  # byte offsets of each present input, then each output, in the staging block
     image: Any = None  # a native module's ModuleImage: the worker opens the bytes the caller verified
 
@@ -79,27 +80,7 @@ def worker_spec(stage, variant, ctx, **where: Any) -> WorkerSpec:
     )
 
 
-def isolate(stage, variant, ctx, backend, arena) -> IsolatedKernel:
-    """The kernel of an isolated stage: same call signature, runs in a worker process."""
-    if variant.source == "python" and variant.origin is None:
-        raise ModuleLoadError(
-            f"stage {stage.id!r}: operator {stage.desc.name!r} cannot be rebuilt in a worker", stage=stage.id
-        )
-    if backend.kind == "cuda":
-        from .isolation_cuda import CUDAIsolatedKernel
-
-        return CUDAIsolatedKernel(stage, variant, ctx, backend)
-    if backend.kind != "cpu":
-        raise InvalidArgumentError(
-            f"stage {stage.id!r}: isolation 'process' is not available on the {backend.kind} backend",
-            stage=stage.id,
-        )
-    return IsolatedKernel(stage, variant, ctx, arena)
-
-
 def _nbytes(shape, dtype) -> int:
-    from ..dtypes import get_dtype
-
     return int(np.prod(shape, dtype=np.int64)) * get_dtype(dtype).itemsize
 
 
@@ -152,8 +133,6 @@ class IsolatedKernel:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        from .worker import worker_main
-
         proc = ctx.Process(
             target=worker_main, args=(child, self.spec), daemon=True, name=f"pipelink-{self.stage.id}"
         )
@@ -295,7 +274,3 @@ def _shutdown(staging: SharedMemory, handles: list) -> None:
         staging.close()
         with contextlib.suppress(FileNotFoundError):
             staging.unlink()
-
-
-def _reraise(err: BaseException) -> PipeLinkError:
-    return err if isinstance(err, PipeLinkError) else ModuleCrashError(str(err))

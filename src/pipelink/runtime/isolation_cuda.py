@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 
 from ..errors import CUDAError
+from ..tensor import Tensor
 from .isolation import _ALIGN, IsolatedKernel, _nbytes, _shutdown_proc, worker_spec
 
 __all__ = ["CUDAIsolatedKernel"]
@@ -61,6 +62,7 @@ class CUDAIsolatedKernel(IsolatedKernel):
             ctx,
             device=backend.device,
             ipc_handle=bytes(handle.reserved),
+            staged=variant.device != backend.info.kind,
             offsets=tuple(offsets),
         )
         self._proc = None
@@ -73,8 +75,6 @@ class CUDAIsolatedKernel(IsolatedKernel):
         return weakref.finalize(self, _free_staging, self._driver, self._staging_ptr, handles)
 
     def _view(self, slot: int, like):
-        from ..tensor import Tensor
-
         return Tensor(self._staging_ptr + self._offsets[slot], like.shape, like.dtype, self.backend.device)
 
     def __call__(self, inputs, outputs, stream) -> None:

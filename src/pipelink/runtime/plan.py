@@ -27,6 +27,8 @@ class Step:
     fallback_variant: str = ""
     isolated: bool = False
     reads_preloaded: bool = False  # waits for the async_preload copy stream before running
+    skipped_variants: tuple[str, ...] = ()  # variants not chosen, each with why (the load report)
+    staged: bool = False  # a host variant on copies staged to host memory and back (runtime.staging)
 
 
 @dataclass

@@ -30,7 +30,7 @@ def run_kernel(
     step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport
 ) -> PipeLinkError | None:
     try:
-        if profile and backend.kind != "cpu":
+        if profile and backend.capabilities.asynchronous:
             start = backend.record_event(stream, timing=True)
             step.kernel(ins, outs, stream)
             end = backend.record_event(stream, timing=True)
@@ -60,13 +60,14 @@ def stage_error(step: Step, e: Exception) -> PipeLinkError:
 def post_checks(step: Step, outs, stream, backend, rep: StageReport) -> PipeLinkError | None:
     st = step.stage
     c = st.config.constraints
-    if backend.kind != "cpu" and (c.check_finite or c.timeout_ms is not None or step.isolated):
+    asynchronous = backend.capabilities.asynchronous
+    if asynchronous and (c.check_finite or c.timeout_ms is not None or step.isolated):
         try:
             backend.check_errors(stage=st.id)
         except CUDAError as e:
             return e
     if c.timeout_ms is not None and not step.isolated:
-        if backend.kind != "cpu":
+        if asynchronous:
             backend.synchronize(stream)
             rep.time_s = max(rep.time_s, 0.0)
         if rep.time_s * 1000 > c.timeout_ms:

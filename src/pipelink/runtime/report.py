@@ -108,7 +108,8 @@ class LoadReport:
 
     device: str
     variants: dict[str, str] = field(default_factory=dict)
-    skipped_variants: dict[str, list[str]] = field(default_factory=dict)
+    skipped_variants: dict[str, list[str]] = field(default_factory=dict)  # stage -> "variant: why"
+    staged: list[str] = field(default_factory=list)  # stages running a host variant on staged copies
     versions: dict[str, str] = field(default_factory=dict)
     tuned: dict[str, dict] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

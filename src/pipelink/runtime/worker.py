@@ -10,17 +10,27 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from ..errors import ErrorCode, ModuleCrashError, PipeLinkError
+from ..backends import get_backend
+from ..descriptor import KernelContext
+from ..dtypes import get_dtype
+from ..errors import CUDAError, ErrorCode, ModuleCrashError, PipeLinkError
+from ..modules.native import load_image
+from ..modules.python import python_kernel
+from ..modules.registry import OperatorRegistry
+from ..ops import register_builtins
+from ..tensor import Tensor
+from .staging import HostStaged
 
 __all__ = ["worker_main"]
 
 
 def _build_kernel(spec, backend=None):
-    from ..descriptor import KernelContext
-    from ..modules.python import python_kernel
-    from ..modules.registry import OperatorRegistry
-    from ..ops import register_builtins
+    kernel, ctx = _bind(spec, backend)
+    # A host variant chosen for a device (Variant.host_ok) runs here on staged copies, as in-process.
+    return HostStaged(kernel, ctx, backend) if spec.staged else kernel
 
+
+def _bind(spec, backend):
     ctx = KernelContext(
         stage=spec.stage,
         attrs=spec.attrs,
@@ -32,22 +42,20 @@ def _build_kernel(spec, backend=None):
         params=spec.params,
     )
     if spec.source == "python":
-        return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx)
+        return python_kernel(spec.function, n_in=len(spec.in_shapes))(ctx), ctx
     registry = OperatorRegistry()
     register_builtins(registry)  # with their CUDA variants
     if spec.source != "builtin":
-        from ..modules.native import load_image
-
         # The caller's verified bytes, not the path (which may have changed); the worker is the isolation.
         load_image(spec.image, registry=registry, probe=False)
     desc = registry.get(
         spec.operator, f"=={spec.version}", source=None if spec.source == "builtin" else spec.source
     )
-    device = "cpu" if backend is None else backend.kind
+    device = "cpu" if backend is None else backend.info.kind
     variant = next(
         v for v in desc.variants if v.name == spec.variant or (not spec.variant and v.device == device)
     )
-    return variant.bind(ctx)
+    return variant.bind(ctx), ctx
 
 
 def _attach(name: str | None) -> SharedMemory | None:
@@ -125,8 +133,6 @@ def _as_module_crash(e: PipeLinkError, spec) -> PipeLinkError:
 
 def _cpu_setup(spec):
     """CPU: map the plan's arena and the stage's staging block; each request names where tensors live."""
-    from ..dtypes import get_dtype
-
     kernel = _build_kernel(spec)
     blocks = {"arena": _attach(spec.arena), "staging": _attach(spec.staging)}
     in_dtypes = [get_dtype(d).numpy if d is not None else None for d in spec.in_dtypes]
@@ -150,10 +156,6 @@ def _cpu_setup(spec):
 def _cuda_setup(spec):
     """CUDA: our own context; the parent's staging block opened through its CUDA IPC handle."""
     from cuda.bindings import driver
-
-    from ..backends import get_backend
-    from ..errors import CUDAError
-    from ..tensor import Tensor
 
     backend = get_backend(spec.device)
     handle = driver.CUipcMemHandle()

@@ -22,12 +22,12 @@ __all__ = ["run_tune", "default_target_factory", "TargetFactory"]
 #: ``factory(config, device) -> TuneTarget``
 TargetFactory = Callable[[TuneConfig, str], TuneTarget]
 
-#: The backend module and function that build a real GPU target.
-_BACKEND_MODULE, _BACKEND_FACTORY = "pipelink.backends.cuda", "make_tune_target"
+#: The module and function that build a real GPU target (a built-in kernel on a CUDA device).
+_BACKEND_MODULE, _BACKEND_FACTORY = "pipelink.tune.kernels", "make_tune_target"
 
 
 def default_target_factory(config: TuneConfig, device: str) -> TuneTarget:
-    """The CUDA backend's target: ``pipelink.backends.cuda.make_tune_target(config, device)``.
+    """The GPU target: ``pipelink.tune.kernels.make_tune_target(config, device)``.
 
     Raises
     ------

@@ -21,8 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import get_backend
+from ..descriptor import KernelContext, infer_outputs
 from ..dtypes import get_dtype
 from ..errors import InvalidArgumentError
+from ..modules.build import build_module
+from ..modules.native import load_library
+from ..modules.registry import OperatorRegistry
+from ..ops import register_builtins
+from .cache import TuneCache, key_digest
 from .target import TuneTarget, defines, source_hash
 
 __all__ = ["NativeModuleTarget", "native_key_fields", "lookup_native"]
@@ -47,7 +54,6 @@ def lookup_native(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict,
     variant = next((v for v in desc.variants if v.device == info.kind and v.tunables), None)
     if variant is None or desc.source in ("builtin", "python"):
         return None
-    from .cache import TuneCache, key_digest
 
     shapes = {p.name: s for p, s in zip(desc.inputs, in_shapes, strict=False) if s is not None}
     dtypes = {p.name: d for p, d in zip(desc.inputs, in_dtypes, strict=False) if d is not None}
@@ -68,9 +74,6 @@ class NativeModuleTarget(TuneTarget):
     """One operator of a native module at fixed shapes and dtypes (see the module docstring)."""
 
     def __init__(self, config, device: str = "cpu"):
-        from ..backends import get_backend
-        from ..modules.registry import OperatorRegistry
-        from ..ops import register_builtins
 
         if not (config.library or config.sources):
             raise InvalidArgumentError("a native tune config needs 'library' or 'sources'")
@@ -97,13 +100,8 @@ class NativeModuleTarget(TuneTarget):
     # -- building ----------------------------------------------------------------------------------
     def _load(self, params: Mapping[str, Any]):
         """The module's descriptor of the operator for these parameters (rebuilt when tuning sources)."""
-        from ..modules.native import load_library
-        from ..modules.registry import OperatorRegistry
-
         registry = OperatorRegistry()
         if self._sources:
-            from ..modules.build import build_module
-
             flags = defines(params)
             tag = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
             lib = build_module(self._sources, self._workdir / tag / "libtuned.so", defines=flags)
@@ -124,14 +122,13 @@ class NativeModuleTarget(TuneTarget):
             return None  # verified against the module built with its default parameters instead
 
     def _bind(self, desc, params: Mapping[str, Any], backend):
-        from ..descriptor import KernelContext, infer_outputs
 
         ports = [p.name for p in desc.inputs]
         in_shapes = tuple(self.shapes.get(p) for p in ports)
         in_dtypes = tuple(self.dtypes.get(p) for p in ports)
         attrs = desc.resolve_attrs({}, where="tune")
         out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, attrs, stage="tune")
-        variant = next(v for v in desc.variants if v.device == backend.kind)
+        variant = next(v for v in desc.variants if v.device == backend.info.kind)
         use_attrs = bool(self.config.library)  # a library receives its tunables as attributes
         ctx = KernelContext(
             stage="tune",
@@ -176,7 +173,6 @@ class NativeModuleTarget(TuneTarget):
         return [np.asarray(backend.wrap(o).numpy()) for o in outs]
 
     def verify(self, candidate) -> tuple[bool, str]:
-        from ..backends import get_backend
 
         in_shapes, in_dtypes = candidate["in"]
         out_shapes, out_dtypes = candidate["out"]
@@ -216,7 +212,7 @@ class NativeModuleTarget(TuneTarget):
             kernel(ins, outs, stream)
         samples = []
         for _ in range(iters):
-            if backend.kind == "cpu":
+            if not backend.capabilities.asynchronous:
                 t0 = time.perf_counter()
                 kernel(ins, outs, stream)
                 samples.append(time.perf_counter() - t0)

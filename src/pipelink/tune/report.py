@@ -11,17 +11,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
 from .target import defines
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from .tuner import Trial, TuneResult
 
 __all__ = ["trials_table", "summary_line", "plot_space", "export", "MATPLOTLIB_MISSING"]
 
-MATPLOTLIB_MISSING = ("cannot write the plot: matplotlib is not installed; install it with "
-                      "`pip install matplotlib`, or leave out --plot")
+MATPLOTLIB_MISSING = (
+    "cannot write the plot: matplotlib is not installed; install it with "
+    "`pip install matplotlib`, or leave out --plot"
+)
 
 _STATUS_STYLE = {"ok": "green", "wrong": "bold red", "failed": "red", "pruned": "dim"}
 
@@ -43,8 +45,10 @@ def summary_line(result: TuneResult) -> str:
     if result.best is None:
         return "no variant passed; the defaults stay in use"
     best = result.best
-    text = (f"best: {_params_text(best.params, result.space_names)} -> {best.metric:.4g} {result.unit} "
-            f"({result.statistic})")
+    text = (
+        f"best: {_params_text(best.params, result.space_names)} -> {best.metric:.4g} {result.unit} "
+        f"({result.statistic})"
+    )
     if result.default is not None and result.default.metric is not None:
         text += f"; defaults {result.default.metric:.4g} {result.unit}"
     if result.gain is not None:
@@ -63,11 +67,11 @@ def trials_table(result: TuneResult, *, limit: int | None = None) -> Table:
     limit : int, optional
         Show only the best ``limit`` verified trials plus every failure (all rows by default).
     """
-    from rich.table import Table
-
     unit = result.unit
-    table = Table(title=f"{result.operator or 'operator'}: {len(result.trials)} variants, "
-                        f"{result.criteria} from the {result.statistic} launch time")
+    table = Table(
+        title=f"{result.operator or 'operator'}: {len(result.trials)} variants, "
+        f"{result.criteria} from the {result.statistic} launch time"
+    )
     table.add_column("#", justify="right")
     for name in result.space_names:
         table.add_column(name, justify="right")
@@ -79,8 +83,11 @@ def trials_table(result: TuneResult, *, limit: int | None = None) -> Table:
     table.add_column("note", overflow="fold")
     rows: list[Trial] = list(result.trials)
     if limit is not None:
-        ok = sorted((t for t in rows if t.status == "ok"), key=lambda t: t.metric or 0.0,
-                    reverse=result.criteria != "latency_us")[:limit]
+        ok = sorted(
+            (t for t in rows if t.status == "ok"),
+            key=lambda t: t.metric or 0.0,
+            reverse=result.criteria != "latency_us",
+        )[:limit]
         keep = {id(t) for t in ok} | {id(t) for t in rows if t.status != "ok" or t.is_default}
         rows = [t for t in rows if id(t) in keep]
     for t in rows:
@@ -129,8 +136,16 @@ def plot_space(result: TuneResult, path: str | Path) -> Path:
         if xs:
             left.scatter(xs, [floor] * len(xs), marker="x", c=colour, s=18, label=status)
     if result.best is not None:
-        left.scatter([result.best.index], [result.best.metric], marker="*", s=160, c="gold",
-                     edgecolors="black", label="best", zorder=3)
+        left.scatter(
+            [result.best.index],
+            [result.best.metric],
+            marker="*",
+            s=160,
+            c="gold",
+            edgecolors="black",
+            label="best",
+            zorder=3,
+        )
     left.set_xlabel("trial")
     left.set_ylabel(f"{result.criteria} [{result.unit}]")
     left.set_title("every variant, in evaluation order")

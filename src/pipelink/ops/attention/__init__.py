@@ -17,7 +17,7 @@ import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import DTypeMismatchError, ShapeMismatchError
-from ...graph.shapes import Mismatch, broadcast_shapes, unify
+from ...shapes import Mismatch, broadcast_shapes, unify
 from .._common import builtin_operator
 from .._dims import is_known
 

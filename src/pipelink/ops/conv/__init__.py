@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import InvalidArgumentError, ShapeMismatchError
-from ...graph.shapes import unify
+from ...shapes import unify
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
 from .window import window_2d, window_attrs

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...descriptor import KernelContext
 from ...errors import ShapeMismatchError
-from ...graph.shapes import unify
+from ...shapes import unify
 from .._common import HALF_DTYPES, compute_dtype
 from ..elementwise.reference import gelu_into, gelu_tanh_into
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InvalidArgumentError, ShapeMismatchError
-from ...graph.shapes import Mismatch, broadcast_shapes, unify
+from ...shapes import Mismatch, broadcast_shapes, unify
 from .._dims import derived, is_known, normalize_axes, normalize_axis, product
 
 __all__ = ["MAX_PARTS", "reshape_target", "infer_reshape", "infer_flatten", "infer_squeeze",

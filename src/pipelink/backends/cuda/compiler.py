@@ -1,9 +1,9 @@
-"""NVRTC compilation with an in-memory and an on-disk cubin cache, and the CUDA backend's own helper
-kernels (strided copy, non-finite count: helpers.cu).
+"""NVRTC compilation with an in-memory and an on-disk cubin cache.
 
-Imported only by the CUDA backend. The cache key is a SHA-256 of everything that changes the cubin
-(source, headers found in the include folders, options, architecture, NVRTC version): a stale cubin is
-never loaded. cuda.core is imported inside :class:`KernelCompiler`, so the key helpers work without it.
+Imported only by the CUDA backend; it compiles whatever source it is given and knows no operator. The
+cache key is a SHA-256 of everything that changes the cubin (source, headers found in the include
+folders, options, architecture, NVRTC version): a stale cubin is never loaded. cuda.core is imported
+inside :class:`KernelCompiler`, so the key helpers work without it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModuleLoadError
-from ..ops.kernel import include_dir, source_hash
+from ...errors import ModuleLoadError
+from ...ops.kernel import source_hash
 
-__all__ = ["cache_dir", "cache_key", "header_digest", "KernelCompiler", "HELPER_SOURCE",
-           "HELPER_INCLUDE_DIRS"]
+__all__ = ["cache_dir", "cache_key", "header_digest", "KernelCompiler"]
 
 _HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
 
@@ -53,11 +52,12 @@ def header_digest(include_dirs: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def cache_key(source: str, options: Mapping[str, Any], arch: str, nvrtc_version: tuple[int, int],
-              headers: str = "") -> str:
-    """The cubin cache key: the kernel-source hash (:func:`pipelink.ops.kernel.source_hash`) of the source
-    and the header digest, with the options (order-independent), the architecture and the NVRTC version
-    in place of macros."""
+def cache_key(
+    source: str, options: Mapping[str, Any], arch: str, nvrtc_version: tuple[int, int], headers: str = ""
+) -> str:
+    """The cubin cache key: the one kernel-source hash (:func:`pipelink.ops.kernel.source_hash`) of the
+    source and the header digest, with the options (order-independent), the architecture and the NVRTC
+    version in place of macros."""
     return source_hash(source, {"options": json.dumps(dict(options), sort_keys=True, default=repr),
                                 "arch": arch, "nvrtc": f"{nvrtc_version[0]}.{nvrtc_version[1]}"}, (headers,))
 
@@ -86,8 +86,13 @@ class KernelCompiler:
         self._lock = threading.Lock()
         self.hits = {"memory": 0, "disk": 0, "compiled": 0}
 
-    def get(self, source: str, name: str, options: Mapping[str, Any] | None = None,
-            include_dirs: Sequence[str] = ()) -> Any:
+    def get(
+        self,
+        source: str,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        include_dirs: Sequence[str] = (),
+    ) -> Any:
         """The loaded kernel ``name`` of ``source`` (a cuda.core ``Kernel``).
 
         Parameters
@@ -109,7 +114,8 @@ class KernelCompiler:
         """
         opts = {k: v for k, v in dict(options or {}).items() if k not in ("arch", "include_path")}
         dirs = tuple(str(d) for d in include_dirs) + tuple(
-            str(d) for d in _as_list(dict(options or {}).get("include_path")))
+            str(d) for d in _as_list(dict(options or {}).get("include_path"))
+        )
         headers = self._headers.get(dirs)
         if headers is None:
             headers = self._headers[dirs] = header_digest(dirs)
@@ -126,8 +132,9 @@ class KernelCompiler:
             try:
                 kernel = module.get_kernel(name)
             except Exception as e:  # noqa: BLE001 - cuda.core raises its own error for a missing symbol
-                raise ModuleLoadError(f"kernel {name!r} not found in the compiled module ({e})",
-                                      kernel=name) from e
+                raise ModuleLoadError(
+                    f"kernel {name!r} not found in the compiled module ({e})", kernel=name
+                ) from e
             self._kernels[(key, name)] = kernel
         return kernel
 
@@ -154,7 +161,9 @@ class KernelCompiler:
             raise ModuleLoadError(
                 f"NVRTC could not compile the kernel {name!r} for {self.arch}: {e}\n"
                 f"{log.getvalue()}".rstrip(),
-                kernel=name, arch=self.arch) from e
+                kernel=name,
+                arch=self.arch,
+            ) from e
         self.hits["compiled"] += 1
         self._store_disk(key, bytes(module.code))
         return module
@@ -175,9 +184,3 @@ def _as_list(value: Any) -> list:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
-
-
-# The backend's helper kernels (strided copy, non-finite count) live in helpers.cu; they include the
-# operators' common.cuh, so they compile with HELPER_INCLUDE_DIRS on the include path.
-HELPER_SOURCE = (Path(__file__).resolve().parent / "helpers.cu").read_text(encoding="utf-8")
-HELPER_INCLUDE_DIRS = (include_dir(),)

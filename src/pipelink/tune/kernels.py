@@ -15,10 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import get_backend
 from ..dtypes import get_dtype, tolerance
 from ..errors import InvalidArgumentError
 from ..ops import cuda_kernel, cuda_kernels
-from ..tune.target import TuneTarget
+from ..ops.kernel import CUDA_VARIANT
+from ..runtime.executor import compile_plan, execute, signature_of
+from ..runtime.report import RunReport
+from .cache import TuneCache, key_digest
+from .target import TuneTarget
 
 __all__ = ["aliases_of", "key_fields", "tunables_of", "lookup_tuned", "BuiltinKernelTarget",
            "make_tune_target"]
@@ -61,12 +66,13 @@ def key_fields(op: str, version: str, info, shapes: Mapping[str, Any], dtypes: M
 
 
 def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, str, str] | None:
-    """``(params, source, reason)`` for a built-in stage, or None when its kernel has no tunables."""
+    """``(params, source, reason)`` for a built-in stage, or None when it runs no tunable compiled kernel
+    on this device (no tunables, or no such variant for the device's kind)."""
     tunables = tunables_of(desc.name)
     if desc.source != "builtin" or not tunables:
         return None
-    from ..tune.cache import TuneCache, key_digest
-
+    if not any(v.name == CUDA_VARIANT and v.device == info.kind for v in desc.variants):
+        return None  # the stage runs its reference variant here: nothing of the kernel's applies
     shapes = {p.name: s for p, s in zip(desc.inputs, in_shapes, strict=False) if s is not None}
     dtypes = {p.name: d for p, d in zip(desc.inputs, in_dtypes, strict=False) if d is not None}
     defaults = {k: v[0] for k, v in tunables.items()}
@@ -103,8 +109,6 @@ class BuiltinKernelTarget(TuneTarget):
         space: Mapping[str, tuple] | None = None,
     ):
         import pipelink as pl
-
-        from . import get_backend
 
         self.backend = get_backend(device)
         self.desc = pl.get_operator_info(operator)
@@ -182,8 +186,6 @@ class BuiltinKernelTarget(TuneTarget):
         return out
 
     def build(self, params: Mapping[str, Any]):
-        from ..runtime.executor import compile_plan, signature_of
-
         pipe = self._gpu
         host = self._inputs()
         args = {n: self.backend.import_input(v) for n, v in host.items()}
@@ -199,9 +201,6 @@ class BuiltinKernelTarget(TuneTarget):
         return {"plan": plan, "args": args}
 
     def verify(self, candidate) -> tuple[bool, str]:
-        from ..runtime.executor import execute
-        from ..runtime.report import RunReport
-
         host = self._inputs()
         args = {n: self.backend.import_input(v) for n, v in host.items()}
         got = execute(candidate["plan"], self._gpu.graph, self.backend, args, report=RunReport())

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Dim", "Shape", "Bindings", "Mismatch", "match_pattern", "broadcast_shapes", "substitute",
-           "is_concrete", "ELLIPSIS"]
+__all__ = [
+    "Dim",
+    "Shape",
+    "Bindings",
+    "Mismatch",
+    "match_pattern",
+    "broadcast_shapes",
+    "substitute",
+    "is_concrete",
+    "ELLIPSIS",
+]
 
 Dim = int | str
 Shape = tuple[Dim, ...]
@@ -85,21 +94,27 @@ def match_pattern(pattern, shape: Shape, bindings: Bindings, where: str) -> Mism
     n_ell = pattern.count(ELLIPSIS)
     if n_ell == 0:
         if len(pattern) != len(shape):
-            return Mismatch("rank", len(pattern), len(shape),
-                            f"expects {len(pattern)} dimensions {list(pattern)}")
+            return Mismatch(
+                "rank", len(pattern), len(shape), f"expects {len(pattern)} dimensions {list(pattern)}"
+            )
         pairs = list(zip(pattern, shape, strict=True))
     else:
         i = pattern.index(ELLIPSIS)
-        head, tail = pattern[:i], pattern[i + 1:]
+        head, tail = pattern[:i], pattern[i + 1 :]
         if len(shape) < len(head) + len(tail):
-            return Mismatch("rank", f">= {len(head) + len(tail)}", len(shape),
-                            f"expects at least {len(head) + len(tail)} dimensions {list(pattern)}")
-        lead = tuple(shape[len(head): len(shape) - len(tail)])
+            return Mismatch(
+                "rank",
+                f">= {len(head) + len(tail)}",
+                len(shape),
+                f"expects at least {len(head) + len(tail)} dimensions {list(pattern)}",
+            )
+        lead = tuple(shape[len(head) : len(shape) - len(tail)])
         problem = bindings.bind(ELLIPSIS, lead, where)
         if problem is not None:
             return problem
         pairs = list(zip(head, shape[: len(head)], strict=True)) + list(
-            zip(tail, shape[len(shape) - len(tail):], strict=True))
+            zip(tail, shape[len(shape) - len(tail) :], strict=True)
+        )
     for pat, dim in pairs:
         if isinstance(pat, int):
             if unify(pat, dim) is None:

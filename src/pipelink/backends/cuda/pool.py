@@ -96,8 +96,9 @@ class BinnedPool:
         ``on_change(delta_bytes)`` with the change of the bytes handed out (for the backend's statistics).
     """
 
-    def __init__(self, raw_alloc: RawAlloc, raw_free: RawFree, *,
-                 on_change: Callable[[int], None] | None = None):
+    def __init__(
+        self, raw_alloc: RawAlloc, raw_free: RawFree, *, on_change: Callable[[int], None] | None = None
+    ):
         self._raw_alloc = raw_alloc
         self._raw_free = raw_free
         self._on_change = on_change
@@ -163,9 +164,13 @@ class BinnedPool:
         self.drain()
         with self._lock:
             bins = {size: len(v) for size, v in self._free.items() if v}
-            return {"in_use_bytes": self.in_use_bytes, "in_use_blocks": self.in_use_blocks,
-                    "cached_bytes": sum(size * n for size, n in bins.items()), "raw_bytes": self.raw_bytes,
-                    "bins": bins}
+            return {
+                "in_use_bytes": self.in_use_bytes,
+                "in_use_blocks": self.in_use_blocks,
+                "cached_bytes": sum(size * n for size, n in bins.items()),
+                "raw_bytes": self.raw_bytes,
+                "bins": bins,
+            }
 
     # -- internals ---------------------------------------------------------------------------------
     def _raw(self, size: int) -> tuple[int, Any]:

@@ -11,18 +11,28 @@ import importlib
 import re
 from typing import Any
 
-from ..errors import CUDAError
+from ...errors import CUDAError
 
-__all__ = ["STICKY_ERRORS", "derive_features", "version_text", "unavailable_reason", "error_name",
-           "check_driver", "wrap_cuda_exception", "is_cuda_exception"]
+__all__ = [
+    "ContextHealth",
+    "STICKY_ERRORS",
+    "derive_features",
+    "version_text",
+    "unavailable_reason",
+    "error_name",
+    "check_driver",
+    "wrap_cuda_exception",
+    "is_cuda_exception",
+]
 
 # Errors after which the context is unusable: the process must be restarted (cuda.core's error table).
 STICKY_ERRORS = frozenset({700, 714, 715, 716, 717, 718, 719})
 _NAME = re.compile(r"\b(CUDA_ERROR_[A-Z0-9_]+|NVRTC_ERROR_[A-Z0-9_]+)\b")
 
 
-def derive_features(compute_capability: tuple[int, int], sm_count: int,
-                    memory_bytes: int) -> dict[str, float]:
+def derive_features(
+    compute_capability: tuple[int, int], sm_count: int, memory_bytes: int
+) -> dict[str, float]:
     """The feature table of a GPU (``HardwareInfo.features``) from its compute capability.
 
     Parameters
@@ -67,8 +77,10 @@ def unavailable_reason() -> str | None:
         driver = importlib.import_module("cuda.bindings.driver")
     except ImportError as e:
         missing = getattr(e, "name", None) or str(e)
-        return (f"the CUDA packages are not installed ({missing}); "
-                "install them with: pip install 'pipelink[cuda]'")
+        return (
+            f"the CUDA packages are not installed ({missing}); "
+            "install them with: pip install 'pipelink[cuda]'"
+        )
     try:
         (err,) = driver.cuInit(0)
     except Exception as e:  # noqa: BLE001 - the loader raises its own types when libcuda is absent
@@ -137,3 +149,56 @@ def wrap_cuda_exception(exc: BaseException, what: str, **context: Any) -> CUDAEr
         except (ImportError, AttributeError):
             code = None
     return CUDAError(f"{what} failed: {text}", cuda_error=name, cuda_code=code, **context)
+
+
+class ContextHealth:
+    """Whether a device's CUDA context is still usable, and the :class:`CUDAError` of each failure.
+
+    After a sticky error (700, 714-719) the context is corrupted for good: :meth:`check` then refuses all
+    further work, because the process must restart.
+    """
+
+    def __init__(self, device: str, uuid: str | None):
+        self.device = device
+        self.uuid = uuid
+        self.corrupted: str | None = None  # the CUDA error name that corrupted the context
+        self.corrupted_code: int | None = None
+
+    def check(self) -> None:
+        """Raise when the context is corrupted."""
+        if self.corrupted is not None:
+            raise CUDAError(
+                f"{self.device}: the CUDA context is corrupted by {self.corrupted}; the process must "
+                "restart: use isolation 'process' for stages that may crash",
+                cuda_error=self.corrupted,
+                cuda_code=self.corrupted_code,
+                device=self.device,
+                device_uuid=self.uuid,
+            )
+
+    def error(self, code: int, what: str, stage: str | None = None) -> CUDAError:
+        """The error of a driver call that returned ``code`` (a sticky one marks the context)."""
+        name = error_name(code)
+        where = f"stage {stage!r}: " if stage else ""
+        message = f"{where}{what} reported {name} ({code}) on {self.device}"
+        if code in STICKY_ERRORS:
+            self.corrupted, self.corrupted_code = name, code
+            message += (
+                f"; the CUDA context is corrupted by {name}; the process must restart: use isolation "
+                "'process' for stages that may crash"
+            )
+        return CUDAError(
+            message, cuda_error=name, cuda_code=code, stage=stage, device=self.device, device_uuid=self.uuid
+        )
+
+    def wrap(self, exc: BaseException, what: str, stage: str | None = None) -> CUDAError:
+        """The error for an exception of cuda.core (or any exception raised around a CUDA call)."""
+        if isinstance(exc, CUDAError):
+            return exc
+        if not is_cuda_exception(exc):
+            return CUDAError(
+                f"{what} failed: {type(exc).__name__}: {exc}", stage=stage, device_uuid=self.uuid
+            )
+        err = wrap_cuda_exception(exc, what, stage=stage, device=self.device, device_uuid=self.uuid)
+        code = err.context.get("cuda_code")
+        return self.error(int(code), what, stage) if code is not None else err

@@ -1,5 +1,5 @@
 // The CUDA backend's own helper kernels (not operators): a strided copy and a count of non-finite
-// values. Compiled by backends/cuda_data.py with pipelink/ops on the include path (for common.cuh).
+// values. Compiled by backends/cuda/helpers.py with pipelink/ops on the include path (for common.cuh).
 //
 // Macros: PL_ELEM  an unsigned type of the element size (1, 2, 4 or 8 bytes) for pl_strided_copy.
 // Kernels:
