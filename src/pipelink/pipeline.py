@@ -38,6 +38,7 @@ from .runtime.declared import check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.graphs import capture_bound, graph_blockers, replay
 from .runtime.plan import ExecutionPlan
+from .runtime.planfile import write_plan
 from .runtime.report import LoadReport, RunReport
 from .tune.kernels import lookup_tuned
 from .tune.native import lookup_native
@@ -572,8 +573,6 @@ class Pipeline:
         ConfigError
             A stage the native core cannot run (a built-in or Python operator, ...), pointing at it.
         """
-        from .runtime.planfile import write_plan
-
         with self._lock:
             return write_plan(self, path, shapes)
 

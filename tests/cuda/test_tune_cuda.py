@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 def test_tune_gelu_then_load_uses_the_cached_parameters(tmp_path, monkeypatch):
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path))
-    from pipelink.tune.kernels import make_tune_target
+    from pipelink.tune.kernel_target import make_tune_target
 
     config = load_tune_config(
         {

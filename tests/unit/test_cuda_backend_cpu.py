@@ -214,12 +214,14 @@ def test_helpers_cu_compiles_for_every_element_size(elem):
     # lost a kernel the backend launches by name.
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
     from pipelink.backends.cuda.helpers import HELPERS_CU, helper_source
+    from pipelink.ops.kernel import include_dir
 
     assert HELPERS_CU.suffix == ".cu" and HELPERS_CU.is_file()
     err, prog = nvrtc.nvrtcCreateProgram(helper_source().encode(), b"helpers.cu", 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
     try:
-        opts = [b"--gpu-architecture=compute_90", f"-DPL_ELEM={elem}".encode()]
+        opts = [b"--gpu-architecture=compute_90", b"-std=c++17", f"-I{include_dir()}".encode(),
+                f"-DPL_ELEM={elem}".encode()]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size

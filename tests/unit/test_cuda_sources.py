@@ -370,19 +370,6 @@ def test_flat_kernels_keep_their_vectors_in_registers():
         assert ".local" not in ptx, f"{plan.kernel} {plan.macros} uses local memory"
 
 
-def test_backend_helper_kernels_compile():
-    """The CUDA backend's helpers.cu (strided copy, non-finite count) builds on common.cuh."""
-    _nvrtc()
-    helpers = Path(include_dir()).parent / "backends" / "helpers.cu"
-    for elem in ("unsigned char", "unsigned short", "unsigned int", "unsigned long long"):
-        ok, ptx = _nvrtc_compile(helpers.read_text(), "helpers.cu",
-                                 ["-std=c++17", f"-I{include_dir()}", f"-DPL_ELEM={elem}", "-arch=sm_90"])
-        assert ok, ptx
-        for kernel in ("pl_strided_copy", "pl_nonfinite_f32", "pl_nonfinite_f16", "pl_nonfinite_bf16",
-                       "pl_nonfinite_f64"):
-            assert f".entry {kernel}(" in ptx, kernel
-
-
 def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
     """tune/kernels.py keeps no table of its own: what it knows comes from the family's cuda.py."""
     from pipelink.tune import kernels as cuda_tune

@@ -12,6 +12,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -292,8 +293,6 @@ def probe_image(image: ModuleImage, *, manifest: bool = False, timeout_s: float 
 
 
 def _signal_name(number: int) -> str:
-    import signal
-
     try:
         return signal.Signals(number).name
     except ValueError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..descriptor import OperatorDescriptor
 from ..modules.registry import OperatorRegistry
+from ..modules.registry import registry as global_registry
 from . import (
     attention,
     batch_norm,
@@ -81,8 +82,6 @@ def register_builtins(registry: OperatorRegistry | None = None) -> list[Operator
         The descriptors this call added (empty on a repeated call).
     """
     if registry is None:
-        from ..modules.registry import registry as global_registry
-
         registry = global_registry
     added = []
     for desc in builtin_descriptors():

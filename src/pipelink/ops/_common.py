@@ -68,7 +68,10 @@ def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=
     onnx : str, optional
         The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
     """
-    variants = [Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes, source="builtin")]
+    # An operator without a kernel of its own on a device may run its reference there on staged host
+    # copies (the load report says so); one with a kernel never falls back to the reference.
+    variants = [Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes, source="builtin",
+                        host_ok=cuda is None)]
     if cuda is not None:
         variants.append(cuda)
     return OperatorDescriptor(

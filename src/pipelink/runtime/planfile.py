@@ -165,7 +165,7 @@ def _signature(pipe, shapes: Mapping[str, tuple] | None) -> tuple:
 
 def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> bytes:
     """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
-    if pipe._backend.kind != "cpu":
+    if not pipe._backend.capabilities.host_access:  # device plans (cubins, streams) are the next step
         raise HardwareUnsupportedError(
             f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU plans only in this "
             "version: load it with device='cpu' (pipelink compile --device cpu)",

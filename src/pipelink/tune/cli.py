@@ -23,11 +23,11 @@ __all__ = ["run_tune", "default_target_factory", "TargetFactory"]
 TargetFactory = Callable[[TuneConfig, str], TuneTarget]
 
 #: The module and function that build a real GPU target (a built-in kernel on a CUDA device).
-_BACKEND_MODULE, _BACKEND_FACTORY = "pipelink.tune.kernels", "make_tune_target"
+_BACKEND_MODULE, _BACKEND_FACTORY = "pipelink.tune.kernel_target", "make_tune_target"
 
 
 def default_target_factory(config: TuneConfig, device: str) -> TuneTarget:
-    """The GPU target: ``pipelink.tune.kernels.make_tune_target(config, device)``.
+    """The GPU target: ``pipelink.tune.kernel_target.make_tune_target(config, device)``.
 
     Raises
     ------
