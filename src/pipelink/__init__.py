@@ -51,9 +51,11 @@ __all__ = [
 
 
 def _builtins():
+    from .modules.plugins import load_entry_points
     from .ops import register_builtins
 
     register_builtins(_registry)
+    load_entry_points()
     return _registry
 
 

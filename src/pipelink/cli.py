@@ -6,9 +6,11 @@ usage); no traceback ever reaches the user (``PIPELINK_DEBUG=1`` shows it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
@@ -17,18 +19,36 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ConfigError, ErrorCode, PipeLinkError
+from .errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError
+from .limits import format_bytes
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="PipeLink: link GPU operators into checked pipelines from JSON.",
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        sys.stdout.write(f"pipelink {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", callback=_show_version,
+                           is_eager=True)
+    ] = False,
+) -> None:
+    """PipeLink: link GPU operators into checked pipelines from JSON."""
 
 
 class UsageFailure(Exception):
@@ -38,13 +58,28 @@ class UsageFailure(Exception):
         self.error = error
 
 
-def _load(config: Path, device: str, graph: bool = False):
+def _load(config: Path, device: str, cuda_graph: bool = False):
+    import inspect
+
     import pipelink as pl
 
+    # ``graph=`` is being renamed ``cuda_graph=``: pass whichever keyword this pl.load takes.
+    keyword = "cuda_graph" if "cuda_graph" in inspect.signature(pl.load).parameters else "graph"
     try:
-        return pl.load(config, device=device, graph=graph)
+        return pl.load(config, device=device, **{keyword: cuda_graph})
     except PipeLinkError as e:
         raise UsageFailure(e) from e
+
+
+def _import_operators(specs: list[str]) -> None:
+    """Import modules (dotted names or ``.py`` files) whose import registers Python operators."""
+    from .modules.plugins import import_operator_module
+
+    for spec in specs:
+        try:
+            import_operator_module(spec)
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
 
 
 @app.command()
@@ -77,32 +112,72 @@ def _parse_kv(items: list[str], what: str) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise UsageFailure(PipeLinkError(f"--{what} takes NAME=VALUE (got {item!r})"))
+            raise UsageFailure(InvalidArgumentError(f"--{what} takes NAME=VALUE (got {item!r})"))
         out[name] = value
     return out
 
 
+def _parse_shape(name: str, text: str) -> tuple[int, ...]:
+    """``8x1024`` (or ``8,1024``; empty for a 0-d input) as a tuple of non-negative ints."""
+    parts = [d for d in text.lower().replace(",", "x").split("x") if d.strip()]
+    try:
+        dims = tuple(int(d) for d in parts)
+    except ValueError:
+        dims = ()
+        parts = []
+    if len(parts) != len(dims) or any(d < 0 for d in dims) or (text.strip() and not parts):
+        raise UsageFailure(InvalidArgumentError(
+            f"--shape {name}={text!r}: give the dimensions as non-negative integers joined by 'x', "
+            f"e.g. --shape {name}=8x1024"))
+    return dims
+
+
+def _check_names(pipe, given: Collection[str], what: str) -> None:
+    """Names given on the command line must be inputs of the pipeline (with a suggestion if not)."""
+    from .config.schema_errors import did_you_mean
+
+    unknown = [n for n in given if n not in pipe.inputs]
+    if unknown:
+        hints = "".join(did_you_mean(n, pipe.inputs) or "" for n in unknown[:1])
+        raise UsageFailure(InvalidArgumentError(
+            f"{what} names {', '.join(map(repr, unknown))}, not an input of the pipeline{hints}; "
+            f"its inputs are {', '.join(pipe.inputs)}"))
+
+
 def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: int) -> dict[str, np.ndarray]:
     from .dtypes import get_dtype
+    from .limits import check_fits, shape_nbytes
 
-    rng = np.random.default_rng(seed)
+    _check_names(pipe, shapes, "--shape")
+    _check_names(pipe, dtypes, "--dtype")
     decls = pipe.graph.config.inputs or {}
-    out = {}
+    resolved: dict[str, tuple[int, ...]] = {}
+    missing = []
     for name in pipe.inputs:
         decl = decls.get(name)
         if name in shapes:
-            shape = tuple(int(d) for d in shapes[name].lower().replace(",", "x").split("x") if d)
+            resolved[name] = _parse_shape(name, shapes[name])
         elif decl is not None and decl.shape is not None and all(isinstance(d, int) for d in decl.shape):
-            shape = tuple(decl.shape)
+            resolved[name] = tuple(decl.shape)
         else:
-            raise UsageFailure(
-                PipeLinkError(
-                    f"--random needs the shape of input {name!r}: declare it in the config's "
-                    f"'inputs' or pass "
-                    f"--shape {name}=DIMxDIM"
-                )
-            )
-        dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
+            missing.append(name)
+    if missing:  # every missing shape at once, with a command line that supplies them
+        flags = " ".join(f"--shape {n}=DIMxDIM" for n in missing)
+        raise UsageFailure(InvalidArgumentError(
+            f"--random needs the shapes of input{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(repr, missing))}: declare them in the config's 'inputs' or pass {flags}"))
+    out = {}
+    rng = np.random.default_rng(seed)
+    for name, shape in resolved.items():
+        decl = decls.get(name)
+        try:
+            dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
+        try:  # the inputs are drawn on the host, whatever the device
+            check_fits(shape_nbytes(shape, dtype.itemsize), f"random input {name!r} of shape {shape}")
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
         if dtype.is_floating:
             out[name] = rng.standard_normal(shape).astype(dtype.numpy)
         else:
@@ -115,18 +190,31 @@ def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
 
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise UsageFailure(PipeLinkError(f"cannot read inputs {path}: {e}")) from e
+        files = data.files
+    except (OSError, ValueError, AttributeError) as e:
+        raise UsageFailure(InvalidArgumentError(
+            f"cannot read inputs {path}: {e}; give a .npz written by numpy.savez")) from e
     decls = pipe.graph.config.inputs or {}
     out = {}
-    for name in data.files:
+    for name in files:
         arr = data[name]
         decl = decls.get(name)
-        # npz cannot store bfloat16: cast to the declared dtype (documented CLI convenience).
-        if decl is not None and decl.dtype and arr.dtype != get_dtype(decl.dtype).numpy:
-            arr = arr.astype(get_dtype(decl.dtype).numpy)
+        # The one exception to run()'s dtype rule: .npz cannot store bfloat16, so float32 stands in for it.
+        if (decl is not None and decl.dtype and get_dtype(decl.dtype).name == "bfloat16"
+                and arr.dtype == np.float32):
+            arr = arr.astype(get_dtype("bfloat16").numpy)
         out[name] = arr
     return out
+
+
+def _check_feed(pipe, feed: dict) -> None:
+    """A missing or misspelled input is a usage error (exit 2), reported before anything runs."""
+    from .runtime.executor import check_inputs
+
+    try:
+        check_inputs(pipe.graph, feed)
+    except PipeLinkError as e:
+        raise UsageFailure(e) from e
 
 
 @app.command()
@@ -140,24 +228,31 @@ def run(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    graph: Annotated[bool, typer.Option("--graph", help="CUDA graph mode")] = False,
-    repeat: Annotated[int, typer.Option(help="run N times (times are the last run's)")] = 1,
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph", "--graph", help="CUDA graph mode (--graph: deprecated alias)")
+    ] = False,
+    repeat: Annotated[int, typer.Option(min=1, help="run N times; times are the median and p95")] = 1,
     profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
     error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
+    imports: Annotated[
+        list[str], typer.Option("--import", help="module or .py file registering Python operators")
+    ] = [],  # noqa: B006
 ) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
 
     if error_log is not None:
         pl.configure_error_log(error_log)
-    pipe = _load(config, device, graph)
+    _import_operators(imports)
+    pipe = _load(config, device, cuda_graph)
     scalars = _parse_kv(value, "value")
+    _check_names(pipe, scalars, "--value")
     if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):
         feed = {}
     else:
         if (inputs is None) == (not random):
-            raise UsageFailure(PipeLinkError("give exactly one of --inputs FILE.npz or --random"))
+            raise UsageFailure(InvalidArgumentError("give exactly one of --inputs FILE.npz or --random"))
         kv_shapes = _parse_kv(shape, "shape")
         kv_shapes.update({n: "" for n in scalars})
         feed = (
@@ -169,11 +264,16 @@ def run(
         try:
             feed[name] = float(text)
         except ValueError:
-            raise UsageFailure(PipeLinkError(f"--value {name}={text!r}: not a number")) from None
-    for _ in range(max(1, repeat)):
-        outs = pipe.run(feed, profile=profile or trace is not None)
+            raise UsageFailure(InvalidArgumentError(f"--value {name}={text!r}: not a number")) from None
+    _check_feed(pipe, feed)
+    totals = []
+    with _progress(repeat) as advance:
+        for _ in range(repeat):
+            outs = pipe.run(feed, profile=profile or trace is not None)
+            totals.append(pipe.last_report.total_time_s)
+            advance()
     report = pipe.last_report
-    _print_report(pipe, report, outs)
+    _print_report(pipe, report, outs, totals)
     if trace is not None:
         from .runtime.trace import write_trace
 
@@ -190,7 +290,20 @@ def run(
         raise typer.Exit(1)
 
 
-def _print_report(pipe, report, outs) -> None:
+@contextlib.contextmanager
+def _progress(total: int):
+    """A progress bar for long ``--repeat`` runs (none for a few runs); yields a step function."""
+    if total < 10:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task("running", total=total)
+        yield lambda: bar.advance(task)
+
+
+def _print_report(pipe, report, outs, totals: list[float]) -> None:
     table = Table(title=f"{pipe.name} on {pipe.device}")
     for col in ("stage", "operator", "variant", "status", "host ms", "device ms"):
         table.add_column(col)
@@ -216,16 +329,21 @@ def _print_report(pipe, report, outs) -> None:
     for name, t in outs.items():
         arr = t.numpy().astype(np.float64)
         stats = [f"{f(arr):.5g}" if arr.size else "-" for f in (np.mean, np.std, np.min, np.max)]
-        out_table.add_row(name, str(list(t.shape)), t.dtype.name, *stats)
+        out_table.add_row(name, "x".join(map(str, t.shape)) or "scalar", t.dtype.name, *stats)
     for name in report.missing_outputs:
         out_table.add_row(name, "-", "-", "[red]missing[/red]", "", "", "")
     console.print(out_table)
     plan = pipe.memory_plan
     if plan is not None:
         console.print(
-            f"memory plan: {plan.peak_bytes} bytes arena (no reuse: {plan.naive_bytes}); "
-            f"total {report.total_time_s * 1e3:.3f} ms"
+            f"memory plan: {format_bytes(plan.peak_bytes)} arena (no reuse: {format_bytes(plan.naive_bytes)})"
         )
+    if len(totals) > 1:
+        ms = np.asarray(totals) * 1e3
+        console.print(f"{len(totals)} runs: median {np.median(ms):.3f} ms, "
+                      f"p95 {np.percentile(ms, 95):.3f} ms (stage times above are the last run's)")
+    else:
+        console.print(f"total {report.total_time_s * 1e3:.3f} ms")
 
 
 @app.command()
@@ -421,11 +539,36 @@ def doctor() -> None:
     console.print(table)
 
 
+# Typer vendors click in new releases and depends on it in old ones: find click's exception classes
+# through typer's own exports, so the handler imports neither ``click`` nor ``typer._click``.
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+def _usage_line(e: Exception) -> str:
+    """One line for a click usage error: what was wrong and where to look for help."""
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "pipelink"
+    message = " ".join(e.format_message().split()).rstrip(".")
+    return f"{command}: {message[:1].lower() + message[1:]}; see '{command} --help'"
+
+
+def app_commands() -> list[str]:
+    """The names of the CLI's commands."""
+    return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     debug = os.environ.get("PIPELINK_DEBUG") == "1"
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        names = ", ".join(sorted(app_commands()))
+        err_console.print(f"error[usage]: pipelink: no command given (one of: {names}); "
+                          "see 'pipelink --help'", markup=False, highlight=False, soft_wrap=True)
+        return 2
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=args, standalone_mode=False, prog_name="pipelink")
         if isinstance(rc, int):
             return rc
     except UsageFailure as e:
@@ -436,19 +579,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, ConfigError) else 1
     except typer.Exit as e:
         return e.exit_code
+    except typer.Abort:
+        err_console.print("aborted")
+        return 1
+    except _USAGE_ERROR as e:
+        err_console.print(f"error[usage]: {_usage_line(e)}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except _CLICK_ERROR as e:
+        err_console.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        return e.exit_code
     except SystemExit as e:  # click's own exit paths
         return int(e.code or 0)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
     except Exception as e:  # the CLI's last line of defence: never a traceback for a user
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            return 1
         if debug:
             raise
         err_console.print(
@@ -463,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_error(e: PipeLinkError) -> None:
     code = e.code.name if isinstance(e.code, ErrorCode) else str(e.code)
-    err_console.print(f"error[{code}]: {e.message}", markup=False, highlight=False)
+    err_console.print(f"error[{code}]: {e.message}", markup=False, highlight=False, soft_wrap=True)
     if os.environ.get("PIPELINK_DEBUG") == "1":
         import traceback
 

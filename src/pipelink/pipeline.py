@@ -41,10 +41,12 @@ log = logging.getLogger("pipelink")
 
 
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
+    from .modules.plugins import load_entry_points
     from .ops import register_builtins
 
     reg = registry or default_registry
     register_builtins(reg)
+    load_entry_points()
     return reg
 
 
