@@ -5,18 +5,37 @@ Only loads and exposes the schema; turning validation errors into friendly probl
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 __all__ = ["SCHEMA", "VALIDATOR", "schema_text", "TENSOR_NAME_PATTERN"]
 
 SCHEMA: dict[str, Any] = json.loads(
     resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8")
 )
-VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+@functools.cache
+def _python_regex(pattern: str) -> re.Pattern[str]:
+    # JSON Schema patterns are ECMA-262, where '$' matches only at the very end; Python's '$' also
+    # matches before a final newline, which would let "name\n" pass as a name. '\Z' is ECMA's '$'.
+    return re.compile(re.sub(r"(?<!\\)\$$", r"\\Z", pattern))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
+             ) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _python_regex(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+VALIDATOR = _Validator(SCHEMA)
 TENSOR_NAME_PATTERN: str = SCHEMA["$defs"]["tensorName"]["pattern"]
 
 

@@ -22,6 +22,7 @@ __all__ = ["check_document", "check_warnings"]
 _CODE = ErrorCode.PIPELINK_ERR_INVALID_CONFIG
 _TENSOR_RULE = SCHEMA["$defs"]["tensorName"]["description"]
 _MIN_ALIGNMENT = 32
+_NAME_MAX = 255  # bytes in one file or folder name (Linux NAME_MAX)
 _NAME_CUTOFF = 0.75  # tensor names share suffixes ("_tensor"): a lower cutoff suggests unrelated names
 _WARN_CUTOFF = 0.8
 
@@ -191,6 +192,21 @@ class _Checker:
                     f"use {suggestion}",
                 )
 
+    def check_library_paths(self) -> None:
+        for stage in self.stages:
+            path = stage.raw.get("library")
+            ptr = stage.ptr + "/library"
+            if not isinstance(path, str) or not self.clean(ptr):
+                continue
+            # The schema bounds the whole path (PATH_MAX); the system also bounds each folder or file name.
+            sizes = [(len(part.encode("utf-8", "replace")), part) for part in path.split("/")]
+            size, long = max(sizes)
+            if size > _NAME_MAX:
+                self.add(ptr, f"library path has a name of {size} bytes "
+                              f"({short_repr(long)}); file and folder names are at most {_NAME_MAX} bytes")
+            elif "\0" in path:
+                self.add(ptr, "library path contains a NUL character; give the path of the .so file")
+
     def check_producers(self) -> None:
         for name, produced in self.producers.items():
             first_stage = produced[0][0]
@@ -331,6 +347,7 @@ def check_document(
         checker.check_operators(known_operators)
     checker.check_specifiers()
     checker.check_alignment()
+    checker.check_library_paths()
     checker.check_producers()
     checker.check_consumers()
     checker.check_cycles()
