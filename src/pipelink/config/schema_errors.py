@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 
 from ..errors import ErrorCode, Problem
-from .schema import VALIDATOR
+from .schema import IS_VALID, VALIDATOR
 
 __all__ = ["json_pointer", "schema_problems", "closest", "did_you_mean", "short_repr"]
 
@@ -253,6 +253,8 @@ def schema_problems(doc: Any) -> list[Problem]:
     list of Problem
         Code ``PIPELINK_ERR_INVALID_CONFIG``; empty when the document matches the schema.
     """
+    if IS_VALID(doc):  # the compiled check: one fast pass for the usual, valid config
+        return []
     problems: list[Problem] = []
     for err in VALIDATOR.iter_errors(doc):
         for problem in _convert(err):

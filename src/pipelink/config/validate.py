@@ -6,6 +6,7 @@ what needs operator descriptors or hardware belongs to the linker and the loader
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -38,9 +39,9 @@ class _Stage:
     outputs: list[tuple[int, str]]
     has_ports: bool  # both inputs and outputs are arrays
 
-    @property
+    @functools.cached_property
     def ptr(self) -> str:
-        return json_pointer(["pipeline", self.index])
+        return f"/pipeline/{self.index}"
 
     def describe(self) -> str:
         return f"stage {self.id!r} ({self.ptr})"
