@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,7 +69,7 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
     tunables = tunables_of(desc.name)
     if desc.source != "builtin" or not tunables:
         return None
-    from ..tune.cache import TuneCache, key_digest
+    from ..tune.cache import TuneCache, key_digest, validate_tuned
 
     shapes = {p.name: s for p, s in zip(desc.inputs, in_shapes, strict=False) if s is not None}
     dtypes = {p.name: d for p, d in zip(desc.inputs, in_dtypes, strict=False) if d is not None}
@@ -81,15 +82,14 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
         return defaults, "default", f"tuning cache unusable ({type(e).__name__}: {e})"
     if tuned is None:
         return defaults, "default", f"no tuned entry in {cache.path}"
-    # Entries are stored under the tuning space's names (the seed's block_size...): map them.
-    params = {ALIASES.get(k, k): v for k, v in tuned.items() if ALIASES.get(k, k) in tunables}
-    bad = {k: v for k, v in params.items() if v not in tunables[k][1]}
-    if bad:
-        return (
-            defaults,
-            "default",
-            f"tuned entry has values outside the kernel's range {bad}; re-run pipelink tune",
-        )
+    # Entries are stored under the tuning space's names (the seed's block_size...): map them. Names the
+    # kernel does not use (the seed's shared_mem_per_block) are kept in the cache but not applied.
+    named = {ALIASES.get(k, k): v for k, v in tuned.items() if ALIASES.get(k, k) in tunables}
+    params, problems = validate_tuned(named, tunables)
+    if problems:
+        reason = f"tuned entry {key_digest(key)[:12]} in {cache.path} ignored: {'; '.join(problems)}"
+        warnings.warn(f"{desc.name}: {reason}; re-run pipelink tune", RuntimeWarning, stacklevel=2)
+        return defaults, "default", reason
     return {**defaults, **params}, "tuned", f"tuned entry {key_digest(key)[:12]} in {cache.path}"
 
 
