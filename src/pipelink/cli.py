@@ -58,6 +58,12 @@ class UsageFailure(Exception):
         self.error = error
 
 
+ImportOption = Annotated[
+    list[str],
+    typer.Option("--import", help="module or .py file registering Python operators (repeatable)"),
+]
+
+
 def _load(config: Path, device: str, cuda_graph: bool = False):
     import inspect
 
@@ -90,10 +96,12 @@ def validate(
         bool, typer.Option("--skip-libraries", help="check the config without opening its native modules")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print problems as JSON")] = False,
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Check a config: schema, names, versions, hardware, declared shapes. Lists every problem."""
     import pipelink as pl
 
+    _import_operators(imports)
     problems = pl.validate(config, device=device, libraries=not skip_libraries)
     if as_json:
         console.print_json(json.dumps([p.to_dict() for p in problems]))
@@ -101,7 +109,8 @@ def validate(
         console.print(f"[green]ok[/green]: {config} is valid")
     for p in problems if not as_json else ():
         err_console.print(
-            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False
+            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False,
+            soft_wrap=True,
         )
     if problems:
         raise typer.Exit(2)
@@ -235,9 +244,7 @@ def run(
     profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
     error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
-    imports: Annotated[
-        list[str], typer.Option("--import", help="module or .py file registering Python operators")
-    ] = [],  # noqa: B006
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
@@ -347,10 +354,14 @@ def _print_report(pipe, report, outs, totals: list[float]) -> None:
 
 
 @app.command()
-def ops(name: Annotated[str | None, typer.Argument(help="show one operator in full")] = None) -> None:
+def ops(
+    name: Annotated[str | None, typer.Argument(help="show one operator in full")] = None,
+    imports: ImportOption = [],  # noqa: B006
+) -> None:
     """List the registered operators (or describe one as JSON)."""
     import pipelink as pl
 
+    _import_operators(imports)
     if name is not None:
         try:
             desc = pl.get_operator_info(name)
@@ -361,10 +372,14 @@ def ops(name: Annotated[str | None, typer.Argument(help="show one operator in fu
     pl.list_operators()
     from .modules.registry import registry
 
+    descs = list(registry.all())
     table = Table(title="operators")
-    for col in ("name", "version", "devices", "inputs", "outputs", "attrs"):
-        table.add_column(col)
-    for d in registry.all():
+    # Names are what a config needs verbatim: never cut or wrapped; the descriptive columns wrap.
+    table.add_column("name", no_wrap=True, min_width=max((len(d.name) for d in descs), default=4))
+    table.add_column("version", no_wrap=True)
+    for col in ("devices", "inputs", "outputs", "attrs"):
+        table.add_column(col, overflow="fold")
+    for d in descs:
         table.add_row(
             d.name,
             str(d.version),
@@ -389,10 +404,12 @@ def graph(
     config: Annotated[Path, typer.Argument(help="pipeline JSON")],
     out: Annotated[Path | None, typer.Option("-o", "--output", help=".dot, .svg or .png")] = None,
     device: Annotated[str, typer.Option(help="device to link for")] = "cpu",
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Draw the pipeline's DAG (DOT always; SVG/PNG when Graphviz's `dot` is installed)."""
     from .graph.render import render
 
+    _import_operators(imports)
     pipe = _load(config, device)
     dot = render(pipe)
     if out is None:
@@ -432,11 +449,19 @@ def build(
 ) -> None:
     """Compile a native operator module (C/C++ with the system compiler, .cu with nvcc)."""
     from .modules.build import build_module
+    from .modules.inspect import inspect_library
 
     try:
         path = build_module(sources, output, defines=define, arch=arch)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
+    try:  # a library PipeLink cannot describe is no module: say so instead of "built"
+        inspect_library(path)
+    except PipeLinkError as e:
+        raise UsageFailure(InvalidArgumentError(
+            f"compiled {path}, but PipeLink cannot use it: {e.message}. Add the operator's descriptor "
+            f"(a *.desc.h, see docs/native-modules.md) to the sources, or describe the library in a "
+            f"sidecar {Path(path).name}.pipelink.json")) from e
     console.print(f"built {path}")
 
 
@@ -485,10 +510,11 @@ def tune(
     )
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             add_help_option=False)
 def bench(ctx: typer.Context) -> None:
-    """Run the benchmark suite of a PipeLink checkout (``python -m benchmarks``; arguments pass through,
-    e.g. ``pipelink bench --quick --out results``)."""
+    """Run the benchmark suite of a PipeLink checkout (python -m benchmarks); every argument passes
+    through: pipelink bench --help lists them, e.g. pipelink bench --quick --out results."""
     root = Path.cwd()
     if not (root / "benchmarks" / "suite.py").is_file():
         raise UsageFailure(PipeLinkError(
