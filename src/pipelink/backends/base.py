@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DType
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, OutOfMemoryError, PipeLinkError
 from ..hardware import HardwareInfo
+from ..limits import check_fits, format_bytes, total_bytes
 from ..tensor import Tensor
 
 __all__ = ["Allocation", "Backend", "MemoryStats"]
@@ -76,11 +77,23 @@ class Backend:
             raise InvalidArgumentError(f"allocation size must be >= 0 (got {nbytes})")
         if alignment & (alignment - 1):
             raise InvalidArgumentError(f"alignment must be a power of two (got {alignment})")
-        alloc = (
-            self._allocate(max(int(nbytes), 1), alignment, stream, shared=True)
-            if shared
-            else self._allocate(max(int(nbytes), 1), alignment, stream)
-        )
+        # More than the device has in all can never succeed: say so with the numbers, allocating nothing.
+        what = f"the {tag} allocation" if tag else "an allocation"
+        check_fits(int(nbytes), what, self.info.kind, self.info.features,
+                   limit=total_bytes(self.info.kind, self.info.features))
+        try:
+            alloc = (
+                self._allocate(max(int(nbytes), 1), alignment, stream, shared=True)
+                if shared
+                else self._allocate(max(int(nbytes), 1), alignment, stream)
+            )
+        except MemoryError as e:  # NumPy's raw error on the host; a PipeLinkError passes through
+            if isinstance(e, PipeLinkError):
+                raise
+            check_fits(int(nbytes), what, self.info.kind, self.info.features)
+            raise OutOfMemoryError(
+                f"{what} of {format_bytes(int(nbytes))} failed on {self.info.kind} ({e}); use smaller shapes",
+                requested=int(nbytes)) from e
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats
