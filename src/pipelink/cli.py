@@ -388,7 +388,11 @@ def ops(
             ", ".join(p.name for p in d.outputs),
             ", ".join(a.name for a in d.attrs),
         )
-    console.print(table)
+    # A name longer than the terminal widens the table rather than being cut at its edge.
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update(width=100_000), table).minimum
+    console.print(table, width=max(console.width, needed), crop=False)
 
 
 @app.command()
