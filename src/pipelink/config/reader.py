@@ -10,6 +10,7 @@ import copy
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from .schema_errors import json_pointer
 __all__ = ["read_config", "loads_relaxed", "strip_json_extras", "check_tree", "MAX_DEPTH"]
 
 
+_FLOAT_MAX = int(sys.float_info.max)  # a larger integer cannot become a float attribute
 MAX_DEPTH = 64  # a pipeline config is a few levels deep; this bounds every recursive consumer of it
 
 # A JSON string, unrolled so long strings are matched in one step. Strings come first in every scan, so
@@ -203,7 +205,8 @@ def _first_bad(doc: Any) -> bool:
         for child in value.values() if isinstance(value, dict) else value:
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1))
-            elif child.__class__ is float and not math.isfinite(child):
+            elif (child.__class__ is float and not math.isfinite(child)) or (
+                    child.__class__ is int and not -_FLOAT_MAX <= child <= _FLOAT_MAX):
                 return True
     return False
 
@@ -223,9 +226,11 @@ def check_tree(doc: Any) -> tuple[str, list[str | int]] | None:
                 return (f"nested more than {MAX_DEPTH} levels deep; a pipeline config needs only a few "
                         "levels: flatten it", path)
             items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((v, [*path, k]) for k, v in items if isinstance(v, dict | list | float))
-        elif isinstance(value, float) and not math.isfinite(value):
-            return (f"number {value} is out of range: JSON numbers must be finite "
+            stack.extend((v, [*path, k]) for k, v in items if isinstance(v, dict | list | float | int))
+        elif (isinstance(value, float) and not math.isfinite(value)) or (
+                isinstance(value, int) and not -_FLOAT_MAX <= value <= _FLOAT_MAX):
+            shown = value if isinstance(value, float) else f"of {len(str(abs(value)))} digits"
+            return (f"number {shown} is out of range: JSON numbers must be finite "
                     "(at most about 1.8e308 in magnitude)", path)
     return None
 
