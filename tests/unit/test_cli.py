@@ -246,3 +246,15 @@ def test_usage_line_does_not_wrap(tmp_path):
     assert result.returncode == 2
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1, textwrap.shorten(
         result.stderr, 300)
+
+
+def test_unknown_tensor_and_output_names_always_get_a_suggestion():
+    doc = {"inputs": {"x": {"dtype": "float32"}, "gamma": {"dtype": "float32"}},
+           "pipeline": [{"name": "mul", "inputs": ["x", "gama"], "outputs": ["hidden"]},
+                        {"name": "mul", "inputs": ["hidden", "beta"], "outputs": ["y"]}],
+           "outputs": ["yy"]}
+    messages = {p.path: p.message for p in pl.validate(doc)}
+    assert "did you mean 'gamma'?" in messages["/pipeline/0/inputs/1"]
+    # No close match: the names that would be valid there are listed instead.
+    assert "known here: 'x', 'gamma', 'hidden'" in messages["/pipeline/1/inputs/1"]
+    assert "('hidden', 'y', 'x', 'gamma')" in messages["/outputs/0"]

@@ -252,11 +252,13 @@ class _Checker:
                         "which runs after this stage; list stages in dependency order",
                     )
                 elif self.declared is not None and self.complete:
-                    hint = did_you_mean(name, [*self.declared, *produced_before], cutoff=_NAME_CUTOFF)
+                    known = [*self.declared, *sorted(produced_before)]
+                    hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
+                        f"; known here: {_few(known)}" if known else "")
                     self.add(
                         ptr,
                         f"unknown tensor {name!r}: it is neither a declared input nor produced by an "
-                        f"earlier stage{hint or '; declare it in inputs or produce it earlier'}",
+                        f"earlier stage{hint}; declare it in inputs or produce it earlier",
                     )
             produced_before.update(name for _, name in stage.outputs)
 
@@ -313,8 +315,15 @@ class _Checker:
             ptr = f"/outputs/{k}"
             if isinstance(name, str) and self.clean(ptr) and name not in known:
                 nor = " nor a declared input" if self.declared is not None else ""
-                hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or "; list a tensor some stage produces"
+                hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
+                    f"; list a tensor some stage produces ({_few(known)})")
                 self.add(ptr, f"output {name!r} is not produced by any stage{nor}{hint}")
+
+
+def _few(names: list[str], limit: int = 8) -> str:
+    """``'a', 'b', ... (12 in all)`` for a message."""
+    shown = ", ".join(short_repr(n) for n in names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
 def check_document(
