@@ -237,9 +237,8 @@ def run(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    cuda_graph: Annotated[
-        bool, typer.Option("--cuda-graph", "--graph", help="CUDA graph mode (--graph: deprecated alias)")
-    ] = False,
+    cuda_graph: Annotated[bool, typer.Option("--cuda-graph", help="CUDA graph mode")] = False,
+    graph_alias: Annotated[bool, typer.Option("--graph", hidden=True, help="deprecated alias")] = False,
     repeat: Annotated[int, typer.Option(min=1, help="run N times; times are the median and p95")] = 1,
     profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
@@ -252,7 +251,9 @@ def run(
     if error_log is not None:
         pl.configure_error_log(error_log)
     _import_operators(imports)
-    pipe = _load(config, device, cuda_graph)
+    if graph_alias:
+        err_console.print("warning: --graph is deprecated; use --cuda-graph", markup=False, highlight=False)
+    pipe = _load(config, device, cuda_graph or graph_alias)
     scalars = _parse_kv(value, "value")
     _check_names(pipe, scalars, "--value")
     if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):

@@ -134,7 +134,8 @@ def test_repeat_reports_median_and_p95_and_memory_is_human_readable(config, caps
 def test_cuda_graph_flag_and_its_deprecated_alias_are_accepted(config, capsys):
     for flag in ("--cuda-graph", "--graph"):
         assert main(["run", str(config), "--random", "--shape", "gamma=8", flag, "--device", "cpu"]) == 0
-        capsys.readouterr()
+        err = capsys.readouterr().err
+        assert ("--graph is deprecated; use --cuda-graph" in err) == (flag == "--graph")
 
 
 OPS_FILE = '''
