@@ -33,13 +33,19 @@ def _big_text(megabytes: int) -> str:
             f'     "attrs": {{"table": [{values},]}}}},\n  ],\n}}\n')
 
 
-def _time(fn, repeat: int = 3) -> float:
-    best = float("inf")
+def _time(fn, repeat: int = 3) -> tuple[float, float]:
+    """Best (wall, CPU) seconds of ``repeat`` calls. CPU time is the figure to compare on a shared machine:
+    wall time there counts other processes' turns too."""
+    best = (float("inf"), float("inf"))
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, (time.perf_counter() - w0, time.process_time() - c0), key=lambda t: t[1])
     return best
+
+
+def _fmt(t: tuple[float, float]) -> str:
+    return f"{t[1]:.2f} s CPU ({t[0]:.2f} s wall)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         size = big.stat().st_size / 1e6
         t_read = _time(lambda: read_config(big), 1)
         t_validate = _time(lambda: pl.validate(big, libraries=False), 1)
-        print(f"{size:.1f} MB config: read {t_read:.2f} s, validate {t_validate:.2f} s (target <= 3 s)")
+        print(f"{size:.1f} MB config: read {_fmt(t_read)}, validate {_fmt(t_validate)} (target <= 3 s)")
         chain = Path(tmp) / "chain.json"
         chain.write_text(json.dumps(_chain(args.stages), indent=1))
         t_load = _time(lambda: pl.load(chain, device="cpu"))
         t_val = _time(lambda: pl.validate(chain))
-        print(f"{args.stages} stages: load {t_load:.2f} s, validate {t_val:.2f} s (target: load <= 1 s)")
+        print(f"{args.stages} stages: load {_fmt(t_load)}, validate {_fmt(t_val)} (target: load <= 1 s)")
     return 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compile_check"]
+__all__ = ["compile_check", "plain_item_classes"]
 
 Check = Callable[[Any], bool]
 
@@ -25,7 +25,17 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     # jsonschema counts 2.0 as an integer; deciding only exact ints is safe (False means "ask jsonschema").
     "integer": lambda v: v.__class__ is int,
 }
+# The exact classes of a type (a subclass, e.g. an IntEnum, is left to jsonschema).
+_PLAIN_CLASSES = {"number": frozenset({int, float}), "string": frozenset({str}), "integer": frozenset({int}),
+                  "boolean": frozenset({bool}), "array": frozenset({list}), "object": frozenset({dict})}
 _IGNORED = {"title", "description", "default", "$schema", "$id", "$defs", "examples", "$comment"}
+
+
+def plain_item_classes(items: Any) -> frozenset[type] | None:
+    """For an items schema that is only a type, the exact classes of a valid item; else None."""
+    if isinstance(items, dict) and set(items) - _IGNORED == {"type"} and isinstance(items["type"], str):
+        return _PLAIN_CLASSES.get(items["type"])
+    return None
 
 
 def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
@@ -94,8 +104,13 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
         if node.get("uniqueItems"):
             checks.append(_unique)
         if "items" in node:
-            item = compile_node(node["items"])
-            checks.append(lambda v: v.__class__ is not list or all(item(x) for x in v))
+            items = node["items"]
+            plain = plain_item_classes(items)
+            if plain is not None:  # a type-only item schema: one C-level pass over the classes
+                checks.append(lambda v: v.__class__ is not list or set(map(type, v)) <= plain)
+            else:
+                item = compile_node(items)
+                checks.append(lambda v: v.__class__ is not list or all(item(x) for x in v))
         if "anyOf" in node:
             branches = [compile_node(b) for b in node["anyOf"]]
             checks.append(lambda v: any(b(v) for b in branches))

@@ -10,7 +10,6 @@ import copy
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from .schema_errors import json_pointer
 __all__ = ["read_config", "loads_relaxed", "strip_json_extras", "check_tree", "MAX_DEPTH"]
 
 
-_FLOAT_MAX = int(sys.float_info.max)  # a larger integer cannot become a float attribute
 MAX_DEPTH = 64  # a pipeline config is a few levels deep; this bounds every recursive consumer of it
 
 # A JSON string, unrolled so long strings are matched in one step. Strings come first in every scan, so
@@ -195,6 +193,25 @@ def _find_duplicate(text: str) -> tuple[list[str | int], str, int, int] | None:
     return None
 
 
+_NUMBERS = frozenset({int, float, bool})
+_SCALARS = frozenset({str, bool, type(None)})
+
+
+def _finite(value: Any) -> bool:
+    """Whether a JSON number converts to a finite float (an integer past about 1.8e308 does not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _all_finite(values: Any) -> bool:
+    try:
+        return all(map(math.isfinite, values))
+    except OverflowError:
+        return False
+
+
 def _first_bad(doc: Any) -> bool:
     """Whether some value is nested deeper than MAX_DEPTH or is a non-finite number (no paths: fast)."""
     stack = [(doc, 0)]
@@ -202,11 +219,18 @@ def _first_bad(doc: Any) -> bool:
         value, depth = stack.pop()
         if depth >= MAX_DEPTH:
             return True
-        for child in value.values() if isinstance(value, dict) else value:
+        if value.__class__ is list:
+            kinds = set(map(type, value))  # one C-level pass decides large homogeneous tables
+            if kinds <= _NUMBERS:
+                if not _all_finite(value):
+                    return True
+                continue
+            if kinds <= _SCALARS:
+                continue
+        for child in value.values() if value.__class__ is dict else value:
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1))
-            elif (child.__class__ is float and not math.isfinite(child)) or (
-                    child.__class__ is int and not -_FLOAT_MAX <= child <= _FLOAT_MAX):
+            elif child.__class__ in _NUMBERS and not _finite(child):
                 return True
     return False
 
@@ -227,8 +251,7 @@ def check_tree(doc: Any) -> tuple[str, list[str | int]] | None:
                         "levels: flatten it", path)
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((v, [*path, k]) for k, v in items if isinstance(v, dict | list | float | int))
-        elif (isinstance(value, float) and not math.isfinite(value)) or (
-                isinstance(value, int) and not -_FLOAT_MAX <= value <= _FLOAT_MAX):
+        elif isinstance(value, int | float) and not _finite(value):
             shown = value if isinstance(value, float) else f"of {len(str(abs(value)))} digits"
             return (f"number {shown} is out of range: JSON numbers must be finite "
                     "(at most about 1.8e308 in magnitude)", path)
