@@ -565,7 +565,8 @@ def doctor() -> None:
             table.add_row(f"{name} compute capability", ".".join(map(str, info.compute_capability)))
             table.add_row(f"{name} driver / runtime", f"{info.driver_version} / {info.runtime_version}")
             table.add_row(f"{name} uuid", str(info.uuid))
-        feats = ", ".join(f"{k}={v:g}" for k, v in sorted(info.features.items()))
+        feats = ", ".join(f"{k}={format_bytes(v) if k.endswith('_bytes') else f'{v:g}'}"
+                          for k, v in sorted(info.features.items()))
         table.add_row(f"{name} features", feats)
     console.print(table)
 
