@@ -1,6 +1,8 @@
 """Read a pipeline config: a path to JSON (with comments and trailing commas allowed) or a parsed dict.
 
-Only reads and parses; never validates beyond "the top level is an object".
+Only reads and parses, refusing what no later step could handle safely (a key repeated in one object,
+nesting deeper than MAX_DEPTH, numbers past the float range) and a top level that is not an object; the
+schema and semantic rules are ``validate``'s.
 """
 
 from __future__ import annotations
