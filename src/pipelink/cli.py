@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .cli_inputs import build_feed
 from .errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError
 from .limits import format_bytes
 
@@ -116,116 +116,6 @@ def validate(
         raise typer.Exit(2)
 
 
-def _parse_kv(items: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageFailure(InvalidArgumentError(f"--{what} takes NAME=VALUE (got {item!r})"))
-        out[name] = value
-    return out
-
-
-def _parse_shape(name: str, text: str) -> tuple[int, ...]:
-    """``8x1024`` (or ``8,1024``; empty for a 0-d input) as a tuple of non-negative ints."""
-    parts = [d for d in text.lower().replace(",", "x").split("x") if d.strip()]
-    try:
-        dims = tuple(int(d) for d in parts)
-    except ValueError:
-        dims = ()
-        parts = []
-    if len(parts) != len(dims) or any(d < 0 for d in dims) or (text.strip() and not parts):
-        raise UsageFailure(InvalidArgumentError(
-            f"--shape {name}={text!r}: give the dimensions as non-negative integers joined by 'x', "
-            f"e.g. --shape {name}=8x1024"))
-    return dims
-
-
-def _check_names(pipe, given: Collection[str], what: str) -> None:
-    """Names given on the command line must be inputs of the pipeline (with a suggestion if not)."""
-    from .config.schema_errors import did_you_mean
-
-    unknown = [n for n in given if n not in pipe.inputs]
-    if unknown:
-        hints = "".join(did_you_mean(n, pipe.inputs) or "" for n in unknown[:1])
-        raise UsageFailure(InvalidArgumentError(
-            f"{what} names {', '.join(map(repr, unknown))}, not an input of the pipeline{hints}; "
-            f"its inputs are {', '.join(pipe.inputs)}"))
-
-
-def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: int) -> dict[str, np.ndarray]:
-    from .dtypes import get_dtype
-    from .limits import check_fits, shape_nbytes
-
-    _check_names(pipe, shapes, "--shape")
-    _check_names(pipe, dtypes, "--dtype")
-    decls = pipe.graph.config.inputs or {}
-    resolved: dict[str, tuple[int, ...]] = {}
-    missing = []
-    for name in pipe.inputs:
-        decl = decls.get(name)
-        if name in shapes:
-            resolved[name] = _parse_shape(name, shapes[name])
-        elif decl is not None and decl.shape is not None and all(isinstance(d, int) for d in decl.shape):
-            resolved[name] = tuple(decl.shape)
-        else:
-            missing.append(name)
-    if missing:  # every missing shape at once, with a command line that supplies them
-        flags = " ".join(f"--shape {n}=DIMxDIM" for n in missing)
-        raise UsageFailure(InvalidArgumentError(
-            f"--random needs the shapes of input{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(map(repr, missing))}: declare them in the config's 'inputs' or pass {flags}"))
-    out = {}
-    rng = np.random.default_rng(seed)
-    for name, shape in resolved.items():
-        decl = decls.get(name)
-        try:
-            dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
-        except PipeLinkError as e:
-            raise UsageFailure(e) from e
-        try:  # the inputs are drawn on the host, whatever the device
-            check_fits(shape_nbytes(shape, dtype.itemsize), f"random input {name!r} of shape {shape}")
-        except PipeLinkError as e:
-            raise UsageFailure(e) from e
-        if dtype.is_floating:
-            out[name] = rng.standard_normal(shape).astype(dtype.numpy)
-        else:
-            out[name] = rng.integers(0, 8, size=shape).astype(dtype.numpy)
-    return out
-
-
-def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
-    from .dtypes import get_dtype
-
-    try:
-        data = np.load(path, allow_pickle=False)
-        files = data.files
-    except (OSError, ValueError, AttributeError) as e:
-        raise UsageFailure(InvalidArgumentError(
-            f"cannot read inputs {path}: {e}; give a .npz written by numpy.savez")) from e
-    decls = pipe.graph.config.inputs or {}
-    out = {}
-    for name in files:
-        arr = data[name]
-        decl = decls.get(name)
-        # The one exception to run()'s dtype rule: .npz cannot store bfloat16, so float32 stands in for it.
-        if (decl is not None and decl.dtype and get_dtype(decl.dtype).name == "bfloat16"
-                and arr.dtype == np.float32):
-            arr = arr.astype(get_dtype("bfloat16").numpy)
-        out[name] = arr
-    return out
-
-
-def _check_feed(pipe, feed: dict) -> None:
-    """A missing or misspelled input is a usage error (exit 2), reported before anything runs."""
-    from .runtime.executor import check_inputs
-
-    try:
-        check_inputs(pipe.graph, feed)
-    except PipeLinkError as e:
-        raise UsageFailure(e) from e
-
-
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="pipeline JSON")],
@@ -254,26 +144,11 @@ def run(
     if graph_alias:
         err_console.print("warning: --graph is deprecated; use --cuda-graph", markup=False, highlight=False)
     pipe = _load(config, device, cuda_graph or graph_alias)
-    scalars = _parse_kv(value, "value")
-    _check_names(pipe, scalars, "--value")
-    if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):
-        feed = {}
-    else:
-        if (inputs is None) == (not random):
-            raise UsageFailure(InvalidArgumentError("give exactly one of --inputs FILE.npz or --random"))
-        kv_shapes = _parse_kv(shape, "shape")
-        kv_shapes.update({n: "" for n in scalars})
-        feed = (
-            _read_inputs(pipe, inputs)
-            if inputs
-            else _random_inputs(pipe, kv_shapes, _parse_kv(dtype, "dtype"), seed)
-        )
-    for name, text in scalars.items():
-        try:
-            feed[name] = float(text)
-        except ValueError:
-            raise UsageFailure(InvalidArgumentError(f"--value {name}={text!r}: not a number")) from None
-    _check_feed(pipe, feed)
+    try:
+        feed = build_feed(pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value,
+                          seed=seed)
+    except PipeLinkError as e:  # every problem with the command line's inputs is a usage error
+        raise UsageFailure(e) from e
     totals = []
     with _progress(repeat) as advance:
         for _ in range(repeat):
