@@ -31,6 +31,7 @@ from .errors import (
 )
 from .hardware import HardwareInfo
 from .modules.native import load_library as _load_library
+from .modules.plugins import load_entry_points
 from .modules.python import operator
 from .modules.registry import UnknownOperatorError
 from .modules.registry import registry as _registry
@@ -96,6 +97,7 @@ __all__ = [
 
 def _builtins():
     register_builtins(_registry)
+    load_entry_points()
     return _registry
 
 

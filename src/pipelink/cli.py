@@ -6,6 +6,7 @@ usage); no traceback ever reaches the user (``PIPELINK_DEBUG=1`` shows it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -17,18 +18,37 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ConfigError, ErrorCode, PipeLinkError
+from .cli_inputs import build_feed
+from .errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError
+from .limits import format_bytes
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="PipeLink: link GPU operators into checked pipelines from JSON.",
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        sys.stdout.write(f"pipelink {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", callback=_show_version,
+                           is_eager=True)
+    ] = False,
+) -> None:
+    """PipeLink: link GPU operators into checked pipelines from JSON."""
 
 
 class UsageFailure(Exception):
@@ -38,13 +58,30 @@ class UsageFailure(Exception):
         self.error = error
 
 
-def _load(config: Path, device: str, graph: bool = False, checked: bool | None = None):
+ImportOption = Annotated[
+    list[str],
+    typer.Option("--import", help="module or .py file registering Python operators (repeatable)"),
+]
+
+
+def _load(config: Path, device: str, cuda_graph: bool = False, checked: bool | None = None):
     import pipelink as pl
 
     try:
-        return pl.load(config, device=device, cuda_graph=graph, checked=checked)
+        return pl.load(config, device=device, cuda_graph=cuda_graph, checked=checked)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
+
+
+def _import_operators(specs: list[str]) -> None:
+    """Import modules (dotted names or ``.py`` files) whose import registers Python operators."""
+    from .modules.plugins import import_operator_module
+
+    for spec in specs:
+        try:
+            import_operator_module(spec)
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
 
 
 @app.command()
@@ -55,10 +92,12 @@ def validate(
         bool, typer.Option("--skip-libraries", help="check the config without opening its native modules")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print problems as JSON")] = False,
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Check a config: schema, names, versions, hardware, declared shapes. Lists every problem."""
     import pipelink as pl
 
+    _import_operators(imports)
     problems = pl.validate(config, device=device, libraries=not skip_libraries)
     if as_json:
         console.print_json(json.dumps([p.to_dict() for p in problems]))
@@ -66,67 +105,11 @@ def validate(
         console.print(f"[green]ok[/green]: {config} is valid")
     for p in problems if not as_json else ():
         err_console.print(
-            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False
+            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False,
+            soft_wrap=True,
         )
     if problems:
         raise typer.Exit(2)
-
-
-def _parse_kv(items: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageFailure(PipeLinkError(f"--{what} takes NAME=VALUE (got {item!r})"))
-        out[name] = value
-    return out
-
-
-def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: int) -> dict[str, np.ndarray]:
-    from .dtypes import get_dtype
-
-    rng = np.random.default_rng(seed)
-    decls = pipe.graph.config.inputs or {}
-    out = {}
-    for name in pipe.inputs:
-        decl = decls.get(name)
-        if name in shapes:
-            shape = tuple(int(d) for d in shapes[name].lower().replace(",", "x").split("x") if d)
-        elif decl is not None and decl.shape is not None and all(isinstance(d, int) for d in decl.shape):
-            shape = tuple(decl.shape)
-        else:
-            raise UsageFailure(
-                PipeLinkError(
-                    f"--random needs the shape of input {name!r}: declare it in the config's "
-                    f"'inputs' or pass "
-                    f"--shape {name}=DIMxDIM"
-                )
-            )
-        dtype = get_dtype(dtypes.get(name) or (decl.dtype if decl and decl.dtype else "float32"))
-        if dtype.is_floating:
-            out[name] = rng.standard_normal(shape).astype(dtype.numpy)
-        else:
-            out[name] = rng.integers(0, 8, size=shape).astype(dtype.numpy)
-    return out
-
-
-def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
-    from .dtypes import get_dtype
-
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise UsageFailure(PipeLinkError(f"cannot read inputs {path}: {e}")) from e
-    decls = pipe.graph.config.inputs or {}
-    out = {}
-    for name in data.files:
-        arr = data[name]
-        decl = decls.get(name)
-        # npz cannot store bfloat16: cast to the declared dtype (documented CLI convenience).
-        if decl is not None and decl.dtype and arr.dtype != get_dtype(decl.dtype).numpy:
-            arr = arr.astype(get_dtype(decl.dtype).numpy)
-        out[name] = arr
-    return out
 
 
 @app.command()
@@ -140,43 +123,39 @@ def run(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    graph: Annotated[bool, typer.Option("--graph", help="CUDA graph mode")] = False,
-    repeat: Annotated[int, typer.Option(help="run N times (times are the last run's)")] = 1,
+    cuda_graph: Annotated[bool, typer.Option("--cuda-graph", help="CUDA graph mode")] = False,
+    graph_alias: Annotated[bool, typer.Option("--graph", hidden=True, help="deprecated alias")] = False,
+    repeat: Annotated[int, typer.Option(min=1, help="run N times; times are the median and p95")] = 1,
     profile: Annotated[bool, typer.Option("--profile", help="per-stage device times")] = False,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace")] = None,
     error_log: Annotated[Path | None, typer.Option("--error-log", help="JSON-lines error log")] = None,
     checked: Annotated[
         bool, typer.Option("--checked", help="checked mode: catch stages that skip or overrun outputs (slow)")
     ] = False,
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
 
     if error_log is not None:
         pl.configure_error_log(error_log)
-    pipe = _load(config, device, graph, checked=True if checked else None)  # None: PIPELINK_CHECKED
-    scalars = _parse_kv(value, "value")
-    if (inputs is None) and not random and scalars and set(scalars) >= set(pipe.inputs):
-        feed = {}
-    else:
-        if (inputs is None) == (not random):
-            raise UsageFailure(PipeLinkError("give exactly one of --inputs FILE.npz or --random"))
-        kv_shapes = _parse_kv(shape, "shape")
-        kv_shapes.update({n: "" for n in scalars})
-        feed = (
-            _read_inputs(pipe, inputs)
-            if inputs
-            else _random_inputs(pipe, kv_shapes, _parse_kv(dtype, "dtype"), seed)
-        )
-    for name, text in scalars.items():
-        try:
-            feed[name] = float(text)
-        except ValueError:
-            raise UsageFailure(PipeLinkError(f"--value {name}={text!r}: not a number")) from None
-    for _ in range(max(1, repeat)):
-        outs = pipe.run(feed, profile=profile or trace is not None)
+    _import_operators(imports)
+    if graph_alias:
+        err_console.print("warning: --graph is deprecated; use --cuda-graph", markup=False, highlight=False)
+    pipe = _load(config, device, cuda_graph or graph_alias, checked=True if checked else None)  # None: PIPELINK_CHECKED
+    try:
+        feed = build_feed(pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value,
+                          seed=seed)
+    except PipeLinkError as e:  # every problem with the command line's inputs is a usage error
+        raise UsageFailure(e) from e
+    totals = []
+    with _progress(repeat) as advance:
+        for _ in range(repeat):
+            outs = pipe.run(feed, profile=profile or trace is not None)
+            totals.append(pipe.last_report.total_time_s)
+            advance()
     report = pipe.last_report
-    _print_report(pipe, report, outs)
+    _print_report(pipe, report, outs, totals)
     if trace is not None:
         from .runtime.trace import write_trace
 
@@ -193,7 +172,20 @@ def run(
         raise typer.Exit(1)
 
 
-def _print_report(pipe, report, outs) -> None:
+@contextlib.contextmanager
+def _progress(total: int):
+    """A progress bar for long ``--repeat`` runs (none for a few runs); yields a step function."""
+    if total < 10:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task("running", total=total)
+        yield lambda: bar.advance(task)
+
+
+def _print_report(pipe, report, outs, totals: list[float]) -> None:
     table = Table(title=f"{pipe.name} on {pipe.device}")
     for col in ("stage", "operator", "variant", "status", "host ms", "device ms"):
         table.add_column(col)
@@ -219,23 +211,32 @@ def _print_report(pipe, report, outs) -> None:
     for name, t in outs.items():
         arr = t.numpy().astype(np.float64)
         stats = [f"{f(arr):.5g}" if arr.size else "-" for f in (np.mean, np.std, np.min, np.max)]
-        out_table.add_row(name, str(list(t.shape)), t.dtype.name, *stats)
+        out_table.add_row(name, "x".join(map(str, t.shape)) or "scalar", t.dtype.name, *stats)
     for name in report.missing_outputs:
         out_table.add_row(name, "-", "-", "[red]missing[/red]", "", "", "")
     console.print(out_table)
     plan = pipe.memory_plan
     if plan is not None:
         console.print(
-            f"memory plan: {plan.peak_bytes} bytes arena (no reuse: {plan.naive_bytes}); "
-            f"total {report.total_time_s * 1e3:.3f} ms"
+            f"memory plan: {format_bytes(plan.peak_bytes)} arena (no reuse: {format_bytes(plan.naive_bytes)})"
         )
+    if len(totals) > 1:
+        ms = np.asarray(totals) * 1e3
+        console.print(f"{len(totals)} runs: median {np.median(ms):.3f} ms, "
+                      f"p95 {np.percentile(ms, 95):.3f} ms (stage times above are the last run's)")
+    else:
+        console.print(f"total {report.total_time_s * 1e3:.3f} ms")
 
 
 @app.command()
-def ops(name: Annotated[str | None, typer.Argument(help="show one operator in full")] = None) -> None:
+def ops(
+    name: Annotated[str | None, typer.Argument(help="show one operator in full")] = None,
+    imports: ImportOption = [],  # noqa: B006
+) -> None:
     """List the registered operators (or describe one as JSON)."""
     import pipelink as pl
 
+    _import_operators(imports)
     if name is not None:
         try:
             desc = pl.get_operator_info(name)
@@ -246,10 +247,14 @@ def ops(name: Annotated[str | None, typer.Argument(help="show one operator in fu
     pl.list_operators()
     from .modules.registry import registry
 
+    descs = list(registry.all())
     table = Table(title="operators")
-    for col in ("name", "version", "devices", "inputs", "outputs", "attrs"):
-        table.add_column(col)
-    for d in registry.all():
+    # Names are what a config needs verbatim: never cut or wrapped; the descriptive columns wrap.
+    table.add_column("name", no_wrap=True, min_width=max((len(d.name) for d in descs), default=4))
+    table.add_column("version", no_wrap=True)
+    for col in ("devices", "inputs", "outputs", "attrs"):
+        table.add_column(col, overflow="fold")
+    for d in descs:
         table.add_row(
             d.name,
             str(d.version),
@@ -258,7 +263,11 @@ def ops(name: Annotated[str | None, typer.Argument(help="show one operator in fu
             ", ".join(p.name for p in d.outputs),
             ", ".join(a.name for a in d.attrs),
         )
-    console.print(table)
+    # A name longer than the terminal widens the table rather than being cut at its edge.
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update(width=100_000), table).minimum
+    console.print(table, width=max(console.width, needed), crop=False)
 
 
 @app.command()
@@ -274,10 +283,12 @@ def graph(
     config: Annotated[Path, typer.Argument(help="pipeline JSON")],
     out: Annotated[Path | None, typer.Option("-o", "--output", help=".dot, .svg or .png")] = None,
     device: Annotated[str, typer.Option(help="device to link for")] = "cpu",
+    imports: ImportOption = [],  # noqa: B006
 ) -> None:
     """Draw the pipeline's DAG (DOT always; SVG/PNG when Graphviz's `dot` is installed)."""
     from .graph.render import render
 
+    _import_operators(imports)
     pipe = _load(config, device)
     dot = render(pipe)
     if out is None:
@@ -348,11 +359,19 @@ def build(
 ) -> None:
     """Compile a native operator module (C/C++ with the system compiler, .cu with nvcc)."""
     from .modules.build import build_module
+    from .modules.inspect import inspect_library
 
     try:
         path = build_module(sources, output, defines=define, arch=arch)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
+    try:  # a library PipeLink cannot describe is no module: say so instead of "built"
+        inspect_library(path)
+    except PipeLinkError as e:
+        raise UsageFailure(InvalidArgumentError(
+            f"compiled {path}, but PipeLink cannot use it: {e.message}. Add the operator's descriptor "
+            f"(a *.desc.h, see docs/native-modules.md) to the sources, or describe the library in a "
+            f"sidecar {Path(path).name}.pipelink.json")) from e
     console.print(f"built {path}")
 
 
@@ -401,10 +420,11 @@ def tune(
     )
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             add_help_option=False)
 def bench(ctx: typer.Context) -> None:
-    """Run the benchmark suite of a PipeLink checkout (``python -m benchmarks``; arguments pass through,
-    e.g. ``pipelink bench --quick --out results``)."""
+    """Run the benchmark suite of a PipeLink checkout (python -m benchmarks); every argument passes
+    through: pipelink bench --help lists them, e.g. pipelink bench --quick --out results."""
     root = Path.cwd()
     if not (root / "benchmarks" / "suite.py").is_file():
         raise UsageFailure(PipeLinkError(
@@ -450,16 +470,42 @@ def doctor() -> None:
             table.add_row(f"{name} compute capability", ".".join(map(str, info.compute_capability)))
             table.add_row(f"{name} driver / runtime", f"{info.driver_version} / {info.runtime_version}")
             table.add_row(f"{name} uuid", str(info.uuid))
-        feats = ", ".join(f"{k}={v:g}" for k, v in sorted(info.features.items()))
+        feats = ", ".join(f"{k}={format_bytes(v) if k.endswith('_bytes') else f'{v:g}'}"
+                          for k, v in sorted(info.features.items()))
         table.add_row(f"{name} features", feats)
     console.print(table)
+
+
+# Typer vendors click in new releases and depends on it in old ones: find click's exception classes
+# through typer's own exports, so the handler imports neither ``click`` nor ``typer._click``.
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+def _usage_line(e: Exception) -> str:
+    """One line for a click usage error: what was wrong and where to look for help."""
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "pipelink"
+    message = " ".join(e.format_message().split()).rstrip(".")
+    return f"{command}: {message[:1].lower() + message[1:]}; see '{command} --help'"
+
+
+def app_commands() -> list[str]:
+    """The names of the CLI's commands."""
+    return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     debug = os.environ.get("PIPELINK_DEBUG") == "1"
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        names = ", ".join(sorted(app_commands()))
+        err_console.print(f"error[usage]: pipelink: no command given (one of: {names}); "
+                          "see 'pipelink --help'", markup=False, highlight=False, soft_wrap=True)
+        return 2
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=args, standalone_mode=False, prog_name="pipelink")
         if isinstance(rc, int):
             return rc
     except UsageFailure as e:
@@ -470,19 +516,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, ConfigError) else 1
     except typer.Exit as e:
         return e.exit_code
+    except typer.Abort:
+        err_console.print("aborted")
+        return 1
+    except _USAGE_ERROR as e:
+        err_console.print(f"error[usage]: {_usage_line(e)}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except _CLICK_ERROR as e:
+        err_console.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        return e.exit_code
     except SystemExit as e:  # click's own exit paths
         return int(e.code or 0)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
     except Exception as e:  # the CLI's last line of defence: never a traceback for a user
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            return 1
         if debug:
             raise
         err_console.print(
@@ -497,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_error(e: PipeLinkError) -> None:
     code = e.code.name if isinstance(e.code, ErrorCode) else str(e.code)
-    err_console.print(f"error[{code}]: {e.message}", markup=False, highlight=False)
+    err_console.print(f"error[{code}]: {e.message}", markup=False, highlight=False, soft_wrap=True)
     if os.environ.get("PIPELINK_DEBUG") == "1":
         import traceback
 

@@ -29,6 +29,7 @@ from .errors import (
 from .graph.linker import LinkedGraph, infer_signature, link
 from .graph.planner import MemoryPlan
 from .modules.libraries import load_stage_libraries
+from .modules.plugins import load_entry_points
 from .modules.registry import OperatorRegistry
 from .modules.registry import registry as default_registry
 from .ops import register_builtins
@@ -53,6 +54,7 @@ def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
     ``registry=`` on a GPU resolves the built-in CUDA kernels too, not only their CPU references)."""
     reg = registry or default_registry
     register_builtins(reg)  # each family declares its CUDA variant too (no CUDA import); idempotent
+    load_entry_points()  # operators of installed packages (the pipelink.operators entry points)
     return reg
 
 

@@ -6,6 +6,7 @@ CI runs a few hundred cases; ``PIPELINK_LONG=1`` runs 10,000 of each.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import warnings
 
@@ -127,7 +128,10 @@ def configs(draw):
 
 def mutate(draw, doc):
     stage = draw(st.sampled_from(doc["pipeline"]))
-    what = draw(st.sampled_from(["ghost", "arity", "attr", "op", "id", "align", "order", "dtype"]))
+    what = draw(st.sampled_from(["ghost", "arity", "attr", "op", "id", "align", "order", "dtype", "hostile"]))
+    if what == "hostile":
+        hostile(draw, doc, stage)
+        return
     if what == "ghost":
         stage["inputs"] = [*stage["inputs"][:-1], "ghost"]
     elif what == "arity":
@@ -145,6 +149,36 @@ def mutate(draw, doc):
         doc["pipeline"].reverse()
     elif "inputs" in doc:
         doc["inputs"]["x"]["dtype"] = draw(st.sampled_from(DTYPES))
+
+
+def _nested(depth: int):
+    node: list = []
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
+def hostile(draw, doc, stage):
+    """What an adversary writes (issue 12): deep nesting, numbers past float range, names ending in a
+    newline, absurd bounds and shapes, impossible library paths."""
+    what = draw(st.sampled_from(["deep", "number", "newline", "align", "timeout", "dims", "library"]))
+    if what == "deep":
+        stage["attrs"] = {"eps": _nested(draw(st.sampled_from([10, 63, 64, 65, 1000, 5000])))}
+    elif what == "number":
+        stage["attrs"] = {"factor": draw(st.sampled_from([float("inf"), -float("inf"), 10**400, 1e308]))}
+    elif what == "newline":
+        key = draw(st.sampled_from(["name", "id", "inputs", "outputs"]))
+        stage[key] = [n + "\n" for n in stage[key]] if key in ("inputs", "outputs") else "relu\n"
+    elif what == "align":
+        stage["constraints"] = {"memory_alignment": draw(st.sampled_from([2**20, 2**21, 2**62, 2**64]))}
+    elif what == "timeout":
+        stage["constraints"] = {"timeout_ms": draw(st.sampled_from([1e308, 86400000, 0.001]))}
+    elif what == "dims":
+        dims = draw(st.sampled_from([[2**64, 1], [2**53, 2**53], [2**40, 2**12], [2**31, 2**31]]))
+        doc["inputs"] = {"x": {"shape": dims, "dtype": "float32"}}
+    else:
+        stage["library"] = draw(st.sampled_from(["a" * 5000, "d/" + "b" * 300 + ".so", "x\x00.so",
+                                                 "/nonexistent/lib.so", "."]))
 
 
 @st.composite
@@ -223,3 +257,44 @@ def test_arbitrary_json_never_escapes_as_another_exception(doc):
         return
     problems = pl.validate(doc)
     assert all(isinstance(p, pl.Problem) and p.path.startswith(("/", "")) for p in problems)
+
+
+def _text_of(doc) -> bytes:
+    try:
+        text = json.dumps(doc, indent=1)
+    except RecursionError:  # the "deep" hostile mutation is deeper than json.dumps goes: write it by hand
+        text = ('{"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {"eps": '
+                + "[" * 5000 + "]" * 5000 + "}}]}")
+    # Sprinkle the relaxed syntax users write: comments and trailing commas.
+    return (("// generated\n" + text.replace("]", ",]", 1)).replace("{", "{ /* c */", 1)).encode()
+
+
+MUTATION_BYTES = st.sampled_from(list(b'{}[]",:/*\\\n 0123456789eE+-.trufalsn') + [0, 0x80, 0xC3, 0xFF])
+
+
+@FUZZ
+@given(configs(), st.lists(st.tuples(st.sampled_from(["insert", "delete", "replace", "repeat"]),
+                                     st.floats(0, 1), MUTATION_BYTES), min_size=1, max_size=6))
+def test_mutated_config_text_never_escapes_as_another_exception(tmp_path_factory, doc, edits):
+    """Random byte edits of a config file: every outcome is a valid load or a PipeLinkError."""
+    data = bytearray(_text_of(doc))
+    for op, where, byte in edits:
+        i = int(where * (len(data) - 1))
+        if op == "insert":
+            data.insert(i, byte)
+        elif op == "delete" and len(data) > 1:
+            del data[i]
+        elif op == "replace":
+            data[i] = byte
+        elif op == "repeat":  # deep nesting or long runs from one character
+            data[i:i] = bytes([byte]) * 3000
+    path = tmp_path_factory.mktemp("fuzz") / "config.json"
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        problems = pl.validate(path)
+        assert all(isinstance(p, pl.Problem) for p in problems)
+        try:
+            pl.load(path, device="cpu")
+        except pl.PipeLinkError:
+            STATS["load_error"] += 1

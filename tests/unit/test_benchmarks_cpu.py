@@ -69,7 +69,9 @@ def test_json_records_run_metadata_and_targets(tiny_run):
         assert meta.get(key), f"results.json meta lacks {key!r}"
     assert meta["seed"] == 1234
     assert doc["ceilings"]["copy_bandwidth_Bps"] > 0 and doc["ceilings"]["mm_flops_per_s"] > 0
-    assert {t["status"] for t in doc["targets"]} <= {"MET", "MISSED", "N/A"}
+    # The targets are H200 figures: a CPU run reports its measurements but judges none of them.
+    assert {t["status"] for t in doc["targets"]} == {"N/A"}
+    assert all(t["figure"].startswith("not judged on cpu") for t in doc["targets"])
     assert any("chain" in t["target"] for t in doc["targets"]), "the per-stage overhead target is missing"
     # Every case with timings also has a roofline time computed from the ceilings of this run.
     for case in doc["cases"]:

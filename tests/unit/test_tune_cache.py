@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipelink.errors import InvalidArgumentError
-from pipelink.tune import KEY_FIELDS, TuneCache, default_cache_dir, key_digest, resolve_params
+from pipelink.tune import KEY_FIELDS, TuneCache, default_cache_dir, key_digest, resolve_params, validate_tuned
 
 KEY = {
     "operator": "layer_norm", "operator_version": "1.2.0", "source_hash": "0f" * 32,
@@ -97,7 +97,8 @@ def test_a_damaged_cache_warns_reads_as_empty_and_is_set_aside(tmp_path, content
 def test_entries_without_params_are_ignored(tmp_path):
     cache = TuneCache(tmp_path / "c.json")
     cache.path.write_text(json.dumps({"format": 1, "entries": {key_digest(KEY): {"metric": 1}}}))
-    assert cache.lookup(KEY) is None
+    with pytest.warns(UserWarning, match="malformed entry"):
+        assert cache.lookup(KEY) is None
     with pytest.raises(InvalidArgumentError, match="'params' mapping"):
         cache.store(KEY, {"params": [1, 2]})
 
@@ -159,3 +160,81 @@ def test_resolve_params_never_raises(tmp_path):
     with pytest.warns(UserWarning, match="cannot be read"):
         unreadable = resolve_params(KEY, {"block_size": 128}, cache=TuneCache(tmp_path / "dir.json"))
     assert unreadable.source == "default"
+
+
+@pytest.mark.parametrize("content", [
+    b'{"format": 1, "entries": {"\xff\xfe": {}}}',                         # not UTF-8
+    b"[" * 100_000 + b"]" * 100_000,                                          # nested past the stack
+    b'{"format": 1, "entries": ' + b'{"a":' * 5000 + b"1" + b"}" * 5001,     # deep inside valid JSON
+])
+def test_hostile_cache_files_warn_and_are_rewritten(tmp_path, content):
+    # Before: UnicodeDecodeError / RecursionError escaped lookup *and* store, so the cache could never
+    # be rebuilt.
+    cache = TuneCache(tmp_path / "c.json")
+    cache.path.write_bytes(content)
+    with pytest.warns(UserWarning, match="damaged|malformed"):
+        assert cache.lookup(KEY) is None
+    cache.store(KEY, {"params": PARAMS})
+    assert cache.lookup(KEY) == PARAMS
+    assert json.loads(cache.path.read_text())["entries"][key_digest(KEY)]["params"] == PARAMS
+
+
+@pytest.mark.parametrize("params", [[1, 2], "block_size=256", 7, None, {"block_size": [256]},
+                                    {"block_size": {"v": 1}}])
+def test_entries_with_wrong_typed_params_are_ignored_and_dropped(tmp_path, params):
+    cache = TuneCache(tmp_path / "c.json")
+    other = {**KEY, "driver_version": "1"}
+    cache.path.write_text(json.dumps({"format": 1, "entries": {
+        key_digest(KEY): {"params": params}, key_digest(other): {"params": PARAMS}}}))
+    with pytest.warns(UserWarning, match="malformed"):
+        assert cache.lookup(KEY) is None
+        assert cache.lookup(other) == PARAMS  # one bad entry does not cost the good ones
+    cache.store(CHANGED, {"params": PARAMS})
+    assert set(json.loads(cache.path.read_text())["entries"]) == {key_digest(other), key_digest(CHANGED)}
+
+
+TUNABLES = {"block": (256, (128, 256, 512)), "unroll": (1, (1, 2, 4)), "alpha": (0.5, None)}
+
+
+@pytest.mark.parametrize("value", [None, "128", [128], -1, 1e30, True, 128.0, 64])
+def test_validate_tuned_refuses_values_a_kernel_does_not_declare(value):
+    valid, problems = validate_tuned({"block": value, "unroll": 2}, TUNABLES)
+    assert valid == {"unroll": 2}
+    assert len(problems) == 1 and "block" in problems[0]
+
+
+def test_validate_tuned_accepts_declared_values_and_names_unknown_ones():
+    valid, problems = validate_tuned({"block": 512, "alpha": 2, "tile": 3}, TUNABLES)
+    assert valid == {"block": 512, "alpha": 2}  # an int where the default is a float is a number
+    assert problems == ["'tile' is not a tunable of this kernel (it has ['alpha', 'block', 'unroll'])"]
+
+
+def test_resolve_params_ignores_wrong_typed_values(tmp_path):
+    cache = TuneCache(tmp_path / "c.json")
+    cache.store(KEY, {"params": {"block_size": "256"}})
+    choice = resolve_params(KEY, {"block_size": 128}, cache=cache)
+    assert choice.params == {"block_size": 128} and "is a str, not a int" in choice.reason
+
+
+def test_builtin_lookup_ignores_invalid_tuned_values_with_a_warning(tmp_path, monkeypatch):
+    import pipelink as pl
+    from pipelink.backends.cuda_tune import key_fields, lookup_tuned, tunables_of
+    from pipelink.hardware import HardwareInfo
+
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path))
+    desc = pl.get_operator_info("relu")
+    tunables = tunables_of("relu")
+    name = next(iter(tunables))
+    info = HardwareInfo(kind="cuda", name="NVIDIA H200", compute_capability=(9, 0), driver_version="580")
+    key = key_fields("relu", desc.version, info, {"x": (8, 8)}, {"x": "float32"})
+    defaults = {k: v[0] for k, v in tunables.items()}
+    for bad in (None, str(defaults[name]), [defaults[name]], -1, 1e30):
+        TuneCache().store(key, {"params": {name: bad}})
+        # null and lists are malformed entries for the cache itself; the rest fail the kernel's tunables.
+        with pytest.warns(Warning, match="ignored|malformed"):
+            params, source, _ = lookup_tuned(desc, info, ((8, 8),), ("float32",))
+        assert (params, source) == (defaults, "default")
+    good = next(v for v in tunables[name][1] if v != defaults[name])
+    TuneCache().store(key, {"params": {name: good}})
+    params, source, _ = lookup_tuned(desc, info, ((8, 8),), ("float32",))
+    assert source == "tuned" and params[name] == good

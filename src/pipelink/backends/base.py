@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType, get_dtype
-from ..errors import HardwareUnsupportedError, InvalidArgumentError
+from ..errors import HardwareUnsupportedError, InvalidArgumentError, OutOfMemoryError, PipeLinkError
 from ..hardware import HardwareInfo
+from ..limits import check_fits, format_bytes, total_bytes
 from ..tensor import Tensor
 
 __all__ = ["Allocation", "Backend", "Capabilities", "MemoryStats"]
@@ -108,7 +109,19 @@ class Backend:
                 f"the {self.kind} backend cannot share memory with worker processes "
                 f"(its isolation is {self.capabilities.isolation!r})"
             )
-        alloc = self._allocate(max(int(nbytes), 1), alignment, stream, shared=shared)
+        # More than the device has in all can never succeed: say so with the numbers, allocating nothing.
+        what = f"the {tag} allocation" if tag else "an allocation"
+        check_fits(int(nbytes), what, self.info.kind, self.info.features,
+                   limit=total_bytes(self.info.kind, self.info.features))
+        try:
+            alloc = self._allocate(max(int(nbytes), 1), alignment, stream, shared=shared)
+        except MemoryError as e:  # NumPy's raw error on the host; a PipeLinkError passes through
+            if isinstance(e, PipeLinkError):
+                raise
+            check_fits(int(nbytes), what, self.info.kind, self.info.features)
+            raise OutOfMemoryError(
+                f"{what} of {format_bytes(int(nbytes))} failed on {self.info.kind} ({e}); use smaller shapes",
+                requested=int(nbytes)) from e
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats

@@ -1,18 +1,35 @@
 """Read a pipeline config: a path to JSON (with comments and trailing commas allowed) or a parsed dict.
 
-Only reads and parses; never validates beyond "the top level is an object".
+Only reads and parses, refusing what no later step could handle safely (a key repeated in one object,
+nesting deeper than MAX_DEPTH, numbers past the float range) and a top level that is not an object; the
+schema and semantic rules are ``validate``'s.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ErrorCode, InvalidArgumentError, Problem
+from .schema_errors import json_pointer
 
-__all__ = ["read_config", "loads_relaxed", "strip_json_extras"]
+__all__ = ["read_config", "loads_relaxed", "strip_json_extras", "check_tree", "MAX_DEPTH"]
+
+
+MAX_DEPTH = 64  # a pipeline config is a few levels deep; this bounds every recursive consumer of it
+
+# A JSON string, unrolled so long strings are matched in one step. Strings come first in every scan, so
+# comment markers and commas inside them are never touched.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRINGS = re.compile(_STRING)
+_NOT_NEWLINE = re.compile(r"[^\r\n]")
+_BLANKS = " \t\r\n"
+_TOKENS = re.compile(_STRING + r"|[{}\[\]:,]")
 
 
 class _RelaxedJSONError(ValueError):
@@ -24,58 +41,223 @@ class _RelaxedJSONError(ValueError):
         self.pos = pos
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _blank_comments(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """The text with comments blanked (newlines kept), and the spans of its strings.
+
+    Jumps between quotes and slashes with ``str.find`` (a regular expression tried at every offset is
+    several times slower on large files); each string is skipped with one compiled match.
+    """
+    pieces, spans, last = [], [], 0
+    i, n = 0, len(text)
+    next_quote, next_slash = text.find('"'), text.find("/")
+    while next_slash >= 0:
+        if 0 <= next_quote < next_slash:
+            m = _STRINGS.match(text, next_quote)
+            if m is None:
+                break  # an unterminated string: the parser reports it
+            spans.append(m.span())
+            i = m.end()
+        else:
+            i = next_slash
+            end = -1
+            if text.startswith("//", i):
+                end = text.find("\n", i)
+                end = n if end < 0 else end
+            elif text.startswith("/*", i):
+                end = text.find("*/", i + 2)
+                if end < 0:
+                    raise _RelaxedJSONError("unterminated /* comment (add the closing */)", i)
+                end += 2
+            if end < 0:
+                i += 1  # a lone '/': the parser reports it
+            else:
+                pieces += (text[last:i], _NOT_NEWLINE.sub(" ", text[i:end]))
+                last = i = end
+        if next_quote < i:
+            next_quote = text.find('"', i)
+        if next_slash < i:
+            next_slash = text.find("/", i)
+    pieces.append(text[last:])
+    if next_slash < 0:  # the strings after the last comment are needed too
+        spans += (m.span() for m in _STRINGS.finditer(text, i))
+    return "".join(pieces), spans
+
+
+def _trailing_commas(text: str, spans: list[tuple[int, int]] | None) -> list[int]:
+    """Offsets of commas after a value with only blanks before a ']' or '}', outside strings."""
+    candidates = []
+    for close in "]}":  # str.find is far faster than a regular expression tried at every offset
+        i = text.find(close)
+        while i >= 0:
+            j = i - 1
+            while j >= 0 and text[j] in _BLANKS:
+                j -= 1
+            if j >= 0 and text[j] == ",":
+                candidates.append(j)
+            i = text.find(close, i + 1)
+    if not candidates:
+        return []
+    if spans is None:
+        spans = [m.span() for m in _STRINGS.finditer(text)]
+    starts = [start for start, _ in spans]
+    commas = []
+    for pos in sorted(candidates):
+        k = bisect.bisect_right(starts, pos) - 1
+        if k >= 0 and spans[k][1] > pos:
+            continue  # inside a string
+        j = pos - 1
+        while j >= 0 and text[j] in _BLANKS:
+            j -= 1
+        if j >= 0 and text[j] not in "[{,":  # '[,]' and '[1,,]' stay errors for the parser
+            commas.append(pos)
+    return commas
+
+
 def strip_json_extras(text: str) -> str:
     """Blank out ``//`` and ``/* */`` comments and trailing commas, keeping every character's position.
 
     Comments and removed commas become spaces (newlines are kept), so line and column numbers the JSON
     parser reports still point into the original text. ``//`` inside a string (a URL, a path) is kept.
+    Scanning is done by compiled regular expressions and ``str.find``, and is skipped when there is
+    nothing to strip, so a 50 MB file takes well under a second.
 
     Raises
     ------
     _RelaxedJSONError
         For an unterminated ``/*`` comment.
     """
-    out = list(text)
-    i, n = 0, len(text)
-    last_comma = -1  # index of a comma after a value, with only blanks/comments after it so far
-    prev = ""  # the previous significant character outside strings and comments
-    while i < n:
-        c = text[i]
-        if c == '"':
-            last_comma, prev = -1, '"'
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-            i += 1  # past the closing quote; an unterminated string is left for json to report
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            for k in range(i, end):
-                out[k] = " "
-            i = end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise _RelaxedJSONError("unterminated /* comment (add the closing */)", i)
-            for k in range(i, end + 2):
-                if out[k] not in "\r\n":
-                    out[k] = " "
-            i = end + 2
-        else:
-            if c in "]}" and last_comma >= 0:
-                out[last_comma] = " "
-            if c == ",":
-                last_comma = i if prev not in ("", "[", "{", ",") else -1
-            elif not c.isspace():
-                last_comma = -1
-            if not c.isspace():
-                prev = c
-            i += 1
-    return "".join(out)
+    spans = None
+    if "//" in text or "/*" in text:
+        text, spans = _blank_comments(text)
+    commas = _trailing_commas(text, spans)
+    if not commas:
+        return text
+    pieces, last = [], 0
+    for pos in commas:
+        pieces += (text[last:pos], " ")
+        last = pos + 1
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON (use a finite number)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def _find_duplicate(text: str) -> tuple[list[str | int], str, int, int] | None:
+    """The first key repeated within one object: (pointer parts of the object, key, first, second offset).
+
+    A scan of the (comment-free) text, iterative so any nesting depth is fine; it runs only after the parser
+    found a duplicate, to say where both are.
+    """
+    frames: list[list[Any]] = []  # [is_object, {key: offset}, current key or index, expecting a key]
+    pending: tuple[str, int] | None = None
+    for m in _TOKENS.finditer(text):
+        tok = m.group()
+        top = frames[-1] if frames else None
+        if tok[0] == '"':
+            if top is not None and top[0] and top[3]:
+                pending = (json.loads(tok), m.start())
+        elif tok in "{[":
+            frames.append([tok == "{", {}, None if tok == "{" else 0, tok == "{"])
+        elif tok in "}]":
+            if frames:
+                frames.pop()
+        elif tok == "," and top is not None:
+            if top[0]:
+                top[3] = True
+            else:
+                top[2] += 1
+        elif tok == ":" and top is not None and top[0] and pending is not None:
+            key, pos = pending
+            if key in top[1]:
+                return [f[2] for f in frames[:-1]], key, top[1][key], pos
+            top[1][key], top[2], top[3], pending = pos, key, False, None
+    return None
+
+
+_NUMBERS = frozenset({int, float, bool})
+_SCALARS = frozenset({str, bool, type(None)})
+
+
+def _finite(value: Any) -> bool:
+    """Whether a JSON number converts to a finite float (an integer past about 1.8e308 does not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _all_finite(values: Any) -> bool:
+    try:
+        return all(map(math.isfinite, values))
+    except OverflowError:
+        return False
+
+
+def _first_bad(doc: Any) -> bool:
+    """Whether some value is nested deeper than MAX_DEPTH or is a non-finite number (no paths: fast)."""
+    stack = [(doc, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            return True
+        if value.__class__ is list:
+            kinds = set(map(type, value))  # one C-level pass decides large homogeneous tables
+            if kinds <= _NUMBERS:
+                if not _all_finite(value):
+                    return True
+                continue
+            if kinds <= _SCALARS:
+                continue
+        for child in value.values() if value.__class__ is dict else value:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+            elif child.__class__ in _NUMBERS and not _finite(child):
+                return True
+    return False
+
+
+def check_tree(doc: Any) -> tuple[str, list[str | int]] | None:
+    """The first value that is nested deeper than MAX_DEPTH or is a non-finite number, with its path.
+
+    Iterative, so it cannot itself run out of stack on a hostile document.
+    """
+    if not isinstance(doc, dict | list) or not _first_bad(doc):
+        return None
+    stack: list[tuple[Any, list[str | int]]] = [(doc, [])]
+    while stack:  # something is wrong: walk again, keeping paths, to say where
+        value, path = stack.pop()
+        if isinstance(value, dict | list):
+            if len(path) >= MAX_DEPTH:
+                return (f"nested more than {MAX_DEPTH} levels deep; a pipeline config needs only a few "
+                        "levels: flatten it", path)
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((v, [*path, k]) for k, v in items if isinstance(v, dict | list | float | int))
+        elif isinstance(value, int | float) and not _finite(value):
+            shown = value if isinstance(value, float) else f"of {len(str(abs(value)))} digits"
+            return (f"number {shown} is out of range: JSON numbers must be finite "
+                    "(at most about 1.8e308 in magnitude)", path)
+    return None
 
 
 def loads_relaxed(text: str) -> Any:
@@ -84,13 +266,28 @@ def loads_relaxed(text: str) -> Any:
     Raises
     ------
     json.JSONDecodeError
-        With the line and column in the original text.
+        With the line and column in the original text, also for a key repeated within one object
+        (the message gives both places) and for nesting too deep to parse.
     """
     try:
         stripped = strip_json_extras(text)
     except _RelaxedJSONError as e:
         raise json.JSONDecodeError(e.reason, text, e.pos) from None
-    return json.loads(stripped, parse_constant=_reject_constant)
+    try:
+        return json.loads(stripped, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        found = _find_duplicate(stripped)
+        if found is None:  # cannot happen for text the parser accepted; report without the places
+            raise json.JSONDecodeError(f"duplicate key {e.key!r} in an object", text, 0) from None
+        where, key, first, second = found
+        line, col = _line_col(text, first)
+        obj = f" in {json_pointer(where)}" if where else ""
+        raise json.JSONDecodeError(
+            f"duplicate key {key!r}{obj} (first at line {line}, column {col}); the last would silently "
+            "win: keep one", text, second) from None
+    except RecursionError:
+        raise json.JSONDecodeError(
+            f"nested too deeply to parse (a config needs at most {MAX_DEPTH} levels)", text, 0) from None
 
 
 def _parse_error(label: str, text: str, err: json.JSONDecodeError) -> ConfigError:
@@ -114,6 +311,18 @@ def _fail(message: str, **context: Any) -> ConfigError:
     return ConfigError(
         message, errors=[Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, "", message)], **context
     )
+
+
+def _raise_if_hostile(doc: Any, label: str) -> None:
+    found = check_tree(doc)
+    if found is not None:
+        reason, path = found
+        pointer = json_pointer(path) or "/"
+        raise ConfigError(
+            f"{label}: {pointer}: {reason}",
+            errors=[Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, json_pointer(path), reason)],
+            file=label,
+        )
 
 
 def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Path, Path | None]:
@@ -145,6 +354,7 @@ def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Pa
         When ``source`` is neither a path nor a dict.
     """
     if isinstance(source, dict):
+        _raise_if_hostile(source, "<dict>")
         return copy.deepcopy(source), Path.cwd(), None
     if not isinstance(source, str | Path):
         raise InvalidArgumentError(
@@ -177,6 +387,7 @@ def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Pa
         raise _parse_error(label, text, e) from e
     except ValueError as e:  # NaN / Infinity
         raise _fail(f"{label}: invalid JSON: {e}", file=label) from e
+    _raise_if_hostile(doc, label)
     if not isinstance(doc, dict):
         kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(
             type(doc), "null"

@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 
 from ..errors import ErrorCode, Problem
-from .schema import VALIDATOR
+from .schema import IS_VALID, VALIDATOR
 
 __all__ = ["json_pointer", "schema_problems", "closest", "did_you_mean", "short_repr"]
 
@@ -180,6 +180,9 @@ def _convert(err: ValidationError, alternatives: Sequence[str] = ()) -> list[Pro
         ]
     if kind == "minLength":
         return [Problem(_CODE, where, f"{what} must not be empty")]
+    if kind == "maxLength":
+        return [Problem(_CODE, where, f"{what} must be at most {err.validator_value} characters "
+                                      f"(got {len(inst) if isinstance(inst, str) else short_repr(inst)})")]
     if kind == "uniqueItems" and isinstance(inst, list):
         seen: list[Any] = []
         for i, item in enumerate(inst):
@@ -194,7 +197,9 @@ def _convert(err: ValidationError, alternatives: Sequence[str] = ()) -> list[Pro
             seen.append(item)
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
-        return [Problem(_CODE, where, f"{what} must be {op} {err.validator_value} (got {short_repr(inst)})")]
+        why = f": {schema['description']}" if kind.endswith("aximum") and schema.get("description") else ""
+        return [Problem(_CODE, where,
+                        f"{what} must be {op} {err.validator_value} (got {short_repr(inst)}){why}")]
     if kind in ("anyOf", "oneOf"):
         return _convert_alternatives(err, path, what)
     return [Problem(_CODE, where, f"{what}: {err.message}")]
@@ -248,6 +253,8 @@ def schema_problems(doc: Any) -> list[Problem]:
     list of Problem
         Code ``PIPELINK_ERR_INVALID_CONFIG``; empty when the document matches the schema.
     """
+    if IS_VALID(doc):  # the compiled check: one fast pass for the usual, valid config
+        return []
     problems: list[Problem] = []
     for err in VALIDATOR.iter_errors(doc):
         for problem in _convert(err):

@@ -6,6 +6,7 @@ what needs operator descriptors or hardware belongs to the linker and the loader
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ __all__ = ["check_document", "check_warnings"]
 _CODE = ErrorCode.PIPELINK_ERR_INVALID_CONFIG
 _TENSOR_RULE = SCHEMA["$defs"]["tensorName"]["description"]
 _MIN_ALIGNMENT = 32
+_NAME_MAX = 255  # bytes in one file or folder name (Linux NAME_MAX)
 _NAME_CUTOFF = 0.75  # tensor names share suffixes ("_tensor"): a lower cutoff suggests unrelated names
 _WARN_CUTOFF = 0.8
 
@@ -37,9 +39,9 @@ class _Stage:
     outputs: list[tuple[int, str]]
     has_ports: bool  # both inputs and outputs are arrays
 
-    @property
+    @functools.cached_property
     def ptr(self) -> str:
-        return json_pointer(["pipeline", self.index])
+        return f"/pipeline/{self.index}"
 
     def describe(self) -> str:
         return f"stage {self.id!r} ({self.ptr})"
@@ -191,6 +193,21 @@ class _Checker:
                     f"use {suggestion}",
                 )
 
+    def check_library_paths(self) -> None:
+        for stage in self.stages:
+            path = stage.raw.get("library")
+            ptr = stage.ptr + "/library"
+            if not isinstance(path, str) or not self.clean(ptr):
+                continue
+            # The schema bounds the whole path (PATH_MAX); the system also bounds each folder or file name.
+            sizes = [(len(part.encode("utf-8", "replace")), part) for part in path.split("/")]
+            size, long = max(sizes)
+            if size > _NAME_MAX:
+                self.add(ptr, f"library path has a name of {size} bytes "
+                              f"({short_repr(long)}); file and folder names are at most {_NAME_MAX} bytes")
+            elif "\0" in path:
+                self.add(ptr, "library path contains a NUL character; give the path of the .so file")
+
     def check_producers(self) -> None:
         for name, produced in self.producers.items():
             first_stage = produced[0][0]
@@ -235,11 +252,13 @@ class _Checker:
                         "which runs after this stage; list stages in dependency order",
                     )
                 elif self.declared is not None and self.complete:
-                    hint = did_you_mean(name, [*self.declared, *produced_before], cutoff=_NAME_CUTOFF)
+                    known = [*self.declared, *sorted(produced_before)]
+                    hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
+                        f"; known here: {_few(known)}" if known else "")
                     self.add(
                         ptr,
                         f"unknown tensor {name!r}: it is neither a declared input nor produced by an "
-                        f"earlier stage{hint or '; declare it in inputs or produce it earlier'}",
+                        f"earlier stage{hint}; declare it in inputs or produce it earlier",
                     )
             produced_before.update(name for _, name in stage.outputs)
 
@@ -296,8 +315,15 @@ class _Checker:
             ptr = f"/outputs/{k}"
             if isinstance(name, str) and self.clean(ptr) and name not in known:
                 nor = " nor a declared input" if self.declared is not None else ""
-                hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or "; list a tensor some stage produces"
+                hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
+                    f"; list a tensor some stage produces ({_few(known)})")
                 self.add(ptr, f"output {name!r} is not produced by any stage{nor}{hint}")
+
+
+def _few(names: list[str], limit: int = 8) -> str:
+    """``'a', 'b', ... (12 in all)`` for a message."""
+    shown = ", ".join(short_repr(n) for n in names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
 def check_document(
@@ -331,6 +357,7 @@ def check_document(
         checker.check_operators(known_operators)
     checker.check_specifiers()
     checker.check_alignment()
+    checker.check_library_paths()
     checker.check_producers()
     checker.check_consumers()
     checker.check_cycles()

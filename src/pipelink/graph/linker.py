@@ -58,6 +58,7 @@ def link(
         except PipeLinkError as e:
             problems.append(Problem(e.code, _problem_path(graph, e), e.message))
         problems += _check_policies(graph, registry)
+        problems += device_problems(graph, registry)
     return graph, problems
 
 
@@ -342,3 +343,19 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
                 )
             ]
     return []
+
+
+def device_problems(graph: LinkedGraph, registry: OperatorRegistry) -> list[Problem]:
+    """Stages that cannot run on the graph's device at all (no variant of its kind, or an unmet feature),
+    found at validate/load time rather than at the first run; a stage with a fallback policy is left to it.
+    """
+    problems = []
+    for st in graph.stages:
+        if st.config.on_error.kind != "fail":
+            continue
+        try:
+            registry.select_variant(st.desc, graph.info, (), stage=st.id)
+        except PipeLinkError as e:
+            problems.append(Problem(e.code, f"{st.path}/name", e.message))
+    return problems
+

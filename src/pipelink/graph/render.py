@@ -11,8 +11,16 @@ from ..errors import InvalidArgumentError
 __all__ = ["render", "write"]
 
 
-def _q(text: str) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _q(*lines: object) -> str:
+    """A DOT string of one or more label lines: quotes and backslashes escaped, lines joined by DOT's
+    own line break (an escaped user text never produces one)."""
+    escaped = (str(line).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") for line in lines)
+    return '"' + "\\n".join(escaped) + '"'
+
+
+def _shape(shape) -> str:
+    """``8x1024`` (``scalar`` for 0-d), as the CLI prints shapes."""
+    return "x".join(str(d) for d in shape) if len(shape) else "scalar"
 
 
 def render(pipe) -> str:
@@ -21,13 +29,13 @@ def render(pipe) -> str:
     lines = [f"digraph {_q(pipe.name)} {{", "  rankdir=LR;", '  node [fontname="Helvetica"];']
     for name in graph.external_inputs:
         t = graph.tensors[name]
-        label = name + (f"\\n{list(t.shape)} {t.dtype}" if t.shape is not None else "")
-        lines.append(f"  {_q('in:' + name)} [shape=ellipse, label={_q(label)}];")
+        label = _q(name, f"{_shape(t.shape)} {t.dtype}") if t.shape is not None else _q(name)
+        lines.append(f"  {_q('in:' + name)} [shape=ellipse, label={label}];")
     for st in graph.stages:
-        label = f"{st.id}\\n{st.desc.name}@{st.desc.version}"
         policy = st.config.on_error.kind
         extra = ", style=dashed" if policy != "fail" else ""
-        lines.append(f"  {_q('stage:' + st.id)} [shape=box{extra}, label={_q(label)}];")
+        label = _q(st.id, f"{st.desc.name}@{st.desc.version}")
+        lines.append(f"  {_q('stage:' + st.id)} [shape=box{extra}, label={label}];")
     producer = {}
     for st in graph.stages:
         for name in st.outputs:
@@ -38,8 +46,8 @@ def render(pipe) -> str:
                 continue
             src = producer.get(name, "in:" + name)
             t = graph.tensors[name]
-            label = name + (f"\\n{list(t.shape)}" if t.shape is not None and name in producer else "")
-            lines.append(f"  {_q(src)} -> {_q('stage:' + st.id)} [label={_q(label)}];")
+            label = _q(name, _shape(t.shape)) if t.shape is not None and name in producer else _q(name)
+            lines.append(f"  {_q(src)} -> {_q('stage:' + st.id)} [label={label}];")
     for name in graph.outputs:
         lines.append(f"  {_q('out:' + name)} [shape=ellipse, style=bold, label={_q(name)}];")
         lines.append(f"  {_q(producer.get(name, 'in:' + name))} -> {_q('out:' + name)};")

@@ -450,12 +450,18 @@ def _execute_lean(
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
     """Missing and unexpected input names are errors naming the input."""
+    import difflib
+
     expected = graph.external_inputs
     missing = [n for n in expected if n not in given]
     extra = [n for n in given if n not in expected]
+    # A misspelled input shows up as one missing and one unexpected name: pair them up as a suggestion.
+    hints = [f"{m!r} (given {e!r})" for e in extra for m in difflib.get_close_matches(e, missing, n=1)]
+    hint = f"; did you mean {', '.join(hints)}?" if hints else ""
     if missing:
         raise InvalidArgumentError(
-            f"missing input {missing[0]!r}; the pipeline takes {expected}", input=missing[0]
+            f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}{hint}; "
+            f"the pipeline takes {expected}", input=missing[0]
         )
     if extra:
         hint = difflib.get_close_matches(extra[0], expected, n=1)

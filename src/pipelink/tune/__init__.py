@@ -6,14 +6,21 @@ Importing this package needs neither a GPU nor matplotlib; backends provide :cla
 
 from __future__ import annotations
 
-from .cache import KEY_FIELDS, ParamChoice, TuneCache, default_cache_dir, key_digest, resolve_params
+from .cache import (
+    KEY_FIELDS,
+    ParamChoice,
+    TuneCache,
+    default_cache_dir,
+    key_digest,
+    resolve_params,
+    validate_tuned,
+)
 from .cli import default_target_factory, run_tune
 from .config import (
     TuneConfig,
     load_tune_config,
     parse_dtypes,
     parse_shapes,
-    strip_json_comments,
     tune_schema,
     validate_tune_config,
 )
@@ -57,9 +64,9 @@ __all__ = [
     "parse_shapes",
     "plot_space",
     "resolve_params",
+    "validate_tuned",
     "run_tune",
     "source_hash",
-    "strip_json_comments",
     "summary_line",
     "time_statistic",
     "trials_table",

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,8 @@ from ..errors import InvalidArgumentError
 if TYPE_CHECKING:
     from .tuner import TuneResult
 
-__all__ = ["KEY_FIELDS", "TuneCache", "ParamChoice", "key_digest", "default_cache_dir", "resolve_params"]
+__all__ = ["KEY_FIELDS", "TuneCache", "ParamChoice", "key_digest", "default_cache_dir", "resolve_params",
+           "validate_tuned"]
 
 #: The fields every cache key must have (a target may add more; all of them are hashed).
 KEY_FIELDS = ("operator", "operator_version", "source_hash", "device_name", "compute_capability",
@@ -64,6 +65,51 @@ def key_digest(key_fields: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(key_fields).encode()).hexdigest()
 
 
+def _entry_problem(entry: Any) -> str | None:
+    """Why a stored entry cannot be used (None when it can): params must map names to scalars."""
+    if not isinstance(entry, dict):
+        return f"an entry must be an object (got {type(entry).__name__})"
+    params = entry.get("params")
+    if not isinstance(params, dict):
+        return f"'params' must be an object (got {type(params).__name__})"
+    odd = [k for k, v in params.items() if not isinstance(v, int | float | str | bool)]
+    return f"parameters {odd} are not numbers or strings" if odd else None
+
+
+def validate_tuned(params: Mapping[str, Any], tunables: Mapping[str, tuple[Any, Collection[Any] | None]]
+                   ) -> tuple[dict[str, Any], list[str]]:
+    """Tuned values that a kernel declares, each checked against its tunable's allowed values.
+
+    Parameters
+    ----------
+    params : mapping
+        Parameter name -> value, as read from the cache (any JSON value).
+    tunables : mapping
+        Parameter name -> (default, allowed values) of the kernel; allowed values None checks the type only.
+
+    Returns
+    -------
+    valid : dict
+        The parameters that are declared, of the default's type (``True`` is not ``1``, ``"128"`` is
+        not ``128``) and among the allowed values.
+    warnings : list of str
+        One line per parameter left out, saying what was wrong.
+    """
+    valid, problems = {}, []
+    for name, value in params.items():
+        if name not in tunables:
+            problems.append(f"{name!r} is not a tunable of this kernel (it has {sorted(tunables)})")
+            continue
+        default, allowed = tunables[name]
+        if type(value) is not type(default) and not (type(default) is float and type(value) is int):
+            problems.append(f"{name}={value!r} is a {type(value).__name__}, not a {type(default).__name__}")
+        elif allowed is not None and value not in allowed:
+            problems.append(f"{name}={value!r} is not one of the allowed values {list(allowed)}")
+        else:
+            valid[name] = value
+    return valid, problems
+
+
 class TuneCache:
     """Tuned parameters in one JSON file, ``tune_cache.json`` under :func:`default_cache_dir`.
 
@@ -87,24 +133,31 @@ class TuneCache:
         return f"TuneCache({str(self.path)!r})"
 
     def _read(self) -> tuple[dict[str, Any], bool]:
-        """The entries, and whether the file was damaged."""
+        """The usable entries, and whether the file needs rewriting (damaged, or holding bad entries)."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return {}, False
         except OSError as e:
             warnings.warn(f"tuning cache {self.path} cannot be read ({e}); ignoring it", stacklevel=3)
             return {}, False
         try:
-            doc = json.loads(text)
+            doc = json.loads(data.decode("utf-8"))
             entries = doc["entries"]
             if doc.get("format") != _FORMAT or not isinstance(entries, dict):
                 raise ValueError(f"unknown format {doc.get('format')!r}")
-            return {k: v for k, v in entries.items() if isinstance(v, dict) and "params" in v}, False
-        except (ValueError, KeyError, TypeError) as e:
-            warnings.warn(f"tuning cache {self.path} is damaged ({type(e).__name__}: {e}); treating it as "
-                          "empty, it will be set aside as .corrupt on the next store", stacklevel=3)
+        except (ValueError, KeyError, TypeError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            reason = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+            warnings.warn(f"tuning cache {self.path} is damaged ({reason}); treating it as empty, it will "
+                          "be set aside as .corrupt and rewritten on the next store", stacklevel=3)
             return {}, True
+        good = {k: v for k, v in entries.items() if _entry_problem(v) is None}
+        if len(good) != len(entries):
+            bad = {k[:12]: _entry_problem(v) for k, v in entries.items() if k not in good}
+            warnings.warn(f"tuning cache {self.path}: ignoring {len(bad)} malformed entr"
+                          f"{'y' if len(bad) == 1 else 'ies'} ({bad}); they are dropped on the next store",
+                          stacklevel=3)
+        return good, len(good) != len(entries)
 
     def entries(self) -> dict[str, dict[str, Any]]:
         """Every entry, by key digest."""
@@ -214,5 +267,9 @@ def resolve_params(key_fields: Mapping[str, Any], defaults: Mapping[str, Any], *
     if unknown:
         return ParamChoice(dict(defaults), "default",
                            f"tuned entry names unknown parameters {unknown}; re-run pipelink tune")
+    _, problems = validate_tuned(tuned, {k: (v, None) for k, v in defaults.items()})
+    if problems:
+        return ParamChoice(dict(defaults), "default",
+                           f"tuned entry ignored: {'; '.join(problems)}; re-run pipelink tune")
     where = f"tuned entry {key_digest(key_fields)[:12]} in {cache.path}"
     return ParamChoice({**defaults, **tuned}, "tuned", where)

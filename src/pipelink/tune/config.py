@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 
+from ..config.reader import loads_relaxed
 from ..dtypes import get_dtype
 from ..errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError, Problem
 from .space import ParameterSpace
@@ -26,7 +27,6 @@ __all__ = [
     "load_tune_config",
     "validate_tune_config",
     "tune_schema",
-    "strip_json_comments",
     "parse_shapes",
     "parse_dtypes",
 ]
@@ -102,34 +102,6 @@ def tune_schema() -> dict[str, Any]:
 @cache
 def _validator() -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(tune_schema())
-
-
-def strip_json_comments(text: str) -> str:
-    """Remove ``//`` comments outside strings, keeping line and column numbers of everything else."""
-    out: list[str] = []
-    in_string = escaped = False
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if in_string:
-            out.append(c)
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-            out.append(c)
-        elif c == "/" and text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end  # keep the newline itself
-            continue
-        else:
-            out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def _pointer(parts: Sequence[Any]) -> str:
@@ -222,10 +194,16 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read tune config {str(path)!r}: {e.strerror or e}", file=str(path)) from e
-    try:
-        doc = json.loads(strip_json_comments(text))
+    except UnicodeDecodeError as e:
+        problem = Problem(_INVALID, "", f"not UTF-8 text (byte {e.start}: {e.reason})")
+        raise ConfigError(f"{path}: not UTF-8:", [problem], file=str(path)) from e
+    try:  # the same relaxed JSON as pipeline configs: comments, trailing commas, no duplicate keys
+        doc = loads_relaxed(text)
     except json.JSONDecodeError as e:
         problem = Problem(_INVALID, "", f"line {e.lineno} column {e.colno}: {e.msg}")
+        raise ConfigError(f"{path}: not valid JSON:", [problem], file=str(path)) from e
+    except ValueError as e:  # NaN / Infinity
+        problem = Problem(_INVALID, "", str(e))
         raise ConfigError(f"{path}: not valid JSON:", [problem], file=str(path)) from e
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: invalid tune config:",

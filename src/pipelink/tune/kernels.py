@@ -10,13 +10,14 @@ shapes, dtypes), computed here for both the tuner and the loader, so they can ne
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..ops import cuda_kernel
 from ..ops.kernel import CUDA_VARIANT
-from .cache import TuneCache, key_digest
+from .cache import TuneCache, key_digest, validate_tuned
 
 __all__ = ["aliases_of", "key_fields", "tunables_of", "source_hash", "lookup_tuned"]
 
@@ -75,16 +76,15 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
         return defaults, "default", f"tuning cache unusable ({type(e).__name__}: {e})"
     if tuned is None:
         return defaults, "default", f"no tuned entry in {cache.path}"
-    # Entries are stored under the tuning space's names (the seed's block_size...): map them.
+    # Entries are stored under the tuning space's names (the seed's block_size...): map them. Names the
+    # kernel does not use (the seed's shared_mem_per_block) are kept in the cache but not applied.
     aliases = aliases_of(desc.name)
-    params = {aliases.get(k, k): v for k, v in tuned.items() if aliases.get(k, k) in tunables}
-    bad = {k: v for k, v in params.items() if v not in tunables[k][1]}
-    if bad:
-        return (
-            defaults,
-            "default",
-            f"tuned entry has values outside the kernel's range {bad}; re-run pipelink tune",
-        )
+    named = {aliases.get(k, k): v for k, v in tuned.items() if aliases.get(k, k) in tunables}
+    params, problems = validate_tuned(named, tunables)
+    if problems:
+        reason = f"tuned entry {key_digest(key)[:12]} in {cache.path} ignored: {'; '.join(problems)}"
+        warnings.warn(f"{desc.name}: {reason}; re-run pipelink tune", RuntimeWarning, stacklevel=2)
+        return defaults, "default", reason
     return {**defaults, **params}, "tuned", f"tuned entry {key_digest(key)[:12]} in {cache.path}"
 
 
