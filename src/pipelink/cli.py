@@ -142,7 +142,8 @@ def run(
     _import_operators(imports)
     if graph_alias:
         err_console.print("warning: --graph is deprecated; use --cuda-graph", markup=False, highlight=False)
-    pipe = _load(config, device, cuda_graph or graph_alias, checked=True if checked else None)  # None: PIPELINK_CHECKED
+    # checked=None leaves it to PIPELINK_CHECKED
+    pipe = _load(config, device, cuda_graph or graph_alias, checked=True if checked else None)
     try:
         feed = build_feed(pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value,
                           seed=seed)

@@ -450,7 +450,6 @@ def _execute_lean(
 
 def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
     """Missing and unexpected input names are errors naming the input."""
-    import difflib
 
     expected = graph.external_inputs
     missing = [n for n in expected if n not in given]
