@@ -16,6 +16,7 @@ from .config.schema_errors import did_you_mean
 from .dtypes import get_dtype
 from .errors import InvalidArgumentError
 from .limits import check_fits, shape_nbytes
+from .runtime.executor import check_inputs
 
 __all__ = ["build_feed", "parse_shape"]
 
@@ -135,8 +136,6 @@ def build_feed(pipe, *, inputs: Path | None, random: bool, shapes: list[str], dt
     OutOfMemoryError
         For a random input larger than the host's available memory.
     """
-    from .runtime.executor import check_inputs
-
     scalars = _parse_kv(values, "value")
     _check_names(pipe, scalars, "--value")
     if inputs is None and not random and scalars and set(scalars) >= set(pipe.inputs):

@@ -18,12 +18,12 @@ SRC = Path(pipelink.__file__).parent
 # consumes configs, the runtime consumes linked graphs, and both drive the backends, operators and
 # modules at the bottom, which know nothing of configs, graphs or plans.
 LAYERS: list[set[str]] = [
-    {"errors", "dtypes", "dlpack", "tensor", "hardware", "shapes"},  # foundation: plain data, no policy
+    {"errors", "dtypes", "dlpack", "tensor", "hardware", "shapes", "limits"},  # foundation: plain data
     {"versioning", "config", "descriptor"},  # what a config and an operator contract are
     {"backends", "ops", "modules", "native"},  # devices, operators, operator sources, the native core
     {"graph"},  # the linker
     {"runtime"},  # plans and their execution
-    {"pipeline", "memory", "tune", "cli", "__init__", "__main__"},  # the public API and tools
+    {"pipeline", "memory", "tune", "cli", "cli_inputs", "__init__", "__main__"},  # the public API and tools
 ]
 
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.

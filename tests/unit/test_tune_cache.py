@@ -217,10 +217,9 @@ def test_resolve_params_ignores_wrong_typed_values(tmp_path):
 
 
 def test_builtin_lookup_ignores_invalid_tuned_values_with_a_warning(tmp_path, monkeypatch):
-    from pipelink.backends.cuda_tune import key_fields, lookup_tuned, tunables_of
-
     import pipelink as pl
     from pipelink.hardware import HardwareInfo
+    from pipelink.tune.kernels import key_fields, lookup_tuned, tunables_of
 
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path))
     desc = pl.get_operator_info("relu")
