@@ -23,6 +23,8 @@ from pipelink.errors import InvalidArgumentError
 from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
 from pipelink.ops.elementwise.cuda import (
+    BINARY,
+    BINARY_DTYPES,
     UNARY,
     plan_bias_add,
     plan_binary,
@@ -50,7 +52,7 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         cases.append(
             (f"gelu-{dt}-unroll4", plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
         )
-        for op in ("add", "sub", "mul", "div"):
+        for op in BINARY:
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 3), (1000, 3))))
         cases.append((f"add-bcast-{dt}", plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
         cases.append(
@@ -86,6 +88,10 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
     cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for op in BINARY:
+        for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
+            cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))
+            cases.append((f"{op}-bcast-{dt}", plan_binary(op, dt, (7, 1, 5, 3), (6, 1, 3))))
     for din, dout in (("int32", "float16"), ("bfloat16", "int8"), ("bool", "float32"), ("float64", "uint8"),
                       ("int64", "bool")):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
@@ -395,3 +401,11 @@ def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
     assert cuda_tune.source_hash("relu") != cuda_tune.source_hash("gelu")  # their macros differ
     with pytest.raises(InvalidArgumentError, match="no built-in CUDA kernel"):
         cuda_tune.source_hash("gemm")
+
+
+def test_binary_plans_refuse_dtypes_their_kernel_lacks():
+    """div and pow have no integer kernel, and no binary kernel takes int32: the plan says which dtypes."""
+    for op, dt in (("div", "int8"), ("pow", "uint8"), ("add", "int32")):
+        with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+            plan_binary(op, dt, (4,), (4,))
+    assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
