@@ -34,6 +34,7 @@ from pipelink.ops.elementwise.cuda import (
 )
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
+from pipelink.ops.shape.cuda import plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_transpose
 
@@ -88,6 +89,11 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
     cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for dt in ("bool", "float16", "float32", "int64", "float8_e4m3fn"):  # element sizes 1, 2, 4, 8
+        for it in ("int32", "int64"):
+            cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
+        cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
+    cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
     for op in BINARY:
         for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))

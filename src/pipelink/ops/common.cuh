@@ -226,6 +226,13 @@ __device__ __forceinline__ double pl_rsqrt(double x) { return rsqrt(x); }
 __device__ __forceinline__ float pl_exp(float x) { return expf(x); }
 __device__ __forceinline__ double pl_exp(double x) { return exp(x); }
 
+// Raw words: kernels that only move elements copy them bit for bit as an unsigned word of their size.
+template <int BYTES> struct pl_word;
+template <> struct pl_word<1> { typedef unsigned char type; };
+template <> struct pl_word<2> { typedef unsigned short type; };
+template <> struct pl_word<4> { typedef unsigned int type; };
+template <> struct pl_word<8> { typedef unsigned long long type; };
+
 // ---------------------------------------------------------------------------------------------
 // Grid-stride loops and indexing.
 // ---------------------------------------------------------------------------------------------

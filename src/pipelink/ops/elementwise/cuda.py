@@ -25,8 +25,8 @@ from ..kernel import (
     LaunchPlan,
     PlanLaunch,
     acc_kind,
+    broadcast_strides,
     collapse,
-    contiguous_strides,
     flat_grid,
     float_dtype,
     make_plan,
@@ -181,13 +181,7 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
         a = vec * dt.itemsize
         specs = [pointer("a", a), pointer("b", a), pointer("y", a), ArgSpec("n", "i64")]
         return make_plan(source, "pl_binary", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
-    nd = len(out)
-    strides = []
-    for shp, given in ((sa, a_strides), (sb, b_strides)):
-        full = (1,) * (nd - len(shp)) + shp
-        st = tuple(int(s) for s in given) if given is not None else contiguous_strides(shp)
-        st = (0,) * (nd - len(st)) + st
-        strides.append([0 if full[k] == 1 and out[k] != 1 else st[k] for k in range(nd)])
+    strides = [broadcast_strides(out, sa, a_strides), broadcast_strides(out, sb, b_strides)]
     dims, (st_a, st_b) = collapse(list(out), strides)
     if len(dims) > MAX_NDIM:
         raise InvalidArgumentError(
