@@ -34,6 +34,8 @@ from pipelink.ops.elementwise.cuda import (
 )
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
+from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
+from pipelink.ops.reduce.cuda import plan_reduce
 from pipelink.ops.shape.cuda import plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_transpose
@@ -94,6 +96,13 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
+    for kind, dtypes in REDUCE_DTYPES.items():
+        for dt in dtypes:
+            cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
+        for dt in ("float32", "bfloat16", "int64"):
+            if dt in dtypes:  # a block per output (long rows), and a plan with 64-bit indices
+                cases.append((f"reduce_{kind}-long-{dt}", plan_reduce(kind, dt, (3, 5000), (1,))))
+                cases.append((f"reduce_{kind}-i64-{dt}", plan_reduce(kind, dt, (2**31, 2), (1,))))
     for op in BINARY:
         for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))
@@ -322,6 +331,41 @@ def test_broadcast_plan_index_math(sa, sb):
     else:
         got = _emulate_strided(plan, "sa", a) + _emulate_strided(plan, "sb", b)
     np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize(("shape", "axes"), [((3, 4, 5), (1,)), ((3, 4, 5), (0, 2)), ((3, 4, 5), ()),
+                                            ((3, 4, 5), (0, 1, 2)), ((2, 3, 4, 5, 6), (1, 3)),
+                                            ((2, 0, 3), (1,)), ((6, 2000), (1,))])
+@pytest.mark.parametrize("kind", ["sum", "max"])
+def test_reduce_plan_index_math(shape, axes, kind):
+    """pl_reduce's walk (kept dims -> row base offset, reduced dims -> offsets in the row) with the plan's
+    merged dims and strides folds exactly the elements numpy folds, in every output position."""
+    x = np.random.default_rng(2).standard_normal(shape)
+    plan = plan_reduce(kind, "float64", shape, axes)
+    s = plan.scalars
+
+    def offsets(prefix_d, prefix_s, ndim):
+        dims = [s[f"{prefix_d}{k}"] for k in range(ndim)]
+        idx = np.indices(dims).reshape(ndim, -1)
+        return sum(idx[k] * s[f"{prefix_s}{k}"] for k in range(ndim))
+
+    base = offsets("dk", "sk", int(plan.macros["PL_NDIM_K"]))
+    off = offsets("dr", "sr", int(plan.macros["PL_NDIM_R"]))
+    assert base.size == s["rows"] and off.size == s["count"]
+    vals = x.reshape(-1)[base[:, None] + off[None, :]]
+    fold = np.sum if kind == "sum" else np.max
+    expect = fold(x, axis=axes, initial=-np.inf) if kind == "max" else fold(x, axis=axes)
+    got = fold(vals, axis=1, initial=-np.inf) if kind == "max" else fold(vals, axis=1)
+    np.testing.assert_allclose(got, np.asarray(expect).reshape(-1), rtol=1e-12)
+
+
+def test_reduce_plan_refuses_what_its_kernel_lacks():
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_reduce("mean", "int32", (4, 4), (1,))
+    with pytest.raises(InvalidArgumentError, match="unknown reduction"):
+        plan_reduce("prod", "float32", (4, 4), (1,))
+    assert plan_reduce("sum", "float32", (4, 5000), (1,)).params["group"] == 256  # a block per output
+    assert plan_reduce("max", "int8", (4, 50), (1,)).macros["PL_LOWEST"] == "(-127LL - 1)"
 
 
 def test_every_kernel_source_defines_its_kernel():
