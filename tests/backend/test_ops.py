@@ -36,10 +36,11 @@ WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_ad
              "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
              "gemm", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp", "sqrt",
              "sub", "div", "pow", "reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice",
-             "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max"}
+             "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max",
+             "max_pool2d", "avg_pool2d", "global_average_pool"}
 # Issue-13 operators without a CUDA kernel yet (conv2d, conv_transpose2d, attention: cuDNN is a later step).
 CPU_ONLY = {"conv2d", "conv_transpose2d",
-            "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle", "attention",
+            "resize", "pixel_shuffle", "attention",
             "quantize_linear", "dequantize_linear"}
 EXPECTED_OPS = WITH_CUDA | CPU_ONLY
 

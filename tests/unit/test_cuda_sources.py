@@ -34,6 +34,8 @@ from pipelink.ops.elementwise.cuda import (
 )
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
+from pipelink.ops.conv.window import window_2d
+from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.cuda import plan_reduce
 from pipelink.ops.shape.cuda import plan_gather, plan_where
@@ -96,6 +98,14 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
+    win = window_2d((17, 19), (3, 2), {"strides": (2, 1), "dilations": (1, 2), "pads": (1, 0, 1, 1),
+                                       "auto_pad": "NOTSET"}, op="pool", ceil_mode=True)
+    for dt in ALL_FLOATS + ("int8", "uint8"):
+        cases.append((f"max_pool2d-{dt}", plan_pool2d("max_pool2d", dt, (2, 3, 17, 19), win)))
+    for dt in ALL_FLOATS:
+        for pad in (False, True):
+            cases.append((f"avg_pool2d-{dt}-{pad}",
+                          plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad)))
     for kind, dtypes in REDUCE_DTYPES.items():
         for dt in dtypes:
             cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
@@ -459,3 +469,17 @@ def test_binary_plans_refuse_dtypes_their_kernel_lacks():
         with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
             plan_binary(op, dt, (4,), (4,))
     assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
+
+
+def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
+    """The kernel gets the window conv/window.py resolved (the CPU reference's), argument by argument."""
+    win = window_2d((7, 6), (3, 2), {"strides": (2, 3), "dilations": (1, 1), "pads": (1, 0, 2, 1),
+                                     "auto_pad": "NOTSET"}, op="max_pool2d", ceil_mode=True)
+    plan = plan_pool2d("max_pool2d", "float16", (1, 2, 7, 6), win)
+    s = plan.scalars
+    assert (s["kh"], s["kw"], s["sh"], s["sw"], s["pt"], s["pl"], s["pb"], s["pr"]) == (3, 2, 2, 3, 1, 0, 2, 1)
+    assert (s["OH"], s["OW"]) == win.out and s["n"] == 2 * win.out[0] * win.out[1]
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_pool2d("avg_pool2d", "int8", (1, 2, 7, 6), win)
+    with pytest.raises(InvalidArgumentError, match=r"\[N, C, H, W\]"):
+        plan_pool2d("max_pool2d", "float32", (2, 7, 6), win)

@@ -37,7 +37,7 @@ from ..kernel import (
 )
 from .axes import reduced_axes
 
-__all__ = ["KERNELS", "TUNED_AS", "KINDS", "DTYPES", "plan_reduce", "reduce_bind"]
+__all__ = ["KERNELS", "TUNED_AS", "KINDS", "DTYPES", "plan_reduce", "reduce_bind", "integer_lowest"]
 
 _SOURCE = Path(__file__).resolve().parent / "reduce.cu"
 KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX"}
@@ -53,7 +53,7 @@ KERNELS: dict[str, KernelSource] = {
 TUNED_AS: dict[str, str] = {}
 
 
-def _lowest(dtype: np.dtype) -> str:
+def integer_lowest(dtype: np.dtype) -> str:
     """The lowest value of an integer type as a C literal (INT64_MIN has no literal of its own)."""
     low = int(np.iinfo(dtype).min)
     return f"({low + 1}LL - 1)" if low else "0LL"
@@ -102,7 +102,7 @@ def plan_reduce(kind: str, dtype: Any, shape: Any, axes: Any, *, tuned: dict[str
               "PL_GROUP": group, "PL_NDIM_K": len(dk), "PL_NDIM_R": len(dr),
               "PL_INDEX64": int(prod(shp) >= I32_LIMIT)}
     if is_int:
-        macros["PL_LOWEST"] = _lowest(dt.numpy)
+        macros["PL_LOWEST"] = integer_lowest(dt.numpy)
     rows_per_block = block // group
     grid = (max(1, min(-(-rows // rows_per_block), sm_count * t["max_blocks_per_sm"])), 1, 1)
     specs = [pointer("x"), pointer("y"), ArgSpec("rows", "i64"), ArgSpec("count", "i64"),
