@@ -22,6 +22,7 @@ from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
+from pipelink.ops.conv.window import window_2d
 from pipelink.ops.elementwise.cuda import (
     BINARY,
     BINARY_DTYPES,
@@ -34,7 +35,6 @@ from pipelink.ops.elementwise.cuda import (
 )
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
-from pipelink.ops.conv.window import window_2d
 from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.cuda import plan_reduce
@@ -477,7 +477,8 @@ def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
                                      "auto_pad": "NOTSET"}, op="max_pool2d", ceil_mode=True)
     plan = plan_pool2d("max_pool2d", "float16", (1, 2, 7, 6), win)
     s = plan.scalars
-    assert (s["kh"], s["kw"], s["sh"], s["sw"], s["pt"], s["pl"], s["pb"], s["pr"]) == (3, 2, 2, 3, 1, 0, 2, 1)
+    window = tuple(s[k] for k in ("kh", "kw", "sh", "sw", "pt", "pl", "pb", "pr"))
+    assert window == (3, 2, 2, 3, 1, 0, 2, 1)
     assert (s["OH"], s["OW"]) == win.out and s["n"] == 2 * win.out[0] * win.out[1]
     with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
         plan_pool2d("avg_pool2d", "int8", (1, 2, 7, 6), win)
