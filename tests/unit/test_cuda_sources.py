@@ -38,6 +38,8 @@ from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
 from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.cuda import plan_reduce
+from pipelink.ops.resize import resize_plan
+from pipelink.ops.resize.cuda import plan_resize
 from pipelink.ops.shape.cuda import plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_transpose
@@ -106,6 +108,19 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         for pad in (False, True):
             cases.append((f"avg_pool2d-{dt}-{pad}",
                           plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad)))
+    for coord in ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"):
+        for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+            attrs = {"mode": "nearest", "scales": (1.0, 1.0, 2.0, 1.5), "sizes": (),
+                     "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+            out, scales = resize_plan((2, 3, 5, 6), attrs)
+            cases.append((f"resize-nearest-{coord}-{nearest}",
+                          plan_resize("int8", (2, 3, 5, 6), out, scales, attrs)))
+    for dt in ALL_FLOATS:
+        for scales in ((1.0, 1.0, 1.0, 2.0), (1.0, 1.0, 2.0, 0.5), (1.0, 3.0, 2.0, 1.5)):  # 1-3 resized axes
+            attrs = {"mode": "linear", "scales": scales, "sizes": (),
+                     "coordinate_transformation_mode": "half_pixel", "nearest_mode": "floor"}
+            out, sc = resize_plan((2, 3, 5, 6), attrs)
+            cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
     for kind, dtypes in REDUCE_DTYPES.items():
         for dt in dtypes:
             cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
@@ -469,6 +484,17 @@ def test_binary_plans_refuse_dtypes_their_kernel_lacks():
         with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
             plan_binary(op, dt, (4,), (4,))
     assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
+
+
+def test_resize_plan_marks_the_resized_axes_and_refuses_linear_integers():
+    attrs = {"mode": "linear", "scales": (1.0, 1.0, 2.0, 0.5), "sizes": (),
+             "coordinate_transformation_mode": "align_corners", "nearest_mode": "floor"}
+    out, scales = resize_plan((1, 2, 4, 6), attrs)
+    plan = plan_resize("float16", (1, 2, 4, 6), out, scales, attrs)
+    assert plan.scalars["resized"] == 0b1100 and plan.macros["PL_NL"] == "2"
+    assert (plan.scalars["dout2"], plan.scalars["dout3"], plan.scalars["sc3"]) == (8, 3, 0.5)
+    with pytest.raises(InvalidArgumentError, match="mode 'linear' takes"):
+        plan_resize("int8", (1, 2, 4, 6), out, scales, attrs)
 
 
 def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
