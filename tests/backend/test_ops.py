@@ -37,10 +37,10 @@ WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_ad
              "gemm", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp", "sqrt",
              "sub", "div", "pow", "reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice",
              "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max",
-             "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle"}
+             "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle",
+             "quantize_linear", "dequantize_linear"}
 # Issue-13 operators without a CUDA kernel yet (conv2d, conv_transpose2d, attention: cuDNN is a later step).
-CPU_ONLY = {"conv2d", "conv_transpose2d", "attention",
-            "quantize_linear", "dequantize_linear"}
+CPU_ONLY = {"conv2d", "conv_transpose2d", "attention"}
 EXPECTED_OPS = WITH_CUDA | CPU_ONLY
 
 

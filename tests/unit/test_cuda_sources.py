@@ -36,6 +36,7 @@ from pipelink.ops.elementwise.cuda import (
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
 from pipelink.ops.pool.cuda import plan_pool2d
+from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.cuda import plan_reduce
 from pipelink.ops.resize import resize_plan
@@ -121,6 +122,12 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
                      "coordinate_transformation_mode": "half_pixel", "nearest_mode": "floor"}
             out, sc = resize_plan((2, 3, 5, 6), attrs)
             cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
+    for q in Q_KINDS:
+        for ft in FLOATS:
+            for op in ("quantize_linear", "dequantize_linear"):
+                cases.append((f"{op}-{q}-{ft}", plan_quantize(op, ft, q, (4, 6, 5), 1)))
+        cases.append((f"quantize_linear-{q}-nosat", plan_quantize("quantize_linear", "float32", q, (9,), None,
+                                                                   saturate=False)))
     for kind, dtypes in REDUCE_DTYPES.items():
         for dt in dtypes:
             cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
