@@ -1,9 +1,9 @@
 """The operator families of issue 13 (shape, reduce, conv, pool, resize, attention, quantize) on CUDA.
 
-Those with CUDA kernels (shape, reduce, pool, resize, quantize) must be chosen on a CUDA device; the rest have CPU
-(NumPy) variants only, which the registry picks as the last resort there. These tests pin that contract:
-a pipeline mixing them loads on "cuda", reports the expected variant for each stage, and gives the CPU
-device's results with outputs on the device.
+Those with CUDA kernels (shape, reduce, pool, resize, quantize) must be chosen on a CUDA device; conv and
+attention have CPU (NumPy) variants only (cuDNN is a later step), which the registry picks as the last
+resort there. These tests pin that contract: a pipeline mixing them loads on "cuda", reports the expected
+variant for each stage, and gives the CPU device's results with outputs on the device.
 """
 
 from __future__ import annotations
