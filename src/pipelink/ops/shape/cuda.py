@@ -151,7 +151,7 @@ def slice_view(shape: tuple[int, ...], attrs: Any) -> View:
 
 def _view(t: Tensor, view: View) -> Tensor:
     offset, shape, strides = view
-    return Tensor._trusted(t.ptr + offset * t.dtype.itemsize, shape, t.dtype, t.device, strides, t)
+    return Tensor(t.ptr + offset * t.dtype.itemsize, shape, t.dtype, t.device, strides, owner=t)
 
 
 def _copies(ctx: KernelContext, moves: list[tuple[str, int, View, str, int, View]]):
