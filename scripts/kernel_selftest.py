@@ -136,8 +136,12 @@ UNARY = {
     "scale": lambda x, f: x * f,
     "sigmoid": lambda x, f: 1 / (1 + np.exp(-x)),
     "tanh": lambda x, f: np.tanh(x),
+    "hardswish": lambda x, f: x * np.clip(x / 6 + 0.5, 0, 1),
+    "erf": lambda x, f: erf(x),
+    "exp": lambda x, f: np.exp(x),
+    "sqrt": lambda x, f: np.sqrt(x),  # drawn from positive inputs below
 }
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power}
 
 
 def layer_norm_ref(x, g, b, eps):
@@ -163,7 +167,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
     norm_cs = (1000, 4096) if quick else (1000, 4096, 1001, 100_000)
     for dt in DTYPES:
         for op, fn in UNARY.items():
-            x, xd = rand(rng, (n,), dt)
+            x, xd = rand(rng, (n,), dt, low=0.0 if op == "sqrt" else None)
             y = poisoned((n,), dt)
             plan = plan_unary(op, dt, (n,), factor=0.37, sm_count=r.sm_count)
             r.run(plan, x=xd.data_ptr(), y=y.data_ptr())
@@ -171,7 +175,7 @@ def check_all(r: Runner, quick: bool) -> list[tuple]:
             record(op, dt, (n,), rel_err(to_host(y), fn(x, 0.37)), plan)
         for op, fn in BINARY.items():
             for sa, sb in (((n,), (n,)), ((37, 1, 1000), (5, 1000)), ((7, 1, 5, 3), (6, 1, 3))):
-                a, ad = rand(rng, sa, dt)
+                a, ad = rand(rng, sa, dt, low=0.5 if op == "pow" else None)  # pow: positive bases
                 b, bd = rand(rng, sb, dt, low=0.5 if op == "div" else None)
                 out = np.broadcast_shapes(sa, sb)
                 y = poisoned(out, dt)

@@ -34,12 +34,13 @@ from .ops_helpers import (
 SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails and more than one block
 WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
              "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-             "gemm", "transpose", "precision_cast", "sigmoid", "tanh"}
-# The operator families of issue 13 (one package each under ops/): NumPy variants only so far.
-CPU_ONLY = {"reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice", "gather", "where",
-            "expand", "reduce_mean", "reduce_sum", "reduce_max", "conv2d", "conv_transpose2d",
-            "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle", "attention",
-            "quantize_linear", "dequantize_linear"}
+             "gemm", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp", "sqrt",
+             "sub", "div", "pow", "reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice",
+             "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max",
+             "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle",
+             "quantize_linear", "dequantize_linear"}
+# Issue-13 operators without a CUDA kernel yet (conv2d, conv_transpose2d, attention: cuDNN is a later step).
+CPU_ONLY = {"conv2d", "conv_transpose2d", "attention"}
 EXPECTED_OPS = WITH_CUDA | CPU_ONLY
 
 
@@ -124,6 +125,9 @@ UNARY = [
     ("scale", {"factor": -2.5}, lambda x: -2.5 * x),
     ("sigmoid", {}, lambda x: 1.0 / (1.0 + np.exp(-x))),
     ("tanh", {}, lambda x: (np.exp(x) - np.exp(-x)) / (np.exp(x) + np.exp(-x))),
+    ("hardswish", {}, lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
+    ("erf", {}, ref_erf),
+    ("exp", {}, lambda x: np.exp(x)),
 ]
 
 
@@ -136,6 +140,32 @@ def test_unary_float_ops(reg, device, rng, name, attrs, ref, shape, dtype):
         (y,) = run_op(reg, name, [x], attrs, device=device)
         assert y.dtype == x.dtype and y.shape == x.shape
         check_close(y, ref(as64(x)), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sqrt_of_positive_inputs(reg, device, rng, shape, dtype):
+    x = rand(rng, shape, dtype, 0.0, 50.0)
+    (y,) = run_op(reg, "sqrt", [x], device=device)
+    check_close(y, np.sqrt(as64(x)), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_ieee_edges_of_sqrt_exp_erf_and_hardswish(reg, device, dtype):
+    """ONNX follows IEEE: sqrt(-1) is NaN, exp overflows to inf, erf saturates at +-1, hardswish is 0
+    below -3 and x above 3 (so hardswish(-inf) = -inf * 0 is NaN); NaN goes through every one of them."""
+    npd = get_dtype(dtype).numpy
+    x = np.array([-4.0, -1.0, -0.0, 0.0, 1.0, 4.0, 1e5, np.inf, -np.inf, np.nan]).astype(npd)
+    with np.errstate(all="ignore"):
+        expect = {"sqrt": np.sqrt(as64(x)), "exp": np.exp(as64(x)),
+                  "erf": np.where(np.isnan(as64(x)), np.nan, ref_erf(np.nan_to_num(as64(x)))),
+                  "hardswish": as64(x) * np.clip(as64(x) / 6.0 + 0.5, 0.0, 1.0)}
+    for name, ref in expect.items():
+        (y,) = run_op(reg, name, [x], device=device)
+        got = as64(y)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=name)
+        finite = ~np.isnan(ref)
+        np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype][0], err_msg=name)
 
 
 def test_silu_of_very_negative_inputs_is_minus_zero_not_nan(reg, device):
@@ -172,7 +202,8 @@ def test_identity_copies_any_dtype(reg, device, rng, dtype):
     np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
 
 
-@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "sigmoid", "tanh", "bias_add"])
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "sigmoid", "tanh", "hardswish", "erf",
+                                  "exp", "sqrt", "bias_add", "div", "pow"])
 def test_float_only_ops_refuse_ints(reg, name):
     desc = reg.get(name)
     ins = [(3, 7), (7,)][: len(desc.inputs)]
@@ -202,7 +233,7 @@ def _wrap(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.vectorize(one, otypes=[object])(values)
 
 
-@pytest.mark.parametrize(("name", "op"), [("add", np.add), ("mul", np.multiply)])
+@pytest.mark.parametrize(("name", "op"), [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)])
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES)
 @pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
 def test_binary_ops_broadcast(reg, device, rng, name, op, dtype, sa, sb):
@@ -215,6 +246,38 @@ def test_binary_ops_broadcast(reg, device, rng, name, op, dtype, sa, sb):
         np.testing.assert_array_equal(c.astype(object), _wrap(exact, dtype))
     else:
         check_close(c, op(as64(a), as64(b)), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
+def test_div_and_pow_broadcast(reg, device, rng, dtype, sa, sb):
+    # away from 0 and from negative bases: the quotient and the power stay finite and well conditioned
+    a, b = rand(rng, sa, dtype, 0.5, 4.0), rand(rng, sb, dtype, -2.0, 2.0)
+    b = np.where(np.abs(as64(b)) < 0.25, 0.25, as64(b)).astype(b.dtype)
+    (q,) = run_op(reg, "div", [a, b], device=device)
+    check_close(q, as64(a) / as64(b), dtype)
+    (p,) = run_op(reg, "pow", [a, b], device=device)
+    # pow amplifies the input rounding by |b log a|, which stays below 3 here: three tolerances
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(as64(p), as64(a) ** as64(b), rtol=3 * rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_div_by_zero_and_pow_of_a_negative_base_follow_ieee(reg, device, dtype):
+    npd = get_dtype(dtype).numpy
+    a, b = np.array([1.0, -1.0, 0.0, -8.0, -8.0]).astype(npd), np.array([0.0, 0.0, 0.0, 0.5, 3.0]).astype(npd)
+    (q,) = run_op(reg, "div", [a, b], device=device)
+    (p,) = run_op(reg, "pow", [a, b], device=device)
+    assert as64(q)[0] == np.inf and as64(q)[1] == -np.inf and np.isnan(as64(q)[2])
+    assert np.isnan(as64(p)[3]) and as64(p)[4] == -512.0
+
+
+def test_cuda_variants_of_add_sub_mul_cover_8_bit_integers(reg):
+    """Issue 13: int8 / uint8 add and mul on CUDA (wrap-around); div and pow stay float-only."""
+    for name in ("add", "sub", "mul", "div", "pow"):
+        (cuda,) = [v for v in reg.get(name).variants if v.device == "cuda"]
+        assert {"int8", "uint8"} <= cuda.dtypes if name in ("add", "sub", "mul") else not cuda.dtypes & {
+            "int8", "uint8"}, name
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)

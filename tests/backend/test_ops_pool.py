@@ -59,43 +59,46 @@ CASES = [
     ((1, 2, 9, 9), {"kernel_shape": [2, 3], "dilations": [2, 2], "strides": [1, 2]}),
     ((1, 1, 6, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": True}),
     ((1, 1, 5, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True}),
+    ((2, 8, 17, 19), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # many blocks of threads
 ]
 
 
 @pytest.mark.parametrize(("shape", "attrs"), CASES)
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize(("kind", "include_pad"), [("max", False), ("avg", False), ("avg", True)])
-def test_pools_against_loops(reg, shape, attrs, dtype, kind, include_pad):
+def test_pools_against_loops(reg, device, shape, attrs, dtype, kind, include_pad):
     x = rand(np.random.default_rng(41), shape, dtype)
     call = dict(attrs, count_include_pad=include_pad) if kind == "avg" else attrs
-    (y,) = run_op(reg, f"{kind}_pool2d", [x], call)
+    (y,) = run_op(reg, f"{kind}_pool2d", [x], call, device=device)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "ceil_mode": False, **attrs}
     ref = _pool_ref(x, kind, full["kernel_shape"], full["strides"], full["pads"], full["dilations"],
                     full["ceil_mode"], include_pad)
     check_close(y, ref, dtype)
 
 
-def test_max_pool_propagates_nan_and_padding_never_wins(reg):
+def test_max_pool_propagates_nan_and_padding_never_wins(reg, device):
     x = -np.abs(rand(np.random.default_rng(42), (1, 1, 4, 4), "float32")) - 1  # all below the zero pad
     x[0, 0, 0, 0] = np.nan
-    (y,) = run_op(reg, "max_pool2d", [x], {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    (y,) = run_op(reg, "max_pool2d", [x], attrs, device=device)
     assert np.isnan(y[0, 0, 0, 0]) and np.all(y[0, 0].ravel()[1:] < 0)
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
-def test_auto_pad_matches_explicit_pads(reg, auto_pad):
+def test_auto_pad_matches_explicit_pads(reg, device, auto_pad):
     x = rand(np.random.default_rng(43), (1, 2, 8, 7), "float32")
-    (y,) = run_op(reg, "avg_pool2d", [x], {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": auto_pad})
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2]}
+    (y,) = run_op(reg, "avg_pool2d", [x], dict(attrs, auto_pad=auto_pad), device=device)
     pads = {"SAME_UPPER": [0, 0, 1, 1], "SAME_LOWER": [1, 1, 0, 0], "VALID": [0, 0, 0, 0]}[auto_pad]
-    (z,) = run_op(reg, "avg_pool2d", [x], {"kernel_shape": [3, 2], "strides": [2, 2], "pads": pads})
+    (z,) = run_op(reg, "avg_pool2d", [x], dict(attrs, pads=pads), device=device)
     assert y.shape == z.shape and np.array_equal(y, z)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5, 6), (2, 3, 7), (1, 4, 2, 3, 2), (2, 3)])
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-def test_global_average_pool(reg, shape, dtype):
+def test_global_average_pool(reg, device, shape, dtype):
     x = rand(np.random.default_rng(44), shape, dtype)
-    (y,) = run_op(reg, "global_average_pool", [x])
+    (y,) = run_op(reg, "global_average_pool", [x], device=device)
     assert y.shape == shape[:2] + (1,) * (len(shape) - 2)
     flat = x.astype(np.float64).reshape(shape[0], shape[1], -1)
     ref = np.array([[math.fsum(r) / len(r) for r in row] for row in flat]).reshape(y.shape)
@@ -117,13 +120,13 @@ def test_pool_errors(reg, shape, attrs, error, match):
 
 @pytest.mark.parametrize(("shape", "attrs"), CASES)
 @pytest.mark.parametrize(("kind", "include_pad"), [("max", 0), ("avg", 0), ("avg", 1)])
-def test_pools_match_onnx(reg, shape, attrs, kind, include_pad):
+def test_pools_match_onnx(reg, device, shape, attrs, kind, include_pad):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(45), shape, "float32")
     ours = dict(attrs, count_include_pad=bool(include_pad)) if kind == "avg" else attrs
-    (y,) = run_op(reg, f"{kind}_pool2d", [x], ours)
+    (y,) = run_op(reg, f"{kind}_pool2d", [x], ours, device=device)
     theirs = {k: int(v) if isinstance(v, bool) else v for k, v in attrs.items()}
     if kind == "avg":
         theirs["count_include_pad"] = include_pad
@@ -151,19 +154,19 @@ def test_pipeline_pool_head_plans_and_runs():
     check_close(y, q.mean(axis=(2, 3), keepdims=True), "float16")
 
 
-def test_empty_batches_and_empty_spatial_axes(reg):
+def test_empty_batches_and_empty_spatial_axes(reg, device):
     for name, attrs in (("max_pool2d", {"kernel_shape": [2, 2]}), ("avg_pool2d", {"kernel_shape": [2, 2]}),
                         ("global_average_pool", {})):
-        (y,) = run_op(reg, name, [np.zeros((0, 2, 4, 4), np.float32)], attrs)
+        (y,) = run_op(reg, name, [np.zeros((0, 2, 4, 4), np.float32)], attrs, device=device)
         assert y.shape[:2] == (0, 2)
-    (y,) = run_op(reg, "global_average_pool", [np.ones((1, 2, 0, 4), np.float32)])
+    (y,) = run_op(reg, "global_average_pool", [np.ones((1, 2, 0, 4), np.float32)], device=device)
     assert y.shape == (1, 2, 1, 1) and np.isnan(y).all(), "the mean of no elements is NaN"
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_max_pool_on_8_bit_integers_is_exact(reg, dtype):
+def test_max_pool_on_8_bit_integers_is_exact(reg, device, dtype):
     x = rand(np.random.default_rng(47), (2, 3, 7, 6), dtype)
     attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 1, 1, 0], "ceil_mode": True}
-    (y,) = run_op(reg, "max_pool2d", [x], attrs)
+    (y,) = run_op(reg, "max_pool2d", [x], attrs, device=device)
     ref = _pool_ref(x, "max", [3, 2], [2, 2], [1, 1, 1, 0], [1, 1], True, False)
     assert y.dtype == x.dtype and np.array_equal(y.astype(np.float64), ref)

@@ -68,7 +68,7 @@ def _quant_ref(x, scale, zero, axis, dtype, saturate=True):
 @pytest.mark.parametrize("xtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize(("shape", "axis", "per_axis"), [((4, 6), 1, False), ((3, 5, 2), 1, True),
                                                          ((3, 5, 2), -1, True), ((0, 4), 1, True)])
-def test_quantize_against_elementwise_reference(reg, qtype, xtype, shape, axis, per_axis):
+def test_quantize_against_elementwise_reference(reg, device, qtype, xtype, shape, axis, per_axis):
     rng = np.random.default_rng(71)
     x = (rng.standard_normal(shape) * 40).astype(ml_dtypes.bfloat16 if xtype == "bfloat16" else xtype)
     n = shape[axis] if per_axis else 1
@@ -78,7 +78,7 @@ def test_quantize_against_elementwise_reference(reg, qtype, xtype, shape, axis, 
     else:
         zero = np.zeros(scale.shape, FP8[qtype])
     x.flat[:2] = np.array([2.5, -2.5]) * scale.ravel()[0] if x.size else x.flat[:2]  # ties go to even
-    (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {"axis": axis})
+    (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {"axis": axis}, device=device)
     assert y.dtype == np.dtype(FP8.get(qtype, qtype)) and y.shape == x.shape
     ref = _quant_ref(x, scale, zero, axis % len(shape), qtype)
     assert np.array_equal(y.astype(np.float64), ref, equal_nan=True)
@@ -86,10 +86,11 @@ def test_quantize_against_elementwise_reference(reg, qtype, xtype, shape, axis, 
 
 @pytest.mark.parametrize("qtype", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("saturate", [True, False])
-def test_float8_saturation_nan_and_inf(reg, qtype, saturate):
+def test_float8_saturation_nan_and_inf(reg, device, qtype, saturate):
     big = float(ml_dtypes.finfo(FP8[qtype]).max)
     x = np.array([big * 4, -big * 4, np.inf, -np.inf, np.nan, 1e-9, big, 3.3], np.float32)
-    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], {"output_dtype": qtype, "saturate": saturate})
+    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], {"output_dtype": qtype, "saturate": saturate},
+                  device=device)
     ref = [_nearest_fp8(float(v), FP8[qtype], saturate) for v in x]
     if not saturate:  # infinities stay infinite where the type has them (e5m2), else NaN
         ref[2:4] = [math.nan, math.nan] if qtype == "float8_e4m3fn" else [math.inf, -math.inf]
@@ -98,18 +99,18 @@ def test_float8_saturation_nan_and_inf(reg, qtype, saturate):
     assert np.array_equal(y.astype(np.float64), np.array(ref), equal_nan=True)
 
 
-def test_integers_always_saturate_and_default_to_uint8(reg):
+def test_integers_always_saturate_and_default_to_uint8(reg, device):
     x = np.array([-1000.0, 1000.0, 0.5, 1.5, -0.5], np.float32)
-    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)])
+    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], device=device)
     assert y.dtype == np.uint8 and y.tolist() == [0, 255, 0, 2, 0]
-    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], {"output_dtype": "int8"})
+    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], {"output_dtype": "int8"}, device=device)
     assert y.tolist() == [-128, 127, 0, 2, 0]
 
 
 @pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("stype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("per_axis", [False, True])
-def test_dequantize_against_formula(reg, qtype, stype, per_axis):
+def test_dequantize_against_formula(reg, device, qtype, stype, per_axis):
     rng = np.random.default_rng(72)
     npq = FP8.get(qtype, qtype)
     codes = rng.integers(0, 256, size=(3, 4, 5)).astype(np.uint8)
@@ -120,7 +121,7 @@ def test_dequantize_against_formula(reg, qtype, stype, per_axis):
     scale = rng.uniform(0.01, 2, size=(4,) if per_axis else ()).astype(npt)
     zero = (rng.integers(0, 20, size=scale.shape).astype(qtype) if qtype in ("int8", "uint8")
             else np.zeros(scale.shape, npq))
-    (y,) = run_op(reg, "dequantize_linear", [x, scale, zero], {"axis": -2})
+    (y,) = run_op(reg, "dequantize_linear", [x, scale, zero], {"axis": -2}, device=device)
     assert y.dtype == scale.dtype
     s = scale.astype(np.float64).reshape((4, 1) if per_axis else ())
     z = zero.astype(np.float64).reshape((4, 1) if per_axis else ())
@@ -151,7 +152,7 @@ def test_dtype_errors(reg):
 
 @pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("per_axis", [False, True])
-def test_quantize_roundtrip_matches_onnx(reg, qtype, per_axis):
+def test_quantize_roundtrip_matches_onnx(reg, device, qtype, per_axis):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
@@ -160,10 +161,10 @@ def test_quantize_roundtrip_matches_onnx(reg, qtype, per_axis):
     scale = rng.uniform(0.05, 0.5, size=(4,) if per_axis else ()).astype(np.float32)
     zero = (rng.integers(0, 20, size=scale.shape).astype(qtype) if qtype in ("int8", "uint8")
             else np.zeros(scale.shape, FP8[qtype]))
-    (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {"axis": 1})
+    (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {"axis": 1}, device=device)
     (ref,) = run_onnx("QuantizeLinear", [x, scale, zero], {"axis": 1}, opset=21)
     assert np.array_equal(y.astype(np.float64), ref.astype(np.float64), equal_nan=True)
-    (back,) = run_op(reg, "dequantize_linear", [y, scale, zero], {"axis": 1})
+    (back,) = run_op(reg, "dequantize_linear", [y, scale, zero], {"axis": 1}, device=device)
     (ref_back,) = run_onnx("DequantizeLinear", [ref, scale, zero], {"axis": 1}, opset=21)
     check_close(back, ref_back.astype(np.float64))
 

@@ -48,15 +48,17 @@ def _ref(x: np.ndarray, kind: str, axes, keepdims: bool, noop: bool) -> np.ndarr
 
 
 CASES = [((3, 4, 5), [1], True), ((3, 4, 5), [-1, 0], False), ((3, 4, 5), [], True), ((3, 4, 5), [], False),
-         ((7,), [0], False), ((2, 0, 3), [1], True), ((2, 0, 3), [0], False)]
+         ((7,), [0], False), ((2, 0, 3), [1], True), ((2, 0, 3), [0], False),
+         ((2, 3000), [-1], False),        # longer than a warp's share on CUDA: a block per output
+         ((33, 5, 40), [0, 2], True)]     # reduced axes on both sides of a kept one
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", FLOAT_TYPES)
 @pytest.mark.parametrize(("shape", "axes", "keepdims"), CASES)
-def test_reductions_on_floats(reg, kind, dtype, shape, axes, keepdims):
+def test_reductions_on_floats(reg, device, kind, dtype, shape, axes, keepdims):
     x = rand(np.random.default_rng(21), shape, dtype)
-    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": axes, "keepdims": keepdims})
+    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": axes, "keepdims": keepdims}, device=device)
     ref = _ref(x, kind, axes, keepdims, False)
     assert y.shape == ref.shape and y.dtype == x.dtype
     rtol, atol = TOL[dtype]
@@ -67,10 +69,10 @@ def test_reductions_on_floats(reg, kind, dtype, shape, axes, keepdims):
 
 @pytest.mark.parametrize("kind", ["sum", "max"])
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
-def test_integer_sum_wraps_and_max_is_exact(reg, kind, dtype):
+def test_integer_sum_wraps_and_max_is_exact(reg, device, kind, dtype):
     rng = np.random.default_rng(22)
     x = rand(rng, (4, 50), dtype)
-    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": [1], "keepdims": False})
+    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": [1], "keepdims": False}, device=device)
     info = np.iinfo(x.dtype)
     for i in range(4):
         vals = [int(v) for v in x[i]]
@@ -79,23 +81,24 @@ def test_integer_sum_wraps_and_max_is_exact(reg, kind, dtype):
         assert int(y[i]) == want
 
 
-def test_empty_max_is_the_lowest_value(reg):
-    (y,) = run_op(reg, "reduce_max", [np.zeros((3, 0), np.int8)], {"axes": [1], "keepdims": False})
+def test_empty_max_is_the_lowest_value(reg, device):
+    (y,) = run_op(reg, "reduce_max", [np.zeros((3, 0), np.int8)], {"axes": [1], "keepdims": False},
+                  device=device)
     assert y.tolist() == [-128] * 3
-    (y,) = run_op(reg, "reduce_max", [np.zeros((0, 2), np.float16)], {"axes": [0]})
+    (y,) = run_op(reg, "reduce_max", [np.zeros((0, 2), np.float16)], {"axes": [0]}, device=device)
     assert np.all(np.isneginf(y))
 
 
-def test_noop_with_empty_axes_copies(reg):
+def test_noop_with_empty_axes_copies(reg, device):
     x = rand(np.random.default_rng(23), (3, 4), "bfloat16")
     for kind in KINDS:
-        (y,) = run_op(reg, f"reduce_{kind}", [x], {"noop_with_empty_axes": True})
+        (y,) = run_op(reg, f"reduce_{kind}", [x], {"noop_with_empty_axes": True}, device=device)
         assert y.shape == x.shape and np.array_equal(y, x)
 
 
-def test_nan_propagates_through_max(reg):
+def test_nan_propagates_through_max(reg, device):
     x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, 6.0]], np.float32)
-    (y,) = run_op(reg, "reduce_max", [x], {"axes": [1], "keepdims": False})
+    (y,) = run_op(reg, "reduce_max", [x], {"axes": [1], "keepdims": False}, device=device)
     assert np.isnan(y[0]) and y[1] == 6.0
 
 
@@ -111,13 +114,14 @@ def test_errors(reg):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize(("axes", "keepdims", "noop"), [([1], 1, 0), ([-1, 0], 0, 0), ([], 1, 0), ([], 0, 1)])
-def test_reductions_match_onnx(reg, kind, dtype, axes, keepdims, noop):
+def test_reductions_match_onnx(reg, device, kind, dtype, axes, keepdims, noop):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(24), (3, 4, 5), dtype)
     (y,) = run_op(reg, f"reduce_{kind}", [x],
-                  {"axes": axes, "keepdims": bool(keepdims), "noop_with_empty_axes": bool(noop)})
+                  {"axes": axes, "keepdims": bool(keepdims), "noop_with_empty_axes": bool(noop)},
+                  device=device)
     onnx_in = [x, np.array(axes, np.int64)] if axes else [x]
     (ref,) = run_onnx(f"Reduce{kind.capitalize()}", onnx_in,
                       {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18)

@@ -74,10 +74,10 @@ SCALES = [(1.0, 1.0, 2.0, 2.0), (1.0, 1.0, 0.5, 1.5), (1.0, 1.0, 1.7, 0.6), (1.0
 @pytest.mark.parametrize("scales", SCALES)
 @pytest.mark.parametrize("coord_mode", COORDS)
 @pytest.mark.parametrize("nearest_mode", NEAREST)
-def test_nearest_against_per_element(reg, scales, coord_mode, nearest_mode):
+def test_nearest_against_per_element(reg, device, scales, coord_mode, nearest_mode):
     x = rand(np.random.default_rng(51), (1, 2, 4, 5), "int8")  # nearest copies values: any dtype
     (y,) = run_op(reg, "resize", [x], {"scales": list(scales), "coordinate_transformation_mode": coord_mode,
-                                       "nearest_mode": nearest_mode})
+                                       "nearest_mode": nearest_mode}, device=device)
     out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
     assert y.shape == out
     assert np.array_equal(y, _resize_ref(x, out, scales, "nearest", coord_mode, nearest_mode))
@@ -86,18 +86,18 @@ def test_nearest_against_per_element(reg, scales, coord_mode, nearest_mode):
 @pytest.mark.parametrize("scales", SCALES)
 @pytest.mark.parametrize("coord_mode", COORDS)
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-def test_linear_against_corner_sums(reg, scales, coord_mode, dtype):
+def test_linear_against_corner_sums(reg, device, scales, coord_mode, dtype):
     x = rand(np.random.default_rng(52), (1, 2, 4, 5), dtype)
     (y,) = run_op(reg, "resize", [x], {"mode": "linear", "scales": list(scales),
-                                       "coordinate_transformation_mode": coord_mode})
+                                       "coordinate_transformation_mode": coord_mode}, device=device)
     out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
     check_close(y, _resize_ref(x, out, scales, "linear", coord_mode, ""), dtype)
 
 
 @pytest.mark.parametrize("sizes", [(1, 2, 8, 3), (1, 2, 1, 1), (1, 2, 4, 5), (2, 2, 6, 10)])
-def test_sizes_give_the_shape_and_out_over_in_scales(reg, sizes):
+def test_sizes_give_the_shape_and_out_over_in_scales(reg, device, sizes):
     x = rand(np.random.default_rng(53), (1, 2, 4, 5), "float32")
-    (y,) = run_op(reg, "resize", [x], {"mode": "linear", "sizes": list(sizes)})
+    (y,) = run_op(reg, "resize", [x], {"mode": "linear", "sizes": list(sizes)}, device=device)
     scales = [o / i for o, i in zip(sizes, x.shape, strict=True)]
     assert y.shape == sizes
     check_close(y, _resize_ref(x, sizes, scales, "linear", "half_pixel", ""))
@@ -122,10 +122,10 @@ def test_resize_errors(reg, attrs, error, match):
 
 @pytest.mark.parametrize("mode", ["CRD", "DCR"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
-def test_pixel_shuffle_against_index_formula(reg, mode, dtype):
+def test_pixel_shuffle_against_index_formula(reg, device, mode, dtype):
     b, n, c, h, w = 2, 2, 12, 3, 4
     x = rand(np.random.default_rng(54), (n, c, h, w), dtype)
-    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": b, "mode": mode})
+    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": b, "mode": mode}, device=device)
     co = c // (b * b)
     assert y.shape == (n, co, h * b, w * b)
     for ni, ci, yi, xi in itertools.product(range(n), range(co), range(h * b), range(w * b)):
@@ -148,24 +148,24 @@ def test_pixel_shuffle_errors(reg):
     ("linear", "align_corners", "round_prefer_floor"), ("linear", "asymmetric", "round_prefer_floor"),
     ("linear", "pytorch_half_pixel", "round_prefer_floor"),
 ])
-def test_resize_matches_onnx(reg, scales, mode, coord_mode, nearest_mode):
+def test_resize_matches_onnx(reg, device, scales, mode, coord_mode, nearest_mode):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(55), (1, 2, 4, 5), "float32")
     attrs = {"mode": mode, "coordinate_transformation_mode": coord_mode, "nearest_mode": nearest_mode}
-    (y,) = run_op(reg, "resize", [x], {"scales": list(scales), **attrs})
+    (y,) = run_op(reg, "resize", [x], {"scales": list(scales), **attrs}, device=device)
     (ref,) = run_onnx("Resize", [x, None, np.array(scales, np.float32)], attrs, opset=19)
     check_close(y, ref.astype(np.float64))
 
 
 @pytest.mark.parametrize("mode", ["CRD", "DCR"])
-def test_pixel_shuffle_matches_onnx_depth_to_space(reg, mode):
+def test_pixel_shuffle_matches_onnx_depth_to_space(reg, device, mode):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(56), (2, 18, 2, 3), "float32")
-    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": 3, "mode": mode})
+    (y,) = run_op(reg, "pixel_shuffle", [x], {"blocksize": 3, "mode": mode}, device=device)
     (ref,) = run_onnx("DepthToSpace", [x], {"blocksize": 3, "mode": mode})
     assert np.array_equal(y, ref)
 

@@ -47,9 +47,9 @@ def _infer(reg, name, shapes, dtypes, attrs):
     ((1,), [], False, ()),                         # to a scalar
 ])
 @pytest.mark.parametrize("dtype", DATA_TYPES)
-def test_reshape_shapes_and_order(reg, shape, target, allowzero, expected, dtype):
+def test_reshape_shapes_and_order(reg, device, shape, target, allowzero, expected, dtype):
     x = rand(np.random.default_rng(1), shape, dtype)
-    (y,) = run_op(reg, "reshape", [x], {"shape": target, "allowzero": allowzero})
+    (y,) = run_op(reg, "reshape", [x], {"shape": target, "allowzero": allowzero}, device=device)
     assert y.shape == expected and y.dtype == x.dtype
     assert np.array_equal(y.ravel(), x.ravel()), "reshape keeps the row-major element order"
 
@@ -79,9 +79,9 @@ def test_reshape_keeps_symbols_and_derives_the_rest(reg):
     ((2, 3, 4), 1, (2, 12)), ((2, 3, 4), 0, (1, 24)), ((2, 3, 4), 3, (24, 1)), ((2, 3, 4), -1, (6, 4)),
     ((2, 0, 4), 2, (0, 4)),
 ])
-def test_flatten(reg, shape, axis, expected):
+def test_flatten(reg, device, shape, axis, expected):
     x = rand(np.random.default_rng(2), shape, "float16")
-    (y,) = run_op(reg, "flatten", [x], {"axis": axis})
+    (y,) = run_op(reg, "flatten", [x], {"axis": axis}, device=device)
     assert y.shape == expected and np.array_equal(y.ravel(), x.ravel())
 
 
@@ -94,9 +94,9 @@ def test_flatten_axis_out_of_range(reg):
     ((1, 3, 1, 4), [], (3, 4)), ((1, 3, 1, 4), [0], (3, 1, 4)), ((1, 3, 1, 4), [-2, 0], (3, 4)),
     ((1,), [], ()),
 ])
-def test_squeeze(reg, shape, axes, expected):
+def test_squeeze(reg, device, shape, axes, expected):
     x = rand(np.random.default_rng(3), shape, "int8")
-    (y,) = run_op(reg, "squeeze", [x], {"axes": axes})
+    (y,) = run_op(reg, "squeeze", [x], {"axes": axes}, device=device)
     assert y.shape == expected and np.array_equal(y.ravel(), x.ravel())
 
 
@@ -111,9 +111,9 @@ def test_squeeze_refuses_an_axis_that_is_not_1(reg):
     ((3, 4), [0], (1, 3, 4)), ((3, 4), [-1], (3, 4, 1)), ((3, 4), [0, 3], (1, 3, 4, 1)),
     ((3, 4), [1, -2], (3, 1, 1, 4)), ((), [0], (1,)),
 ])
-def test_unsqueeze(reg, shape, axes, expected):
+def test_unsqueeze(reg, device, shape, axes, expected):
     x = rand(np.random.default_rng(4), shape, "bfloat16")
-    (y,) = run_op(reg, "unsqueeze", [x], {"axes": axes})
+    (y,) = run_op(reg, "unsqueeze", [x], {"axes": axes}, device=device)
     assert y.shape == expected and np.array_equal(y.ravel(), x.ravel())
 
 
@@ -124,10 +124,10 @@ def test_unsqueeze(reg, shape, axes, expected):
     ([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (1, 3)], 0), ([(2, 3, 4)] * MAX_PARTS, -2),
     ([(2, 0), (2, 3)], -1), ([(5,)], 0),
 ])
-def test_concat_against_a_loop(reg, dtype, shapes, axis):
+def test_concat_against_a_loop(reg, device, dtype, shapes, axis):
     rng = np.random.default_rng(5)
     parts = [rand(rng, s, dtype) for s in shapes]
-    (y,) = run_op(reg, "concat", parts, {"axis": axis})
+    (y,) = run_op(reg, "concat", parts, {"axis": axis}, device=device)
     ax = axis % len(shapes[0])
     offset = 0
     for p in parts:  # every part lands at its offset along the axis
@@ -153,10 +153,10 @@ def test_concat_errors(reg):
     (5, {"split": [0, 5]}, (0, 5)),
 ])
 @pytest.mark.parametrize("axis", [0, -1])
-def test_split(reg, dim, attrs, sizes, axis):
+def test_split(reg, device, dim, attrs, sizes, axis):
     shape = (dim, 3) if axis == 0 else (3, dim)
     x = rand(np.random.default_rng(6), shape, "float32")
-    outs = run_op(reg, "split", [x], {"axis": axis, **attrs})
+    outs = run_op(reg, "split", [x], {"axis": axis, **attrs}, device=device)
     assert len(outs) == MAX_PARTS
     start = 0
     for k, out in enumerate(outs):
@@ -207,10 +207,10 @@ SLICES = [
 
 @pytest.mark.parametrize(("starts", "ends", "axes", "steps"), SLICES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
-def test_slice_against_a_loop(reg, starts, ends, axes, steps, dtype):
+def test_slice_against_a_loop(reg, device, starts, ends, axes, steps, dtype):
     x = rand(np.random.default_rng(7), (4, 5, 6), dtype)
     attrs = {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
-    (y,) = run_op(reg, "slice", [x], attrs)
+    (y,) = run_op(reg, "slice", [x], attrs, device=device)
     ref = _slice_ref(x, starts, ends, axes or list(range(len(starts))), steps or [1] * len(starts))
     assert y.shape == ref.shape and np.array_equal(y, ref)
 
@@ -234,12 +234,12 @@ def test_slice_errors(reg, attrs, match):
     ((10, 4), (3, 5), 0),        # embedding lookup
     ((3, 7, 2), (4,), 1), ((3, 7, 2), (), -2), ((3, 7, 2), (2, 0), -1),
 ])
-def test_gather_against_a_loop(reg, dtype, index_dtype, shape, index_shape, axis):
+def test_gather_against_a_loop(reg, device, dtype, index_dtype, shape, index_shape, axis):
     rng = np.random.default_rng(8)
     data = rand(rng, shape, dtype)
     n = shape[axis]
     indices = rng.integers(-n, n, size=index_shape).astype(index_dtype)  # negatives included
-    (y,) = run_op(reg, "gather", [data, indices], {"axis": axis})
+    (y,) = run_op(reg, "gather", [data, indices], {"axis": axis}, device=device)
     ax = axis % len(shape)
     assert y.shape == shape[:ax] + index_shape + shape[ax + 1:]
     moved = np.moveaxis(data, ax, 0)
@@ -250,6 +250,7 @@ def test_gather_against_a_loop(reg, dtype, index_dtype, shape, index_shape, axis
 
 
 def test_gather_out_of_range_index_is_an_error_naming_the_stage(reg):
+    """On the CPU; CUDA writes zeros instead (test_gather_out_of_range_index_gives_zeros_on_cuda)."""
     data, indices = np.zeros((4, 2), np.float32), np.array([1, 4], np.int64)
     with pytest.raises(InvalidArgumentError, match="stage 'g': gather index 4 is out of range for axis 0"):
         run_op(reg, "gather", [data, indices], stage="g")
@@ -257,15 +258,26 @@ def test_gather_out_of_range_index_is_an_error_naming_the_stage(reg):
         _infer(reg, "gather", [(4, 2), (3,)], ["float32", "float32"], {})
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_gather_out_of_range_index_gives_zeros_on_cuda(reg, index_dtype):
+    """A device index cannot be checked without a round trip: the CUDA kernel never reads out of bounds
+    and writes zeros for the entries of an out-of-range index (its documented difference from the CPU)."""
+    data = rand(np.random.default_rng(13), (4, 3), "float32")
+    indices = np.array([1, 4, -5, 10**6, -1], index_dtype)
+    (y,) = run_op(reg, "gather", [data, indices], device="cuda")
+    np.testing.assert_array_equal(y, np.stack([data[1], np.zeros(3), np.zeros(3), np.zeros(3), data[3]]))
+
+
 @pytest.mark.parametrize(("c", "x", "y"), [
     ((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (1,)), ((2, 1), (1, 3), (2, 3)), ((), (4,), (2, 1)),
     ((0, 3), (1, 3), (3,)),
 ])
 @pytest.mark.parametrize("dtype", ["float16", "int64", "bfloat16"])
-def test_where_broadcasts(reg, c, x, y, dtype):
+def test_where_broadcasts(reg, device, c, x, y, dtype):
     rng = np.random.default_rng(9)
     cond, a, b = rand(rng, c, "bool"), rand(rng, x, dtype), rand(rng, y, dtype)
-    (z,) = run_op(reg, "where", [cond, a, b])
+    (z,) = run_op(reg, "where", [cond, a, b], device=device)
     shape = np.broadcast_shapes(c, x, y)
     assert z.shape == shape
     for pos in itertools.product(*(range(d) for d in shape)):
@@ -285,9 +297,9 @@ def test_where_errors(reg):
 @pytest.mark.parametrize(("shape", "target", "expected"), [
     ((3, 1), [2, 1, 6], (2, 3, 6)), ((3, 1), [3, 4], (3, 4)), ((1,), [0], (0,)), ((2, 3), [1, 1], (2, 3)),
 ])
-def test_expand(reg, shape, target, expected):
+def test_expand(reg, device, shape, target, expected):
     x = rand(np.random.default_rng(10), shape, "float16")
-    (y,) = run_op(reg, "expand", [x], {"shape": target})
+    (y,) = run_op(reg, "expand", [x], {"shape": target}, device=device)
     assert y.shape == expected
     assert np.array_equal(y, np.broadcast_to(x, expected))
 
@@ -313,34 +325,35 @@ ONNX_CASES = [
 
 @pytest.mark.parametrize(("name", "onnx_op", "shape", "attrs", "extra", "onnx_attrs"), ONNX_CASES)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_shape_ops_match_onnx(reg, name, onnx_op, shape, attrs, extra, onnx_attrs, dtype):
+def test_shape_ops_match_onnx(reg, device, name, onnx_op, shape, attrs, extra, onnx_attrs, dtype):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(11), shape, dtype)
-    (y,) = run_op(reg, name, [x], attrs)
+    (y,) = run_op(reg, name, [x], attrs, device=device)
     (ref,) = run_onnx(onnx_op, [x] + (extra(attrs) if extra else []), onnx_attrs)
     assert y.shape == ref.shape and np.array_equal(y.astype(np.float32), ref.astype(np.float32))
 
 
-def test_concat_split_gather_where_match_onnx(reg):
+def test_concat_split_gather_where_match_onnx(reg, device):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
 
     rng = np.random.default_rng(12)
     a, b = rand(rng, (2, 3), "float32"), rand(rng, (2, 5), "float32")
-    assert np.array_equal(run_op(reg, "concat", [a, b], {"axis": -1})[0],
+    assert np.array_equal(run_op(reg, "concat", [a, b], {"axis": -1}, device=device)[0],
                           run_onnx("Concat", [a, b], {"axis": -1})[0])
     x = rand(rng, (7, 2), "float32")
-    ours = run_op(reg, "split", [x], {"num_outputs": 3})[:3]
+    ours = run_op(reg, "split", [x], {"num_outputs": 3}, device=device)[:3]
     refs = run_onnx("Split", [x], {"axis": 0, "num_outputs": 3}, n_outputs=3)
     for got, ref in zip(ours, refs, strict=True):
         assert np.array_equal(got, ref)
     data, idx = rand(rng, (5, 4), "float32"), np.array([[-1, 0], [4, 2]], np.int64)
-    assert np.array_equal(run_op(reg, "gather", [data, idx], {"axis": 0})[0],
+    assert np.array_equal(run_op(reg, "gather", [data, idx], {"axis": 0}, device=device)[0],
                           run_onnx("Gather", [data, idx], {"axis": 0})[0])
     cond, p, q = rand(rng, (2, 1), "bool"), rand(rng, (3,), "float32"), rand(rng, (2, 3), "float32")
-    assert np.array_equal(run_op(reg, "where", [cond, p, q])[0], run_onnx("Where", [cond, p, q])[0])
+    assert np.array_equal(run_op(reg, "where", [cond, p, q], device=device)[0],
+                          run_onnx("Where", [cond, p, q])[0])
 
 
 # -------------------------------------------------------------------------------------------- pipeline

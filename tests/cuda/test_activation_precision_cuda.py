@@ -1,6 +1,7 @@
-"""gelu, silu, sigmoid and tanh on 16-bit types use hardware exp/reciprocal approximations: every result
-must stay within one unit in the last place of the correctly rounded value, over a dense grid that
-reaches deep into both tails (where an absolute-error approximation would lose all relative accuracy)."""
+"""gelu, silu, sigmoid and tanh on 16-bit types use hardware exp/reciprocal approximations (hardswish and
+erf computed in float): every result must stay within one unit in the last place of the correctly rounded
+value, over a dense grid that reaches deep into both tails (where an absolute-error approximation would
+lose all relative accuracy)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ def sigmoid64(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-EXACT = {"gelu": gelu64, "silu": silu64, "sigmoid": sigmoid64, "tanh": np.tanh}
+def hardswish64(x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+EXACT = {"gelu": gelu64, "silu": silu64, "sigmoid": sigmoid64, "tanh": np.tanh, "hardswish": hardswish64,
+         "erf": np.vectorize(math.erf, otypes=[np.float64])}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -22,7 +22,10 @@ from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
+from pipelink.ops.conv.window import window_2d
 from pipelink.ops.elementwise.cuda import (
+    BINARY,
+    BINARY_DTYPES,
     UNARY,
     plan_bias_add,
     plan_binary,
@@ -32,6 +35,13 @@ from pipelink.ops.elementwise.cuda import (
 )
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
+from pipelink.ops.pool.cuda import plan_pool2d
+from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
+from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
+from pipelink.ops.reduce.cuda import plan_reduce
+from pipelink.ops.resize import resize_plan
+from pipelink.ops.resize.cuda import plan_resize
+from pipelink.ops.shape.cuda import plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_transpose
 
@@ -50,7 +60,7 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         cases.append(
             (f"gelu-{dt}-unroll4", plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
         )
-        for op in ("add", "sub", "mul", "div"):
+        for op in BINARY:
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 3), (1000, 3))))
         cases.append((f"add-bcast-{dt}", plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
         cases.append(
@@ -86,6 +96,49 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
     cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for dt in ("bool", "float16", "float32", "int64", "float8_e4m3fn"):  # element sizes 1, 2, 4, 8
+        for it in ("int32", "int64"):
+            cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
+        cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
+    cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
+    win = window_2d((17, 19), (3, 2), {"strides": (2, 1), "dilations": (1, 2), "pads": (1, 0, 1, 1),
+                                       "auto_pad": "NOTSET"}, op="pool", ceil_mode=True)
+    for dt in ALL_FLOATS + ("int8", "uint8"):
+        cases.append((f"max_pool2d-{dt}", plan_pool2d("max_pool2d", dt, (2, 3, 17, 19), win)))
+    for dt in ALL_FLOATS:
+        for pad in (False, True):
+            cases.append((f"avg_pool2d-{dt}-{pad}",
+                          plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad)))
+    for coord in ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"):
+        for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+            attrs = {"mode": "nearest", "scales": (1.0, 1.0, 2.0, 1.5), "sizes": (),
+                     "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+            out, scales = resize_plan((2, 3, 5, 6), attrs)
+            cases.append((f"resize-nearest-{coord}-{nearest}",
+                          plan_resize("int8", (2, 3, 5, 6), out, scales, attrs)))
+    for dt in ALL_FLOATS:
+        for scales in ((1.0, 1.0, 1.0, 2.0), (1.0, 1.0, 2.0, 0.5), (1.0, 3.0, 2.0, 1.5)):  # 1-3 resized axes
+            attrs = {"mode": "linear", "scales": scales, "sizes": (),
+                     "coordinate_transformation_mode": "half_pixel", "nearest_mode": "floor"}
+            out, sc = resize_plan((2, 3, 5, 6), attrs)
+            cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
+    for q in Q_KINDS:
+        for ft in FLOATS:
+            for op in ("quantize_linear", "dequantize_linear"):
+                cases.append((f"{op}-{q}-{ft}", plan_quantize(op, ft, q, (4, 6, 5), 1)))
+        cases.append((f"quantize_linear-{q}-nosat", plan_quantize("quantize_linear", "float32", q, (9,), None,
+                                                                   saturate=False)))
+    for kind, dtypes in REDUCE_DTYPES.items():
+        for dt in dtypes:
+            cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
+        for dt in ("float32", "bfloat16", "int64"):
+            if dt in dtypes:  # a block per output (long rows), and a plan with 64-bit indices
+                cases.append((f"reduce_{kind}-long-{dt}", plan_reduce(kind, dt, (3, 5000), (1,))))
+                cases.append((f"reduce_{kind}-i64-{dt}", plan_reduce(kind, dt, (2**31, 2), (1,))))
+    for op in BINARY:
+        for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
+            cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))
+            cases.append((f"{op}-bcast-{dt}", plan_binary(op, dt, (7, 1, 5, 3), (6, 1, 3))))
     for din, dout in (("int32", "float16"), ("bfloat16", "int8"), ("bool", "float32"), ("float64", "uint8"),
                       ("int64", "bool")):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
@@ -312,6 +365,41 @@ def test_broadcast_plan_index_math(sa, sb):
     np.testing.assert_array_equal(got, expect)
 
 
+@pytest.mark.parametrize(("shape", "axes"), [((3, 4, 5), (1,)), ((3, 4, 5), (0, 2)), ((3, 4, 5), ()),
+                                            ((3, 4, 5), (0, 1, 2)), ((2, 3, 4, 5, 6), (1, 3)),
+                                            ((2, 0, 3), (1,)), ((6, 2000), (1,))])
+@pytest.mark.parametrize("kind", ["sum", "max"])
+def test_reduce_plan_index_math(shape, axes, kind):
+    """pl_reduce's walk (kept dims -> row base offset, reduced dims -> offsets in the row) with the plan's
+    merged dims and strides folds exactly the elements numpy folds, in every output position."""
+    x = np.random.default_rng(2).standard_normal(shape)
+    plan = plan_reduce(kind, "float64", shape, axes)
+    s = plan.scalars
+
+    def offsets(prefix_d, prefix_s, ndim):
+        dims = [s[f"{prefix_d}{k}"] for k in range(ndim)]
+        idx = np.indices(dims).reshape(ndim, -1)
+        return sum(idx[k] * s[f"{prefix_s}{k}"] for k in range(ndim))
+
+    base = offsets("dk", "sk", int(plan.macros["PL_NDIM_K"]))
+    off = offsets("dr", "sr", int(plan.macros["PL_NDIM_R"]))
+    assert base.size == s["rows"] and off.size == s["count"]
+    vals = x.reshape(-1)[base[:, None] + off[None, :]]
+    fold = np.sum if kind == "sum" else np.max
+    expect = fold(x, axis=axes, initial=-np.inf) if kind == "max" else fold(x, axis=axes)
+    got = fold(vals, axis=1, initial=-np.inf) if kind == "max" else fold(vals, axis=1)
+    np.testing.assert_allclose(got, np.asarray(expect).reshape(-1), rtol=1e-12)
+
+
+def test_reduce_plan_refuses_what_its_kernel_lacks():
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_reduce("mean", "int32", (4, 4), (1,))
+    with pytest.raises(InvalidArgumentError, match="unknown reduction"):
+        plan_reduce("prod", "float32", (4, 4), (1,))
+    assert plan_reduce("sum", "float32", (4, 5000), (1,)).params["group"] == 256  # a block per output
+    assert plan_reduce("max", "int8", (4, 50), (1,)).macros["PL_LOWEST"] == "(-127LL - 1)"
+
+
 def test_every_kernel_source_defines_its_kernel():
     """Each family's KERNELS entry names a kernel its .cu file defines, with allowed defaults."""
     for op, src in cuda_kernels().items():
@@ -326,7 +414,7 @@ def test_every_builtin_operator_declares_its_cuda_variant():
     find that kernel."""
     for family in FAMILIES:
         if not hasattr(family, "cuda"):
-            continue  # NumPy-only so far (the issue-13 families): docs/operators.md lists their devices
+            continue  # conv and attention: NumPy only until their cuDNN step (docs/operators.md)
         for desc in family.descriptors():
             devices = [(v.device, v.name) for v in desc.variants]
             assert ("cuda", CUDA_VARIANT) in devices, desc.name
@@ -382,3 +470,37 @@ def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
     assert cuda_tune.source_hash("relu") != cuda_tune.source_hash("gelu")  # their macros differ
     with pytest.raises(InvalidArgumentError, match="no built-in CUDA kernel"):
         cuda_tune.source_hash("gemm")
+
+
+def test_binary_plans_refuse_dtypes_their_kernel_lacks():
+    """div and pow have no integer kernel, and no binary kernel takes int32: the plan says which dtypes."""
+    for op, dt in (("div", "int8"), ("pow", "uint8"), ("add", "int32")):
+        with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+            plan_binary(op, dt, (4,), (4,))
+    assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
+
+
+def test_resize_plan_marks_the_resized_axes_and_refuses_linear_integers():
+    attrs = {"mode": "linear", "scales": (1.0, 1.0, 2.0, 0.5), "sizes": (),
+             "coordinate_transformation_mode": "align_corners", "nearest_mode": "floor"}
+    out, scales = resize_plan((1, 2, 4, 6), attrs)
+    plan = plan_resize("float16", (1, 2, 4, 6), out, scales, attrs)
+    assert plan.scalars["resized"] == 0b1100 and plan.macros["PL_NL"] == "2"
+    assert (plan.scalars["dout2"], plan.scalars["dout3"], plan.scalars["sc3"]) == (8, 3, 0.5)
+    with pytest.raises(InvalidArgumentError, match="mode 'linear' takes"):
+        plan_resize("int8", (1, 2, 4, 6), out, scales, attrs)
+
+
+def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
+    """The kernel gets the window conv/window.py resolved (the CPU reference's), argument by argument."""
+    win = window_2d((7, 6), (3, 2), {"strides": (2, 3), "dilations": (1, 1), "pads": (1, 0, 2, 1),
+                                     "auto_pad": "NOTSET"}, op="max_pool2d", ceil_mode=True)
+    plan = plan_pool2d("max_pool2d", "float16", (1, 2, 7, 6), win)
+    s = plan.scalars
+    window = tuple(s[k] for k in ("kh", "kw", "sh", "sw", "pt", "pl", "pb", "pr"))
+    assert window == (3, 2, 2, 3, 1, 0, 2, 1)
+    assert (s["OH"], s["OW"]) == win.out and s["n"] == 2 * win.out[0] * win.out[1]
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_pool2d("avg_pool2d", "int8", (1, 2, 7, 6), win)
+    with pytest.raises(InvalidArgumentError, match=r"\[N, C, H, W\]"):
+        plan_pool2d("max_pool2d", "float32", (2, 7, 6), win)

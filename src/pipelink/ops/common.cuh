@@ -52,10 +52,12 @@ __device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
 #define PL_FULL_MASK 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
-// Accumulation type: float for float/half/bfloat16, double for double.
+// Accumulation type: float for float/half/bfloat16, double for double, int for 8-bit integers.
 // ---------------------------------------------------------------------------------------------
 template <class T> struct pl_acc { typedef float type; };
 template <> struct pl_acc<double> { typedef double type; };
+template <> struct pl_acc<signed char> { typedef int type; };
+template <> struct pl_acc<unsigned char> { typedef int type; };
 
 // ---------------------------------------------------------------------------------------------
 // Conversions. to float: exact for every 16-bit value. from float: round to nearest even.
@@ -93,6 +95,8 @@ __device__ __forceinline__ float pl_to_acc(float x) { return x; }
 __device__ __forceinline__ double pl_to_acc(double x) { return x; }
 __device__ __forceinline__ float pl_to_acc(__half x) { return pl_f16_bits_to_float(pl_bits(x)); }
 __device__ __forceinline__ float pl_to_acc(__nv_bfloat16 x) { return pl_bf16_bits_to_float(pl_bits(x)); }
+__device__ __forceinline__ int pl_to_acc(signed char x) { return (int)x; }
+__device__ __forceinline__ int pl_to_acc(unsigned char x) { return (int)x; }
 
 // from float or double to any element type: pl_from<T>(value)
 template <class T> struct pl_convert;
@@ -117,6 +121,13 @@ template <> struct pl_convert<__nv_bfloat16> {
     static __device__ __forceinline__ __nv_bfloat16 from(double x) {
         return pl_bf16_from_bits(pl_float_to_bf16_bits(pl_double_to_float_odd(x)));
     }
+};
+// 8-bit integers keep the low 8 bits of the int result: two's-complement wrap-around, like NumPy
+template <> struct pl_convert<signed char> {
+    static __device__ __forceinline__ signed char from(int x) { return (signed char)(x & 0xff); }
+};
+template <> struct pl_convert<unsigned char> {
+    static __device__ __forceinline__ unsigned char from(int x) { return (unsigned char)(x & 0xff); }
 };
 template <class T, class A> __device__ __forceinline__ T pl_from(A x) { return pl_convert<T>::from(x); }
 
@@ -214,6 +225,13 @@ __device__ __forceinline__ float pl_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double pl_rsqrt(double x) { return rsqrt(x); }
 __device__ __forceinline__ float pl_exp(float x) { return expf(x); }
 __device__ __forceinline__ double pl_exp(double x) { return exp(x); }
+
+// Raw words: kernels that only move elements copy them bit for bit as an unsigned word of their size.
+template <int BYTES> struct pl_word;
+template <> struct pl_word<1> { typedef unsigned char type; };
+template <> struct pl_word<2> { typedef unsigned short type; };
+template <> struct pl_word<4> { typedef unsigned int type; };
+template <> struct pl_word<8> { typedef unsigned long long type; };
 
 // ---------------------------------------------------------------------------------------------
 // Grid-stride loops and indexing.

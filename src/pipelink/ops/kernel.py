@@ -35,7 +35,8 @@ __all__ = ["CUDA_VARIANT", "FLOATS", "DEFAULT_SM_COUNT", "DEFAULT_UNROLL", "MAX_
            "GRID_YZ_MAX", "SEED_ALIASES", "FLAT_TUNABLES", "ROW_TUNABLES", "BLOCKS", "ArgSpec",
            "KernelSource", "LaunchPlan", "PlanLaunch", "include_dir", "source_hash", "cuda_variant",
            "tuned_values", "tuned_of", "float_dtype", "acc_kind", "pick_vec", "prod", "shape_of",
-           "flat_grid", "pointer", "make_plan", "contiguous_strides", "collapse", "strided_scalars",
+           "flat_grid", "pointer", "make_plan", "contiguous_strides", "broadcast_strides", "collapse",
+           "strided_scalars",
            "strided_specs", "row_geometry", "sm_count_of"]
 
 _DIR = Path(__file__).resolve().parent
@@ -478,6 +479,16 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= d
     return tuple(reversed(strides))
+
+
+def broadcast_strides(out: tuple[int, ...], shape: tuple[int, ...], strides: Any = None) -> list[int]:
+    """The element strides that read a tensor of ``shape`` (contiguous, or with ``strides``) broadcast to
+    ``out``: leading dims it lacks and its size-1 dims that ``out`` stretches get stride 0."""
+    nd = len(out)
+    full = (1,) * (nd - len(shape)) + tuple(shape)
+    st = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(tuple(shape))
+    st = (0,) * (nd - len(st)) + st
+    return [0 if full[k] == 1 and out[k] != 1 else st[k] for k in range(nd)]
 
 
 def collapse(dims: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:

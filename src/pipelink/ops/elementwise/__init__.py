@@ -38,13 +38,13 @@ def _unary(name: str, doc: str, make, attrs=(), *, kernel: str | None = None, x:
         bind=unary_bind(make), cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS), onnx=onnx)
 
 
-def _binary(name: str, doc: str, ufunc: np.ufunc, onnx: str) -> OperatorDescriptor:
-    """``c = a op b`` with broadcasting: any numeric dtype on the CPU, floats on CUDA."""
+def _binary(name: str, doc: str, ufunc: np.ufunc, onnx: str, dtypes=NUMERIC) -> OperatorDescriptor:
+    """``c = a op b`` with broadcasting: ``dtypes`` on the CPU, ``cuda.BINARY_DTYPES[name]`` on CUDA."""
     return builtin_operator(
         name, doc=doc, inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
-        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")], dtype_vars={"T": NUMERIC},
-        variant_dtypes=NUMERIC, bind=binary_bind(ufunc), cuda=cuda_variant(cuda.binary_bind(name), FLOATS),
-        onnx=onnx)
+        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")], dtype_vars={"T": dtypes},
+        variant_dtypes=dtypes, bind=binary_bind(ufunc),
+        cuda=cuda_variant(cuda.binary_bind(name), cuda.BINARY_DTYPES[name]), onnx=onnx)
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -53,8 +53,8 @@ def descriptors() -> list[OperatorDescriptor]:
     Returns
     -------
     list of OperatorDescriptor
-        ``identity, relu, silu, gelu, scale, sigmoid, tanh, precision_cast, add, mul, bias_add, cast,
-        silu_activation``.
+        ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, precision_cast,
+        add, sub, mul, div, pow, bias_add, cast, silu_activation``.
     """
     silu_make = fixed(reference.silu_into)
     return [
@@ -73,6 +73,13 @@ def descriptors() -> list[OperatorDescriptor]:
                fixed(reference.sigmoid_into), onnx="Sigmoid"),
         _unary("tanh", "Hyperbolic tangent: y = tanh(x) (ONNX Tanh).", fixed(reference.tanh_into),
                onnx="Tanh"),
+        _unary("hardswish", "Hard swish: y = x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish).",
+               fixed(reference.hardswish_into), onnx="HardSwish"),
+        _unary("erf", "Error function: y = erf(x) (ONNX Erf).", fixed(reference.erf_into), onnx="Erf"),
+        _unary("exp", "Exponential: y = exp(x); overflow gives inf (ONNX Exp).", fixed(reference.exp_into),
+               onnx="Exp"),
+        _unary("sqrt", "Square root: y = sqrt(x); negative x gives NaN (ONNX Sqrt).",
+               fixed(reference.sqrt_into), onnx="Sqrt"),
         builtin_operator(
             "precision_cast",
             doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
@@ -82,7 +89,12 @@ def descriptors() -> list[OperatorDescriptor]:
             attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
             infer=infer_precision_cast, bind=cast_bind, cuda=cuda_variant(cuda.cast_bind, None), onnx="Cast"),
         _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add, "Add"),
+        _binary("sub", "Elementwise difference with NumPy broadcasting: c = a - b.", np.subtract, "Sub"),
         _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply, "Mul"),
+        _binary("div", "Elementwise quotient with NumPy broadcasting: c = a / b (IEEE: x / 0 is +-inf "
+                "or NaN).", np.divide, "Div", FLOATS),
+        _binary("pow", "Elementwise power with NumPy broadcasting: c = a ** b (a negative base with a "
+                "non-integer exponent gives NaN).", np.power, "Pow", FLOATS),
         builtin_operator(
             "bias_add", doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
             inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],

@@ -25,8 +25,8 @@ from ..kernel import (
     LaunchPlan,
     PlanLaunch,
     acc_kind,
+    broadcast_strides,
     collapse,
-    contiguous_strides,
     flat_grid,
     float_dtype,
     make_plan,
@@ -41,8 +41,9 @@ from ..kernel import (
     tuned_values,
 )
 
-__all__ = ["KERNELS", "UNARY", "BINARY", "plan_unary", "plan_binary", "plan_bias_add", "plan_cast",
-           "plan_cast_any", "unary_bind", "binary_bind", "bias_add_bind", "copy_bind", "cast_bind"]
+__all__ = ["KERNELS", "UNARY", "BINARY", "BINARY_DTYPES", "plan_unary", "plan_binary", "plan_bias_add",
+           "plan_cast", "plan_cast_any", "unary_bind", "binary_bind", "bias_add_bind", "copy_bind",
+           "cast_bind"]
 
 _DIR = Path(__file__).resolve().parent
 _SOURCE = _DIR / "elementwise.cu"
@@ -57,19 +58,28 @@ UNARY = {
     "scale": "PL_OP_SCALE",
     "sigmoid": "PL_OP_SIGMOID",
     "tanh": "PL_OP_TANH",
+    "hardswish": "PL_OP_HARDSWISH",
+    "erf": "PL_OP_ERF",
+    "exp": "PL_OP_EXP",
+    "sqrt": "PL_OP_SQRT",
 }
-BINARY = {"add": "PL_OP_ADD", "sub": "PL_OP_SUB", "mul": "PL_OP_MUL", "div": "PL_OP_DIV"}
+BINARY = {"add": "PL_OP_ADD", "sub": "PL_OP_SUB", "mul": "PL_OP_MUL", "div": "PL_OP_DIV", "pow": "PL_OP_POW"}
+_WRAPPING = ("int8", "uint8")  # integer dtypes of the binary kernel: int arithmetic, low 8 bits kept
+BINARY_DTYPES: dict[str, tuple[str, ...]] = {
+    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul") else ()) for op in BINARY}
+"""The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for
 # them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to
 # DEFAULT_UNROLL.
-_TRANSCENDENTAL = frozenset({"silu", "gelu", "gelu_tanh", "sigmoid", "tanh"})
+_TRANSCENDENTAL = frozenset({"silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "erf", "exp"})
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
 KERNELS: dict[str, KernelSource] = {
     **{op: KernelSource(op, _SOURCE, "pl_unary", {"PL_UNARY_OP": m}, dict(FLAT_TUNABLES))
        for op, m in UNARY.items()},
-    **{op: KernelSource(op, _SOURCE, "pl_binary", {"PL_BINARY_OP": m}, dict(FLAT_TUNABLES))
+    **{op: KernelSource(op, _SOURCE, "pl_binary", {"PL_BINARY_OP": m}, dict(FLAT_TUNABLES),
+                        dtypes=BINARY_DTYPES[op])
        for op, m in BINARY.items()},
     "bias_add": KernelSource("bias_add", _SOURCE, "pl_bias_add", {"PL_BIAS_ADD": "1"}, dict(FLAT_TUNABLES)),
     "cast": KernelSource("cast", _SOURCE, "pl_cast", {}, dict(FLAT_TUNABLES)),
@@ -136,7 +146,8 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ..
 def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: Any = None,
                 b_strides: Any = None, tuned: dict[str, int] | None = None, alignment: int = 16,
                 sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
-    """Plan ``y = a op b`` (op in add, sub, mul, div) with NumPy broadcasting; y is contiguous.
+    """Plan ``y = a op b`` (op in :data:`BINARY`) with NumPy broadcasting; y is contiguous. Floats compute
+    in float (double for float64); int8 / uint8 (add, sub, mul) in int, wrapping around on the store.
 
     Same contiguous shapes: ``pl_binary(const T* a, const T* b, T* y, long long n)`` (vectorised).
     Otherwise ``pl_binary_bcast(a, b, y, long long n, d0..d7, sa0..sa7, sb0..sb7)`` over the output
@@ -146,11 +157,16 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
     Raises
     ------
     InvalidArgumentError
-        An unknown op, shapes that do not broadcast, more than 8 dims after collapsing, a bad tunable.
+        An unknown op, a dtype outside :data:`BINARY_DTYPES`, shapes that do not broadcast, more than 8
+        dims after collapsing, a bad tunable.
     """
     if op not in BINARY:
         raise InvalidArgumentError(f"unknown binary op {op!r}; known: {', '.join(BINARY)}", op=op)
-    dt = float_dtype(dtype, op)
+    dt = get_dtype(dtype)
+    if dt.name not in BINARY_DTYPES[op]:
+        raise InvalidArgumentError(
+            f"{op}: dtype must be one of {', '.join(BINARY_DTYPES[op])} (got {dt.name})", op=op,
+            dtype=dt.name)
     sa, sb = shape_of(shape_a, op), shape_of(shape_b, op)
     out = _broadcast(sa, sb, op)
     n = prod(out)
@@ -165,13 +181,7 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
         a = vec * dt.itemsize
         specs = [pointer("a", a), pointer("b", a), pointer("y", a), ArgSpec("n", "i64")]
         return make_plan(source, "pl_binary", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
-    nd = len(out)
-    strides = []
-    for shp, given in ((sa, a_strides), (sb, b_strides)):
-        full = (1,) * (nd - len(shp)) + shp
-        st = tuple(int(s) for s in given) if given is not None else contiguous_strides(shp)
-        st = (0,) * (nd - len(st)) + st
-        strides.append([0 if full[k] == 1 and out[k] != 1 else st[k] for k in range(nd)])
+    strides = [broadcast_strides(out, sa, a_strides), broadcast_strides(out, sb, b_strides)]
     dims, (st_a, st_b) = collapse(list(out), strides)
     if len(dims) > MAX_NDIM:
         raise InvalidArgumentError(

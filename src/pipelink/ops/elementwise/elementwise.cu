@@ -4,9 +4,11 @@
 //
 // Which kernels a compilation contains is chosen by macros, set by the plans of
 // pipelink/ops/elementwise/cuda.py:
-//   PL_T            element type (float, double, __half, __nv_bfloat16) - every kernel but pl_cast
-//   PL_UNARY_OP     one of PL_OP_IDENTITY .. PL_OP_TANH      -> pl_unary
-//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_DIV            -> pl_binary, pl_binary_bcast
+//   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char / unsigned char
+//                   for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy) - every kernel
+//                   but pl_cast
+//   PL_UNARY_OP     one of the unary PL_OP_* codes below     -> pl_unary
+//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_POW            -> pl_binary, pl_binary_bcast
 //   PL_BIAS_ADD     defined                                 -> pl_bias_add
 //   PL_TIN, PL_TOUT input and output types                   -> pl_cast
 //   PL_VEC          elements per vector access (16 / sizeof(T) at most); every pointer the kernel
@@ -14,7 +16,7 @@
 //   PL_BLOCK        threads per block (the launch must use exactly this many)
 //   PL_UNROLL       vectors in flight per thread per grid-stride step
 //   PL_NDIM         dims of the broadcast index space (1..8), PL_INDEX64 0/1 index width there
-//   PL_FAST_ACT     1 for 16-bit types: silu, sigmoid, tanh and gelu use the hardware exp and reciprocal
+//   PL_FAST_ACT     1 for 16-bit floats: silu, sigmoid, tanh and gelu use the hardware exp and reciprocal
 //                   (relative error of the float result below 2e-5 for every input, tails included: far
 //                   under half an ulp of a half or bfloat16 result, 2^-12 / 2^-9); else 0 (the
 //                   correctly rounded library functions)
@@ -26,7 +28,7 @@
 //                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
 //   pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)
 //   pl_cast(const TIN* x, TOUT* y, long long n)
-// ACC is float, or double when T is double. y may equal x (or a, or b): fused epilogues run these
+// ACC is float, or double when T is double (int for the 8-bit integer types). y may equal x (or a, or b): fused epilogues run these
 // kernels in place, so those pointers are not __restrict__ (each element is read before the same
 // thread writes it, so in-place use is safe).
 #include "common.cuh"
@@ -39,10 +41,15 @@
 #define PL_OP_SCALE 5
 #define PL_OP_SIGMOID 6
 #define PL_OP_TANH 7
+#define PL_OP_HARDSWISH 8
+#define PL_OP_ERF 9
+#define PL_OP_EXP 20
+#define PL_OP_SQRT 21
 #define PL_OP_ADD 10
 #define PL_OP_SUB 11
 #define PL_OP_MUL 12
 #define PL_OP_DIV 13
+#define PL_OP_POW 14
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -58,6 +65,17 @@ __device__ __forceinline__ float pl_erf(float x) { return erff(x); }
 __device__ __forceinline__ double pl_erf(double x) { return erf(x); }
 __device__ __forceinline__ float pl_tanh_lib(float x) { return tanhf(x); }
 __device__ __forceinline__ double pl_tanh_lib(double x) { return tanh(x); }
+__device__ __forceinline__ float pl_sqrt(float x) { return sqrtf(x); }  // IEEE-rounded (NVRTC's default)
+__device__ __forceinline__ double pl_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float pl_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double pl_pow(double a, double b) { return pow(a, b); }
+// x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish); written with comparisons so NaN propagates
+template <class A> __device__ __forceinline__ A pl_hardswish(A x) {
+    A t = x * A(1.0 / 6.0) + A(0.5);
+    t = t < A(0) ? A(0) : t;
+    t = t > A(1) ? A(1) : t;
+    return x * t;
+}
 
 #if PL_FAST_ACT
 // 2^x from the hardware approximation (MUFU.EX2; relative error ~2^-22, subnormal results kept).
@@ -160,6 +178,18 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
 #elif PL_UNARY_OP == PL_OP_TANH
     (void)alpha;
     return pl_tanh(x);
+#elif PL_UNARY_OP == PL_OP_HARDSWISH
+    (void)alpha;
+    return pl_hardswish(x);
+#elif PL_UNARY_OP == PL_OP_ERF
+    (void)alpha;
+    return pl_erf(x);
+#elif PL_UNARY_OP == PL_OP_EXP
+    (void)alpha;
+    return pl_exp(x);
+#elif PL_UNARY_OP == PL_OP_SQRT
+    (void)alpha;
+    return pl_sqrt(x);
 #elif PL_UNARY_OP == PL_OP_SCALE
     return x * alpha;
 #elif PL_UNARY_OP == PL_OP_IDENTITY
@@ -181,6 +211,8 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     return a * b;
 #elif PL_BINARY_OP == PL_OP_DIV
     return a / b;
+#elif PL_BINARY_OP == PL_OP_POW
+    return pl_pow(a, b);
 #else
 #error "unknown PL_BINARY_OP"
 #endif

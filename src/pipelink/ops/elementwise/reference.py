@@ -16,8 +16,8 @@ from ...descriptor import KernelContext
 from .._common import FLOATS, HALF_DTYPES
 
 __all__ = ["erf", "gelu_into", "gelu_tanh_into", "relu_into", "silu_into", "sigmoid_into", "tanh_into",
-           "unary_bind", "fixed", "make_gelu", "make_scale", "binary_bind", "identity_bind", "cast_bind",
-           "infer_precision_cast"]
+           "hardswish_into", "erf_into", "exp_into", "sqrt_into", "unary_bind", "fixed", "make_gelu",
+           "make_scale", "binary_bind", "identity_bind", "cast_bind", "infer_precision_cast"]
 
 Compute = Callable[[np.ndarray, np.ndarray], None]  # compute(x, out): out = f(x); out never aliases x
 
@@ -184,6 +184,33 @@ def tanh_into(x: np.ndarray, out: np.ndarray) -> None:
     np.tanh(x, out=out)
 
 
+def hardswish_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x * clip(x / 6 + 1/2, 0, 1)`` (ONNX HardSwish: alpha 1/6, beta 0.5; NaN propagates, and
+    -inf gives -inf * 0 = NaN as IEEE says)."""
+    np.multiply(x, 1.0 / 6.0, out=out)
+    np.add(out, 0.5, out=out)
+    np.clip(out, 0.0, 1.0, out=out)
+    with np.errstate(invalid="ignore"):
+        np.multiply(out, x, out=out)
+
+
+def erf_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = erf(x)`` (:func:`erf`)."""
+    erf(x, out=out)
+
+
+def exp_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = exp(x)``; overflow gives inf, as in IEEE arithmetic."""
+    with np.errstate(over="ignore"):
+        np.exp(x, out=out)
+
+
+def sqrt_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = sqrt(x)``; a negative input gives NaN (ONNX Sqrt), without a warning."""
+    with np.errstate(invalid="ignore"):
+        np.sqrt(x, out=out)
+
+
 def gelu_into(x: np.ndarray, out: np.ndarray) -> None:
     """``out = x/2 * (1 + erf(x/sqrt(2)))``; ``out`` must not alias ``x``."""
     np.multiply(x, INV_SQRT2, out=out)
@@ -256,12 +283,14 @@ def binary_bind(ufunc: np.ufunc):
         if ctx.in_dtypes[0] in HALF_DTYPES:
 
             def half_kernel(inputs, outputs, stream):
-                ufunc(inputs[0], inputs[1], out=outputs[0], dtype=np.float32, casting="unsafe")
+                with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the answer, not an error
+                    ufunc(inputs[0], inputs[1], out=outputs[0], dtype=np.float32, casting="unsafe")
 
             return half_kernel
 
         def kernel(inputs, outputs, stream):
-            ufunc(inputs[0], inputs[1], out=outputs[0])
+            with np.errstate(all="ignore"):
+                ufunc(inputs[0], inputs[1], out=outputs[0])
 
         return kernel
 

@@ -2,7 +2,7 @@
 
 Window geometry (pads, auto_pad, ceil_mode) is conv's (``conv/window.py``). Half types are pooled in
 float32 and rounded once on the store; padded buffers and divisors are prepared in ``bind``.
-A CUDA variant is attached beside these in this folder.
+The CUDA variants (``cuda.py``, ``pool.cu``) resolve the window with the same ``_window``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Por
 from ...errors import InvalidArgumentError
 from .._common import FLOATS, builtin_operator, compute_dtype, numpy_dtype
 from ..conv.window import Window, window_2d, window_attrs
+from ..kernel import cuda_variant
+from . import cuda
 
 __all__ = ["descriptors", "infer_global_average_pool", "MAX_POOL_DTYPES"]
 
@@ -140,18 +142,20 @@ def descriptors() -> list[OperatorDescriptor]:
             "max_pool2d", doc="Maximum over each 2-d window of NCHW x (padding never wins; NaN propagates).",
             inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")], attrs=_pool_attrs(),
             dtype_vars={"T": MAX_POOL_DTYPES}, variant_dtypes=MAX_POOL_DTYPES, infer=_infer("max_pool2d"),
-            bind=_max_pool_bind, onnx="MaxPool"),
+            bind=_max_pool_bind, cuda=cuda_variant(cuda.pool2d_bind("max_pool2d", _window), MAX_POOL_DTYPES),
+            onnx="MaxPool"),
         builtin_operator(
             "avg_pool2d", doc="Mean over each 2-d window of NCHW x.",
             inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")],
             attrs=_pool_attrs([Attr("count_include_pad", "bool", False,
                                     doc="divide by the window size including the explicit pads")]),
             dtype_vars=floats, variant_dtypes=FLOATS, infer=_infer("avg_pool2d"), bind=_avg_pool_bind,
-            onnx="AveragePool"),
+            cuda=cuda_variant(cuda.pool2d_bind("avg_pool2d", _window), FLOATS), onnx="AveragePool"),
         builtin_operator(
             "global_average_pool", doc="Mean over all spatial axes of [N, C, ...] x, kept as size 1.",
             inputs=[Port("x", shape=["N", "C", "..."], dtype="T")],
             outputs=[Port("y", dtype="T", doc="[N, C, 1, ..., 1]")],
             dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_global_average_pool,
-            bind=_global_average_pool_bind, onnx="GlobalAveragePool"),
+            bind=_global_average_pool_bind, cuda=cuda_variant(cuda.global_average_pool_bind, FLOATS),
+            onnx="GlobalAveragePool"),
     ]

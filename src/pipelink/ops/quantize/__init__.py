@@ -3,8 +3,8 @@ float8_e4m3fn and float8_e5m2, per tensor or per axis. Descriptors and NumPy ref
 
 Quantize computes ``x / scale`` in float32, rounds half to even, adds the zero point and saturates to the
 integer range; float8 outputs round to nearest even and, with ``saturate``, clip to the largest finite
-value (without it, overflow is NaN for e4m3fn and inf for e5m2, as ONNX says). A CUDA variant is attached
-beside these in this folder.
+value (without it, overflow is NaN for e4m3fn and inf for e5m2, as ONNX says). The CUDA variants
+(``cuda.py``, ``quantize.cu``) compute the same float32 values and convert bit-exactly.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import DTypeMismatchError, ShapeMismatchError
 from .._common import builtin_operator, numpy_dtype
 from .._dims import normalize_axis
+from ..kernel import cuda_variant
+from . import cuda
 
 __all__ = ["descriptors", "QUANTIZED_DTYPES", "SCALE_DTYPES", "scale_layout"]
 
@@ -148,12 +150,14 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("output_dtype", "dtype", None, doc="the quantized dtype (default: the zero point's, "
                                                             "else uint8)")],
             dtype_vars={"T": SCALE_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
-            infer=infer_quantize, bind=_quantize_bind, onnx="QuantizeLinear"),
+            infer=infer_quantize, bind=_quantize_bind,
+            cuda=cuda_variant(cuda.quantize_bind(scale_layout), cuda.FLOAT_TYPES), onnx="QuantizeLinear"),
         builtin_operator(
             "dequantize_linear", doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
             inputs=[Port("x", dtype="Q"), Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),
                     Port("zero_point", dtype="Q", optional=True, doc="same shape as scale, x's dtype")],
             outputs=[Port("y", doc="x's shape, the scale's dtype")],
             attrs=[axis], dtype_vars={"Q": QUANTIZED_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
-            infer=infer_dequantize, bind=_dequantize_bind, onnx="DequantizeLinear"),
+            infer=infer_dequantize, bind=_dequantize_bind,
+            cuda=cuda_variant(cuda.dequantize_bind(scale_layout), cuda.Q_KINDS), onnx="DequantizeLinear"),
     ]

@@ -2,7 +2,7 @@
 
 Half types accumulate in float32 and round once on the store; integers sum in their own type (wrapping,
 as ONNX does). An empty reduction gives 0 (sum), NaN (mean) or the lowest value of the type (max).
-A CUDA variant is attached beside these in this folder.
+The CUDA variants (``cuda.py``, ``reduce.cu``) give the same results for every dtype.
 """
 
 from __future__ import annotations
@@ -15,17 +15,11 @@ import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
-from .._dims import normalize_axes
+from ..kernel import cuda_variant
+from . import cuda
+from .axes import reduced_axes
 
 __all__ = ["descriptors", "reduced_axes"]
-
-
-def reduced_axes(ndim: int, attrs: Mapping[str, Any], *, op: str) -> tuple[int, ...]:
-    """The axes a reduction folds: ``axes``; all of them when empty, none under noop_with_empty_axes."""
-    axes = normalize_axes(attrs["axes"], ndim, op=op)
-    if not axes:
-        return () if attrs["noop_with_empty_axes"] else tuple(range(ndim))
-    return tuple(sorted(axes))
 
 
 def _infer(op: str):
@@ -82,7 +76,7 @@ def _reduction(kind: str, onnx: str, doc: str, dtypes: frozenset[str]) -> Operat
                Attr("keepdims", "bool", True, doc="keep reduced axes as size 1"),
                Attr("noop_with_empty_axes", "bool", False, doc="empty axes: return x unchanged")],
         dtype_vars={"T": dtypes}, variant_dtypes=dtypes, infer=_infer(name), bind=_reduce_bind(kind),
-        onnx=onnx)
+        cuda=cuda_variant(cuda.reduce_bind(kind), cuda.DTYPES[kind]), onnx=onnx)
 
 
 def descriptors() -> list[OperatorDescriptor]:

@@ -3,7 +3,8 @@ NumPy references.
 
 Resize is separable: each resized axis gathers its source indices (and, for ``linear``, blends two
 neighbours) once per axis, with index and weight tables computed in ``bind``. Linear resizing computes
-in float32 (float64 for float64). A CUDA variant is attached beside these in this folder.
+in float32 (float64 for float64). The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate
+formulas and the same channel layouts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from ...dtypes import DTYPES
 from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from .._common import FLOATS, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
 from .._dims import derived, is_known
+from ..kernel import cuda_variant
+from . import cuda
 
 __all__ = ["descriptors", "resize_plan", "source_coordinates", "COORDINATE_MODES", "NEAREST_MODES"]
 
@@ -173,10 +176,7 @@ def infer_pixel_shuffle(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, 
 def _pixel_shuffle_bind(ctx: KernelContext):
     n, c, h, w = ctx.in_shapes[0]
     b = int(ctx.attrs["blocksize"])
-    if ctx.attrs["mode"] == "DCR":  # depth = (row offset, column offset, channel)
-        split, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
-    else:  # CRD: depth = (channel, row offset, column offset), PyTorch's PixelShuffle
-        split, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    split, perm = cuda.pixel_shuffle_layout((n, c, h, w), b, ctx.attrs["mode"])
     out_shape = tuple(ctx.out_shapes[0])
 
     def kernel(inputs, outputs, stream):
@@ -200,7 +200,7 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("nearest_mode", "str", "round_prefer_floor", choices=NEAREST_MODES,
                         doc="rounding of the coordinate in mode 'nearest'")],
             dtype_vars={"T": NUMERIC}, variant_dtypes=NUMERIC, infer=infer_resize, bind=_resize_bind,
-            onnx="Resize"),
+            cuda=cuda_variant(cuda.resize_bind(resize_plan), cuda.RESIZE_DTYPES), onnx="Resize"),
         builtin_operator(
             "pixel_shuffle", doc="Move blocks of channels into space: [N, C, H, W] -> [N, C/b^2, H*b, W*b].",
             inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T")], outputs=[Port("y", dtype="T")],
@@ -208,5 +208,5 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("mode", "str", "CRD", choices=("CRD", "DCR"),
                         doc="channel order: CRD as PyTorch's PixelShuffle, DCR as ONNX's default")],
             dtype_vars={"T": frozenset(DTYPES)}, infer=infer_pixel_shuffle, bind=_pixel_shuffle_bind,
-            onnx="DepthToSpace"),
+            cuda=cuda_variant(cuda.pixel_shuffle_bind, cuda.PIXEL_SHUFFLE_DTYPES), onnx="DepthToSpace"),
     ]

@@ -2,8 +2,8 @@
 where, expand — descriptors and their NumPy reference kernels.
 
 Every output shape is known at load from the input shapes and the attributes (``rules.py``); the kernels
-copy into the preallocated outputs and never allocate arrays of the data's size. A CUDA variant of an
-operator here is attached beside it in this folder.
+copy into the preallocated outputs and never allocate arrays of the data's size. Every operator here
+also runs on CUDA (``cuda.py``, ``shape.cu``), for every dtype.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from ...dtypes import DTYPES
 from ...errors import InvalidArgumentError
 from .._common import builtin_operator
 from .._dims import normalize_axis
+from ..kernel import cuda_variant
+from . import cuda
 from .rules import (
     MAX_PARTS,
     infer_concat,
@@ -131,29 +133,34 @@ def descriptors() -> list[OperatorDescriptor]:
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("shape", "ints", REQUIRED, doc="0 copies x's dimension, -1 is inferred"),
                    Attr("allowzero", "bool", False, doc="a 0 in shape is an empty dimension, not a copy")],
-            dtype_vars=any_t, infer=infer_reshape, bind=_copy_reshaped_bind, onnx="Reshape"),
+            dtype_vars=any_t, infer=infer_reshape, bind=_copy_reshaped_bind,
+            cuda=cuda_variant(cuda.reshaped_bind, None), onnx="Reshape"),
         builtin_operator(
             "flatten", doc="Flatten x into a matrix: [prod(shape[:axis]), prod(shape[axis:])].",
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("axis", "int", 1, doc="first axis of the inner dimension; in [-rank, rank]")],
-            dtype_vars=any_t, infer=infer_flatten, bind=_copy_reshaped_bind, onnx="Flatten"),
+            dtype_vars=any_t, infer=infer_flatten, bind=_copy_reshaped_bind,
+            cuda=cuda_variant(cuda.reshaped_bind, None), onnx="Flatten"),
         builtin_operator(
             "squeeze", doc="Remove size-1 axes (the named ones, or every one when axes is empty).",
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("axes", "ints", (), doc="size-1 axes to remove; negative counts from the end")],
-            dtype_vars=any_t, infer=infer_squeeze, bind=_copy_reshaped_bind, onnx="Squeeze"),
+            dtype_vars=any_t, infer=infer_squeeze, bind=_copy_reshaped_bind,
+            cuda=cuda_variant(cuda.reshaped_bind, None), onnx="Squeeze"),
         builtin_operator(
             "unsqueeze", doc="Insert size-1 axes at the given positions of the output.",
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("axes", "ints", REQUIRED, doc="positions in the output; negative from its end")],
-            dtype_vars=any_t, infer=infer_unsqueeze, bind=_copy_reshaped_bind, onnx="Unsqueeze"),
+            dtype_vars=any_t, infer=infer_unsqueeze, bind=_copy_reshaped_bind,
+            cuda=cuda_variant(cuda.reshaped_bind, None), onnx="Unsqueeze"),
         builtin_operator(
             "concat", doc=f"Join up to {MAX_PARTS} tensors along an axis.",
             inputs=[Port("x0", dtype="T")]
             + [Port(f"x{i}", dtype="T", optional=True) for i in range(1, MAX_PARTS)],
             outputs=[y_out],
             attrs=[Attr("axis", "int", REQUIRED, doc="the axis to join along; negative counts from the end")],
-            dtype_vars=any_t, infer=infer_concat, bind=_concat_bind, onnx="Concat"),
+            dtype_vars=any_t, infer=infer_concat, bind=_concat_bind,
+            cuda=cuda_variant(cuda.concat_bind, None), onnx="Concat"),
         builtin_operator(
             "split", doc=f"Split x along an axis into up to {MAX_PARTS} parts (outputs y0, y1, ...).",
             inputs=[x_in],
@@ -163,7 +170,8 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("split", "ints", (), doc="the part sizes (they add up to the axis size)"),
                    Attr("num_outputs", "int", 0,
                         doc="or: this many parts of ceil(size / num_outputs), the last one smaller")],
-            dtype_vars=any_t, infer=infer_split, bind=_split_bind, onnx="Split"),
+            dtype_vars=any_t, infer=infer_split, bind=_split_bind,
+            cuda=cuda_variant(cuda.split_bind, None), onnx="Split"),
         builtin_operator(
             "slice", doc="Take x[starts:ends:steps] along the given axes (ONNX clamping of the indices).",
             inputs=[x_in], outputs=[y_out],
@@ -171,21 +179,28 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("ends", "ints", REQUIRED, doc="end (exclusive) per axis; clamped as ONNX says"),
                    Attr("axes", "ints", (), doc="the sliced axes (default: 0, 1, ...)"),
                    Attr("steps", "ints", (), doc="step per axis, nonzero; negative walks backwards")],
-            dtype_vars=any_t, infer=infer_slice, bind=_slice_bind, onnx="Slice"),
+            dtype_vars=any_t, infer=infer_slice, bind=_slice_bind,
+            cuda=cuda_variant(cuda.slice_bind, None), onnx="Slice"),
         builtin_operator(
-            "gather", doc="Take entries of data along an axis at given indices (axis 0: embedding lookup).",
+            "gather",
+            doc="Take entries of data along an axis at given indices (axis 0: embedding lookup). An "
+            "index out of range is an error on the CPU; on CUDA it cannot be checked without a device "
+            "round trip, so its output entries become zeros (never an out-of-bounds read).",
             inputs=[Port("data", dtype="T"), Port("indices", dtype=INDEX, doc="negative: from the end")],
             outputs=[Port("y", dtype="T", doc="data.shape[:axis] + indices.shape + data.shape[axis+1:]")],
             attrs=[Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end")],
-            dtype_vars=any_t, infer=infer_gather, bind=_gather_bind, onnx="Gather"),
+            dtype_vars=any_t, infer=infer_gather, bind=_gather_bind,
+            cuda=cuda_variant(cuda.gather_bind, None), onnx="Gather"),
         builtin_operator(
             "where", doc="Choose x where condition is true, else y (all three broadcast).",
             inputs=[Port("condition", dtype="bool"), Port("x", dtype="T"), Port("y", dtype="T")],
             outputs=[Port("z", dtype="T")],
-            dtype_vars=any_t, infer=infer_where, bind=_where_bind, onnx="Where"),
+            dtype_vars=any_t, infer=infer_where, bind=_where_bind,
+            cuda=cuda_variant(cuda.where_bind, None), onnx="Where"),
         builtin_operator(
             "expand", doc="Broadcast x to a shape (x's size-1 axes stretch; the shape's 1s keep x's size).",
             inputs=[x_in], outputs=[y_out],
             attrs=[Attr("shape", "ints", REQUIRED, doc="broadcast with x's shape to give the output shape")],
-            dtype_vars=any_t, infer=infer_expand, bind=_broadcast_copy_bind, onnx="Expand"),
+            dtype_vars=any_t, infer=infer_expand, bind=_broadcast_copy_bind,
+            cuda=cuda_variant(cuda.expand_bind, None), onnx="Expand"),
     ]

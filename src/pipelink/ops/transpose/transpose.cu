@@ -31,11 +31,6 @@
 #define PL_NDIM 8
 #endif
 
-template <int BYTES> struct pl_word;
-template <> struct pl_word<1> { typedef unsigned char type; };
-template <> struct pl_word<2> { typedef unsigned short type; };
-template <> struct pl_word<4> { typedef unsigned int type; };
-template <> struct pl_word<8> { typedef unsigned long long type; };
 typedef typename pl_word<sizeof(PL_T)>::type W;
 
 static_assert(PL_TILE % PL_TILE_ROWS == 0, "PL_TILE_ROWS must divide PL_TILE");

@@ -1,0 +1,236 @@
+"""The shape family on CUDA: operators that move elements and compute nothing, for every dtype.
+
+reshape, flatten, squeeze and unsqueeze copy the bytes (one device memcpy); slice, expand, concat and
+split copy strided views of their inputs and outputs through the backend's one strided copy (negative
+strides for negative slice steps, zero strides for broadcast dims; one copy per part); gather and where
+run the kernels of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
+view is computed once, at bind. Pure Python + NumPy: nothing here imports a CUDA package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...descriptor import KernelContext
+from ...dtypes import DTYPES, get_dtype
+from ...errors import InvalidArgumentError
+from ...tensor import Tensor
+from .._dims import normalize_axis
+from ..kernel import (
+    BLOCKS,
+    DEFAULT_SM_COUNT,
+    I32_LIMIT,
+    MAX_NDIM,
+    ArgSpec,
+    KernelSource,
+    LaunchPlan,
+    PlanLaunch,
+    broadcast_strides,
+    collapse,
+    contiguous_strides,
+    flat_grid,
+    make_plan,
+    pointer,
+    prod,
+    shape_of,
+    sm_count_of,
+    strided_scalars,
+    strided_specs,
+    tuned_of,
+    tuned_values,
+)
+from .rules import MAX_PARTS, slice_plan, split_sizes
+
+__all__ = ["KERNELS", "TUNED_AS", "INDEX_TYPES", "plan_gather", "plan_where", "reshaped_bind", "slice_bind",
+           "expand_bind", "concat_bind", "split_bind", "gather_bind", "where_bind", "slice_view"]
+
+_SOURCE = Path(__file__).resolve().parent / "shape.cu"
+_ALL = tuple(sorted(DTYPES))
+_TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
+INDEX_TYPES = {"int32": "int", "int64": "long long"}
+"""gather's index dtypes -> their C type in shape.cu."""
+
+KERNELS: dict[str, KernelSource] = {
+    "gather": KernelSource("gather", _SOURCE, "pl_gather", {"PL_GATHER": "1"}, dict(_TUNABLES), dtypes=_ALL),
+    "where": KernelSource("where", _SOURCE, "pl_where", {"PL_WHERE": "1"}, dict(_TUNABLES), dtypes=_ALL),
+}
+"""The kernels of this family (the strided copies are the backend's, with nothing to tune)."""
+
+TUNED_AS: dict[str, str] = {}
+
+
+# -- plans ------------------------------------------------------------------------------------------
+def plan_gather(dtype: Any, data_shape: Any, index_dtype: Any, index_shape: Any, axis: int, *,
+                tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+    """Plan ``y = take(data, indices, axis)``: ``pl_gather(data, indices, y, n, nidx, axis_n, inner)``.
+
+    An index outside ``[-axis_n, axis_n)`` yields zeros in its output rows (the kernel never reads out of
+    bounds; the CPU variant raises instead).
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index dtype other than int32/int64, an axis out of range, a bad tunable.
+    """
+    source = KERNELS["gather"]
+    dt, it = get_dtype(dtype), get_dtype(index_dtype)
+    if it.name not in INDEX_TYPES:
+        raise InvalidArgumentError(
+            f"gather: indices must be int32 or int64 (got {it.name})", op="gather", dtype=it.name)
+    shp, ishp = shape_of(data_shape, "gather"), shape_of(index_shape, "gather")
+    ax = normalize_axis(int(axis), len(shp), op="gather")
+    outer, axis_n, inner, nidx = prod(shp[:ax]), shp[ax], prod(shp[ax + 1:]), prod(ishp)
+    n = outer * nidx * inner
+    t = tuned_values(source, tuned)
+    index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
+    macros = {"PL_GATHER": 1, "PL_BYTES": dt.itemsize, "PL_INDEX_T": INDEX_TYPES[it.name],
+              "PL_BLOCK": t["block"], "PL_INDEX64": index64}
+    specs = [pointer("data"), pointer("indices"), pointer("y"), ArgSpec("n", "i64"), ArgSpec("nidx", "i64"),
+             ArgSpec("axis_n", "i64"), ArgSpec("inner", "i64")]
+    grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
+    return make_plan(source, "pl_gather", macros, grid, t["block"], specs,
+                     {"n": n, "nidx": max(nidx, 1), "axis_n": axis_n, "inner": max(inner, 1)},
+                     dict(t, index64=index64))
+
+
+def plan_where(dtype: Any, cond_shape: Any, x_shape: Any, y_shape: Any, *,
+               tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+    """Plan ``z = condition ? x : y`` with NumPy broadcasting into a contiguous z:
+    ``pl_where(c, x, y, z, n, d0..d7, sc0..sc7, sx0..sx7, sy0..sy7)`` over the collapsed output shape.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Shapes that do not broadcast, more than 8 dims after collapsing, a bad tunable.
+    """
+    source = KERNELS["where"]
+    dt = get_dtype(dtype)
+    shapes = [shape_of(s, "where") for s in (cond_shape, x_shape, y_shape)]
+    try:
+        out = tuple(np.broadcast_shapes(*shapes))
+    except ValueError as e:
+        raise InvalidArgumentError(f"where: shapes {shapes} do not broadcast", op="where") from e
+    n = prod(out)
+    dims, strides = collapse(list(out), [broadcast_strides(out, s) for s in shapes])
+    if len(dims) > MAX_NDIM:
+        raise InvalidArgumentError(
+            f"where: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op="where")
+    t = tuned_values(source, tuned)
+    span = max(1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in strides)
+    index64 = int(n >= I32_LIMIT or span >= I32_LIMIT)
+    macros = {"PL_WHERE": 1, "PL_BYTES": dt.itemsize, "PL_BLOCK": t["block"], "PL_NDIM": len(dims),
+              "PL_INDEX64": index64}
+    specs = [pointer("c"), pointer("x"), pointer("y"), pointer("z"), ArgSpec("n", "i64"),
+             *strided_specs(("sc", "sx", "sy"))]
+    scalars = {"n": n, **strided_scalars(dims, dict(zip(("sc", "sx", "sy"), strides, strict=True)))}
+    grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
+    return make_plan(source, "pl_where", macros, grid, t["block"], specs, scalars,
+                     dict(t, ndim=len(dims), index64=index64))
+
+
+# -- strided views ----------------------------------------------------------------------------------
+View = tuple[int, tuple[int, ...], tuple[int, ...]]  # (offset in elements, shape, strides in elements)
+
+
+def slice_view(shape: tuple[int, ...], attrs: Any) -> View:
+    """The view of a contiguous tensor of ``shape`` that ``slice`` selects: its first element, shape and
+    strides (a negative step gives a negative stride)."""
+    index, out = slice_plan(shape, attrs)
+    strides = contiguous_strides(shape)
+    offset, view_strides = 0, []
+    for dim, st, part in zip(shape, strides, index, strict=True):
+        start, _, step = part.indices(dim)
+        if dim:
+            offset += start * st
+        view_strides.append(step * st)
+    return offset, tuple(out), tuple(view_strides)
+
+
+def _view(t: Tensor, view: View) -> Tensor:
+    offset, shape, strides = view
+    return Tensor(t.ptr + offset * t.dtype.itemsize, shape, t.dtype, t.device, strides, owner=t)
+
+
+def _copies(ctx: KernelContext, moves: list[tuple[str, int, View, str, int, View]]):
+    """A kernel running ``backend.copy(view of out, view of in)`` for each ``(in|out, position, view)``
+    pair; empty parts are dropped at bind."""
+    backend = ctx.backend
+    moves = [m for m in moves if prod(m[2][1])]
+
+    def kernel(ins, outs, stream):
+        sides = {"in": ins, "out": outs}
+        for skind, spos, sview, dkind, dpos, dview in moves:
+            backend.copy(_view(sides[dkind][dpos], dview), _view(sides[skind][spos], sview), stream=stream)
+
+    return kernel
+
+
+def _whole(shape) -> View:
+    shape = tuple(int(d) for d in shape)
+    return 0, shape, contiguous_strides(shape)
+
+
+# -- binds ------------------------------------------------------------------------------------------
+def reshaped_bind(ctx: KernelContext):
+    """reshape, flatten, squeeze, unsqueeze: the input's bytes, in order, under the output's shape."""
+    return _copies(ctx, [("in", 0, _whole(ctx.out_shapes[0]), "out", 0, _whole(ctx.out_shapes[0]))])
+
+
+def slice_bind(ctx: KernelContext):
+    return _copies(ctx, [("in", 0, slice_view(tuple(ctx.in_shapes[0]), ctx.attrs), "out", 0,
+                          _whole(ctx.out_shapes[0]))])
+
+
+def expand_bind(ctx: KernelContext):
+    """expand: x read with stride 0 along the dims it is broadcast over."""
+    out, shape = tuple(ctx.out_shapes[0]), tuple(ctx.in_shapes[0])
+    return _copies(ctx, [("in", 0, (0, out, tuple(broadcast_strides(out, shape))), "out", 0, _whole(out))])
+
+
+def _parts(shape: tuple[int, ...], axis: int, sizes) -> list[View]:
+    """The views of consecutive parts of ``sizes`` along ``axis`` of a contiguous tensor of ``shape``."""
+    strides = contiguous_strides(shape)
+    views, start = [], 0
+    for size in sizes:
+        views.append((start * strides[axis], shape[:axis] + (size,) + shape[axis + 1:], strides))
+        start += size
+    return views
+
+
+def concat_bind(ctx: KernelContext):
+    """concat: each present input copied into its part of the output."""
+    out = tuple(ctx.out_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(out), op="concat")
+    present = [i for i, s in enumerate(ctx.in_shapes) if s is not None]
+    views = _parts(out, axis, [ctx.in_shapes[i][axis] for i in present])
+    return _copies(ctx, [("in", i, _whole(ctx.in_shapes[i]), "out", 0, v)
+                         for i, v in zip(present, views, strict=True)])
+
+
+def split_bind(ctx: KernelContext):
+    """split: each part of the input copied into its output (ports past the part count stay empty)."""
+    shape = tuple(ctx.in_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="split")
+    sizes = split_sizes(shape[axis], tuple(ctx.attrs["split"]), int(ctx.attrs["num_outputs"]))
+    views = _parts(shape, axis, sizes)[:MAX_PARTS]
+    return _copies(ctx, [("in", 0, v, "out", i, _whole(v[1])) for i, v in enumerate(views)])
+
+
+def gather_bind(ctx: KernelContext):
+    dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
+    shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    axis, tuned, sms = int(ctx.attrs["axis"]), tuned_of(ctx, KERNELS["gather"]), sm_count_of(ctx)
+    return PlanLaunch(ctx.backend, lambda a: plan_gather(dtype, shape, itype, ishape, axis, tuned=tuned,
+                                                         sm_count=sms),
+                      {"data": ("in", 0), "indices": ("in", 1), "y": ("out", 0)}, ctx.stage)
+
+
+def where_bind(ctx: KernelContext):
+    dtype = ctx.in_dtypes[1]
+    shapes = [tuple(s) for s in ctx.in_shapes]
+    tuned, sms = tuned_of(ctx, KERNELS["where"]), sm_count_of(ctx)
+    return PlanLaunch(ctx.backend, lambda a: plan_where(dtype, *shapes, tuned=tuned, sm_count=sms),
+                      {"c": ("in", 0), "x": ("in", 1), "y": ("in", 2), "z": ("out", 0)}, ctx.stage)
