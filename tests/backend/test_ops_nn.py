@@ -30,12 +30,14 @@ def _stats(dtype: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- layer_norm
 
-def _layer_norm_ref(x, gamma, beta, eps):
+def _layer_norm_ref(x, gamma, beta, eps, axis=-1):
+    """float64 layer norm over the axes from ``axis`` on; mean and rstd keep those axes as 1 (ONNX)."""
     x = as64(x)
-    mean = x.mean(axis=-1)
-    var = ((x - mean[..., None]) ** 2).mean(axis=-1)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
     rstd = 1.0 / np.sqrt(var + eps)
-    y = (x - mean[..., None]) * rstd[..., None]
+    y = (x - mean) * rstd
     if gamma is not None:
         y = y * as64(gamma)
     if beta is not None:
@@ -43,19 +45,24 @@ def _layer_norm_ref(x, gamma, beta, eps):
     return y, mean, rstd
 
 
+NORM_CASES = [(s, -1) for s in SHAPES + [(33,), (3, 40000)]] + [  # 40000: the *_big row kernels
+    ((2, 5, 33), -2), ((2, 5, 33), 0), ((2, 5, 33), 1), ((3, 4, 5, 6), -3), ((2, 3, 100, 200), 2)]
+
+
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize("shape", SHAPES + [(33,), (3, 40000)])  # 40000: the *_big row kernels
+@pytest.mark.parametrize(("shape", "axis"), NORM_CASES)
 @pytest.mark.parametrize(("with_gamma", "with_beta"), [(True, True), (False, False), (True, False)])
-def test_layer_norm(reg, device, rng, dtype, shape, with_gamma, with_beta):
+def test_layer_norm(reg, device, rng, dtype, shape, axis, with_gamma, with_beta):
     eps = 1e-3
+    normalized = shape[axis:]
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         x = rand(rng, shape, dtype, -2.0, 4.0)
-        gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
-        beta = rand(rng, shape[-1:], dtype) if with_beta else None
-        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps}, device=device)
+        gamma = rand(rng, normalized, dtype) if with_gamma else None
+        beta = rand(rng, normalized, dtype) if with_beta else None
+        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps, "axis": axis}, device=device)
         assert y.dtype == x.dtype and mean.dtype == rstd.dtype == np.dtype(_stats(dtype))
-        assert mean.shape == rstd.shape == shape[:-1]
-        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps)
+        assert mean.shape == rstd.shape == shape[:axis % len(shape)] + (1,) * len(normalized)
+        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps, axis)
         check_close(y, ref_y, dtype)
         # Statistics are stored in float32 (float64): they meet that dtype's tolerance, not the input's.
         check_close(mean, ref_mean)
@@ -69,10 +76,10 @@ def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, device, rng, dtype):
         y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)],
                                device=device)
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, float(np.float32(eps)))
-        assert mean.shape == rstd.shape == (5,)
+        assert mean.shape == rstd.shape == (5,)  # the seed's module keeps its [N] statistics
         check_close(y, ref_y, dtype)
-        check_close(mean, ref_mean)
-        check_close(rstd, ref_rstd)
+        check_close(mean, ref_mean[:, 0])
+        check_close(rstd, ref_rstd[:, 0])
 
 
 def test_layer_norm_shape_and_dtype_inference(reg):
@@ -80,20 +87,53 @@ def test_layer_norm_shape_and_dtype_inference(reg):
     attrs = desc.resolve_attrs({}, where="s")
     shapes, dtypes = infer_outputs(desc, (("B", 5, 33), (33,), None), ("bfloat16", "bfloat16", None), attrs,
                                    stage="ln")
-    assert shapes == (("B", 5, 33), ("B", 5), ("B", 5)) and dtypes == ("bfloat16", "float32", "float32")
+    assert shapes == (("B", 5, 33), ("B", 5, 1), ("B", 5, 1)) and dtypes == ("bfloat16", "float32", "float32")
     _, dtypes = infer_outputs(desc, ((3, 7), None, None), ("float64", None, None), attrs, stage="ln")
     assert dtypes == ("float64", "float64", "float64")
+    attrs = desc.resolve_attrs({"axis": 1}, where="s")
+    shapes, _ = infer_outputs(desc, (("B", 5, 33), (5, 33), (5, 33)), ("float32",) * 3, attrs, stage="ln")
+    assert shapes == (("B", 5, 33), ("B", 1, 1), ("B", 1, 1))
 
 
 def test_layer_norm_gamma_width_must_match_c(reg):
     desc = reg.get("layer_norm")
     with pytest.raises(ShapeMismatchError) as info:
-        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5}, stage="ln1",
-                      tensors=("h", "g"))
+        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5, "axis": -1},
+                      stage="ln1", tensors=("h", "g"))
     err = info.value
     assert err.symbol == "C" and err.stage == "ln1" and err.port == "gamma"
-    assert {err.expected, err.got} == {7, 8}
-    assert "'ln1'" in str(err) and "C" in str(err) and "7" in str(err) and "8" in str(err)
+    assert "'ln1'" in str(err) and "[7]" in str(err) and "[8]" in str(err)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norm_scale_must_have_the_normalised_shape(reg, op):
+    """gamma (and beta) must be x.shape[axis:]: a last-axis gamma is wrong once axis covers two axes."""
+    desc = reg.get(op)
+    n_in = len(desc.inputs)
+    attrs = desc.resolve_attrs({"axis": -2}, where="s")
+    good = ((2, 5, 33), (5, 33)) + ((5, 33),) * (n_in - 2)
+    infer_outputs(desc, good, ("float32",) * n_in, attrs, stage="n")
+    bad = ((2, 5, 33), (33,)) + (None,) * (n_in - 2)
+    with pytest.raises(ShapeMismatchError, match=r"x.shape\[axis:\] = \[5, 33\]") as info:
+        infer_outputs(desc, bad, ("float32", "float32") + (None,) * (n_in - 2), attrs, stage="n")
+    assert info.value.port == "gamma" and info.value.stage == "n"
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("axis", [3, -4])
+def test_norm_axis_out_of_range_is_rejected(reg, op, axis):
+    desc = reg.get(op)
+    n_in = len(desc.inputs)
+    attrs = desc.resolve_attrs({"axis": axis}, where="s")
+    with pytest.raises(InvalidArgumentError, match=r"axis.*\[-3, 3\)"):
+        infer_outputs(desc, ((2, 5, 33),) + (None,) * (n_in - 1), ("float32",) + (None,) * (n_in - 1), attrs,
+                      stage="n")
+
+
+def test_norm_rejects_a_0d_input(reg):
+    desc = reg.get("rms_norm")
+    with pytest.raises(ShapeMismatchError, match="at least 1 dimension"):
+        infer_outputs(desc, ((), None), ("float32", None), desc.resolve_attrs({}, where="s"), stage="n")
 
 
 def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
@@ -110,14 +150,15 @@ def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
 # ---------------------------------------------------------------------------------------------- rms_norm
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("shape", "axis"), [(s, -1) for s in SHAPES] + [((2, 5, 33), -2), ((3, 4, 5, 6), 1)])
 @pytest.mark.parametrize("with_gamma", [True, False])
-def test_rms_norm(reg, device, rng, dtype, shape, with_gamma):
+def test_rms_norm(reg, device, rng, dtype, shape, axis, with_gamma):
     x = rand(rng, shape, dtype)
-    gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
-    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2}, device=device)
+    gamma = rand(rng, shape[axis:], dtype) if with_gamma else None
+    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2, "axis": axis}, device=device)
     x64 = as64(x)
-    ref = x64 / np.sqrt((x64 ** 2).mean(axis=-1, keepdims=True) + 1e-2)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=axes, keepdims=True) + 1e-2)
     check_close(y, ref * as64(gamma) if with_gamma else ref, dtype)
 
 
