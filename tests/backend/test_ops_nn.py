@@ -222,34 +222,45 @@ def _act(name, v):
     return v
 
 
-GEMM_CASES = [  # a shape, N, attrs, bias?, residual?
-    ((3, 7), 5, {}, False, False),
-    ((3, 33), 17, {"alpha": 0.5, "activation": "relu"}, True, False),
-    ((2, 5, 33), 9, {"activation": "gelu"}, True, True),
-    ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, False, True),
-    ((33,), 6, {"trans_b": True}, True, False),
-    ((4, 3, 7), 11, {"activation": "relu"}, False, True),
-    ((2, 9, 40), 24, {"trans_b": True}, False, False),
-    ((37, 72), 48, {"activation": "gelu", "alpha": 0.5}, True, True),
+GEMM_CASES = [  # a shape, N, attrs, bias shape (None: no bias), residual?
+    ((3, 7), 5, {}, None, False),
+    ((3, 33), 17, {"alpha": 0.5, "activation": "relu"}, (17,), False),
+    ((2, 5, 33), 9, {"activation": "gelu"}, (9,), True),
+    ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, None, True),
+    ((33,), 6, {"trans_b": True}, (6,), False),
+    ((4, 3, 7), 11, {"activation": "relu"}, None, True),
+    ((2, 9, 40), 24, {"trans_b": True}, None, False),
+    ((37, 72), 48, {"activation": "gelu", "alpha": 0.5}, (48,), True),
+    # ONNX Gemm: trans_a, beta, and every C that broadcasts to [M, N]
+    ((7, 3), 5, {"trans_a": True}, (3, 5), False),
+    ((7, 3), 5, {"trans_a": True, "trans_b": True, "alpha": 0.25, "beta": 0.5}, (3, 1), False),
+    ((3, 7), 5, {"beta": -2.0}, (5,), False),
+    ((3, 7), 5, {"beta": 0.5, "activation": "relu"}, (), True),
+    ((3, 7), 5, {"beta": 1.0}, (1, 5), True),
+    ((3, 7), 5, {"beta": 1.0, "activation": "gelu_tanh"}, (3, 5), True),
+    ((2, 4, 7), 5, {"beta": 2.0}, (4, 1), False),
+    ((40, 64), 72, {"trans_a": True, "beta": 0.75, "activation": "gelu"}, (72,), False),
 ]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize(("a_shape", "n", "attrs", "with_bias", "with_res"), GEMM_CASES)
-def test_gemm(reg, device, rng, dtype, a_shape, n, attrs, with_bias, with_res):
-    k = a_shape[-1]
-    trans_b = attrs.get("trans_b", False)
+@pytest.mark.parametrize(("a_shape", "n", "attrs", "bias_shape", "with_res"), GEMM_CASES)
+def test_gemm(reg, device, rng, dtype, a_shape, n, attrs, bias_shape, with_res):
+    trans_a, trans_b = attrs.get("trans_a", False), attrs.get("trans_b", False)
+    k = a_shape[0] if trans_a else a_shape[-1]
+    out_shape = (a_shape[1],) + (n,) if trans_a else a_shape[:-1] + (n,)
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         a = rand(rng, a_shape, dtype, -1.0, 1.0)
         b = rand(rng, (n, k) if trans_b else (k, n), dtype, -1.0, 1.0)
-        bias = rand(rng, (n,), dtype) if with_bias else None
-        residual = rand(rng, a_shape[:-1] + (n,), dtype) if with_res else None
+        bias = None if bias_shape is None else rand(rng, bias_shape, dtype)
+        residual = rand(rng, out_shape, dtype) if with_res else None
         (c,) = run_op(reg, "gemm", [a, b, bias, residual], attrs, device=device)
-        assert c.shape == a_shape[:-1] + (n,) and c.dtype == a.dtype
+        assert c.shape == out_shape and c.dtype == a.dtype
+        a64 = as64(a).T if trans_a else as64(a)
         b64 = as64(b).T if trans_b else as64(b)
-        ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", as64(a), b64)
-        if with_bias:
-            ref = ref + as64(bias)
+        ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", a64, b64)
+        if bias is not None:
+            ref = ref + attrs.get("beta", 1.0) * as64(bias)
         ref = _act(attrs.get("activation", "none"), ref)
         if with_res:
             ref = ref + as64(residual)
@@ -264,6 +275,10 @@ def test_gemm_shape_inference(reg):
         ((2, "M", 5),), ("float32",))
     attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
     assert infer_outputs(desc, ((3, 7), (5, 7), None, (3, 5)), four, attrs_t, stage="g")[0] == ((3, 5),)
+    attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
+    for bias in [(), (1,), (5,), ("M", 1), ("M", 5), (1, 5)]:  # ONNX's C: anything broadcasting to [M, N]
+        shapes, _ = infer_outputs(desc, ((7, "M"), (7, 5), bias, None), four, attrs_ta, stage="g")
+        assert shapes == (("M", 5),)
 
 
 def test_gemm_k_mismatch_names_k_and_both_values(reg):
@@ -278,21 +293,118 @@ def test_gemm_k_mismatch_names_k_and_both_values(reg):
     attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
     with pytest.raises(ShapeMismatchError, match="K"):
         infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_t, stage="g")
+    # trans_a reads a as [K, M]: K is its first dimension.
+    attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
+    with pytest.raises(ShapeMismatchError, match="trans_a") as info:
+        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_ta,
+                      stage="g")
+    assert info.value.symbol == "K" and {info.value.expected, info.value.got} == {3, 7}
 
 
 def test_gemm_n_and_rank_mismatches(reg):
     desc = reg.get("gemm")
     attrs = desc.resolve_attrs({}, where="s")
-    with pytest.raises(ShapeMismatchError) as info:
+    with pytest.raises(ShapeMismatchError, match="does not broadcast") as info:
         infer_outputs(desc, ((3, 7), (7, 5), (6,), None), ("float32",) * 3 + (None,), attrs, stage="g")
-    assert info.value.symbol == "N" and {info.value.expected, info.value.got} == {5, 6}
+    assert info.value.symbol == "N" and info.value.port == "bias"
     with pytest.raises(ShapeMismatchError) as info:
         infer_outputs(desc, ((3, 7), (7, 5), None, (4, 5)), ("float32",) * 2 + (None, "float32"), attrs,
                       stage="g")
-    assert info.value.stage == "g"
+    assert info.value.stage == "g" and info.value.port == "residual"
     with pytest.raises(ShapeMismatchError, match="2-d"):
         infer_outputs(desc, ((3, 7), (2, 7, 5), None, None), ("float32",) * 2 + (None, None), attrs,
                       stage="g")
+    with pytest.raises(ShapeMismatchError, match="at least 1 dimension"):
+        infer_outputs(desc, ((), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs, stage="g")
+
+
+@pytest.mark.parametrize("bias", [(2, 5), (3, 2), (1, 3, 5), (5, 1)])
+def test_gemm_bias_must_broadcast_to_m_n(reg, bias):
+    """ONNX's C broadcasts one way only: to [M, N], never widening it."""
+    desc = reg.get("gemm")
+    with pytest.raises(ShapeMismatchError, match="does not broadcast to the output shape") as info:
+        infer_outputs(desc, ((3, 7), (7, 5), bias, None), ("float32",) * 3 + (None,),
+                      desc.resolve_attrs({}, where="s"), stage="g")
+    assert info.value.port == "bias" and info.value.stage == "g"
+
+
+def test_gemm_trans_a_needs_a_2d_a(reg):
+    desc = reg.get("gemm")
+    with pytest.raises(ShapeMismatchError, match="trans_a") as info:
+        infer_outputs(desc, ((2, 7, 3), (7, 5), None, None), ("float32",) * 2 + (None, None),
+                      desc.resolve_attrs({"trans_a": True}, where="s"), stage="g")
+    assert info.value.port == "a" and info.value.symbol == "rank"
+
+
+# ---------------------------------------------------------------------------------------------- matmul
+
+MATMUL_CASES = [  # a shape, b shape: ONNX MatMul (NumPy matmul) shapes
+    ((3, 7), (7, 5)),
+    ((7,), (7, 5)),                      # 1-d a: a row, M dropped
+    ((3, 7), (7,)),                      # 1-d b: a column, N dropped
+    ((7,), (7,)),                        # both: a 0-d dot product
+    ((2, 3, 7), (7, 5)),                 # b broadcast over the batch (folds into M on CUDA)
+    ((7,), (2, 7, 5)),                   # a 1-d, b batched: a broadcast (stride 0)
+    ((2, 4, 3, 7), (4, 7, 5)),           # b broadcast over the leading batch dim
+    ((2, 1, 3, 7), (1, 4, 7, 5)),        # both broadcast: one stride each cannot say it
+    ((1, 4, 3, 7), (2, 1, 7, 5)),
+    ((3, 2, 3, 7), (3, 2, 7, 1)),        # N = 1
+    ((2, 3, 7), (1, 7, 2)),              # b batch of 1: folds into M
+    ((5, 1, 33, 40), (6, 40, 24)),
+]
+
+
+def _matmul_ref(a, b):
+    """float64 ONNX MatMul without np.matmul: promote 1-d operands, broadcast the batch, einsum."""
+    a64, b64 = as64(a), as64(b)
+    a2 = a64[None, :] if a64.ndim == 1 else a64
+    b2 = b64[:, None] if b64.ndim == 1 else b64
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    out = np.einsum("...mk,...kn->...mn", np.broadcast_to(a2, batch + a2.shape[-2:]),
+                    np.broadcast_to(b2, batch + b2.shape[-2:]))
+    if a64.ndim == 1:
+        out = out[..., 0, :]
+    if b64.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("a_shape", "b_shape"), MATMUL_CASES)
+def test_matmul(reg, device, rng, dtype, a_shape, b_shape):
+    for _ in range(2):
+        a = rand(rng, a_shape, dtype, -1.0, 1.0)
+        b = rand(rng, b_shape, dtype, -1.0, 1.0)
+        (c,) = run_op(reg, "matmul", [a, b], device=device)
+        ref = _matmul_ref(a, b)
+        assert c.dtype == a.dtype
+        check_close(c, ref, dtype)
+
+
+def test_matmul_shape_inference(reg):
+    desc = reg.get("matmul")
+    two = ("float32",) * 2
+    cases = [(((2, "S", 7), (7, 5)), (2, "S", 5)), (((7,), (7, 5)), (5,)), ((("B", 3, 7), (7,)), ("B", 3)),
+             (((7,), (7,)), ()), (((2, 1, 3, 7), (4, 7, 5)), (2, 4, 3, 5)),
+             ((("B", 3, 7), (1, 7, 5)), ("B", 3, 5))]
+    for shapes, out in cases:
+        assert infer_outputs(desc, shapes, two, {}, stage="m") == ((out,), ("float32",))
+
+
+def test_matmul_mismatches_name_the_dimension(reg):
+    desc = reg.get("matmul")
+    two = ("float32",) * 2
+    with pytest.raises(ShapeMismatchError, match="K") as info:
+        infer_outputs(desc, ((3, 7), (8, 5)), two, {}, stage="m")
+    assert info.value.symbol == "K" and {info.value.expected, info.value.got} == {7, 8}
+    assert info.value.stage == "m"
+    with pytest.raises(ShapeMismatchError, match="do not broadcast") as info:
+        infer_outputs(desc, ((2, 3, 7), (4, 7, 5)), two, {}, stage="m")
+    assert info.value.symbol == "batch" and {info.value.expected, info.value.got} == {2, 4}
+    with pytest.raises(ShapeMismatchError, match="0-d"):
+        infer_outputs(desc, ((), (7, 5)), two, {}, stage="m")
+    with pytest.raises(DTypeMismatchError):
+        infer_outputs(desc, ((3, 7), (7, 5)), ("float32", "float16"), {}, stage="m")
 
 
 def test_gemm_dtype_mismatch_between_a_and_b(reg):
