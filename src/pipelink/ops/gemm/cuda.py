@@ -35,7 +35,8 @@ from ..kernel import KernelSource, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
-__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "plan_batches", "bind_gemm", "bind_matmul"]
+__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "route_gemm", "bind_gemm",
+           "bind_matmul"]
 
 log = logging.getLogger("pipelink")
 
@@ -129,52 +130,81 @@ def _is_bias_vector(shape: tuple, n: int) -> bool:
     return len(shape) >= 1 and shape[-1] == n and all(d == 1 for d in shape[:-1])
 
 
+@dataclass(frozen=True)
+class GemmRoute:
+    """Where each part of ``act(alpha * op(a) @ op(b) + beta * bias) + residual`` runs for one stage.
+
+    cuBLASLt computes ``D = epilogue(alpha * A @ B + beta * C [+ bias vector])``. ``epilogue`` is its
+    name; ``bias_vector``: the bias is the BIAS epilogue's vector; ``expand_bias``: the bias is first
+    broadcast into c, which is then read as C (C = D); ``c_source``: the input read as C (None: c);
+    ``beta``: cuBLASLt's beta; ``post_activation`` / ``post_residual``: run as kernels after the call.
+    """
+
+    epilogue: str
+    bias_vector: bool
+    expand_bias: bool
+    c_source: int | None
+    beta: float
+    post_activation: bool
+    post_residual: bool
+
+
+def route_gemm(dtype: str, out_shape: tuple, n: int, bias_shape: tuple | None, res_shape: tuple | None,
+               beta: float, activation: str) -> GemmRoute:
+    """The cuBLASLt mapping of one gemm stage (inputs: a 0, b 1, bias 2, residual 3)."""
+    # cuBLASLt's GELU epilogue is the tanh form and computes in single precision: the erf GELU, and any
+    # GELU in float64, run the exact kernel after.
+    fusable = {"none": "", "relu": "RELU"} if dtype == "float64" else {"none": "", "relu": "RELU",
+                                                                       "gelu_tanh": "GELU"}
+    fused = fusable.get(activation, "")
+    bias_vector = bias_shape is not None and beta == 1.0 and _is_bias_vector(bias_shape, n)
+    c_source, c_beta, expand = None, 0.0, False
+    if bias_shape is not None and not bias_vector:
+        c_beta = beta
+        if bias_shape == out_shape:
+            c_source = 2
+        else:
+            expand = True
+    elif res_shape == out_shape and activation == "none":
+        c_source, c_beta = 3, 1.0
+    epilogue = f"{fused}_BIAS" if bias_vector and fused else "BIAS" if bias_vector else fused or "DEFAULT"
+    return GemmRoute(epilogue, bias_vector, expand, c_source, c_beta,
+                     post_activation=activation != "none" and not fused,
+                     post_residual=res_shape is not None and c_source != 3)
+
+
 def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
-    """gemm's cuBLASLt call: where the bias goes (epilogue, C matrix, or expanded into c then C = D),
-    where the residual goes (C, or an add after), and which parts of the epilogue run as kernels after."""
+    """gemm's cuBLASLt call, with the launches :func:`route_gemm` puts before and after it."""
     backend, dtype, stage = ctx.backend, ctx.in_dtypes[0], ctx.stage
     a, b = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
     trans_a, trans_b = bool(ctx.attrs["trans_a"]), bool(ctx.attrs["trans_b"])
     lead, k, n = gemm_dims(a, b, trans_a, trans_b)
     out_shape = tuple(ctx.out_shapes[0])
-    beta, activation = float(ctx.attrs["beta"]), ctx.attrs["activation"]
+    activation = ctx.attrs["activation"]
     bias_shape = None if ctx.in_shapes[2] is None else tuple(ctx.in_shapes[2])
     res_shape = None if ctx.in_shapes[3] is None else tuple(ctx.in_shapes[3])
-    # cuBLASLt's GELU epilogue computes in single precision: float64 runs the exact kernel after.
-    fusable = {"none": "", "relu": "RELU"} if dtype == "float64" else {"none": "", "relu": "RELU",
-                                                                       "gelu_tanh": "GELU"}
-    fused = fusable.get(activation, "")
+    route = route_gemm(dtype, out_shape, n, bias_shape, res_shape, float(ctx.attrs["beta"]), activation)
     pre: list[PlanLaunch] = []
     post: list[PlanLaunch] = []
-    bias_vector = bias_shape is not None and beta == 1.0 and _is_bias_vector(bias_shape, n)
-    c_source, c_beta = None, 0.0
-    if bias_shape is not None and not bias_vector:
-        c_beta = beta
-        if bias_shape == out_shape:
-            c_source = 2
-        else:  # C = D = c, holding the bias broadcast to c's shape
-            nd = len(out_shape)
-            padded = (1,) * (nd - len(bias_shape)) + bias_shape
-            strides = tuple(0 if d == 1 else st
-                            for d, st in zip(padded, contiguous_strides(padded), strict=True))
-            pre.append(PlanLaunch(backend, lambda _a: plan_transpose(dtype, out_shape, tuple(range(nd)),
-                                                                     in_strides=strides),
-                                  {"x": ("in", 2), "y": ("out", 0)}, stage))
-    elif res_shape == out_shape and activation == "none":
-        c_source, c_beta = 3, 1.0
-    if activation in ("gelu", "gelu_tanh") and not fused:
+    if route.expand_bias:  # c = bias broadcast to c's shape: a strided copy, stride 0 where it broadcasts
+        nd = len(out_shape)
+        padded = (1,) * (nd - len(bias_shape)) + bias_shape
+        strides = tuple(0 if d == 1 else st for d, st in zip(padded, contiguous_strides(padded), strict=True))
+        pre.append(PlanLaunch(backend, lambda _a: plan_transpose(dtype, out_shape, tuple(range(nd)),
+                                                                 in_strides=strides),
+                              {"x": ("in", 2), "y": ("out", 0)}, stage))
+    if route.post_activation:
         post.append(PlanLaunch(backend, lambda al: plan_unary(activation, dtype, out_shape, alignment=al),
                                {"x": ("out", 0), "y": ("out", 0)}, stage))
-    if res_shape is not None and c_source != 3:
+    if route.post_residual:
         post.append(PlanLaunch(backend,
                                lambda al: plan_binary("add", dtype, out_shape, res_shape, alignment=al),
                                {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)}, stage))
-    epilogue = f"{fused}_BIAS" if bias_vector and fused else "BIAS" if bias_vector else fused or "DEFAULT"
     m = math.prod(lead)
     return _LtMatmul(ctx, m=m, n=n, k=k, batch=BatchPlan(1, m, (0, 0, 0), ((0, 0, 0),)),
-                     alpha=float(ctx.attrs["alpha"]), trans_a=trans_a, trans_b=trans_b, epilogue=epilogue,
-                     bias_input=2 if bias_vector else None, c_source=c_source, beta=c_beta, pre=pre,
-                     post=post)
+                     alpha=float(ctx.attrs["alpha"]), trans_a=trans_a, trans_b=trans_b,
+                     epilogue=route.epilogue, bias_input=2 if route.bias_vector else None,
+                     c_source=route.c_source, beta=route.beta, pre=pre, post=post)
 
 
 class _LtMatmul:
