@@ -34,7 +34,7 @@ from .ops_helpers import (
 SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails and more than one block
 WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
              "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-             "gemm", "transpose", "precision_cast", "sigmoid", "tanh"}
+             "gemm", "matmul", "transpose", "precision_cast", "sigmoid", "tanh"}
 # The operator families of issue 13 (one package each under ops/): NumPy variants only so far.
 CPU_ONLY = {"reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice", "gather", "where",
             "expand", "reduce_mean", "reduce_sum", "reduce_max", "conv2d", "conv_transpose2d",
