@@ -351,6 +351,8 @@ MATMUL_CASES = [  # a shape, b shape: ONNX MatMul (NumPy matmul) shapes
     ((3, 2, 3, 7), (3, 2, 7, 1)),        # N = 1
     ((2, 3, 7), (1, 7, 2)),              # b batch of 1: folds into M
     ((5, 1, 33, 40), (6, 40, 24)),
+    ((0, 3, 7), (7, 5)),                 # empty dims: an empty output, nothing to compute
+    ((2, 0, 7), (2, 7, 5)),
 ]
 
 
@@ -379,6 +381,13 @@ def test_matmul(reg, device, rng, dtype, a_shape, b_shape):
         ref = _matmul_ref(a, b)
         assert c.dtype == a.dtype
         check_close(c, ref, dtype)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3, 0), (0, 5)), ((2, 3, 0), (0,))])
+def test_matmul_with_k_0_gives_zeros_on_the_cpu(reg, a_shape, b_shape):
+    """ONNX: an empty sum is 0. (CPU only: cuBLASLt's handling of K = 0 is to be checked on the GPU.)"""
+    (c,) = run_op(reg, "matmul", [np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)])
+    assert c.shape == np.matmul(np.ones(a_shape), np.ones(b_shape)).shape and not c.any()
 
 
 def test_matmul_shape_inference(reg):
@@ -454,3 +463,25 @@ def test_transpose_rejects_a_non_permutation(reg, perm):
     with pytest.raises(InvalidArgumentError, match="permutation") as info:
         infer_outputs(reg.get("transpose"), ((2, 3, 4),), ("float32",), {"perm": perm}, stage="t")
     assert str(list(perm)) in str(info.value) and info.value.attr == "perm"
+
+
+def test_linalg_shapes_are_checked_when_a_pipeline_loads():
+    """The linker runs gemm's and matmul's shape rules at load: a bad shape never reaches a run."""
+    import pipelink as pl
+
+    def config(bias_shape, w_shape):
+        return {"inputs": {"x": {"shape": ["B", 3, 7], "dtype": "float32"},
+                           "w": {"shape": w_shape, "dtype": "float32"},
+                           "c": {"shape": bias_shape, "dtype": "float32"}},
+                "pipeline": [{"name": "matmul", "id": "mm", "inputs": ["x", "w"], "outputs": ["h"]},
+                             {"name": "gemm", "id": "proj", "inputs": ["h", "w", "c"], "outputs": ["y"],
+                              "attrs": {"beta": 0.5}}]}
+
+    with pl.load(config([3, 1], [7, 7]), device="cpu") as pipe:
+        x = np.ones((2, 3, 7), np.float32)
+        y = pipe.run({"x": x, "w": np.eye(7, dtype=np.float32), "c": np.ones((3, 1), np.float32)})["y"]
+        np.testing.assert_allclose(np.asarray(y), x + 0.5)
+    with pytest.raises(ShapeMismatchError, match="'proj'.*does not broadcast"):
+        pl.load(config([4, 1], [7, 7]), device="cpu")
+    with pytest.raises(ShapeMismatchError, match="'mm'.*K = 7.*K = 6"):
+        pl.load(config([3, 1], [6, 7]), device="cpu")

@@ -101,6 +101,8 @@ def plan_batches(a_batch: tuple, b_batch: tuple, out_batch: tuple, m: int, k: in
 
 def bind_gemm(ctx: KernelContext) -> Any:
     """The gemm kernel for one stage: cuBLASLt when available, else PyTorch (logged once per stage)."""
+    if math.prod(ctx.out_shapes[0]) == 0:
+        return _write_nothing
     try:
         return _gemm_lt(ctx)
     except Exception as e:  # noqa: BLE001 - nvmath missing, libcublasLt not loadable, no algorithm
@@ -110,6 +112,8 @@ def bind_gemm(ctx: KernelContext) -> Any:
 
 def bind_matmul(ctx: KernelContext) -> Any:
     """The matmul kernel for one stage: cuBLASLt strided batched when available, else PyTorch."""
+    if math.prod(ctx.out_shapes[0]) == 0:
+        return _write_nothing
     a, b = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
     batch, m, k, n = matmul_dims(a, b)
     plan = plan_batches(a[:-2], b[:-2], batch, m, k, n)
@@ -118,6 +122,10 @@ def bind_matmul(ctx: KernelContext) -> Any:
     except Exception as e:  # noqa: BLE001 - as in bind_gemm
         _log_fallback(ctx, e)
     return _torch_kernel(ctx, "matmul")
+
+
+def _write_nothing(ins: list, outs: list, stream: Any) -> None:
+    """The kernel of an empty output (an M, N or batch dimension of 0): there is nothing to compute."""
 
 
 def _log_fallback(ctx: KernelContext, e: Exception) -> None:
