@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelink.ops.gemm.cuda import plan_batches
+from pipelink.ops.gemm.cuda import offset_alignment, plan_batches
 from pipelink.ops.gemm.reference import matmul_dims
 
 CASES = [((3, 7), (7, 5)), ((7,), (7, 5)), ((3, 7), (7,)), ((7,), (7,)), ((2, 3, 7), (7, 5)),
@@ -55,3 +55,11 @@ def test_plans_use_strides_before_calls():
     # [2, 1] x [1, 4]: no one stride per operand covers both dims: 2 calls of a strided batch of 4
     plan = _plan((2, 1, 3, 7), (1, 4, 7, 5))[0]
     assert plan.count == 4 and plan.strides == (0, 35, 15) and len(plan.offsets) == 2
+
+
+def test_offset_alignment_is_what_every_call_pointer_keeps():
+    assert offset_alignment([0]) == 256
+    assert offset_alignment([0, 512, 1024]) == 256
+    assert offset_alignment([0, 80]) == 16
+    assert offset_alignment([0, 84]) == 4  # one [3, 7] float32 matrix further
+    assert offset_alignment([0, 2 * 21]) == 2  # float16

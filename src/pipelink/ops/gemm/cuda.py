@@ -35,8 +35,8 @@ from ..kernel import KernelSource, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
-__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "route_gemm", "bind_gemm",
-           "bind_matmul"]
+__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "offset_alignment", "route_gemm",
+           "bind_gemm", "bind_matmul"]
 
 log = logging.getLogger("pipelink")
 
@@ -97,6 +97,16 @@ def plan_batches(a_batch: tuple, b_batch: tuple, out_batch: tuple, m: int, k: in
         ob = sum(j * strides_b[keep[d]] for d, j in enumerate(idx))
         offsets.append((oa, ob, linear * math.prod(dims[split:]) * mats[2]))
     return BatchPlan(count, rows, strides, tuple(offsets))
+
+
+def offset_alignment(offsets_bytes: list[int]) -> int:
+    """The alignment in bytes (a power of two, at most cuBLASLt's default 256) that every pointer
+    ``base + offset`` keeps when ``base`` is 256-byte aligned."""
+    align = 256
+    for offset in offsets_bytes:
+        while offset % align:
+            align //= 2
+    return align
 
 
 def bind_gemm(ctx: KernelContext) -> Any:
@@ -239,7 +249,6 @@ class _LtMatmul:
         data_type, compute, scale_type, scalar = _TYPES[dtype]
         if dtype == "float32" and dict(ctx.params or {}).get("math") == "tf32":
             compute = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: precision_policy "tf32"
-        self.itemsize = get_dtype(dtype).itemsize
         self.handle_for(backend.default_stream())  # loads libcublasLt now: a failure falls back at bind
         self.desc = lt.matmul_desc_create(compute, scale_type)
         self._set(lt.MatmulDescAttribute.TRANSA, np.array([int(trans_b)], np.int32))
@@ -258,6 +267,13 @@ class _LtMatmul:
         ws = np.array([WORKSPACE_BYTES], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
                                            ws.ctypes.data, ws.itemsize)
+        # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
+        # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
+        size = get_dtype(dtype).itemsize
+        for name, which in (("A", 1), ("B", 0), ("C", 2), ("D", 2)):
+            align = np.array([offset_alignment([o[which] * size for o in batch.offsets])], np.uint32)
+            attr = lt.MatmulPreferenceAttribute[f"MIN_ALIGNMENT_{name}_BYTES"]
+            lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
         self.heuristic = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
         found = np.zeros(1, np.int32)
         lt.matmul_algo_get_heuristic(self.handle_for(backend.default_stream()), self.desc, self.a_layout,
@@ -271,6 +287,7 @@ class _LtMatmul:
         self.workspace = backend.allocate(max(self.workspace_size, 1), tag="cublaslt-workspace")
         self.pre = pre or []
         self.post = post or []
+        self.itemsize = size
 
     def _layout(self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan,
                 which: int) -> int:
