@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from pipelink.ops.gemm.cuda import route_gemm
+from pipelink.ops.gemm.cuda import plan_bias_expand, route_gemm
+from tests.unit.test_cuda_sources import _emulate_strided
 
 M, N, K = 3, 5, 7
 
@@ -30,7 +31,9 @@ EPILOGUE_ACT = {"DEFAULT": "none", "BIAS": "none", "RELU": "relu", "RELU_BIAS": 
 def _replay(route, a, b, bias, res, alpha, activation):
     c = np.zeros((M, N))
     if route.expand_bias:
-        c = np.broadcast_to(bias, (M, N)).copy()  # the strided copy into D
+        plan = plan_bias_expand("float64", bias.shape, (M, N))  # the strided copy into D, as the kernel reads
+        assert plan.kernel == "pl_permute"
+        c = _emulate_strided(plan, "s", bias).reshape(M, N)
     source = {None: c, 2: bias, 3: res}[route.c_source]
     d = alpha * (a @ b) + (route.beta * source if route.beta else 0.0)
     if route.bias_vector:

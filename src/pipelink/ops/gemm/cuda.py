@@ -31,12 +31,12 @@ from ...descriptor import KernelContext
 from ...dtypes import get_dtype
 from ...errors import HardwareUnsupportedError
 from ..elementwise.cuda import plan_binary, plan_unary
-from ..kernel import KernelSource, PlanLaunch, contiguous_strides
+from ..kernel import KernelSource, LaunchPlan, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
 __all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "offset_alignment", "route_gemm",
-           "bind_gemm", "bind_matmul"]
+           "plan_bias_expand", "bind_gemm", "bind_matmul"]
 
 log = logging.getLogger("pipelink")
 
@@ -191,6 +191,15 @@ def route_gemm(dtype: str, out_shape: tuple, n: int, bias_shape: tuple | None, r
                      post_residual=res_shape is not None and c_source != 3)
 
 
+def plan_bias_expand(dtype: str, bias_shape: tuple, out_shape: tuple) -> LaunchPlan:
+    """Plan ``c = bias`` broadcast to c's shape: the transpose family's strided copy (identity
+    permutation), reading the bias with stride 0 along the dims where it broadcasts."""
+    nd = len(out_shape)
+    padded = (1,) * (nd - len(bias_shape)) + tuple(bias_shape)
+    strides = tuple(0 if d == 1 else st for d, st in zip(padded, contiguous_strides(padded), strict=True))
+    return plan_transpose(dtype, out_shape, tuple(range(nd)), in_strides=strides)
+
+
 def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
     """gemm's cuBLASLt call, with the launches :func:`route_gemm` puts before and after it."""
     backend, dtype, stage = ctx.backend, ctx.in_dtypes[0], ctx.stage
@@ -204,12 +213,8 @@ def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
     route = route_gemm(dtype, out_shape, n, bias_shape, res_shape, float(ctx.attrs["beta"]), activation)
     pre: list[PlanLaunch] = []
     post: list[PlanLaunch] = []
-    if route.expand_bias:  # c = bias broadcast to c's shape: a strided copy, stride 0 where it broadcasts
-        nd = len(out_shape)
-        padded = (1,) * (nd - len(bias_shape)) + bias_shape
-        strides = tuple(0 if d == 1 else st for d, st in zip(padded, contiguous_strides(padded), strict=True))
-        pre.append(PlanLaunch(backend, lambda _a: plan_transpose(dtype, out_shape, tuple(range(nd)),
-                                                                 in_strides=strides),
+    if route.expand_bias:
+        pre.append(PlanLaunch(backend, lambda _a: plan_bias_expand(dtype, bias_shape, out_shape),
                               {"x": ("in", 2), "y": ("out", 0)}, stage))
     if route.post_activation:
         post.append(PlanLaunch(backend, lambda al: plan_unary(activation, dtype, out_shape, alignment=al),
