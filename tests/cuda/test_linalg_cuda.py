@@ -22,7 +22,7 @@ LINALG = {
         "x": [2, 1, 24, 40], "w": [1, 3, 40, 32], "wt": [40, 24], "wb": [40, 32], "cm": [24, 1],
         "cfull": [24, 32], "sq": [32, 32], "v": [32], "g": [24, 32], "p": [2, 1, 3, 7],
         "q": [1, 4, 7, 5]}.items()},
-    "outputs": ["mm", "odd", "fold", "col", "full", "vec", "ln", "rms"],
+    "outputs": ["mm", "odd", "fold", "bg", "col", "full", "vec", "ln", "rms"],
     "pipeline": [
         # [2, 1] x [1, 3] batches: two strided-batched calls of 3 (a stride 0)
         {"name": "matmul", "id": "bmm", "inputs": ["x", "w"], "outputs": ["mm"]},
@@ -30,6 +30,9 @@ LINALG = {
         {"name": "matmul", "id": "odd", "inputs": ["p", "q"], "outputs": ["odd"]},
         # b shared by both batches: folded into M = 48
         {"name": "matmul", "id": "fold", "inputs": ["x", "wb"], "outputs": ["fold"]},
+        # batched a [2, 1, 24, K] (M = 48), the bias vector and the tanh GELU fused in the epilogue
+        {"name": "gemm", "id": "bg", "inputs": ["x", "wb", "v"], "outputs": ["bg"],
+         "attrs": {"activation": "gelu_tanh", "alpha": 0.5}},
         # trans_a, C [M, 1] with beta: expanded into D, then C = D
         {"name": "gemm", "id": "col", "inputs": ["wt", "wb", "cm"], "outputs": ["col"],
          "attrs": {"trans_a": True, "alpha": 0.5, "beta": -2.0, "activation": "relu"}},
