@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelink.ops.gemm.cuda import offset_alignment, plan_batches
 from pipelink.ops.gemm.reference import matmul_dims
@@ -63,3 +65,23 @@ def test_offset_alignment_is_what_every_call_pointer_keeps():
     assert offset_alignment([0, 80]) == 16
     assert offset_alignment([0, 84]) == 4  # one [3, 7] float32 matrix further
     assert offset_alignment([0, 2 * 21]) == 2  # float16
+
+
+@st.composite
+def _broadcasting_operands(draw):
+    """Two operand shapes whose batch dims broadcast (each dim equal, or 1 on one side), 1-d included."""
+    out_batch = draw(st.lists(st.integers(1, 3), max_size=4))
+    a_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))):]
+    b_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))):]
+    m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
+    a = (k,) if not a_batch and draw(st.booleans()) else (*a_batch, m, k)
+    b = (k,) if not b_batch and draw(st.booleans()) else (*b_batch, k, n)
+    return a, b
+
+
+@settings(max_examples=200, deadline=None)
+@given(_broadcasting_operands())
+def test_any_broadcast_maps_onto_calls_that_compute_numpy_matmul(shapes):
+    """Property: for every pair of broadcasting shapes, the planned calls write every output element once
+    with NumPy's matmul value (a wrong stride, offset or fold would leave NaN or a wrong value)."""
+    test_planned_calls_compute_numpy_matmul(*shapes)
