@@ -34,7 +34,8 @@ from .ops_helpers import (
 SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails and more than one block
 WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
              "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-             "gemm", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp", "sqrt",
+             "gemm", "matmul", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp",
+             "sqrt",
              "sub", "div", "pow", "reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice",
              "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max",
              "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle",

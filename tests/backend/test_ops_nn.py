@@ -30,12 +30,14 @@ def _stats(dtype: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- layer_norm
 
-def _layer_norm_ref(x, gamma, beta, eps):
+def _layer_norm_ref(x, gamma, beta, eps, axis=-1):
+    """float64 layer norm over the axes from ``axis`` on; mean and rstd keep those axes as 1 (ONNX)."""
     x = as64(x)
-    mean = x.mean(axis=-1)
-    var = ((x - mean[..., None]) ** 2).mean(axis=-1)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
     rstd = 1.0 / np.sqrt(var + eps)
-    y = (x - mean[..., None]) * rstd[..., None]
+    y = (x - mean) * rstd
     if gamma is not None:
         y = y * as64(gamma)
     if beta is not None:
@@ -43,19 +45,24 @@ def _layer_norm_ref(x, gamma, beta, eps):
     return y, mean, rstd
 
 
+NORM_CASES = [(s, -1) for s in SHAPES + [(33,), (3, 40000)]] + [  # 40000: the *_big row kernels
+    ((2, 5, 33), -2), ((2, 5, 33), 0), ((2, 5, 33), 1), ((3, 4, 5, 6), -3), ((2, 3, 100, 200), 2)]
+
+
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize("shape", SHAPES + [(33,), (3, 40000)])  # 40000: the *_big row kernels
+@pytest.mark.parametrize(("shape", "axis"), NORM_CASES)
 @pytest.mark.parametrize(("with_gamma", "with_beta"), [(True, True), (False, False), (True, False)])
-def test_layer_norm(reg, device, rng, dtype, shape, with_gamma, with_beta):
+def test_layer_norm(reg, device, rng, dtype, shape, axis, with_gamma, with_beta):
     eps = 1e-3
+    normalized = shape[axis:]
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         x = rand(rng, shape, dtype, -2.0, 4.0)
-        gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
-        beta = rand(rng, shape[-1:], dtype) if with_beta else None
-        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps}, device=device)
+        gamma = rand(rng, normalized, dtype) if with_gamma else None
+        beta = rand(rng, normalized, dtype) if with_beta else None
+        y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps, "axis": axis}, device=device)
         assert y.dtype == x.dtype and mean.dtype == rstd.dtype == np.dtype(_stats(dtype))
-        assert mean.shape == rstd.shape == shape[:-1]
-        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps)
+        assert mean.shape == rstd.shape == shape[:axis % len(shape)] + (1,) * len(normalized)
+        ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps, axis)
         check_close(y, ref_y, dtype)
         # Statistics are stored in float32 (float64): they meet that dtype's tolerance, not the input's.
         check_close(mean, ref_mean)
@@ -69,10 +76,10 @@ def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, device, rng, dtype):
         y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)],
                                device=device)
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, float(np.float32(eps)))
-        assert mean.shape == rstd.shape == (5,)
+        assert mean.shape == rstd.shape == (5,)  # the seed's module keeps its [N] statistics
         check_close(y, ref_y, dtype)
-        check_close(mean, ref_mean)
-        check_close(rstd, ref_rstd)
+        check_close(mean, ref_mean[:, 0])
+        check_close(rstd, ref_rstd[:, 0])
 
 
 def test_layer_norm_shape_and_dtype_inference(reg):
@@ -80,20 +87,53 @@ def test_layer_norm_shape_and_dtype_inference(reg):
     attrs = desc.resolve_attrs({}, where="s")
     shapes, dtypes = infer_outputs(desc, (("B", 5, 33), (33,), None), ("bfloat16", "bfloat16", None), attrs,
                                    stage="ln")
-    assert shapes == (("B", 5, 33), ("B", 5), ("B", 5)) and dtypes == ("bfloat16", "float32", "float32")
+    assert shapes == (("B", 5, 33), ("B", 5, 1), ("B", 5, 1)) and dtypes == ("bfloat16", "float32", "float32")
     _, dtypes = infer_outputs(desc, ((3, 7), None, None), ("float64", None, None), attrs, stage="ln")
     assert dtypes == ("float64", "float64", "float64")
+    attrs = desc.resolve_attrs({"axis": 1}, where="s")
+    shapes, _ = infer_outputs(desc, (("B", 5, 33), (5, 33), (5, 33)), ("float32",) * 3, attrs, stage="ln")
+    assert shapes == (("B", 5, 33), ("B", 1, 1), ("B", 1, 1))
 
 
 def test_layer_norm_gamma_width_must_match_c(reg):
     desc = reg.get("layer_norm")
     with pytest.raises(ShapeMismatchError) as info:
-        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5}, stage="ln1",
-                      tensors=("h", "g"))
+        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5, "axis": -1},
+                      stage="ln1", tensors=("h", "g"))
     err = info.value
     assert err.symbol == "C" and err.stage == "ln1" and err.port == "gamma"
-    assert {err.expected, err.got} == {7, 8}
-    assert "'ln1'" in str(err) and "C" in str(err) and "7" in str(err) and "8" in str(err)
+    assert "'ln1'" in str(err) and "[7]" in str(err) and "[8]" in str(err)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norm_scale_must_have_the_normalised_shape(reg, op):
+    """gamma (and beta) must be x.shape[axis:]: a last-axis gamma is wrong once axis covers two axes."""
+    desc = reg.get(op)
+    n_in = len(desc.inputs)
+    attrs = desc.resolve_attrs({"axis": -2}, where="s")
+    good = ((2, 5, 33), (5, 33)) + ((5, 33),) * (n_in - 2)
+    infer_outputs(desc, good, ("float32",) * n_in, attrs, stage="n")
+    bad = ((2, 5, 33), (33,)) + (None,) * (n_in - 2)
+    with pytest.raises(ShapeMismatchError, match=r"x.shape\[axis:\] = \[5, 33\]") as info:
+        infer_outputs(desc, bad, ("float32", "float32") + (None,) * (n_in - 2), attrs, stage="n")
+    assert info.value.port == "gamma" and info.value.stage == "n"
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("axis", [3, -4])
+def test_norm_axis_out_of_range_is_rejected(reg, op, axis):
+    desc = reg.get(op)
+    n_in = len(desc.inputs)
+    attrs = desc.resolve_attrs({"axis": axis}, where="s")
+    with pytest.raises(InvalidArgumentError, match=r"axis.*\[-3, 3\)"):
+        infer_outputs(desc, ((2, 5, 33),) + (None,) * (n_in - 1), ("float32",) + (None,) * (n_in - 1), attrs,
+                      stage="n")
+
+
+def test_norm_rejects_a_0d_input(reg):
+    desc = reg.get("rms_norm")
+    with pytest.raises(ShapeMismatchError, match="at least 1 dimension"):
+        infer_outputs(desc, ((), None), ("float32", None), desc.resolve_attrs({}, where="s"), stage="n")
 
 
 def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
@@ -110,14 +150,15 @@ def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
 # ---------------------------------------------------------------------------------------------- rms_norm
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("shape", "axis"), [(s, -1) for s in SHAPES] + [((2, 5, 33), -2), ((3, 4, 5, 6), 1)])
 @pytest.mark.parametrize("with_gamma", [True, False])
-def test_rms_norm(reg, device, rng, dtype, shape, with_gamma):
+def test_rms_norm(reg, device, rng, dtype, shape, axis, with_gamma):
     x = rand(rng, shape, dtype)
-    gamma = rand(rng, shape[-1:], dtype) if with_gamma else None
-    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2}, device=device)
+    gamma = rand(rng, shape[axis:], dtype) if with_gamma else None
+    (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2, "axis": axis}, device=device)
     x64 = as64(x)
-    ref = x64 / np.sqrt((x64 ** 2).mean(axis=-1, keepdims=True) + 1e-2)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=axes, keepdims=True) + 1e-2)
     check_close(y, ref * as64(gamma) if with_gamma else ref, dtype)
 
 
@@ -181,34 +222,45 @@ def _act(name, v):
     return v
 
 
-GEMM_CASES = [  # a shape, N, attrs, bias?, residual?
-    ((3, 7), 5, {}, False, False),
-    ((3, 33), 17, {"alpha": 0.5, "activation": "relu"}, True, False),
-    ((2, 5, 33), 9, {"activation": "gelu"}, True, True),
-    ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, False, True),
-    ((33,), 6, {"trans_b": True}, True, False),
-    ((4, 3, 7), 11, {"activation": "relu"}, False, True),
-    ((2, 9, 40), 24, {"trans_b": True}, False, False),
-    ((37, 72), 48, {"activation": "gelu", "alpha": 0.5}, True, True),
+GEMM_CASES = [  # a shape, N, attrs, bias shape (None: no bias), residual?
+    ((3, 7), 5, {}, None, False),
+    ((3, 33), 17, {"alpha": 0.5, "activation": "relu"}, (17,), False),
+    ((2, 5, 33), 9, {"activation": "gelu"}, (9,), True),
+    ((2, 5, 33), 9, {"activation": "gelu_tanh", "trans_b": True, "alpha": -1.5}, None, True),
+    ((33,), 6, {"trans_b": True}, (6,), False),
+    ((4, 3, 7), 11, {"activation": "relu"}, None, True),
+    ((2, 9, 40), 24, {"trans_b": True}, None, False),
+    ((37, 72), 48, {"activation": "gelu", "alpha": 0.5}, (48,), True),
+    # ONNX Gemm: trans_a, beta, and every C that broadcasts to [M, N]
+    ((7, 3), 5, {"trans_a": True}, (3, 5), False),
+    ((7, 3), 5, {"trans_a": True, "trans_b": True, "alpha": 0.25, "beta": 0.5}, (3, 1), False),
+    ((3, 7), 5, {"beta": -2.0}, (5,), False),
+    ((3, 7), 5, {"beta": 0.5, "activation": "relu"}, (), True),
+    ((3, 7), 5, {"beta": 1.0}, (1, 5), True),
+    ((3, 7), 5, {"beta": 1.0, "activation": "gelu_tanh"}, (3, 5), True),
+    ((2, 4, 7), 5, {"beta": 2.0}, (4, 1), False),
+    ((40, 64), 72, {"trans_a": True, "beta": 0.75, "activation": "gelu"}, (72,), False),
 ]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize(("a_shape", "n", "attrs", "with_bias", "with_res"), GEMM_CASES)
-def test_gemm(reg, device, rng, dtype, a_shape, n, attrs, with_bias, with_res):
-    k = a_shape[-1]
-    trans_b = attrs.get("trans_b", False)
+@pytest.mark.parametrize(("a_shape", "n", "attrs", "bias_shape", "with_res"), GEMM_CASES)
+def test_gemm(reg, device, rng, dtype, a_shape, n, attrs, bias_shape, with_res):
+    trans_a, trans_b = attrs.get("trans_a", False), attrs.get("trans_b", False)
+    k = a_shape[0] if trans_a else a_shape[-1]
+    out_shape = (a_shape[1],) + (n,) if trans_a else a_shape[:-1] + (n,)
     for _ in range(2):  # twice: scratch buffers kept by bind must not leak the previous run
         a = rand(rng, a_shape, dtype, -1.0, 1.0)
         b = rand(rng, (n, k) if trans_b else (k, n), dtype, -1.0, 1.0)
-        bias = rand(rng, (n,), dtype) if with_bias else None
-        residual = rand(rng, a_shape[:-1] + (n,), dtype) if with_res else None
+        bias = None if bias_shape is None else rand(rng, bias_shape, dtype)
+        residual = rand(rng, out_shape, dtype) if with_res else None
         (c,) = run_op(reg, "gemm", [a, b, bias, residual], attrs, device=device)
-        assert c.shape == a_shape[:-1] + (n,) and c.dtype == a.dtype
+        assert c.shape == out_shape and c.dtype == a.dtype
+        a64 = as64(a).T if trans_a else as64(a)
         b64 = as64(b).T if trans_b else as64(b)
-        ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", as64(a), b64)
-        if with_bias:
-            ref = ref + as64(bias)
+        ref = attrs.get("alpha", 1.0) * np.einsum("...k,kn->...n", a64, b64)
+        if bias is not None:
+            ref = ref + attrs.get("beta", 1.0) * as64(bias)
         ref = _act(attrs.get("activation", "none"), ref)
         if with_res:
             ref = ref + as64(residual)
@@ -223,6 +275,10 @@ def test_gemm_shape_inference(reg):
         ((2, "M", 5),), ("float32",))
     attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
     assert infer_outputs(desc, ((3, 7), (5, 7), None, (3, 5)), four, attrs_t, stage="g")[0] == ((3, 5),)
+    attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
+    for bias in [(), (1,), (5,), ("M", 1), ("M", 5), (1, 5)]:  # ONNX's C: anything broadcasting to [M, N]
+        shapes, _ = infer_outputs(desc, ((7, "M"), (7, 5), bias, None), four, attrs_ta, stage="g")
+        assert shapes == (("M", 5),)
 
 
 def test_gemm_k_mismatch_names_k_and_both_values(reg):
@@ -237,21 +293,127 @@ def test_gemm_k_mismatch_names_k_and_both_values(reg):
     attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
     with pytest.raises(ShapeMismatchError, match="K"):
         infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_t, stage="g")
+    # trans_a reads a as [K, M]: K is its first dimension.
+    attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
+    with pytest.raises(ShapeMismatchError, match="trans_a") as info:
+        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_ta,
+                      stage="g")
+    assert info.value.symbol == "K" and {info.value.expected, info.value.got} == {3, 7}
 
 
 def test_gemm_n_and_rank_mismatches(reg):
     desc = reg.get("gemm")
     attrs = desc.resolve_attrs({}, where="s")
-    with pytest.raises(ShapeMismatchError) as info:
+    with pytest.raises(ShapeMismatchError, match="does not broadcast") as info:
         infer_outputs(desc, ((3, 7), (7, 5), (6,), None), ("float32",) * 3 + (None,), attrs, stage="g")
-    assert info.value.symbol == "N" and {info.value.expected, info.value.got} == {5, 6}
+    assert info.value.symbol == "N" and info.value.port == "bias"
     with pytest.raises(ShapeMismatchError) as info:
         infer_outputs(desc, ((3, 7), (7, 5), None, (4, 5)), ("float32",) * 2 + (None, "float32"), attrs,
                       stage="g")
-    assert info.value.stage == "g"
+    assert info.value.stage == "g" and info.value.port == "residual"
     with pytest.raises(ShapeMismatchError, match="2-d"):
         infer_outputs(desc, ((3, 7), (2, 7, 5), None, None), ("float32",) * 2 + (None, None), attrs,
                       stage="g")
+    with pytest.raises(ShapeMismatchError, match="at least 1 dimension"):
+        infer_outputs(desc, ((), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs, stage="g")
+
+
+@pytest.mark.parametrize("bias", [(2, 5), (3, 2), (1, 3, 5), (5, 1)])
+def test_gemm_bias_must_broadcast_to_m_n(reg, bias):
+    """ONNX's C broadcasts one way only: to [M, N], never widening it."""
+    desc = reg.get("gemm")
+    with pytest.raises(ShapeMismatchError, match="does not broadcast to the output shape") as info:
+        infer_outputs(desc, ((3, 7), (7, 5), bias, None), ("float32",) * 3 + (None,),
+                      desc.resolve_attrs({}, where="s"), stage="g")
+    assert info.value.port == "bias" and info.value.stage == "g"
+
+
+def test_gemm_trans_a_needs_a_2d_a(reg):
+    desc = reg.get("gemm")
+    with pytest.raises(ShapeMismatchError, match="trans_a") as info:
+        infer_outputs(desc, ((2, 7, 3), (7, 5), None, None), ("float32",) * 2 + (None, None),
+                      desc.resolve_attrs({"trans_a": True}, where="s"), stage="g")
+    assert info.value.port == "a" and info.value.symbol == "rank"
+
+
+# ---------------------------------------------------------------------------------------------- matmul
+
+MATMUL_CASES = [  # a shape, b shape: ONNX MatMul (NumPy matmul) shapes
+    ((3, 7), (7, 5)),
+    ((7,), (7, 5)),                      # 1-d a: a row, M dropped
+    ((3, 7), (7,)),                      # 1-d b: a column, N dropped
+    ((7,), (7,)),                        # both: a 0-d dot product
+    ((2, 3, 7), (7, 5)),                 # b broadcast over the batch (folds into M on CUDA)
+    ((7,), (2, 7, 5)),                   # a 1-d, b batched: a broadcast (stride 0)
+    ((2, 4, 3, 7), (4, 7, 5)),           # b broadcast over the leading batch dim
+    ((2, 1, 3, 7), (1, 4, 7, 5)),        # both broadcast: one stride each cannot say it
+    ((1, 4, 3, 7), (2, 1, 7, 5)),
+    ((3, 2, 3, 7), (3, 2, 7, 1)),        # N = 1
+    ((2, 3, 7), (1, 7, 2)),              # b batch of 1: folds into M
+    ((5, 1, 33, 40), (6, 40, 24)),
+    ((0, 3, 7), (7, 5)),                 # empty dims: an empty output, nothing to compute
+    ((2, 0, 7), (2, 7, 5)),
+]
+
+
+def _matmul_ref(a, b):
+    """float64 ONNX MatMul without np.matmul: promote 1-d operands, broadcast the batch, einsum."""
+    a64, b64 = as64(a), as64(b)
+    a2 = a64[None, :] if a64.ndim == 1 else a64
+    b2 = b64[:, None] if b64.ndim == 1 else b64
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    out = np.einsum("...mk,...kn->...mn", np.broadcast_to(a2, batch + a2.shape[-2:]),
+                    np.broadcast_to(b2, batch + b2.shape[-2:]))
+    if a64.ndim == 1:
+        out = out[..., 0, :]
+    if b64.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("a_shape", "b_shape"), MATMUL_CASES)
+def test_matmul(reg, device, rng, dtype, a_shape, b_shape):
+    for _ in range(2):
+        a = rand(rng, a_shape, dtype, -1.0, 1.0)
+        b = rand(rng, b_shape, dtype, -1.0, 1.0)
+        (c,) = run_op(reg, "matmul", [a, b], device=device)
+        ref = _matmul_ref(a, b)
+        assert c.dtype == a.dtype
+        check_close(c, ref, dtype)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3, 0), (0, 5)), ((2, 3, 0), (0,))])
+def test_matmul_with_k_0_gives_zeros_on_the_cpu(reg, a_shape, b_shape):
+    """ONNX: an empty sum is 0. (CPU only: cuBLASLt's handling of K = 0 is to be checked on the GPU.)"""
+    (c,) = run_op(reg, "matmul", [np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)])
+    assert c.shape == np.matmul(np.ones(a_shape), np.ones(b_shape)).shape and not c.any()
+
+
+def test_matmul_shape_inference(reg):
+    desc = reg.get("matmul")
+    two = ("float32",) * 2
+    cases = [(((2, "S", 7), (7, 5)), (2, "S", 5)), (((7,), (7, 5)), (5,)), ((("B", 3, 7), (7,)), ("B", 3)),
+             (((7,), (7,)), ()), (((2, 1, 3, 7), (4, 7, 5)), (2, 4, 3, 5)),
+             ((("B", 3, 7), (1, 7, 5)), ("B", 3, 5))]
+    for shapes, out in cases:
+        assert infer_outputs(desc, shapes, two, {}, stage="m") == ((out,), ("float32",))
+
+
+def test_matmul_mismatches_name_the_dimension(reg):
+    desc = reg.get("matmul")
+    two = ("float32",) * 2
+    with pytest.raises(ShapeMismatchError, match="K") as info:
+        infer_outputs(desc, ((3, 7), (8, 5)), two, {}, stage="m")
+    assert info.value.symbol == "K" and {info.value.expected, info.value.got} == {7, 8}
+    assert info.value.stage == "m"
+    with pytest.raises(ShapeMismatchError, match="do not broadcast") as info:
+        infer_outputs(desc, ((2, 3, 7), (4, 7, 5)), two, {}, stage="m")
+    assert info.value.symbol == "batch" and {info.value.expected, info.value.got} == {2, 4}
+    with pytest.raises(ShapeMismatchError, match="0-d"):
+        infer_outputs(desc, ((), (7, 5)), two, {}, stage="m")
+    with pytest.raises(DTypeMismatchError):
+        infer_outputs(desc, ((3, 7), (7, 5)), ("float32", "float16"), {}, stage="m")
 
 
 def test_gemm_dtype_mismatch_between_a_and_b(reg):
@@ -301,3 +463,25 @@ def test_transpose_rejects_a_non_permutation(reg, perm):
     with pytest.raises(InvalidArgumentError, match="permutation") as info:
         infer_outputs(reg.get("transpose"), ((2, 3, 4),), ("float32",), {"perm": perm}, stage="t")
     assert str(list(perm)) in str(info.value) and info.value.attr == "perm"
+
+
+def test_linalg_shapes_are_checked_when_a_pipeline_loads():
+    """The linker runs gemm's and matmul's shape rules at load: a bad shape never reaches a run."""
+    import pipelink as pl
+
+    def config(bias_shape, w_shape):
+        return {"inputs": {"x": {"shape": ["B", 3, 7], "dtype": "float32"},
+                           "w": {"shape": w_shape, "dtype": "float32"},
+                           "c": {"shape": bias_shape, "dtype": "float32"}},
+                "pipeline": [{"name": "matmul", "id": "mm", "inputs": ["x", "w"], "outputs": ["h"]},
+                             {"name": "gemm", "id": "proj", "inputs": ["h", "w", "c"], "outputs": ["y"],
+                              "attrs": {"beta": 0.5}}]}
+
+    with pl.load(config([3, 1], [7, 7]), device="cpu") as pipe:
+        x = np.ones((2, 3, 7), np.float32)
+        y = pipe.run({"x": x, "w": np.eye(7, dtype=np.float32), "c": np.ones((3, 1), np.float32)})["y"]
+        np.testing.assert_allclose(np.asarray(y), x + 0.5)
+    with pytest.raises(ShapeMismatchError, match="'proj'.*does not broadcast"):
+        pl.load(config([4, 1], [7, 7]), device="cpu")
+    with pytest.raises(ShapeMismatchError, match="'mm'.*K = 7.*K = 6"):
+        pl.load(config([3, 1], [6, 7]), device="cpu")

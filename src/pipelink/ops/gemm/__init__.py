@@ -1,6 +1,7 @@
-"""The gemm family: matrix product with a fused epilogue, ``c = act(alpha * a @ b + bias) + residual``,
-with its NumPy reference (``reference.py``) and its CUDA variant (``cuda.py``: cuBLASLt through
-nvmath-python, the elementwise family's kernels for the epilogue parts cuBLASLt cannot fuse)."""
+"""The gemm family: ``gemm`` (ONNX Gemm with a fused epilogue,
+``c = act(alpha * op(a) @ op(b) + beta * bias) + residual``) and ``matmul`` (ONNX MatMul, batched with
+broadcasting), with their NumPy reference (``reference.py``) and their CUDA variant (``cuda.py``:
+cuBLASLt through nvmath-python, other families' kernels for what cuBLASLt cannot fuse)."""
 
 from __future__ import annotations
 
@@ -10,29 +11,42 @@ from ...descriptor import Attr, OperatorDescriptor, Port
 from .._common import FLOATS, builtin_operator
 from ..kernel import cuda_variant
 from . import cuda
-from .reference import GEMM_ACTIVATIONS, gemm_bind, infer_gemm
+from .reference import GEMM_ACTIVATIONS, gemm_bind, infer_gemm, infer_matmul, matmul_bind
 
 __all__ = ["descriptors", "GEMM_ACTIVATIONS"]
 
 
 def descriptors() -> list[OperatorDescriptor]:
-    """A fresh ``gemm`` descriptor (one per registry). Its CUDA variant supports graph capture only with
-    nvmath-python (the PyTorch fallback allocates temporaries)."""
+    """Fresh ``gemm`` and ``matmul`` descriptors (one set per registry). Their CUDA variants support graph
+    capture only with nvmath-python (the PyTorch fallback allocates temporaries)."""
     has_nvmath = importlib.util.find_spec("nvmath") is not None
     return [
         builtin_operator(
-            "gemm", doc="Matrix product with fused epilogue: c = act(alpha * a @ b + bias) + residual.",
-            inputs=[Port("a", shape=["...", "K"], dtype="T", doc="[..., K] or [..., M, K]"),
+            "gemm", doc="General matrix product with fused epilogue (ONNX Gemm): "
+                        "c = act(alpha * op(a) @ op(b) + beta * bias) + residual.",
+            inputs=[Port("a", shape=None, dtype="T", doc="[..., K] or [..., M, K]; [K, M] when trans_a"),
                     Port("b", shape=None, dtype="T", doc="[K, N], or [N, K] when trans_b"),
-                    Port("bias", shape=["N"], dtype="T", optional=True, doc="added to every row"),
-                    Port("residual", shape=["...", "N"], dtype="T", optional=True,
-                         doc="same shape as c, added after the activation")],
-            outputs=[Port("c", shape=["...", "N"], dtype="T")],
-            attrs=[Attr("alpha", "float", 1.0, doc="scales a @ b"),
+                    Port("bias", shape=None, dtype="T", optional=True,
+                         doc="ONNX's C: broadcasts to c (a scalar, [N], [M, 1], [M, N]...), times beta"),
+                    Port("residual", shape=None, dtype="T", optional=True,
+                         doc="broadcasts to c, added after the activation")],
+            outputs=[Port("c", shape=None, dtype="T", doc="[..., N]: a's leading dims (M when trans_a), N")],
+            attrs=[Attr("alpha", "float", 1.0, doc="scales op(a) @ op(b)"),
+                   Attr("beta", "float", 1.0, doc="scales bias"),
                    Attr("activation", "str", "none", choices=GEMM_ACTIVATIONS,
-                        doc="applied after alpha and bias; 'gelu' is the erf form"),
+                        doc="applied after the bias; 'gelu' is the erf form"),
+                   Attr("trans_a", "bool", False, doc="a is stored [K, M] (2-d a only)"),
                    Attr("trans_b", "bool", False, doc="b is stored [N, K]")],
             dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, infer=infer_gemm, bind=gemm_bind,
             cuda=cuda_variant(cuda.bind_gemm, FLOATS, supports_graphs=has_nvmath),
             onnx="Gemm"),
+        builtin_operator(
+            "matmul", doc="Matrix product with NumPy batch broadcasting (ONNX MatMul); a 1-d a is a row, "
+                          "a 1-d b a column, and that dimension is dropped from c.",
+            inputs=[Port("a", shape=None, dtype="T", doc="[..., M, K] or [K]"),
+                    Port("b", shape=None, dtype="T", doc="[..., K, N] or [K]")],
+            outputs=[Port("c", shape=None, dtype="T", doc="[broadcast(...), M, N]")],
+            dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, infer=infer_matmul, bind=matmul_bind,
+            cuda=cuda_variant(cuda.bind_matmul, FLOATS, supports_graphs=has_nvmath),
+            onnx="MatMul"),
     ]

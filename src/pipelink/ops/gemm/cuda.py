@@ -1,27 +1,42 @@
 """The gemm family on CUDA: cuBLASLt through nvmath-python's low-level bindings, with fused epilogues.
 
-``c = act(alpha * a @ b + bias) + residual``. cuBLASLt's BIAS / RELU_BIAS / GELU_BIAS epilogues fuse the
-bias and the activation (its GELU is the tanh form, so ``"gelu"`` (erf) runs the built-in GELU kernel
-after the product); a residual rides on ``beta = 1, C = residual`` when no activation comes before it,
-else it is added by the built-in add kernel. Without nvmath (or without a loadable cuBLASLt) the product
-falls back to PyTorch through DLPack, with a logged note. nvmath and PyTorch are imported when a stage
-binds, never at import time.
+``gemm``: ``c = act(alpha * op(a) @ op(b) + beta * bias) + residual``. cuBLASLt's BIAS / RELU_BIAS /
+GELU_BIAS epilogues fuse a bias vector ([N], beta = 1) and the activation (its GELU is the tanh form, so
+``"gelu"`` (erf) runs the built-in GELU kernel after the product). Any other bias is cuBLASLt's C matrix
+scaled by beta: read in place when it has c's shape, else first expanded into c by the transpose
+family's strided copy (stride 0 on the broadcast dims) and read back as C = D. A residual rides on
+``beta = 1, C = residual`` when C is free and no activation comes before it, else it is added by the
+built-in add kernel.
+
+``matmul``: cuBLASLt strided batched (:func:`plan_batches`): the batch count and one stride per operand
+in the matrix layouts, stride 0 for an operand broadcast over the batch; when b is broadcast over the
+whole batch, a's batch folds into M (one plain matmul). Batch dims whose broadcasting one stride per
+operand cannot express become one cuBLASLt call per index of those (leading) dims, at element offsets
+computed at bind: no copy.
+
+Without nvmath (or without a loadable cuBLASLt) the product falls back to PyTorch through DLPack, with a
+logged note. nvmath and PyTorch are imported when a stage binds, never at import time.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...descriptor import KernelContext
+from ...dtypes import get_dtype
 from ...errors import HardwareUnsupportedError
 from ..elementwise.cuda import plan_binary, plan_unary
-from ..kernel import KernelSource, PlanLaunch
+from ..kernel import KernelSource, LaunchPlan, PlanLaunch, contiguous_strides
+from ..transpose.cuda import plan_transpose
+from .reference import gemm_dims, matmul_dims
 
-__all__ = ["KERNELS", "TUNED_AS", "bind_gemm"]
+__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "offset_alignment", "route_gemm",
+           "plan_bias_expand", "bind_gemm", "bind_matmul"]
 
 log = logging.getLogger("pipelink")
 
@@ -33,71 +48,237 @@ _TYPES = {"float32": (0, 68, 0, np.float32), "float64": (1, 70, 1, np.float64),
           "float16": (2, 68, 0, np.float32), "bfloat16": (14, 68, 0, np.float32)}
 
 
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one matmul stage maps onto cuBLASLt calls (all counts and offsets in elements).
+
+    ``count`` matrices per call (strided batched when > 1), ``m`` rows of a per matrix (M times the
+    folded batch when a's batch folds into M), ``strides`` between the matrices of a, b, c within a call
+    (0: that operand is broadcast over the call's batch), ``offsets`` the (a, b, c) start of each call.
+    """
+
+    count: int
+    m: int
+    strides: tuple[int, int, int]
+    offsets: tuple[tuple[int, int, int], ...]
+
+
+def plan_batches(a_batch: tuple, b_batch: tuple, out_batch: tuple, m: int, k: int, n: int) -> BatchPlan:
+    """Map broadcast batch dims onto cuBLASLt: the longest trailing run of (non-1) batch dims over which
+    each operand is either complete or all 1 becomes one strided-batched call; the leading dims left
+    become one call each, at computed offsets. ``a_batch``/``b_batch`` broadcast to ``out_batch``."""
+    nd = len(out_batch)
+    pad_a = (1,) * (nd - len(a_batch)) + tuple(a_batch)
+    pad_b = (1,) * (nd - len(b_batch)) + tuple(b_batch)
+    mats = (m * k, k * n, m * n)
+    strides_a = [0 if d == 1 else s * mats[0] for d, s in zip(pad_a, contiguous_strides(pad_a), strict=True)]
+    strides_b = [0 if d == 1 else s * mats[1] for d, s in zip(pad_b, contiguous_strides(pad_b), strict=True)]
+    keep = [i for i in range(nd) if out_batch[i] != 1]
+    dims = [out_batch[i] for i in keep]
+    ops = [[pad_a[i] for i in keep], [pad_b[i] for i in keep]]
+
+    def uniform(split: int) -> bool:
+        return all(all(x[i] == dims[i] for i in range(split, len(dims))) or
+                   all(x[i] == 1 for i in range(split, len(dims))) for x in ops)
+
+    split = len(dims)
+    while split > 0 and uniform(split - 1):
+        split -= 1
+    count = math.prod(dims[split:])
+    full = [count > 1 and all(x[i] == dims[i] for i in range(split, len(dims))) for x in ops]
+    strides = (mats[0] if full[0] else 0, mats[1] if full[1] else 0, mats[2])
+    rows = m
+    if count > 1 and full[0] and not full[1]:  # b shared by the whole call: a's batch is more rows of M
+        rows, count, strides = m * count, 1, (0, 0, 0)
+    lead = dims[:split]
+    offsets = []
+    for linear, idx in enumerate(np.ndindex(*lead)):
+        oa = sum(j * strides_a[keep[d]] for d, j in enumerate(idx))
+        ob = sum(j * strides_b[keep[d]] for d, j in enumerate(idx))
+        offsets.append((oa, ob, linear * math.prod(dims[split:]) * mats[2]))
+    return BatchPlan(count, rows, strides, tuple(offsets))
+
+
+def offset_alignment(offsets_bytes: list[int]) -> int:
+    """The alignment in bytes (a power of two, at most cuBLASLt's default 256) that every pointer
+    ``base + offset`` keeps when ``base`` is 256-byte aligned."""
+    align = 256
+    for offset in offsets_bytes:
+        while offset % align:
+            align //= 2
+    return align
+
+
 def bind_gemm(ctx: KernelContext) -> Any:
     """The gemm kernel for one stage: cuBLASLt when available, else PyTorch (logged once per stage)."""
+    if math.prod(ctx.out_shapes[0]) == 0:
+        return _write_nothing
     try:
-        return _LtGemm(ctx)
+        return _gemm_lt(ctx)
     except Exception as e:  # noqa: BLE001 - nvmath missing, libcublasLt not loadable, no algorithm
-        log.warning("pipelink: stage %r: cuBLASLt via nvmath-python unavailable (%s); gemm runs through "
-                 "PyTorch", ctx.stage, e)
-    return _torch_gemm(ctx)
+        _log_fallback(ctx, e)
+    return _torch_kernel(ctx, "gemm")
 
 
-def _dims(ctx: KernelContext) -> tuple[int, int, int, bool]:
+def bind_matmul(ctx: KernelContext) -> Any:
+    """The matmul kernel for one stage: cuBLASLt strided batched when available, else PyTorch."""
+    if math.prod(ctx.out_shapes[0]) == 0:
+        return _write_nothing
     a, b = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-    trans_b = bool(ctx.attrs["trans_b"])
-    k = a[-1]
-    n = b[0] if trans_b else b[1]
-    return math.prod(a[:-1]), n, k, trans_b
+    batch, m, k, n = matmul_dims(a, b)
+    plan = plan_batches(a[:-2], b[:-2], batch, m, k, n)
+    try:
+        return _LtMatmul(ctx, m=plan.m, n=n, k=k, batch=plan, alpha=1.0)
+    except Exception as e:  # noqa: BLE001 - as in bind_gemm
+        _log_fallback(ctx, e)
+    return _torch_kernel(ctx, "matmul")
 
 
-class _LtGemm:
-    """One stage's cuBLASLt matmul: descriptors, layouts and algorithm chosen at bind."""
+def _write_nothing(ins: list, outs: list, stream: Any) -> None:
+    """The kernel of an empty output (an M, N or batch dimension of 0): there is nothing to compute."""
 
-    def __init__(self, ctx: KernelContext):
+
+def _log_fallback(ctx: KernelContext, e: Exception) -> None:
+    log.warning("pipelink: stage %r: cuBLASLt via nvmath-python unavailable (%s); the product runs "
+                "through PyTorch", ctx.stage, e)
+
+
+def _is_bias_vector(shape: tuple, n: int) -> bool:
+    """A bias cuBLASLt's BIAS epilogue reads as is: N values, one per column ([N], [1, N], ...)."""
+    return len(shape) >= 1 and shape[-1] == n and all(d == 1 for d in shape[:-1])
+
+
+@dataclass(frozen=True)
+class GemmRoute:
+    """Where each part of ``act(alpha * op(a) @ op(b) + beta * bias) + residual`` runs for one stage.
+
+    cuBLASLt computes ``D = epilogue(alpha * A @ B + beta * C [+ bias vector])``. ``epilogue`` is its
+    name; ``bias_vector``: the bias is the BIAS epilogue's vector; ``expand_bias``: the bias is first
+    broadcast into c, which is then read as C (C = D); ``c_source``: the input read as C (None: c);
+    ``beta``: cuBLASLt's beta; ``post_activation`` / ``post_residual``: run as kernels after the call.
+    """
+
+    epilogue: str
+    bias_vector: bool
+    expand_bias: bool
+    c_source: int | None
+    beta: float
+    post_activation: bool
+    post_residual: bool
+
+
+def route_gemm(dtype: str, out_shape: tuple, n: int, bias_shape: tuple | None, res_shape: tuple | None,
+               beta: float, activation: str) -> GemmRoute:
+    """The cuBLASLt mapping of one gemm stage (inputs: a 0, b 1, bias 2, residual 3)."""
+    # cuBLASLt's GELU epilogue is the tanh form and computes in single precision: the erf GELU, and any
+    # GELU in float64, run the exact kernel after.
+    fusable = {"none": "", "relu": "RELU"} if dtype == "float64" else {"none": "", "relu": "RELU",
+                                                                       "gelu_tanh": "GELU"}
+    fused = fusable.get(activation, "")
+    bias_vector = bias_shape is not None and beta == 1.0 and _is_bias_vector(bias_shape, n)
+    c_source, c_beta, expand = None, 0.0, False
+    if bias_shape is not None and not bias_vector:
+        c_beta = beta
+        if bias_shape == out_shape:
+            c_source = 2
+        else:
+            expand = True
+    elif res_shape == out_shape and activation == "none":
+        c_source, c_beta = 3, 1.0
+    epilogue = f"{fused}_BIAS" if bias_vector and fused else "BIAS" if bias_vector else fused or "DEFAULT"
+    return GemmRoute(epilogue, bias_vector, expand, c_source, c_beta,
+                     post_activation=activation != "none" and not fused,
+                     post_residual=res_shape is not None and c_source != 3)
+
+
+def plan_bias_expand(dtype: str, bias_shape: tuple, out_shape: tuple) -> LaunchPlan:
+    """Plan ``c = bias`` broadcast to c's shape: the transpose family's strided copy (identity
+    permutation), reading the bias with stride 0 along the dims where it broadcasts."""
+    nd = len(out_shape)
+    padded = (1,) * (nd - len(bias_shape)) + tuple(bias_shape)
+    strides = tuple(0 if d == 1 else st for d, st in zip(padded, contiguous_strides(padded), strict=True))
+    return plan_transpose(dtype, out_shape, tuple(range(nd)), in_strides=strides)
+
+
+def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
+    """gemm's cuBLASLt call, with the launches :func:`route_gemm` puts before and after it."""
+    backend, dtype, stage = ctx.backend, ctx.in_dtypes[0], ctx.stage
+    a, b = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    trans_a, trans_b = bool(ctx.attrs["trans_a"]), bool(ctx.attrs["trans_b"])
+    lead, k, n = gemm_dims(a, b, trans_a, trans_b)
+    out_shape = tuple(ctx.out_shapes[0])
+    activation = ctx.attrs["activation"]
+    bias_shape = None if ctx.in_shapes[2] is None else tuple(ctx.in_shapes[2])
+    res_shape = None if ctx.in_shapes[3] is None else tuple(ctx.in_shapes[3])
+    route = route_gemm(dtype, out_shape, n, bias_shape, res_shape, float(ctx.attrs["beta"]), activation)
+    pre: list[PlanLaunch] = []
+    post: list[PlanLaunch] = []
+    if route.expand_bias:
+        pre.append(PlanLaunch(backend, lambda _a: plan_bias_expand(dtype, bias_shape, out_shape),
+                              {"x": ("in", 2), "y": ("out", 0)}, stage))
+    if route.post_activation:
+        post.append(PlanLaunch(backend, lambda al: plan_unary(activation, dtype, out_shape, alignment=al),
+                               {"x": ("out", 0), "y": ("out", 0)}, stage))
+    if route.post_residual:
+        post.append(PlanLaunch(backend,
+                               lambda al: plan_binary("add", dtype, out_shape, res_shape, alignment=al),
+                               {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)}, stage))
+    m = math.prod(lead)
+    return _LtMatmul(ctx, m=m, n=n, k=k, batch=BatchPlan(1, m, (0, 0, 0), ((0, 0, 0),)),
+                     alpha=float(ctx.attrs["alpha"]), trans_a=trans_a, trans_b=trans_b,
+                     epilogue=route.epilogue, bias_input=2 if route.bias_vector else None,
+                     c_source=route.c_source, beta=route.beta, pre=pre, post=post)
+
+
+class _LtMatmul:
+    """One stage's cuBLASLt matmul: descriptors, layouts and algorithm chosen at bind.
+
+    Row-major ``c[M, N] = op(a) @ op(b)`` is column-major ``c^T = op(b)^T op(a)^T``: cuBLASLt's "A" is
+    our b and its "B" our a. ``c_source`` is the input read as C (None: C = D = c), scaled by ``beta``;
+    ``bias_input`` the input the BIAS epilogue reads; ``pre`` / ``post`` launches run around each call.
+    """
+
+    def __init__(self, ctx: KernelContext, *, m: int, n: int, k: int, batch: BatchPlan, alpha: float,
+                 trans_a: bool = False, trans_b: bool = False, epilogue: str = "DEFAULT",
+                 bias_input: int | None = None, c_source: int | None = None, beta: float = 0.0,
+                 pre: list[PlanLaunch] | None = None, post: list[PlanLaunch] | None = None):
         import nvmath.bindings.cublasLt as lt
 
         self.lt = lt
         self.backend = backend = ctx.backend
         self.stage = ctx.stage
+        self.handles: dict[int, int] = {}
+        self.layouts: list[int] = []
+        self.desc = None
         dtype = ctx.in_dtypes[0]
         data_type, compute, scale_type, scalar = _TYPES[dtype]
         if dtype == "float32" and dict(ctx.params or {}).get("math") == "tf32":
             compute = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: precision_policy "tf32"
-        m, n, k, trans_b = _dims(ctx)
-        activation = ctx.attrs["activation"]
-        self.has_bias = ctx.in_shapes[2] is not None
-        has_residual = ctx.in_shapes[3] is not None
-        self.handles: dict[int, int] = {}
         self.handle_for(backend.default_stream())  # loads libcublasLt now: a failure falls back at bind
         self.desc = lt.matmul_desc_create(compute, scale_type)
-        op_b = np.array([1 if trans_b else 0], np.int32)  # "A" of the column-major call is our b
-        op_n = np.array([0], np.int32)
-        self._set(lt.MatmulDescAttribute.TRANSA, op_b)
-        self._set(lt.MatmulDescAttribute.TRANSB, op_n)
-        # cuBLASLt's GELU epilogue computes in single precision: float64 runs the exact kernel after.
-        fusable = {"none": "", "relu": "RELU"} if dtype == "float64" else {"none": "", "relu": "RELU",
-                                                                           "gelu_tanh": "GELU"}
-        fused = fusable.get(activation, "")
-        if self.has_bias:
-            epilogue = lt.Epilogue[f"{fused}_BIAS"] if fused else lt.Epilogue.BIAS
-        else:
-            epilogue = lt.Epilogue[fused] if fused else lt.Epilogue.DEFAULT
-        self._set(lt.MatmulDescAttribute.EPILOGUE, np.array([int(epilogue)], np.uint32))
+        self._set(lt.MatmulDescAttribute.TRANSA, np.array([int(trans_b)], np.int32))
+        self._set(lt.MatmulDescAttribute.TRANSB, np.array([int(trans_a)], np.int32))
+        self._set(lt.MatmulDescAttribute.EPILOGUE, np.array([int(lt.Epilogue[epilogue])], np.uint32))
+        self.bias_input = bias_input
         self.bias_ptr = np.zeros(1, np.int64)
-        # Row-major c[M,N] = a[M,K] @ b[K,N] is column-major c^T = b^T a^T: "A" = b, "B" = a.
-        self.a_layout = (lt.matrix_layout_create(data_type, k, n, k) if trans_b
-                         else lt.matrix_layout_create(data_type, n, k, n))
-        self.b_layout = lt.matrix_layout_create(data_type, k, m, k)
-        self.c_layout = lt.matrix_layout_create(data_type, n, m, n)
-        out_shape = tuple(ctx.out_shapes[0])
-        self.use_beta = has_residual and activation == "none" and tuple(ctx.in_shapes[3]) == out_shape
-        self.alpha = np.array([float(ctx.attrs["alpha"])], scalar)
-        self.beta = np.array([1.0 if self.use_beta else 0.0], scalar)
+        self.c_source = c_source
+        self.offsets = batch.offsets
+        self.a_layout = self._layout(data_type, (k, n, k) if trans_b else (n, k, n), batch, 1)
+        self.b_layout = self._layout(data_type, (m, k, m) if trans_a else (k, m, k), batch, 0)
+        self.c_layout = self._layout(data_type, (n, m, n), batch, 2)
+        self.alpha = np.array([alpha], scalar)
+        self.beta = np.array([beta], scalar)
         pref = lt.matmul_preference_create()
         ws = np.array([WORKSPACE_BYTES], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
                                            ws.ctypes.data, ws.itemsize)
+        # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
+        # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
+        size = get_dtype(dtype).itemsize
+        for name, which in (("A", 1), ("B", 0), ("C", 2), ("D", 2)):
+            align = np.array([offset_alignment([o[which] * size for o in batch.offsets])], np.uint32)
+            attr = lt.MatmulPreferenceAttribute[f"MIN_ALIGNMENT_{name}_BYTES"]
+            lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
         self.heuristic = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
         found = np.zeros(1, np.int32)
         lt.matmul_algo_get_heuristic(self.handle_for(backend.default_stream()), self.desc, self.a_layout,
@@ -105,19 +286,28 @@ class _LtGemm:
                                      self.heuristic.ctypes.data, found.ctypes.data)
         lt.matmul_preference_destroy(pref)
         if found[0] < 1:
-            raise RuntimeError(f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} with this epilogue")
+            raise RuntimeError(f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} (batch {batch.count}) "
+                               f"with epilogue {epilogue}")
         self.workspace_size = min(int(self.heuristic["workspace_size"][0]) or 0, WORKSPACE_BYTES)
         self.workspace = backend.allocate(max(self.workspace_size, 1), tag="cublaslt-workspace")
-        self.post: list[PlanLaunch] = []
-        if activation in ("gelu", "gelu_tanh") and not fused:
-            self.post.append(PlanLaunch(
-                backend, lambda a: plan_unary(activation, dtype, out_shape, alignment=a),
-                {"x": ("out", 0), "y": ("out", 0)}, ctx.stage))
-        if has_residual and not self.use_beta:
-            res_shape = tuple(ctx.in_shapes[3])
-            self.post.append(PlanLaunch(backend, lambda a: plan_binary("add", dtype, out_shape, res_shape,
-                                                                           alignment=a),
-                                        {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)}, ctx.stage))
+        self.pre = pre or []
+        self.post = post or []
+        self.itemsize = size
+
+    def _layout(self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan,
+                which: int) -> int:
+        """A column-major layout; with its batch count and stride when the call is strided batched."""
+        lt = self.lt
+        layout = lt.matrix_layout_create(data_type, *rows_cols_ld)
+        self.layouts.append(layout)
+        if batch.count > 1:
+            count = np.array([batch.count], np.int32)
+            stride = np.array([batch.strides[which]], np.int64)
+            lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.BATCH_COUNT, count.ctypes.data,
+                                           count.itemsize)
+            lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET,
+                                           stride.ctypes.data, stride.itemsize)
+        return layout
 
     def _set(self, attr: Any, value: np.ndarray) -> None:
         self.lt.matmul_desc_set_attribute(self.desc, attr, value.ctypes.data, value.itemsize)
@@ -130,27 +320,34 @@ class _LtGemm:
         return handle
 
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
-        a, b, bias, residual = ins
+        a, b = ins[0], ins[1]
         c = outs[0]
         lt = self.lt
-        if self.has_bias and self.bias_ptr[0] != bias.ptr:  # the descriptor keeps it between calls
-            self.bias_ptr[0] = bias.ptr
+        if self.bias_input is not None and self.bias_ptr[0] != ins[self.bias_input].ptr:
+            self.bias_ptr[0] = ins[self.bias_input].ptr  # the descriptor keeps it between calls
             self._set(lt.MatmulDescAttribute.BIAS_POINTER, self.bias_ptr)
-        c_in = residual.ptr if self.use_beta else c.ptr
-        try:
-            lt.matmul(self.handle_for(stream), self.desc, self.alpha.ctypes.data, b.ptr, self.a_layout,
-                      a.ptr, self.b_layout, self.beta.ctypes.data, c_in, self.c_layout, c.ptr, self.c_layout,
-                      self.heuristic.ctypes.data, self.workspace.ptr, self.workspace_size, int(stream.handle))
-        except lt.cuBLASLtError as e:
-            raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
+        for launch in self.pre:
+            launch(ins, outs, stream)
+        c_in = c.ptr if self.c_source is None else ins[self.c_source].ptr
+        size = self.itemsize
+        handle = self.handle_for(stream)
+        for oa, ob, oc in self.offsets:
+            try:
+                lt.matmul(handle, self.desc, self.alpha.ctypes.data, b.ptr + ob * size, self.a_layout,
+                          a.ptr + oa * size, self.b_layout, self.beta.ctypes.data, c_in + oc * size,
+                          self.c_layout, c.ptr + oc * size, self.c_layout, self.heuristic.ctypes.data,
+                          self.workspace.ptr, self.workspace_size, int(stream.handle))
+            except lt.cuBLASLtError as e:
+                raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
         for launch in self.post:
             launch(ins, outs, stream)
 
     def __del__(self):
         try:
             lt = self.lt
-            lt.matmul_desc_destroy(self.desc)
-            for layout in (self.a_layout, self.b_layout, self.c_layout):
+            if self.desc is not None:
+                lt.matmul_desc_destroy(self.desc)
+            for layout in self.layouts:
                 lt.matrix_layout_destroy(layout)
             for handle in self.handles.values():
                 lt.destroy(handle)
@@ -159,36 +356,37 @@ class _LtGemm:
             pass
 
 
-def _torch_gemm(ctx: KernelContext) -> Any:
+def _torch_kernel(ctx: KernelContext, op: str) -> Any:
     """The fallback: PyTorch on the stage's stream, zero-copy through DLPack (allocates temporaries)."""
     try:
         import torch
     except ImportError as e:
         raise HardwareUnsupportedError(
-            f"stage {ctx.stage!r}: gemm on CUDA needs nvmath-python (cuBLASLt) or PyTorch; install "
+            f"stage {ctx.stage!r}: {op} on CUDA needs nvmath-python (cuBLASLt) or PyTorch; install "
             "'pipelink[cuda]'", stage=ctx.stage) from e
-    m, n, k, trans_b = _dims(ctx)
-    alpha = float(ctx.attrs["alpha"])
-    activation = ctx.attrs["activation"]
     compute = torch.float64 if ctx.in_dtypes[0] == "float64" else torch.float32
+    attrs = ctx.attrs
+    gemm = op == "gemm"
 
     def kernel(ins, outs, stream):
-        a, b, bias, residual = ins
         with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
-            ta = torch.from_dlpack(a).reshape(m, k).to(compute)
-            tb = torch.from_dlpack(b).to(compute)
-            r = ta @ (tb.t() if trans_b else tb)
-            if alpha != 1.0:
-                r.mul_(alpha)
-            if bias is not None:
-                r.add_(torch.from_dlpack(bias).to(compute))
-            if activation == "relu":
-                r.relu_()
-            elif activation in ("gelu", "gelu_tanh"):
-                r = torch.nn.functional.gelu(r, approximate="tanh" if activation == "gelu_tanh" else "none")
+            ta, tb = (torch.from_dlpack(t).to(compute) for t in ins[:2])
             tc = torch.from_dlpack(outs[0])
+            if not gemm:
+                tc.copy_(torch.matmul(ta, tb))
+                return
+            bias, residual = ins[2], ins[3]
+            r = (ta.t() if attrs["trans_a"] else ta) @ (tb.t() if attrs["trans_b"] else tb)
+            r = r * attrs["alpha"]
+            if bias is not None:
+                r = r + attrs["beta"] * torch.from_dlpack(bias).to(compute)
+            if attrs["activation"] == "relu":
+                r = r.relu()
+            elif attrs["activation"] in ("gelu", "gelu_tanh"):
+                r = torch.nn.functional.gelu(r, approximate="tanh" if attrs["activation"] == "gelu_tanh"
+                                             else "none")
             if residual is not None:
-                r = r.reshape(tc.shape) + torch.from_dlpack(residual).to(compute)
-            tc.copy_(r.reshape(tc.shape))
+                r = r + torch.from_dlpack(residual).to(compute)
+            tc.copy_(r)
 
     return kernel

@@ -1,5 +1,7 @@
-"""The normalization family on CUDA: layer_norm and rms_norm over the last axis (``norm.cu``), their
-tunables, launch plans and binds; layer_norm_v1 runs the layer_norm kernel with eps read from a tensor.
+"""The normalization family on CUDA: layer_norm and rms_norm over rows (``norm.cu``), their tunables,
+launch plans and binds; layer_norm_v1 runs the layer_norm kernel with eps read from a tensor. Normalising
+the trailing axes from ``axis`` is normalising rows of ``C = prod(x.shape[axis:])`` contiguous elements:
+the binds plan for ``[rows, C]`` (gamma and beta, of shape x.shape[axis:], are C contiguous elements).
 
 Pure Python + NumPy: nothing here imports a CUDA package.
 """
@@ -25,6 +27,7 @@ from ..kernel import (
     sm_count_of,
     tuned_of,
 )
+from .reference import norm_rows
 
 __all__ = ["KERNELS", "TUNED_AS", "plan_layer_norm", "plan_rms_norm", "layer_norm_bind", "rms_norm_bind"]
 
@@ -80,7 +83,7 @@ def plan_rms_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = True,
 def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
     """layer_norm (eps from the attribute), or layer_norm_v1 (eps from a 0-d device tensor, read on the
     host before each launch: such a stage cannot be captured in a CUDA graph)."""
-    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    dtype, shape = ctx.in_dtypes[0], norm_rows(ctx)
     eps = 0.0 if eps_input else float(ctx.attrs["eps"])  # v1: replaced at each launch
     has_gamma, has_beta = ctx.in_shapes[1] is not None, ctx.in_shapes[2] is not None
     tuned, sms = tuned_of(ctx, KERNELS["layer_norm"]), sm_count_of(ctx)
@@ -103,7 +106,7 @@ def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
 
 
 def rms_norm_bind(ctx: KernelContext):
-    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    dtype, shape = ctx.in_dtypes[0], norm_rows(ctx)
     eps = float(ctx.attrs["eps"])
     has_gamma = ctx.in_shapes[1] is not None
     tuned, sms = tuned_of(ctx, KERNELS["rms_norm"]), sm_count_of(ctx)
