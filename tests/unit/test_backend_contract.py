@@ -144,13 +144,14 @@ def test_one_workspace_per_stream_grows_and_keeps_what_it_outgrew():
     # Wrong if two kernels of one stream got two buffers (peak memory), or a grown workspace freed the
     # buffer a captured graph may still point at.
     backend = CPUBackend()
+    assert backend.workspace(0, stream=None).nbytes == 256  # the smallest: small GEMMs often need none
     first = backend.workspace(1000, stream=None)
-    assert first.nbytes == 1 << 20 and first.tag == "workspace"
-    assert backend.workspace(4096, stream=None) is first
-    grown = backend.workspace((1 << 20) + 1, stream=None)
-    assert grown.nbytes == 2 << 20 and grown is not first
+    assert first.nbytes == 1024 and first.tag == "workspace"
+    assert backend.workspace(700, stream=None) is first
+    grown = backend.workspace(1025, stream=None)
+    assert grown.nbytes == 2048 and grown is not first
     assert not first.freed
-    assert backend.memory_stats().allocated_bytes == (1 << 20) + (2 << 20)
+    assert backend.memory_stats().allocated_bytes == 256 + 1024 + 2048
     backend.close()
     assert first.freed and grown.freed and backend.memory_stats().allocated_bytes == 0
     with pytest.raises(InvalidArgumentError):

@@ -141,8 +141,9 @@ class Backend:
 
         Kernels of one stream run one after another, so one buffer per stream serves them all (cuBLASLt's
         workspace, say) instead of one per stage. It grows to the largest request (a power of two, at
-        least 1 MiB); a buffer it outgrows stays allocated until the backend closes, because a graph
-        captured earlier may still use it. Call it when binding a kernel, not per run.
+        least 256 bytes: small GEMMs often need none); a buffer it outgrows stays allocated until the
+        backend closes, because a graph captured earlier may still use it. Call it when binding a kernel
+        (or on a kernel's first call on a stream), not on every run.
 
         Raises
         ------
@@ -158,7 +159,7 @@ class Backend:
             current = self._workspaces.get(key)
             if current is not None and current.nbytes >= nbytes:
                 return current
-            size = max(1 << 20, 1 << max(int(nbytes) - 1, 0).bit_length())
+            size = max(256, 1 << max(int(nbytes) - 1, 0).bit_length())
             grown = self.allocate(size, stream=stream, tag="workspace")
             if current is not None:
                 self._retired_workspaces.append(current)

@@ -289,7 +289,7 @@ class _LtMatmul:
             raise RuntimeError(f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} (batch {batch.count}) "
                                f"with epilogue {epilogue}")
         self.workspace_size = min(int(self.heuristic["workspace_size"][0]) or 0, WORKSPACE_BYTES)
-        self.workspace = backend.allocate(max(self.workspace_size, 1), tag="cublaslt-workspace")
+        self.workspaces: dict[int, int] = {}  # stream handle -> the backend's workspace of that stream
         self.pre = pre or []
         self.post = post or []
         self.itemsize = size
@@ -319,6 +319,12 @@ class _LtMatmul:
             handle = self.handles[key] = self.lt.create()
         return handle
 
+    def workspace_for(self, stream: Any) -> int:
+        """The address of ``stream``'s cuBLASLt workspace (the backend's per-stream scratch buffer)."""
+        ptr = self.backend.workspace(max(self.workspace_size, 1), stream=stream).ptr
+        self.workspaces[int(stream.handle)] = ptr
+        return ptr
+
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
         a, b = ins[0], ins[1]
         c = outs[0]
@@ -331,12 +337,15 @@ class _LtMatmul:
         c_in = c.ptr if self.c_source is None else ins[self.c_source].ptr
         size = self.itemsize
         handle = self.handle_for(stream)
+        workspace = self.workspaces.get(int(stream.handle))
+        if workspace is None:  # one per stream, shared by every kernel on it (not one per stage)
+            workspace = self.workspace_for(stream)
         for oa, ob, oc in self.offsets:
             try:
                 lt.matmul(handle, self.desc, self.alpha.ctypes.data, b.ptr + ob * size, self.a_layout,
                           a.ptr + oa * size, self.b_layout, self.beta.ctypes.data, c_in + oc * size,
                           self.c_layout, c.ptr + oc * size, self.c_layout, self.heuristic.ctypes.data,
-                          self.workspace.ptr, self.workspace_size, int(stream.handle))
+                          workspace, self.workspace_size, int(stream.handle))
             except lt.cuBLASLtError as e:
                 raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
         for launch in self.post:
@@ -351,7 +360,6 @@ class _LtMatmul:
                 lt.matrix_layout_destroy(layout)
             for handle in self.handles.values():
                 lt.destroy(handle)
-            self.workspace.free()
         except Exception:  # noqa: BLE001 - partially built, or at interpreter exit
             pass
 
