@@ -63,12 +63,12 @@ def test_linalg_chain_matches_the_cpu(dtype, graph, caplog):
     feeds = [{n: rand(rng, s, dtype, -1.0, 1.0) for n, s in SHAPES.items()} for _ in range(3)]
     with pl.load(config, device="cpu") as cpu:
         refs = [{k: np.asarray(v) for k, v in cpu.run(f).items()} for f in feeds]
-    with pl.load(config, device="cuda", graph=graph) as gpu:
+    with pl.load(config, device="cuda", cuda_graph=graph) as gpu:
         assert all(v.startswith("cuda") for v in dict(gpu.load_report.variants).values())
-        for f, ref in zip(feeds, refs, strict=True):
+        for i, (f, ref) in enumerate(zip(feeds, refs, strict=True)):
             out = {k: v.numpy() for k, v in gpu.run(f).items()}
-            if graph:
-                assert gpu.last_report.graph_replay
+            if graph and i > 0:  # the first run of a signature is eager; it is captured after it
+                assert gpu.last_report.graph_replay, gpu.load_report.warnings
             for key, want in ref.items():
                 check_close(out[key], want.astype(np.float64), dtype)
     assert "cuBLASLt via nvmath-python unavailable" not in caplog.text, "every product ran on cuBLASLt"

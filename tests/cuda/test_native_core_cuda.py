@@ -7,7 +7,7 @@ import ctypes
 
 import pytest
 
-from pipelink.native import library_path
+from tests.native_core.conftest import _library
 
 pytestmark = pytest.mark.gpu
 
@@ -16,7 +16,7 @@ HARDWARE_UNSUPPORTED = 8
 
 @pytest.fixture
 def core():
-    lib = ctypes.CDLL(str(library_path()))
+    lib = ctypes.CDLL(str(_library()))  # built here when the checkout has no build of it yet
     lib.pipeLinkValidateHardware.argtypes = [ctypes.c_char_p]
     lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
     assert lib.pipeLinkInitialize() == 0

@@ -35,7 +35,7 @@ def test_an_output_that_is_a_device_input_is_a_fresh_tensor(graph):
            "pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}]}
     backend = get_backend("cuda")
     rng = np.random.default_rng(3)
-    with pl.load(cfg, device="cuda", graph=graph) as pipe:
+    with pl.load(cfg, device="cuda", cuda_graph=graph) as pipe:
         for _ in range(3):  # eager, then (graph mode) capture and replay
             host = rng.standard_normal((5, 9)).astype(np.float32)
             x = backend.import_input(host)
@@ -68,7 +68,7 @@ def test_a_correct_pipeline_passes_checked_mode_with_the_eager_result():
 
 
 def test_graph_mode_runs_eagerly_in_checked_mode():
-    with pl.load(_chain(), device="cuda", graph=True, checked=True) as pipe:
+    with pl.load(_chain(), device="cuda", cuda_graph=True, checked=True) as pipe:
         assert not pipe.graph_mode
         assert any("checked mode" in w for w in pipe.load_report.warnings)
         pipe.run(_feed(np.random.default_rng(1)))

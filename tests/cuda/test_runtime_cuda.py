@@ -221,4 +221,4 @@ def test_pin_memory_inputs_upload_through_their_own_pinned_buffer():
     for _ in range(3):  # the buffer is reused run after run: every result must be this run's
         x = rng.standard_normal(1 << 22).astype(np.float32)
         np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), 3 * x, rtol=1e-6)
-    assert "x" in get_backend("cuda").__dict__["_pinned_inputs"]
+    assert "x" in get_backend("cuda").memory._pinned_inputs  # its own page-locked staging buffer

@@ -151,7 +151,9 @@ def descriptors() -> list[OperatorDescriptor]:
                                                             "else uint8)")],
             dtype_vars={"T": SCALE_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
             infer=infer_quantize, bind=_quantize_bind,
-            cuda=cuda_variant(cuda.quantize_bind(scale_layout), cuda.FLOAT_TYPES), onnx="QuantizeLinear"),
+            # every input's dtype: the scale's floats and the zero point's 8-bit type
+            cuda=cuda_variant(cuda.quantize_bind(scale_layout), cuda.FLOAT_TYPES | cuda.Q_KINDS),
+            onnx="QuantizeLinear"),
         builtin_operator(
             "dequantize_linear", doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
             inputs=[Port("x", dtype="Q"), Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),
@@ -159,5 +161,6 @@ def descriptors() -> list[OperatorDescriptor]:
             outputs=[Port("y", doc="x's shape, the scale's dtype")],
             attrs=[axis], dtype_vars={"Q": QUANTIZED_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
             infer=infer_dequantize, bind=_dequantize_bind,
-            cuda=cuda_variant(cuda.dequantize_bind(scale_layout), cuda.Q_KINDS), onnx="DequantizeLinear"),
+            cuda=cuda_variant(cuda.dequantize_bind(scale_layout), cuda.Q_KINDS | cuda.FLOAT_TYPES),
+            onnx="DequantizeLinear"),
     ]
