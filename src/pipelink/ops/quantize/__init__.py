@@ -28,6 +28,9 @@ QUANTIZED_DTYPES = frozenset({"int8", "uint8", "float8_e4m3fn", "float8_e5m2"})
 SCALE_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
 
+# The CUDA kernels' dtypes of every input: x / y and the scale (floats), the zero point (an 8-bit type).
+_CUDA_DTYPES = frozenset(cuda.FLOAT_TYPES) | frozenset(cuda.Q_KINDS)
+
 def scale_layout(op: str, x_shape: tuple, scale_shape: tuple, zero_shape, axis: int) -> int | None:
     """The axis a scale applies along (None: one scale for the whole tensor).
 
@@ -151,8 +154,7 @@ def descriptors() -> list[OperatorDescriptor]:
                                                             "else uint8)")],
             dtype_vars={"T": SCALE_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
             infer=infer_quantize, bind=_quantize_bind,
-            # every input's dtype: the scale's floats and the zero point's 8-bit type
-            cuda=cuda_variant(cuda.quantize_bind(scale_layout), cuda.FLOAT_TYPES | cuda.Q_KINDS),
+            cuda=cuda_variant(cuda.quantize_bind(scale_layout), _CUDA_DTYPES),
             onnx="QuantizeLinear"),
         builtin_operator(
             "dequantize_linear", doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
@@ -161,6 +163,6 @@ def descriptors() -> list[OperatorDescriptor]:
             outputs=[Port("y", doc="x's shape, the scale's dtype")],
             attrs=[axis], dtype_vars={"Q": QUANTIZED_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
             infer=infer_dequantize, bind=_dequantize_bind,
-            cuda=cuda_variant(cuda.dequantize_bind(scale_layout), cuda.Q_KINDS | cuda.FLOAT_TYPES),
+            cuda=cuda_variant(cuda.dequantize_bind(scale_layout), _CUDA_DTYPES),
             onnx="DequantizeLinear"),
     ]
