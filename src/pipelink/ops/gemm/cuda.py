@@ -43,6 +43,13 @@ log = logging.getLogger("pipelink")
 KERNELS: dict[str, KernelSource] = {}  # cuBLASLt chooses its own kernels: nothing to plan or tune here
 TUNED_AS: dict[str, str] = {}
 WORKSPACE_BYTES = 32 << 20
+
+
+def workspace_limit(m: int, n: int, batch: int, itemsize: int) -> int:
+    """The most workspace a product may ask cuBLASLt for: 32 MiB, and never more than its own output (a
+    small product's split-K scratch would otherwise outweigh the whole plan: the T=8 MLP block)."""
+    return min(WORKSPACE_BYTES, m * n * max(batch, 1) * itemsize)
+
 # dtype -> (cudaDataType of A/B/C/D, cublasComputeType, cudaDataType of alpha/beta, NumPy scale type)
 _TYPES = {"float32": (0, 68, 0, np.float32), "float64": (1, 70, 1, np.float64),
           "float16": (2, 68, 0, np.float32), "bfloat16": (14, 68, 0, np.float32)}
@@ -269,7 +276,7 @@ class _LtMatmul:
         self.alpha = np.array([alpha], scalar)
         self.beta = np.array([beta], scalar)
         pref = lt.matmul_preference_create()
-        ws = np.array([WORKSPACE_BYTES], np.uint64)
+        ws = np.array([workspace_limit(m, n, batch.count, get_dtype(dtype).itemsize)], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
                                            ws.ctypes.data, ws.itemsize)
         # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
