@@ -29,15 +29,13 @@ LAYERS: list[set[str]] = [
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.
 OPTIONAL = {"cuda", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks"}
 
-# Files of other work in flight (issue 11), excused from the rules below until it lands; each entry says
-# whose. Delete an entry when its file moves or is fixed: the test then holds it to the rules.
+# Files whose function-local imports are kept on purpose, each with why (the rules hold for the rest).
 PENDING = {
-    "cli.py": "cli helper: lazy imports of the command line",
-    "modules/native.py": "lib helper: the legacy-signature binding (modules.legacy <-> modules.native)",
-    "modules/elfinfo.py": "lib helper: pyelftools imported lazily",
-    "config/validate.py": "cli helper: difflib/os imported lazily",
-    "tune/cli.py": "cli helper: rich imported lazily",
-    "tune/cache.py": "cli helper: fcntl imported lazily (POSIX only)",
+    "cli.py": "the command line imports each verb's machinery when it runs, so `pipelink --help` and a "
+    "usage error answer without loading NumPy, the registry or the backends",
+    "tune/cli.py": "rich's live progress is imported when a tuning run starts",
+    "tune/cache.py": "fcntl exists on POSIX only: the cache locks where it can",
+    "modules/native.py": "modules.legacy builds on modules.native; native binds legacy signatures through it",
 }
 
 # Single function-local imports kept on purpose: (importer, imported module) -> why.

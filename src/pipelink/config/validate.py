@@ -1,4 +1,5 @@
-"""Validate a pipeline config: the JSON Schema first, then the semantic rules of DESIGN.md section 4.
+"""Validate a pipeline config: the JSON Schema first, then the semantic rules (README.md, "What is checked
+where").
 
 Reports every problem at once, each at an RFC 6901 pointer. Knows nothing of shapes, dtypes or devices:
 what needs operator descriptors or hardware belongs to the linker and the loader.
@@ -6,7 +7,9 @@ what needs operator descriptors or hardware belongs to the linker and the loader
 
 from __future__ import annotations
 
+import difflib
 import functools
+import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -369,9 +372,6 @@ def _differs_in_core(a: str, b: str) -> bool:
     """True when two names differ in what is left after their shared prefix and suffix is removed
     entirely ("beta_tensor" vs "mean_tensor": "beta" vs "mean"), i.e. they are different words rather
     than a typo of one another."""
-    import difflib
-    import os
-
     prefix = len(os.path.commonprefix([a, b]))
     suffix = len(os.path.commonprefix([a[prefix:][::-1], b[prefix:][::-1]]))
     core_a, core_b = a[prefix: len(a) - suffix], b[prefix: len(b) - suffix]

@@ -7,8 +7,13 @@ user has not yet trusted. ``read_elf`` parses the bytes that were hashed, never 
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from ..errors import ModuleLoadError, PipeLinkError
 from .elfcheck import check_loadable
@@ -82,10 +87,6 @@ def read_elf(data: bytes, path: Path) -> ELFInfo:
     ModuleLoadError
         The bytes are not an ELF shared library, or are truncated or damaged.
     """
-    import io
-
-    from elftools.elf.elffile import ELFFile
-
     if data[:4] != _ELF_MAGIC:
         raise ModuleLoadError(
             f"native module {path}: not an ELF shared library (the file starts with {data[:4]!r}); "
@@ -115,9 +116,6 @@ def read_elf(data: bytes, path: Path) -> ELFInfo:
 
 
 def _read_sections(elf, info: ELFInfo) -> None:
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.sections import SymbolTableSection
-
     for section in elf.iter_sections():
         if isinstance(section, SymbolTableSection) and section.name == ".dynsym":
             for sym in section.iter_symbols():
