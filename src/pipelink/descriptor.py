@@ -166,6 +166,9 @@ class OperatorDescriptor:
     doc: str = ""
     source: str = "builtin"
     onnx: str = ""  # the ONNX operator this one implements ("" when ONNX has none), for docs and import
+    # How many of its outputs the operator makes for these attributes (split: its part count), when that
+    # is fewer than its ports; a stage naming more is refused at load. None: every port.
+    output_count: Callable[[Mapping[str, Any]], int] | None = None
 
     def __post_init__(self):
         self.version = parse_version(self.version)

@@ -445,3 +445,19 @@ def test_reshape_matches_numpy_for_any_factorisation(reg, shape, data):
     x = np.arange(total, dtype=np.int64).reshape(shape)
     (y,) = run_op(reg, "reshape", [x], {"shape": target, "allowzero": True})
     assert np.array_equal(y, x.reshape(target))
+
+
+def test_a_stage_naming_more_split_parts_than_the_split_makes_is_refused_at_load():
+    # Wrong if the extra name silently became an empty tensor (the descriptor has 8 part ports).
+    doc = {"inputs": {"x": {"shape": [6, 4], "dtype": "float32"}},
+           "pipeline": [{"name": "split", "id": "s", "inputs": ["x"], "outputs": ["a", "b", "c"],
+                         "attrs": {"axis": 0, "num_outputs": 2}}]}
+    with pytest.raises(pl.ConfigError) as info:
+        pl.load(doc, device="cpu")
+    (problem,) = info.value.errors
+    assert problem.path == "/pipeline/0/outputs/2" and "makes 2 output(s)" in problem.message
+    doc["pipeline"][0]["attrs"] = {"axis": 0, "split": [1, 2, 3]}
+    doc["pipeline"][0]["outputs"] = ["a", "b", "c"]
+    with pl.load(doc, device="cpu") as pipe:
+        outs = pipe.run(x=np.arange(24, dtype=np.float32).reshape(6, 4))
+    assert [outs[n].shape for n in "abc"] == [(1, 4), (2, 4), (3, 4)]

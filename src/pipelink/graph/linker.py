@@ -160,6 +160,18 @@ def _link_stage(
             Problem(e.code, f"{stage.path}/attrs" + (f"/{attr}" if attr in stage.attrs else ""), e.message)
         )
         return None
+    made = desc.output_count(attrs) if desc.output_count is not None else len(desc.outputs)
+    if len(stage.outputs) > made:
+        problems.append(
+            Problem(
+                ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                f"{stage.path}/outputs/{made}",
+                f"stage {stage.id!r}: operator {desc.name!r} makes {made} output(s) with these attributes, "
+                f"but the stage names {len(stage.outputs)}: remove "
+                + ", ".join(map(repr, stage.outputs[made:])),
+            )
+        )
+        return None
     inputs = tuple(stage.inputs) + (None,) * (len(desc.inputs) - len(stage.inputs))
     # Outputs the config leaves unnamed still need memory: name them after the stage.
     outputs = tuple(stage.outputs) + tuple(f"{stage.id}.{p.name}" for p in desc.outputs[len(stage.outputs) :])

@@ -44,7 +44,7 @@ def stats_dtype(name: str) -> str:
 def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
                      dtype_vars: Mapping[str, frozenset[str]] | None = None,
                      variant_dtypes: frozenset[str] | None = None, infer=None,
-                     cuda: Variant | None = None, onnx: str = "") -> OperatorDescriptor:
+                     cuda: Variant | None = None, onnx: str = "", output_count=None) -> OperatorDescriptor:
     """A fresh built-in descriptor with its NumPy variant and, when the family has one, its CUDA variant
     (one descriptor per registry: descriptors are mutable).
 
@@ -67,6 +67,8 @@ def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=
         CUDA until it runs.
     onnx : str, optional
         The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
+    output_count : callable, optional
+        ``output_count(attrs) -> int``: how many outputs the operator makes, when fewer than its ports.
     """
     # An operator without a kernel of its own on a device may run its reference there on staged host
     # copies (the load report says so); one with a kernel never falls back to the reference.
@@ -77,4 +79,4 @@ def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=
     return OperatorDescriptor(
         name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
         dtype_vars=dict(dtype_vars or {}), variants=variants, infer=infer, doc=doc, source="builtin",
-        onnx=onnx)
+        onnx=onnx, output_count=output_count)

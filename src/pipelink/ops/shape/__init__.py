@@ -171,7 +171,8 @@ def descriptors() -> list[OperatorDescriptor]:
                    Attr("num_outputs", "int", 0,
                         doc="or: this many parts of ceil(size / num_outputs), the last one smaller")],
             dtype_vars=any_t, infer=infer_split, bind=_split_bind,
-            cuda=cuda_variant(cuda.split_bind, None), onnx="Split"),
+            cuda=cuda_variant(cuda.split_bind, None), onnx="Split",
+            output_count=lambda attrs: len(attrs["split"]) or int(attrs["num_outputs"]) or MAX_PARTS),
         builtin_operator(
             "slice", doc="Take x[starts:ends:steps] along the given axes (ONNX clamping of the indices).",
             inputs=[x_in], outputs=[y_out],
