@@ -1,4 +1,4 @@
-"""The ``pipelink`` command (DESIGN.md section 7).
+"""The ``pipelink`` command (README.md, "Command line").
 
 Every failure prints ``error[PIPELINK_ERR_...]: message`` and exits 1 (runtime) or 2 (invalid config or
 usage); no traceback ever reaches the user (``PIPELINK_DEBUG=1`` shows it).

@@ -1,4 +1,5 @@
-"""Stable error codes and the exception hierarchy (DESIGN.md section 6).
+"""Stable error codes and the exception hierarchy (docs/architecture.md, "Checked mode, isolation,
+errors").
 
 Every failure a user can cause is one of these. Nothing else lives here: no imports from the rest of the
 package, so the native header generator, worker processes and the CLI can all depend on it.

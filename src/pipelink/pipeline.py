@@ -1,4 +1,4 @@
-"""``pl.load`` / ``pl.validate`` and the ``Pipeline`` object (DESIGN.md section 3).
+"""``pl.load`` / ``pl.validate`` and the ``Pipeline`` object (docs/architecture.md, "From JSON to kernel").
 
 Load does all the checking (schema, names, versions, hardware, declared shapes, policies); ``run`` binds
 inputs, finds or compiles the plan of their signature, and replays it.

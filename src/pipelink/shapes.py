@@ -1,4 +1,5 @@
-"""Symbolic shapes: unification of dimension symbols and NumPy broadcasting (DESIGN.md section 3).
+"""Symbolic shapes: unification of dimension symbols and NumPy broadcasting (docs/architecture.md,
+"From JSON to kernel").
 
 A dimension is an ``int`` (known) or a ``str`` symbol (unknown until bound). A port's shape pattern is a
 list of ints, symbols and at most one ``"..."`` (any number of leading dimensions). Failures come back

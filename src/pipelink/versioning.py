@@ -1,4 +1,5 @@
-"""Semantic versions of operators and the compatibility rules (seed section 3.6, DESIGN.md section 5).
+"""Semantic versions of operators and the compatibility rules (seed section 3.6; docs/native-modules.md,
+"Versions").
 
 A different major is refused, a newer minor loads with a warning, a patch difference is silent.
 """

@@ -1,4 +1,5 @@
-"""Config semantic rules (DESIGN.md section 4): dataflow order, cycles, ids, names, alignment, operators."""
+"""Config semantic rules (README.md, "What is checked where"): dataflow order, cycles, ids, names,
+alignment, operators."""
 
 from __future__ import annotations
 

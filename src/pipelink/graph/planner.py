@@ -1,4 +1,5 @@
-"""The memory planner: buffer lifetimes packed into one arena (seed section 3.2, DESIGN.md section 3).
+"""The memory planner: buffer lifetimes packed into one arena (seed section 3.2; docs/architecture.md,
+"From JSON to kernel").
 
 Algorithm (offline, in step order):
 - each buffer is live from the step that writes it to the last step that reads it;

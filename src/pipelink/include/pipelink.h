@@ -8,7 +8,7 @@
  *     placed in the ELF section ".pipelink_manifest" so tools read it without executing the library,
  *   - one version symbol per operator, pipeLinkVersion_<name>_<major>_<minor>_<patch> (PIPELINK_VERSION).
  *
- * Contracts (DESIGN.md section 1): PipeLink allocates every input and output; the entry point writes the
+ * Contracts (docs/native-modules.md): PipeLink allocates every input and output; the entry point writes the
  * outputs in place, uses only the stream it is given (never the default stream), keeps no hidden global
  * state (per-stage state goes through the context hooks) and reports failure by returning a status code.
  *
