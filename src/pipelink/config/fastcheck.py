@@ -79,7 +79,7 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
         if "type" in node:
             names = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
             tests = [_TYPES[n] for n in names]
-            checks.append(lambda v, tests=tests: any(t(v) for t in tests))
+            checks.append(tests[0] if len(tests) == 1 else _any_of(tests))
         if "enum" in node:
             allowed = node["enum"]
             if all(isinstance(a, str) for a in allowed):
@@ -109,20 +109,55 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
             if plain is not None:  # a type-only item schema: one C-level pass over the classes
                 checks.append(lambda v: v.__class__ is not list or set(map(type, v)) <= plain)
             else:
-                item = compile_node(items)
-                checks.append(lambda v: v.__class__ is not list or all(item(x) for x in v))
+                checks.append(_each(compile_node(items)))
         if "anyOf" in node:
-            branches = [compile_node(b) for b in node["anyOf"]]
-            checks.append(lambda v: any(b(v) for b in branches))
+            checks.append(_any_of([compile_node(b) for b in node["anyOf"]]))
         if {"properties", "required", "additionalProperties"} & node.keys():
             checks.append(_object_check(node, compile_node))
         if len(checks) == 1:
             return checks[0]
-        return lambda v: all(c(v) for c in checks)
+        return _all_of(checks)
 
     for name, sub in schema.get("$defs", {}).items():
         defs[name] = compile_node(sub)
     return compile_node(schema)
+
+
+# Plain loops, not all()/any() over generators: these run once per value of a document (10,000 stages).
+def _all_of(checks: list[Check]) -> Check:
+    checks = tuple(checks)
+
+    def check(v: Any) -> bool:
+        for c in checks:  # noqa: SIM110 (a loop: no generator per call)
+            if not c(v):
+                return False
+        return True
+
+    return check
+
+
+def _any_of(checks: list[Check]) -> Check:
+    checks = tuple(checks)
+
+    def check(v: Any) -> bool:
+        for c in checks:  # noqa: SIM110
+            if c(v):
+                return True
+        return False
+
+    return check
+
+
+def _each(item: Check) -> Check:
+    def check(v: Any) -> bool:
+        if v.__class__ is not list:
+            return True
+        for x in v:  # noqa: SIM110
+            if not item(x):
+                return False
+        return True
+
+    return check
 
 
 def _unique(v: Any) -> bool:
