@@ -343,7 +343,8 @@ class Pipeline:
         if kwargs:
             given.update(kwargs)
         if self._bound:
-            self._check_unbound(given)
+            if not self._bound.keys().isdisjoint(given):
+                check_inputs(self._graph, given, self._bound)  # raises: names the bound input
             given.update(self._bound)
         with self._lock:
             if self._closed:
@@ -394,15 +395,6 @@ class Pipeline:
             return {n: wrap(v) for n, v in produced.items()}
 
     __call__ = run
-
-    def _check_unbound(self, given: Mapping[str, Any]) -> None:
-        clash = [n for n in given if n in self._bound]
-        if clash:
-            raise InvalidArgumentError(
-                f"{clash[0]!r} is bound by the weights file; leave it out of run() (the pipeline takes "
-                f"{self.inputs})",
-                input=clash[0],
-            )
 
     def _replay_fast(self, plan: ExecutionPlan, found: Any, given: dict[str, Any], stream: Any) -> dict:
         """Launch a captured graph that reads the inputs where they are; outputs as ``replay`` returns

@@ -29,7 +29,8 @@ def write(tmp_path, arrays: dict, **extra) -> str:
 
 @pytest.fixture
 def arrays(rng):
-    return {"w1": rng.standard_normal((4, 3)).astype(np.float32), "b1": rng.standard_normal(3).astype(np.float32)}
+    return {"w1": rng.standard_normal((4, 3)).astype(np.float32),
+            "b1": rng.standard_normal(3).astype(np.float32)}
 
 
 def test_weights_bind_inputs_once(tmp_path, device, rng, arrays):

@@ -16,6 +16,8 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import HardwareUnsupportedError, InvalidArgumentError, PipeLinkError
+from ..modules.registry import registry
+from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
 
@@ -155,7 +157,10 @@ def import_model(
         model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
-    g = Graph(opset=_opset(model), constants=constants, dtypes=_known_dtypes(onnx, graph))
+    register_builtins(registry)
+    g = Graph(
+        opset=_opset(model), constants=constants, dtypes=_known_dtypes(onnx, graph), operators=registry.get
+    )
     rejected: list[Rejected] = []
     nodes: list[Node] = []
     for k, node in enumerate(graph.node):

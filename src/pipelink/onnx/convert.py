@@ -61,6 +61,7 @@ class Graph:
     opset: int
     constants: dict[str, np.ndarray]
     dtypes: dict[str, str]  # ONNX tensor name -> PipeLink dtype name, where known
+    operators: Callable[[str], Any]  # PipeLink operator name -> its descriptor (the registry's get)
     names: dict[str, str] = field(default_factory=dict)  # ONNX tensor name -> PipeLink tensor name
     taken: set[str] = field(default_factory=set)
     stages: list[dict[str, Any]] = field(default_factory=list)
@@ -115,7 +116,15 @@ class Graph:
     def stage(
         self, node: Node, operator: str, inputs: list[str], outputs: list[str] | None = None, **attrs: Any
     ) -> None:
-        """Add one stage computing ``node`` (its outputs by default; absent optional ones get names)."""
+        """Add one stage computing ``node`` (its outputs by default; absent optional ones get names).
+
+        The attributes are checked against the operator's descriptor here, so a value PipeLink does
+        not implement (Resize's mode 'cubic', say) is listed with the node, not found at load.
+        """
+        try:
+            self.operators(operator).resolve_attrs(attrs, where=f"{node.op_type} as {operator}")
+        except PipeLinkError as e:
+            raise Unsupported(e.message) from None
         ins = [self.tensor(n) for n in inputs]
         outs = outputs if outputs is not None else node.outputs
         stage_id = _unique(_valid_name(node.name or node.op_type, "node"), self.stage_ids)
