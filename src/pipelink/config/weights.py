@@ -45,18 +45,22 @@ def read_weights(doc: dict[str, Any], base_dir: Path) -> dict[str, np.ndarray]:
     if path is None:
         return {}
     try:
-        with open(path, "rb") as f:
-            magic = f.read(len(_ZIP_MAGIC))
+        with open(path, "rb") as f:  # our handle, closed whatever the archive holds
+            if f.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
+                raise _fail(f"weights file {str(path)!r} is not an .npz archive; write it with numpy.savez")
+            f.seek(0)
+            return _check_arrays(path, _read_archive(path, f))
     except OSError as e:
         raise _fail(
             f"weights file {str(path)!r} cannot be read ({e.strerror or e}); give the path of an .npz "
             "file, relative to the config file"
         ) from None
-    if magic != _ZIP_MAGIC:
-        raise _fail(f"weights file {str(path)!r} is not an .npz archive; write it with numpy.savez") from None
+
+
+def _read_archive(path: Path, f: Any) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with np.load(f, allow_pickle=False) as archive:
             for name in archive.files:
                 arrays[name] = np.ascontiguousarray(archive[name])
     except ValueError as e:
@@ -68,6 +72,10 @@ def read_weights(doc: dict[str, Any], base_dir: Path) -> dict[str, np.ndarray]:
         raise _fail(
             f"weights file {str(path)!r} is not a readable .npz archive ({e}); write it with numpy.savez"
         ) from None
+    return arrays
+
+
+def _check_arrays(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for name, array in arrays.items():
         if not re.fullmatch(TENSOR_NAME_PATTERN, name):
             raise _fail(
