@@ -35,6 +35,7 @@ from .modules.plugins import load_entry_points
 from .modules.python import operator
 from .modules.registry import UnknownOperatorError
 from .modules.registry import registry as _registry
+from .onnx import from_onnx
 from .ops import register_builtins
 from .pipeline import Pipeline, load, validate
 from .runtime.errorlog import configure_error_log
@@ -46,6 +47,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load",
     "validate",
+    "from_onnx",
     "Pipeline",
     "operator",
     "list_operators",

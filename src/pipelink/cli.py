@@ -394,6 +394,26 @@ def inspect(
         sys.stdout.write(format_inspect(info) + "\n")
 
 
+@app.command("import")
+def import_cmd(
+    model: Annotated[Path, typer.Argument(help="an ONNX model (.onnx)")],
+    out_dir: Annotated[
+        Path, typer.Option("--output", "-o", help="directory for pipeline.json and weights.npz")
+    ],
+) -> None:
+    """Import an ONNX model: write DIR/pipeline.json and DIR/weights.npz (needs pipelink[onnx])."""
+    from .onnx import import_model
+
+    try:
+        config, weights = import_model(model, out_dir=out_dir)
+    except PipeLinkError as e:
+        raise UsageFailure(e) from e
+    console.print(
+        f"[green]ok[/green]: {len(config['pipeline'])} stages, {len(weights)} weights -> {out_dir}",
+        highlight=False,
+    )
+
+
 @app.command()
 def tune(
     config: Annotated[Path, typer.Argument(help="tune_config.json")],

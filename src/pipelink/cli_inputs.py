@@ -153,5 +153,5 @@ def build_feed(pipe, *, inputs: Path | None, random: bool, shapes: list[str], dt
             feed[name] = float(text)
         except ValueError:
             raise InvalidArgumentError(f"--value {name}={text!r}: not a number") from None
-    check_inputs(pipe.graph, feed)
+    check_inputs(pipe.graph, feed, pipe.weights)
     return feed

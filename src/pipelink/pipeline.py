@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .backends import get_backend
-from .config import build_config, check_document, check_warnings, read_config
+from .config import build_config, check_document, check_warnings, read_config, read_weights
 from .dtypes import get_dtype
 from .errors import (
     ConfigError,
     ErrorCode,
+    HardwareUnsupportedError,
     InvalidArgumentError,
     PipeLinkError,
     Problem,
@@ -58,13 +61,22 @@ def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
     return reg
 
 
-def _check(config, registry: OperatorRegistry, device: str | None, *, libraries: bool = True):
+def _check(
+    config,
+    registry: OperatorRegistry,
+    device: str | None,
+    *,
+    libraries: bool = True,
+    weights: Mapping[str, Any] | None = None,
+):
     """Read, validate and link. Returns (PipelineConfig, LinkedGraph | None, problems, backend)."""
     doc, base_dir, source_path = read_config(config)
-    problems = check_document(doc, known_operators=registry.names())
+    arrays = _bound_arrays(doc, base_dir, weights)
+    bound = {n: (a.shape, get_dtype(a.dtype).name) for n, a in arrays.items()}
+    problems = check_document(doc, known_operators=registry.names(), bound=bound)
     if problems:
         return None, None, problems, None
-    cfg = build_config(doc, base_dir, source_path)
+    cfg = build_config(doc, base_dir, source_path, weights=arrays)
     backend = get_backend(device)
     if not libraries and any(s.library for s in cfg.stages):
         # Schema and semantic rules only: stages of native modules cannot be linked without the modules.
@@ -75,6 +87,24 @@ def _check(config, registry: OperatorRegistry, device: str | None, *, libraries:
     for warning in check_warnings(doc):
         log.warning("pipelink: %s", warning)
     return cfg, graph, link_problems, backend
+
+
+def _bound_arrays(doc: Any, base_dir: Path, weights: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The bound constants: the config's ``weights`` file, or the arrays passed to ``load(weights=...)``."""
+    if weights is None:
+        return read_weights(doc, base_dir) if isinstance(doc, dict) else {}
+    if isinstance(doc, dict) and "weights" in doc:
+        raise InvalidArgumentError(
+            "the config names a weights file and load() was given weights= too; pass one of them"
+        )
+    arrays = {}
+    for name, value in weights.items():
+        array = np.ascontiguousarray(value)
+        if array.dtype.hasobject:
+            raise InvalidArgumentError(f"weights[{name!r}] holds Python objects; pass a numeric array")
+        get_dtype(array.dtype)  # InvalidArgumentError for a dtype PipeLink lacks
+        arrays[str(name)] = array
+    return arrays
 
 
 def validate(
@@ -125,6 +155,7 @@ def load(
     static_outputs: bool = False,
     checked: bool | None = None,
     graph: bool | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -147,6 +178,9 @@ def load(
         ``ModuleCrashError``. None (default) reads the ``PIPELINK_CHECKED`` environment variable.
     graph : bool, optional
         Deprecated spelling of ``cuda_graph`` (``Pipeline.graph`` is the DAG); warns.
+    weights : dict of name -> array, optional
+        Bound constants, as a config's ``weights`` file gives them (not both): each binds the external
+        input of its name once, here, and ``run()`` no longer takes it.
 
     Raises
     ------
@@ -162,7 +196,7 @@ def load(
         )
         cuda_graph = cuda_graph or bool(graph)
     reg = _registry(registry)
-    cfg, linked, problems, backend = _check(config, reg, device)
+    cfg, linked, problems, backend = _check(config, reg, device, weights=weights)
     source = (
         str(cfg.source_path)
         if cfg is not None and cfg.source_path
@@ -217,6 +251,9 @@ class Pipeline:
         self._preload_inputs = preload_inputs(graph)
         # Outputs that are inputs passed through need the general replay (it returns the input).
         self._passthrough = any(n in graph.external_inputs for n in graph.outputs)
+        # Bound constants (the weights file): imported to the device once, here, never per run.
+        stream = backend.default_stream()
+        self._bound = {n: backend.import_input(a, stream=stream) for n, a in graph.config.weights.items()}
         for st in graph.stages:
             self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
         if cuda_graph and not can_capture:
@@ -242,7 +279,13 @@ class Pipeline:
 
     @property
     def inputs(self) -> list[str]:
-        return list(self._graph.external_inputs)
+        """The inputs ``run()`` takes (external inputs the weights file does not bind)."""
+        return [n for n in self._graph.external_inputs if n not in self._bound]
+
+    @property
+    def weights(self) -> list[str]:
+        """The external inputs bound once at load by the weights file."""
+        return list(self._bound)
 
     @property
     def outputs(self) -> list[str]:
@@ -299,6 +342,10 @@ class Pipeline:
         given = dict(inputs) if inputs else {}
         if kwargs:
             given.update(kwargs)
+        if self._bound:
+            if not self._bound.keys().isdisjoint(given):
+                check_inputs(self._graph, given, self._bound)  # raises: names the bound input
+            given.update(self._bound)
         with self._lock:
             if self._closed:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
@@ -322,7 +369,8 @@ class Pipeline:
                 preload = self._preload_stream()
                 producers: list = []
                 args = {
-                    n: self._import(n, v, preload if n in self._preload_inputs else stream, producers)
+                    n: v if n in self._bound
+                    else self._import(n, v, preload if n in self._preload_inputs else stream, producers)
                     for n, v in given.items()
                 }
                 if producers:
@@ -574,7 +622,15 @@ class Pipeline:
         ------
         ConfigError
             A stage the native core cannot run (a built-in or Python operator, ...), pointing at it.
+        HardwareUnsupportedError
+            For a pipeline with bound constants (a weights file): the plan format cannot carry them yet.
         """
+        if self._bound:
+            raise HardwareUnsupportedError(
+                f"pipeline {self.name!r} binds {', '.join(map(repr, self._bound))} from its weights file, "
+                "and .plk plans cannot carry bound constants yet: remove 'weights' from the config and "
+                "pass those arrays as inputs from the host"
+            )
         with self._lock:
             return write_plan(self, path, shapes)
 

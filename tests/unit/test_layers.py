@@ -23,11 +23,11 @@ LAYERS: list[set[str]] = [
     {"backends", "ops", "modules", "native"},  # devices, operators, operator sources, the native core
     {"graph"},  # the linker
     {"runtime"},  # plans and their execution
-    {"pipeline", "memory", "tune", "cli", "cli_inputs", "__init__", "__main__"},  # the public API and tools
+    {"pipeline", "memory", "tune", "cli", "cli_inputs", "onnx", "__init__", "__main__"},  # API and tools
 ]
 
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.
-OPTIONAL = {"cuda", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks"}
+OPTIONAL = {"cuda", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks", "onnx"}
 
 # Files whose function-local imports are kept on purpose, each with why (the rules hold for the rest).
 PENDING = {

@@ -20,11 +20,14 @@ from .schema import SCHEMA, schema_text
 from .schema_errors import json_pointer
 from .specifiers import parse_capability_specifier, parse_specifier
 from .validate import check_document, check_warnings
+from .weights import read_weights, weights_path
 
 __all__ = [
     "read_config",
     "check_document",
     "check_warnings",
+    "read_weights",
+    "weights_path",
     "build_config",
     "InputDecl",
     "Constraints",

@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import get_dtype
 from .schema_errors import json_pointer
 
 __all__ = [
@@ -86,7 +87,9 @@ class PipelineConfig:
     """A whole config, normalised.
 
     ``inputs`` and ``outputs`` are None when the config does not declare them (the linker then derives
-    them); ``base_dir`` is where relative ``library`` paths start; ``raw`` is the document as read.
+    them); ``base_dir`` is where relative ``library`` paths start; ``raw`` is the document as read;
+    ``weights`` are the arrays of the ``weights`` file by name (bound constants: each is also in ``inputs``
+    with its shape and dtype).
     """
 
     name: str
@@ -97,6 +100,7 @@ class PipelineConfig:
     base_dir: Path
     source_path: Path | None
     raw: dict[str, Any]
+    weights: Mapping[str, Any] = field(default_factory=dict)
 
     def resolve_library(self, stage: StageConfig) -> Path | None:
         """The library file of ``stage``: absolute as given, otherwise relative to ``base_dir``.
@@ -177,7 +181,12 @@ def _error_policy(raw: str | dict[str, Any]) -> ErrorPolicy:
     return ErrorPolicy(raw)
 
 
-def build_config(doc: dict[str, Any], base_dir: Path, source_path: Path | None = None) -> PipelineConfig:
+def build_config(
+    doc: dict[str, Any],
+    base_dir: Path,
+    source_path: Path | None = None,
+    weights: Mapping[str, Any] | None = None,
+) -> PipelineConfig:
     """Normalise a valid document into a :class:`PipelineConfig`.
 
     Parameters
@@ -188,6 +197,9 @@ def build_config(doc: dict[str, Any], base_dir: Path, source_path: Path | None =
         Directory that relative ``library`` paths start from.
     source_path : Path, optional
         The config file, when the document came from one.
+    weights : mapping of name -> array, optional
+        The arrays of the config's ``weights`` file (``config.weights.read_weights``), checked against
+        the declarations by :func:`check_document`.
 
     Returns
     -------
@@ -229,6 +241,15 @@ def build_config(doc: dict[str, Any], base_dir: Path, source_path: Path | None =
             )
             for name, decl in doc["inputs"].items()
         }
+    for name, array in (weights or {}).items():
+        inputs = inputs if inputs is not None else {}
+        decl = inputs.get(name)
+        inputs[name] = InputDecl(
+            name=name,
+            shape=tuple(int(d) for d in array.shape),
+            dtype=get_dtype(array.dtype).name,
+            pin_memory=decl.pin_memory if decl is not None else False,
+        )
     default_name = source_path.stem if source_path is not None else "pipeline"
     return PipelineConfig(
         name=doc.get("name", default_name),
@@ -239,4 +260,5 @@ def build_config(doc: dict[str, Any], base_dir: Path, source_path: Path | None =
         base_dir=Path(base_dir),
         source_path=Path(source_path) if source_path is not None else None,
         raw=doc,
+        weights=dict(weights or {}),
     )

@@ -11,11 +11,12 @@ import difflib
 import functools
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ErrorCode, Problem
+from ..dtypes import get_dtype
+from ..errors import ErrorCode, PipeLinkError, Problem
 from .model import assign_stage_ids
 from .schema import SCHEMA, TENSOR_NAME_PATTERN
 from .schema_errors import closest, did_you_mean, json_pointer, schema_problems, short_repr
@@ -80,8 +81,9 @@ def _read_stages(doc: dict[str, Any]) -> list[_Stage]:
 class _Checker:
     """Semantic rules over the parts of a document the schema found well-formed."""
 
-    def __init__(self, doc: dict[str, Any], schema_found: list[Problem]):
+    def __init__(self, doc: dict[str, Any], schema_found: list[Problem], bound: Mapping[str, tuple]):
         self.doc = doc
+        self.bound = bound
         self.bad = {p.path for p in schema_found}
         self.problems: list[Problem] = []
         self.stages = _read_stages(doc)
@@ -218,7 +220,13 @@ class _Checker:
                 ptr = f"{stage.ptr}/outputs/{j}"
                 if not self.clean(ptr):
                     continue
-                if self.declared is not None and name in self.declared:
+                if name in self.bound:
+                    self.add(
+                        ptr,
+                        f"tensor {name!r} is bound by the weights file (/weights) and also produced by "
+                        f"{stage.describe()}; rename the output or remove the array from the weights file",
+                    )
+                elif self.declared is not None and name in self.declared:
                     self.add(
                         ptr,
                         f"tensor {name!r} is declared as an external input "
@@ -237,7 +245,9 @@ class _Checker:
         for stage in self.stages:
             for j, name in stage.inputs:
                 ptr = f"{stage.ptr}/inputs/{j}"
-                if name in produced_before or (self.declared is not None and name in self.declared):
+                if name in produced_before or name in self.bound or (
+                    self.declared is not None and name in self.declared
+                ):
                     continue
                 if not self.clean(ptr):
                     continue
@@ -255,7 +265,7 @@ class _Checker:
                         "which runs after this stage; list stages in dependency order",
                     )
                 elif self.declared is not None and self.complete:
-                    known = [*self.declared, *sorted(produced_before)]
+                    known = [*self.declared, *self.bound, *sorted(produced_before)]
                     hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
                         f"; known here: {_few(known)}" if known else "")
                     self.add(
@@ -264,6 +274,30 @@ class _Checker:
                         f"earlier stage{hint}; declare it in inputs or produce it earlier",
                     )
             produced_before.update(name for _, name in stage.outputs)
+
+    def check_bound(self) -> None:
+        """A declared input that the weights file binds must have the array's shape and dtype."""
+        for name, (shape, dtype) in self.bound.items():
+            decl = (self.declared or {}).get(name)
+            ptr = json_pointer(["inputs", name])
+            if not isinstance(decl, dict) or not self.clean(ptr):
+                continue
+            want = decl.get("shape")
+            if isinstance(want, list) and (
+                len(want) != len(shape)
+                or any(isinstance(w, int) and w != d for w, d in zip(want, shape, strict=False))
+            ):
+                self.add(
+                    ptr + "/shape",
+                    f"input {name!r} is declared with shape {want}, but the weights file binds it to an "
+                    f"array of shape {list(shape)}; fix the declaration or the array",
+                )
+            if isinstance(decl.get("dtype"), str) and _dtype_name(decl["dtype"]) != dtype:
+                self.add(
+                    ptr + "/dtype",
+                    f"input {name!r} is declared as {decl['dtype']}, but the weights file binds it to a "
+                    f"{dtype} array; fix the declaration or the array",
+                )
 
     def check_cycles(self) -> None:
         # Edge k -> i when stage k produces a tensor that stage i reads.
@@ -329,8 +363,19 @@ def _few(names: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
+def _dtype_name(name: str) -> str | None:
+    try:
+        return get_dtype(name).name
+    except PipeLinkError:
+        return None
+
+
 def check_document(
-    doc: Any, *, known_operators: Collection[str] = (), check_operators: bool = True
+    doc: Any,
+    *,
+    known_operators: Collection[str] = (),
+    check_operators: bool = True,
+    bound: Mapping[str, tuple] | None = None,
 ) -> list[Problem]:
     """Every problem of a pipeline config, schema violations first, then semantic ones.
 
@@ -342,6 +387,9 @@ def check_document(
         Operators that can be resolved without a ``library`` (built-in and registered ones).
     check_operators : bool
         Report stages (and fallbacks) without a ``library`` whose operator is not in ``known_operators``.
+    bound : mapping of name -> (shape, dtype name), optional
+        The arrays of the config's ``weights`` file (``config.weights.read_weights``): these names are
+        external inputs, and a declaration of one must match its array.
 
     Returns
     -------
@@ -353,7 +401,7 @@ def check_document(
     found = schema_problems(doc)
     if not isinstance(doc, dict):
         return found
-    checker = _Checker(doc, found)
+    checker = _Checker(doc, found, bound or {})
     checker.check_declared_names()
     checker.check_ids()
     if check_operators:
@@ -363,6 +411,7 @@ def check_document(
     checker.check_library_paths()
     checker.check_producers()
     checker.check_consumers()
+    checker.check_bound()
     checker.check_cycles()
     checker.check_outputs()
     return found + checker.problems

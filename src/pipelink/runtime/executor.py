@@ -12,7 +12,7 @@ import difflib
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..descriptor import KernelContext
@@ -448,10 +448,18 @@ def _execute_lean(
     return {n: values[n] for n in graph.outputs}
 
 
-def check_inputs(graph: LinkedGraph, given: Mapping[str, Any]) -> None:
-    """Missing and unexpected input names are errors naming the input."""
+def check_inputs(graph: LinkedGraph, given: Mapping[str, Any], bound: Collection[str] = ()) -> None:
+    """Missing and unexpected input names are errors naming the input; so is one of ``bound`` (the
+    inputs a weights file binds at load, which ``run()`` does not take)."""
 
-    expected = graph.external_inputs
+    clash = [n for n in given if n in bound]
+    expected = [n for n in graph.external_inputs if n not in bound]
+    if clash:
+        raise InvalidArgumentError(
+            f"{clash[0]!r} is bound by the weights file; leave it out of run() (the pipeline takes "
+            f"{expected})",
+            input=clash[0],
+        )
     missing = [n for n in expected if n not in given]
     extra = [n for n in given if n not in expected]
     # A misspelled input shows up as one missing and one unexpected name: pair them up as a suggestion.

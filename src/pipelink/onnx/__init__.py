@@ -1,0 +1,255 @@
+"""ONNX import: an ONNX model becomes an ordinary PipeLink config plus its weights (bound constants).
+
+``import_model`` converts (``convert.CONVERTERS`` is the one table of ONNX op types PipeLink imports);
+``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
+'pipelink[onnx]'``), imported only when a model is imported, so ``import pipelink`` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import get_dtype
+from ..errors import HardwareUnsupportedError, InvalidArgumentError, PipeLinkError
+from ..modules.registry import registry
+from ..ops import register_builtins
+from ..pipeline import Pipeline, load
+from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
+
+__all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+CONFIG_NAME = "pipeline.json"
+WEIGHTS_NAME = "weights.npz"
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:
+        raise HardwareUnsupportedError(
+            f"importing ONNX models needs the onnx package ({e}); install it with: "
+            "pip install 'pipelink[onnx]'"
+        ) from None
+    return onnx
+
+
+def _read_model(onnx, model_or_path: Any):
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path
+    if not isinstance(model_or_path, str | Path):
+        raise InvalidArgumentError(
+            f"import_model takes an onnx.ModelProto or the path of an .onnx file, not "
+            f"{type(model_or_path).__name__}"
+        )
+    path = Path(model_or_path).expanduser()
+    if not path.is_file():
+        raise InvalidArgumentError(f"ONNX model {str(path)!r} not found; give the path of an .onnx file")
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # the protobuf parser's DecodeError, a missing external-data file, ...
+        raise InvalidArgumentError(f"{str(path)!r} is not a readable ONNX model: {e}") from None
+
+
+def _opset(model) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+def _known_dtypes(onnx, graph) -> dict[str, str]:
+    """ONNX tensor name -> PipeLink dtype name, for every typed value shape inference knows."""
+    out: dict[str, str] = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        elem = info.type.tensor_type.elem_type
+        if elem:
+            try:
+                out[info.name] = get_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))).name
+            except (KeyError, TypeError, ValueError, PipeLinkError):
+                continue
+    return out
+
+
+def _constant_value(onnx, node) -> np.ndarray:
+    """The value of a Constant node (any of its value attributes)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if "value" in attrs:
+        return onnx.numpy_helper.to_array(attrs["value"])
+    for name, dtype in (
+        ("value_float", np.float32),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_ints", np.int64),
+    ):
+        if name in attrs:
+            return np.asarray(attrs[name], dtype=dtype)
+    raise Unsupported(
+        f"a Constant with {', '.join(attrs) or 'no value'} is not supported (only numeric values)"
+    )
+
+
+def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | None:
+    ttype = info.type.tensor_type
+    if not info.type.HasField("tensor_type") or not ttype.elem_type:
+        rejected.append(Rejected("input", info.name, "only tensor inputs with an element type are supported"))
+        return None
+    try:
+        dtype = get_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))).name
+    except (KeyError, TypeError, ValueError, PipeLinkError):
+        rejected.append(
+            Rejected("input", info.name, f"ONNX element type {ttype.elem_type} has no PipeLink dtype")
+        )
+        return None
+    decl: dict[str, Any] = {"dtype": dtype}
+    if ttype.HasField("shape"):
+        shape: list[int | str] = []
+        for k, dim in enumerate(ttype.shape.dim):
+            if dim.HasField("dim_value"):
+                shape.append(int(dim.dim_value))
+            elif dim.dim_param:
+                shape.append(dim_symbol(dim.dim_param))
+            else:  # an unnamed free dimension: a symbol of its own
+                shape.append(dim_symbol(f"{info.name}_{k}"))
+        decl["shape"] = shape
+    return decl
+
+
+def import_model(
+    model_or_path: Any, out_dir: str | Path | None = None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Convert an ONNX model into a PipeLink config and its weights.
+
+    Parameters
+    ----------
+    model_or_path : onnx.ModelProto, str or Path
+        The model, or the path of an ``.onnx`` file.
+    out_dir : str or Path, optional
+        Also write ``out_dir/pipeline.json`` and ``out_dir/weights.npz`` (see :func:`write_import`); the
+        returned config then names the weights file.
+
+    Returns
+    -------
+    config : dict
+        An ordinary config: graph inputs declared with their shapes (``dim_param`` names kept as
+        symbols) and dtypes, one stage per node, the graph outputs as ``outputs``. Tensor names that
+        are not valid PipeLink names are made so (``/conv/Conv_output_0`` -> ``conv_Conv_output_0``).
+    weights : dict of name -> array
+        The initializers and folded Constant nodes the stages read: bound constants
+        (``pl.load(config, weights=weights)``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        When the model cannot be read, or when any node cannot be imported: the message lists every such
+        node (op type, name, why) and ``.unsupported`` holds them as dicts.
+    HardwareUnsupportedError
+        When the ``onnx`` package is missing.
+    """
+    onnx = _onnx()
+    model = _read_model(onnx, model_or_path)
+    # Shape inference only adds dtypes (Pow's exponent); a model it cannot follow imports without them.
+    with contextlib.suppress(Exception):
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    register_builtins(registry)
+    g = Graph(
+        opset=_opset(model), constants=constants, dtypes=_known_dtypes(onnx, graph), operators=registry.get
+    )
+    rejected: list[Rejected] = []
+    nodes: list[Node] = []
+    for k, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            try:
+                constants[node.output[0]] = _constant_value(onnx, node)
+            except Unsupported as e:
+                rejected.append(Rejected(node.op_type, node.name or f"#{k}", str(e)))
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        nodes.append(Node(node.op_type, node.name, node.domain, list(node.input), list(node.output), attrs))
+    inputs: dict[str, Any] = {}
+    for info in graph.input:
+        if info.name in constants:  # IR < 4 lists initializers among the inputs
+            continue
+        decl = _declare_input(onnx, info, rejected)
+        if decl is not None:
+            inputs[g.name(info.name)] = decl
+    rejected += convert(g, nodes)
+    outputs = []
+    for info in graph.output:
+        if info.name in constants:
+            rejected.append(
+                Rejected("output", info.name, "a graph output that is a constant is not supported")
+            )
+        outputs.append(g.name(info.name))
+    if rejected:
+        listing = "\n".join(f"  {r}" for r in rejected)
+        noun = "node" if len(rejected) == 1 else "nodes"
+        raise InvalidArgumentError(
+            f"the ONNX model cannot be imported: {len(rejected)} {noun} PipeLink does not support "
+            f"(nothing was imported):\n{listing}\nsupported op types: {', '.join(sorted(CONVERTERS))}",
+            unsupported=[{"op_type": r.op_type, "node": r.node, "why": r.why} for r in rejected],
+        )
+    config: dict[str, Any] = {
+        "name": _pipeline_name(graph.name),
+        "description": f"imported from ONNX (opset {g.opset}, producer {model.producer_name or 'unknown'})",
+        "inputs": inputs,
+        "outputs": outputs,
+        "pipeline": g.stages,
+    }
+    if out_dir is not None:
+        config = write_import(config, g.weights, out_dir)
+    return config, dict(g.weights)
+
+
+def _pipeline_name(name: str) -> str:
+    return name or "onnx_model"
+
+
+def write_import(
+    config: dict[str, Any], weights: dict[str, np.ndarray], out_dir: str | Path
+) -> dict[str, Any]:
+    """Write ``out_dir/pipeline.json`` (naming the weights file) and ``out_dir/weights.npz``; returns
+    the config as written.
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``out_dir`` cannot be created or written.
+    """
+    out = Path(out_dir).expanduser()
+    written = dict(config)
+    if weights:
+        written = {
+            **{k: v for k, v in config.items() if k != "pipeline"},
+            "weights": WEIGHTS_NAME,
+            "pipeline": config["pipeline"],
+        }
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if weights:
+            np.savez(out / WEIGHTS_NAME, **weights)
+        (out / CONFIG_NAME).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot write the import to {str(out)!r}: {e.strerror or e}") from None
+    return written
+
+
+def from_onnx(model_or_path: Any, *, device: str = "auto", **load_options: Any) -> Pipeline:
+    """Import an ONNX model and load it: ``pl.load`` of the imported config with its weights bound.
+
+    Parameters
+    ----------
+    model_or_path : onnx.ModelProto, str or Path
+    device : str
+        As for :func:`pipelink.load`.
+    **load_options
+        Any other option of :func:`pipelink.load` (``cuda_graph``, ``tuned``, ...).
+    """
+    config, weights = import_model(model_or_path)
+    return load(config, device=device, weights=weights, **load_options)

@@ -1,0 +1,545 @@
+"""ONNX nodes to PipeLink stages: one converter per ONNX op type, in one table (``CONVERTERS``).
+
+A converter reads one node through a :class:`Graph` and adds the stages that compute it. It raises
+:class:`Unsupported` with the reason when PipeLink cannot express the node (an attribute value it lacks, an
+input that must be a constant but is computed); :func:`convert` collects every such node before failing,
+so a model is imported whole or not at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import get_dtype
+from ..errors import PipeLinkError
+
+__all__ = ["CONVERTERS", "Graph", "Unsupported", "Rejected", "convert"]
+
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
+_SYMBOL_BAD = re.compile(r"[^A-Za-z0-9_]")
+_MAX_PORTS = 8  # concat and split take or make at most eight tensors
+
+
+class Unsupported(Exception):
+    """Why one node cannot be imported (raised by a converter, collected by :func:`convert`)."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One node PipeLink cannot import: its op type, its name and why."""
+
+    op_type: str
+    node: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.op_type} node {self.node!r}: {self.why}"
+
+
+@dataclass
+class Node:
+    """An ONNX node as plain data: attributes decoded (``onnx.helper.get_attribute_value``)."""
+
+    op_type: str
+    name: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+
+
+@dataclass
+class Graph:
+    """What the converters share: the constants (initializers and folded Constant nodes), the dtypes
+    shape inference found, the PipeLink name of every ONNX tensor, and the stages made so far."""
+
+    opset: int
+    constants: dict[str, np.ndarray]
+    dtypes: dict[str, str]  # ONNX tensor name -> PipeLink dtype name, where known
+    operators: Callable[[str], Any]  # PipeLink operator name -> its descriptor (the registry's get)
+    names: dict[str, str] = field(default_factory=dict)  # ONNX tensor name -> PipeLink tensor name
+    taken: set[str] = field(default_factory=set)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # PipeLink name -> constant read
+    stage_ids: set[str] = field(default_factory=set)
+
+    # -- names ---------------------------------------------------------------------------------------
+    def name(self, onnx_name: str) -> str:
+        """The PipeLink tensor name of an ONNX tensor (a valid, unique name; the same one every time)."""
+        found = self.names.get(onnx_name)
+        if found is None:
+            found = _unique(_valid_name(onnx_name, "t"), self.taken)
+            self.names[onnx_name] = found
+        return found
+
+    def tensor(self, onnx_name: str) -> str:
+        """The PipeLink name of an input a stage reads; a constant becomes a bound weight."""
+        name = self.name(onnx_name)
+        if onnx_name in self.constants and name not in self.weights:
+            array = self.constants[onnx_name]
+            try:
+                get_dtype(array.dtype)
+            except PipeLinkError:
+                raise Unsupported(
+                    f"constant {onnx_name!r} has dtype {array.dtype}, which PipeLink lacks"
+                ) from None
+            self.weights[name] = array
+        return name
+
+    # -- reading a node ------------------------------------------------------------------------------
+    def const(self, node: Node, index: int, what: str) -> np.ndarray | None:
+        """The value of input ``index`` of ``node`` (None when absent); it must be a constant."""
+        if index >= len(node.inputs) or not node.inputs[index]:
+            return None
+        onnx_name = node.inputs[index]
+        if onnx_name not in self.constants:
+            raise Unsupported(
+                f"input {index} ({what}, {onnx_name!r}) must be a constant (an initializer or a Constant "
+                "node), but the graph computes it"
+            )
+        return self.constants[onnx_name]
+
+    def ints(self, node: Node, index: int, attr: str, what: str) -> list[int] | None:
+        """Integers from a constant input (newer opsets) or, failing that, the attribute (older ones)."""
+        value = self.const(node, index, what)
+        if value is not None:
+            return [int(v) for v in np.asarray(value).reshape(-1)]
+        if attr in node.attrs:
+            return [int(v) for v in node.attrs[attr]]
+        return None
+
+    def stage(
+        self, node: Node, operator: str, inputs: list[str], outputs: list[str] | None = None, **attrs: Any
+    ) -> None:
+        """Add one stage computing ``node`` (its outputs by default; absent optional ones get names).
+
+        The attributes are checked against the operator's descriptor here, so a value PipeLink does
+        not implement (Resize's mode 'cubic', say) is listed with the node, not found at load.
+        """
+        try:
+            self.operators(operator).resolve_attrs(attrs, where=f"{node.op_type} as {operator}")
+        except PipeLinkError as e:
+            raise Unsupported(e.message) from None
+        ins = [self.tensor(n) for n in inputs]
+        outs = outputs if outputs is not None else node.outputs
+        stage_id = _unique(_valid_name(node.name or node.op_type, "node"), self.stage_ids)
+        names = []
+        for k, out in enumerate(outs):
+            names.append(self.name(out) if out else _unique(f"{stage_id}.out{k}", self.taken))
+        while names and outs and not outs[-1]:  # trailing absent outputs: scratch the stage keeps
+            names.pop()
+            outs = outs[:-1]
+        entry: dict[str, Any] = {"id": stage_id, "name": operator, "inputs": ins, "outputs": names}
+        if attrs:
+            entry["attrs"] = attrs
+        self.stages.append(entry)
+
+
+def _valid_name(name: str, prefix: str) -> str:
+    name = _NAME_BAD.sub("_", name.strip("/")) or prefix
+    return name if re.match(r"[A-Za-z_]", name) else f"{prefix}_{name}"
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 0
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def dim_symbol(text: str) -> str:
+    """A PipeLink dimension symbol for an ONNX ``dim_param`` ("batch_size" stays; "N+1" becomes "N_1")."""
+    symbol = _SYMBOL_BAD.sub("_", text) or "d"
+    return symbol if re.match(r"[A-Za-z_]", symbol) else f"d_{symbol}"
+
+
+# -- converters ---------------------------------------------------------------------------------------
+Converter = Callable[[Graph, Node], None]
+
+
+def _float(value: Any) -> float:
+    """An ONNX float attribute (float32) as the shortest decimal that reads back to it (1e-05, not
+    9.999999747378752e-06)."""
+    return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
+
+
+def _attr(node: Node, name: str, default: Any = None) -> Any:
+    value = node.attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _only(node: Node, **allowed: Any) -> None:
+    """Refuse attributes set to a value PipeLink does not implement (``name=default`` each)."""
+    for name, default in allowed.items():
+        value = _attr(node, name, default)
+        if value != default:
+            raise Unsupported(f"attribute {name}={value!r} is not supported (only {default!r})")
+
+
+def _inputs(node: Node, count: int) -> list[str]:
+    """The first ``count`` inputs, trailing absent ones dropped; an absent one in the middle is refused."""
+    names = list(node.inputs[:count])
+    while names and not names[-1]:
+        names.pop()
+    if "" in names:
+        raise Unsupported(
+            f"an absent optional input before a present one (inputs {node.inputs}) is not supported"
+        )
+    return names
+
+
+def _one_to_one(operator: str, arity: int) -> Converter:
+    def convert_node(g: Graph, node: Node) -> None:
+        g.stage(node, operator, _inputs(node, arity), node.outputs[:1])
+
+    return convert_node
+
+
+def _gelu(g: Graph, node: Node) -> None:
+    approximate = _attr(node, "approximate", "none")
+    g.stage(node, "gelu", node.inputs[:1], node.outputs[:1], approximate=approximate)
+
+
+def _pow(g: Graph, node: Node) -> None:
+    base, exponent = node.inputs[:2]
+    want = g.dtypes.get(base)
+    if exponent in g.constants and want is not None and str(g.constants[exponent].dtype) != want:
+        # ONNX lets the exponent have its own type; PipeLink's pow takes one: convert the constant.
+        folded = f"{exponent}.as_{want}"
+        g.constants[folded] = g.constants[exponent].astype(get_dtype(want).numpy)
+        exponent = folded
+    g.stage(node, "pow", [base, exponent], node.outputs[:1])
+
+
+def _softmax(g: Graph, node: Node) -> None:
+    axis = int(_attr(node, "axis", -1 if g.opset >= 13 else 1))
+    if g.opset < 13 and axis != -1:
+        raise Unsupported(
+            f"Softmax before opset 13 with axis={axis} flattens the input; only axis=-1 is supported"
+        )
+    g.stage(node, "softmax", node.inputs[:1], node.outputs[:1], axis=axis)
+
+
+def _layer_norm(g: Graph, node: Node) -> None:
+    _only(node, stash_type=1)
+    g.stage(
+        node,
+        "layer_norm",
+        _inputs(node, 3),
+        node.outputs[:3],
+        axis=int(_attr(node, "axis", -1)),
+        eps=_float(_attr(node, "epsilon", 1e-5)),
+    )
+
+
+def _transpose(g: Graph, node: Node) -> None:
+    perm = [int(p) for p in _attr(node, "perm", [])]
+    g.stage(node, "transpose", node.inputs[:1], node.outputs[:1], **({"perm": perm} if perm else {}))
+
+
+def _reshape(g: Graph, node: Node) -> None:
+    shape = g.ints(node, 1, "shape", "the new shape")
+    if shape is None:
+        raise Unsupported("Reshape needs its shape input")
+    g.stage(
+        node,
+        "reshape",
+        node.inputs[:1],
+        node.outputs[:1],
+        shape=shape,
+        allowzero=bool(_attr(node, "allowzero", 0)),
+    )
+
+
+def _flatten(g: Graph, node: Node) -> None:
+    g.stage(node, "flatten", node.inputs[:1], node.outputs[:1], axis=int(_attr(node, "axis", 1)))
+
+
+def _squeeze(g: Graph, node: Node) -> None:
+    axes = g.ints(node, 1, "axes", "the axes")
+    g.stage(node, "squeeze", node.inputs[:1], node.outputs[:1], **({"axes": axes} if axes else {}))
+
+
+def _unsqueeze(g: Graph, node: Node) -> None:
+    axes = g.ints(node, 1, "axes", "the axes")
+    if not axes:
+        raise Unsupported("Unsqueeze needs its axes (an input or the attribute)")
+    g.stage(node, "unsqueeze", node.inputs[:1], node.outputs[:1], axes=axes)
+
+
+def _concat(g: Graph, node: Node) -> None:
+    if len(node.inputs) > _MAX_PORTS:
+        raise Unsupported(f"{len(node.inputs)} inputs; PipeLink's concat joins at most {_MAX_PORTS}")
+    g.stage(node, "concat", _inputs(node, _MAX_PORTS), node.outputs[:1], axis=int(_attr(node, "axis")))
+
+
+def _split(g: Graph, node: Node) -> None:
+    if len(node.outputs) > _MAX_PORTS:
+        raise Unsupported(f"{len(node.outputs)} outputs; PipeLink's split makes at most {_MAX_PORTS}")
+    sizes = g.ints(node, 1, "split", "the part sizes")
+    attrs: dict[str, Any] = {"axis": int(_attr(node, "axis", 0))}
+    if sizes:
+        attrs["split"] = sizes
+    else:
+        attrs["num_outputs"] = int(_attr(node, "num_outputs", len(node.outputs)))
+    g.stage(node, "split", node.inputs[:1], node.outputs, **attrs)
+
+
+def _slice(g: Graph, node: Node) -> None:
+    starts = g.ints(node, 1, "starts", "starts")
+    ends = g.ints(node, 2, "ends", "ends")
+    axes = g.ints(node, 3, "axes", "axes")
+    steps = g.ints(node, 4, "steps", "steps")
+    if starts is None or ends is None:
+        raise Unsupported("Slice needs its starts and ends")
+    attrs: dict[str, Any] = {"starts": starts, "ends": ends}
+    if axes:
+        attrs["axes"] = axes
+    if steps:
+        attrs["steps"] = steps
+    g.stage(node, "slice", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _gather(g: Graph, node: Node) -> None:
+    g.stage(node, "gather", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
+
+
+def _expand(g: Graph, node: Node) -> None:
+    shape = g.ints(node, 1, "shape", "the shape")
+    g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
+
+
+def _reduce(operator: str, axes_input_opset: int) -> Converter:
+    def convert_node(g: Graph, node: Node) -> None:
+        axes = g.ints(node, 1, "axes", "the axes") if g.opset >= axes_input_opset else None
+        if axes is None and "axes" in node.attrs:
+            axes = [int(a) for a in node.attrs["axes"]]
+        attrs: dict[str, Any] = {"keepdims": bool(_attr(node, "keepdims", 1))}
+        if axes:
+            attrs["axes"] = axes
+        if _attr(node, "noop_with_empty_axes", 0):
+            attrs["noop_with_empty_axes"] = True
+        g.stage(node, operator, node.inputs[:1], node.outputs[:1], **attrs)
+
+    return convert_node
+
+
+def _window(node: Node, *names: str) -> dict[str, Any]:
+    """The spatial attributes a 2-d window operator takes, checked to be 2-d."""
+    attrs: dict[str, Any] = {}
+    for name in names:
+        if name in node.attrs:
+            value = _attr(node, name)
+            attrs[name] = value if isinstance(value, str) else [int(v) for v in value]
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None and len(kernel) != 2:
+        raise Unsupported(
+            f"a {len(kernel)}-d window (kernel_shape {list(kernel)}); PipeLink has 2-d ones only"
+        )
+    return attrs
+
+
+def _conv(g: Graph, node: Node) -> None:
+    attrs = _window(node, "strides", "pads", "dilations", "auto_pad")
+    weight = g.constants.get(node.inputs[1])
+    if weight is not None and weight.ndim != 4:
+        raise Unsupported(f"a {weight.ndim - 2}-d convolution; PipeLink's conv2d is 2-d")
+    if int(_attr(node, "group", 1)) != 1:
+        attrs["group"] = int(_attr(node, "group"))
+    g.stage(node, "conv2d", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+def _conv_transpose(g: Graph, node: Node) -> None:
+    _only(node, auto_pad="NOTSET")
+    if "output_shape" in node.attrs:
+        raise Unsupported("attribute output_shape is not supported; give pads and output_padding instead")
+    attrs = _window(node, "strides", "pads", "output_padding", "dilations")
+    weight = g.constants.get(node.inputs[1])
+    if weight is not None and weight.ndim != 4:
+        raise Unsupported(f"a {weight.ndim - 2}-d transposed convolution; PipeLink's is 2-d")
+    if int(_attr(node, "group", 1)) != 1:
+        attrs["group"] = int(_attr(node, "group"))
+    g.stage(node, "conv_transpose2d", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+def _max_pool(g: Graph, node: Node) -> None:
+    _only(node, storage_order=0)
+    if len([o for o in node.outputs if o]) > 1:
+        raise Unsupported("the Indices output is not supported")
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if _attr(node, "ceil_mode", 0):
+        attrs["ceil_mode"] = True
+    g.stage(node, "max_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _average_pool(g: Graph, node: Node) -> None:
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if _attr(node, "ceil_mode", 0):
+        attrs["ceil_mode"] = True
+    if _attr(node, "count_include_pad", 0):
+        attrs["count_include_pad"] = True
+    g.stage(node, "avg_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _resize(g: Graph, node: Node) -> None:
+    _only(node, antialias=0, exclude_outside=0, keep_aspect_ratio_policy="stretch")
+    if "axes" in node.attrs:
+        raise Unsupported("attribute axes is not supported; give scales or sizes for every axis")
+    if g.opset < 11:
+        scales = g.const(node, 1, "scales")
+        sizes = None
+    else:
+        scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
+    attrs: dict[str, Any] = {
+        "mode": _attr(node, "mode", "nearest"),
+        "coordinate_transformation_mode": _attr(node, "coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": _attr(node, "nearest_mode", "round_prefer_floor"),
+    }
+    if sizes is not None and sizes.size:
+        attrs["sizes"] = [int(s) for s in sizes]
+    elif scales is not None and scales.size:
+        attrs["scales"] = [_float(s) for s in scales]
+    else:
+        raise Unsupported("Resize needs scales or sizes")
+    g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _depth_to_space(g: Graph, node: Node) -> None:
+    g.stage(
+        node,
+        "pixel_shuffle",
+        node.inputs[:1],
+        node.outputs[:1],
+        blocksize=int(_attr(node, "blocksize")),
+        mode=_attr(node, "mode", "DCR"),
+    )
+
+
+def _batch_norm(g: Graph, node: Node) -> None:
+    _only(node, training_mode=0)
+    if len([o for o in node.outputs if o]) > 1:
+        raise Unsupported("the running mean/var outputs (training) are not supported")
+    x, scale, bias, mean, var = node.inputs[:5]
+    g.stage(
+        node,
+        "batch_norm",
+        [x, mean, var, scale, bias],
+        node.outputs[:1],
+        eps=_float(_attr(node, "epsilon", 1e-5)),
+    )
+
+
+def _dtype_of(elem_type: int) -> str:
+    from onnx import helper
+
+    try:
+        return get_dtype(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))).name
+    except (KeyError, TypeError, ValueError, PipeLinkError):
+        raise Unsupported(f"ONNX element type {elem_type} has no PipeLink dtype") from None
+
+
+def _cast(g: Graph, node: Node) -> None:
+    _only(node, saturate=1, round_mode="up")
+    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=_dtype_of(int(_attr(node, "to"))))
+
+
+def _quantize(g: Graph, node: Node) -> None:
+    _only(node, block_size=0, precision=0)
+    attrs: dict[str, Any] = {"axis": int(_attr(node, "axis", 1))}
+    if not _attr(node, "saturate", 1):
+        attrs["saturate"] = False
+    if _attr(node, "output_dtype", 0):
+        attrs["output_dtype"] = _dtype_of(int(_attr(node, "output_dtype")))
+    g.stage(node, "quantize_linear", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+def _dequantize(g: Graph, node: Node) -> None:
+    _only(node, block_size=0, output_dtype=0)
+    g.stage(node, "dequantize_linear", _inputs(node, 3), node.outputs[:1], axis=int(_attr(node, "axis", 1)))
+
+
+def _gemm(g: Graph, node: Node) -> None:
+    attrs: dict[str, Any] = {}
+    for onnx_name, ours, default in (("alpha", "alpha", 1.0), ("beta", "beta", 1.0)):
+        if _float(_attr(node, onnx_name, default)) != default:
+            attrs[ours] = _float(_attr(node, onnx_name))
+    for onnx_name, ours in (("transA", "trans_a"), ("transB", "trans_b")):
+        if _attr(node, onnx_name, 0):
+            attrs[ours] = True
+    g.stage(node, "gemm", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+#: ONNX op type (default domain) -> converter. Every operator PipeLink imports is listed here once.
+CONVERTERS: dict[str, Converter] = {
+    "Gemm": _gemm,
+    "MatMul": _one_to_one("matmul", 2),
+    "Add": _one_to_one("add", 2),
+    "Sub": _one_to_one("sub", 2),
+    "Mul": _one_to_one("mul", 2),
+    "Div": _one_to_one("div", 2),
+    "Pow": _pow,
+    "Relu": _one_to_one("relu", 1),
+    "Sigmoid": _one_to_one("sigmoid", 1),
+    "Tanh": _one_to_one("tanh", 1),
+    "Gelu": _gelu,
+    "Erf": _one_to_one("erf", 1),
+    "Exp": _one_to_one("exp", 1),
+    "Sqrt": _one_to_one("sqrt", 1),
+    "HardSwish": _one_to_one("hardswish", 1),
+    "Softmax": _softmax,
+    "LayerNormalization": _layer_norm,
+    "Transpose": _transpose,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Concat": _concat,
+    "Split": _split,
+    "Slice": _slice,
+    "Gather": _gather,
+    "Where": _one_to_one("where", 3),
+    "Expand": _expand,
+    "ReduceMean": _reduce("reduce_mean", 18),
+    "ReduceSum": _reduce("reduce_sum", 13),
+    "ReduceMax": _reduce("reduce_max", 18),
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "MaxPool": _max_pool,
+    "AveragePool": _average_pool,
+    "GlobalAveragePool": _one_to_one("global_average_pool", 1),
+    "Resize": _resize,
+    "DepthToSpace": _depth_to_space,
+    "BatchNormalization": _batch_norm,
+    "Identity": _one_to_one("identity", 1),
+    "Cast": _cast,
+    "QuantizeLinear": _quantize,
+    "DequantizeLinear": _dequantize,
+}
+
+
+def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
+    """Convert ``nodes`` (in graph order) into ``g.stages``; every node that cannot be, with why."""
+    rejected: list[Rejected] = []
+    for k, node in enumerate(nodes):
+        label = node.name or f"#{k}"
+        if node.domain not in ("", "ai.onnx"):
+            rejected.append(
+                Rejected(node.op_type, label, f"operator domain {node.domain!r} is not supported")
+            )
+            continue
+        converter = CONVERTERS.get(node.op_type)
+        if converter is None:
+            rejected.append(Rejected(node.op_type, label, "no PipeLink operator for this op type"))
+            continue
+        try:
+            converter(g, node)
+        except Unsupported as e:
+            rejected.append(Rejected(node.op_type, label, str(e)))
+    return rejected

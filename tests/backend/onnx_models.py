@@ -1,0 +1,259 @@
+"""Small ONNX models built with ``onnx.helper`` for the importer's tests (not a test module).
+
+Each builder returns ``(model, feeds)``: random weights from a fixed seed and inputs to run it on. The
+reference for a model's outputs is ``run_reference``: onnxruntime (CPU) when it is installed, otherwise
+ONNX's own ``ReferenceEvaluator``. Tests call ``pytest.importorskip("onnx")`` before importing this.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["mlp_block", "resnet_block", "espcn", "causal_attention", "make_model", "run_reference"]
+
+F32 = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, initializers, name: str, opset: int = 21):
+    """A model of ``nodes``; ``inputs``/``outputs`` are (name, shape) pairs of float32 tensors."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, F32, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, F32, s) for n, s in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def run_reference(model, feeds: dict) -> list[np.ndarray]:
+    """The model's outputs from onnxruntime (CPU) when installed, else from ``ReferenceEvaluator``."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from onnx.reference import ReferenceEvaluator
+
+        return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [np.asarray(r) for r in session.run(None, feeds)]
+
+
+def _rand(rng, *shape, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def mlp_block(batch: int = 5, d: int = 16, hidden: int = 64):
+    """x -> MatMul/Add -> Gelu -> MatMul/Add -> + x -> LayerNormalization (a transformer's MLP half)."""
+    rng = np.random.default_rng(1)
+    init = {
+        "fc1.weight": _rand(rng, d, hidden, scale=0.2),
+        "fc1.bias": _rand(rng, hidden, scale=0.1),
+        "fc2.weight": _rand(rng, hidden, d, scale=0.2),
+        "fc2.bias": _rand(rng, d, scale=0.1),
+        "ln.weight": 1 + _rand(rng, d, scale=0.1),
+        "ln.bias": _rand(rng, d, scale=0.1),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "fc1.weight"], ["/fc1/MatMul_output_0"], name="/fc1/MatMul"),
+        helper.make_node("Add", ["/fc1/MatMul_output_0", "fc1.bias"], ["/fc1/Add_output_0"], name="/fc1/Add"),
+        helper.make_node("Gelu", ["/fc1/Add_output_0"], ["/act/Gelu_output_0"], name="/act/Gelu"),
+        helper.make_node(
+            "MatMul", ["/act/Gelu_output_0", "fc2.weight"], ["/fc2/MatMul_output_0"], name="/fc2/MatMul"
+        ),
+        helper.make_node("Add", ["/fc2/MatMul_output_0", "fc2.bias"], ["/fc2/Add_output_0"], name="/fc2/Add"),
+        helper.make_node("Add", ["/fc2/Add_output_0", "x"], ["/res/Add_output_0"], name="/res/Add"),
+        helper.make_node(
+            "LayerNormalization",
+            ["/res/Add_output_0", "ln.weight", "ln.bias"],
+            ["y"],
+            name="/ln/LayerNormalization",
+            axis=-1,
+            epsilon=1e-5,
+        ),
+    ]
+    model = make_model(nodes, [("x", ["batch", d])], [("y", ["batch", d])], init, "mlp_block")
+    return model, {"x": _rand(rng, batch, d)}
+
+
+def _conv_bn(prefix: str, src: str, dst: str, cin: int, cout: int, rng, init: dict, relu: bool) -> list:
+    init[f"{prefix}.weight"] = _rand(rng, cout, cin, 3, 3, scale=(2.0 / (cin * 9)) ** 0.5)
+    init[f"{prefix}.bn.scale"] = 1 + _rand(rng, cout, scale=0.1)
+    init[f"{prefix}.bn.bias"] = _rand(rng, cout, scale=0.1)
+    init[f"{prefix}.bn.mean"] = _rand(rng, cout, scale=0.1)
+    init[f"{prefix}.bn.var"] = (1 + np.abs(_rand(rng, cout, scale=0.2))).astype(np.float32)
+    conv, bn = f"/{prefix}/Conv_output_0", f"/{prefix}/bn/BatchNormalization_output_0"
+    nodes = [
+        helper.make_node(
+            "Conv",
+            [src, f"{prefix}.weight"],
+            [conv],
+            name=f"/{prefix}/Conv",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+            strides=[1, 1],
+        ),
+        helper.make_node(
+            "BatchNormalization",
+            [conv] + [f"{prefix}.bn.{k}" for k in ("scale", "bias", "mean", "var")],
+            [bn if relu else dst],
+            name=f"/{prefix}/bn/BatchNormalization",
+            epsilon=1e-5,
+        ),
+    ]
+    if relu:
+        nodes.append(helper.make_node("Relu", [bn], [dst], name=f"/{prefix}/Relu"))
+    return nodes
+
+
+def resnet_block(batch: int = 2, classes: int = 10):
+    """A ResNet stem and basic block: Conv/BN/Relu, MaxPool, two Conv/BN with a residual Add, Relu,
+    GlobalAveragePool, Flatten and a Gemm classifier."""
+    rng = np.random.default_rng(2)
+    init: dict = {}
+    c = 8
+    nodes = _conv_bn("stem", "input", "/stem/Relu_output_0", 3, c, rng, init, relu=True)
+    nodes.append(
+        helper.make_node(
+            "MaxPool",
+            ["/stem/Relu_output_0"],
+            ["/pool/MaxPool_output_0"],
+            name="/pool/MaxPool",
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+        )
+    )
+    nodes += _conv_bn("layer1.conv1", "/pool/MaxPool_output_0", "/layer1/relu1", c, c, rng, init, relu=True)
+    nodes += _conv_bn("layer1.conv2", "/layer1/relu1", "/layer1/bn2", c, c, rng, init, relu=False)
+    init["fc.weight"] = _rand(rng, classes, c, scale=0.3)
+    init["fc.bias"] = _rand(rng, classes, scale=0.1)
+    nodes += [
+        helper.make_node(
+            "Add", ["/layer1/bn2", "/pool/MaxPool_output_0"], ["/layer1/Add_output_0"], name="/layer1/Add"
+        ),
+        helper.make_node("Relu", ["/layer1/Add_output_0"], ["/layer1/Relu_output_0"], name="/layer1/Relu"),
+        helper.make_node(
+            "GlobalAveragePool",
+            ["/layer1/Relu_output_0"],
+            ["/avgpool/GlobalAveragePool_output_0"],
+            name="/avgpool/GlobalAveragePool",
+        ),
+        helper.make_node(
+            "Flatten", ["/avgpool/GlobalAveragePool_output_0"], ["/Flatten_output_0"], name="/Flatten", axis=1
+        ),
+        helper.make_node(
+            "Gemm",
+            ["/Flatten_output_0", "fc.weight", "fc.bias"],
+            ["logits"],
+            name="/fc/Gemm",
+            alpha=1.0,
+            beta=1.0,
+            transB=1,
+        ),
+    ]
+    model = make_model(
+        nodes,
+        [("input", ["batch_size", 3, 16, 16])],
+        [("logits", ["batch_size", classes])],
+        init,
+        "resnet_block",
+    )
+    return model, {"input": _rand(rng, batch, 3, 16, 16)}
+
+
+def espcn(batch: int = 1, upscale: int = 3, height: int = 12, width: int = 10):
+    """ESPCN super-resolution: Conv 5x5/Tanh, Conv 3x3/Tanh, Conv 3x3 to upscale^2 channels, then
+    DepthToSpace (CRD, as PyTorch's PixelShuffle exports)."""
+    rng = np.random.default_rng(3)
+    init = {
+        "conv1.weight": _rand(rng, 16, 1, 5, 5, scale=0.2),
+        "conv1.bias": _rand(rng, 16, scale=0.1),
+        "conv2.weight": _rand(rng, 8, 16, 3, 3, scale=0.1),
+        "conv2.bias": _rand(rng, 8, scale=0.1),
+        "conv3.weight": _rand(rng, upscale**2, 8, 3, 3, scale=0.1),
+        "conv3.bias": _rand(rng, upscale**2, scale=0.1),
+    }
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["lr", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            name="/conv1/Conv",
+            kernel_shape=[5, 5],
+            pads=[2, 2, 2, 2],
+        ),
+        helper.make_node("Tanh", ["c1"], ["t1"], name="/Tanh"),
+        helper.make_node(
+            "Conv",
+            ["t1", "conv2.weight", "conv2.bias"],
+            ["c2"],
+            name="/conv2/Conv",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node("Tanh", ["c2"], ["t2"], name="/Tanh_1"),
+        helper.make_node(
+            "Conv",
+            ["t2", "conv3.weight", "conv3.bias"],
+            ["c3"],
+            name="/conv3/Conv",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node(
+            "DepthToSpace", ["c3"], ["sr"], name="/pixel_shuffle/DepthToSpace", blocksize=upscale, mode="CRD"
+        ),
+    ]
+    model = make_model(nodes, [("lr", ["N", 1, "H", "W"])], [("sr", ["N", 1, None, None])], init, "espcn")
+    return model, {"lr": _rand(rng, batch, 1, height, width)}
+
+
+def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, masking: str = "where"):
+    """Single-block causal self-attention: Q/K/V projections, Reshape/Transpose into heads, scaled
+    scores, a causal mask (``Where`` with -inf, or ``Add`` of a -inf mask), Softmax, the weighted sum,
+    heads merged back and an output projection."""
+    rng = np.random.default_rng(4)
+    dh = d // heads
+    init = {f"w{k}": _rand(rng, d, d, scale=d**-0.5) for k in "qkvo"}
+    init["heads_shape"] = np.array([0, 0, heads, dh], dtype=np.int64)
+    init["merge_shape"] = np.array([0, 0, d], dtype=np.int64)
+    init["scale"] = np.array(dh**-0.5, dtype=np.float32)
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    nodes = []
+    for k in "qkv":
+        nodes += [
+            helper.make_node("MatMul", ["x", f"w{k}"], [f"{k}_proj"], name=f"/attn/{k}_proj/MatMul"),
+            helper.make_node(
+                "Reshape", [f"{k}_proj", "heads_shape"], [f"{k}_heads"], name=f"/attn/Reshape_{k}"
+            ),
+        ]
+    nodes += [
+        helper.make_node("Transpose", ["q_heads"], ["q"], name="/attn/Transpose_q", perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k_heads"], ["kT"], name="/attn/Transpose_k", perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["v_heads"], ["v"], name="/attn/Transpose_v", perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["q", "kT"], ["scores_raw"], name="/attn/MatMul_qk"),
+        helper.make_node("Mul", ["scores_raw", "scale"], ["scores"], name="/attn/Mul_scale"),
+    ]
+    if masking == "where":
+        init["causal"] = causal
+        init["neg_inf"] = np.array(-np.inf, dtype=np.float32)
+        nodes.append(
+            helper.make_node("Where", ["causal", "scores", "neg_inf"], ["masked"], name="/attn/Where")
+        )
+    else:
+        init["mask"] = np.where(causal, 0.0, -np.inf).astype(np.float32)
+        nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"], name="/attn/Add_mask"))
+    nodes += [
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["ctx_heads"], name="/attn/MatMul_pv"),
+        helper.make_node(
+            "Transpose", ["ctx_heads"], ["ctx_t"], name="/attn/Transpose_ctx", perm=[0, 2, 1, 3]
+        ),
+        helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx"], name="/attn/Reshape_merge"),
+        helper.make_node("MatMul", ["ctx", "wo"], ["y"], name="/attn/o_proj/MatMul"),
+    ]
+    model = make_model(nodes, [("x", ["batch", t, d])], [("y", ["batch", t, d])], init, "causal_attention")
+    return model, {"x": _rand(rng, batch, t, d)}

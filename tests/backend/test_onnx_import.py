@@ -1,0 +1,341 @@
+"""ONNX import: models built with ``onnx.helper`` imported, run on each device and compared with
+onnxruntime (CPU) when installed, else ONNX's ReferenceEvaluator; every mapped op type on its own; the
+listing of unsupported nodes; the CLI round trip; swapping one node for a native module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+import pipelink as pl  # noqa: E402
+from pipelink.cli import main  # noqa: E402
+from pipelink.onnx import CONVERTERS, import_model  # noqa: E402
+from tests.backend import onnx_models as om  # noqa: E402
+from tests.conftest import assert_close  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = {
+    "mlp_block": om.mlp_block,
+    "resnet_block": om.resnet_block,
+    "espcn": om.espcn,
+    "causal_attention_where": lambda **kw: om.causal_attention(masking="where", **kw),
+    "causal_attention_add": lambda **kw: om.causal_attention(masking="add", **kw),
+}
+
+
+def check_model(pipe, model, feeds) -> None:
+    expected = om.run_reference(model, feeds)
+    got = pipe.run(feeds)
+    assert pipe.outputs == [o.name for o in model.graph.output]
+    for name, ref in zip(pipe.outputs, expected, strict=True):
+        out = np.asarray(got[name].numpy())
+        assert out.shape == ref.shape, name
+        assert_close(out, ref, "float32", name)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_matches_the_onnx_reference(name, device):
+    model, feeds = MODELS[name]()
+    pipe = pl.from_onnx(model, device=device)
+    assert pipe.inputs == list(feeds)
+    assert set(pipe.weights) and not set(pipe.weights) & set(pipe.inputs)
+    check_model(pipe, model, feeds)
+
+
+@pytest.mark.parametrize(
+    ("name", "batches"),
+    [("mlp_block", {"batch": (1, 7)}), ("resnet_block", {"batch": (1, 3)}), ("espcn", {"batch": (1, 2)}),
+     ("causal_attention_where", {"batch": (1, 3)})],
+)
+def test_symbolic_dims_stay_symbolic(name, batches, device):
+    model, _ = MODELS[name]()
+    config, _ = import_model(model)
+    symbols = [d for decl in config["inputs"].values() for d in decl["shape"] if isinstance(d, str)]
+    assert symbols, "the model's dim_param names are kept as symbols"
+    pipe = pl.load(config, device=device, weights=import_model(model)[1])
+    for batch in batches["batch"]:
+        check_model(pipe, model, MODELS[name](batch=batch)[1])
+
+
+def test_imported_config_declares_inputs_outputs_and_reads_weights():
+    model, _ = om.resnet_block()
+    config, weights = import_model(model)
+    assert config["inputs"] == {"input": {"dtype": "float32", "shape": ["batch_size", 3, 16, 16]}}
+    assert config["outputs"] == ["logits"]
+    assert "weights" not in config  # the arrays are returned, not written
+    initializers = {t.name for t in model.graph.initializer}
+    assert set(weights) == initializers
+    ops = [s["name"] for s in config["pipeline"]]
+    assert ops.count("conv2d") == 3 and ops.count("batch_norm") == 3 and "gemm" in ops
+    # ONNX names that are not PipeLink tensor names are made valid, and stay unique.
+    tensors = [t for s in config["pipeline"] for t in s["inputs"] + s["outputs"]]
+    assert "stem_Conv_output_0" in tensors and not any(t.startswith("/") for t in tensors)
+    assert pl.validate(config, device="cpu") != []  # without the weights, the constants are unknown inputs
+
+
+# -- one node per mapped op type ----------------------------------------------------------------------
+F = np.float32
+
+
+def _r(rng, *shape):
+    return rng.standard_normal(shape).astype(F)
+
+
+def _case(rng, op):
+    """(inputs as name -> array, initializers, attrs, n_outputs, opset) for a one-node model of ``op``."""
+    x = _r(rng, 2, 3, 4, 5)
+    m = _r(rng, 3, 4)
+    i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    cases = {
+        "Gemm": ({"a": m}, {"b": _r(rng, 5, 4), "c": _r(rng, 5)}, {"transB": 1, "alpha": 0.5, "beta": 2.0}),
+        "MatMul": ({"a": x}, {"b": _r(rng, 5, 6)}, {}),
+        "Add": ({"a": x}, {"b": _r(rng, 5)}, {}),
+        "Sub": ({"a": x, "b": _r(rng, 4, 1)}, {}, {}),
+        "Mul": ({"a": x}, {"b": _r(rng, 1, 3, 1, 1)}, {}),
+        "Div": ({"a": x}, {"b": 1.5 + np.abs(_r(rng, 5))}, {}),
+        "Pow": ({"a": np.abs(x) + 0.1}, {"b": np.array(3, dtype=np.int64)}, {}),
+        "Relu": ({"x": x}, {}, {}),
+        "Sigmoid": ({"x": x}, {}, {}),
+        "Tanh": ({"x": x}, {}, {}),
+        "Gelu": ({"x": x}, {}, {"approximate": "tanh"}),
+        "Erf": ({"x": x}, {}, {}),
+        "Exp": ({"x": x}, {}, {}),
+        "Sqrt": ({"x": np.abs(x)}, {}, {}),
+        "HardSwish": ({"x": 4 * x}, {}, {}),
+        "Softmax": ({"x": x}, {}, {"axis": 1}),
+        "LayerNormalization": ({"x": x}, {"g": _r(rng, 4, 5), "b": _r(rng, 4, 5)},
+                               {"axis": 2, "epsilon": 1e-3}),
+        "Transpose": ({"x": x}, {}, {"perm": [0, 3, 1, 2]}),
+        "Reshape": ({"x": x}, {"shape": i64(0, -1, 5)}, {}),
+        "Flatten": ({"x": x}, {}, {"axis": 2}),
+        "Squeeze": ({"x": _r(rng, 2, 1, 4, 1)}, {"axes": i64(1, -1)}, {}),
+        "Unsqueeze": ({"x": m}, {"axes": i64(0, 3)}, {}),
+        "Concat": ({"a": x, "b": _r(rng, 2, 3, 1, 5)}, {"c": _r(rng, 2, 3, 2, 5)}, {"axis": 2}),
+        "Split": ({"x": x}, {"split": i64(1, 3)}, {"axis": 2}),
+        "Slice": ({"x": x}, {"starts": i64(1, -4), "ends": i64(3, 100), "axes": i64(2, 3),
+                             "steps": i64(1, 2)}, {}),
+        "Gather": ({"x": x}, {"idx": i64(2, 0, 2)}, {"axis": 1}),
+        "Where": ({"c": x > 0, "a": x}, {"b": _r(rng, 5)}, {}),
+        "Expand": ({"x": _r(rng, 3, 1)}, {"shape": i64(2, 3, 4)}, {}),
+        "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
+        "ReduceSum": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 0}),
+        "ReduceMax": ({"x": x}, {"axes": i64(2)}, {"keepdims": 1}),
+        "Conv": ({"x": _r(rng, 2, 4, 9, 8)}, {"w": _r(rng, 6, 2, 3, 3), "b": _r(rng, 6)},
+                 {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]}),
+        "ConvTranspose": ({"x": _r(rng, 1, 4, 5, 6)}, {"w": _r(rng, 4, 3, 3, 3), "b": _r(rng, 3)},
+                          {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 0]}),
+        "MaxPool": ({"x": x}, {}, {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 0, 1]}),
+        "AveragePool": ({"x": x}, {}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+        "GlobalAveragePool": ({"x": x}, {}, {}),
+        "Resize": ({"x": x}, {"roi": np.zeros(0, F), "scales": np.array([1, 1, 2, 1.5], F)},
+                   {"mode": "linear"}),
+        "DepthToSpace": ({"x": _r(rng, 1, 8, 2, 3)}, {}, {"blocksize": 2, "mode": "DCR"}),
+        "BatchNormalization": ({"x": x}, {"s": _r(rng, 3), "b": _r(rng, 3), "m": _r(rng, 3),
+                                          "v": 1 + np.abs(_r(rng, 3))}, {"epsilon": 1e-3}),
+        "Identity": ({"x": x}, {}, {}),
+        "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
+        "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
+        "DequantizeLinear": ({"x": rng.integers(-100, 100, (3, 4)).astype(np.int8)},
+                             {"s": np.array([0.5, 0.25, 2.0], F), "z": np.array([1, -2, 0], np.int8)},
+                             {"axis": 0}),
+    }
+    feeds, inits, attrs = cases[op]
+    n_out = 2 if op == "Split" else 1
+    return feeds, inits, attrs, n_out
+
+
+@pytest.mark.parametrize("op", sorted(CONVERTERS))
+def test_each_mapped_op_type_matches_onnx(op, device, rng):
+    feeds, inits, attrs, n_out = _case(rng, op)
+    names = list(feeds) + list(inits)
+    if op == "Resize":
+        names = ["x", "roi", "scales"]
+    outs = [f"out{k}" for k in range(n_out)]
+    node = onnx.helper.make_node(op, names, outs, name=f"the_{op.lower()}", **attrs)
+    graph = onnx.helper.make_graph(
+        [node], op,
+        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in feeds.items()],
+        [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
+        [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    pipe = pl.from_onnx(model, device=device)
+    expected = om.run_reference(model, feeds)
+    got = pipe.run(feeds)
+    for name, ref in zip(outs, expected, strict=True):
+        out = np.asarray(got[name].numpy())
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (name, out.shape, ref.shape)
+        if ref.dtype.kind == "f":
+            assert_close(out, ref, "float32", op)
+        else:
+            np.testing.assert_array_equal(out, ref)
+
+
+def test_table_covers_the_brief():
+    wanted = {
+        "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp",
+        "Sqrt", "HardSwish", "Softmax", "LayerNormalization", "Transpose", "Reshape", "Flatten", "Squeeze",
+        "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Where", "Expand", "ReduceMean", "ReduceSum",
+        "ReduceMax", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize",
+        "DepthToSpace", "BatchNormalization", "Identity", "Cast", "QuantizeLinear", "DequantizeLinear",
+    }
+    assert wanted <= set(CONVERTERS)
+
+
+def test_constant_nodes_fold_into_weights(rng):
+    x = _r(rng, 2, 6)
+    nodes = [
+        onnx.helper.make_node("Constant", [], ["shape"], name="c_shape",
+                              value=onnx.numpy_helper.from_array(np.array([3, 4], np.int64))),
+        onnx.helper.make_node("Constant", [], ["two"], name="c_two", value_float=2.0),
+        onnx.helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+        onnx.helper.make_node("Mul", ["r", "two"], ["y"], name="mul"),
+    ]
+    model = om.make_model(nodes, [("x", [2, 6])], [("y", [3, 4])], {}, "constants")
+    config, weights = import_model(model)
+    assert list(weights) == ["two"]  # the shape became an attribute; the factor a bound constant
+    assert config["pipeline"][0]["attrs"] == {"shape": [3, 4], "allowzero": False}
+    pipe = pl.from_onnx(model, device="cpu")
+    np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x.reshape(3, 4) * 2)
+
+
+# -- what cannot be imported ----------------------------------------------------------------------------
+def _unsupported_model():
+    nodes = [
+        onnx.helper.make_node("Relu", ["x"], ["a"], name="fine"),
+        onnx.helper.make_node("NonZero", ["a"], ["nz"], name="nonzero"),
+        onnx.helper.make_node("Shape", ["a"], ["shape"], name="shape_of_a"),
+        onnx.helper.make_node("Reshape", ["a", "shape"], ["b"], name="reshape_computed"),
+        onnx.helper.make_node("Resize", ["b", "", "", "sizes"], ["c"], name="cubic_resize", mode="cubic"),
+        onnx.helper.make_node("MaxPool", ["c"], ["d"], name="pool3d", kernel_shape=[2, 2, 2]),
+        onnx.helper.make_node("FusedMatMul", ["d", "d"], ["e"], name="ms_op", domain="com.microsoft"),
+        onnx.helper.make_node("Conv", ["e", "w"], ["f"], name="conv"),
+    ]
+    init = {"sizes": np.array([1, 2, 4, 4, 4], np.int64), "w": np.ones((1, 1, 1, 1, 1), np.float32)}
+    return om.make_model(nodes, [("x", [1, 2, 2, 2, 2])], [("f", None)], init, "unsupported")
+
+
+def test_every_unsupported_node_is_listed_at_once(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(pl.InvalidArgumentError) as info:
+        import_model(_unsupported_model(), out_dir=out)
+    err = info.value
+    assert err.code == pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    listed = {(u["op_type"], u["node"]): u["why"] for u in err.unsupported}
+    assert set(listed) == {
+        ("NonZero", "nonzero"), ("Shape", "shape_of_a"), ("Reshape", "reshape_computed"),
+        ("Resize", "cubic_resize"), ("MaxPool", "pool3d"), ("FusedMatMul", "ms_op"), ("Conv", "conv"),
+    }
+    assert "no PipeLink operator" in listed[("NonZero", "nonzero")]
+    assert "must be a constant" in listed[("Reshape", "reshape_computed")]
+    assert "'shape'" in listed[("Reshape", "reshape_computed")]
+    assert "'mode' must be one of" in listed[("Resize", "cubic_resize")]
+    assert "'cubic'" in listed[("Resize", "cubic_resize")]
+    assert "3-d window" in listed[("MaxPool", "pool3d")]
+    assert "com.microsoft" in listed[("FusedMatMul", "ms_op")]
+    assert "3-d convolution" in listed[("Conv", "conv")]
+    assert "7 nodes" in err.message and "nothing was imported" in err.message
+    assert not out.exists()  # nothing half-imported
+
+
+def test_unsupported_attribute_value_is_named(rng):
+    node = onnx.helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train",
+                                 training_mode=1)
+    init = {k: np.ones(3, np.float32) for k in "sbmv"}
+    model = om.make_model([node], [("x", [1, 3, 2, 2])], [("y", None)], init, "train")
+    match = r"BatchNormalization node 'bn_train': .*training_mode=1"
+    with pytest.raises(pl.InvalidArgumentError, match=match):
+        import_model(model)
+
+
+def test_model_that_is_not_onnx(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"\x00\xffnot a protobuf at all" * 10)
+    with pytest.raises(pl.InvalidArgumentError, match="not a readable ONNX model"):
+        import_model(tmp_path / "m.onnx")
+    with pytest.raises(pl.InvalidArgumentError, match="not found"):
+        import_model(tmp_path / "missing.onnx")
+    with pytest.raises(pl.InvalidArgumentError, match="onnx.ModelProto or the path"):
+        import_model(42)
+
+
+def test_missing_onnx_package_says_which_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_onnx(name, *args, **kwargs):
+        if name == "onnx":
+            raise ImportError("No module named 'onnx'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnx)
+    with pytest.raises(pl.HardwareUnsupportedError, match=r"pip install 'pipelink\[onnx\]'"):
+        import_model("model.onnx")
+
+
+# -- the command line and editing the written config -----------------------------------------------------
+def test_cli_import_round_trip(tmp_path, capsys, rng):
+    model, feeds = om.resnet_block()
+    onnx.save(model, tmp_path / "resnet.onnx")
+    out = tmp_path / "imported"
+    assert main(["import", str(tmp_path / "resnet.onnx"), "-o", str(out)]) == 0
+    assert "stages" in capsys.readouterr().out
+    written = json.loads((out / "pipeline.json").read_text())
+    assert written["weights"] == "weights.npz"
+    with np.load(out / "weights.npz", allow_pickle=False) as archive:
+        assert set(archive.files) == {t.name for t in model.graph.initializer}
+    # An ordinary config: moved elsewhere, it still finds its weights next to it.
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    pipe = pl.load(moved / "pipeline.json", device="cpu")
+    check_model(pipe, model, feeds)
+    np.savez(tmp_path / "in.npz", **feeds)
+    assert main(["run", str(moved / "pipeline.json"), "--inputs", str(tmp_path / "in.npz"),
+                 "--device", "cpu", "-o", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as result:
+        assert_close(result["logits"], om.run_reference(model, feeds)[0], "float32")
+    assert main(["validate", str(moved / "pipeline.json")]) == 0
+
+
+def test_cli_import_usage_errors_exit_2_on_one_line(tmp_path, capsys):
+    assert main(["import", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error[PIPELINK_ERR_INVALID_ARGUMENT]") and "not found" in err and "\n" not in err
+    assert main(["import", str(tmp_path / "missing.onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--output" in err and "\n" not in err
+
+
+def test_replace_one_node_with_a_native_module(tmp_path, rng):
+    """docs/onnx-import.md, "Replacing a node with your own module": the exact edit, made and run."""
+    from pipelink.modules.build import build_module
+
+    model, feeds = om.mlp_block()
+    onnx.save(model, tmp_path / "mlp.onnx")
+    assert main(["import", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "mlp")]) == 0
+    src = ROOT / "examples" / "layernorm_module" / "src"
+    build_module([src / "layernorm_cpu.c", src / "layernorm.desc.h"], tmp_path / "mlp/lib/liblayernorm.so")
+    path = tmp_path / "mlp" / "pipeline.json"
+    config = json.loads(path.read_text())
+    stage = next(s for s in config["pipeline"] if s["id"] == "ln_LayerNormalization")
+    assert stage == {"id": "ln_LayerNormalization", "name": "layer_norm",
+                     "inputs": ["res_Add_output_0", "ln.weight", "ln.bias"], "outputs": ["y"],
+                     "attrs": {"axis": -1, "eps": 1e-05}}
+    stage.update({"name": "layer_norm_v1", "library": "lib/liblayernorm.so",
+                  "inputs": ["res_Add_output_0", "ln.weight", "ln.bias", "ln_eps"],
+                  "outputs": ["y", "ln_mean", "ln_rstd"]})
+    del stage["attrs"]
+    config["inputs"]["ln_eps"] = {"shape": [], "dtype": "float32"}
+    path.write_text(json.dumps(config, indent=2))
+    pipe = pl.load(path, device="cpu")
+    assert pipe.load_report.versions["ln_LayerNormalization"].startswith("layer_norm_v1@1.0.0")
+    got = pipe.run(x=feeds["x"], ln_eps=np.float32(1e-5))["y"].numpy()
+    assert_close(np.asarray(got), om.run_reference(model, feeds)[0], "float32")
