@@ -8,6 +8,7 @@ ONNX's own ``ReferenceEvaluator``. Tests call ``pytest.importorskip("onnx")`` be
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["mlp_block", "resnet_block", "espcn", "causal_attention", "make_model", "run_reference"]
@@ -37,8 +38,24 @@ def run_reference(model, feeds: dict) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
         return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(_typed(model).SerializeToString(), providers=["CPUExecutionProvider"])
     return [np.asarray(r) for r in session.run(None, feeds)]
+
+
+def _typed(model):
+    """``model`` with every graph output typed (onnxruntime refuses an output of UNDEFINED type, which a
+    one-node test model declares): the types come from ONNX's shape inference."""
+    if all(o.type.tensor_type.elem_type for o in model.graph.output):
+        return model
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model)
+    for out in typed.graph.output:
+        found = types.get(out.name)
+        if not out.type.tensor_type.elem_type and found is not None and found.tensor_type.elem_type:
+            out.type.CopyFrom(found)
+    return typed
 
 
 def _rand(rng, *shape, scale: float = 1.0) -> np.ndarray:
