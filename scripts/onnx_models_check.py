@@ -21,8 +21,8 @@ import pipelink as pl
 
 def _espcn(torch):
     nn = torch.nn
-    return nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1), nn.Tanh(),
-                         nn.Conv2d(32, 9, 3, padding=1), nn.PixelShuffle(3))
+    return nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1),
+                         nn.Tanh(), nn.Conv2d(32, 9, 3, padding=1), nn.PixelShuffle(3))
 
 
 def _gpt2_block(torch):
@@ -86,7 +86,8 @@ def main() -> int:
                     out = np.asarray(pipe.run(x=x.numpy())["y"].numpy())
                     err = float(np.max(np.abs(out - ref)) / max(1e-6, float(np.max(np.abs(ref)))))
                     staged = list(pipe.load_report.staged)
-                print(f"{name} [{device}]: ops {ops}; max rel err {err:.2e}; staged on host: {staged or 'none'}")
+                print(f"{name} [{device}]: ops {ops}; max rel err {err:.2e}; "
+                      f"staged on host: {staged or 'none'}")
                 failures += err > 1e-3
             except pl.PipeLinkError as e:
                 print(f"{name} [{device}]: {e.code.name}: {e.message[:2000]}")
