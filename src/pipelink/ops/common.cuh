@@ -297,3 +297,27 @@ __device__ __forceinline__ void pl_strided_offsets(pl_idx i, const long long (&d
 #pragma unroll
     for (int op = 0; op < NOPS; ++op) off[op] += rem * (pl_idx)s[op][0];
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Row kernels (normalization/norm.cu, softmax/softmax.cu): they define PL_ROW_KERNEL before including
+// this header and get the defaults of their geometry macros (chosen by row_geometry in ops/kernel.py),
+// the element and accumulator types T and A, and the checks of the geometry.
+#ifdef PL_ROW_KERNEL
+#ifndef PL_VEC
+#define PL_VEC 1
+#endif
+#ifndef PL_GROUP
+#define PL_GROUP PL_BLOCK
+#endif
+#ifndef PL_MAX_VEC_PER_THREAD
+#define PL_MAX_VEC_PER_THREAD 4
+#endif
+
+typedef PL_T T;
+typedef typename pl_acc<T>::type A;
+#define PL_ROWS_PER_BLOCK (PL_BLOCK / PL_GROUP)
+
+static_assert(PL_BLOCK % PL_GROUP == 0, "PL_GROUP must divide PL_BLOCK");
+static_assert(PL_GROUP <= PL_WARP ? (PL_WARP % PL_GROUP == 0) : (PL_GROUP % PL_WARP == 0),
+              "PL_GROUP must be a power of two below 32 or a multiple of 32");
+#endif  // PL_ROW_KERNEL

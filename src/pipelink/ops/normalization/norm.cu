@@ -22,31 +22,15 @@
 //             y = (x-mean)*rstd*gamma + beta.
 // rms_norm:   rstd = 1/sqrt(sum(x^2)/C + eps), y = x*rstd*gamma.
 // x and y are distinct buffers (no plan runs a row kernel in place), hence __restrict__.
+#define PL_ROW_KERNEL 1  // the row kernels' macros, types and checks (common.cuh)
 #include "common.cuh"
 
-#ifndef PL_VEC
-#define PL_VEC 1
-#endif
-#ifndef PL_GROUP
-#define PL_GROUP PL_BLOCK
-#endif
-#ifndef PL_MAX_VEC_PER_THREAD
-#define PL_MAX_VEC_PER_THREAD 4
-#endif
 #ifndef PL_HAS_GAMMA
 #define PL_HAS_GAMMA 1
 #endif
 #ifndef PL_HAS_BETA
 #define PL_HAS_BETA 1
 #endif
-
-typedef PL_T T;
-typedef typename pl_acc<T>::type A;
-#define PL_ROWS_PER_BLOCK (PL_BLOCK / PL_GROUP)
-
-static_assert(PL_BLOCK % PL_GROUP == 0, "PL_GROUP must divide PL_BLOCK");
-static_assert(PL_GROUP <= PL_WARP ? (PL_WARP % PL_GROUP == 0) : (PL_GROUP % PL_WARP == 0),
-              "PL_GROUP must be a power of two below 32 or a multiple of 32");
 
 // y = (x - shift) * scale [* gamma] [+ beta] for PL_VEC elements at column j * PL_VEC
 template <bool IS_RMS>

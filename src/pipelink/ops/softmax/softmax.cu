@@ -11,25 +11,8 @@
 //   pl_softmax(const T* x, T* y, long long rows, int C)
 //   pl_softmax_big(const T* x, T* y, long long rows, int C)        one block (PL_BLOCK threads) per row
 // A row of all -inf gives NaN (0/0), like the NumPy reference; a NaN anywhere in a row gives NaN.
+#define PL_ROW_KERNEL 1  // the row kernels' macros, types and checks (common.cuh)
 #include "common.cuh"
-
-#ifndef PL_VEC
-#define PL_VEC 1
-#endif
-#ifndef PL_GROUP
-#define PL_GROUP PL_BLOCK
-#endif
-#ifndef PL_MAX_VEC_PER_THREAD
-#define PL_MAX_VEC_PER_THREAD 4
-#endif
-
-typedef PL_T T;
-typedef typename pl_acc<T>::type A;
-#define PL_ROWS_PER_BLOCK (PL_BLOCK / PL_GROUP)
-
-static_assert(PL_BLOCK % PL_GROUP == 0, "PL_GROUP must divide PL_BLOCK");
-static_assert(PL_GROUP <= PL_WARP ? (PL_WARP % PL_GROUP == 0) : (PL_GROUP % PL_WARP == 0),
-              "PL_GROUP must be a power of two below 32 or a multiple of 32");
 
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_softmax(const T* __restrict__ x, T* __restrict__ y, long long rows, int C) {
