@@ -75,8 +75,10 @@ def run_chain(env: Env, stages: int = 20, length: int = 4096) -> dict[str, Any]:
         mode = "pipelink_graph" if g else "pipelink_eager"
         pipes = {}
         try:  # one mode failing keeps the other's numbers
-            pipes = {n: pl.load(chain_doc(n, length), device=env.pl_device, cuda_graph=g, static_outputs=g)
-                     for n in (1, stages)}
+            pipes = {
+                n: pl.load(chain_doc(n, length), device=env.pl_device, cuda_graph=g, static_outputs=g)
+                for n in (1, stages)
+            }
             for _ in range(2):  # graph mode: the first run captures, the second replays
                 out = pipes[stages].run(**sets[0])["y"]
             host = _host(env, env.from_pl(out)).astype(np.float64)

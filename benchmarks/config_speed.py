@@ -18,8 +18,13 @@ def _chain(stages: int) -> dict:
     return {
         "inputs": {"t0": {"shape": ["B", 64], "dtype": "float32"}},
         "pipeline": [
-            {"id": f"s{i}", "name": "relu", "inputs": [f"t{i}"], "outputs": [f"t{i + 1}"],
-             "constraints": {"memory_alignment": 256}}
+            {
+                "id": f"s{i}",
+                "name": "relu",
+                "inputs": [f"t{i}"],
+                "outputs": [f"t{i + 1}"],
+                "constraints": {"memory_alignment": 256},
+            }
             for i in range(stages)
         ],
     }
@@ -28,9 +33,11 @@ def _chain(stages: int) -> dict:
 def _big_text(megabytes: int) -> str:
     """A valid config of about ``megabytes`` MB: comments, trailing commas and a large attribute list."""
     values = ", ".join(f"{(i % 997) / 7:.6f}" for i in range(megabytes * 1024 * 1024 // 10))
-    return ("// a commented config with a large table attribute\n{\n  /* block comment */\n"
-            '  "pipeline": [\n    {"name": "relu", "inputs": ["x"], "outputs": ["y"], // trailing\n'
-            f'     "attrs": {{"table": [{values},]}}}},\n  ],\n}}\n')
+    return (
+        "// a commented config with a large table attribute\n{\n  /* block comment */\n"
+        '  "pipeline": [\n    {"name": "relu", "inputs": ["x"], "outputs": ["y"], // trailing\n'
+        f'     "attrs": {{"table": [{values},]}}}},\n  ],\n}}\n'
+    )
 
 
 def _time(fn, repeat: int = 3) -> tuple[float, float]:

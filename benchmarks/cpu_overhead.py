@@ -31,8 +31,16 @@ def median_us(fn, runs: int) -> float:
 
 def chain(n: int, isolation: str = "none") -> dict:
     stages = [{"name": "relu", "id": "head", "inputs": ["x"], "outputs": ["t0"]}]
-    stages += [{"name": "identity", "id": f"s{i}", "inputs": [f"t{i}"], "outputs": [f"t{i + 1}"],
-                "isolation": isolation if i == 0 else "none"} for i in range(n)]
+    stages += [
+        {
+            "name": "identity",
+            "id": f"s{i}",
+            "inputs": [f"t{i}"],
+            "outputs": [f"t{i + 1}"],
+            "isolation": isolation if i == 0 else "none",
+        }
+        for i in range(n)
+    ]
     stages.append({"name": "relu", "id": "tail", "inputs": [f"t{n}"], "outputs": ["y"]})
     return {"inputs": {"x": {"shape": [16], "dtype": "float32"}}, "pipeline": stages}
 
@@ -50,13 +58,17 @@ def main() -> None:
     t_kernel = median_us(lambda: np.copyto(y, x), args.runs)
     per_stage = (t_long - t_short) / 20
     print(f"run() of a 3-stage pipeline: {t_short:.1f} us; of a 23-stage one: {t_long:.1f} us")
-    print(f"eager dispatch per stage: {per_stage:.2f} us including a {t_kernel:.2f} us kernel "
-          f"-> {per_stage - t_kernel:.2f} us of PipeLink overhead per stage")
+    print(
+        f"eager dispatch per stage: {per_stage:.2f} us including a {t_kernel:.2f} us kernel "
+        f"-> {per_stage - t_kernel:.2f} us of PipeLink overhead per stage"
+    )
 
     with pl.load(chain(1, "process"), device="cpu") as isolated:
         t_iso = median_us(lambda: isolated.run(x=x), max(500, args.runs // 3))
-    print(f"isolation 'process': {t_iso:.1f} us per run vs {t_short:.1f} us in process "
-          f"-> {t_iso - t_short:.1f} us added per isolated stage")
+    print(
+        f"isolation 'process': {t_iso:.1f} us per run vs {t_short:.1f} us in process "
+        f"-> {t_iso - t_short:.1f} us added per isolated stage"
+    )
 
 
 if __name__ == "__main__":

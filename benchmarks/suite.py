@@ -246,9 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             targets = evaluate_targets(ordered, env.ceilings)
             if env.device != "cuda":  # the targets are H200 figures: a CPU run measures, it does not judge
-                targets = [{**t, "status": "N/A",
-                            "figure": f"not judged on {env.device} (targets are for the H200); {t['figure']}"}
-                           for t in targets]
+                targets = [
+                    {
+                        **t,
+                        "status": "N/A",
+                        "figure": f"not judged on {env.device} (targets are for the H200); {t['figure']}",
+                    }
+                    for t in targets
+                ]
         except Exception as e:  # noqa: BLE001 - the files must be written whatever happens
             meta["notes"].append(f"targets not evaluated: {short_error(e)}")
             targets = []

@@ -94,8 +94,9 @@ def main() -> None:
         def make(tuned, shape=(rows, cols), dtype=dtype):
             return PlanLaunch(
                 backend,
-                lambda al: plan_layer_norm(dtype, shape, eps=1e-5, tuned=tuned or None, alignment=al,
-                                           sm_count=sms),
+                lambda al: plan_layer_norm(
+                    dtype, shape, eps=1e-5, tuned=tuned or None, alignment=al, sm_count=sms
+                ),
                 norm_slots,
                 "sweep",
             )
@@ -122,9 +123,7 @@ def main() -> None:
         def make(tuned, op=op, dtype=dtype, count=count):
             return PlanLaunch(
                 backend,
-                lambda al: plan_unary(
-                    op, dtype, (count,), tuned=tuned or None, alignment=al, sm_count=sms
-                ),
+                lambda al: plan_unary(op, dtype, (count,), tuned=tuned or None, alignment=al, sm_count=sms),
                 {"x": ("in", 0), "y": ("out", 0)},
                 "sweep",
             )

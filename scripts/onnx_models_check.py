@@ -21,8 +21,14 @@ import pipelink as pl
 
 def _espcn(torch):
     nn = torch.nn
-    return nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1),
-                         nn.Tanh(), nn.Conv2d(32, 9, 3, padding=1), nn.PixelShuffle(3))
+    return nn.Sequential(
+        nn.Conv2d(1, 64, 5, padding=2),
+        nn.Tanh(),
+        nn.Conv2d(64, 32, 3, padding=1),
+        nn.Tanh(),
+        nn.Conv2d(32, 9, 3, padding=1),
+        nn.PixelShuffle(3),
+    )
 
 
 def _gpt2_block(torch):
@@ -67,8 +73,9 @@ def main() -> int:
         x = torch.randn(*shape)
         buf = io.BytesIO()
         try:
-            torch.onnx.export(module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=18,
-                              dynamo=False)
+            torch.onnx.export(
+                module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=18, dynamo=False
+            )
             model = onnx.load_from_string(buf.getvalue())
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             print(f"{name}: export failed: {type(e).__name__}: {e}")
@@ -79,15 +86,17 @@ def main() -> int:
             (args.out / f"{name}.onnx").write_bytes(buf.getvalue())
         ops = sorted({n.op_type for n in model.graph.node})
         ref = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(
-            None, {"x": x.numpy()})[0]
+            None, {"x": x.numpy()}
+        )[0]
         for device in ("cpu", "cuda"):
             try:
                 with pl.from_onnx(model, device=device) as pipe:
                     out = np.asarray(pipe.run(x=x.numpy())["y"].numpy())
                     err = float(np.max(np.abs(out - ref)) / max(1e-6, float(np.max(np.abs(ref)))))
                     staged = list(pipe.load_report.staged)
-                print(f"{name} [{device}]: ops {ops}; max rel err {err:.2e}; "
-                      f"staged on host: {staged or 'none'}")
+                print(
+                    f"{name} [{device}]: ops {ops}; max rel err {err:.2e}; staged on host: {staged or 'none'}"
+                )
                 failures += err > 1e-3
             except pl.PipeLinkError as e:
                 print(f"{name} [{device}]: {e.code.name}: {e.message[:2000]}")

@@ -34,9 +34,14 @@ def simulate(batches: int = 200, batch_size: int = 16, bad_rate: float = 0.013, 
         finite_samples += int(np.isfinite(y).all(axis=1).sum())
         if pipe.last_report.stages["norm"].status == "degraded":
             degraded_batches += 1
-    return {"batches": batches, "samples": samples, "zero_variance_samples": bad_samples,
-            "degraded_batches": degraded_batches, "finite_samples": finite_samples,
-            "last_error": pipe.last_report.stages["norm"].error}
+    return {
+        "batches": batches,
+        "samples": samples,
+        "zero_variance_samples": bad_samples,
+        "degraded_batches": degraded_batches,
+        "finite_samples": finite_samples,
+        "last_error": pipe.last_report.stages["norm"].error,
+    }
 
 
 def main() -> None:
@@ -48,9 +53,11 @@ def main() -> None:
     r = simulate(args.batches, args.batch_size, args.bad_rate)
     clean = r["samples"] - r["degraded_batches"] * args.batch_size
     print(f"{r['samples']} samples in {r['batches']} batches; {r['zero_variance_samples']} had zero variance")
-    print(f"stage 'norm' degraded to identity in {r['degraded_batches']} batches; "
-          f"{r['finite_samples']}/{r['samples']} outputs finite (a framework that drops NaN batches keeps "
-          f"{clean}/{r['samples']}, {100 * clean / r['samples']:.1f}%)")
+    print(
+        f"stage 'norm' degraded to identity in {r['degraded_batches']} batches; "
+        f"{r['finite_samples']}/{r['samples']} outputs finite (a framework that drops NaN batches keeps "
+        f"{clean}/{r['samples']}, {100 * clean / r['samples']:.1f}%)"
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,8 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", help="print the version and exit", callback=_show_version,
-                           is_eager=True)
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_show_version, is_eager=True),
     ] = False,
 ) -> None:
     """PipeLink: link GPU operators into checked pipelines from JSON."""
@@ -105,7 +105,9 @@ def validate(
         console.print(f"[green]ok[/green]: {config} is valid")
     for p in problems if not as_json else ():
         err_console.print(
-            f"error[{p.code.name}]: {p.path or '/'}: {p.message}", markup=False, highlight=False,
+            f"error[{p.code.name}]: {p.path or '/'}: {p.message}",
+            markup=False,
+            highlight=False,
             soft_wrap=True,
         )
     if problems:
@@ -145,8 +147,9 @@ def run(
     # checked=None leaves it to PIPELINK_CHECKED
     pipe = _load(config, device, cuda_graph or graph_alias, checked=True if checked else None)
     try:
-        feed = build_feed(pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value,
-                          seed=seed)
+        feed = build_feed(
+            pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value, seed=seed
+        )
     except PipeLinkError as e:  # every problem with the command line's inputs is a usage error
         raise UsageFailure(e) from e
     totals = []
@@ -223,8 +226,10 @@ def _print_report(pipe, report, outs, totals: list[float]) -> None:
         )
     if len(totals) > 1:
         ms = np.asarray(totals) * 1e3
-        console.print(f"{len(totals)} runs: median {np.median(ms):.3f} ms, "
-                      f"p95 {np.percentile(ms, 95):.3f} ms (stage times above are the last run's)")
+        console.print(
+            f"{len(totals)} runs: median {np.median(ms):.3f} ms, "
+            f"p95 {np.percentile(ms, 95):.3f} ms (stage times above are the last run's)"
+        )
     else:
         console.print(f"total {report.total_time_s * 1e3:.3f} ms")
 
@@ -369,10 +374,13 @@ def build(
     try:  # a library PipeLink cannot describe is no module: say so instead of "built"
         inspect_library(path)
     except PipeLinkError as e:
-        raise UsageFailure(InvalidArgumentError(
-            f"compiled {path}, but PipeLink cannot use it: {e.message}. Add the operator's descriptor "
-            f"(a *.desc.h, see docs/native-modules.md) to the sources, or describe the library in a "
-            f"sidecar {Path(path).name}.pipelink.json")) from e
+        raise UsageFailure(
+            InvalidArgumentError(
+                f"compiled {path}, but PipeLink cannot use it: {e.message}. Add the operator's descriptor "
+                f"(a *.desc.h, see docs/native-modules.md) to the sources, or describe the library in a "
+                f"sidecar {Path(path).name}.pipelink.json"
+            )
+        ) from e
     console.print(f"built {path}")
 
 
@@ -441,16 +449,20 @@ def tune(
     )
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             add_help_option=False)
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False
+)
 def bench(ctx: typer.Context) -> None:
     """Run the benchmark suite of a PipeLink checkout (python -m benchmarks); every argument passes
     through: pipelink bench --help lists them, e.g. pipelink bench --quick --out results."""
     root = Path.cwd()
     if not (root / "benchmarks" / "suite.py").is_file():
-        raise UsageFailure(PipeLinkError(
-            "pipelink bench runs the suite in benchmarks/ of a PipeLink source checkout: run it from the "
-            "repository root"))
+        raise UsageFailure(
+            PipeLinkError(
+                "pipelink bench runs the suite in benchmarks/ of a PipeLink source checkout: run it from the "
+                "repository root"
+            )
+        )
     sys.path.insert(0, str(root))
     from benchmarks.suite import main as bench_main
 
@@ -491,8 +503,10 @@ def doctor() -> None:
             table.add_row(f"{name} compute capability", ".".join(map(str, info.compute_capability)))
             table.add_row(f"{name} driver / runtime", f"{info.driver_version} / {info.runtime_version}")
             table.add_row(f"{name} uuid", str(info.uuid))
-        feats = ", ".join(f"{k}={format_bytes(v) if k.endswith('_bytes') else f'{v:g}'}"
-                          for k, v in sorted(info.features.items()))
+        feats = ", ".join(
+            f"{k}={format_bytes(v) if k.endswith('_bytes') else f'{v:g}'}"
+            for k, v in sorted(info.features.items())
+        )
         table.add_row(f"{name} features", feats)
     console.print(table)
 
@@ -522,8 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         names = ", ".join(sorted(app_commands()))
-        err_console.print(f"error[usage]: pipelink: no command given (one of: {names}); "
-                          "see 'pipelink --help'", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(
+            f"error[usage]: pipelink: no command given (one of: {names}); see 'pipelink --help'",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return 2
     try:
         rc = app(args=args, standalone_mode=False, prog_name="pipelink")

@@ -47,7 +47,8 @@ def parse_shape(name: str, text: str) -> tuple[int, ...]:
     if len(parts) != len(dims) or any(d < 0 for d in dims) or (text.strip() and not parts):
         raise InvalidArgumentError(
             f"--shape {name}={text!r}: give the dimensions as non-negative integers joined by 'x', "
-            f"e.g. --shape {name}=8x1024")
+            f"e.g. --shape {name}=8x1024"
+        )
     return dims
 
 
@@ -58,7 +59,8 @@ def _check_names(pipe, given: Collection[str], what: str) -> None:
         hint = did_you_mean(unknown[0], pipe.inputs)
         raise InvalidArgumentError(
             f"{what} names {', '.join(map(repr, unknown))}, not an input of the pipeline{hint}; "
-            f"its inputs are {', '.join(pipe.inputs)}")
+            f"its inputs are {', '.join(pipe.inputs)}"
+        )
 
 
 def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: int) -> dict[str, np.ndarray]:
@@ -79,7 +81,8 @@ def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: i
         flags = " ".join(f"--shape {n}=DIMxDIM" for n in missing)
         raise InvalidArgumentError(
             f"--random needs the shapes of input{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(map(repr, missing))}: declare them in the config's 'inputs' or pass {flags}")
+            f"{', '.join(map(repr, missing))}: declare them in the config's 'inputs' or pass {flags}"
+        )
     out = {}
     rng = np.random.default_rng(seed)
     for name, shape in resolved.items():
@@ -100,22 +103,35 @@ def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
         files = data.files
     except (OSError, ValueError, AttributeError) as e:
         raise InvalidArgumentError(
-            f"cannot read inputs {path}: {e}; give a .npz written by numpy.savez") from e
+            f"cannot read inputs {path}: {e}; give a .npz written by numpy.savez"
+        ) from e
     decls = pipe.graph.config.inputs or {}
     out = {}
     for name in files:
         arr = data[name]
         decl = decls.get(name)
         # The one exception to run()'s dtype rule: .npz cannot store bfloat16, so float32 stands in for it.
-        if (decl is not None and decl.dtype and get_dtype(decl.dtype).name == "bfloat16"
-                and arr.dtype == np.float32):
+        if (
+            decl is not None
+            and decl.dtype
+            and get_dtype(decl.dtype).name == "bfloat16"
+            and arr.dtype == np.float32
+        ):
             arr = arr.astype(get_dtype("bfloat16").numpy)
         out[name] = arr
     return out
 
 
-def build_feed(pipe, *, inputs: Path | None, random: bool, shapes: list[str], dtypes: list[str],
-               values: list[str], seed: int) -> dict[str, Any]:
+def build_feed(
+    pipe,
+    *,
+    inputs: Path | None,
+    random: bool,
+    shapes: list[str],
+    dtypes: list[str],
+    values: list[str],
+    seed: int,
+) -> dict[str, Any]:
     """The inputs of one ``pipelink run``, checked against the pipeline's inputs.
 
     Parameters

@@ -10,8 +10,17 @@ import ctypes
 import threading
 from typing import Any
 
-__all__ = ["DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "to_capsule", "from_capsule",
-           "DEVICE_CPU", "DEVICE_CUDA", "DEVICE_CUDA_HOST"]
+__all__ = [
+    "DLDevice",
+    "DLDataType",
+    "DLTensor",
+    "DLManagedTensor",
+    "to_capsule",
+    "from_capsule",
+    "DEVICE_CPU",
+    "DEVICE_CUDA",
+    "DEVICE_CUDA_HOST",
+]
 
 DEVICE_CPU, DEVICE_CUDA, DEVICE_CUDA_HOST = 1, 2, 3
 
@@ -58,7 +67,8 @@ _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
 _raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _api))
+    ("PyCapsule_GetPointer", _api)
+)
 
 # Exported tensors still alive, keyed by the address of their DLManagedTensor. The deleter (called by
 # the consumer, or by the capsule destructor when nobody consumed it) drops the entry.
@@ -80,8 +90,16 @@ def _destroy_capsule(capsule):
         _delete_managed(ctypes.cast(address, ctypes.POINTER(DLManagedTensor)))
 
 
-def to_capsule(owner: Any, data: int, shape: tuple[int, ...], strides: tuple[int, ...], dl_code: int,
-               bits: int, device_type: int, device_id: int) -> Any:
+def to_capsule(
+    owner: Any,
+    data: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dl_code: int,
+    bits: int,
+    device_type: int,
+    device_id: int,
+) -> Any:
     """A ``dltensor`` PyCapsule describing memory that ``owner`` keeps alive. Strides are in elements."""
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)

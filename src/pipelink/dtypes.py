@@ -77,14 +77,26 @@ int64 = DType("int64", np.dtype(np.int64), DL_INT, 64, 6, "long long")
 uint8 = DType("uint8", np.dtype(np.uint8), DL_UINT, 8, 7, "unsigned char")
 bool_ = DType("bool", np.dtype(np.bool_), DL_BOOL, 8, 8, "bool")
 # Hopper's 8-bit floats (OCP FP8): storage for quantize_linear/dequantize_linear, not compute dtypes.
-float8_e4m3fn = DType("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), DL_FLOAT8_E4M3FN, 8, 9,
-                      "__nv_fp8_e4m3")
+float8_e4m3fn = DType(
+    "float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), DL_FLOAT8_E4M3FN, 8, 9, "__nv_fp8_e4m3"
+)
 float8_e5m2 = DType("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), DL_FLOAT8_E5M2, 8, 10, "__nv_fp8_e5m2")
 
 DTYPES: dict[str, DType] = {
     d.name: d
-    for d in (float32, float16, bfloat16, float64, int8, int32, int64, uint8, bool_, float8_e4m3fn,
-              float8_e5m2)
+    for d in (
+        float32,
+        float16,
+        bfloat16,
+        float64,
+        int8,
+        int32,
+        int64,
+        uint8,
+        bool_,
+        float8_e4m3fn,
+        float8_e5m2,
+    )
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 
@@ -111,14 +123,27 @@ def tolerance(dtype: object) -> tuple[float, float]:
     return TOLERANCES.get(get_dtype(dtype).name, (0.0, 0.0))
 
 
-_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp64": "float64",
-            "double": "float64", "float": "float32", "bool_": "bool",
-            "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+_ALIASES = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "double": "float64",
+    "float": "float32",
+    "bool_": "bool",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+}
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
 _BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}
-_FAST: dict = {**{d: d for d in DTYPES.values()}, **DTYPES, **_BY_NUMPY,
-               **{alias: DTYPES[name] for alias, name in _ALIASES.items()}}
+_FAST: dict = {
+    **{d: d for d in DTYPES.values()},
+    **DTYPES,
+    **_BY_NUMPY,
+    **{alias: DTYPES[name] for alias, name in _ALIASES.items()},
+}
 
 
 def get_dtype(value: object) -> DType:

@@ -69,8 +69,9 @@ def available_bytes(device: str = "cpu", features: dict | None = None) -> int | 
     return int(total) if total else None
 
 
-def check_fits(nbytes: int, what: str, device: str = "cpu", features: dict | None = None, *,
-               limit: int | None = None) -> None:
+def check_fits(
+    nbytes: int, what: str, device: str = "cpu", features: dict | None = None, *, limit: int | None = None
+) -> None:
     """Raise when ``nbytes`` cannot fit in the memory of ``device``.
 
     Parameters
@@ -88,5 +89,7 @@ def check_fits(nbytes: int, what: str, device: str = "cpu", features: dict | Non
         raise OutOfMemoryError(
             f"{what} needs {format_bytes(nbytes)} ({nbytes} bytes), but {device} has only "
             f"{format_bytes(limit)} ({limit} bytes); use smaller shapes",
-            requested=nbytes, available=limit, device=device,
+            requested=nbytes,
+            available=limit,
+            device=device,
         )

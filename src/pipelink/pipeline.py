@@ -369,7 +369,8 @@ class Pipeline:
                 preload = self._preload_stream()
                 producers: list = []
                 args = {
-                    n: v if n in self._bound
+                    n: v
+                    if n in self._bound
                     else self._import(n, v, preload if n in self._preload_inputs else stream, producers)
                     for n, v in given.items()
                 }

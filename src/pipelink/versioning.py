@@ -14,8 +14,14 @@ from packaging.version import InvalidVersion, Version
 from .config.specifiers import parse_specifier
 from .errors import VersionMismatchError
 
-__all__ = ["Version", "parse_version", "parse_specifier", "version_symbol", "parse_version_symbol",
-           "check_compatible"]
+__all__ = [
+    "Version",
+    "parse_version",
+    "parse_specifier",
+    "version_symbol",
+    "parse_version_symbol",
+    "check_compatible",
+]
 
 log = logging.getLogger("pipelink")
 
@@ -48,8 +54,9 @@ def parse_version_symbol(symbol: str) -> tuple[str, Version] | None:
     return m["name"], Version(f"{m['major']}.{m['minor']}.{m['patch']}")
 
 
-def check_compatible(operator: str, requested: str | None, available: Version, *, stage: str | None = None,
-                     where: str = "") -> None:
+def check_compatible(
+    operator: str, requested: str | None, available: Version, *, stage: str | None = None, where: str = ""
+) -> None:
     """Apply the version rules to one resolved operator.
 
     Raises
@@ -63,13 +70,21 @@ def check_compatible(operator: str, requested: str | None, available: Version, *
     if available in spec:
         base = _base_version(requested)
         if base is not None and available.major == base.major and available.minor > base.minor:
-            log.warning("operator %r: loaded version %s is a newer minor than the %s asked for%s",
-                        operator, available, base, where)
+            log.warning(
+                "operator %r: loaded version %s is a newer minor than the %s asked for%s",
+                operator,
+                available,
+                base,
+                where,
+            )
         return
     raise VersionMismatchError(
         f"operator {operator!r}: version {available} does not satisfy {requested!r}"
         f"{where}; install a matching module or change the stage's 'version'",
-        stage=stage, operator=operator, requested=requested, available=str(available),
+        stage=stage,
+        operator=operator,
+        requested=requested,
+        available=str(available),
     )
 
 

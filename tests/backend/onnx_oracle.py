@@ -18,8 +18,9 @@ def to_onnx_input(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32) if a.dtype == np.dtype(ml_dtypes.bfloat16) else a
 
 
-def run_onnx(op_type: str, inputs: list, attrs: dict | None = None, *, n_outputs: int = 1,
-             opset: int = 21) -> list[np.ndarray]:
+def run_onnx(
+    op_type: str, inputs: list, attrs: dict | None = None, *, n_outputs: int = 1, opset: int = 21
+) -> list[np.ndarray]:
     """Run one ONNX operator on ``inputs`` (None: an absent optional input) and return its outputs."""
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
@@ -31,9 +32,13 @@ def run_onnx(op_type: str, inputs: list, attrs: dict | None = None, *, n_outputs
     outs = [f"out{k}" for k in range(n_outputs)]
     node = helper.make_node(op_type, names, outs, **(attrs or {}))
     graph = helper.make_graph(
-        [node], "oracle",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in feeds.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs])
+        [node],
+        "oracle",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]

@@ -20,8 +20,18 @@ from pipelink.dtypes import TOLERANCES, get_dtype
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import register_builtins
 
-__all__ = ["FLOAT_NAMES", "INT_NAMES", "TOL", "make_registry", "rand", "poison", "run_op", "check_close",
-           "ref_erf", "as64"]
+__all__ = [
+    "FLOAT_NAMES",
+    "INT_NAMES",
+    "TOL",
+    "make_registry",
+    "rand",
+    "poison",
+    "run_op",
+    "check_close",
+    "ref_erf",
+    "as64",
+]
 
 FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64")
 INT_NAMES = ("int8", "int32", "int64", "uint8")
@@ -55,8 +65,15 @@ def poison(shape, dtype: str) -> np.ndarray:
     return out
 
 
-def run_op(registry, name: str, inputs: list, attrs: dict | None = None, *, stage: str = "stage0",
-           device: str = "cpu"):
+def run_op(
+    registry,
+    name: str,
+    inputs: list,
+    attrs: dict | None = None,
+    *,
+    stage: str = "stage0",
+    device: str = "cpu",
+):
     """Bind the operator's variant for ``device`` to these inputs and run it once; returns the outputs as
     NumPy arrays. Skips the test when the device has no kernel for the input dtype (a float-only CUDA
     kernel asked for ints)."""
@@ -77,8 +94,15 @@ def run_op(registry, name: str, inputs: list, attrs: dict | None = None, *, stag
         out = backend.empty(tuple(shape), get_dtype(dtype))
         backend.copy(out, backend.import_input(poison(shape, dtype), stream=stream), stream=stream)
         outs.append(out)
-    ctx = KernelContext(stage=stage, attrs=resolved, in_shapes=in_shapes, in_dtypes=in_dtypes,
-                        out_shapes=out_shapes, out_dtypes=out_dtypes, backend=backend)
+    ctx = KernelContext(
+        stage=stage,
+        attrs=resolved,
+        in_shapes=in_shapes,
+        in_dtypes=in_dtypes,
+        out_shapes=out_shapes,
+        out_dtypes=out_dtypes,
+        backend=backend,
+    )
     kernel = variant.bind(ctx)
     assert kernel(ins, outs, stream) is None, "kernels write outputs in place, they return nothing"
     backend.synchronize(stream)
@@ -105,4 +129,3 @@ _math_erf = np.vectorize(math.erf, otypes=[np.float64])
 def ref_erf(x: np.ndarray) -> np.ndarray:
     """erf from the standard library, element by element (slow, independent of the kernel code)."""
     return _math_erf(np.asarray(x, dtype=np.float64))
-

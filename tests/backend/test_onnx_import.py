@@ -50,8 +50,12 @@ def test_model_matches_the_onnx_reference(name, device):
 
 @pytest.mark.parametrize(
     ("name", "batches"),
-    [("mlp_block", {"batch": (1, 7)}), ("resnet_block", {"batch": (1, 3)}), ("espcn", {"batch": (1, 2)}),
-     ("causal_attention_where", {"batch": (1, 3)})],
+    [
+        ("mlp_block", {"batch": (1, 7)}),
+        ("resnet_block", {"batch": (1, 3)}),
+        ("espcn", {"batch": (1, 2)}),
+        ("causal_attention_where", {"batch": (1, 3)}),
+    ],
 )
 def test_symbolic_dims_stay_symbolic(name, batches, device):
     model, _ = MODELS[name]()
@@ -109,8 +113,11 @@ def _case(rng, op):
         "Sqrt": ({"x": np.abs(x)}, {}, {}),
         "HardSwish": ({"x": 4 * x}, {}, {}),
         "Softmax": ({"x": x}, {}, {"axis": 1}),
-        "LayerNormalization": ({"x": x}, {"g": _r(rng, 4, 5), "b": _r(rng, 4, 5)},
-                               {"axis": 2, "epsilon": 1e-3}),
+        "LayerNormalization": (
+            {"x": x},
+            {"g": _r(rng, 4, 5), "b": _r(rng, 4, 5)},
+            {"axis": 2, "epsilon": 1e-3},
+        ),
         "Transpose": ({"x": x}, {}, {"perm": [0, 3, 1, 2]}),
         "Reshape": ({"x": x}, {"shape": i64(0, -1, 5)}, {}),
         "Flatten": ({"x": x}, {}, {"axis": 2}),
@@ -118,32 +125,49 @@ def _case(rng, op):
         "Unsqueeze": ({"x": m}, {"axes": i64(0, 3)}, {}),
         "Concat": ({"a": x, "b": _r(rng, 2, 3, 1, 5)}, {"c": _r(rng, 2, 3, 2, 5)}, {"axis": 2}),
         "Split": ({"x": x}, {"split": i64(1, 3)}, {"axis": 2}),
-        "Slice": ({"x": x}, {"starts": i64(1, -4), "ends": i64(3, 100), "axes": i64(2, 3),
-                             "steps": i64(1, 2)}, {}),
+        "Slice": (
+            {"x": x},
+            {"starts": i64(1, -4), "ends": i64(3, 100), "axes": i64(2, 3), "steps": i64(1, 2)},
+            {},
+        ),
         "Gather": ({"x": x}, {"idx": i64(2, 0, 2)}, {"axis": 1}),
         "Where": ({"c": x > 0, "a": x}, {"b": _r(rng, 5)}, {}),
         "Expand": ({"x": _r(rng, 3, 1)}, {"shape": i64(2, 3, 4)}, {}),
         "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
         "ReduceSum": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 0}),
         "ReduceMax": ({"x": x}, {"axes": i64(2)}, {"keepdims": 1}),
-        "Conv": ({"x": _r(rng, 2, 4, 9, 8)}, {"w": _r(rng, 6, 2, 3, 3), "b": _r(rng, 6)},
-                 {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]}),
-        "ConvTranspose": ({"x": _r(rng, 1, 4, 5, 6)}, {"w": _r(rng, 4, 3, 3, 3), "b": _r(rng, 3)},
-                          {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 0]}),
+        "Conv": (
+            {"x": _r(rng, 2, 4, 9, 8)},
+            {"w": _r(rng, 6, 2, 3, 3), "b": _r(rng, 6)},
+            {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]},
+        ),
+        "ConvTranspose": (
+            {"x": _r(rng, 1, 4, 5, 6)},
+            {"w": _r(rng, 4, 3, 3, 3), "b": _r(rng, 3)},
+            {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 0]},
+        ),
         "MaxPool": ({"x": x}, {}, {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 0, 1]}),
         "AveragePool": ({"x": x}, {}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
         "GlobalAveragePool": ({"x": x}, {}, {}),
-        "Resize": ({"x": x}, {"roi": np.zeros(0, F), "scales": np.array([1, 1, 2, 1.5], F)},
-                   {"mode": "linear"}),
+        "Resize": (
+            {"x": x},
+            {"roi": np.zeros(0, F), "scales": np.array([1, 1, 2, 1.5], F)},
+            {"mode": "linear"},
+        ),
         "DepthToSpace": ({"x": _r(rng, 1, 8, 2, 3)}, {}, {"blocksize": 2, "mode": "DCR"}),
-        "BatchNormalization": ({"x": x}, {"s": _r(rng, 3), "b": _r(rng, 3), "m": _r(rng, 3),
-                                          "v": 1 + np.abs(_r(rng, 3))}, {"epsilon": 1e-3}),
+        "BatchNormalization": (
+            {"x": x},
+            {"s": _r(rng, 3), "b": _r(rng, 3), "m": _r(rng, 3), "v": 1 + np.abs(_r(rng, 3))},
+            {"epsilon": 1e-3},
+        ),
         "Identity": ({"x": x}, {}, {}),
         "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
         "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
-        "DequantizeLinear": ({"x": rng.integers(-100, 100, (3, 4)).astype(np.int8)},
-                             {"s": np.array([0.5, 0.25, 2.0], F), "z": np.array([1, -2, 0], np.int8)},
-                             {"axis": 0}),
+        "DequantizeLinear": (
+            {"x": rng.integers(-100, 100, (3, 4)).astype(np.int8)},
+            {"s": np.array([0.5, 0.25, 2.0], F), "z": np.array([1, -2, 0], np.int8)},
+            {"axis": 0},
+        ),
     }
     feeds, inits, attrs = cases[op]
     n_out = 2 if op == "Split" else 1
@@ -159,9 +183,12 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
     outs = [f"out{k}" for k in range(n_out)]
     node = onnx.helper.make_node(op, names, outs, name=f"the_{op.lower()}", **attrs)
     graph = onnx.helper.make_graph(
-        [node], op,
-        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in feeds.items()],
+        [node],
+        op,
+        [
+            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
         [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
@@ -181,11 +208,49 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
 
 def test_table_covers_the_brief():
     wanted = {
-        "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp",
-        "Sqrt", "HardSwish", "Softmax", "LayerNormalization", "Transpose", "Reshape", "Flatten", "Squeeze",
-        "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Where", "Expand", "ReduceMean", "ReduceSum",
-        "ReduceMax", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize",
-        "DepthToSpace", "BatchNormalization", "Identity", "Cast", "QuantizeLinear", "DequantizeLinear",
+        "Gemm",
+        "MatMul",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Gelu",
+        "Erf",
+        "Exp",
+        "Sqrt",
+        "HardSwish",
+        "Softmax",
+        "LayerNormalization",
+        "Transpose",
+        "Reshape",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Concat",
+        "Split",
+        "Slice",
+        "Gather",
+        "Where",
+        "Expand",
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "Conv",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Resize",
+        "DepthToSpace",
+        "BatchNormalization",
+        "Identity",
+        "Cast",
+        "QuantizeLinear",
+        "DequantizeLinear",
     }
     assert wanted <= set(CONVERTERS)
 
@@ -193,8 +258,13 @@ def test_table_covers_the_brief():
 def test_constant_nodes_fold_into_weights(rng):
     x = _r(rng, 2, 6)
     nodes = [
-        onnx.helper.make_node("Constant", [], ["shape"], name="c_shape",
-                              value=onnx.numpy_helper.from_array(np.array([3, 4], np.int64))),
+        onnx.helper.make_node(
+            "Constant",
+            [],
+            ["shape"],
+            name="c_shape",
+            value=onnx.numpy_helper.from_array(np.array([3, 4], np.int64)),
+        ),
         onnx.helper.make_node("Constant", [], ["two"], name="c_two", value_float=2.0),
         onnx.helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
         onnx.helper.make_node("Mul", ["r", "two"], ["y"], name="mul"),
@@ -231,8 +301,13 @@ def test_every_unsupported_node_is_listed_at_once(tmp_path):
     assert err.code == pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
     listed = {(u["op_type"], u["node"]): u["why"] for u in err.unsupported}
     assert set(listed) == {
-        ("NonZero", "nonzero"), ("Shape", "shape_of_a"), ("Reshape", "reshape_computed"),
-        ("Resize", "cubic_resize"), ("MaxPool", "pool3d"), ("FusedMatMul", "ms_op"), ("Conv", "conv"),
+        ("NonZero", "nonzero"),
+        ("Shape", "shape_of_a"),
+        ("Reshape", "reshape_computed"),
+        ("Resize", "cubic_resize"),
+        ("MaxPool", "pool3d"),
+        ("FusedMatMul", "ms_op"),
+        ("Conv", "conv"),
     }
     assert "no PipeLink operator" in listed[("NonZero", "nonzero")]
     assert "must be a constant" in listed[("Reshape", "reshape_computed")]
@@ -247,8 +322,9 @@ def test_every_unsupported_node_is_listed_at_once(tmp_path):
 
 
 def test_unsupported_attribute_value_is_named(rng):
-    node = onnx.helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train",
-                                 training_mode=1)
+    node = onnx.helper.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train", training_mode=1
+    )
     init = {k: np.ones(3, np.float32) for k in "sbmv"}
     model = om.make_model([node], [("x", [1, 3, 2, 2])], [("y", None)], init, "train")
     match = r"BatchNormalization node 'bn_train': .*training_mode=1"
@@ -298,8 +374,21 @@ def test_cli_import_round_trip(tmp_path, capsys, rng):
     pipe = pl.load(moved / "pipeline.json", device="cpu")
     check_model(pipe, model, feeds)
     np.savez(tmp_path / "in.npz", **feeds)
-    assert main(["run", str(moved / "pipeline.json"), "--inputs", str(tmp_path / "in.npz"),
-                 "--device", "cpu", "-o", str(tmp_path / "out.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(moved / "pipeline.json"),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--device",
+                "cpu",
+                "-o",
+                str(tmp_path / "out.npz"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "out.npz") as result:
         assert_close(result["logits"], om.run_reference(model, feeds)[0], "float32")
     assert main(["validate", str(moved / "pipeline.json")]) == 0
@@ -326,12 +415,21 @@ def test_replace_one_node_with_a_native_module(tmp_path, rng):
     path = tmp_path / "mlp" / "pipeline.json"
     config = json.loads(path.read_text())
     stage = next(s for s in config["pipeline"] if s["id"] == "ln_LayerNormalization")
-    assert stage == {"id": "ln_LayerNormalization", "name": "layer_norm",
-                     "inputs": ["res_Add_output_0", "ln.weight", "ln.bias"], "outputs": ["y"],
-                     "attrs": {"axis": -1, "eps": 1e-05}}
-    stage.update({"name": "layer_norm_v1", "library": "lib/liblayernorm.so",
-                  "inputs": ["res_Add_output_0", "ln.weight", "ln.bias", "ln_eps"],
-                  "outputs": ["y", "ln_mean", "ln_rstd"]})
+    assert stage == {
+        "id": "ln_LayerNormalization",
+        "name": "layer_norm",
+        "inputs": ["res_Add_output_0", "ln.weight", "ln.bias"],
+        "outputs": ["y"],
+        "attrs": {"axis": -1, "eps": 1e-05},
+    }
+    stage.update(
+        {
+            "name": "layer_norm_v1",
+            "library": "lib/liblayernorm.so",
+            "inputs": ["res_Add_output_0", "ln.weight", "ln.bias", "ln_eps"],
+            "outputs": ["y", "ln_mean", "ln_rstd"],
+        }
+    )
     del stage["attrs"]
     config["inputs"]["ln_eps"] = {"shape": [], "dtype": "float32"}
     path.write_text(json.dumps(config, indent=2))

@@ -32,14 +32,56 @@ from .ops_helpers import (
 )
 
 SHAPES = [(3, 7), (2, 5, 33), (2, 4099)]  # 4099: vector tails and more than one block
-WITH_CUDA = {"identity", "relu", "silu", "gelu", "scale", "add", "mul", "bias_add", "cast",
-             "silu_activation", "layer_norm", "rms_norm", "softmax", "batch_norm", "layer_norm_v1",
-             "gemm", "matmul", "transpose", "precision_cast", "sigmoid", "tanh", "hardswish", "erf", "exp",
-             "sqrt",
-             "sub", "div", "pow", "reshape", "flatten", "squeeze", "unsqueeze", "concat", "split", "slice",
-             "gather", "where", "expand", "reduce_mean", "reduce_sum", "reduce_max",
-             "max_pool2d", "avg_pool2d", "global_average_pool", "resize", "pixel_shuffle",
-             "quantize_linear", "dequantize_linear"}
+WITH_CUDA = {
+    "identity",
+    "relu",
+    "silu",
+    "gelu",
+    "scale",
+    "add",
+    "mul",
+    "bias_add",
+    "cast",
+    "silu_activation",
+    "layer_norm",
+    "rms_norm",
+    "softmax",
+    "batch_norm",
+    "layer_norm_v1",
+    "gemm",
+    "matmul",
+    "transpose",
+    "precision_cast",
+    "sigmoid",
+    "tanh",
+    "hardswish",
+    "erf",
+    "exp",
+    "sqrt",
+    "sub",
+    "div",
+    "pow",
+    "reshape",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "concat",
+    "split",
+    "slice",
+    "gather",
+    "where",
+    "expand",
+    "reduce_mean",
+    "reduce_sum",
+    "reduce_max",
+    "max_pool2d",
+    "avg_pool2d",
+    "global_average_pool",
+    "resize",
+    "pixel_shuffle",
+    "quantize_linear",
+    "dequantize_linear",
+}
 # Issue-13 operators without a CUDA kernel yet (conv2d, conv_transpose2d, attention: cuDNN is a later step).
 CPU_ONLY = {"conv2d", "conv_transpose2d", "attention"}
 EXPECTED_OPS = WITH_CUDA | CPU_ONLY
@@ -51,6 +93,7 @@ def reg():
 
 
 # ---------------------------------------------------------------------------------------------- registry
+
 
 def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
     registry = OperatorRegistry()
@@ -85,6 +128,7 @@ def test_each_registry_gets_its_own_descriptors():
 
 # ---------------------------------------------------------------------------------------------- erf
 
+
 def test_erf_matches_math_erf_in_float64():
     x = np.linspace(-6.0, 6.0, 120_001)
     err = np.abs(erf(x) - ref_erf(x)).max()
@@ -104,6 +148,7 @@ def test_erf_in_float32_and_beyond_the_fitted_range(rng):
 
 # ---------------------------------------------------------------------------------------------- unary
 
+
 def _silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -113,7 +158,7 @@ def _gelu(x):
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 UNARY = [
@@ -158,9 +203,12 @@ def test_ieee_edges_of_sqrt_exp_erf_and_hardswish(reg, device, dtype):
     npd = get_dtype(dtype).numpy
     x = np.array([-4.0, -1.0, -0.0, 0.0, 1.0, 4.0, 1e5, np.inf, -np.inf, np.nan]).astype(npd)
     with np.errstate(all="ignore"):
-        expect = {"sqrt": np.sqrt(as64(x)), "exp": np.exp(as64(x)),
-                  "erf": np.where(np.isnan(as64(x)), np.nan, ref_erf(np.nan_to_num(as64(x)))),
-                  "hardswish": as64(x) * np.clip(as64(x) / 6.0 + 0.5, 0.0, 1.0)}
+        expect = {
+            "sqrt": np.sqrt(as64(x)),
+            "exp": np.exp(as64(x)),
+            "erf": np.where(np.isnan(as64(x)), np.nan, ref_erf(np.nan_to_num(as64(x)))),
+            "hardswish": as64(x) * np.clip(as64(x) / 6.0 + 0.5, 0.0, 1.0),
+        }
     for name, ref in expect.items():
         (y,) = run_op(reg, name, [x], device=device)
         got = as64(y)
@@ -203,8 +251,24 @@ def test_identity_copies_any_dtype(reg, device, rng, dtype):
     np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
 
 
-@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "scale", "sigmoid", "tanh", "hardswish", "erf",
-                                  "exp", "sqrt", "bias_add", "div", "pow"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "relu",
+        "silu",
+        "gelu",
+        "scale",
+        "sigmoid",
+        "tanh",
+        "hardswish",
+        "erf",
+        "exp",
+        "sqrt",
+        "bias_add",
+        "div",
+        "pow",
+    ],
+)
 def test_float_only_ops_refuse_ints(reg, name):
     desc = reg.get(name)
     ins = [(3, 7), (7,)][: len(desc.inputs)]
@@ -277,8 +341,11 @@ def test_cuda_variants_of_add_sub_mul_cover_8_bit_integers(reg):
     """Issue 13: int8 / uint8 add and mul on CUDA (wrap-around); div and pow stay float-only."""
     for name in ("add", "sub", "mul", "div", "pow"):
         (cuda,) = [v for v in reg.get(name).variants if v.device == "cuda"]
-        assert {"int8", "uint8"} <= cuda.dtypes if name in ("add", "sub", "mul") else not cuda.dtypes & {
-            "int8", "uint8"}, name
+        assert (
+            {"int8", "uint8"} <= cuda.dtypes
+            if name in ("add", "sub", "mul")
+            else not cuda.dtypes & {"int8", "uint8"}
+        ), name
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
@@ -319,10 +386,22 @@ def test_bias_add_checks_n(reg):
 # ---------------------------------------------------------------------------------------------- cast
 
 CASTS = [
-    ("float32", "int32"), ("float64", "int8"), ("bfloat16", "int64"), ("float16", "uint8"),
-    ("float32", "bfloat16"), ("float64", "float16"), ("bfloat16", "float32"), ("float16", "float64"),
-    ("int32", "float32"), ("uint8", "float16"), ("int64", "int8"), ("int8", "bfloat16"),
-    ("bool", "float32"), ("float32", "bool"), ("int32", "bool"), ("float32", "float32"),
+    ("float32", "int32"),
+    ("float64", "int8"),
+    ("bfloat16", "int64"),
+    ("float16", "uint8"),
+    ("float32", "bfloat16"),
+    ("float64", "float16"),
+    ("bfloat16", "float32"),
+    ("float16", "float64"),
+    ("int32", "float32"),
+    ("uint8", "float16"),
+    ("int64", "int8"),
+    ("int8", "bfloat16"),
+    ("bool", "float32"),
+    ("float32", "bool"),
+    ("int32", "bool"),
+    ("float32", "float32"),
 ]
 
 

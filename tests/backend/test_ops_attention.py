@@ -48,13 +48,18 @@ def _ref(q, k, v, *, causal=False, scale=None, mask=None):
 
 
 @pytest.mark.parametrize("dtype", TYPES)
-@pytest.mark.parametrize(("b", "h", "s", "t", "d", "dv"), [(2, 3, 5, 5, 8, 8), (1, 2, 3, 7, 4, 6),
-                                                           (1, 1, 6, 2, 16, 3), (2, 1, 1, 9, 8, 8)])
+@pytest.mark.parametrize(
+    ("b", "h", "s", "t", "d", "dv"),
+    [(2, 3, 5, 5, 8, 8), (1, 2, 3, 7, 4, 6), (1, 1, 6, 2, 16, 3), (2, 1, 1, 9, 8, 8)],
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_against_rows(reg, dtype, b, h, s, t, d, dv, causal):
     rng = np.random.default_rng(61)
-    q, k, v = rand(rng, (b, h, s, d), dtype, -1, 1), rand(rng, (b, h, t, d), dtype, -1, 1), rand(
-        rng, (b, h, t, dv), dtype, -1, 1)
+    q, k, v = (
+        rand(rng, (b, h, s, d), dtype, -1, 1),
+        rand(rng, (b, h, t, d), dtype, -1, 1),
+        rand(rng, (b, h, t, dv), dtype, -1, 1),
+    )
     (y,) = run_op(reg, "attention", [q, k, v], {"is_causal": causal})
     assert y.shape == (b, h, s, dv) and y.dtype == q.dtype
     check_close(y, _ref(q, k, v, causal=causal), dtype)
@@ -94,17 +99,28 @@ def test_fully_masked_row_is_nan_and_the_others_are_not(reg):
     assert np.isnan(y[0, 0, 1]).all() and not np.isnan(y[0, 0, [0, 2]]).any()
 
 
-@pytest.mark.parametrize(("shapes", "dtypes", "error", "match"), [
-    ([(1, 2, 3, 4), (1, 2, 5, 8), (1, 2, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension D"),
-    ([(1, 2, 3, 4), (1, 3, 5, 4), (1, 3, 5, 4)], ["float32"] * 3, ShapeMismatchError, "not a multiple"),
-    ([(1, 4, 3, 4), (1, 2, 5, 4), (1, 1, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension Hkv"),
-    ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 6, 4)], ["float32"] * 3, ShapeMismatchError, "dimension T"),
-    ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), (3, 4)], ["float32"] * 4, ShapeMismatchError,
-     "does not broadcast"),
-    ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), (3, 5)], ["float32"] * 3 + ["int8"], DTypeMismatchError,
-     "bool"),
-    ([(1, 2, 3, 4)] * 3, ["float64"] * 3, DTypeMismatchError, "not supported"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "dtypes", "error", "match"),
+    [
+        ([(1, 2, 3, 4), (1, 2, 5, 8), (1, 2, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension D"),
+        ([(1, 2, 3, 4), (1, 3, 5, 4), (1, 3, 5, 4)], ["float32"] * 3, ShapeMismatchError, "not a multiple"),
+        ([(1, 4, 3, 4), (1, 2, 5, 4), (1, 1, 5, 4)], ["float32"] * 3, ShapeMismatchError, "dimension Hkv"),
+        ([(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 6, 4)], ["float32"] * 3, ShapeMismatchError, "dimension T"),
+        (
+            [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), (3, 4)],
+            ["float32"] * 4,
+            ShapeMismatchError,
+            "does not broadcast",
+        ),
+        (
+            [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), (3, 5)],
+            ["float32"] * 3 + ["int8"],
+            DTypeMismatchError,
+            "bool",
+        ),
+        ([(1, 2, 3, 4)] * 3, ["float64"] * 3, DTypeMismatchError, "not supported"),
+    ],
+)
 def test_attention_errors(reg, shapes, dtypes, error, match):
     inputs = [np.zeros(s, dtype=t) for s, t in zip(shapes, dtypes, strict=True)]
     with pytest.raises(error, match=match):
@@ -119,8 +135,11 @@ def test_attention_matches_onnx(reg, causal, s, t, hk):
     from .onnx_oracle import run_onnx
 
     rng = np.random.default_rng(64)
-    q, k, v = rand(rng, (2, 2, s, 8), "float32"), rand(rng, (2, hk, t, 8), "float32"), rand(
-        rng, (2, hk, t, 5), "float32")
+    q, k, v = (
+        rand(rng, (2, 2, s, 8), "float32"),
+        rand(rng, (2, hk, t, 8), "float32"),
+        rand(rng, (2, hk, t, 5), "float32"),
+    )
     (y,) = run_op(reg, "attention", [q, k, v], {"is_causal": bool(causal), "scale": 0.3})
     ref = run_onnx("Attention", [q, k, v], {"is_causal": causal, "scale": 0.3}, opset=23)[0]
     check_close(y, ref.astype(np.float64))
@@ -131,11 +150,21 @@ def test_pipeline_attention_block_plans_and_runs():
     config = {
         "inputs": {n: {"shape": ["B", 4, 16, 32], "dtype": "bfloat16"} for n in ("q", "k", "v")},
         "pipeline": [
-            {"name": "attention", "id": "sdpa", "inputs": ["q", "k", "v"], "outputs": ["heads"],
-             "attrs": {"is_causal": True}},
+            {
+                "name": "attention",
+                "id": "sdpa",
+                "inputs": ["q", "k", "v"],
+                "outputs": ["heads"],
+                "attrs": {"is_causal": True},
+            },
             {"name": "transpose", "inputs": ["heads"], "outputs": ["t"], "attrs": {"perm": [0, 2, 1, 3]}},
-            {"name": "reshape", "id": "merge", "inputs": ["t"], "outputs": ["y"],
-             "attrs": {"shape": [0, 0, -1]}},
+            {
+                "name": "reshape",
+                "id": "merge",
+                "inputs": ["t"],
+                "outputs": ["y"],
+                "attrs": {"shape": [0, 0, -1]},
+            },
         ],
     }
     rng = np.random.default_rng(65)
@@ -150,10 +179,12 @@ def test_pipeline_attention_block_plans_and_runs():
 
 def test_pipeline_with_a_bool_mask_selects_the_cpu_variant():
     config = {
-        "inputs": {"q": {"shape": [1, 2, 4, 8], "dtype": "float16"},
-                   "k": {"shape": [1, 2, 6, 8], "dtype": "float16"},
-                   "v": {"shape": [1, 2, 6, 8], "dtype": "float16"},
-                   "keep": {"shape": [1, 1, 1, 6], "dtype": "bool"}},
+        "inputs": {
+            "q": {"shape": [1, 2, 4, 8], "dtype": "float16"},
+            "k": {"shape": [1, 2, 6, 8], "dtype": "float16"},
+            "v": {"shape": [1, 2, 6, 8], "dtype": "float16"},
+            "keep": {"shape": [1, 1, 1, 6], "dtype": "bool"},
+        },
         "pipeline": [{"name": "attention", "inputs": ["q", "k", "v", "keep"], "outputs": ["y"]}],
     }
     rng = np.random.default_rng(66)
@@ -166,9 +197,23 @@ def test_pipeline_with_a_bool_mask_selects_the_cpu_variant():
 
 
 def test_empty_queries_and_empty_keys(reg):
-    (y,) = run_op(reg, "attention", [np.zeros((1, 2, 0, 4), np.float16), np.ones((1, 2, 3, 4), np.float16),
-                                     np.ones((1, 2, 3, 5), np.float16)])
+    (y,) = run_op(
+        reg,
+        "attention",
+        [
+            np.zeros((1, 2, 0, 4), np.float16),
+            np.ones((1, 2, 3, 4), np.float16),
+            np.ones((1, 2, 3, 5), np.float16),
+        ],
+    )
     assert y.shape == (1, 2, 0, 5)
-    (y,) = run_op(reg, "attention", [np.ones((1, 2, 3, 4), np.float32), np.ones((1, 1, 0, 4), np.float32),
-                                     np.ones((1, 1, 0, 5), np.float32)])
+    (y,) = run_op(
+        reg,
+        "attention",
+        [
+            np.ones((1, 2, 3, 4), np.float32),
+            np.ones((1, 1, 0, 4), np.float32),
+            np.ones((1, 1, 0, 5), np.float32),
+        ],
+    )
     assert y.shape == (1, 2, 3, 5) and np.isnan(y).all(), "no keys: every row is fully masked"

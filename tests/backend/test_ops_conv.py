@@ -43,8 +43,9 @@ def _conv_ref(x, w, b, strides, pads, dilations, group, out_hw):
                     if not (0 <= ih < h and 0 <= iw < wd):
                         continue  # a zero of the padding
                     for g in range(group):
-                        y[:, g * mg:(g + 1) * mg, oh, ow] += (
-                            x[:, g * cg:(g + 1) * cg, ih, iw] @ w[g * mg:(g + 1) * mg, :, i, j].T)
+                        y[:, g * mg : (g + 1) * mg, oh, ow] += (
+                            x[:, g * cg : (g + 1) * cg, ih, iw] @ w[g * mg : (g + 1) * mg, :, i, j].T
+                        )
     if b is not None:
         y += b.astype(np.float64)[None, :, None, None]
     return y
@@ -57,7 +58,7 @@ CONV_CASES = [
     ((2, 3, 10, 7), (5, 3, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
     ((1, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # depthwise
     ((1, 2, 5, 5), (3, 2, 1, 1), {"strides": [3, 2]}),
-    ((0, 2, 5, 5), (3, 2, 3, 3), {}),                                                      # empty batch
+    ((0, 2, 5, 5), (3, 2, 3, 3), {}),  # empty batch
 ]
 
 
@@ -72,16 +73,23 @@ def test_conv2d_against_direct_sum(reg, xs, ws, attrs, dtype, with_bias):
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1, **attrs}
     ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], full["group"], y.shape[2:])
     pads, k, d, s = full["pads"], ws[2:], full["dilations"], full["strides"]
-    expect_hw = tuple((xs[2 + a] + pads[a] + pads[a + 2] - (k[a] - 1) * d[a] - 1) // s[a] + 1
-                      for a in range(2))
+    expect_hw = tuple(
+        (xs[2 + a] + pads[a] + pads[a + 2] - (k[a] - 1) * d[a] - 1) // s[a] + 1 for a in range(2)
+    )
     assert y.shape == (xs[0], ws[0]) + expect_hw
     check_close(y, ref, dtype)
 
 
-@pytest.mark.parametrize(("auto_pad", "size", "stride", "expected_pads"), [
-    ("SAME_UPPER", 7, 2, (1, 1)), ("SAME_UPPER", 8, 2, (0, 1)), ("SAME_LOWER", 8, 2, (1, 0)),
-    ("VALID", 8, 2, (0, 0)), ("SAME_UPPER", 5, 1, (1, 1)),
-])
+@pytest.mark.parametrize(
+    ("auto_pad", "size", "stride", "expected_pads"),
+    [
+        ("SAME_UPPER", 7, 2, (1, 1)),
+        ("SAME_UPPER", 8, 2, (0, 1)),
+        ("SAME_LOWER", 8, 2, (1, 0)),
+        ("VALID", 8, 2, (0, 0)),
+        ("SAME_UPPER", 5, 1, (1, 1)),
+    ],
+)
 def test_conv2d_auto_pad(reg, auto_pad, size, stride, expected_pads):
     rng = np.random.default_rng(32)
     x, w = rand(rng, (1, 2, size, size), "float32"), rand(rng, (3, 2, 3, 3), "float32")
@@ -93,16 +101,23 @@ def test_conv2d_auto_pad(reg, auto_pad, size, stride, expected_pads):
     check_close(y, ref)
 
 
-@pytest.mark.parametrize(("shapes", "attrs", "error", "match"), [
-    ([(1, 4, 5, 5), (2, 3, 3, 3)], {}, ShapeMismatchError, "4 channels, but weight 'w'"),
-    ([(1, 4, 5, 5), (3, 2, 3, 3)], {"group": 2}, ShapeMismatchError, "cannot be split into 2 groups"),
-    ([(1, 2, 2, 2), (1, 2, 3, 3)], {}, ShapeMismatchError, "does not fit"),
-    ([(1, 2, 5, 5), (1, 2, 3, 3)], {"pads": [1, 1]}, InvalidArgumentError, "'pads' must have 4 values"),
-    ([(1, 2, 5, 5), (1, 2, 3, 3)], {"strides": [0, 1]}, InvalidArgumentError, "'strides' must be >= 1"),
-    ([(1, 2, 5, 5), (1, 2, 3, 3)], {"pads": [1, 1, 1, 1], "auto_pad": "SAME_UPPER"}, InvalidArgumentError,
-     "cannot be combined"),
-    ([(1, 2, 5, 5), (3, 2, 3, 3), (4,)], {}, ShapeMismatchError, "input 'b'.*dimension M is 4"),
-])
+@pytest.mark.parametrize(
+    ("shapes", "attrs", "error", "match"),
+    [
+        ([(1, 4, 5, 5), (2, 3, 3, 3)], {}, ShapeMismatchError, "4 channels, but weight 'w'"),
+        ([(1, 4, 5, 5), (3, 2, 3, 3)], {"group": 2}, ShapeMismatchError, "cannot be split into 2 groups"),
+        ([(1, 2, 2, 2), (1, 2, 3, 3)], {}, ShapeMismatchError, "does not fit"),
+        ([(1, 2, 5, 5), (1, 2, 3, 3)], {"pads": [1, 1]}, InvalidArgumentError, "'pads' must have 4 values"),
+        ([(1, 2, 5, 5), (1, 2, 3, 3)], {"strides": [0, 1]}, InvalidArgumentError, "'strides' must be >= 1"),
+        (
+            [(1, 2, 5, 5), (1, 2, 3, 3)],
+            {"pads": [1, 1, 1, 1], "auto_pad": "SAME_UPPER"},
+            InvalidArgumentError,
+            "cannot be combined",
+        ),
+        ([(1, 2, 5, 5), (3, 2, 3, 3), (4,)], {}, ShapeMismatchError, "input 'b'.*dimension M is 4"),
+    ],
+)
 def test_conv2d_errors(reg, shapes, attrs, error, match):
     with pytest.raises(error, match=match):
         _infer(reg, "conv2d", shapes, attrs)
@@ -118,8 +133,15 @@ def _conv_transpose_ref(x, w, b, strides, pads, out_pad, dilations, group):
     n, c, h, wd = x.shape
     _, mg, kh, kw = w.shape
     cg = c // group
-    out = [strides[a] * ((h, wd)[a] - 1) + out_pad[a] + ((kh, kw)[a] - 1) * dilations[a] + 1
-           - pads[a] - pads[a + 2] for a in range(2)]
+    out = [
+        strides[a] * ((h, wd)[a] - 1)
+        + out_pad[a]
+        + ((kh, kw)[a] - 1) * dilations[a]
+        + 1
+        - pads[a]
+        - pads[a + 2]
+        for a in range(2)
+    ]
     y = np.zeros((n, mg * group) + tuple(out))
     for oh in range(out[0]):
         for ow in range(out[1]):
@@ -132,8 +154,9 @@ def _conv_transpose_ref(x, w, b, strides, pads, out_pad, dilations, group):
                     if not (0 <= ih < h and 0 <= iw < wd):
                         continue
                     for g in range(group):
-                        y[:, g * mg:(g + 1) * mg, oh, ow] += (
-                            x[:, g * cg:(g + 1) * cg, ih, iw] @ w[g * cg:(g + 1) * cg, :, i, j])
+                        y[:, g * mg : (g + 1) * mg, oh, ow] += (
+                            x[:, g * cg : (g + 1) * cg, ih, iw] @ w[g * cg : (g + 1) * cg, :, i, j]
+                        )
     if b is not None:
         y += b.astype(np.float64)[None, :, None, None]
     return y
@@ -156,8 +179,9 @@ def test_conv_transpose2d_against_gather_loop(reg, xs, ws, attrs, dtype):
     for _ in range(2):  # the accumulator kept by bind must be cleared between runs
         (y,) = run_op(reg, "conv_transpose2d", [x, w, b], attrs)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "output_padding": [0, 0], "dilations": [1, 1], **attrs}
-    ref = _conv_transpose_ref(x, w, b, full["strides"], full["pads"], full["output_padding"],
-                              full["dilations"], group)
+    ref = _conv_transpose_ref(
+        x, w, b, full["strides"], full["pads"], full["output_padding"], full["dilations"], group
+    )
     check_close(y, ref, dtype)
 
 
@@ -174,11 +198,18 @@ def test_conv_transpose2d_errors(reg):
         _infer(reg, "conv_transpose2d", [(1, 2, 1, 1), (2, 1, 1, 1)], {"pads": [1, 0, 1, 0]})
 
 
-@pytest.mark.parametrize(("xs", "ws", "attrs"), [
-    ((1, 4, 9, 8), (6, 2, 3, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1], "group": 2, "dilations": [1, 2]}),
-    ((2, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
-    ((2, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 3]}),
-])
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs"),
+    [
+        (
+            (1, 4, 9, 8),
+            (6, 2, 3, 2),
+            {"strides": [2, 1], "pads": [1, 0, 2, 1], "group": 2, "dilations": [1, 2]},
+        ),
+        ((2, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+        ((2, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 3]}),
+    ],
+)
 def test_conv2d_matches_onnx(reg, xs, ws, attrs):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
@@ -206,20 +237,35 @@ def test_conv_transpose2d_matches_onnx(reg, xs, ws, attrs):
 
 def test_pipeline_conv_block_plans_and_runs():
     config = {
-        "inputs": {"x": {"shape": [2, 3, 16, 16], "dtype": "float32"},
-                   "w1": {"shape": [8, 3, 3, 3], "dtype": "float32"},
-                   "w2": {"shape": [8, 4, 2, 2], "dtype": "float32"}},
+        "inputs": {
+            "x": {"shape": [2, 3, 16, 16], "dtype": "float32"},
+            "w1": {"shape": [8, 3, 3, 3], "dtype": "float32"},
+            "w2": {"shape": [8, 4, 2, 2], "dtype": "float32"},
+        },
         "pipeline": [
-            {"name": "conv2d", "id": "down", "inputs": ["x", "w1"], "outputs": ["h"],
-             "attrs": {"strides": [2, 2], "auto_pad": "SAME_UPPER"}},
+            {
+                "name": "conv2d",
+                "id": "down",
+                "inputs": ["x", "w1"],
+                "outputs": ["h"],
+                "attrs": {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+            },
             {"name": "relu", "inputs": ["h"], "outputs": ["r"]},
-            {"name": "conv_transpose2d", "id": "up", "inputs": ["r", "w2"], "outputs": ["y"],
-             "attrs": {"strides": [2, 2], "group": 2}},
+            {
+                "name": "conv_transpose2d",
+                "id": "up",
+                "inputs": ["r", "w2"],
+                "outputs": ["y"],
+                "attrs": {"strides": [2, 2], "group": 2},
+            },
         ],
     }
     rng = np.random.default_rng(36)
-    x, w1, w2 = rand(rng, (2, 3, 16, 16), "float32"), rand(rng, (8, 3, 3, 3), "float32"), rand(
-        rng, (8, 4, 2, 2), "float32")
+    x, w1, w2 = (
+        rand(rng, (2, 3, 16, 16), "float32"),
+        rand(rng, (8, 3, 3, 3), "float32"),
+        rand(rng, (8, 4, 2, 2), "float32"),
+    )
     with pl.load(config, device="cpu") as pipe:
         assert 0 < pipe.memory_plan.peak_bytes <= pipe.memory_plan.naive_bytes
         y = np.asarray(pipe.run(x=x, w1=w1, w2=w2)["y"])

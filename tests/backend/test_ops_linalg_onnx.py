@@ -26,12 +26,17 @@ def onnx_run(op_type: str, inputs: list, attrs: dict, n_outputs: int, opset: int
     """Run one ONNX node on ``inputs`` (None: an omitted optional input) with ONNX's reference evaluator."""
     names = ["" if x is None else f"in{i}" for i, x in enumerate(inputs)]
     feeds = {name: x for name, x in zip(names, inputs, strict=True) if x is not None}
-    value_infos = [helper.make_tensor_value_info(name, _ELEM[str(x.dtype)], x.shape)
-                   for name, x in feeds.items()]
+    value_infos = [
+        helper.make_tensor_value_info(name, _ELEM[str(x.dtype)], x.shape) for name, x in feeds.items()
+    ]
     outs = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph([node], "one_node", value_infos,
-                              [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs])
+    graph = helper.make_graph(
+        [node],
+        "one_node",
+        value_infos,
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model).run(None, feeds)
 
@@ -58,14 +63,26 @@ def test_gemm_matches_onnx_gemm(reg, device, rng, dtype, a_shape, b_shape, c_sha
     a, b = rand(rng, a_shape, dtype, -1.0, 1.0), rand(rng, b_shape, dtype, -1.0, 1.0)
     c = None if c_shape is None else rand(rng, c_shape, dtype)
     (want,) = onnx_run("Gemm", [a, b, c], attrs, 1, 13)
-    ours = {"trans_a": bool(attrs.get("transA", 0)), "trans_b": bool(attrs.get("transB", 0)),
-            "alpha": attrs.get("alpha", 1.0), "beta": attrs.get("beta", 1.0)}
+    ours = {
+        "trans_a": bool(attrs.get("transA", 0)),
+        "trans_b": bool(attrs.get("transB", 0)),
+        "alpha": attrs.get("alpha", 1.0),
+        "beta": attrs.get("beta", 1.0),
+    }
     (got,) = run_op(reg, "gemm", [a, b, c], ours, device=device)
     _check(got, want, dtype)
 
 
-MATMUL = [((3, 7), (7, 5)), ((7,), (7, 5)), ((3, 7), (7,)), ((7,), (7,)), ((2, 3, 7), (7, 5)),
-          ((2, 1, 3, 7), (4, 7, 5)), ((1, 4, 3, 7), (2, 1, 7, 5)), ((7,), (3, 2, 7, 4))]
+MATMUL = [
+    ((3, 7), (7, 5)),
+    ((7,), (7, 5)),
+    ((3, 7), (7,)),
+    ((7,), (7,)),
+    ((2, 3, 7), (7, 5)),
+    ((2, 1, 3, 7), (4, 7, 5)),
+    ((1, 4, 3, 7), (2, 1, 7, 5)),
+    ((7,), (3, 2, 7, 4)),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

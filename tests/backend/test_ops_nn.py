@@ -30,6 +30,7 @@ def _stats(dtype: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- layer_norm
 
+
 def _layer_norm_ref(x, gamma, beta, eps, axis=-1):
     """float64 layer norm over the axes from ``axis`` on; mean and rstd keep those axes as 1 (ONNX)."""
     x = as64(x)
@@ -46,7 +47,12 @@ def _layer_norm_ref(x, gamma, beta, eps, axis=-1):
 
 
 NORM_CASES = [(s, -1) for s in SHAPES + [(33,), (3, 40000)]] + [  # 40000: the *_big row kernels
-    ((2, 5, 33), -2), ((2, 5, 33), 0), ((2, 5, 33), 1), ((3, 4, 5, 6), -3), ((2, 3, 100, 200), 2)]
+    ((2, 5, 33), -2),
+    ((2, 5, 33), 0),
+    ((2, 5, 33), 1),
+    ((3, 4, 5, 6), -3),
+    ((2, 3, 100, 200), 2),
+]
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
@@ -61,7 +67,7 @@ def test_layer_norm(reg, device, rng, dtype, shape, axis, with_gamma, with_beta)
         beta = rand(rng, normalized, dtype) if with_beta else None
         y, mean, rstd = run_op(reg, "layer_norm", [x, gamma, beta], {"eps": eps, "axis": axis}, device=device)
         assert y.dtype == x.dtype and mean.dtype == rstd.dtype == np.dtype(_stats(dtype))
-        assert mean.shape == rstd.shape == shape[:axis % len(shape)] + (1,) * len(normalized)
+        assert mean.shape == rstd.shape == shape[: axis % len(shape)] + (1,) * len(normalized)
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, eps, axis)
         check_close(y, ref_y, dtype)
         # Statistics are stored in float32 (float64): they meet that dtype's tolerance, not the input's.
@@ -73,8 +79,9 @@ def test_layer_norm(reg, device, rng, dtype, shape, axis, with_gamma, with_beta)
 def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, device, rng, dtype):
     x, gamma, beta = rand(rng, (5, 33), dtype), rand(rng, (33,), dtype), rand(rng, (33,), dtype)
     for eps in (1e-5, 0.5):  # one bound kernel, two eps values: eps is read per run
-        y, mean, rstd = run_op(reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)],
-                               device=device)
+        y, mean, rstd = run_op(
+            reg, "layer_norm_v1", [x, gamma, beta, np.array(eps, dtype=np.float32)], device=device
+        )
         ref_y, ref_mean, ref_rstd = _layer_norm_ref(x, gamma, beta, float(np.float32(eps)))
         assert mean.shape == rstd.shape == (5,)  # the seed's module keeps its [N] statistics
         check_close(y, ref_y, dtype)
@@ -85,8 +92,9 @@ def test_layer_norm_v1_reads_eps_from_a_0d_tensor(reg, device, rng, dtype):
 def test_layer_norm_shape_and_dtype_inference(reg):
     desc = reg.get("layer_norm")
     attrs = desc.resolve_attrs({}, where="s")
-    shapes, dtypes = infer_outputs(desc, (("B", 5, 33), (33,), None), ("bfloat16", "bfloat16", None), attrs,
-                                   stage="ln")
+    shapes, dtypes = infer_outputs(
+        desc, (("B", 5, 33), (33,), None), ("bfloat16", "bfloat16", None), attrs, stage="ln"
+    )
     assert shapes == (("B", 5, 33), ("B", 5, 1), ("B", 5, 1)) and dtypes == ("bfloat16", "float32", "float32")
     _, dtypes = infer_outputs(desc, ((3, 7), None, None), ("float64", None, None), attrs, stage="ln")
     assert dtypes == ("float64", "float64", "float64")
@@ -98,8 +106,14 @@ def test_layer_norm_shape_and_dtype_inference(reg):
 def test_layer_norm_gamma_width_must_match_c(reg):
     desc = reg.get("layer_norm")
     with pytest.raises(ShapeMismatchError) as info:
-        infer_outputs(desc, ((3, 7), (8,), None), ("float32", "float32", None), {"eps": 1e-5, "axis": -1},
-                      stage="ln1", tensors=("h", "g"))
+        infer_outputs(
+            desc,
+            ((3, 7), (8,), None),
+            ("float32", "float32", None),
+            {"eps": 1e-5, "axis": -1},
+            stage="ln1",
+            tensors=("h", "g"),
+        )
     err = info.value
     assert err.symbol == "C" and err.stage == "ln1" and err.port == "gamma"
     assert "'ln1'" in str(err) and "[7]" in str(err) and "[8]" in str(err)
@@ -126,8 +140,9 @@ def test_norm_axis_out_of_range_is_rejected(reg, op, axis):
     n_in = len(desc.inputs)
     attrs = desc.resolve_attrs({"axis": axis}, where="s")
     with pytest.raises(InvalidArgumentError, match=r"axis.*\[-3, 3\)"):
-        infer_outputs(desc, ((2, 5, 33),) + (None,) * (n_in - 1), ("float32",) + (None,) * (n_in - 1), attrs,
-                      stage="n")
+        infer_outputs(
+            desc, ((2, 5, 33),) + (None,) * (n_in - 1), ("float32",) + (None,) * (n_in - 1), attrs, stage="n"
+        )
 
 
 def test_norm_rejects_a_0d_input(reg):
@@ -149,6 +164,7 @@ def test_layer_norm_v1_eps_must_be_a_0d_float32(reg):
 
 # ---------------------------------------------------------------------------------------------- rms_norm
 
+
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize(("shape", "axis"), [(s, -1) for s in SHAPES] + [((2, 5, 33), -2), ((3, 4, 5, 6), 1)])
 @pytest.mark.parametrize("with_gamma", [True, False])
@@ -158,15 +174,18 @@ def test_rms_norm(reg, device, rng, dtype, shape, axis, with_gamma):
     (y,) = run_op(reg, "rms_norm", [x, gamma], {"eps": 1e-2, "axis": axis}, device=device)
     x64 = as64(x)
     axes = tuple(range(axis % x.ndim, x.ndim))
-    ref = x64 / np.sqrt((x64 ** 2).mean(axis=axes, keepdims=True) + 1e-2)
+    ref = x64 / np.sqrt((x64**2).mean(axis=axes, keepdims=True) + 1e-2)
     check_close(y, ref * as64(gamma) if with_gamma else ref, dtype)
 
 
 # ---------------------------------------------------------------------------------------------- softmax
 
+
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-@pytest.mark.parametrize(("shape", "axis"), [((3, 7), -1), ((3, 7), 0), ((2, 5, 33), 1), ((2, 5, 33), -1),
-                                             ((2, 4099), -1), ((6, 9, 11), 0)])
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((3, 7), -1), ((3, 7), 0), ((2, 5, 33), 1), ((2, 5, 33), -1), ((2, 4099), -1), ((6, 9, 11), 0)],
+)
 def test_softmax(reg, device, rng, dtype, shape, axis):
     x = rand(rng, shape, dtype, -8.0, 8.0)
     x.reshape(-1)[0] = 100.0  # exp(100) overflows float32: only a max-subtracting softmax survives
@@ -184,6 +203,7 @@ def test_softmax_axis_is_checked_at_inference(reg):
 
 
 # ---------------------------------------------------------------------------------------------- batch_norm
+
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", [(3, 7), (2, 5, 33), (2, 3, 5, 7)])
@@ -205,12 +225,18 @@ def test_batch_norm(reg, device, rng, dtype, shape, affine):
 def test_batch_norm_checks_the_channel_axis(reg):
     desc = reg.get("batch_norm")
     with pytest.raises(ShapeMismatchError) as info:
-        infer_outputs(desc, ((2, 5, 9), (9,), (9,), None, None), ("float32",) * 3 + (None, None),
-                      {"eps": 1e-5}, stage="bn")
+        infer_outputs(
+            desc,
+            ((2, 5, 9), (9,), (9,), None, None),
+            ("float32",) * 3 + (None, None),
+            {"eps": 1e-5},
+            stage="bn",
+        )
     assert info.value.symbol == "C" and info.value.stage == "bn"
 
 
 # ---------------------------------------------------------------------------------------------- gemm
+
 
 def _act(name, v):
     if name == "relu":
@@ -218,7 +244,7 @@ def _act(name, v):
     if name == "gelu":
         return 0.5 * v * (1.0 + ref_erf(v / math.sqrt(2.0)))
     if name == "gelu_tanh":
-        return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+        return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
     return v
 
 
@@ -272,7 +298,9 @@ def test_gemm_shape_inference(reg):
     four = ("float32",) * 4
     attrs = desc.resolve_attrs({}, where="s")
     assert infer_outputs(desc, ((2, "M", 7), (7, 5), (5,), None), four, attrs, stage="g") == (
-        ((2, "M", 5),), ("float32",))
+        ((2, "M", 5),),
+        ("float32",),
+    )
     attrs_t = desc.resolve_attrs({"trans_b": True}, where="s")
     assert infer_outputs(desc, ((3, 7), (5, 7), None, (3, 5)), four, attrs_t, stage="g")[0] == ((3, 5),)
     attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
@@ -296,8 +324,9 @@ def test_gemm_k_mismatch_names_k_and_both_values(reg):
     # trans_a reads a as [K, M]: K is its first dimension.
     attrs_ta = desc.resolve_attrs({"trans_a": True}, where="s")
     with pytest.raises(ShapeMismatchError, match="trans_a") as info:
-        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_ta,
-                      stage="g")
+        infer_outputs(
+            desc, ((3, 7), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs_ta, stage="g"
+        )
     assert info.value.symbol == "K" and {info.value.expected, info.value.got} == {3, 7}
 
 
@@ -308,12 +337,14 @@ def test_gemm_n_and_rank_mismatches(reg):
         infer_outputs(desc, ((3, 7), (7, 5), (6,), None), ("float32",) * 3 + (None,), attrs, stage="g")
     assert info.value.symbol == "N" and info.value.port == "bias"
     with pytest.raises(ShapeMismatchError) as info:
-        infer_outputs(desc, ((3, 7), (7, 5), None, (4, 5)), ("float32",) * 2 + (None, "float32"), attrs,
-                      stage="g")
+        infer_outputs(
+            desc, ((3, 7), (7, 5), None, (4, 5)), ("float32",) * 2 + (None, "float32"), attrs, stage="g"
+        )
     assert info.value.stage == "g" and info.value.port == "residual"
     with pytest.raises(ShapeMismatchError, match="2-d"):
-        infer_outputs(desc, ((3, 7), (2, 7, 5), None, None), ("float32",) * 2 + (None, None), attrs,
-                      stage="g")
+        infer_outputs(
+            desc, ((3, 7), (2, 7, 5), None, None), ("float32",) * 2 + (None, None), attrs, stage="g"
+        )
     with pytest.raises(ShapeMismatchError, match="at least 1 dimension"):
         infer_outputs(desc, ((), (7, 5), None, None), ("float32",) * 2 + (None, None), attrs, stage="g")
 
@@ -323,16 +354,26 @@ def test_gemm_bias_must_broadcast_to_m_n(reg, bias):
     """ONNX's C broadcasts one way only: to [M, N], never widening it."""
     desc = reg.get("gemm")
     with pytest.raises(ShapeMismatchError, match="does not broadcast to the output shape") as info:
-        infer_outputs(desc, ((3, 7), (7, 5), bias, None), ("float32",) * 3 + (None,),
-                      desc.resolve_attrs({}, where="s"), stage="g")
+        infer_outputs(
+            desc,
+            ((3, 7), (7, 5), bias, None),
+            ("float32",) * 3 + (None,),
+            desc.resolve_attrs({}, where="s"),
+            stage="g",
+        )
     assert info.value.port == "bias" and info.value.stage == "g"
 
 
 def test_gemm_trans_a_needs_a_2d_a(reg):
     desc = reg.get("gemm")
     with pytest.raises(ShapeMismatchError, match="trans_a") as info:
-        infer_outputs(desc, ((2, 7, 3), (7, 5), None, None), ("float32",) * 2 + (None, None),
-                      desc.resolve_attrs({"trans_a": True}, where="s"), stage="g")
+        infer_outputs(
+            desc,
+            ((2, 7, 3), (7, 5), None, None),
+            ("float32",) * 2 + (None, None),
+            desc.resolve_attrs({"trans_a": True}, where="s"),
+            stage="g",
+        )
     assert info.value.port == "a" and info.value.symbol == "rank"
 
 
@@ -340,18 +381,18 @@ def test_gemm_trans_a_needs_a_2d_a(reg):
 
 MATMUL_CASES = [  # a shape, b shape: ONNX MatMul (NumPy matmul) shapes
     ((3, 7), (7, 5)),
-    ((7,), (7, 5)),                      # 1-d a: a row, M dropped
-    ((3, 7), (7,)),                      # 1-d b: a column, N dropped
-    ((7,), (7,)),                        # both: a 0-d dot product
-    ((2, 3, 7), (7, 5)),                 # b broadcast over the batch (folds into M on CUDA)
-    ((7,), (2, 7, 5)),                   # a 1-d, b batched: a broadcast (stride 0)
-    ((2, 4, 3, 7), (4, 7, 5)),           # b broadcast over the leading batch dim
-    ((2, 1, 3, 7), (1, 4, 7, 5)),        # both broadcast: one stride each cannot say it
+    ((7,), (7, 5)),  # 1-d a: a row, M dropped
+    ((3, 7), (7,)),  # 1-d b: a column, N dropped
+    ((7,), (7,)),  # both: a 0-d dot product
+    ((2, 3, 7), (7, 5)),  # b broadcast over the batch (folds into M on CUDA)
+    ((7,), (2, 7, 5)),  # a 1-d, b batched: a broadcast (stride 0)
+    ((2, 4, 3, 7), (4, 7, 5)),  # b broadcast over the leading batch dim
+    ((2, 1, 3, 7), (1, 4, 7, 5)),  # both broadcast: one stride each cannot say it
     ((1, 4, 3, 7), (2, 1, 7, 5)),
-    ((3, 2, 3, 7), (3, 2, 7, 1)),        # N = 1
-    ((2, 3, 7), (1, 7, 2)),              # b batch of 1: folds into M
+    ((3, 2, 3, 7), (3, 2, 7, 1)),  # N = 1
+    ((2, 3, 7), (1, 7, 2)),  # b batch of 1: folds into M
     ((5, 1, 33, 40), (6, 40, 24)),
-    ((0, 3, 7), (7, 5)),                 # empty dims: an empty output, nothing to compute
+    ((0, 3, 7), (7, 5)),  # empty dims: an empty output, nothing to compute
     ((2, 0, 7), (2, 7, 5)),
 ]
 
@@ -362,8 +403,11 @@ def _matmul_ref(a, b):
     a2 = a64[None, :] if a64.ndim == 1 else a64
     b2 = b64[:, None] if b64.ndim == 1 else b64
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    out = np.einsum("...mk,...kn->...mn", np.broadcast_to(a2, batch + a2.shape[-2:]),
-                    np.broadcast_to(b2, batch + b2.shape[-2:]))
+    out = np.einsum(
+        "...mk,...kn->...mn",
+        np.broadcast_to(a2, batch + a2.shape[-2:]),
+        np.broadcast_to(b2, batch + b2.shape[-2:]),
+    )
     if a64.ndim == 1:
         out = out[..., 0, :]
     if b64.ndim == 1:
@@ -393,9 +437,14 @@ def test_matmul_with_k_0_gives_zeros_on_the_cpu(reg, a_shape, b_shape):
 def test_matmul_shape_inference(reg):
     desc = reg.get("matmul")
     two = ("float32",) * 2
-    cases = [(((2, "S", 7), (7, 5)), (2, "S", 5)), (((7,), (7, 5)), (5,)), ((("B", 3, 7), (7,)), ("B", 3)),
-             (((7,), (7,)), ()), (((2, 1, 3, 7), (4, 7, 5)), (2, 4, 3, 5)),
-             ((("B", 3, 7), (1, 7, 5)), ("B", 3, 5))]
+    cases = [
+        (((2, "S", 7), (7, 5)), (2, "S", 5)),
+        (((7,), (7, 5)), (5,)),
+        ((("B", 3, 7), (7,)), ("B", 3)),
+        (((7,), (7,)), ()),
+        (((2, 1, 3, 7), (4, 7, 5)), (2, 4, 3, 5)),
+        ((("B", 3, 7), (1, 7, 5)), ("B", 3, 5)),
+    ]
     for shapes, out in cases:
         assert infer_outputs(desc, shapes, two, {}, stage="m") == ((out,), ("float32",))
 
@@ -419,8 +468,13 @@ def test_matmul_mismatches_name_the_dimension(reg):
 def test_gemm_dtype_mismatch_between_a_and_b(reg):
     desc = reg.get("gemm")
     with pytest.raises(DTypeMismatchError) as info:
-        infer_outputs(desc, ((3, 7), (7, 5), None, None), ("float32", "bfloat16", None, None),
-                      desc.resolve_attrs({}, where="s"), stage="g")
+        infer_outputs(
+            desc,
+            ((3, 7), (7, 5), None, None),
+            ("float32", "bfloat16", None, None),
+            desc.resolve_attrs({}, where="s"),
+            stage="g",
+        )
     assert info.value.port == "b" and "'g'" in str(info.value)
 
 
@@ -431,9 +485,12 @@ def test_gemm_rejects_an_unknown_activation(reg):
 
 # ---------------------------------------------------------------------------------------------- transpose
 
+
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + ("int8", "int64", "bool"))
-@pytest.mark.parametrize(("shape", "perm"), [((3, 7), None), ((2, 5, 33), (1, 2, 0)), ((2, 5, 33), None),
-                                             ((2, 3, 5, 7), (0, 2, 1, 3))])
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [((3, 7), None), ((2, 5, 33), (1, 2, 0)), ((2, 5, 33), None), ((2, 3, 5, 7), (0, 2, 1, 3))],
+)
 def test_transpose(reg, device, rng, dtype, shape, perm):
     x = rand(rng, shape, dtype)
     (y,) = run_op(reg, "transpose", [x], {} if perm is None else {"perm": list(perm)}, device=device)
@@ -453,9 +510,12 @@ def test_transpose(reg, device, rng, dtype, shape, perm):
 def test_transpose_inference(reg):
     desc = reg.get("transpose")
     assert infer_outputs(desc, ((2, "S", 4),), ("float16",), {"perm": (1, 2, 0)}, stage="t") == (
-        (("S", 4, 2),), ("float16",))
+        (("S", 4, 2),),
+        ("float16",),
+    )
     assert infer_outputs(desc, ((2, 3, 4),), ("int8",), desc.resolve_attrs({}, where="t"), stage="t")[0] == (
-        (4, 3, 2),)
+        (4, 3, 2),
+    )
 
 
 @pytest.mark.parametrize("perm", [(0, 0, 1), (0, 1), (0, 1, 3), (2, 1, 0, 3)])
@@ -470,12 +530,23 @@ def test_linalg_shapes_are_checked_when_a_pipeline_loads():
     import pipelink as pl
 
     def config(bias_shape, w_shape):
-        return {"inputs": {"x": {"shape": ["B", 3, 7], "dtype": "float32"},
-                           "w": {"shape": w_shape, "dtype": "float32"},
-                           "c": {"shape": bias_shape, "dtype": "float32"}},
-                "pipeline": [{"name": "matmul", "id": "mm", "inputs": ["x", "w"], "outputs": ["h"]},
-                             {"name": "gemm", "id": "proj", "inputs": ["h", "w", "c"], "outputs": ["y"],
-                              "attrs": {"beta": 0.5}}]}
+        return {
+            "inputs": {
+                "x": {"shape": ["B", 3, 7], "dtype": "float32"},
+                "w": {"shape": w_shape, "dtype": "float32"},
+                "c": {"shape": bias_shape, "dtype": "float32"},
+            },
+            "pipeline": [
+                {"name": "matmul", "id": "mm", "inputs": ["x", "w"], "outputs": ["h"]},
+                {
+                    "name": "gemm",
+                    "id": "proj",
+                    "inputs": ["h", "w", "c"],
+                    "outputs": ["y"],
+                    "attrs": {"beta": 0.5},
+                },
+            ],
+        }
 
     with pl.load(config([3, 1], [7, 7]), device="cpu") as pipe:
         x = np.ones((2, 3, 7), np.float32)

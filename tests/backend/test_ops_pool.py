@@ -32,8 +32,10 @@ def _pool_ref(x, kind, kernel, strides, pads, dilations, ceil_mode, include_pad)
     x = x.astype(np.float64)
     n, c, h, w = x.shape
     size = (h, w)
-    outs = [_out_size(size[a], kernel[a], strides[a], dilations[a], pads[a], pads[a + 2], ceil_mode)
-            for a in range(2)]
+    outs = [
+        _out_size(size[a], kernel[a], strides[a], dilations[a], pads[a], pads[a + 2], ceil_mode)
+        for a in range(2)
+    ]
     y = np.empty((n, c, *outs))
     for oh in range(outs[0]):
         for ow in range(outs[1]):
@@ -71,8 +73,16 @@ def test_pools_against_loops(reg, device, shape, attrs, dtype, kind, include_pad
     call = dict(attrs, count_include_pad=include_pad) if kind == "avg" else attrs
     (y,) = run_op(reg, f"{kind}_pool2d", [x], call, device=device)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "ceil_mode": False, **attrs}
-    ref = _pool_ref(x, kind, full["kernel_shape"], full["strides"], full["pads"], full["dilations"],
-                    full["ceil_mode"], include_pad)
+    ref = _pool_ref(
+        x,
+        kind,
+        full["kernel_shape"],
+        full["strides"],
+        full["pads"],
+        full["dilations"],
+        full["ceil_mode"],
+        include_pad,
+    )
     check_close(y, ref, dtype)
 
 
@@ -105,12 +115,15 @@ def test_global_average_pool(reg, device, shape, dtype):
     check_close(y, ref, dtype)
 
 
-@pytest.mark.parametrize(("shape", "attrs", "error", "match"), [
-    ((1, 1, 4, 4), {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]}, InvalidArgumentError, "smaller than"),
-    ((1, 1, 2, 2), {"kernel_shape": [3, 3]}, ShapeMismatchError, "does not fit"),
-    ((1, 1, 4, 4), {"kernel_shape": [2]}, InvalidArgumentError, "'kernel_shape' must have 2 values"),
-    ((1, 1, 4, 4), {"kernel_shape": [2, 2], "dilations": [0, 1]}, InvalidArgumentError, "dilations"),
-])
+@pytest.mark.parametrize(
+    ("shape", "attrs", "error", "match"),
+    [
+        ((1, 1, 4, 4), {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]}, InvalidArgumentError, "smaller than"),
+        ((1, 1, 2, 2), {"kernel_shape": [3, 3]}, ShapeMismatchError, "does not fit"),
+        ((1, 1, 4, 4), {"kernel_shape": [2]}, InvalidArgumentError, "'kernel_shape' must have 2 values"),
+        ((1, 1, 4, 4), {"kernel_shape": [2, 2], "dilations": [0, 1]}, InvalidArgumentError, "dilations"),
+    ],
+)
 def test_pool_errors(reg, shape, attrs, error, match):
     with pytest.raises(error, match=match):
         run_op(reg, "max_pool2d", [np.zeros(shape, np.float32)], attrs)
@@ -138,10 +151,18 @@ def test_pipeline_pool_head_plans_and_runs():
     config = {
         "inputs": {"x": {"shape": [2, 4, 9, 9], "dtype": "float16"}},
         "pipeline": [
-            {"name": "max_pool2d", "inputs": ["x"], "outputs": ["p"],
-             "attrs": {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": True}},
-            {"name": "avg_pool2d", "inputs": ["p"], "outputs": ["q"],
-             "attrs": {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0], "count_include_pad": True}},
+            {
+                "name": "max_pool2d",
+                "inputs": ["x"],
+                "outputs": ["p"],
+                "attrs": {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": True},
+            },
+            {
+                "name": "avg_pool2d",
+                "inputs": ["p"],
+                "outputs": ["q"],
+                "attrs": {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0], "count_include_pad": True},
+            },
             {"name": "global_average_pool", "inputs": ["q"], "outputs": ["y"]},
         ],
     }
@@ -155,8 +176,11 @@ def test_pipeline_pool_head_plans_and_runs():
 
 
 def test_empty_batches_and_empty_spatial_axes(reg, device):
-    for name, attrs in (("max_pool2d", {"kernel_shape": [2, 2]}), ("avg_pool2d", {"kernel_shape": [2, 2]}),
-                        ("global_average_pool", {})):
+    for name, attrs in (
+        ("max_pool2d", {"kernel_shape": [2, 2]}),
+        ("avg_pool2d", {"kernel_shape": [2, 2]}),
+        ("global_average_pool", {}),
+    ):
         (y,) = run_op(reg, name, [np.zeros((0, 2, 4, 4), np.float32)], attrs, device=device)
         assert y.shape[:2] == (0, 2)
     (y,) = run_op(reg, "global_average_pool", [np.ones((1, 2, 0, 4), np.float32)], device=device)

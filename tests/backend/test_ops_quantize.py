@@ -66,8 +66,10 @@ def _quant_ref(x, scale, zero, axis, dtype, saturate=True):
 
 @pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("xtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize(("shape", "axis", "per_axis"), [((4, 6), 1, False), ((3, 5, 2), 1, True),
-                                                         ((3, 5, 2), -1, True), ((0, 4), 1, True)])
+@pytest.mark.parametrize(
+    ("shape", "axis", "per_axis"),
+    [((4, 6), 1, False), ((3, 5, 2), 1, True), ((3, 5, 2), -1, True), ((0, 4), 1, True)],
+)
 def test_quantize_against_elementwise_reference(reg, device, qtype, xtype, shape, axis, per_axis):
     rng = np.random.default_rng(71)
     x = (rng.standard_normal(shape) * 40).astype(ml_dtypes.bfloat16 if xtype == "bfloat16" else xtype)
@@ -89,8 +91,13 @@ def test_quantize_against_elementwise_reference(reg, device, qtype, xtype, shape
 def test_float8_saturation_nan_and_inf(reg, device, qtype, saturate):
     big = float(ml_dtypes.finfo(FP8[qtype]).max)
     x = np.array([big * 4, -big * 4, np.inf, -np.inf, np.nan, 1e-9, big, 3.3], np.float32)
-    (y,) = run_op(reg, "quantize_linear", [x, np.float32(1.0)], {"output_dtype": qtype, "saturate": saturate},
-                  device=device)
+    (y,) = run_op(
+        reg,
+        "quantize_linear",
+        [x, np.float32(1.0)],
+        {"output_dtype": qtype, "saturate": saturate},
+        device=device,
+    )
     ref = [_nearest_fp8(float(v), FP8[qtype], saturate) for v in x]
     if not saturate:  # infinities stay infinite where the type has them (e5m2), else NaN
         ref[2:4] = [math.nan, math.nan] if qtype == "float8_e4m3fn" else [math.inf, -math.inf]
@@ -119,8 +126,11 @@ def test_dequantize_against_formula(reg, device, qtype, stype, per_axis):
         x = np.where(np.isfinite(x.astype(np.float32)), x, np.zeros((), npq)).astype(npq)
     npt = ml_dtypes.bfloat16 if stype == "bfloat16" else stype
     scale = rng.uniform(0.01, 2, size=(4,) if per_axis else ()).astype(npt)
-    zero = (rng.integers(0, 20, size=scale.shape).astype(qtype) if qtype in ("int8", "uint8")
-            else np.zeros(scale.shape, npq))
+    zero = (
+        rng.integers(0, 20, size=scale.shape).astype(qtype)
+        if qtype in ("int8", "uint8")
+        else np.zeros(scale.shape, npq)
+    )
     (y,) = run_op(reg, "dequantize_linear", [x, scale, zero], {"axis": -2}, device=device)
     assert y.dtype == scale.dtype
     s = scale.astype(np.float64).reshape((4, 1) if per_axis else ())
@@ -128,11 +138,14 @@ def test_dequantize_against_formula(reg, device, qtype, stype, per_axis):
     check_close(y, (x.astype(np.float64) - z) * s, stype)
 
 
-@pytest.mark.parametrize(("op", "inputs", "attrs", "error", "match"), [
-    ("quantize_linear", [(4, 6), (5,)], {}, ShapeMismatchError, "size 6 along axis 1"),
-    ("quantize_linear", [(4, 6), (6,), (1,)], {}, ShapeMismatchError, "zero point's shape"),
-    ("dequantize_linear", [(4, 6), (2, 6)], {"axis": 0}, ShapeMismatchError, "must be a scalar"),
-])
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "error", "match"),
+    [
+        ("quantize_linear", [(4, 6), (5,)], {}, ShapeMismatchError, "size 6 along axis 1"),
+        ("quantize_linear", [(4, 6), (6,), (1,)], {}, ShapeMismatchError, "zero point's shape"),
+        ("dequantize_linear", [(4, 6), (2, 6)], {"axis": 0}, ShapeMismatchError, "must be a scalar"),
+    ],
+)
 def test_layout_errors(reg, op, inputs, attrs, error, match):
     dtypes = ["float32", "float32", "uint8"] if op == "quantize_linear" else ["uint8", "float32", "uint8"]
     arrays = [np.zeros(s, d) for s, d in zip(inputs, dtypes, strict=False)]
@@ -159,8 +172,11 @@ def test_quantize_roundtrip_matches_onnx(reg, device, qtype, per_axis):
     rng = np.random.default_rng(73)
     x = (rng.standard_normal((3, 4, 5)) * 30).astype(np.float32)
     scale = rng.uniform(0.05, 0.5, size=(4,) if per_axis else ()).astype(np.float32)
-    zero = (rng.integers(0, 20, size=scale.shape).astype(qtype) if qtype in ("int8", "uint8")
-            else np.zeros(scale.shape, FP8[qtype]))
+    zero = (
+        rng.integers(0, 20, size=scale.shape).astype(qtype)
+        if qtype in ("int8", "uint8")
+        else np.zeros(scale.shape, FP8[qtype])
+    )
     (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {"axis": 1}, device=device)
     (ref,) = run_onnx("QuantizeLinear", [x, scale, zero], {"axis": 1}, opset=21)
     assert np.array_equal(y.astype(np.float64), ref.astype(np.float64), equal_nan=True)
@@ -173,8 +189,12 @@ def test_pipeline_fp8_roundtrip_plans_and_runs():
     config = {
         "inputs": {"x": {"shape": [8, 16], "dtype": "bfloat16"}, "s": {"shape": [16], "dtype": "bfloat16"}},
         "pipeline": [
-            {"name": "quantize_linear", "inputs": ["x", "s"], "outputs": ["q"],
-             "attrs": {"output_dtype": "float8_e4m3fn"}},
+            {
+                "name": "quantize_linear",
+                "inputs": ["x", "s"],
+                "outputs": ["q"],
+                "attrs": {"output_dtype": "float8_e4m3fn"},
+            },
             {"name": "dequantize_linear", "inputs": ["q", "s"], "outputs": ["y"]},
         ],
     }

@@ -39,18 +39,28 @@ def _ref(x: np.ndarray, kind: str, axes, keepdims: bool, noop: bool) -> np.ndarr
         elif kind == "mean":
             out.append(math.fsum(vals) / len(vals) if vals else math.nan)
         else:
-            out.append(max(vals) if vals and not any(math.isnan(v) for v in vals) else
-                       (math.nan if vals else -math.inf))
+            out.append(
+                max(vals)
+                if vals and not any(math.isnan(v) for v in vals)
+                else (math.nan if vals else -math.inf)
+            )
     res = np.array(out, np.float64).reshape(tuple(x.shape[a] for a in kept))
     if keepdims:
         res = res.reshape(tuple(1 if a in axes else x.shape[a] for a in range(nd)))
     return res
 
 
-CASES = [((3, 4, 5), [1], True), ((3, 4, 5), [-1, 0], False), ((3, 4, 5), [], True), ((3, 4, 5), [], False),
-         ((7,), [0], False), ((2, 0, 3), [1], True), ((2, 0, 3), [0], False),
-         ((2, 3000), [-1], False),        # longer than a warp's share on CUDA: a block per output
-         ((33, 5, 40), [0, 2], True)]     # reduced axes on both sides of a kept one
+CASES = [
+    ((3, 4, 5), [1], True),
+    ((3, 4, 5), [-1, 0], False),
+    ((3, 4, 5), [], True),
+    ((3, 4, 5), [], False),
+    ((7,), [0], False),
+    ((2, 0, 3), [1], True),
+    ((2, 0, 3), [0], False),
+    ((2, 3000), [-1], False),  # longer than a warp's share on CUDA: a block per output
+    ((33, 5, 40), [0, 2], True),
+]  # reduced axes on both sides of a kept one
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -82,8 +92,9 @@ def test_integer_sum_wraps_and_max_is_exact(reg, device, kind, dtype):
 
 
 def test_empty_max_is_the_lowest_value(reg, device):
-    (y,) = run_op(reg, "reduce_max", [np.zeros((3, 0), np.int8)], {"axes": [1], "keepdims": False},
-                  device=device)
+    (y,) = run_op(
+        reg, "reduce_max", [np.zeros((3, 0), np.int8)], {"axes": [1], "keepdims": False}, device=device
+    )
     assert y.tolist() == [-128] * 3
     (y,) = run_op(reg, "reduce_max", [np.zeros((0, 2), np.float16)], {"axes": [0]}, device=device)
     assert np.all(np.isneginf(y))
@@ -119,12 +130,17 @@ def test_reductions_match_onnx(reg, device, kind, dtype, axes, keepdims, noop):
     from .onnx_oracle import run_onnx
 
     x = rand(np.random.default_rng(24), (3, 4, 5), dtype)
-    (y,) = run_op(reg, f"reduce_{kind}", [x],
-                  {"axes": axes, "keepdims": bool(keepdims), "noop_with_empty_axes": bool(noop)},
-                  device=device)
+    (y,) = run_op(
+        reg,
+        f"reduce_{kind}",
+        [x],
+        {"axes": axes, "keepdims": bool(keepdims), "noop_with_empty_axes": bool(noop)},
+        device=device,
+    )
     onnx_in = [x, np.array(axes, np.int64)] if axes else [x]
-    (ref,) = run_onnx(f"Reduce{kind.capitalize()}", onnx_in,
-                      {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18)
+    (ref,) = run_onnx(
+        f"Reduce{kind.capitalize()}", onnx_in, {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18
+    )
     rtol, atol = TOL[dtype]
     assert y.shape == ref.shape
     np.testing.assert_allclose(y.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol)
@@ -136,8 +152,12 @@ def test_pipeline_reduces_and_plans():
         "outputs": ["m", "s"],
         "pipeline": [
             {"name": "reduce_max", "inputs": ["x"], "outputs": ["mx"], "attrs": {"axes": [-1]}},
-            {"name": "reduce_mean", "inputs": ["mx"], "outputs": ["m"],
-             "attrs": {"axes": [1], "keepdims": False}},
+            {
+                "name": "reduce_mean",
+                "inputs": ["mx"],
+                "outputs": ["m"],
+                "attrs": {"axes": [1], "keepdims": False},
+            },
             {"name": "reduce_sum", "inputs": ["x"], "outputs": ["s"], "attrs": {"keepdims": False}},
         ],
     }
@@ -147,6 +167,7 @@ def test_pipeline_reduces_and_plans():
         out = pipe.run(x=x)
         m, s = np.asarray(out["m"]), np.asarray(out["s"])
     assert m.shape == (4, 1) and s.shape == ()
-    np.testing.assert_allclose(m, _ref(_ref(x, "max", [-1], True, False), "mean", [1], False, False),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        m, _ref(_ref(x, "max", [-1], True, False), "mean", [1], False, False), rtol=1e-5
+    )
     np.testing.assert_allclose(s, math.fsum(float(v) for v in x.ravel()), rtol=1e-5)

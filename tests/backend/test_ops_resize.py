@@ -49,8 +49,9 @@ def _resize_ref(x, out_shape, scales, mode, coord_mode, nearest_mode):
     for pos in itertools.product(*(range(d) for d in out_shape)):
         coords = [_coord(o, n, s, coord_mode) for o, n, s in zip(pos, x.shape, scales, strict=True)]
         if mode == "nearest":
-            src = tuple(min(max(_round(c, nearest_mode), 0), n - 1) for c, n in zip(coords, x.shape,
-                                                                                    strict=True))
+            src = tuple(
+                min(max(_round(c, nearest_mode), 0), n - 1) for c, n in zip(coords, x.shape, strict=True)
+            )
             y[pos] = x64[src]
             continue
         total = 0.0
@@ -76,8 +77,13 @@ SCALES = [(1.0, 1.0, 2.0, 2.0), (1.0, 1.0, 0.5, 1.5), (1.0, 1.0, 1.7, 0.6), (1.0
 @pytest.mark.parametrize("nearest_mode", NEAREST)
 def test_nearest_against_per_element(reg, device, scales, coord_mode, nearest_mode):
     x = rand(np.random.default_rng(51), (1, 2, 4, 5), "int8")  # nearest copies values: any dtype
-    (y,) = run_op(reg, "resize", [x], {"scales": list(scales), "coordinate_transformation_mode": coord_mode,
-                                       "nearest_mode": nearest_mode}, device=device)
+    (y,) = run_op(
+        reg,
+        "resize",
+        [x],
+        {"scales": list(scales), "coordinate_transformation_mode": coord_mode, "nearest_mode": nearest_mode},
+        device=device,
+    )
     out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
     assert y.shape == out
     assert np.array_equal(y, _resize_ref(x, out, scales, "nearest", coord_mode, nearest_mode))
@@ -88,8 +94,13 @@ def test_nearest_against_per_element(reg, device, scales, coord_mode, nearest_mo
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 def test_linear_against_corner_sums(reg, device, scales, coord_mode, dtype):
     x = rand(np.random.default_rng(52), (1, 2, 4, 5), dtype)
-    (y,) = run_op(reg, "resize", [x], {"mode": "linear", "scales": list(scales),
-                                       "coordinate_transformation_mode": coord_mode}, device=device)
+    (y,) = run_op(
+        reg,
+        "resize",
+        [x],
+        {"mode": "linear", "scales": list(scales), "coordinate_transformation_mode": coord_mode},
+        device=device,
+    )
     out = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
     check_close(y, _resize_ref(x, out, scales, "linear", coord_mode, ""), dtype)
 
@@ -103,14 +114,17 @@ def test_sizes_give_the_shape_and_out_over_in_scales(reg, device, sizes):
     check_close(y, _resize_ref(x, sizes, scales, "linear", "half_pixel", ""))
 
 
-@pytest.mark.parametrize(("attrs", "error", "match"), [
-    ({}, InvalidArgumentError, "exactly one of"),
-    ({"scales": [1.0, 2.0], "sizes": [1, 2]}, InvalidArgumentError, "exactly one of"),
-    ({"scales": [2.0, 2.0, 2.0]}, InvalidArgumentError, "one value per axis"),
-    ({"scales": [1.0, 0.0]}, InvalidArgumentError, "> 0"),
-    ({"sizes": [2, -1]}, InvalidArgumentError, ">= 0"),
-    ({"scales": [1.0, 2.0], "mode": "cubic"}, InvalidArgumentError, "must be one of"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "error", "match"),
+    [
+        ({}, InvalidArgumentError, "exactly one of"),
+        ({"scales": [1.0, 2.0], "sizes": [1, 2]}, InvalidArgumentError, "exactly one of"),
+        ({"scales": [2.0, 2.0, 2.0]}, InvalidArgumentError, "one value per axis"),
+        ({"scales": [1.0, 0.0]}, InvalidArgumentError, "> 0"),
+        ({"sizes": [2, -1]}, InvalidArgumentError, ">= 0"),
+        ({"scales": [1.0, 2.0], "mode": "cubic"}, InvalidArgumentError, "must be one of"),
+    ],
+)
 def test_resize_errors(reg, attrs, error, match):
     with pytest.raises(error, match=match):
         run_op(reg, "resize", [np.zeros((2, 3), np.float32)], attrs)
@@ -142,12 +156,18 @@ def test_pixel_shuffle_errors(reg):
 
 
 @pytest.mark.parametrize("scales", SCALES)
-@pytest.mark.parametrize(("mode", "coord_mode", "nearest_mode"), [
-    ("nearest", "half_pixel", "round_prefer_floor"), ("nearest", "asymmetric", "floor"),
-    ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", "round_prefer_floor"),
-    ("linear", "align_corners", "round_prefer_floor"), ("linear", "asymmetric", "round_prefer_floor"),
-    ("linear", "pytorch_half_pixel", "round_prefer_floor"),
-])
+@pytest.mark.parametrize(
+    ("mode", "coord_mode", "nearest_mode"),
+    [
+        ("nearest", "half_pixel", "round_prefer_floor"),
+        ("nearest", "asymmetric", "floor"),
+        ("nearest", "align_corners", "round_prefer_ceil"),
+        ("linear", "half_pixel", "round_prefer_floor"),
+        ("linear", "align_corners", "round_prefer_floor"),
+        ("linear", "asymmetric", "round_prefer_floor"),
+        ("linear", "pytorch_half_pixel", "round_prefer_floor"),
+    ],
+)
 def test_resize_matches_onnx(reg, device, scales, mode, coord_mode, nearest_mode):
     pytest.importorskip("onnx")
     from .onnx_oracle import run_onnx
@@ -175,9 +195,16 @@ def test_pipeline_upsampler_plans_and_runs():
         "inputs": {"x": {"shape": [1, 8, 5, 5], "dtype": "float32"}},
         "pipeline": [
             {"name": "pixel_shuffle", "inputs": ["x"], "outputs": ["p"], "attrs": {"blocksize": 2}},
-            {"name": "resize", "inputs": ["p"], "outputs": ["y"],
-             "attrs": {"mode": "linear", "sizes": [1, 2, 15, 20],
-                       "coordinate_transformation_mode": "align_corners"}},
+            {
+                "name": "resize",
+                "inputs": ["p"],
+                "outputs": ["y"],
+                "attrs": {
+                    "mode": "linear",
+                    "sizes": [1, 2, 15, 20],
+                    "coordinate_transformation_mode": "align_corners",
+                },
+            },
         ],
     }
     x = rand(np.random.default_rng(57), (1, 8, 5, 5), "float32")

@@ -31,21 +31,30 @@ def reg():
 def _infer(reg, name, shapes, dtypes, attrs):
     desc = reg.get(name)
     pad = [None] * (len(desc.inputs) - len(shapes))  # absent trailing optional ports
-    return infer_outputs(desc, tuple(shapes) + tuple(pad), tuple(dtypes) + tuple(pad),
-                         desc.resolve_attrs(attrs, where="t"), stage="t")
+    return infer_outputs(
+        desc,
+        tuple(shapes) + tuple(pad),
+        tuple(dtypes) + tuple(pad),
+        desc.resolve_attrs(attrs, where="t"),
+        stage="t",
+    )
 
 
 # -------------------------------------------------------------------------------------- reshape family
 
-@pytest.mark.parametrize(("shape", "target", "allowzero", "expected"), [
-    ((2, 3, 4), [4, 6], False, (4, 6)),
-    ((2, 3, 4), [0, -1], False, (2, 12)),          # 0 copies dimension 0
-    ((2, 3, 4), [-1], False, (24,)),
-    ((2, 3, 4), [2, 0, 2, -1], False, (2, 3, 2, 2)),
-    ((0, 3), [3, 0], True, (3, 0)),                # allowzero: a literal empty dimension
-    ((0, 3), [0, 3], False, (0, 3)),
-    ((1,), [], False, ()),                         # to a scalar
-])
+
+@pytest.mark.parametrize(
+    ("shape", "target", "allowzero", "expected"),
+    [
+        ((2, 3, 4), [4, 6], False, (4, 6)),
+        ((2, 3, 4), [0, -1], False, (2, 12)),  # 0 copies dimension 0
+        ((2, 3, 4), [-1], False, (24,)),
+        ((2, 3, 4), [2, 0, 2, -1], False, (2, 3, 2, 2)),
+        ((0, 3), [3, 0], True, (3, 0)),  # allowzero: a literal empty dimension
+        ((0, 3), [0, 3], False, (0, 3)),
+        ((1,), [], False, ()),  # to a scalar
+    ],
+)
 @pytest.mark.parametrize("dtype", DATA_TYPES)
 def test_reshape_shapes_and_order(reg, device, shape, target, allowzero, expected, dtype):
     x = rand(np.random.default_rng(1), shape, dtype)
@@ -54,15 +63,18 @@ def test_reshape_shapes_and_order(reg, device, shape, target, allowzero, expecte
     assert np.array_equal(y.ravel(), x.ravel()), "reshape keeps the row-major element order"
 
 
-@pytest.mark.parametrize(("shape", "target", "allowzero", "error"), [
-    ((2, 3), [-1, -1], False, InvalidArgumentError),
-    ((2, 3), [5, -1], False, ShapeMismatchError),
-    ((2, 3), [7], False, ShapeMismatchError),
-    ((2, 3), [2, -2], False, InvalidArgumentError),
-    ((2, 3), [0, 0, 0], False, InvalidArgumentError),   # 0 past the input's rank
-    ((0, 3), [0, -1], True, InvalidArgumentError),      # allowzero with 0 and -1
-    ((0, 3), [0, -1], False, ShapeMismatchError),       # -1 next to a 0 dimension is ambiguous
-])
+@pytest.mark.parametrize(
+    ("shape", "target", "allowzero", "error"),
+    [
+        ((2, 3), [-1, -1], False, InvalidArgumentError),
+        ((2, 3), [5, -1], False, ShapeMismatchError),
+        ((2, 3), [7], False, ShapeMismatchError),
+        ((2, 3), [2, -2], False, InvalidArgumentError),
+        ((2, 3), [0, 0, 0], False, InvalidArgumentError),  # 0 past the input's rank
+        ((0, 3), [0, -1], True, InvalidArgumentError),  # allowzero with 0 and -1
+        ((0, 3), [0, -1], False, ShapeMismatchError),  # -1 next to a 0 dimension is ambiguous
+    ],
+)
 def test_reshape_errors_at_load(reg, shape, target, allowzero, error):
     with pytest.raises(error, match="reshape"):
         _infer(reg, "reshape", [shape], ["float32"], {"shape": target, "allowzero": allowzero})
@@ -75,10 +87,16 @@ def test_reshape_keeps_symbols_and_derives_the_rest(reg):
     assert shape[1] == 4 and isinstance(shape[0], str) and "(" in shape[0], "a derived symbol, not a user one"
 
 
-@pytest.mark.parametrize(("shape", "axis", "expected"), [
-    ((2, 3, 4), 1, (2, 12)), ((2, 3, 4), 0, (1, 24)), ((2, 3, 4), 3, (24, 1)), ((2, 3, 4), -1, (6, 4)),
-    ((2, 0, 4), 2, (0, 4)),
-])
+@pytest.mark.parametrize(
+    ("shape", "axis", "expected"),
+    [
+        ((2, 3, 4), 1, (2, 12)),
+        ((2, 3, 4), 0, (1, 24)),
+        ((2, 3, 4), 3, (24, 1)),
+        ((2, 3, 4), -1, (6, 4)),
+        ((2, 0, 4), 2, (0, 4)),
+    ],
+)
 def test_flatten(reg, device, shape, axis, expected):
     x = rand(np.random.default_rng(2), shape, "float16")
     (y,) = run_op(reg, "flatten", [x], {"axis": axis}, device=device)
@@ -90,10 +108,15 @@ def test_flatten_axis_out_of_range(reg):
         _infer(reg, "flatten", [(2, 3, 4)], ["float32"], {"axis": 4})
 
 
-@pytest.mark.parametrize(("shape", "axes", "expected"), [
-    ((1, 3, 1, 4), [], (3, 4)), ((1, 3, 1, 4), [0], (3, 1, 4)), ((1, 3, 1, 4), [-2, 0], (3, 4)),
-    ((1,), [], ()),
-])
+@pytest.mark.parametrize(
+    ("shape", "axes", "expected"),
+    [
+        ((1, 3, 1, 4), [], (3, 4)),
+        ((1, 3, 1, 4), [0], (3, 1, 4)),
+        ((1, 3, 1, 4), [-2, 0], (3, 4)),
+        ((1,), [], ()),
+    ],
+)
 def test_squeeze(reg, device, shape, axes, expected):
     x = rand(np.random.default_rng(3), shape, "int8")
     (y,) = run_op(reg, "squeeze", [x], {"axes": axes}, device=device)
@@ -107,10 +130,16 @@ def test_squeeze_refuses_an_axis_that_is_not_1(reg):
         _infer(reg, "squeeze", [(1, 3, 1)], ["float32"], {"axes": [2, -1]})
 
 
-@pytest.mark.parametrize(("shape", "axes", "expected"), [
-    ((3, 4), [0], (1, 3, 4)), ((3, 4), [-1], (3, 4, 1)), ((3, 4), [0, 3], (1, 3, 4, 1)),
-    ((3, 4), [1, -2], (3, 1, 1, 4)), ((), [0], (1,)),
-])
+@pytest.mark.parametrize(
+    ("shape", "axes", "expected"),
+    [
+        ((3, 4), [0], (1, 3, 4)),
+        ((3, 4), [-1], (3, 4, 1)),
+        ((3, 4), [0, 3], (1, 3, 4, 1)),
+        ((3, 4), [1, -2], (3, 1, 1, 4)),
+        ((), [0], (1,)),
+    ],
+)
 def test_unsqueeze(reg, device, shape, axes, expected):
     x = rand(np.random.default_rng(4), shape, "bfloat16")
     (y,) = run_op(reg, "unsqueeze", [x], {"axes": axes}, device=device)
@@ -119,11 +148,18 @@ def test_unsqueeze(reg, device, shape, axes, expected):
 
 # -------------------------------------------------------------------------------------- concat / split
 
+
 @pytest.mark.parametrize("dtype", DATA_TYPES)
-@pytest.mark.parametrize(("shapes", "axis"), [
-    ([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (1, 3)], 0), ([(2, 3, 4)] * MAX_PARTS, -2),
-    ([(2, 0), (2, 3)], -1), ([(5,)], 0),
-])
+@pytest.mark.parametrize(
+    ("shapes", "axis"),
+    [
+        ([(2, 3), (2, 5)], 1),
+        ([(2, 3), (4, 3), (1, 3)], 0),
+        ([(2, 3, 4)] * MAX_PARTS, -2),
+        ([(2, 0), (2, 3)], -1),
+        ([(5,)], 0),
+    ],
+)
 def test_concat_against_a_loop(reg, device, dtype, shapes, axis):
     rng = np.random.default_rng(5)
     parts = [rand(rng, s, dtype) for s in shapes]
@@ -147,11 +183,15 @@ def test_concat_errors(reg):
         _infer(reg, "concat", [(2, 3), (2, 3)], ["float32", "float16"], {"axis": 0})
 
 
-@pytest.mark.parametrize(("dim", "attrs", "sizes"), [
-    (6, {"split": [1, 2, 3]}, (1, 2, 3)), (6, {"num_outputs": 3}, (2, 2, 2)),
-    (7, {"num_outputs": 3}, (3, 3, 1)),    # ONNX 18: ceil-sized parts, a smaller last one
-    (5, {"split": [0, 5]}, (0, 5)),
-])
+@pytest.mark.parametrize(
+    ("dim", "attrs", "sizes"),
+    [
+        (6, {"split": [1, 2, 3]}, (1, 2, 3)),
+        (6, {"num_outputs": 3}, (2, 2, 2)),
+        (7, {"num_outputs": 3}, (3, 3, 1)),  # ONNX 18: ceil-sized parts, a smaller last one
+        (5, {"split": [0, 5]}, (0, 5)),
+    ],
+)
 @pytest.mark.parametrize("axis", [0, -1])
 def test_split(reg, device, dim, attrs, sizes, axis):
     shape = (dim, 3) if axis == 0 else (3, dim)
@@ -161,24 +201,28 @@ def test_split(reg, device, dim, attrs, sizes, axis):
     start = 0
     for k, out in enumerate(outs):
         n = sizes[k] if k < len(sizes) else 0  # ports past the part count hold empty tensors
-        expect = x[start:start + n] if axis == 0 else x[:, start:start + n]
+        expect = x[start : start + n] if axis == 0 else x[:, start : start + n]
         assert out.shape == expect.shape and np.array_equal(out, expect)
         start += n
 
 
-@pytest.mark.parametrize(("attrs", "error", "match"), [
-    ({}, InvalidArgumentError, "exactly one of"),
-    ({"split": [3, 3], "num_outputs": 2}, InvalidArgumentError, "exactly one of"),
-    ({"split": [2, 3]}, ShapeMismatchError, "add up to 5, but the axis has size 6"),
-    ({"num_outputs": MAX_PARTS + 1}, InvalidArgumentError, f"between 1 and {MAX_PARTS}"),
-    ({"split": [7, -1]}, InvalidArgumentError, ">= 0"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "error", "match"),
+    [
+        ({}, InvalidArgumentError, "exactly one of"),
+        ({"split": [3, 3], "num_outputs": 2}, InvalidArgumentError, "exactly one of"),
+        ({"split": [2, 3]}, ShapeMismatchError, "add up to 5, but the axis has size 6"),
+        ({"num_outputs": MAX_PARTS + 1}, InvalidArgumentError, f"between 1 and {MAX_PARTS}"),
+        ({"split": [7, -1]}, InvalidArgumentError, ">= 0"),
+    ],
+)
 def test_split_errors(reg, attrs, error, match):
     with pytest.raises(error, match=match):
         _infer(reg, "split", [(6, 2)], ["float32"], attrs)
 
 
 # ---------------------------------------------------------------------------------------------- slice
+
 
 def _slice_ref(x, starts, ends, axes, steps):
     """Index lists walked one step at a time with ONNX's clamping (no Python slice objects)."""
@@ -197,10 +241,14 @@ def _slice_ref(x, starts, ends, axes, steps):
 
 
 SLICES = [
-    ([1], [3], [0], [1]), ([0, 1], [2, 4], [], []), ([-3], [-1], [1], [1]), ([0], [1000], [-1], [2]),
-    ([-1], [-1000], [2], [-1]),                       # the whole axis reversed
-    ([2], [0], [1], [-1]), ([3], [1], [0], [1]),      # backwards range; an empty forward one
-    ([10**18], [-(10**18)], [2], [-2]),               # INT64-style clamping
+    ([1], [3], [0], [1]),
+    ([0, 1], [2, 4], [], []),
+    ([-3], [-1], [1], [1]),
+    ([0], [1000], [-1], [2]),
+    ([-1], [-1000], [2], [-1]),  # the whole axis reversed
+    ([2], [0], [1], [-1]),
+    ([3], [1], [0], [1]),  # backwards range; an empty forward one
+    ([10**18], [-(10**18)], [2], [-2]),  # INT64-style clamping
     ([0, -1], [2, 0], [0, 2], [1, -2]),
 ]
 
@@ -215,12 +263,15 @@ def test_slice_against_a_loop(reg, device, starts, ends, axes, steps, dtype):
     assert y.shape == ref.shape and np.array_equal(y, ref)
 
 
-@pytest.mark.parametrize(("attrs", "match"), [
-    ({"starts": [0], "ends": [1], "steps": [0]}, "cannot hold 0"),
-    ({"starts": [0, 1], "ends": [1]}, "one entry per sliced axis"),
-    ({"starts": [0], "ends": [1], "axes": [3]}, r"must be in \[-2, 2\)"),
-    ({"starts": [0, 0], "ends": [1, 1], "axes": [0, -2]}, "names an axis twice"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "match"),
+    [
+        ({"starts": [0], "ends": [1], "steps": [0]}, "cannot hold 0"),
+        ({"starts": [0, 1], "ends": [1]}, "one entry per sliced axis"),
+        ({"starts": [0], "ends": [1], "axes": [3]}, r"must be in \[-2, 2\)"),
+        ({"starts": [0, 0], "ends": [1, 1], "axes": [0, -2]}, "names an axis twice"),
+    ],
+)
 def test_slice_errors(reg, attrs, match):
     with pytest.raises(InvalidArgumentError, match=match):
         _infer(reg, "slice", [(4, 5)], ["float32"], attrs)
@@ -228,12 +279,18 @@ def test_slice_errors(reg, attrs, match):
 
 # ------------------------------------------------------------------------------------- gather / where
 
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-@pytest.mark.parametrize(("shape", "index_shape", "axis"), [
-    ((10, 4), (3, 5), 0),        # embedding lookup
-    ((3, 7, 2), (4,), 1), ((3, 7, 2), (), -2), ((3, 7, 2), (2, 0), -1),
-])
+@pytest.mark.parametrize(
+    ("shape", "index_shape", "axis"),
+    [
+        ((10, 4), (3, 5), 0),  # embedding lookup
+        ((3, 7, 2), (4,), 1),
+        ((3, 7, 2), (), -2),
+        ((3, 7, 2), (2, 0), -1),
+    ],
+)
 def test_gather_against_a_loop(reg, device, dtype, index_dtype, shape, index_shape, axis):
     rng = np.random.default_rng(8)
     data = rand(rng, shape, dtype)
@@ -241,7 +298,7 @@ def test_gather_against_a_loop(reg, device, dtype, index_dtype, shape, index_sha
     indices = rng.integers(-n, n, size=index_shape).astype(index_dtype)  # negatives included
     (y,) = run_op(reg, "gather", [data, indices], {"axis": axis}, device=device)
     ax = axis % len(shape)
-    assert y.shape == shape[:ax] + index_shape + shape[ax + 1:]
+    assert y.shape == shape[:ax] + index_shape + shape[ax + 1 :]
     moved = np.moveaxis(data, ax, 0)
     for pos in itertools.product(*(range(d) for d in index_shape)):
         i = int(indices[pos]) if pos else int(indices)
@@ -269,10 +326,16 @@ def test_gather_out_of_range_index_gives_zeros_on_cuda(reg, index_dtype):
     np.testing.assert_array_equal(y, np.stack([data[1], np.zeros(3), np.zeros(3), np.zeros(3), data[3]]))
 
 
-@pytest.mark.parametrize(("c", "x", "y"), [
-    ((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (1,)), ((2, 1), (1, 3), (2, 3)), ((), (4,), (2, 1)),
-    ((0, 3), (1, 3), (3,)),
-])
+@pytest.mark.parametrize(
+    ("c", "x", "y"),
+    [
+        ((2, 3), (2, 3), (2, 3)),
+        ((3,), (2, 3), (1,)),
+        ((2, 1), (1, 3), (2, 3)),
+        ((), (4,), (2, 1)),
+        ((0, 3), (1, 3), (3,)),
+    ],
+)
 @pytest.mark.parametrize("dtype", ["float16", "int64", "bfloat16"])
 def test_where_broadcasts(reg, device, c, x, y, dtype):
     rng = np.random.default_rng(9)
@@ -281,9 +344,12 @@ def test_where_broadcasts(reg, device, c, x, y, dtype):
     shape = np.broadcast_shapes(c, x, y)
     assert z.shape == shape
     for pos in itertools.product(*(range(d) for d in shape)):
+
         def at(arr, pos=pos):
-            return arr[tuple(p if d != 1 else 0 for p, d in zip(pos[len(pos) - arr.ndim:], arr.shape,
-                                                               strict=True))]
+            return arr[
+                tuple(p if d != 1 else 0 for p, d in zip(pos[len(pos) - arr.ndim :], arr.shape, strict=True))
+            ]
+
         assert z[pos] == (at(a) if at(cond) else at(b)), pos
 
 
@@ -294,9 +360,15 @@ def test_where_errors(reg):
         _infer(reg, "where", [(3,), (3,), (3,)], ["float32", "float32", "float32"], {})
 
 
-@pytest.mark.parametrize(("shape", "target", "expected"), [
-    ((3, 1), [2, 1, 6], (2, 3, 6)), ((3, 1), [3, 4], (3, 4)), ((1,), [0], (0,)), ((2, 3), [1, 1], (2, 3)),
-])
+@pytest.mark.parametrize(
+    ("shape", "target", "expected"),
+    [
+        ((3, 1), [2, 1, 6], (2, 3, 6)),
+        ((3, 1), [3, 4], (3, 4)),
+        ((1,), [0], (0,)),
+        ((2, 3), [1, 1], (2, 3)),
+    ],
+)
 def test_expand(reg, device, shape, target, expected):
     x = rand(np.random.default_rng(10), shape, "float16")
     (y,) = run_op(reg, "expand", [x], {"shape": target}, device=device)
@@ -312,13 +384,18 @@ def test_expand_errors(reg):
 # ------------------------------------------------------------------------------------- ONNX as oracle
 
 ONNX_CASES = [
-    ("reshape", "Reshape", (4, 3, 2), {"shape": [2, 0, -1]}, lambda a: [np.array(a["shape"], np.int64)],
-     {}),
+    ("reshape", "Reshape", (4, 3, 2), {"shape": [2, 0, -1]}, lambda a: [np.array(a["shape"], np.int64)], {}),
     ("flatten", "Flatten", (2, 3, 4), {"axis": -2}, None, {"axis": -2}),
     ("squeeze", "Squeeze", (1, 3, 1), {"axes": [-1]}, lambda a: [np.array(a["axes"], np.int64)], {}),
     ("unsqueeze", "Unsqueeze", (3, 2), {"axes": [0, -1]}, lambda a: [np.array(a["axes"], np.int64)], {}),
-    ("slice", "Slice", (5, 6), {"starts": [-1, 1], "ends": [-100, 100], "axes": [0, 1], "steps": [-2, 3]},
-     lambda a: [np.array(a[k], np.int64) for k in ("starts", "ends", "axes", "steps")], {}),
+    (
+        "slice",
+        "Slice",
+        (5, 6),
+        {"starts": [-1, 1], "ends": [-100, 100], "axes": [0, 1], "steps": [-2, 3]},
+        lambda a: [np.array(a[k], np.int64) for k in ("starts", "ends", "axes", "steps")],
+        {},
+    ),
     ("expand", "Expand", (3, 1), {"shape": [2, 1, 4]}, lambda a: [np.array(a["shape"], np.int64)], {}),
 ]
 
@@ -341,36 +418,52 @@ def test_concat_split_gather_where_match_onnx(reg, device):
 
     rng = np.random.default_rng(12)
     a, b = rand(rng, (2, 3), "float32"), rand(rng, (2, 5), "float32")
-    assert np.array_equal(run_op(reg, "concat", [a, b], {"axis": -1}, device=device)[0],
-                          run_onnx("Concat", [a, b], {"axis": -1})[0])
+    assert np.array_equal(
+        run_op(reg, "concat", [a, b], {"axis": -1}, device=device)[0],
+        run_onnx("Concat", [a, b], {"axis": -1})[0],
+    )
     x = rand(rng, (7, 2), "float32")
     ours = run_op(reg, "split", [x], {"num_outputs": 3}, device=device)[:3]
     refs = run_onnx("Split", [x], {"axis": 0, "num_outputs": 3}, n_outputs=3)
     for got, ref in zip(ours, refs, strict=True):
         assert np.array_equal(got, ref)
     data, idx = rand(rng, (5, 4), "float32"), np.array([[-1, 0], [4, 2]], np.int64)
-    assert np.array_equal(run_op(reg, "gather", [data, idx], {"axis": 0}, device=device)[0],
-                          run_onnx("Gather", [data, idx], {"axis": 0})[0])
+    assert np.array_equal(
+        run_op(reg, "gather", [data, idx], {"axis": 0}, device=device)[0],
+        run_onnx("Gather", [data, idx], {"axis": 0})[0],
+    )
     cond, p, q = rand(rng, (2, 1), "bool"), rand(rng, (3,), "float32"), rand(rng, (2, 3), "float32")
-    assert np.array_equal(run_op(reg, "where", [cond, p, q], device=device)[0],
-                          run_onnx("Where", [cond, p, q])[0])
+    assert np.array_equal(
+        run_op(reg, "where", [cond, p, q], device=device)[0], run_onnx("Where", [cond, p, q])[0]
+    )
 
 
 # -------------------------------------------------------------------------------------------- pipeline
 
+
 def test_pipeline_of_shape_ops_plans_and_runs():
     config = {
         "name": "shapes",
-        "inputs": {"tokens": {"shape": [2, 5], "dtype": "int64"},
-                   "table": {"shape": [11, 8], "dtype": "float32"}},
+        "inputs": {
+            "tokens": {"shape": [2, 5], "dtype": "int64"},
+            "table": {"shape": [11, 8], "dtype": "float32"},
+        },
         "outputs": ["out", "rest"],
         "pipeline": [
-            {"name": "gather", "inputs": ["table", "tokens"], "outputs": ["emb"]},            # [2, 5, 8]
+            {"name": "gather", "inputs": ["table", "tokens"], "outputs": ["emb"]},  # [2, 5, 8]
             {"name": "reshape", "inputs": ["emb"], "outputs": ["flat"], "attrs": {"shape": [0, -1]}},
-            {"name": "slice", "inputs": ["flat"], "outputs": ["head"],
-             "attrs": {"starts": [-1], "ends": [-1000], "axes": [1], "steps": [-4]}},       # [2, 10]
-            {"name": "split", "inputs": ["head"], "outputs": ["h0", "rest"],
-             "attrs": {"axis": 1, "split": [4, 6]}},
+            {
+                "name": "slice",
+                "inputs": ["flat"],
+                "outputs": ["head"],
+                "attrs": {"starts": [-1], "ends": [-1000], "axes": [1], "steps": [-4]},
+            },  # [2, 10]
+            {
+                "name": "split",
+                "inputs": ["head"],
+                "outputs": ["h0", "rest"],
+                "attrs": {"axis": 1, "split": [4, 6]},
+            },
             {"name": "unsqueeze", "inputs": ["h0"], "outputs": ["h1"], "attrs": {"axes": [0]}},
             {"name": "concat", "id": "cat", "inputs": ["h1", "h1"], "outputs": ["out"], "attrs": {"axis": 0}},
         ],
@@ -390,8 +483,9 @@ def test_pipeline_of_shape_ops_plans_and_runs():
 def test_pipeline_shape_error_is_reported_at_load_with_its_stage():
     config = {
         "inputs": {"x": {"shape": [2, 6], "dtype": "float32"}},
-        "pipeline": [{"name": "reshape", "id": "r", "inputs": ["x"], "outputs": ["y"],
-                      "attrs": {"shape": [5, -1]}}],
+        "pipeline": [
+            {"name": "reshape", "id": "r", "inputs": ["x"], "outputs": ["y"], "attrs": {"shape": [5, -1]}}
+        ],
     }
     with pytest.raises(ShapeMismatchError) as info:
         pl.load(config, device="cpu")
@@ -410,8 +504,11 @@ _index = st.integers(-12, 12) | st.sampled_from([2**62, -(2**62)])
 @given(shape=_dims, data=st.data())
 def test_slice_equals_python_slicing(reg, shape, data):
     # ONNX's clamping equals Python's slice semantics but for one corner (tested below).
-    axes = data.draw(st.lists(st.integers(-len(shape), len(shape) - 1), max_size=len(shape),
-                              unique_by=lambda a: a % len(shape)))
+    axes = data.draw(
+        st.lists(
+            st.integers(-len(shape), len(shape) - 1), max_size=len(shape), unique_by=lambda a: a % len(shape)
+        )
+    )
     starts = data.draw(st.lists(_index, min_size=len(axes), max_size=len(axes)))
     ends = data.draw(st.lists(_index, min_size=len(axes), max_size=len(axes)))
     steps = data.draw(st.lists(st.integers(-3, 3).filter(bool), min_size=len(axes), max_size=len(axes)))
@@ -449,9 +546,18 @@ def test_reshape_matches_numpy_for_any_factorisation(reg, shape, data):
 
 def test_a_stage_naming_more_split_parts_than_the_split_makes_is_refused_at_load():
     # Wrong if the extra name silently became an empty tensor (the descriptor has 8 part ports).
-    doc = {"inputs": {"x": {"shape": [6, 4], "dtype": "float32"}},
-           "pipeline": [{"name": "split", "id": "s", "inputs": ["x"], "outputs": ["a", "b", "c"],
-                         "attrs": {"axis": 0, "num_outputs": 2}}]}
+    doc = {
+        "inputs": {"x": {"shape": [6, 4], "dtype": "float32"}},
+        "pipeline": [
+            {
+                "name": "split",
+                "id": "s",
+                "inputs": ["x"],
+                "outputs": ["a", "b", "c"],
+                "attrs": {"axis": 0, "num_outputs": 2},
+            }
+        ],
+    }
     with pytest.raises(pl.ConfigError) as info:
         pl.load(doc, device="cpu")
     (problem,) = info.value.errors

@@ -29,8 +29,10 @@ def write(tmp_path, arrays: dict, **extra) -> str:
 
 @pytest.fixture
 def arrays(rng):
-    return {"w1": rng.standard_normal((4, 3)).astype(np.float32),
-            "b1": rng.standard_normal(3).astype(np.float32)}
+    return {
+        "w1": rng.standard_normal((4, 3)).astype(np.float32),
+        "b1": rng.standard_normal(3).astype(np.float32),
+    }
 
 
 def test_weights_bind_inputs_once(tmp_path, device, rng, arrays):
@@ -68,8 +70,11 @@ def test_a_missing_unbound_input_is_still_named(tmp_path, arrays):
 
 
 def test_declared_input_mismatching_its_array_fails_at_load(tmp_path, arrays):
-    path = write(tmp_path, arrays, inputs={"x": {"shape": ["B", 4], "dtype": "float32"},
-                                           "w1": {"shape": [4, 7], "dtype": "float32"}})
+    path = write(
+        tmp_path,
+        arrays,
+        inputs={"x": {"shape": ["B", 4], "dtype": "float32"}, "w1": {"shape": [4, 7], "dtype": "float32"}},
+    )
     with pytest.raises(pl.ConfigError) as info:
         pl.load(path, device="cpu")
     assert [p.path for p in info.value.errors] == ["/inputs/w1/shape"]

@@ -37,8 +37,14 @@ def hardswish64(x: np.ndarray) -> np.ndarray:
     return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
 
 
-EXACT = {"gelu": gelu64, "silu": silu64, "sigmoid": sigmoid64, "tanh": np.tanh, "hardswish": hardswish64,
-         "erf": np.vectorize(math.erf, otypes=[np.float64])}
+EXACT = {
+    "gelu": gelu64,
+    "silu": silu64,
+    "sigmoid": sigmoid64,
+    "tanh": np.tanh,
+    "hardswish": hardswish64,
+    "erf": np.vectorize(math.erf, otypes=[np.float64]),
+}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -18,10 +18,22 @@ pytest.importorskip("nvmath", reason="graph capture of gemm/matmul needs cuBLASL
 
 LINALG = {
     "name": "linalg_chain",
-    "inputs": {name: {"shape": shape, "dtype": "float32"} for name, shape in {
-        "x": [2, 1, 24, 40], "w": [1, 3, 40, 32], "wt": [40, 24], "wb": [40, 32], "cm": [24, 1],
-        "cfull": [24, 32], "sq": [32, 32], "v": [32], "g": [24, 32], "p": [2, 1, 3, 7],
-        "q": [1, 4, 7, 5]}.items()},
+    "inputs": {
+        name: {"shape": shape, "dtype": "float32"}
+        for name, shape in {
+            "x": [2, 1, 24, 40],
+            "w": [1, 3, 40, 32],
+            "wt": [40, 24],
+            "wb": [40, 32],
+            "cm": [24, 1],
+            "cfull": [24, 32],
+            "sq": [32, 32],
+            "v": [32],
+            "g": [24, 32],
+            "p": [2, 1, 3, 7],
+            "q": [1, 4, 7, 5],
+        }.items()
+    },
     "outputs": ["mm", "odd", "fold", "bg", "col", "full", "vec", "ln", "rms"],
     "pipeline": [
         # [2, 1] x [1, 3] batches: two strided-batched calls of 3 (a stride 0)
@@ -31,19 +43,44 @@ LINALG = {
         # b shared by both batches: folded into M = 48
         {"name": "matmul", "id": "fold", "inputs": ["x", "wb"], "outputs": ["fold"]},
         # batched a [2, 1, 24, K] (M = 48), the bias vector and the tanh GELU fused in the epilogue
-        {"name": "gemm", "id": "bg", "inputs": ["x", "wb", "v"], "outputs": ["bg"],
-         "attrs": {"activation": "gelu_tanh", "alpha": 0.5}},
+        {
+            "name": "gemm",
+            "id": "bg",
+            "inputs": ["x", "wb", "v"],
+            "outputs": ["bg"],
+            "attrs": {"activation": "gelu_tanh", "alpha": 0.5},
+        },
         # trans_a, C [M, 1] with beta: expanded into D, then C = D
-        {"name": "gemm", "id": "col", "inputs": ["wt", "wb", "cm"], "outputs": ["col"],
-         "attrs": {"trans_a": True, "alpha": 0.5, "beta": -2.0, "activation": "relu"}},
+        {
+            "name": "gemm",
+            "id": "col",
+            "inputs": ["wt", "wb", "cm"],
+            "outputs": ["col"],
+            "attrs": {"trans_a": True, "alpha": 0.5, "beta": -2.0, "activation": "relu"},
+        },
         # C [M, N] read in place, beta; the erf GELU as a kernel after
-        {"name": "gemm", "id": "full", "inputs": ["wt", "wb", "cfull"], "outputs": ["full"],
-         "attrs": {"trans_a": True, "beta": 0.25, "activation": "gelu"}},
+        {
+            "name": "gemm",
+            "id": "full",
+            "inputs": ["wt", "wb", "cfull"],
+            "outputs": ["full"],
+            "attrs": {"trans_a": True, "beta": 0.25, "activation": "gelu"},
+        },
         # bias vector (epilogue) and residual [M, N] as C
-        {"name": "gemm", "id": "vec", "inputs": ["cfull", "sq", "v", "cfull"], "outputs": ["vec"],
-         "attrs": {"trans_b": True}},
-        {"name": "layer_norm", "id": "ln", "inputs": ["mm", "g"], "outputs": ["ln", "mean", "rstd"],
-         "attrs": {"axis": -2}},
+        {
+            "name": "gemm",
+            "id": "vec",
+            "inputs": ["cfull", "sq", "v", "cfull"],
+            "outputs": ["vec"],
+            "attrs": {"trans_b": True},
+        },
+        {
+            "name": "layer_norm",
+            "id": "ln",
+            "inputs": ["mm", "g"],
+            "outputs": ["ln", "mean", "rstd"],
+            "attrs": {"axis": -2},
+        },
         {"name": "rms_norm", "id": "rms", "inputs": ["mm", "g"], "outputs": ["rms"], "attrs": {"axis": 2}},
     ],
 }

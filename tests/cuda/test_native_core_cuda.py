@@ -30,4 +30,3 @@ def test_compute_capability_is_read_from_the_driver(core):
     assert core.pipeLinkValidateHardware(b"device=cuda, compute_capability==9.0") == 0
     assert core.pipeLinkValidateHardware(b"compute_capability>=99.0") == HARDWARE_UNSUPPORTED
     assert b"compute capability 9.0" in core.pipeLinkGetLastErrorMessage()
-

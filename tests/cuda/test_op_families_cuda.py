@@ -17,36 +17,97 @@ from tests.backend.ops_helpers import check_close, rand
 pytestmark = pytest.mark.gpu
 
 CONFIGS = {
-    "conv_pool": ({
-        "inputs": {"x": {"shape": [2, 3, 17, 16], "dtype": "float32"},
-                   "w": {"shape": [8, 3, 3, 3], "dtype": "float32"}},
-        "pipeline": [
-            {"name": "relu", "id": "pre", "inputs": ["x"], "outputs": ["r"]},
-            {"name": "conv2d", "id": "conv", "inputs": ["r", "w"], "outputs": ["c"],
-             "attrs": {"auto_pad": "SAME_UPPER"}},
-            {"name": "max_pool2d", "id": "pool", "inputs": ["c"], "outputs": ["p"],
-             "attrs": {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": True}},
-            {"name": "resize", "id": "up", "inputs": ["p"], "outputs": ["y"],
-             "attrs": {"mode": "linear", "scales": [1.0, 1.0, 2.0, 2.0]}},
-        ]}, {"x": (2, 3, 17, 16), "w": (8, 3, 3, 3)}, "float32"),
-    "attention": ({
-        "inputs": {n: {"shape": [2, 4, 33, 16], "dtype": "bfloat16"} for n in ("q", "k", "v")},
-        "pipeline": [
-            {"name": "attention", "id": "sdpa", "inputs": ["q", "k", "v"], "outputs": ["h"],
-             "attrs": {"is_causal": True}},
-            {"name": "transpose", "id": "t", "inputs": ["h"], "outputs": ["ht"],
-             "attrs": {"perm": [0, 2, 1, 3]}},
-            {"name": "reshape", "id": "merge", "inputs": ["ht"], "outputs": ["y"],
-             "attrs": {"shape": [0, 0, -1]}},
-        ]}, {"q": (2, 4, 33, 16), "k": (2, 4, 33, 16), "v": (2, 4, 33, 16)}, "bfloat16"),
-    "quantize": ({
-        "inputs": {"x": {"shape": [64, 96], "dtype": "float16"}, "s": {"shape": [96], "dtype": "float16"}},
-        "pipeline": [
-            {"name": "quantize_linear", "id": "q", "inputs": ["x", "s"], "outputs": ["q8"],
-             "attrs": {"output_dtype": "float8_e4m3fn"}},
-            {"name": "dequantize_linear", "id": "dq", "inputs": ["q8", "s"], "outputs": ["d"]},
-            {"name": "reduce_sum", "id": "sum", "inputs": ["d"], "outputs": ["y"], "attrs": {"axes": [-1]}},
-        ]}, {"x": (64, 96), "s": (96,)}, "float16"),
+    "conv_pool": (
+        {
+            "inputs": {
+                "x": {"shape": [2, 3, 17, 16], "dtype": "float32"},
+                "w": {"shape": [8, 3, 3, 3], "dtype": "float32"},
+            },
+            "pipeline": [
+                {"name": "relu", "id": "pre", "inputs": ["x"], "outputs": ["r"]},
+                {
+                    "name": "conv2d",
+                    "id": "conv",
+                    "inputs": ["r", "w"],
+                    "outputs": ["c"],
+                    "attrs": {"auto_pad": "SAME_UPPER"},
+                },
+                {
+                    "name": "max_pool2d",
+                    "id": "pool",
+                    "inputs": ["c"],
+                    "outputs": ["p"],
+                    "attrs": {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": True},
+                },
+                {
+                    "name": "resize",
+                    "id": "up",
+                    "inputs": ["p"],
+                    "outputs": ["y"],
+                    "attrs": {"mode": "linear", "scales": [1.0, 1.0, 2.0, 2.0]},
+                },
+            ],
+        },
+        {"x": (2, 3, 17, 16), "w": (8, 3, 3, 3)},
+        "float32",
+    ),
+    "attention": (
+        {
+            "inputs": {n: {"shape": [2, 4, 33, 16], "dtype": "bfloat16"} for n in ("q", "k", "v")},
+            "pipeline": [
+                {
+                    "name": "attention",
+                    "id": "sdpa",
+                    "inputs": ["q", "k", "v"],
+                    "outputs": ["h"],
+                    "attrs": {"is_causal": True},
+                },
+                {
+                    "name": "transpose",
+                    "id": "t",
+                    "inputs": ["h"],
+                    "outputs": ["ht"],
+                    "attrs": {"perm": [0, 2, 1, 3]},
+                },
+                {
+                    "name": "reshape",
+                    "id": "merge",
+                    "inputs": ["ht"],
+                    "outputs": ["y"],
+                    "attrs": {"shape": [0, 0, -1]},
+                },
+            ],
+        },
+        {"q": (2, 4, 33, 16), "k": (2, 4, 33, 16), "v": (2, 4, 33, 16)},
+        "bfloat16",
+    ),
+    "quantize": (
+        {
+            "inputs": {
+                "x": {"shape": [64, 96], "dtype": "float16"},
+                "s": {"shape": [96], "dtype": "float16"},
+            },
+            "pipeline": [
+                {
+                    "name": "quantize_linear",
+                    "id": "q",
+                    "inputs": ["x", "s"],
+                    "outputs": ["q8"],
+                    "attrs": {"output_dtype": "float8_e4m3fn"},
+                },
+                {"name": "dequantize_linear", "id": "dq", "inputs": ["q8", "s"], "outputs": ["d"]},
+                {
+                    "name": "reduce_sum",
+                    "id": "sum",
+                    "inputs": ["d"],
+                    "outputs": ["y"],
+                    "attrs": {"axes": [-1]},
+                },
+            ],
+        },
+        {"x": (64, 96), "s": (96,)},
+        "float16",
+    ),
 }
 CPU_ONLY = {"conv", "sdpa"}  # stages whose operator has no CUDA kernel
 

@@ -12,14 +12,33 @@ from tests.conftest import assert_close
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("policy, compute", [("bf16_if_supported_else_fp32", "bfloat16"),
-                                             ("fp16_if_supported_else_fp32", "float16"), ("tf32", "float32")])
+@pytest.mark.parametrize(
+    "policy, compute",
+    [
+        ("bf16_if_supported_else_fp32", "bfloat16"),
+        ("fp16_if_supported_else_fp32", "float16"),
+        ("tf32", "float32"),
+    ],
+)
 def test_precision_policy_on_gpu(policy, compute):
-    doc = {"outputs": ["y"],
-           "pipeline": [{"name": "gemm", "id": "proj", "inputs": ["x", "w"], "outputs": ["h"],
-                         "constraints": {"precision_policy": policy}},
-                        {"name": "layer_norm", "inputs": ["h"], "outputs": ["y"],
-                         "constraints": {"precision_policy": policy}}]}
+    doc = {
+        "outputs": ["y"],
+        "pipeline": [
+            {
+                "name": "gemm",
+                "id": "proj",
+                "inputs": ["x", "w"],
+                "outputs": ["h"],
+                "constraints": {"precision_policy": policy},
+            },
+            {
+                "name": "layer_norm",
+                "inputs": ["h"],
+                "outputs": ["y"],
+                "constraints": {"precision_policy": policy},
+            },
+        ],
+    }
     rng = np.random.default_rng(9)
     x = rng.standard_normal((64, 256)).astype(np.float32)
     w = (rng.standard_normal((256, 128)) / 16).astype(np.float32)

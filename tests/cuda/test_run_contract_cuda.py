@@ -16,23 +16,38 @@ pytestmark = pytest.mark.gpu
 
 
 def _chain() -> dict:
-    return {"name": "chain", "outputs": ["y", "mean"], "pipeline": [
-        {"name": "layer_norm", "id": "ln", "inputs": ["x", "gamma", "beta"], "outputs": ["h", "mean"]},
-        {"name": "gelu", "id": "act", "inputs": ["h"], "outputs": ["a"],
-         "constraints": {"stream_affinity": "new"}},
-        {"name": "softmax", "id": "sm", "inputs": ["a"], "outputs": ["y"]}]}
+    return {
+        "name": "chain",
+        "outputs": ["y", "mean"],
+        "pipeline": [
+            {"name": "layer_norm", "id": "ln", "inputs": ["x", "gamma", "beta"], "outputs": ["h", "mean"]},
+            {
+                "name": "gelu",
+                "id": "act",
+                "inputs": ["h"],
+                "outputs": ["a"],
+                "constraints": {"stream_affinity": "new"},
+            },
+            {"name": "softmax", "id": "sm", "inputs": ["a"], "outputs": ["y"]},
+        ],
+    }
 
 
 def _feed(rng, rows=67, cols=515):
-    return {"x": rng.standard_normal((rows, cols)).astype(np.float32),
-            "gamma": rng.standard_normal(cols).astype(np.float32),
-            "beta": rng.standard_normal(cols).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((rows, cols)).astype(np.float32),
+        "gamma": rng.standard_normal(cols).astype(np.float32),
+        "beta": rng.standard_normal(cols).astype(np.float32),
+    }
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_an_output_that_is_a_device_input_is_a_fresh_tensor(graph):
-    cfg = {"inputs": {"x": {"shape": ["R", "C"], "dtype": "float32"}}, "outputs": ["x", "y"],
-           "pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}]}
+    cfg = {
+        "inputs": {"x": {"shape": ["R", "C"], "dtype": "float32"}},
+        "outputs": ["x", "y"],
+        "pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}],
+    }
     backend = get_backend("cuda")
     rng = np.random.default_rng(3)
     with pl.load(cfg, device="cuda", cuda_graph=graph) as pipe:
@@ -93,10 +108,13 @@ def faulty_ops() -> None:
 
 
 @pytest.mark.parametrize("returned", [False, True], ids=["arena buffer", "returned output"])
-@pytest.mark.parametrize("op, message", [
-    ("test_checked_cuda_writes_nothing", "did not write output 't'"),
-    ("test_checked_cuda_overruns", "wrote 16 bytes past output 't'"),
-])
+@pytest.mark.parametrize(
+    "op, message",
+    [
+        ("test_checked_cuda_writes_nothing", "did not write output 't'"),
+        ("test_checked_cuda_overruns", "wrote 16 bytes past output 't'"),
+    ],
+)
 def test_checked_mode_catches_a_cuda_stage(faulty_ops, op, message, returned):
     stages = [{"name": op, "id": "bad", "inputs": ["x"], "outputs": ["t"]}]
     if not returned:

@@ -54,9 +54,16 @@ def run(config_doc, tmp_path, name):
 
 
 def test_rebuilt_per_variant_and_the_wrong_one_never_wins(module, tmp_path):
-    doc = {"operator": "tscale", "sources": [module.name], "device": "cpu", "shapes": {"x": [100_003]},
-           "tuning_space": {"unroll": [1, 2, 3, 4]}, "benchmark_criteria": "latency_us",
-           "warmup_iters": 2, "measure_iters": 5}
+    doc = {
+        "operator": "tscale",
+        "sources": [module.name],
+        "device": "cpu",
+        "shapes": {"x": [100_003]},
+        "tuning_space": {"unroll": [1, 2, 3, 4]},
+        "benchmark_criteria": "latency_us",
+        "warmup_iters": 2,
+        "measure_iters": 5,
+    }
     result, cache, config = run(doc, tmp_path, "rebuild")
     status = {t.params["unroll"]: t.status for t in result.trials}  # unroll=1 is the default trial
     assert status[3] == "wrong", status  # verified against the default build: the planted bug is caught
@@ -78,9 +85,16 @@ def test_rebuilt_per_variant_and_the_wrong_one_never_wins(module, tmp_path):
 
 def test_library_tunables_arrive_as_attributes(module, tmp_path):
     lib = build_module(module, tmp_path / "lib" / "libtscale.so")
-    doc = {"operator": "tscale", "library": str(lib), "device": "cpu", "shapes": {"x": [50_000]},
-           "tuning_space": {"block": [16, 256, 4096]}, "benchmark_criteria": "throughput_gbps",
-           "warmup_iters": 2, "measure_iters": 5}
+    doc = {
+        "operator": "tscale",
+        "library": str(lib),
+        "device": "cpu",
+        "shapes": {"x": [50_000]},
+        "tuning_space": {"block": [16, 256, 4096]},
+        "benchmark_criteria": "throughput_gbps",
+        "warmup_iters": 2,
+        "measure_iters": 5,
+    }
     result, _, _ = run(doc, tmp_path, "attrs")
     assert {t.params["block"] for t in result.trials if t.status == "ok"} >= {16, 256, 4096}
     assert result.default.params["block"] == 64  # the manifest's default of the tunable
@@ -94,14 +108,25 @@ def test_load_applies_tuned_attributes_of_a_native_stage(module, tmp_path, monke
 
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cachedir"))
     lib = build_module(module, tmp_path / "lib" / "libtscale.so")
-    doc = {"operator": "tscale", "library": str(lib), "device": "cpu", "shapes": {"x": [4096]},
-           "tuning_space": {"block": [16, 4096]}, "benchmark_criteria": "latency_us",
-           "warmup_iters": 1, "measure_iters": 3}
+    doc = {
+        "operator": "tscale",
+        "library": str(lib),
+        "device": "cpu",
+        "shapes": {"x": [4096]},
+        "tuning_space": {"block": [16, 4096]},
+        "benchmark_criteria": "latency_us",
+        "warmup_iters": 1,
+        "measure_iters": 3,
+    }
     config = load_tune_config(doc)
     result = tune(default_target_factory(config, "cpu"), config, cache=TuneCache())
-    pipe = pl.load({"inputs": {"x": {"shape": [4096], "dtype": "float32"}},
-                    "pipeline": [{"name": "tscale", "library": str(lib), "inputs": ["x"], "outputs": ["y"]}]},
-                   device="cpu")
+    pipe = pl.load(
+        {
+            "inputs": {"x": {"shape": [4096], "dtype": "float32"}},
+            "pipeline": [{"name": "tscale", "library": str(lib), "inputs": ["x"], "outputs": ["y"]}],
+        },
+        device="cpu",
+    )
     used = pipe.load_report.tuned["tscale"]
     assert used["source"] == "tuned" and used["params"]["block"] == result.best_params["block"]
     x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)

@@ -67,7 +67,9 @@ def ops_configs(lib: str) -> dict[str, dict]:
 
     return {
         "ops": {
-            "name": "ops", "inputs": x, "outputs": ["y", "a", "c", "d", "e", "x", "t"],
+            "name": "ops",
+            "inputs": x,
+            "outputs": ["y", "a", "c", "d", "e", "x", "t"],
             "pipeline": [
                 stage("core_scale", "double", "x", "h", attrs={"alpha": 2.0}),
                 stage("core_scale", "halve", "h", "y", attrs={"alpha": 0.5}),
@@ -75,12 +77,15 @@ def ops_configs(lib: str) -> dict[str, dict]:
                 stage("core_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": fallback}),
                 stage("core_nanify", "finite", "h", "d", constraints=finite, on_error="identity"),
                 stage("core_offset", "ctx", "h", "e", attrs={"offset": 5.0}),
-                stage("core_sleepy", "slow", "h", "t", attrs={"ms": 30.0}, constraints=slow,
-                      on_error="identity"),
+                stage(
+                    "core_sleepy", "slow", "h", "t", attrs={"ms": 30.0}, constraints=slow, on_error="identity"
+                ),
             ],
         },
         "skip": {
-            "name": "skip", "inputs": x, "outputs": ["h", "a", "b"],
+            "name": "skip",
+            "inputs": x,
+            "outputs": ["h", "a", "b"],
             "pipeline": [
                 stage("core_scale", "double", "x", "h", attrs={"alpha": 2.0}),
                 stage("core_flaky", "maybe", "h", "a", on_error="skip"),
@@ -128,9 +133,25 @@ def c_api_test(tmp_path_factory, runtime_lib) -> Path:
     exe = tmp_path_factory.mktemp("core_bin") / "c_api_test"
     cc = find_compiler()
     subprocess.run(
-        [*cc, "-std=c11", "-O1", "-g", "-Wall", "-Werror", f"-I{include_dir()}", str(HERE / "c_api_test.c"),
-         str(NATIVE_SRC / "sha256.c"), f"-L{runtime_lib.parent}", f"-Wl,-rpath,{runtime_lib.parent}",
-         "-lpipelink_runtime", "-lpthread", "-ldl", "-lm", "-o", str(exe)],
+        [
+            *cc,
+            "-std=c11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Werror",
+            f"-I{include_dir()}",
+            str(HERE / "c_api_test.c"),
+            str(NATIVE_SRC / "sha256.c"),
+            f"-L{runtime_lib.parent}",
+            f"-Wl,-rpath,{runtime_lib.parent}",
+            "-lpipelink_runtime",
+            "-lpthread",
+            "-ldl",
+            "-lm",
+            "-o",
+            str(exe),
+        ],
         check=True,
     )
     return exe

@@ -26,11 +26,22 @@ def ln_dir(plans, tmp_path):
 
 def test_cli_compile_with_shapes_equals_save_of_declared_inputs(ln_dir, capsys):
     # One signature, on the command line or declared in the config: the same plan, byte for byte.
-    rc = main([
-        "compile", str(ln_dir / "config.json"), "-o", str(ln_dir / "cli.plk"),
-        "--shape", "input_tensor=8x1024:float32", "--shape", "gamma_tensor=1024:float32",
-        "--shape", "beta_tensor=1024:float32", "--shape", "eps_scalar=:float32",
-    ])
+    rc = main(
+        [
+            "compile",
+            str(ln_dir / "config.json"),
+            "-o",
+            str(ln_dir / "cli.plk"),
+            "--shape",
+            "input_tensor=8x1024:float32",
+            "--shape",
+            "gamma_tensor=1024:float32",
+            "--shape",
+            "beta_tensor=1024:float32",
+            "--shape",
+            "eps_scalar=:float32",
+        ]
+    )
     assert rc == 0, capsys.readouterr()
     declared = ln_dir / "declared.json"
     declared.write_text(json.dumps(layernorm_config("./lib/liblayernorm_module.so")))
@@ -39,7 +50,7 @@ def test_cli_compile_with_shapes_equals_save_of_declared_inputs(ln_dir, capsys):
     cli, api = (ln_dir / "cli.plk").read_bytes(), (ln_dir / "api.plk").read_bytes()
     # Only the pipeline's name (the config's stem) differs: compare past it.
     assert len(cli) - len("config") == len(api) - len("declared")
-    assert cli[68 + len("config"):] == api[68 + len("declared"):]
+    assert cli[68 + len("config") :] == api[68 + len("declared") :]
 
 
 def test_compile_without_shapes_names_the_input(ln_dir, capsys):

@@ -20,8 +20,13 @@ class Core:
     def __init__(self, path):
         self.lib = lib = ctypes.CDLL(str(path))
         lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-        lib.pipeLinkExecute.argtypes = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32,
-                                        ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+        lib.pipeLinkExecute.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(PipeLinkTensor),
+            ctypes.c_int32,
+            ctypes.POINTER(PipeLinkTensor),
+            ctypes.c_int32,
+        ]
         lib.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
         lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
         assert lib.pipeLinkInitialize() == 0

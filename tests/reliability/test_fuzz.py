@@ -177,8 +177,9 @@ def hostile(draw, doc, stage):
         dims = draw(st.sampled_from([[2**64, 1], [2**53, 2**53], [2**40, 2**12], [2**31, 2**31]]))
         doc["inputs"] = {"x": {"shape": dims, "dtype": "float32"}}
     else:
-        stage["library"] = draw(st.sampled_from(["a" * 5000, "d/" + "b" * 300 + ".so", "x\x00.so",
-                                                 "/nonexistent/lib.so", "."]))
+        stage["library"] = draw(
+            st.sampled_from(["a" * 5000, "d/" + "b" * 300 + ".so", "x\x00.so", "/nonexistent/lib.so", "."])
+        )
 
 
 @st.composite
@@ -263,8 +264,12 @@ def _text_of(doc) -> bytes:
     try:
         text = json.dumps(doc, indent=1)
     except RecursionError:  # the "deep" hostile mutation is deeper than json.dumps goes: write it by hand
-        text = ('{"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {"eps": '
-                + "[" * 5000 + "]" * 5000 + "}}]}")
+        text = (
+            '{"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {"eps": '
+            + "[" * 5000
+            + "]" * 5000
+            + "}}]}"
+        )
     # Sprinkle the relaxed syntax users write: comments and trailing commas.
     return (("// generated\n" + text.replace("]", ",]", 1)).replace("{", "{ /* c */", 1)).encode()
 
@@ -273,8 +278,16 @@ MUTATION_BYTES = st.sampled_from(list(b'{}[]",:/*\\\n 0123456789eE+-.trufalsn') 
 
 
 @FUZZ
-@given(configs(), st.lists(st.tuples(st.sampled_from(["insert", "delete", "replace", "repeat"]),
-                                     st.floats(0, 1), MUTATION_BYTES), min_size=1, max_size=6))
+@given(
+    configs(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "delete", "replace", "repeat"]), st.floats(0, 1), MUTATION_BYTES
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
 def test_mutated_config_text_never_escapes_as_another_exception(tmp_path_factory, doc, edits):
     """Random byte edits of a config file: every outcome is a valid load or a PipeLinkError."""
     data = bytearray(_text_of(doc))

@@ -22,10 +22,14 @@ def rss_bytes() -> int:
 
 
 def test_soak_memory_is_flat():
-    doc = {"inputs": {"x": {"shape": [32, 64], "dtype": "float32"}, "g": {"shape": [64], "dtype": "float32"}},
-           "pipeline": [{"name": "layer_norm", "inputs": ["x", "g"], "outputs": ["h"]},
-                        {"name": "gelu", "inputs": ["h"], "outputs": ["a"]},
-                        {"name": "add", "inputs": ["a", "x"], "outputs": ["y"]}]}
+    doc = {
+        "inputs": {"x": {"shape": [32, 64], "dtype": "float32"}, "g": {"shape": [64], "dtype": "float32"}},
+        "pipeline": [
+            {"name": "layer_norm", "inputs": ["x", "g"], "outputs": ["h"]},
+            {"name": "gelu", "inputs": ["h"], "outputs": ["a"]},
+            {"name": "add", "inputs": ["a", "x"], "outputs": ["y"]},
+        ],
+    }
     rng = np.random.default_rng(0)
     x, g = rng.standard_normal((32, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
     pipe = pl.load(doc, device="cpu")

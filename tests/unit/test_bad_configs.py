@@ -166,13 +166,15 @@ def test_cli_doctor_include_dir_build_and_inspect(tmp_path, capsys):
 
     assert (Path(capsys.readouterr().out.strip()) / "pipelink.h").is_file()
     src = tmp_path / "twice.c"
-    src.write_text('#include <pipelink.h>\nPIPELINK_COMPUTE(twice) {\n'
-                   '    const float* x = (const float*)in[0].data; float* y = (float*)out[0].data;\n'
-                   '    for (int64_t i = 0; i < pipelink_numel(&in[0]); ++i) y[i] = 2 * x[i];\n'
-                   '    return PIPELINK_SUCCESS;\n}\nPIPELINK_VERSION(twice, 1, 2, 0)\n'
-                   'PIPELINK_MANIFEST({"name": "twice", "version": "1.2.0", "entry": "twice",'
-                   ' "devices": ["cpu"], "inputs": [{"name": "x", "dtype": "float32"}],'
-                   ' "outputs": [{"name": "y", "shape": "x"}]})\n')
+    src.write_text(
+        "#include <pipelink.h>\nPIPELINK_COMPUTE(twice) {\n"
+        "    const float* x = (const float*)in[0].data; float* y = (float*)out[0].data;\n"
+        "    for (int64_t i = 0; i < pipelink_numel(&in[0]); ++i) y[i] = 2 * x[i];\n"
+        "    return PIPELINK_SUCCESS;\n}\nPIPELINK_VERSION(twice, 1, 2, 0)\n"
+        'PIPELINK_MANIFEST({"name": "twice", "version": "1.2.0", "entry": "twice",'
+        ' "devices": ["cpu"], "inputs": [{"name": "x", "dtype": "float32"}],'
+        ' "outputs": [{"name": "y", "shape": "x"}]})\n'
+    )
     lib = tmp_path / "libtwice.so"
     assert main(["build", str(src), "-o", str(lib)]) == 0 and lib.is_file()
     capsys.readouterr()
@@ -196,16 +198,42 @@ def test_readme_config_example_is_valid():
 
 def test_cli_trace_and_error_log(files, tmp_path, capsys):
     flaky = tmp_path / "flaky.json"
-    flaky.write_text(json.dumps({
-        "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
-        "pipeline": [{"name": "layer_norm", "id": "norm", "inputs": ["x"], "outputs": ["h"],
-                      "attrs": {"eps": 0.0}, "constraints": {"check_finite": True}, "on_error": "identity"},
-                     {"name": "relu", "id": "act", "inputs": ["h"], "outputs": ["y"]}]}))
+    flaky.write_text(
+        json.dumps(
+            {
+                "inputs": {"x": {"shape": [4, 8], "dtype": "float32"}},
+                "pipeline": [
+                    {
+                        "name": "layer_norm",
+                        "id": "norm",
+                        "inputs": ["x"],
+                        "outputs": ["h"],
+                        "attrs": {"eps": 0.0},
+                        "constraints": {"check_finite": True},
+                        "on_error": "identity",
+                    },
+                    {"name": "relu", "id": "act", "inputs": ["h"], "outputs": ["y"]},
+                ],
+            }
+        )
+    )
     constant = tmp_path / "constant.npz"
     np.savez(constant, x=np.full((4, 8), 3.0, np.float32))  # zero variance: 0/0 in every row
     trace, log = tmp_path / "trace.json", tmp_path / "errors.jsonl"
-    code = main(["run", str(flaky), "--inputs", str(constant), "--device", "cpu", "--trace", str(trace),
-                 "--error-log", str(log)])
+    code = main(
+        [
+            "run",
+            str(flaky),
+            "--inputs",
+            str(constant),
+            "--device",
+            "cpu",
+            "--trace",
+            str(trace),
+            "--error-log",
+            str(log),
+        ]
+    )
     assert code == 1, "a degraded stage makes the run's exit status 1"
     err = capsys.readouterr().err
     assert "warning[PIPELINK_ERR_MODULE_CRASH]" in err and "non-finite" in err

@@ -36,8 +36,9 @@ def test_suite_imports_without_torch():
     # If this failed, `python -m benchmarks` would need torch even for the CPU run.
     code = "import sys, benchmarks.suite; sys.exit(1 if 'torch' in sys.modules else 0)"
     env_path = f"{ROOT / 'src'}:{ROOT}"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"PYTHONPATH": env_path},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={"PYTHONPATH": env_path}, capture_output=True, text=True
+    )
     assert done.returncode == 0, f"importing the suite imported torch or failed:\n{done.stderr}"
 
 
@@ -87,7 +88,8 @@ def test_markdown_has_a_row_per_case_and_png_or_note(tiny_run):
         assert f"| {name}" in md, f"results.md has no row for {name}"
     meta = json.loads((out / "results.json").read_text())["meta"]
     assert (out / "results.png").exists() or any("matplotlib" in n for n in meta["notes"]), (
-        "without results.png the report must say why")
+        "without results.png the report must say why"
+    )
 
 
 def test_cases_selects_by_group_and_rejects_unknown_names(tmp_path):

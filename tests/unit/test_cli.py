@@ -36,8 +36,15 @@ def pipelink(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     """``python -m pipelink ARGS`` in a fresh interpreter, as a user's shell runs it."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "80"}
     env.pop("PIPELINK_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "pipelink", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelink", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 USAGE_ERRORS = [
@@ -53,8 +60,9 @@ USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "says"), USAGE_ERRORS,
-                         ids=[" ".join(a) or "no-args" for a, _ in USAGE_ERRORS])
+@pytest.mark.parametrize(
+    ("args", "says"), USAGE_ERRORS, ids=[" ".join(a) or "no-args" for a, _ in USAGE_ERRORS]
+)
 def test_usage_errors_are_one_line_exit_2_with_a_hint(config, args, says):
     # Before: every one of these printed two chained tracebacks (the handler imported a missing `click`).
     result = pipelink(*[str(config) if a == "CFG" else a for a in args])
@@ -138,13 +146,13 @@ def test_cuda_graph_flag_and_its_deprecated_alias_are_accepted(config, capsys):
         assert ("--graph is deprecated; use --cuda-graph" in err) == (flag == "--graph")
 
 
-OPS_FILE = '''
+OPS_FILE = """
 import pipelink as pl
 
 @pl.operator("{name}", inputs=["x"], outputs=["y"])
 def _double(x, y):
     y[...] = 2 * x
-'''
+"""
 
 
 def test_import_registers_python_operators_for_the_cli(tmp_path, capsys):
@@ -152,8 +160,14 @@ def test_import_registers_python_operators_for_the_cli(tmp_path, capsys):
     ops = tmp_path / "my_ops.py"
     ops.write_text(OPS_FILE.format(name=name))
     cfg = tmp_path / "p.json"
-    cfg.write_text(json.dumps({"inputs": {"x": {"shape": [2, 3], "dtype": "float32"}},
-                               "pipeline": [{"name": name, "inputs": ["x"], "outputs": ["y"]}]}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}},
+                "pipeline": [{"name": name, "inputs": ["x"], "outputs": ["y"]}],
+            }
+        )
+    )
     assert main(["validate", str(cfg)]) == 2  # unknown without the import
     capsys.readouterr()
     assert main(["validate", str(cfg), "--import", str(ops)]) == 0
@@ -163,9 +177,14 @@ def test_import_registers_python_operators_for_the_cli(tmp_path, capsys):
     assert name in capsys.readouterr().out  # never cut at 80 columns
 
 
-@pytest.mark.parametrize(("spec", "says"), [("no_such_module_xyz", "not found"),
-                                            ("missing_file.py", "no such file"),
-                                            ("BROKEN", "raised ZeroDivisionError")])
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("no_such_module_xyz", "not found"),
+        ("missing_file.py", "no such file"),
+        ("BROKEN", "raised ZeroDivisionError"),
+    ],
+)
 def test_import_failures_are_usage_errors(tmp_path, config, capsys, spec, says):
     if spec == "BROKEN":
         spec = str(tmp_path / "broken.py")
@@ -199,8 +218,9 @@ def test_validate_reports_an_operator_with_no_variant_for_the_device(tmp_path, c
         y[...] = x
 
     cfg = tmp_path / "p.json"
-    cfg.write_text(json.dumps({"pipeline": [{"name": "cuda_only_op_for_validate", "inputs": ["x"],
-                                             "outputs": ["y"]}]}))
+    cfg.write_text(
+        json.dumps({"pipeline": [{"name": "cuda_only_op_for_validate", "inputs": ["x"], "outputs": ["y"]}]})
+    )
     problems = pl.validate(cfg)
     assert [p.code for p in problems] == [pl.ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED]
     assert problems[0].path == "/pipeline/0/name" and "no variant of operator" in problems[0].message
@@ -246,14 +266,19 @@ def test_usage_line_does_not_wrap(tmp_path):
     result = pipelink("run", str(long_dir / "p.json"), "--random")
     assert result.returncode == 2
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1, textwrap.shorten(
-        result.stderr, 300)
+        result.stderr, 300
+    )
 
 
 def test_unknown_tensor_and_output_names_always_get_a_suggestion():
-    doc = {"inputs": {"x": {"dtype": "float32"}, "gamma": {"dtype": "float32"}},
-           "pipeline": [{"name": "mul", "inputs": ["x", "gama"], "outputs": ["hidden"]},
-                        {"name": "mul", "inputs": ["hidden", "beta"], "outputs": ["y"]}],
-           "outputs": ["yy"]}
+    doc = {
+        "inputs": {"x": {"dtype": "float32"}, "gamma": {"dtype": "float32"}},
+        "pipeline": [
+            {"name": "mul", "inputs": ["x", "gama"], "outputs": ["hidden"]},
+            {"name": "mul", "inputs": ["hidden", "beta"], "outputs": ["y"]},
+        ],
+        "outputs": ["yy"],
+    }
     messages = {p.path: p.message for p in pl.validate(doc)}
     assert "did you mean 'gamma'?" in messages["/pipeline/0/inputs/1"]
     # No close match: the names that would be valid there are listed instead.

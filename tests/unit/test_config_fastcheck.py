@@ -15,16 +15,62 @@ from pipelink.config.schema import IS_VALID, SCHEMA, VALIDATOR, _python_regex
 from .test_config_properties import valid_configs
 
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["", "x", "x\n", "relu", "1bad", "a" * 5000, "same_as_previous", "float32", "fp16",
-                     ">=1.0", "ab" * 32, "cpu", "cuda:0", "gpu:x", "process"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(
+        [
+            "",
+            "x",
+            "x\n",
+            "relu",
+            "1bad",
+            "a" * 5000,
+            "same_as_previous",
+            "float32",
+            "fp16",
+            ">=1.0",
+            "ab" * 32,
+            "cpu",
+            "cuda:0",
+            "gpu:x",
+            "process",
+        ]
+    ),
     st.lists(st.integers(-3, 3) | st.text(max_size=3), max_size=3),
-    st.dictionaries(st.sampled_from(["stream_id", "fallback", "version", "x", "shape", "dtype"]),
-                    st.integers(-1, 3) | st.text(max_size=3), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["stream_id", "fallback", "version", "x", "shape", "dtype"]),
+        st.integers(-1, 3) | st.text(max_size=3),
+        max_size=2,
+    ),
 )
-KEYS = st.sampled_from(["name", "id", "inputs", "outputs", "attrs", "constraints", "on_error", "library",
-                        "sha256", "version", "isolation", "memory_alignment", "timeout_ms", "stream_affinity",
-                        "shape", "dtype", "requires", "outputs", "bogus", 0, 1, 2])
+KEYS = st.sampled_from(
+    [
+        "name",
+        "id",
+        "inputs",
+        "outputs",
+        "attrs",
+        "constraints",
+        "on_error",
+        "library",
+        "sha256",
+        "version",
+        "isolation",
+        "memory_alignment",
+        "timeout_ms",
+        "stream_affinity",
+        "shape",
+        "dtype",
+        "requires",
+        "outputs",
+        "bogus",
+        0,
+        1,
+        2,
+    ]
+)
 
 
 def _mutate(doc, path, value):
@@ -43,8 +89,9 @@ def _mutate(doc, path, value):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(doc=valid_configs(), edits=st.lists(st.tuples(st.lists(KEYS, min_size=1, max_size=4), VALUES),
-                                           max_size=3))
+@given(
+    doc=valid_configs(), edits=st.lists(st.tuples(st.lists(KEYS, min_size=1, max_size=4), VALUES), max_size=3)
+)
 def test_fast_check_never_accepts_what_jsonschema_rejects(doc, edits):
     doc = copy.deepcopy(doc)
     for path, value in edits:

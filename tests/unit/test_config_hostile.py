@@ -52,16 +52,21 @@ def test_deeply_nested_dict_is_a_config_error(depth):
 @pytest.mark.parametrize("depth", [100, 100_000])
 def test_deeply_nested_file_is_a_config_error(tmp_path, depth):
     path = tmp_path / "deep.json"
-    path.write_text('{"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {"a": '
-                    + "[" * depth + "]" * depth + "}}]}")
+    path.write_text(
+        '{"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {"a": '
+        + "[" * depth
+        + "]" * depth
+        + "}}]}"
+    )
     assert "nested" in refused(path)
 
 
 def test_duplicate_keys_are_an_error_naming_both_places(tmp_path):
     # Before: the last key silently won, so this ran silu.
     path = tmp_path / "dup.json"
-    path.write_text('{"pipeline": [\n  {"name": "relu",\n   "inputs": ["x"], "outputs": ["y"],\n'
-                    '   "name": "silu"}\n]}')
+    path.write_text(
+        '{"pipeline": [\n  {"name": "relu",\n   "inputs": ["x"], "outputs": ["y"],\n   "name": "silu"}\n]}'
+    )
     message = refused(path)
     assert "duplicate key 'name' in /pipeline/0" in message
     assert "first at line 2, column 4" in message and "line 4, column 4" in message
@@ -69,16 +74,26 @@ def test_duplicate_keys_are_an_error_naming_both_places(tmp_path):
 
 def test_duplicate_keys_in_different_objects_are_fine(tmp_path):
     path = tmp_path / "ok.json"
-    path.write_text(json.dumps({"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]},
-                                             {"name": "relu", "inputs": ["y"], "outputs": ["z"]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "pipeline": [
+                    {"name": "relu", "inputs": ["x"], "outputs": ["y"]},
+                    {"name": "relu", "inputs": ["y"], "outputs": ["z"]},
+                ]
+            }
+        )
+    )
     assert pl.validate(path) == []
 
 
 @pytest.mark.parametrize("text", ["1e309", "-1e400", "123" + "0" * 400])
 def test_out_of_range_numbers_are_refused(tmp_path, text):
     path = tmp_path / "inf.json"
-    path.write_text('{"pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], '
-                    f'"attrs": {{"factor": {text}}}}}]}}')
+    path.write_text(
+        '{"pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], '
+        f'"attrs": {{"factor": {text}}}}}]}}'
+    )
     message = refused(path)
     assert "/pipeline/0/attrs/factor" in message and "finite" in message
 
@@ -133,8 +148,15 @@ def test_a_plan_past_the_device_memory_is_out_of_memory_before_allocating():
 def test_broadcast_to_a_petabyte_is_out_of_memory_at_run():
     import numpy as np
 
-    pipe = pl.load({"pipeline": [{"name": "add", "inputs": ["a", "b"], "outputs": ["c"]},
-                                 {"name": "relu", "inputs": ["c"], "outputs": ["d"]}]}, device="cpu")
+    pipe = pl.load(
+        {
+            "pipeline": [
+                {"name": "add", "inputs": ["a", "b"], "outputs": ["c"]},
+                {"name": "relu", "inputs": ["c"], "outputs": ["d"]},
+            ]
+        },
+        device="cpu",
+    )
     a = np.ones((2**25, 1), np.float32)
     with pytest.raises(pl.OutOfMemoryError, match="PiB"):
         pipe.run({"a": a, "b": a.reshape(1, -1)})
@@ -145,8 +167,13 @@ def test_timeout_is_bounded():
     assert "timeout_ms must be <= 86400000" in message
 
 
-@pytest.mark.parametrize(("library", "says"), [("a" * 5000 + ".so", "at most 4096 characters"),
-                                               ("lib/" + "b" * 300 + ".so", "name of 303 bytes"),
-                                               ("lib\x00.so", "NUL")])
+@pytest.mark.parametrize(
+    ("library", "says"),
+    [
+        ("a" * 5000 + ".so", "at most 4096 characters"),
+        ("lib/" + "b" * 300 + ".so", "name of 303 bytes"),
+        ("lib\x00.so", "NUL"),
+    ],
+)
 def test_impossible_library_paths_are_config_errors_not_os_errors(library, says):
     assert says in refused(with_stage(library=library))

@@ -96,8 +96,9 @@ def test_bound_names_count_as_declared_inputs():
 
 
 def test_declared_input_must_match_its_array():
-    d = doc(inputs={"x": {"shape": ["B", 4], "dtype": "float32"},
-                    "w1": {"shape": [4, 5], "dtype": "float16"}})
+    d = doc(
+        inputs={"x": {"shape": ["B", 4], "dtype": "float32"}, "w1": {"shape": [4, 5], "dtype": "float16"}}
+    )
     problems = check_document(d, known_operators=OPS, bound=bound_of({"w1": np.ones((4, 3), np.float32)}))
     by_path = {p.path: p.message for p in problems}
     assert set(by_path) == {"/inputs/w1/shape", "/inputs/w1/dtype"}
@@ -106,8 +107,9 @@ def test_declared_input_must_match_its_array():
 
 
 def test_declared_input_matching_its_array_is_fine():
-    d = doc(inputs={"x": {"shape": ["B", 4], "dtype": "float32"},
-                    "w1": {"shape": [4, "N"], "dtype": "float32"}})
+    d = doc(
+        inputs={"x": {"shape": ["B", 4], "dtype": "float32"}, "w1": {"shape": [4, "N"], "dtype": "float32"}}
+    )
     assert check_document(d, known_operators=OPS, bound={"w1": ((4, 3), "float32")}) == []
 
 

@@ -220,8 +220,12 @@ def test_helpers_cu_compiles_for_every_element_size(elem):
     err, prog = nvrtc.nvrtcCreateProgram(helper_source().encode(), b"helpers.cu", 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
     try:
-        opts = [b"--gpu-architecture=compute_90", b"-std=c++17", f"-I{include_dir()}".encode(),
-                f"-DPL_ELEM={elem}".encode()]
+        opts = [
+            b"--gpu-architecture=compute_90",
+            b"-std=c++17",
+            f"-I{include_dir()}".encode(),
+            f"-DPL_ELEM={elem}".encode(),
+        ]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size

@@ -83,13 +83,13 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             )
         )
         cases.append(
-            (f"layer_norm-{dt}-group8",
-             plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}, eps=EPS))
+            (
+                f"layer_norm-{dt}-group8",
+                plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}, eps=EPS),
+            )
         )
         cases.append((f"transpose-{dt}", plan_transpose(dt, (3, 37, 41))))
-        cases.append(
-            (f"transpose64-{dt}", plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16}))
-        )
+        cases.append((f"transpose64-{dt}", plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16})))
         cases.append((f"permute-{dt}", plan_transpose(dt, (2, 3, 4, 5), (3, 1, 0, 2))))
         cases.append((f"batch_norm-{dt}", plan_batch_norm(dt, (2, 3, 5, 8), eps=EPS)))
         cases.append(
@@ -101,33 +101,57 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
-    win = window_2d((17, 19), (3, 2), {"strides": (2, 1), "dilations": (1, 2), "pads": (1, 0, 1, 1),
-                                       "auto_pad": "NOTSET"}, op="pool", ceil_mode=True)
+    win = window_2d(
+        (17, 19),
+        (3, 2),
+        {"strides": (2, 1), "dilations": (1, 2), "pads": (1, 0, 1, 1), "auto_pad": "NOTSET"},
+        op="pool",
+        ceil_mode=True,
+    )
     for dt in ALL_FLOATS + ("int8", "uint8"):
         cases.append((f"max_pool2d-{dt}", plan_pool2d("max_pool2d", dt, (2, 3, 17, 19), win)))
     for dt in ALL_FLOATS:
         for pad in (False, True):
-            cases.append((f"avg_pool2d-{dt}-{pad}",
-                          plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad)))
+            cases.append(
+                (
+                    f"avg_pool2d-{dt}-{pad}",
+                    plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad),
+                )
+            )
     for coord in ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"):
         for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
-            attrs = {"mode": "nearest", "scales": (1.0, 1.0, 2.0, 1.5), "sizes": (),
-                     "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+            attrs = {
+                "mode": "nearest",
+                "scales": (1.0, 1.0, 2.0, 1.5),
+                "sizes": (),
+                "coordinate_transformation_mode": coord,
+                "nearest_mode": nearest,
+            }
             out, scales = resize_plan((2, 3, 5, 6), attrs)
-            cases.append((f"resize-nearest-{coord}-{nearest}",
-                          plan_resize("int8", (2, 3, 5, 6), out, scales, attrs)))
+            cases.append(
+                (f"resize-nearest-{coord}-{nearest}", plan_resize("int8", (2, 3, 5, 6), out, scales, attrs))
+            )
     for dt in ALL_FLOATS:
         for scales in ((1.0, 1.0, 1.0, 2.0), (1.0, 1.0, 2.0, 0.5), (1.0, 3.0, 2.0, 1.5)):  # 1-3 resized axes
-            attrs = {"mode": "linear", "scales": scales, "sizes": (),
-                     "coordinate_transformation_mode": "half_pixel", "nearest_mode": "floor"}
+            attrs = {
+                "mode": "linear",
+                "scales": scales,
+                "sizes": (),
+                "coordinate_transformation_mode": "half_pixel",
+                "nearest_mode": "floor",
+            }
             out, sc = resize_plan((2, 3, 5, 6), attrs)
             cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
     for q in Q_KINDS:
         for ft in FLOATS:
             for op in ("quantize_linear", "dequantize_linear"):
                 cases.append((f"{op}-{q}-{ft}", plan_quantize(op, ft, q, (4, 6, 5), 1)))
-        cases.append((f"quantize_linear-{q}-nosat", plan_quantize("quantize_linear", "float32", q, (9,), None,
-                                                                   saturate=False)))
+        cases.append(
+            (
+                f"quantize_linear-{q}-nosat",
+                plan_quantize("quantize_linear", "float32", q, (9,), None, saturate=False),
+            )
+        )
     for kind, dtypes in REDUCE_DTYPES.items():
         for dt in dtypes:
             cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
@@ -139,8 +163,13 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))
             cases.append((f"{op}-bcast-{dt}", plan_binary(op, dt, (7, 1, 5, 3), (6, 1, 3))))
-    for din, dout in (("int32", "float16"), ("bfloat16", "int8"), ("bool", "float32"), ("float64", "uint8"),
-                      ("int64", "bool")):
+    for din, dout in (
+        ("int32", "float16"),
+        ("bfloat16", "int8"),
+        ("bool", "float32"),
+        ("float64", "uint8"),
+        ("int64", "bool"),
+    ):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
     # one compilation per distinct (source, macros): plans of other shapes would build the same module
     unique = {
@@ -365,9 +394,18 @@ def test_broadcast_plan_index_math(sa, sb):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize(("shape", "axes"), [((3, 4, 5), (1,)), ((3, 4, 5), (0, 2)), ((3, 4, 5), ()),
-                                            ((3, 4, 5), (0, 1, 2)), ((2, 3, 4, 5, 6), (1, 3)),
-                                            ((2, 0, 3), (1,)), ((6, 2000), (1,))])
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [
+        ((3, 4, 5), (1,)),
+        ((3, 4, 5), (0, 2)),
+        ((3, 4, 5), ()),
+        ((3, 4, 5), (0, 1, 2)),
+        ((2, 3, 4, 5, 6), (1, 3)),
+        ((2, 0, 3), (1,)),
+        ((6, 2000), (1,)),
+    ],
+)
 @pytest.mark.parametrize("kind", ["sum", "max"])
 def test_reduce_plan_index_math(shape, axes, kind):
     """pl_reduce's walk (kept dims -> row base offset, reduced dims -> offsets in the row) with the plan's
@@ -449,10 +487,13 @@ def test_flat_kernels_keep_their_vectors_in_registers():
     """pl_vector_loop's lambdas capture the slot arrays by reference: after inlining they must stay in
     registers (a .local array would spill every vector to memory and halve the bandwidth)."""
     nvrtc = _nvrtc()
-    plans = [plan_unary("gelu", "bfloat16", (1 << 20,), tuned={"unroll": 4}),
-             plan_binary("add", "float32", (1 << 20,), (1 << 20,)),
-             plan_bias_add("float16", (64, 1024)), plan_cast("float32", "bfloat16", (1 << 20,)),
-             plan_batch_norm("float32", (8, 16, 32, 32), eps=EPS)]
+    plans = [
+        plan_unary("gelu", "bfloat16", (1 << 20,), tuned={"unroll": 4}),
+        plan_binary("add", "float32", (1 << 20,), (1 << 20,)),
+        plan_bias_add("float16", (64, 1024)),
+        plan_cast("float32", "bfloat16", (1 << 20,)),
+        plan_batch_norm("float32", (8, 16, 32, 32), eps=EPS),
+    ]
     for plan in plans:
         ptx = _nvrtc_ptx(nvrtc, plan)
         assert ".local" not in ptx, f"{plan.kernel} {plan.macros} uses local memory"
@@ -481,8 +522,13 @@ def test_binary_plans_refuse_dtypes_their_kernel_lacks():
 
 
 def test_resize_plan_marks_the_resized_axes_and_refuses_linear_integers():
-    attrs = {"mode": "linear", "scales": (1.0, 1.0, 2.0, 0.5), "sizes": (),
-             "coordinate_transformation_mode": "align_corners", "nearest_mode": "floor"}
+    attrs = {
+        "mode": "linear",
+        "scales": (1.0, 1.0, 2.0, 0.5),
+        "sizes": (),
+        "coordinate_transformation_mode": "align_corners",
+        "nearest_mode": "floor",
+    }
     out, scales = resize_plan((1, 2, 4, 6), attrs)
     plan = plan_resize("float16", (1, 2, 4, 6), out, scales, attrs)
     assert plan.scalars["resized"] == 0b1100 and plan.macros["PL_NL"] == "2"
@@ -493,8 +539,13 @@ def test_resize_plan_marks_the_resized_axes_and_refuses_linear_integers():
 
 def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
     """The kernel gets the window conv/window.py resolved (the CPU reference's), argument by argument."""
-    win = window_2d((7, 6), (3, 2), {"strides": (2, 3), "dilations": (1, 1), "pads": (1, 0, 2, 1),
-                                     "auto_pad": "NOTSET"}, op="max_pool2d", ceil_mode=True)
+    win = window_2d(
+        (7, 6),
+        (3, 2),
+        {"strides": (2, 3), "dilations": (1, 1), "pads": (1, 0, 2, 1), "auto_pad": "NOTSET"},
+        op="max_pool2d",
+        ceil_mode=True,
+    )
     plan = plan_pool2d("max_pool2d", "float16", (1, 2, 7, 6), win)
     s = plan.scalars
     window = tuple(s[k] for k in ("kh", "kw", "sh", "sw", "pt", "pl", "pb", "pr"))

@@ -11,10 +11,13 @@ from pipelink.dtypes import DTYPES, FLOAT_DTYPES, from_dlpack_code, get_dtype
 from pipelink.errors import InvalidArgumentError
 
 
-@pytest.mark.parametrize(("name", "alias", "numpy", "dl_code", "c_enum"), [
-    ("float8_e4m3fn", "fp8_e4m3", ml_dtypes.float8_e4m3fn, 10, 9),
-    ("float8_e5m2", "fp8_e5m2", ml_dtypes.float8_e5m2, 12, 10),
-])
+@pytest.mark.parametrize(
+    ("name", "alias", "numpy", "dl_code", "c_enum"),
+    [
+        ("float8_e4m3fn", "fp8_e4m3", ml_dtypes.float8_e4m3fn, 10, 9),
+        ("float8_e5m2", "fp8_e5m2", ml_dtypes.float8_e5m2, 12, 10),
+    ],
+)
 def test_float8_rows(name, alias, numpy, dl_code, c_enum):
     dt = DTYPES[name]
     assert get_dtype(name) is get_dtype(alias) is get_dtype(np.dtype(numpy)) is get_dtype(c_enum) is dt
@@ -23,8 +26,10 @@ def test_float8_rows(name, alias, numpy, dl_code, c_enum):
 
 
 def test_float8_tensors_cross_a_pipeline_boundary():
-    cfg = {"inputs": {"q": {"shape": [2, 3], "dtype": "float8_e5m2"}, "s": {"shape": [], "dtype": "float32"}},
-           "pipeline": [{"name": "dequantize_linear", "inputs": ["q", "s"], "outputs": ["y"]}]}
+    cfg = {
+        "inputs": {"q": {"shape": [2, 3], "dtype": "float8_e5m2"}, "s": {"shape": [], "dtype": "float32"}},
+        "pipeline": [{"name": "dequantize_linear", "inputs": ["q", "s"], "outputs": ["y"]}],
+    }
     q = np.array([[0.5, -1.5, 3.0], [-0.25, 0.0, 96.0]], np.float32).astype(ml_dtypes.float8_e5m2)
     with pl.load(cfg, device="cpu") as pipe:
         y = np.asarray(pipe.run(q=q, s=np.float32(2.0))["y"])

@@ -43,16 +43,21 @@ def converter(tmp_path_factory):
         pytest.skip("nvcc is not installed: the float8 conversions cannot be built for the host")
     folder = tmp_path_factory.mktemp("fp8")
     (folder / "host.cu").write_text(_HOST)
-    done = subprocess.run([nvcc, "-std=c++17", f"-I{include_dir()}", "-o", str(folder / "host"),
-                           str(folder / "host.cu")], capture_output=True, text=True)
+    done = subprocess.run(
+        [nvcc, "-std=c++17", f"-I{include_dir()}", "-o", str(folder / "host"), str(folder / "host.cu")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return folder / "host"
 
 
 def _inputs() -> np.ndarray:
     rng = np.random.default_rng(0)
-    parts = [(rng.standard_normal(100_000) * 10.0 ** rng.integers(-12, 7, 100_000)).astype(np.float32),
-             np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e30, 2.0**-140], np.float32)]
+    parts = [
+        (rng.standard_normal(100_000) * 10.0 ** rng.integers(-12, 7, 100_000)).astype(np.float32),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e30, 2.0**-140], np.float32),
+    ]
     for fmt in FORMATS:
         values = np.arange(256, dtype=np.uint8).view(fmt).astype(np.float32)
         finite = np.sort(values[np.isfinite(values)])
@@ -67,7 +72,7 @@ def _inputs() -> np.ndarray:
 def test_float_to_fp8_matches_ml_dtypes_bit_for_bit(converter):
     x = _inputs()
     out = subprocess.run([str(converter)], input=x.tobytes(), capture_output=True, check=True).stdout
-    got = np.frombuffer(out[:x.size * 4], np.uint8).reshape(-1, 4)
+    got = np.frombuffer(out[: x.size * 4], np.uint8).reshape(-1, 4)
     for col, (fmt, saturate) in enumerate([(f, s) for f in FORMATS for s in (True, False)]):
         info = ml_dtypes.finfo(fmt)
         src = np.clip(x, info.min, info.max) if saturate else x  # the CPU reference's saturation

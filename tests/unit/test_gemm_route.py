@@ -20,12 +20,18 @@ def _gelu(v):
 
 
 def _gelu_tanh(v):
-    return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+    return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
 
 
 ACT = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0.0), "gelu": _gelu, "gelu_tanh": _gelu_tanh}
-EPILOGUE_ACT = {"DEFAULT": "none", "BIAS": "none", "RELU": "relu", "RELU_BIAS": "relu", "GELU": "gelu_tanh",
-                "GELU_BIAS": "gelu_tanh"}
+EPILOGUE_ACT = {
+    "DEFAULT": "none",
+    "BIAS": "none",
+    "RELU": "relu",
+    "RELU_BIAS": "relu",
+    "GELU": "gelu_tanh",
+    "GELU_BIAS": "gelu_tanh",
+}
 
 
 def _replay(route, a, b, bias, res, alpha, activation):

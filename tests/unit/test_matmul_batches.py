@@ -12,10 +12,22 @@ from hypothesis import strategies as st
 from pipelink.ops.gemm.cuda import offset_alignment, plan_batches
 from pipelink.ops.gemm.reference import matmul_dims
 
-CASES = [((3, 7), (7, 5)), ((7,), (7, 5)), ((3, 7), (7,)), ((7,), (7,)), ((2, 3, 7), (7, 5)),
-         ((7,), (2, 7, 5)), ((2, 4, 3, 7), (4, 7, 5)), ((2, 1, 3, 7), (1, 4, 7, 5)),
-         ((1, 4, 3, 7), (2, 1, 7, 5)), ((3, 2, 3, 7), (3, 2, 7, 1)), ((2, 3, 7), (1, 7, 2)),
-         ((5, 1, 3, 4), (6, 4, 2)), ((2, 3, 1, 2, 7), (3, 4, 7, 5)), ((1, 1, 3, 7), (7, 5))]
+CASES = [
+    ((3, 7), (7, 5)),
+    ((7,), (7, 5)),
+    ((3, 7), (7,)),
+    ((7,), (7,)),
+    ((2, 3, 7), (7, 5)),
+    ((7,), (2, 7, 5)),
+    ((2, 4, 3, 7), (4, 7, 5)),
+    ((2, 1, 3, 7), (1, 4, 7, 5)),
+    ((1, 4, 3, 7), (2, 1, 7, 5)),
+    ((3, 2, 3, 7), (3, 2, 7, 1)),
+    ((2, 3, 7), (1, 7, 2)),
+    ((5, 1, 3, 4), (6, 4, 2)),
+    ((2, 3, 1, 2, 7), (3, 4, 7, 5)),
+    ((1, 1, 3, 7), (7, 5)),
+]
 
 
 def _plan(a_shape, b_shape):
@@ -28,9 +40,9 @@ def _replay(a, b, plan, k, n, size):
     sa, sb, sc = plan.strides
     for oa, ob, oc in plan.offsets:
         for i in range(plan.count):
-            lhs = fa[oa + i * sa: oa + i * sa + plan.m * k].reshape(plan.m, k)
-            rhs = fb[ob + i * sb: ob + i * sb + k * n].reshape(k, n)
-            c[oc + i * sc: oc + i * sc + plan.m * n] = (lhs @ rhs).ravel()
+            lhs = fa[oa + i * sa : oa + i * sa + plan.m * k].reshape(plan.m, k)
+            rhs = fb[ob + i * sb : ob + i * sb + k * n].reshape(k, n)
+            c[oc + i * sc : oc + i * sc + plan.m * n] = (lhs @ rhs).ravel()
     return c
 
 
@@ -71,8 +83,8 @@ def test_offset_alignment_is_what_every_call_pointer_keeps():
 def _broadcasting_operands(draw):
     """Two operand shapes whose batch dims broadcast (each dim equal, or 1 on one side), 1-d included."""
     out_batch = draw(st.lists(st.integers(1, 3), max_size=4))
-    a_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))):]
-    b_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))):]
+    a_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))) :]
+    b_batch = [d if draw(st.booleans()) else 1 for d in out_batch][draw(st.integers(0, len(out_batch))) :]
     m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
     a = (k,) if not a_batch and draw(st.booleans()) else (*a_batch, m, k)
     b = (k,) if not b_batch and draw(st.booleans()) else (*b_batch, k, n)

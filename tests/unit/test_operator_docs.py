@@ -49,12 +49,19 @@ def test_every_builtin_operator_has_a_section_with_its_facts():
 
 def test_render_shows_defaults_choices_and_optional_ports():
     desc = OperatorDescriptor(
-        name="demo", version="2.1.0", doc="A demo | with a pipe.", onnx="Demo",
+        name="demo",
+        version="2.1.0",
+        doc="A demo | with a pipe.",
+        onnx="Demo",
         inputs=(Port("x", shape=["N", "C"], dtype="T"), Port("b", shape=["C"], dtype="T", optional=True)),
         outputs=(Port("y", shape="x", dtype="T"),),
-        attrs=(Attr("mode", "str", "fast", choices=("fast", "exact")), Attr("k", "int", REQUIRED),
-               Attr("axes", "ints", (0, 1))),
-        dtype_vars={"T": frozenset({"float32", "float16"})})
+        attrs=(
+            Attr("mode", "str", "fast", choices=("fast", "exact")),
+            Attr("k", "int", REQUIRED),
+            Attr("axes", "ints", (0, 1)),
+        ),
+        dtype_vars={"T": frozenset({"float32", "float16"})},
+    )
     page = render_operators([desc])
     assert "| [demo](#demo) | Demo | - | A demo \\| with a pipe. |" in page  # no variants: no device
     assert "| `mode` | str | `fast` | (one of `fast`, `exact`) |" in page

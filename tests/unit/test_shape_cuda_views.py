@@ -62,13 +62,23 @@ def _run_both(reg, name, inputs, attrs):
     for device in ("cuda", "cpu"):
         variant = next(v for v in desc.variants if v.device == device)
         backend = HostCopyBackend()
-        ctx = KernelContext(stage="s", attrs=resolved, in_shapes=in_shapes, in_dtypes=in_dtypes,
-                            out_shapes=out_shapes, out_dtypes=out_dtypes, backend=backend)
+        ctx = KernelContext(
+            stage="s",
+            attrs=resolved,
+            in_shapes=in_shapes,
+            in_dtypes=in_dtypes,
+            out_shapes=out_shapes,
+            out_dtypes=out_dtypes,
+            backend=backend,
+        )
         outs = [poison(s, d) for s, d in zip(out_shapes, out_dtypes, strict=True)]
         kernel = variant.bind(ctx)
         if device == "cuda":
-            kernel([None if a is None else Tensor.from_numpy(a) for a in inputs],
-                   [Tensor.from_numpy(o) for o in outs], None)
+            kernel(
+                [None if a is None else Tensor.from_numpy(a) for a in inputs],
+                [Tensor.from_numpy(o) for o in outs],
+                None,
+            )
         else:
             kernel(inputs, outs, None)
         results.append(outs)
@@ -112,11 +122,19 @@ def test_empty_parts_launch_no_copy(reg):
     in_dtypes = ("float32", "float32") + (None,) * (len(desc.inputs) - 2)
     out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, attrs, stage="s")
     backend = HostCopyBackend()
-    ctx = KernelContext(stage="s", attrs=attrs, in_shapes=in_shapes, in_dtypes=in_dtypes,
-                        out_shapes=out_shapes, out_dtypes=out_dtypes, backend=backend)
+    ctx = KernelContext(
+        stage="s",
+        attrs=attrs,
+        in_shapes=in_shapes,
+        in_dtypes=in_dtypes,
+        out_shapes=out_shapes,
+        out_dtypes=out_dtypes,
+        backend=backend,
+    )
     a, b, out = np.zeros((0, 3), np.float32), np.ones((2, 3), np.float32), poison((2, 3), "float32")
     next(v for v in desc.variants if v.device == "cuda").bind(ctx)(
-        [Tensor.from_numpy(a), Tensor.from_numpy(b)], [Tensor.from_numpy(out)], None)
+        [Tensor.from_numpy(a), Tensor.from_numpy(b)], [Tensor.from_numpy(out)], None
+    )
     assert backend.copies == 1 and (out == 1).all()
 
 
@@ -127,10 +145,16 @@ def _emulate(plan, prefix: str, src: np.ndarray) -> np.ndarray:
     return src.reshape(-1)[sum(idx[k] * plan.scalars[f"{prefix}{k}"] for k in range(ndim))]
 
 
-@pytest.mark.parametrize(("c", "x", "y"), [
-    ((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), (1,)), ((2, 1), (1, 3), (2, 3)), ((), (4,), (2, 1)),
-    ((2, 1, 4, 1), (3, 1, 5), (1,)),
-])
+@pytest.mark.parametrize(
+    ("c", "x", "y"),
+    [
+        ((2, 3), (2, 3), (2, 3)),
+        ((3,), (2, 3), (1,)),
+        ((2, 1), (1, 3), (2, 3)),
+        ((), (4,), (2, 1)),
+        ((2, 1, 4, 1), (3, 1, 5), (1,)),
+    ],
+)
 def test_where_plan_index_math(c, x, y):
     """The collapsed dims and broadcast strides pl_where reads reproduce numpy.where."""
     rng = np.random.default_rng(3)
@@ -141,8 +165,10 @@ def test_where_plan_index_math(c, x, y):
     assert plan.macros["PL_BYTES"] == "8" and plan.scalars["n"] == int(np.prod(np.broadcast_shapes(c, x, y)))
 
 
-@pytest.mark.parametrize(("shape", "index_shape", "axis"), [((10, 4), (3, 5), 0), ((3, 7, 2), (4,), 1),
-                                                            ((3, 7, 2), (), -2), ((3, 7, 2), (2, 0), -1)])
+@pytest.mark.parametrize(
+    ("shape", "index_shape", "axis"),
+    [((10, 4), (3, 5), 0), ((3, 7, 2), (4,), 1), ((3, 7, 2), (), -2), ((3, 7, 2), (2, 0), -1)],
+)
 def test_gather_plan_index_math(shape, index_shape, axis):
     """pl_gather's decomposition of an output index (o, j, k) with the plan's sizes reproduces numpy.take,
     and an out-of-range index selects zeros."""

@@ -77,7 +77,8 @@ def test_build_and_launch_failures_score_inf_and_the_search_goes_on():
     assert all(t.statistic_s == math.inf for t in failed)
     assert result.best.params == OPTIMUM  # later variants were still evaluated
     assert target.released == sum(1 for op, _ in target.log if op == "build") - sum(
-        1 for t in failed if t.error.startswith("build"))
+        1 for t in failed if t.error.startswith("build")
+    )
 
 
 def test_a_fast_but_wrong_variant_never_wins_and_is_never_timed():
@@ -160,8 +161,12 @@ def test_budgeted_search_respects_max_trials_and_finds_the_smooth_optimum(seed):
     space = {"block_size": [32 * k for k in range(1, 33)], "unroll": [1, 2, 4, 8, 16], "vec": [1, 2, 4, 8]}
 
     def times(p, iters):
-        t = 10e-6 * (1 + ((p["block_size"] - 416) / 320) ** 2 + 0.3 * (math.log2(p["unroll"]) - 2) ** 2
-                     + 0.2 * (math.log2(p["vec"]) - 1) ** 2)
+        t = 10e-6 * (
+            1
+            + ((p["block_size"] - 416) / 320) ** 2
+            + 0.3 * (math.log2(p["unroll"]) - 2) ** 2
+            + 0.2 * (math.log2(p["vec"]) - 1) ** 2
+        )
         return [t] * iters
 
     target = FakeTarget(times=times, defaults={"block_size": 128, "unroll": 1, "vec": 1})

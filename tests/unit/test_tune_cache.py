@@ -15,15 +15,25 @@ from pipelink.errors import InvalidArgumentError
 from pipelink.tune import KEY_FIELDS, TuneCache, default_cache_dir, key_digest, resolve_params, validate_tuned
 
 KEY = {
-    "operator": "layer_norm", "operator_version": "1.2.0", "source_hash": "0f" * 32,
-    "device_name": "NVIDIA H200", "compute_capability": "9.0", "driver_version": "580.65.06",
-    "shapes": {"x": [4096, 4096], "gamma": [4096]}, "dtypes": {"x": "bfloat16", "gamma": "bfloat16"},
+    "operator": "layer_norm",
+    "operator_version": "1.2.0",
+    "source_hash": "0f" * 32,
+    "device_name": "NVIDIA H200",
+    "compute_capability": "9.0",
+    "driver_version": "580.65.06",
+    "shapes": {"x": [4096, 4096], "gamma": [4096]},
+    "dtypes": {"x": "bfloat16", "gamma": "bfloat16"},
 }
 PARAMS = {"block_size": 256, "unroll_factor": 4}
 CHANGED = {
-    "operator": "rms_norm", "operator_version": "1.3.0", "source_hash": "1f" * 32,
-    "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": "8.0", "driver_version": "575.51.03",
-    "shapes": {"x": [4096, 8192], "gamma": [8192]}, "dtypes": {"x": "float16", "gamma": "float16"},
+    "operator": "rms_norm",
+    "operator_version": "1.3.0",
+    "source_hash": "1f" * 32,
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "compute_capability": "8.0",
+    "driver_version": "575.51.03",
+    "shapes": {"x": [4096, 8192], "gamma": [8192]},
+    "dtypes": {"x": "float16", "gamma": "float16"},
 }
 
 
@@ -82,8 +92,9 @@ def test_default_location_follows_the_environment(monkeypatch, tmp_path):
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "pipelink"
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "entries": {}}', '["a"]',
-                                     '{"format": 1, "entries": []}'])
+@pytest.mark.parametrize(
+    "content", ["{not json", '{"format": 99, "entries": {}}', '["a"]', '{"format": 1, "entries": []}']
+)
 def test_a_damaged_cache_warns_reads_as_empty_and_is_set_aside(tmp_path, content):
     cache = TuneCache(tmp_path / "c.json")
     cache.path.write_text(content)
@@ -162,11 +173,14 @@ def test_resolve_params_never_raises(tmp_path):
     assert unreadable.source == "default"
 
 
-@pytest.mark.parametrize("content", [
-    b'{"format": 1, "entries": {"\xff\xfe": {}}}',                         # not UTF-8
-    b"[" * 100_000 + b"]" * 100_000,                                          # nested past the stack
-    b'{"format": 1, "entries": ' + b'{"a":' * 5000 + b"1" + b"}" * 5001,     # deep inside valid JSON
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"format": 1, "entries": {"\xff\xfe": {}}}',  # not UTF-8
+        b"[" * 100_000 + b"]" * 100_000,  # nested past the stack
+        b'{"format": 1, "entries": ' + b'{"a":' * 5000 + b"1" + b"}" * 5001,  # deep inside valid JSON
+    ],
+)
 def test_hostile_cache_files_warn_and_are_rewritten(tmp_path, content):
     # Before: UnicodeDecodeError / RecursionError escaped lookup *and* store, so the cache could never
     # be rebuilt.
@@ -179,13 +193,20 @@ def test_hostile_cache_files_warn_and_are_rewritten(tmp_path, content):
     assert json.loads(cache.path.read_text())["entries"][key_digest(KEY)]["params"] == PARAMS
 
 
-@pytest.mark.parametrize("params", [[1, 2], "block_size=256", 7, None, {"block_size": [256]},
-                                    {"block_size": {"v": 1}}])
+@pytest.mark.parametrize(
+    "params", [[1, 2], "block_size=256", 7, None, {"block_size": [256]}, {"block_size": {"v": 1}}]
+)
 def test_entries_with_wrong_typed_params_are_ignored_and_dropped(tmp_path, params):
     cache = TuneCache(tmp_path / "c.json")
     other = {**KEY, "driver_version": "1"}
-    cache.path.write_text(json.dumps({"format": 1, "entries": {
-        key_digest(KEY): {"params": params}, key_digest(other): {"params": PARAMS}}}))
+    cache.path.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "entries": {key_digest(KEY): {"params": params}, key_digest(other): {"params": PARAMS}},
+            }
+        )
+    )
     with pytest.warns(UserWarning, match="malformed"):
         assert cache.lookup(KEY) is None
         assert cache.lookup(other) == PARAMS  # one bad entry does not cost the good ones

@@ -70,9 +70,18 @@ def test_all_problems_are_reported_at_once_with_json_pointers():
     err = info.value
     assert err.code is ErrorCode.PIPELINK_ERR_INVALID_CONFIG
     got = paths(err.errors)
-    for expected in ("/tuning_space/block_size", "/tuning_space/vec", "/tuning_space/1x",
-                     "/tuning_space/mode/0", "/benchmark_criteria", "/measure_iters", "/statistic",
-                     "/warmup_iter", "/operator", "/shapes"):
+    for expected in (
+        "/tuning_space/block_size",
+        "/tuning_space/vec",
+        "/tuning_space/1x",
+        "/tuning_space/mode/0",
+        "/benchmark_criteria",
+        "/measure_iters",
+        "/statistic",
+        "/warmup_iter",
+        "/operator",
+        "/shapes",
+    ):
         assert expected in got, (expected, got)
     by_path = {p.path: p.message for p in err.errors}
     assert "did you mean 'warmup_iters'" in by_path["/warmup_iter"]
@@ -127,8 +136,12 @@ def test_budgeted_strategy_needs_max_trials_and_a_budget_implies_it():
 
 
 def test_dtypes_are_checked_and_normalised():
-    base = {"tuning_space": {"a": [1]}, "benchmark_criteria": "tflops", "operator": "gemm",
-            "shapes": {"a": [64, 32], "b": [32, 16]}}
+    base = {
+        "tuning_space": {"a": [1]},
+        "benchmark_criteria": "tflops",
+        "operator": "gemm",
+        "shapes": {"a": [64, 32], "b": [32, 16]},
+    }
     cfg = load_tune_config({**base, "dtypes": {"a": "fp16"}})
     assert cfg.dtypes == {"a": "float16", "b": "float32"}  # unspecified inputs default to float32
     with pytest.raises(ConfigError) as info:
@@ -161,19 +174,31 @@ param_values = st.lists(st.integers(1, 4096), min_size=1, max_size=4, unique=Tru
 
 
 @given(
-    space=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True), param_values,
-                          min_size=1, max_size=4),
+    space=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True), param_values, min_size=1, max_size=4
+    ),
     criteria=st.sampled_from(["throughput_gbps", "latency_us", "tflops"]),
     statistic=st.sampled_from(["p95", "median"]),
     iters=st.tuples(st.integers(0, 100), st.integers(1, 500)),
     budget=st.none() | st.integers(1, 1000),
-    shapes=st.dictionaries(st.from_regex(r"[a-z]{1,4}", fullmatch=True),
-                           st.lists(st.integers(0, 9999), max_size=4), min_size=1, max_size=3),
+    shapes=st.dictionaries(
+        st.from_regex(r"[a-z]{1,4}", fullmatch=True),
+        st.lists(st.integers(0, 9999), max_size=4),
+        min_size=1,
+        max_size=3,
+    ),
 )
 def test_config_round_trips_through_its_dict(space, criteria, statistic, iters, budget, shapes):
-    doc = {"tuning_space": space, "benchmark_criteria": criteria, "statistic": statistic,
-           "warmup_iters": iters[0], "measure_iters": iters[1], "operator": "op", "shapes": shapes,
-           "dtypes": "float16"}
+    doc = {
+        "tuning_space": space,
+        "benchmark_criteria": criteria,
+        "statistic": statistic,
+        "warmup_iters": iters[0],
+        "measure_iters": iters[1],
+        "operator": "op",
+        "shapes": shapes,
+        "dtypes": "float16",
+    }
     if budget is not None:
         doc.update(strategy="budgeted", max_trials=budget, seed=budget * 7)
     cfg = load_tune_config(doc)

@@ -31,8 +31,12 @@ def render(renderable) -> str:
 
 @pytest.fixture(scope="module")
 def result():
-    return tune(FakeTarget(wrong=lambda p: p["block_size"] == 64 and p["vec"] == 4,
-                           fail_build=lambda p: p["unroll"] == 8), make_config())
+    return tune(
+        FakeTarget(
+            wrong=lambda p: p["block_size"] == 64 and p["vec"] == 4, fail_build=lambda p: p["unroll"] == 8
+        ),
+        make_config(),
+    )
 
 
 def rows_of(text: str) -> list[str]:
@@ -70,7 +74,11 @@ def test_summary_line_names_the_best_and_the_gain(result):
 
 def test_defines_are_upper_case_macros():
     assert defines({"block_size": 256, "use_tma": True, "vec_type": "float4", "alpha": 0.5}) == [
-        "-DBLOCK_SIZE=256", "-DUSE_TMA=1", "-DVEC_TYPE=float4", "-DALPHA=0.5"]
+        "-DBLOCK_SIZE=256",
+        "-DUSE_TMA=1",
+        "-DVEC_TYPE=float4",
+        "-DALPHA=0.5",
+    ]
     with pytest.raises(ValueError, match="C identifier"):
         defines({"block-size": 1})
     with pytest.raises(ValueError, match="cannot be passed"):
@@ -106,8 +114,16 @@ def test_plot_writes_a_png(tmp_path, names):
 
 def test_run_tune_end_to_end(tmp_path):
     cfg_path = tmp_path / "tune.json"
-    cfg_path.write_text(json.dumps({"tuning_space": SPACE, "benchmark_criteria": "throughput_gbps",
-                                    "warmup_iters": 1, "measure_iters": 10}))
+    cfg_path.write_text(
+        json.dumps(
+            {
+                "tuning_space": SPACE,
+                "benchmark_criteria": "throughput_gbps",
+                "warmup_iters": 1,
+                "measure_iters": 10,
+            }
+        )
+    )
     out = io.StringIO()
     seen = {}
 
@@ -116,9 +132,18 @@ def test_run_tune_end_to_end(tmp_path):
         return FakeTarget()
 
     cache = TuneCache(tmp_path / "cache.json")
-    res = run_tune(cfg_path, operator="scale", shapes="x=1048576", dtypes="float32", device="cuda:0",
-                   export=tmp_path / "tuned.flags", plot=tmp_path / "space.png", target_factory=factory,
-                   console=Console(file=out, width=200, color_system=None), cache=cache)
+    res = run_tune(
+        cfg_path,
+        operator="scale",
+        shapes="x=1048576",
+        dtypes="float32",
+        device="cuda:0",
+        export=tmp_path / "tuned.flags",
+        plot=tmp_path / "space.png",
+        target_factory=factory,
+        console=Console(file=out, width=200, color_system=None),
+        cache=cache,
+    )
     text = out.getvalue()
     assert res.best.params == OPTIMUM
     assert seen["device"] == "cuda:0" and seen["config"].shapes == {"x": (1048576,)}
@@ -135,17 +160,24 @@ def test_run_tune_end_to_end(tmp_path):
 def test_run_tune_prints_the_table_before_reporting_total_failure(tmp_path):
     out = io.StringIO()
     with pytest.raises(TuningError) as info:
-        run_tune(make_config().to_dict(), target_factory=lambda c, d: FakeTarget(fail_build=lambda p: True),
-                 console=Console(file=out, width=200, color_system=None),
-                 cache=TuneCache(tmp_path / "c.json"))
+        run_tune(
+            make_config().to_dict(),
+            target_factory=lambda c, d: FakeTarget(fail_build=lambda p: True),
+            console=Console(file=out, width=200, color_system=None),
+            cache=TuneCache(tmp_path / "c.json"),
+        )
     assert info.value.code is ErrorCode.PIPELINK_ERR_TUNING_FAILED
     assert out.getvalue().count("nvrtc") >= 10
 
 
 def test_run_tune_rejects_a_factory_that_returns_no_target(tmp_path):
     with pytest.raises(TuningError, match="not a TuneTarget"):
-        run_tune(make_config().to_dict(), target_factory=lambda c, d: object(),
-                 console=Console(file=io.StringIO()), cache=TuneCache(tmp_path / "c.json"))
+        run_tune(
+            make_config().to_dict(),
+            target_factory=lambda c, d: object(),
+            console=Console(file=io.StringIO()),
+            cache=TuneCache(tmp_path / "c.json"),
+        )
 
 
 def test_default_factory_without_a_gpu_backend_is_a_clear_error(monkeypatch):

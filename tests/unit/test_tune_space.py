@@ -21,8 +21,9 @@ from pipelink.tune import (
 )
 
 names = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True)
-values = st.lists(st.integers(-50, 5000) | st.sampled_from(["a", "b2", "float4"]), min_size=1, max_size=5,
-                  unique=True)
+values = st.lists(
+    st.integers(-50, 5000) | st.sampled_from(["a", "b2", "float4"]), min_size=1, max_size=5, unique=True
+)
 spaces = st.dictionaries(names, values, min_size=1, max_size=4)
 
 
@@ -125,7 +126,10 @@ def test_ask_twice_without_tell_is_an_error():
 def test_neighbors_step_one_along_one_sorted_axis():
     space = ParameterSpace({"bs": [512, 128, 256], "mode": ["b", "a"]})
     assert space.neighbors({"bs": 256, "mode": "b"}) == [
-        {"bs": 128, "mode": "b"}, {"bs": 512, "mode": "b"}, {"bs": 256, "mode": "a"}]
+        {"bs": 128, "mode": "b"},
+        {"bs": 512, "mode": "b"},
+        {"bs": 256, "mode": "a"},
+    ]
     assert space.neighbors({"bs": 128, "mode": "a"}) == [{"bs": 256, "mode": "a"}, {"bs": 128, "mode": "b"}]
     assert list(space.grid())[0] == {"bs": 512, "mode": "b"}  # the grid keeps declared order
 
@@ -156,7 +160,8 @@ def test_resource_limits_and_first_violation():
     assert threads({"bs": 512, "unroll": 4}) == "threads per block = 2048 exceeds the limit 1024"
     rules = [threads, smem]
     assert first_violation({"bs": 64, "unroll": 1, "smem": 65536}, rules) == (
-        "shared memory per block = 65536 exceeds the limit 49152")
+        "shared memory per block = 65536 exceeds the limit 49152"
+    )
     assert first_violation({"bs": 64, "unroll": 1, "smem": 1024}, rules) is None
 
 

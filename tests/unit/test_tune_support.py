@@ -46,12 +46,17 @@ class FakeTarget(TuneTarget):
 
     constraints = (ResourceLimit("threads per block", lambda p: p["block_size"], 1024),)
 
-    def __init__(self, *, fail_build: Callable[[Mapping[str, Any]], bool] = lambda p: False,
-                 wrong: Callable[[Mapping[str, Any]], bool] = lambda p: False,
-                 fail_launch: Callable[[Mapping[str, Any]], bool] = lambda p: False,
-                 times: Callable[[Mapping[str, Any], int], list[float]] | None = None,
-                 defaults: Mapping[str, Any] | None = None, key: Mapping[str, Any] | None = None,
-                 roofline_gbps: float | None = 4000.0):
+    def __init__(
+        self,
+        *,
+        fail_build: Callable[[Mapping[str, Any]], bool] = lambda p: False,
+        wrong: Callable[[Mapping[str, Any]], bool] = lambda p: False,
+        fail_launch: Callable[[Mapping[str, Any]], bool] = lambda p: False,
+        times: Callable[[Mapping[str, Any], int], list[float]] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        key: Mapping[str, Any] | None = None,
+        roofline_gbps: float | None = 4000.0,
+    ):
         self.fail_build, self.wrong, self.fail_launch = fail_build, wrong, fail_launch
         self._times = times
         self._defaults = dict(defaults or DEFAULTS)
@@ -109,23 +114,38 @@ class FakeTarget(TuneTarget):
         return self._roofline if criteria == "throughput_gbps" else None
 
     def cache_key_fields(self) -> dict[str, Any]:
-        return {"operator": "scale", "operator_version": "1.0.0", "source_hash": "ab" * 32,
-                "device_name": "Fake H200", "compute_capability": "9.0", "driver_version": "13.0",
-                "shapes": {"x": [N_ELEMENTS]}, "dtypes": {"x": "float32"}, **self._key}
+        return {
+            "operator": "scale",
+            "operator_version": "1.0.0",
+            "source_hash": "ab" * 32,
+            "device_name": "Fake H200",
+            "compute_capability": "9.0",
+            "driver_version": "13.0",
+            "shapes": {"x": [N_ELEMENTS]},
+            "dtypes": {"x": "float32"},
+            **self._key,
+        }
 
     def release(self, candidate: Any) -> None:
         self.released += 1
 
 
 def make_config(**overrides: Any) -> TuneConfig:
-    doc: dict[str, Any] = {"tuning_space": SPACE, "benchmark_criteria": "throughput_gbps",
-                           "warmup_iters": 2, "measure_iters": 20, "operator": "scale",
-                           "shapes": {"x": [N_ELEMENTS]}, "dtypes": "float32"}
+    doc: dict[str, Any] = {
+        "tuning_space": SPACE,
+        "benchmark_criteria": "throughput_gbps",
+        "warmup_iters": 2,
+        "measure_iters": 20,
+        "operator": "scale",
+        "shapes": {"x": [N_ELEMENTS]},
+        "dtypes": "float32",
+    }
     doc.update(overrides)
     return load_tune_config(doc)
 
 
 # -- the fake itself ------------------------------------------------------------------------------------
+
 
 def test_landscape_minimum_is_the_declared_optimum():
     # If this failed, "the tuner finds OPTIMUM" would test nothing.

@@ -111,8 +111,13 @@ class Backend:
             )
         # More than the device has in all can never succeed: say so with the numbers, allocating nothing.
         what = f"the {tag} allocation" if tag else "an allocation"
-        check_fits(int(nbytes), what, self.info.kind, self.info.features,
-                   limit=total_bytes(self.info.kind, self.info.features))
+        check_fits(
+            int(nbytes),
+            what,
+            self.info.kind,
+            self.info.features,
+            limit=total_bytes(self.info.kind, self.info.features),
+        )
         try:
             alloc = self._allocate(max(int(nbytes), 1), alignment, stream, shared=shared)
         except MemoryError as e:  # NumPy's raw error on the host; a PipeLinkError passes through
@@ -121,7 +126,8 @@ class Backend:
             check_fits(int(nbytes), what, self.info.kind, self.info.features)
             raise OutOfMemoryError(
                 f"{what} of {format_bytes(int(nbytes))} failed on {self.info.kind} ({e}); use smaller shapes",
-                requested=int(nbytes)) from e
+                requested=int(nbytes),
+            ) from e
         alloc.tag = tag
         with self._stats_lock:
             s = self._stats

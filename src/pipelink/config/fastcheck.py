@@ -26,8 +26,14 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: v.__class__ is int,
 }
 # The exact classes of a type (a subclass, e.g. an IntEnum, is left to jsonschema).
-_PLAIN_CLASSES = {"number": frozenset({int, float}), "string": frozenset({str}), "integer": frozenset({int}),
-                  "boolean": frozenset({bool}), "array": frozenset({list}), "object": frozenset({dict})}
+_PLAIN_CLASSES = {
+    "number": frozenset({int, float}),
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "boolean": frozenset({bool}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
 _IGNORED = {"title", "description", "default", "$schema", "$id", "$defs", "examples", "$comment"}
 
 
@@ -60,14 +66,32 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
     def ref(name: str) -> Check:
         def check(v: Any) -> bool:
             return defs[name](v)
+
         return check
 
     def compile_node(node: dict[str, Any]) -> Check:
-        unknown = set(node) - _IGNORED - {
-            "type", "properties", "required", "additionalProperties", "items", "enum", "pattern",
-            "minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "minItems", "uniqueItems",
-            "anyOf", "$ref",
-        }
+        unknown = (
+            set(node)
+            - _IGNORED
+            - {
+                "type",
+                "properties",
+                "required",
+                "additionalProperties",
+                "items",
+                "enum",
+                "pattern",
+                "minimum",
+                "maximum",
+                "exclusiveMinimum",
+                "minLength",
+                "maxLength",
+                "minItems",
+                "uniqueItems",
+                "anyOf",
+                "$ref",
+            }
+        )
         if unknown:
             raise ValueError(f"fastcheck: unsupported schema keyword(s) {sorted(unknown)}")
         checks: list[Check] = []
@@ -75,7 +99,7 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
             prefix = "#/$defs/"
             if not node["$ref"].startswith(prefix):
                 raise ValueError(f"fastcheck: only local $defs references (got {node['$ref']!r})")
-            checks.append(ref(node["$ref"][len(prefix):]))
+            checks.append(ref(node["$ref"][len(prefix) :]))
         if "type" in node:
             names = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
             tests = [_TYPES[n] for n in names]
@@ -93,8 +117,11 @@ def compile_check(schema: dict[str, Any], regex: Callable[[str], Any]) -> Check:
         if "minLength" in node or "maxLength" in node:
             lo, hi = node.get("minLength", 0), node.get("maxLength", float("inf"))
             checks.append(lambda v: v.__class__ is not str or lo <= len(v) <= hi)
-        for key, ok in (("minimum", lambda v, b: v >= b), ("maximum", lambda v, b: v <= b),
-                        ("exclusiveMinimum", lambda v, b: v > b)):
+        for key, ok in (
+            ("minimum", lambda v, b: v >= b),
+            ("maximum", lambda v, b: v <= b),
+            ("exclusiveMinimum", lambda v, b: v > b),
+        ):
             if key in node:
                 bound = node[key]
                 checks.append(lambda v, ok=ok, bound=bound: not _TYPES["number"](v) or ok(v, bound))

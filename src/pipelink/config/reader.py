@@ -249,14 +249,20 @@ def check_tree(doc: Any) -> tuple[str, list[str | int]] | None:
         value, path = stack.pop()
         if isinstance(value, dict | list):
             if len(path) >= MAX_DEPTH:
-                return (f"nested more than {MAX_DEPTH} levels deep; a pipeline config needs only a few "
-                        "levels: flatten it", path)
+                return (
+                    f"nested more than {MAX_DEPTH} levels deep; a pipeline config needs only a few "
+                    "levels: flatten it",
+                    path,
+                )
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((v, [*path, k]) for k, v in items if isinstance(v, dict | list | float | int))
         elif isinstance(value, int | float) and not _finite(value):
             shown = value if isinstance(value, float) else f"of {len(str(abs(value)))} digits"
-            return (f"number {shown} is out of range: JSON numbers must be finite "
-                    "(at most about 1.8e308 in magnitude)", path)
+            return (
+                f"number {shown} is out of range: JSON numbers must be finite "
+                "(at most about 1.8e308 in magnitude)",
+                path,
+            )
     return None
 
 
@@ -284,10 +290,14 @@ def loads_relaxed(text: str) -> Any:
         obj = f" in {json_pointer(where)}" if where else ""
         raise json.JSONDecodeError(
             f"duplicate key {key!r}{obj} (first at line {line}, column {col}); the last would silently "
-            "win: keep one", text, second) from None
+            "win: keep one",
+            text,
+            second,
+        ) from None
     except RecursionError:
         raise json.JSONDecodeError(
-            f"nested too deeply to parse (a config needs at most {MAX_DEPTH} levels)", text, 0) from None
+            f"nested too deeply to parse (a config needs at most {MAX_DEPTH} levels)", text, 0
+        ) from None
 
 
 def _parse_error(label: str, text: str, err: json.JSONDecodeError) -> ConfigError:

@@ -30,8 +30,9 @@ def _python_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"(?<!\\)\$$", r"\\Z", pattern))
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
-             ) -> Iterator[ValidationError]:
+def _pattern(
+    validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not _python_regex(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 

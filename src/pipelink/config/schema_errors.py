@@ -181,8 +181,14 @@ def _convert(err: ValidationError, alternatives: Sequence[str] = ()) -> list[Pro
     if kind == "minLength":
         return [Problem(_CODE, where, f"{what} must not be empty")]
     if kind == "maxLength":
-        return [Problem(_CODE, where, f"{what} must be at most {err.validator_value} characters "
-                                      f"(got {len(inst) if isinstance(inst, str) else short_repr(inst)})")]
+        return [
+            Problem(
+                _CODE,
+                where,
+                f"{what} must be at most {err.validator_value} characters "
+                f"(got {len(inst) if isinstance(inst, str) else short_repr(inst)})",
+            )
+        ]
     if kind == "uniqueItems" and isinstance(inst, list):
         seen: list[Any] = []
         for i, item in enumerate(inst):
@@ -198,8 +204,9 @@ def _convert(err: ValidationError, alternatives: Sequence[str] = ()) -> list[Pro
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
         why = f": {schema['description']}" if kind.endswith("aximum") and schema.get("description") else ""
-        return [Problem(_CODE, where,
-                        f"{what} must be {op} {err.validator_value} (got {short_repr(inst)}){why}")]
+        return [
+            Problem(_CODE, where, f"{what} must be {op} {err.validator_value} (got {short_repr(inst)}){why}")
+        ]
     if kind in ("anyOf", "oneOf"):
         return _convert_alternatives(err, path, what)
     return [Problem(_CODE, where, f"{what}: {err.message}")]

@@ -208,8 +208,11 @@ class _Checker:
             sizes = [(len(part.encode("utf-8", "replace")), part) for part in path.split("/")]
             size, long = max(sizes)
             if size > _NAME_MAX:
-                self.add(ptr, f"library path has a name of {size} bytes "
-                              f"({short_repr(long)}); file and folder names are at most {_NAME_MAX} bytes")
+                self.add(
+                    ptr,
+                    f"library path has a name of {size} bytes "
+                    f"({short_repr(long)}); file and folder names are at most {_NAME_MAX} bytes",
+                )
             elif "\0" in path:
                 self.add(ptr, "library path contains a NUL character; give the path of the .so file")
 
@@ -245,8 +248,10 @@ class _Checker:
         for stage in self.stages:
             for j, name in stage.inputs:
                 ptr = f"{stage.ptr}/inputs/{j}"
-                if name in produced_before or name in self.bound or (
-                    self.declared is not None and name in self.declared
+                if (
+                    name in produced_before
+                    or name in self.bound
+                    or (self.declared is not None and name in self.declared)
                 ):
                     continue
                 if not self.clean(ptr):
@@ -267,7 +272,8 @@ class _Checker:
                 elif self.declared is not None and self.complete:
                     known = [*self.declared, *self.bound, *sorted(produced_before)]
                     hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
-                        f"; known here: {_few(known)}" if known else "")
+                        f"; known here: {_few(known)}" if known else ""
+                    )
                     self.add(
                         ptr,
                         f"unknown tensor {name!r}: it is neither a declared input nor produced by an "
@@ -353,7 +359,8 @@ class _Checker:
             if isinstance(name, str) and self.clean(ptr) and name not in known:
                 nor = " nor a declared input" if self.declared is not None else ""
                 hint = did_you_mean(name, known, cutoff=_NAME_CUTOFF) or (
-                    f"; list a tensor some stage produces ({_few(known)})")
+                    f"; list a tensor some stage produces ({_few(known)})"
+                )
                 self.add(ptr, f"output {name!r} is not produced by any stage{nor}{hint}")
 
 
@@ -423,7 +430,7 @@ def _differs_in_core(a: str, b: str) -> bool:
     than a typo of one another."""
     prefix = len(os.path.commonprefix([a, b]))
     suffix = len(os.path.commonprefix([a[prefix:][::-1], b[prefix:][::-1]]))
-    core_a, core_b = a[prefix: len(a) - suffix], b[prefix: len(b) - suffix]
+    core_a, core_b = a[prefix : len(a) - suffix], b[prefix : len(b) - suffix]
     if min(len(core_a), len(core_b)) < 3:
         return False  # a few characters added, dropped or swapped: a typo
     return difflib.SequenceMatcher(None, core_a, core_b).ratio() < 0.6

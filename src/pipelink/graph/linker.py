@@ -370,4 +370,3 @@ def device_problems(graph: LinkedGraph, registry: OperatorRegistry) -> list[Prob
         except PipeLinkError as e:
             problems.append(Problem(e.code, f"{st.path}/name", e.message))
     return problems
-

@@ -76,12 +76,16 @@ class MemoryPlan:
         return self.peak_bytes / self.naive_bytes if self.naive_bytes else 1.0
 
     def __repr__(self) -> str:
-        return (f"MemoryPlan({len(self.buffers)} buffers, peak_bytes={self.peak_bytes}, "
-                f"naive_bytes={self.naive_bytes})")
+        return (
+            f"MemoryPlan({len(self.buffers)} buffers, peak_bytes={self.peak_bytes}, "
+            f"naive_bytes={self.naive_bytes})"
+        )
 
     def table(self) -> list[dict]:
-        return [dict(name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last)
-                for b in sorted(self.buffers.values(), key=lambda b: (b.offset, b.first))]
+        return [
+            dict(name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last)
+            for b in sorted(self.buffers.values(), key=lambda b: (b.offset, b.first))
+        ]
 
 
 def _naive(requests: list[BufferRequest]) -> dict[str, int]:
@@ -124,9 +128,12 @@ def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> Memor
     peak = max((offsets[r.name] + r.nbytes for r in requests), default=0)
     if peak > naive_bytes:
         offsets, peak = naive_offsets, naive_bytes
-    buffers = {r.name: PlannedBuffer(r.name, offsets[r.name], sizes[r.name], r.first, r.last, r.alignment,
-                                     guard_bytes)
-               for r in requests}
+    buffers = {
+        r.name: PlannedBuffer(
+            r.name, offsets[r.name], sizes[r.name], r.first, r.last, r.alignment, guard_bytes
+        )
+        for r in requests
+    }
     return MemoryPlan(buffers, peak, naive_bytes)
 
 

@@ -68,8 +68,10 @@ def write(dot: str, path: Path) -> None:
     if exe is None:
         raise InvalidArgumentError(
             f"rendering {suffix} needs Graphviz's 'dot' program (apt-get install graphviz); "
-            f"use -o {path.with_suffix('.dot').name} for DOT text")
-    result = subprocess.run([exe, f"-T{suffix[1:]}", "-o", str(path)], input=dot, text=True,
-                            capture_output=True, check=False)
+            f"use -o {path.with_suffix('.dot').name} for DOT text"
+        )
+    result = subprocess.run(
+        [exe, f"-T{suffix[1:]}", "-o", str(path)], input=dot, text=True, capture_output=True, check=False
+    )
     if result.returncode != 0:
         raise InvalidArgumentError(f"graphviz failed: {result.stderr.strip()}")

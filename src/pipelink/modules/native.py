@@ -183,9 +183,7 @@ def load_library(
         version, a missing symbol, version symbols that disagree with the manifest, a name and version
         another module has, or (probed) a library that crashes, exits or hangs when opened.
     """
-    return load_image(
-        read_image(path, sha256), registry=registry, sidecar=sidecar, probe=probe, open=open
-    )
+    return load_image(read_image(path, sha256), registry=registry, sidecar=sidecar, probe=probe, open=open)
 
 
 def load_image(
@@ -231,7 +229,12 @@ def load_operator(
 
 
 def _load(
-    image: ModuleImage, reg: OperatorRegistry, sidecar: Path | None, *, probe: bool, open: bool  # noqa: A002
+    image: ModuleImage,
+    reg: OperatorRegistry,
+    sidecar: Path | None,
+    *,
+    probe: bool,
+    open: bool,  # noqa: A002
 ) -> NativeModule:
     from . import legacy
 

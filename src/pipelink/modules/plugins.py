@@ -59,7 +59,8 @@ def import_operator_module(spec: str) -> ModuleType:
     except ModuleNotFoundError as e:
         raise ModuleLoadError(
             f"--import {spec}: module {e.name!r} not found; give a .py file or an importable module name "
-            "(is the package installed, or its folder on PYTHONPATH?)", module=spec
+            "(is the package installed, or its folder on PYTHONPATH?)",
+            module=spec,
         ) from e
     except Exception as e:  # the user's module raised while importing: report it, do not crash the caller
         raise ModuleLoadError(

@@ -19,7 +19,14 @@ __all__ = ["LIBRARY_NAME", "SOURCE_DIR", "sources", "default_output", "find_comp
 LIBRARY_NAME = "libpipelink_runtime.so"
 SOURCE_DIR = Path(__file__).resolve().parent
 FLAGS = [
-    "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
+    "-std=c11",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
 ]
 LIBS = ["-ldl", "-lpthread", "-lm"]
 

@@ -27,11 +27,30 @@ from . import (
 )
 from .kernel import KernelSource
 
-__all__ = ["FAMILIES", "BUILTIN_OPERATORS", "register_builtins", "builtin_descriptors", "cuda_kernel",
-           "cuda_kernels"]
+__all__ = [
+    "FAMILIES",
+    "BUILTIN_OPERATORS",
+    "register_builtins",
+    "builtin_descriptors",
+    "cuda_kernel",
+    "cuda_kernels",
+]
 
-FAMILIES = (elementwise, normalization, softmax, batch_norm, transpose, gemm, shape, reduce, conv, pool,
-            resize, attention, quantize)
+FAMILIES = (
+    elementwise,
+    normalization,
+    softmax,
+    batch_norm,
+    transpose,
+    gemm,
+    shape,
+    reduce,
+    conv,
+    pool,
+    resize,
+    attention,
+    quantize,
+)
 """The built-in operator families, one package each, in registration order."""
 
 

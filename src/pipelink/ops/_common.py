@@ -13,8 +13,19 @@ import numpy as np
 from ..descriptor import KernelContext, OperatorDescriptor, Variant
 from ..dtypes import FLOAT_DTYPES, get_dtype
 
-__all__ = ["VERSION", "CPU_VARIANT", "FLOATS", "INTS", "NUMERIC", "HALF_DTYPES", "numpy_dtype",
-           "compute_dtype", "stats_dtype", "builtin_operator", "Bind"]
+__all__ = [
+    "VERSION",
+    "CPU_VARIANT",
+    "FLOATS",
+    "INTS",
+    "NUMERIC",
+    "HALF_DTYPES",
+    "numpy_dtype",
+    "compute_dtype",
+    "stats_dtype",
+    "builtin_operator",
+    "Bind",
+]
 
 VERSION = "1.0.0"
 CPU_VARIANT = "cpu:numpy"
@@ -41,10 +52,21 @@ def stats_dtype(name: str) -> str:
     return "float64" if name == "float64" else "float32"
 
 
-def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=(),
-                     dtype_vars: Mapping[str, frozenset[str]] | None = None,
-                     variant_dtypes: frozenset[str] | None = None, infer=None,
-                     cuda: Variant | None = None, onnx: str = "", output_count=None) -> OperatorDescriptor:
+def builtin_operator(
+    name: str,
+    *,
+    doc: str,
+    inputs,
+    outputs,
+    bind: Bind,
+    attrs=(),
+    dtype_vars: Mapping[str, frozenset[str]] | None = None,
+    variant_dtypes: frozenset[str] | None = None,
+    infer=None,
+    cuda: Variant | None = None,
+    onnx: str = "",
+    output_count=None,
+) -> OperatorDescriptor:
     """A fresh built-in descriptor with its NumPy variant and, when the family has one, its CUDA variant
     (one descriptor per registry: descriptors are mutable).
 
@@ -72,11 +94,29 @@ def builtin_operator(name: str, *, doc: str, inputs, outputs, bind: Bind, attrs=
     """
     # An operator without a kernel of its own on a device may run its reference there on staged host
     # copies (the load report says so); one with a kernel never falls back to the reference.
-    variants = [Variant(device="cpu", bind=bind, name=CPU_VARIANT, dtypes=variant_dtypes, source="builtin",
-                        host_ok=cuda is None)]
+    variants = [
+        Variant(
+            device="cpu",
+            bind=bind,
+            name=CPU_VARIANT,
+            dtypes=variant_dtypes,
+            source="builtin",
+            host_ok=cuda is None,
+        )
+    ]
     if cuda is not None:
         variants.append(cuda)
     return OperatorDescriptor(
-        name=name, version=VERSION, inputs=tuple(inputs), outputs=tuple(outputs), attrs=tuple(attrs),
-        dtype_vars=dict(dtype_vars or {}), variants=variants, infer=infer, doc=doc, source="builtin",
-        onnx=onnx, output_count=output_count)
+        name=name,
+        version=VERSION,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        attrs=tuple(attrs),
+        dtype_vars=dict(dtype_vars or {}),
+        variants=variants,
+        infer=infer,
+        doc=doc,
+        source="builtin",
+        onnx=onnx,
+        output_count=output_count,
+    )

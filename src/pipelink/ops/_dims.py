@@ -28,7 +28,9 @@ def normalize_axis(axis: int, ndim: int, *, op: str, attr: str = "axis", inclusi
         bound = f"[-{ndim}, {ndim}]" if inclusive else f"[-{ndim}, {ndim})"
         raise InvalidArgumentError(
             f"{op}: attribute {attr!r} must be in {bound} for a {ndim}-d input (got {axis})",
-            attr=attr, got=axis)
+            attr=attr,
+            got=axis,
+        )
     return axis + ndim if axis < 0 else axis
 
 
@@ -44,7 +46,10 @@ def normalize_axes(axes: Iterable[int], ndim: int, *, op: str, attr: str = "axes
     if len(set(out)) != len(out):
         raise InvalidArgumentError(
             f"{op}: attribute {attr!r} names an axis twice (got {list(axes)}, i.e. {list(out)} for a "
-            f"{ndim}-d input)", attr=attr, got=list(axes))
+            f"{ndim}-d input)",
+            attr=attr,
+            got=list(axes),
+        )
     return out
 
 
@@ -80,9 +85,13 @@ def check_ints(values: Sequence[int], count: int, *, op: str, attr: str, minimum
     """
     if len(values) != count:
         raise InvalidArgumentError(
-            f"{op}: attribute {attr!r} must have {count} values (got {list(values)})", attr=attr,
-            got=list(values))
+            f"{op}: attribute {attr!r} must have {count} values (got {list(values)})",
+            attr=attr,
+            got=list(values),
+        )
     if minimum is not None and any(v < minimum for v in values):
         raise InvalidArgumentError(
-            f"{op}: every value of attribute {attr!r} must be >= {minimum} (got {list(values)})", attr=attr,
-            got=list(values))
+            f"{op}: every value of attribute {attr!r} must be >= {minimum} (got {list(values)})",
+            attr=attr,
+            got=list(values),
+        )

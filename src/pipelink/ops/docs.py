@@ -89,8 +89,18 @@ def _section(desc: OperatorDescriptor) -> list[str]:
     lines = [f"## {desc.name}", "", desc.doc, ""]
     facts = [f"version {desc.version}", "devices: " + (", ".join(desc.devices) or "none")]
     facts.append(f"ONNX: {_code(desc.onnx)}" if desc.onnx else "ONNX: none")
-    lines += ["; ".join(facts) + ".", "", "Inputs:", "", *_ports(desc.inputs, is_output=False), "",
-              "Outputs:", "", *_ports(desc.outputs, is_output=True), ""]
+    lines += [
+        "; ".join(facts) + ".",
+        "",
+        "Inputs:",
+        "",
+        *_ports(desc.inputs, is_output=False),
+        "",
+        "Outputs:",
+        "",
+        *_ports(desc.outputs, is_output=True),
+        "",
+    ]
     if desc.attrs:
         lines += ["Attributes:", "", "| name | type | default | notes |", "|---|---|---|---|"]
         for a in desc.attrs:
@@ -147,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.check is not None:
         current = args.check.read_text(encoding="utf-8") if args.check.exists() else ""
         if current != page:
-            print(f"{args.check} is stale: run python -m pipelink.ops.docs --output {args.check}",
-                  file=sys.stderr)
+            print(
+                f"{args.check} is stale: run python -m pipelink.ops.docs --output {args.check}",
+                file=sys.stderr,
+            )
             return 1
     else:
         sys.stdout.write(page)

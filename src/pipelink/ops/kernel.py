@@ -31,13 +31,43 @@ from ..descriptor import KernelContext, Variant
 from ..dtypes import DType, get_dtype
 from ..errors import InvalidArgumentError
 
-__all__ = ["CUDA_VARIANT", "FLOATS", "DEFAULT_SM_COUNT", "DEFAULT_UNROLL", "MAX_NDIM", "I32_LIMIT",
-           "GRID_YZ_MAX", "SEED_ALIASES", "FLAT_TUNABLES", "ROW_TUNABLES", "BLOCKS", "ArgSpec",
-           "KernelSource", "LaunchPlan", "PlanLaunch", "include_dir", "source_hash", "cuda_variant",
-           "tuned_values", "tuned_of", "float_dtype", "acc_kind", "pick_vec", "prod", "shape_of",
-           "flat_grid", "pointer", "make_plan", "contiguous_strides", "broadcast_strides", "collapse",
-           "strided_scalars",
-           "strided_specs", "row_geometry", "sm_count_of"]
+__all__ = [
+    "CUDA_VARIANT",
+    "FLOATS",
+    "DEFAULT_SM_COUNT",
+    "DEFAULT_UNROLL",
+    "MAX_NDIM",
+    "I32_LIMIT",
+    "GRID_YZ_MAX",
+    "SEED_ALIASES",
+    "FLAT_TUNABLES",
+    "ROW_TUNABLES",
+    "BLOCKS",
+    "ArgSpec",
+    "KernelSource",
+    "LaunchPlan",
+    "PlanLaunch",
+    "include_dir",
+    "source_hash",
+    "cuda_variant",
+    "tuned_values",
+    "tuned_of",
+    "float_dtype",
+    "acc_kind",
+    "pick_vec",
+    "prod",
+    "shape_of",
+    "flat_grid",
+    "pointer",
+    "make_plan",
+    "contiguous_strides",
+    "broadcast_strides",
+    "collapse",
+    "strided_scalars",
+    "strided_specs",
+    "row_geometry",
+    "sm_count_of",
+]
 
 _DIR = Path(__file__).resolve().parent
 CUDA_VARIANT = "cuda:nvrtc"
@@ -126,8 +156,11 @@ class KernelSource:
     def text(self) -> str:
         """The source text (``common.cuh`` is reached through ``-I``, see :func:`include_dir`)."""
         if not self.path.is_file():
-            raise InvalidArgumentError(f"{self.op}: kernel source {self.path} is missing; reinstall pipelink",
-                                       op=self.op, file=str(self.path))
+            raise InvalidArgumentError(
+                f"{self.op}: kernel source {self.path} is missing; reinstall pipelink",
+                op=self.op,
+                file=str(self.path),
+            )
         return self.path.read_text(encoding="utf-8")
 
     def source_hash(self) -> str:
@@ -177,8 +210,9 @@ class LaunchPlan:
         """The kernel source text."""
         return self.path.read_text(encoding="utf-8")
 
-    def options(self, arch: str | None = "sm_90",
-                extra_include: list[str] | tuple[str, ...] = ()) -> list[str]:
+    def options(
+        self, arch: str | None = "sm_90", extra_include: list[str] | tuple[str, ...] = ()
+    ) -> list[str]:
         """NVRTC / nvcc options: ``-std=c++17``, ``-I<ops folder>``, one ``-D`` per macro, ``-arch``."""
         opts = ["-std=c++17", f"-I{_DIR}"] + [f"-I{d}" for d in extra_include]
         opts += [f"-D{k}={v}" for k, v in sorted(self.macros.items())]
@@ -227,18 +261,25 @@ class LaunchPlan:
                 if ptr == 0 and not spec.optional:
                     raise InvalidArgumentError(
                         f"{self.kernel}: pointer {spec.name!r} is required (got null)",
-                        kernel=self.kernel, arg=spec.name)
+                        kernel=self.kernel,
+                        arg=spec.name,
+                    )
                 if ptr % spec.align:
                     raise InvalidArgumentError(
                         f"{self.kernel}: pointer {spec.name!r}=0x{ptr:x} is not {spec.align}-byte aligned; "
-                        f"re-plan with alignment={ptr & -ptr}", kernel=self.kernel, arg=spec.name)
+                        f"re-plan with alignment={ptr & -ptr}",
+                        kernel=self.kernel,
+                        arg=spec.name,
+                    )
                 out.append(np.uint64(ptr))
             else:
                 value = values.get(spec.name, self.scalars.get(spec.name))
                 if value is None:
                     raise InvalidArgumentError(
-                        f"{self.kernel}: missing scalar argument {spec.name!r}", kernel=self.kernel,
-                        arg=spec.name)
+                        f"{self.kernel}: missing scalar argument {spec.name!r}",
+                        kernel=self.kernel,
+                        arg=spec.name,
+                    )
                 out.append(_KINDS[spec.kind][1](value))
         return tuple(out)
 
@@ -278,8 +319,14 @@ class PlanLaunch:
     stage : str
     """
 
-    def __init__(self, backend: Any, make_plan: Callable[[int], LaunchPlan], slots: Mapping[str, Slot],
-                 stage: str, alignment: int = 16):
+    def __init__(
+        self,
+        backend: Any,
+        make_plan: Callable[[int], LaunchPlan],
+        slots: Mapping[str, Slot],
+        stage: str,
+        alignment: int = 16,
+    ):
         self.backend = backend
         self.stage = stage
         self._make_plan = make_plan
@@ -305,7 +352,8 @@ class PlanLaunch:
                 self.scalar_index[spec.name] = i
             self._values.append(value)
         self._params = (ctypes.c_void_p * max(1, len(self._values)))(
-            *[ctypes.addressof(v) for v in self._values])
+            *[ctypes.addressof(v) for v in self._values]
+        )
         self._params_address = ctypes.addressof(self._params)
         self.mask = mask
         self._fallback: PlanLaunch | None = None
@@ -331,8 +379,14 @@ class PlanLaunch:
             saved.append((slot, slot.value))
             slot.value = value
         try:
-            self.backend.launch_prepared(self._function, self._dims, self._params_address, stream,
-                                         what=f"launch of {self.plan.kernel}", stage=self.stage)
+            self.backend.launch_prepared(
+                self._function,
+                self._dims,
+                self._params_address,
+                stream,
+                what=f"launch of {self.plan.kernel}",
+                stage=self.stage,
+            )
         finally:
             for slot, value in saved:
                 slot.value = value
@@ -344,12 +398,19 @@ class PlanLaunch:
         return self._fallback
 
 
-def cuda_variant(bind: Callable[[KernelContext], Any], dtypes: Iterable[str] | None, *,
-                 supports_graphs: bool = True) -> Variant:
+def cuda_variant(
+    bind: Callable[[KernelContext], Any], dtypes: Iterable[str] | None, *, supports_graphs: bool = True
+) -> Variant:
     """The ``cuda:nvrtc`` variant a family declares for one of its operators (dtypes None: any)."""
-    return Variant(device="cuda", bind=bind, name=CUDA_VARIANT,
-                   dtypes=frozenset(dtypes) if dtypes is not None else None, priority=0, source="builtin",
-                   supports_graphs=supports_graphs)
+    return Variant(
+        device="cuda",
+        bind=bind,
+        name=CUDA_VARIANT,
+        dtypes=frozenset(dtypes) if dtypes is not None else None,
+        priority=0,
+        source="builtin",
+        supports_graphs=supports_graphs,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,7 +457,8 @@ def float_dtype(dtype: Any, op: str) -> DType:
     dt = get_dtype(dtype)
     if dt.name not in FLOATS:
         raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(FLOATS)} (got {dt.name})", op=op, dtype=dt.name)
+            f"{op}: dtype must be one of {', '.join(FLOATS)} (got {dt.name})", op=op, dtype=dt.name
+        )
     return dt
 
 
@@ -425,8 +487,9 @@ def pick_vec(requested: int, itemsize: int, alignment: int, op: str, *divides: i
     if requested == 0:
         return widest
     if requested > widest:
-        raise InvalidArgumentError(f"{op}: vec={requested} would misalign accesses (widest valid: {widest})",
-                                   op=op)
+        raise InvalidArgumentError(
+            f"{op}: vec={requested} would misalign accesses (widest valid: {widest})", op=op
+        )
     return requested
 
 
@@ -451,8 +514,9 @@ def shape_of(shape: Any, op: str) -> tuple[int, ...]:
     return out
 
 
-def flat_grid(work: int, block: int, unroll: int, max_blocks_per_sm: int,
-              sm_count: int) -> tuple[int, int, int]:
+def flat_grid(
+    work: int, block: int, unroll: int, max_blocks_per_sm: int, sm_count: int
+) -> tuple[int, int, int]:
     """A 1-d grid for a grid-stride loop over ``work`` items, capped at ``max_blocks_per_sm`` per SM."""
     blocks = max(1, -(-work // (block * unroll)))
     return (min(blocks, sm_count * max_blocks_per_sm), 1, 1)
@@ -462,14 +526,23 @@ def pointer(name: str, align: int = 1, optional: bool = False) -> ArgSpec:
     return ArgSpec(name, "ptr", optional=optional, align=align)
 
 
-def make_plan(source: KernelSource, kernel: str, macros: Mapping[str, Any], grid, block, specs, scalars,
-              params) -> LaunchPlan:
+def make_plan(
+    source: KernelSource, kernel: str, macros: Mapping[str, Any], grid, block, specs, scalars, params
+) -> LaunchPlan:
     """A LaunchPlan of ``source`` (macros stringified, block given as an int or a 3-tuple)."""
     block3 = block if isinstance(block, tuple) else (block, 1, 1)
-    return LaunchPlan(op=source.op, path=source.path, kernel=kernel,
-                      macros={k: str(v) for k, v in macros.items()}, grid=tuple(int(g) for g in grid),
-                      block=tuple(int(b) for b in block3), shared_mem=0, arg_specs=tuple(specs),
-                      scalars=dict(scalars), params=dict(params))
+    return LaunchPlan(
+        op=source.op,
+        path=source.path,
+        kernel=kernel,
+        macros={k: str(v) for k, v in macros.items()},
+        grid=tuple(int(g) for g in grid),
+        block=tuple(int(b) for b in block3),
+        shared_mem=0,
+        arg_specs=tuple(specs),
+        scalars=dict(scalars),
+        params=dict(params),
+    )
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -522,8 +595,14 @@ def strided_specs(prefixes: Iterable[str]) -> list[ArgSpec]:
     return [ArgSpec(f"{p}{k}", "i64") for p in ("d", *prefixes) for k in range(MAX_NDIM)]
 
 
-def row_geometry(source: KernelSource, dt: DType, shape: Any, tuned: Mapping[str, int] | None, alignment: int,
-                 sm_count: int) -> tuple[dict[str, Any], str, tuple[int, int, int], int, int, int, dict]:
+def row_geometry(
+    source: KernelSource,
+    dt: DType,
+    shape: Any,
+    tuned: Mapping[str, int] | None,
+    alignment: int,
+    sm_count: int,
+) -> tuple[dict[str, Any], str, tuple[int, int, int], int, int, int, dict]:
     """Launch geometry of a row kernel (one reduction per row over the last dim; ``_big`` above the
     register cap): ``(macros, kernel suffix, grid, block, rows, C, params)``.
 

@@ -468,7 +468,8 @@ def check_inputs(graph: LinkedGraph, given: Mapping[str, Any], bound: Collection
     if missing:
         raise InvalidArgumentError(
             f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}{hint}; "
-            f"the pipeline takes {expected}", input=missing[0]
+            f"the pipeline takes {expected}",
+            input=missing[0],
         )
     if extra:
         hint = difflib.get_close_matches(extra[0], expected, n=1)

@@ -73,9 +73,7 @@ class _Payload:
 
 
 def _refuse(st: LinkedStage, why: str) -> ConfigError:
-    message = (
-        f"stage {st.id!r} (operator {st.desc.name!r}) cannot be compiled for the native core: {why}"
-    )
+    message = f"stage {st.id!r} (operator {st.desc.name!r}) cannot be compiled for the native core: {why}"
     return ConfigError(
         f"cannot compile the pipeline: {message}",
         errors=[Problem(ErrorCode.PIPELINK_ERR_INVALID_CONFIG, st.path, message)],

@@ -24,12 +24,27 @@ from ..errors import InvalidArgumentError
 if TYPE_CHECKING:
     from .tuner import TuneResult
 
-__all__ = ["KEY_FIELDS", "TuneCache", "ParamChoice", "key_digest", "default_cache_dir", "resolve_params",
-           "validate_tuned"]
+__all__ = [
+    "KEY_FIELDS",
+    "TuneCache",
+    "ParamChoice",
+    "key_digest",
+    "default_cache_dir",
+    "resolve_params",
+    "validate_tuned",
+]
 
 #: The fields every cache key must have (a target may add more; all of them are hashed).
-KEY_FIELDS = ("operator", "operator_version", "source_hash", "device_name", "compute_capability",
-              "driver_version", "shapes", "dtypes")
+KEY_FIELDS = (
+    "operator",
+    "operator_version",
+    "source_hash",
+    "device_name",
+    "compute_capability",
+    "driver_version",
+    "shapes",
+    "dtypes",
+)
 _FORMAT = 1
 
 
@@ -46,10 +61,12 @@ def _canonical(key_fields: Mapping[str, Any]) -> str:
     missing = [f for f in KEY_FIELDS if key_fields.get(f) in (None, "")]
     if missing:
         raise InvalidArgumentError(
-            f"cache key lacks {', '.join(missing)} (got fields: {', '.join(key_fields)})")
+            f"cache key lacks {', '.join(missing)} (got fields: {', '.join(key_fields)})"
+        )
     try:
-        return json.dumps(dict(key_fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False)
+        return json.dumps(
+            dict(key_fields), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"cache key fields must be plain JSON values ({e})") from e
 
@@ -76,8 +93,9 @@ def _entry_problem(entry: Any) -> str | None:
     return f"parameters {odd} are not numbers or strings" if odd else None
 
 
-def validate_tuned(params: Mapping[str, Any], tunables: Mapping[str, tuple[Any, Collection[Any] | None]]
-                   ) -> tuple[dict[str, Any], list[str]]:
+def validate_tuned(
+    params: Mapping[str, Any], tunables: Mapping[str, tuple[Any, Collection[Any] | None]]
+) -> tuple[dict[str, Any], list[str]]:
     """Tuned values that a kernel declares, each checked against its tunable's allowed values.
 
     Parameters
@@ -148,15 +166,20 @@ class TuneCache:
                 raise ValueError(f"unknown format {doc.get('format')!r}")
         except (ValueError, KeyError, TypeError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
             reason = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
-            warnings.warn(f"tuning cache {self.path} is damaged ({reason}); treating it as empty, it will "
-                          "be set aside as .corrupt and rewritten on the next store", stacklevel=3)
+            warnings.warn(
+                f"tuning cache {self.path} is damaged ({reason}); treating it as empty, it will "
+                "be set aside as .corrupt and rewritten on the next store",
+                stacklevel=3,
+            )
             return {}, True
         good = {k: v for k, v in entries.items() if _entry_problem(v) is None}
         if len(good) != len(entries):
             bad = {k[:12]: _entry_problem(v) for k, v in entries.items() if k not in good}
-            warnings.warn(f"tuning cache {self.path}: ignoring {len(bad)} malformed entr"
-                          f"{'y' if len(bad) == 1 else 'ies'} ({bad}); they are dropped on the next store",
-                          stacklevel=3)
+            warnings.warn(
+                f"tuning cache {self.path}: ignoring {len(bad)} malformed entr"
+                f"{'y' if len(bad) == 1 else 'ies'} ({bad}); they are dropped on the next store",
+                stacklevel=3,
+            )
         return good, len(good) != len(entries)
 
     def entries(self) -> dict[str, dict[str, Any]]:
@@ -199,7 +222,8 @@ class TuneCache:
         entry = dict(result) if isinstance(result, Mapping) else result.cache_entry()
         if not isinstance(entry.get("params"), Mapping):
             raise InvalidArgumentError(
-                f"a cache entry needs a 'params' mapping (got {entry.get('params')!r})")
+                f"a cache entry needs a 'params' mapping (got {entry.get('params')!r})"
+            )
         entry["key"] = json.loads(_canonical(key_fields))
         entry["stored_at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         with self._locked():
@@ -249,8 +273,9 @@ class ParamChoice:
         return self.source == "tuned"
 
 
-def resolve_params(key_fields: Mapping[str, Any], defaults: Mapping[str, Any], *,
-                   cache: TuneCache | None = None) -> ParamChoice:
+def resolve_params(
+    key_fields: Mapping[str, Any], defaults: Mapping[str, Any], *, cache: TuneCache | None = None
+) -> ParamChoice:
     """Tuned parameters when the cache has this exact key, else the defaults. Never raises.
 
     Tuned values are overlaid on the defaults; an entry naming a parameter the defaults do not have
@@ -265,11 +290,13 @@ def resolve_params(key_fields: Mapping[str, Any], defaults: Mapping[str, Any], *
         return ParamChoice(dict(defaults), "default", f"no tuned entry in {cache.path}")
     unknown = sorted(set(tuned) - set(defaults))
     if unknown:
-        return ParamChoice(dict(defaults), "default",
-                           f"tuned entry names unknown parameters {unknown}; re-run pipelink tune")
+        return ParamChoice(
+            dict(defaults), "default", f"tuned entry names unknown parameters {unknown}; re-run pipelink tune"
+        )
     _, problems = validate_tuned(tuned, {k: (v, None) for k, v in defaults.items()})
     if problems:
-        return ParamChoice(dict(defaults), "default",
-                           f"tuned entry ignored: {'; '.join(problems)}; re-run pipelink tune")
+        return ParamChoice(
+            dict(defaults), "default", f"tuned entry ignored: {'; '.join(problems)}; re-run pipelink tune"
+        )
     where = f"tuned entry {key_digest(key_fields)[:12]} in {cache.path}"
     return ParamChoice({**defaults, **tuned}, "tuned", where)

@@ -46,8 +46,11 @@ def default_target_factory(config: TuneConfig, device: str) -> TuneTarget:
             chosen = resolve_device("auto")
         return NativeModuleTarget(config, chosen)
     if device == "cpu":
-        raise InvalidArgumentError("tuning needs a GPU: the CPU backend has no launch or compile parameters "
-                                   "(got --device cpu; use auto, cuda or cuda:N)", device=device)
+        raise InvalidArgumentError(
+            "tuning needs a GPU: the CPU backend has no launch or compile parameters "
+            "(got --device cpu; use auto, cuda or cuda:N)",
+            device=device,
+        )
     try:
         module = importlib.import_module(_BACKEND_MODULE)
         factory = getattr(module, _BACKEND_FACTORY)
@@ -55,16 +58,25 @@ def default_target_factory(config: TuneConfig, device: str) -> TuneTarget:
         raise HardwareUnsupportedError(
             f"pipelink tune needs the CUDA backend ({_BACKEND_MODULE}.{_BACKEND_FACTORY}), which is not "
             f"available here ({type(e).__name__}: {e}); install the cuda extra "
-            "(pip install 'pipelink[cuda]') on a machine with an NVIDIA GPU", device=device) from e
+            "(pip install 'pipelink[cuda]') on a machine with an NVIDIA GPU",
+            device=device,
+        ) from e
     return factory(config, device)
 
 
-def run_tune(config_path: str | Path | Mapping[str, Any], *, operator: str | None = None,
-             shapes: Mapping[str, Sequence[int]] | str | None = None,
-             dtypes: Mapping[str, str] | str | None = None, device: str = "auto",
-             export: str | Path | None = None, plot: str | Path | None = None,
-             target_factory: TargetFactory | None = None, console: Any = None,
-             cache: TuneCache | None = None) -> TuneResult:
+def run_tune(
+    config_path: str | Path | Mapping[str, Any],
+    *,
+    operator: str | None = None,
+    shapes: Mapping[str, Sequence[int]] | str | None = None,
+    dtypes: Mapping[str, str] | str | None = None,
+    device: str = "auto",
+    export: str | Path | None = None,
+    plot: str | Path | None = None,
+    target_factory: TargetFactory | None = None,
+    console: Any = None,
+    cache: TuneCache | None = None,
+) -> TuneResult:
     """Load a tune config, tune with a progress bar, print the table, then export and plot.
 
     Parameters
@@ -106,17 +118,28 @@ def run_tune(config_path: str | Path | Mapping[str, Any], *, operator: str | Non
     config = load_tune_config(config_path, operator=operator, shapes=shapes, dtypes=dtypes)
     target = (target_factory or default_target_factory)(config, device)
     if not isinstance(target, TuneTarget):
-        raise TuningError(f"the target factory returned {type(target).__name__}, not a TuneTarget",
-                          operator=config.operator)
+        raise TuningError(
+            f"the target factory returned {type(target).__name__}, not a TuneTarget", operator=config.operator
+        )
     cache = cache if cache is not None else TuneCache()
     space = config.space
-    plan = (f"all {space.size} variants" if config.strategy == "grid"
-            else f"up to {config.max_trials} of {space.size} variants")
-    console.print(f"tuning [bold]{config.operator}[/] for {config.benchmark_criteria} "
-                  f"({config.statistic} of {config.measure_iters} launches after {config.warmup_iters} "
-                  f"warm-up): {plan}")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
+    plan = (
+        f"all {space.size} variants"
+        if config.strategy == "grid"
+        else f"up to {config.max_trials} of {space.size} variants"
+    )
+    console.print(
+        f"tuning [bold]{config.operator}[/] for {config.benchmark_criteria} "
+        f"({config.statistic} of {config.measure_iters} launches after {config.warmup_iters} "
+        f"warm-up): {plan}"
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("tuning", total=None, last="")
 

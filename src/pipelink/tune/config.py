@@ -120,10 +120,15 @@ def _schema_problems(doc: Any) -> list[Problem]:
                 tip = f"; did you mean {hint[0]!r}?" if hint else f"; allowed: {', '.join(allowed)}"
                 problems.append(Problem(_INVALID, _pointer([*path, extra]), f"unknown key {extra!r}{tip}"))
         elif "propertyNames" in err.schema_path:
-            problems.append(Problem(_INVALID, _pointer([*path, err.instance]),
-                                    f"parameter name {err.instance!r} is not a C identifier "
-                                    "(letters, digits, _; not starting with a digit), "
-                                    "so it cannot be a -D macro"))
+            problems.append(
+                Problem(
+                    _INVALID,
+                    _pointer([*path, err.instance]),
+                    f"parameter name {err.instance!r} is not a C identifier "
+                    "(letters, digits, _; not starting with a digit), "
+                    "so it cannot be a -D macro",
+                )
+            )
         elif err.validator == "required":
             # Point at where the missing member belongs.
             missing = err.message.split("'")[1] if "'" in err.message else ""
@@ -141,10 +146,14 @@ def _semantic_problems(doc: Mapping[str, Any], require_target: bool) -> list[Pro
         for values in space.values():
             size *= len(values) if isinstance(values, list) else 1
     if doc.get("strategy") == "grid" and isinstance(doc.get("max_trials"), int) and doc["max_trials"] < size:
-        problems.append(Problem(
-            _INVALID, "/max_trials",
-            f"strategy 'grid' evaluates all {size} variants, so max_trials={doc['max_trials']} would cut "
-            "the grid arbitrarily; use strategy 'budgeted' (or drop max_trials)"))
+        problems.append(
+            Problem(
+                _INVALID,
+                "/max_trials",
+                f"strategy 'grid' evaluates all {size} variants, so max_trials={doc['max_trials']} would cut "
+                "the grid arbitrarily; use strategy 'budgeted' (or drop max_trials)",
+            )
+        )
     shapes = doc.get("shapes") if isinstance(doc.get("shapes"), Mapping) else {}
     dtypes = doc.get("dtypes")
     if isinstance(dtypes, str):
@@ -162,11 +171,19 @@ def _semantic_problems(doc: Mapping[str, Any], require_target: bool) -> list[Pro
             problems.append(Problem(_INVALID, where, f"dtype given for {name!r}, which has no shape{tip}"))
     if require_target:
         if not doc.get("operator"):
-            problems.append(Problem(_INVALID, "/operator",
-                                    "no operator to tune: set \"operator\" in the file or pass --operator"))
+            problems.append(
+                Problem(
+                    _INVALID,
+                    "/operator",
+                    'no operator to tune: set "operator" in the file or pass --operator',
+                )
+            )
         if not shapes:
-            problems.append(Problem(_INVALID, "/shapes",
-                                    "no shapes to tune for: set \"shapes\" in the file or pass --shapes"))
+            problems.append(
+                Problem(
+                    _INVALID, "/shapes", 'no shapes to tune for: set "shapes" in the file or pass --shapes'
+                )
+            )
     return problems
 
 
@@ -206,16 +223,22 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         problem = Problem(_INVALID, "", str(e))
         raise ConfigError(f"{path}: not valid JSON:", [problem], file=str(path)) from e
     if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: invalid tune config:",
-                          [Problem(_INVALID, "", f"must be a JSON object (got {type(doc).__name__})")],
-                          file=str(path))
+        raise ConfigError(
+            f"{path}: invalid tune config:",
+            [Problem(_INVALID, "", f"must be a JSON object (got {type(doc).__name__})")],
+            file=str(path),
+        )
     return doc, str(path)
 
 
-def load_tune_config(source: str | Path | Mapping[str, Any], *, operator: str | None = None,
-                     shapes: Mapping[str, Sequence[int]] | str | None = None,
-                     dtypes: Mapping[str, str] | str | None = None,
-                     require_target: bool = True) -> TuneConfig:
+def load_tune_config(
+    source: str | Path | Mapping[str, Any],
+    *,
+    operator: str | None = None,
+    shapes: Mapping[str, Sequence[int]] | str | None = None,
+    dtypes: Mapping[str, str] | str | None = None,
+    require_target: bool = True,
+) -> TuneConfig:
     """Read, merge and validate a tune config.
 
     Parameters
@@ -242,8 +265,9 @@ def load_tune_config(source: str | Path | Mapping[str, Any], *, operator: str | 
         if operator is not None:
             doc["operator"] = operator
         if shapes is not None:
-            doc["shapes"] = parse_shapes(shapes) if isinstance(shapes, str) else {
-                k: list(v) for k, v in shapes.items()}
+            doc["shapes"] = (
+                parse_shapes(shapes) if isinstance(shapes, str) else {k: list(v) for k, v in shapes.items()}
+            )
         if dtypes is not None:
             doc["dtypes"] = parse_dtypes(dtypes) if isinstance(dtypes, str) else dict(dtypes)
     except InvalidArgumentError as e:
@@ -256,8 +280,11 @@ def load_tune_config(source: str | Path | Mapping[str, Any], *, operator: str | 
         raise ConfigError(f"{where}: invalid tune config:", problems, file=where)
     shape_map = {k: tuple(v) for k, v in doc.get("shapes", {}).items()}
     raw_dtypes = doc.get("dtypes", "float32")
-    dtype_map = ({k: get_dtype(raw_dtypes).name for k in shape_map} if isinstance(raw_dtypes, str)
-                 else {k: get_dtype(raw_dtypes.get(k, "float32")).name for k in shape_map})
+    dtype_map = (
+        {k: get_dtype(raw_dtypes).name for k in shape_map}
+        if isinstance(raw_dtypes, str)
+        else {k: get_dtype(raw_dtypes.get(k, "float32")).name for k in shape_map}
+    )
     return TuneConfig(
         tuning_space={k: tuple(v) for k, v in doc["tuning_space"].items()},
         benchmark_criteria=doc["benchmark_criteria"],
@@ -295,7 +322,8 @@ def parse_shapes(text: str) -> dict[str, list[int]]:
             out[name.strip()] = [int(d) for d in dims.lower().split("x") if d.strip()]
         except ValueError:
             raise InvalidArgumentError(
-                f"shapes must read NAME=D0xD1x...,NAME=... (got {part!r} in {text!r})") from None
+                f"shapes must read NAME=D0xD1x...,NAME=... (got {part!r} in {text!r})"
+            ) from None
     if not out:
         raise InvalidArgumentError(f"shapes must read NAME=D0xD1x...,NAME=... (got {text!r})")
     return out

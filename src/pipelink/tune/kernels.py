@@ -22,7 +22,6 @@ from .cache import TuneCache, key_digest, validate_tuned
 __all__ = ["aliases_of", "key_fields", "tunables_of", "source_hash", "lookup_tuned"]
 
 
-
 def tunables_of(op: str) -> dict[str, tuple[Any, tuple]]:
     """name -> (default, allowed values) of a built-in operator's CUDA kernel ({} when it has none)."""
     kernel = cuda_kernel(op)
@@ -86,5 +85,3 @@ def lookup_tuned(desc, info, in_shapes: tuple, in_dtypes: tuple) -> tuple[dict, 
         warnings.warn(f"{desc.name}: {reason}; re-run pipelink tune", RuntimeWarning, stacklevel=2)
         return defaults, "default", reason
     return {**defaults, **params}, "tuned", f"tuned entry {key_digest(key)[:12]} in {cache.path}"
-
-

@@ -116,7 +116,7 @@ class ParameterSpace:
             for step in (-1, 1):
                 j = key[axis] + step
                 if 0 <= j < len(self._axes[name]):
-                    out.append(self.at(key[:axis] + (j,) + key[axis + 1:]))
+                    out.append(self.at(key[:axis] + (j,) + key[axis + 1 :]))
         return out
 
 
@@ -265,8 +265,15 @@ class BudgetedSearch(Search):
     sizes and unroll factors perform alike), which local refinement exploits and halving ignores.
     """
 
-    def __init__(self, space: ParameterSpace, max_trials: int, *, seed: int = 0,
-                 explore_fraction: float = 0.5, max_pruned: int | None = None):
+    def __init__(
+        self,
+        space: ParameterSpace,
+        max_trials: int,
+        *,
+        seed: int = 0,
+        explore_fraction: float = 0.5,
+        max_pruned: int | None = None,
+    ):
         super().__init__(space)
         if not isinstance(max_trials, int) or max_trials < 1:
             raise InvalidArgumentError(f"max_trials must be a positive int (got {max_trials!r})")
@@ -318,8 +325,9 @@ class BudgetedSearch(Search):
                 return key
 
 
-def make_search(space: ParameterSpace, strategy: str, *, max_trials: int | None = None,
-                seed: int = 0) -> Search:
+def make_search(
+    space: ParameterSpace, strategy: str, *, max_trials: int | None = None, seed: int = 0
+) -> Search:
     """The search a config asks for (``"grid"`` or ``"budgeted"``).
 
     Raises

@@ -157,8 +157,14 @@ class Tuner:
         Called as ``progress(done, total, trial)`` after each trial.
     """
 
-    def __init__(self, target: TuneTarget, config: TuneConfig, *, cache: TuneCache | None = None,
-                 progress: ProgressCallback | None = None):
+    def __init__(
+        self,
+        target: TuneTarget,
+        config: TuneConfig,
+        *,
+        cache: TuneCache | None = None,
+        progress: ProgressCallback | None = None,
+    ):
         self.target = target
         self.config = config
         self.cache = cache
@@ -194,11 +200,15 @@ class Tuner:
                 trial.status, trial.error = "wrong", f"does not match the CPU reference: {detail}"
                 return trial
             stage = "measure"
-            times = [float(x) for x in self.target.measure(
-                candidate, self.config.warmup_iters, self.config.measure_iters)]
+            times = [
+                float(x)
+                for x in self.target.measure(candidate, self.config.warmup_iters, self.config.measure_iters)
+            ]
             if len(times) != self.config.measure_iters or not all(math.isfinite(x) and x > 0 for x in times):
-                raise TuningError(f"measure() must return {self.config.measure_iters} positive finite times "
-                                  f"(got {len(times)}, e.g. {times[:3]})")
+                raise TuningError(
+                    f"measure() must return {self.config.measure_iters} positive finite times "
+                    f"(got {len(times)}, e.g. {times[:3]})"
+                )
             trial.times_s = times
             trial.statistic_s = time_statistic(times, self.config.statistic)
             stage = "metric"
@@ -223,9 +233,11 @@ class Tuner:
 
     def key_fields(self) -> dict[str, Any]:
         """The cache key: the target's fields over the config's operator, shapes and dtypes."""
-        base: dict[str, Any] = {"operator": self.config.operator,
-                                "shapes": {k: list(v) for k, v in self.config.shapes.items()},
-                                "dtypes": dict(self.config.dtypes)}
+        base: dict[str, Any] = {
+            "operator": self.config.operator,
+            "shapes": {k: list(v) for k, v in self.config.shapes.items()},
+            "dtypes": dict(self.config.dtypes),
+        }
         return {**base, **self.target.cache_key_fields()}
 
     def run(self, *, use_cached: bool = False) -> TuneResult:
@@ -251,13 +263,27 @@ class Tuner:
         unknown = [n for n in space.names if n not in defaults]
         if unknown:
             names = ", ".join(map(repr, unknown))
-            raise TuningError(f"operator {cfg.operator!r} has no tunable parameter {names}; "
-                              f"its parameters are: {', '.join(defaults) or '(none)'}", operator=cfg.operator)
+            raise TuningError(
+                f"operator {cfg.operator!r} has no tunable parameter {names}; "
+                f"its parameters are: {', '.join(defaults) or '(none)'}",
+                operator=cfg.operator,
+            )
         if use_cached and self.cache is not None:
             cached = self.cache.lookup(key)
             if cached is not None:
-                return TuneResult(cfg.operator, cfg.benchmark_criteria, cfg.statistic, key, space.names, [],
-                                  None, None, time.perf_counter() - start, True, cached)
+                return TuneResult(
+                    cfg.operator,
+                    cfg.benchmark_criteria,
+                    cfg.statistic,
+                    key,
+                    space.names,
+                    [],
+                    None,
+                    None,
+                    time.perf_counter() - start,
+                    True,
+                    cached,
+                )
         search = make_search(space, cfg.strategy, max_trials=cfg.max_trials, seed=cfg.seed)
         default_in_space = space.contains(defaults)
         total = search.total + (0 if default_in_space else 1)
@@ -271,8 +297,11 @@ class Tuner:
         default_trial = self.evaluate(0, defaults, is_default=True)
         record(default_trial)
         if default_in_space:
-            search.tell(defaults, score(default_trial, cfg.benchmark_criteria),
-                        counted=default_trial.status != "pruned")
+            search.tell(
+                defaults,
+                score(default_trial, cfg.benchmark_criteria),
+                counted=default_trial.status != "pruned",
+            )
         while (proposal := search.ask()) is not None:
             trial = self.evaluate(len(trials), {**defaults, **proposal})
             record(trial)
@@ -280,19 +309,38 @@ class Tuner:
 
         ranked = [t for t in trials if t.status == "ok"]
         best = min(ranked, key=lambda t: score(t, cfg.benchmark_criteria)) if ranked else None
-        result = TuneResult(cfg.operator, cfg.benchmark_criteria, cfg.statistic, key, space.names, trials,
-                            best, default_trial, time.perf_counter() - start)
+        result = TuneResult(
+            cfg.operator,
+            cfg.benchmark_criteria,
+            cfg.statistic,
+            key,
+            space.names,
+            trials,
+            best,
+            default_trial,
+            time.perf_counter() - start,
+        )
         if best is None:
             counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
-            raise TuningError(f"no variant of {cfg.operator!r} passed verification and timing ({counts}); "
-                              "the defaults stay in use", operator=cfg.operator, result=result)
+            raise TuningError(
+                f"no variant of {cfg.operator!r} passed verification and timing ({counts}); "
+                "the defaults stay in use",
+                operator=cfg.operator,
+                result=result,
+            )
         if self.cache is not None:
             self.cache.store(key, result)
         return result
 
 
-def tune(target: TuneTarget, config: TuneConfig, *, cache: TuneCache | None = None,
-         progress: ProgressCallback | None = None, use_cached: bool = False) -> TuneResult:
+def tune(
+    target: TuneTarget,
+    config: TuneConfig,
+    *,
+    cache: TuneCache | None = None,
+    progress: ProgressCallback | None = None,
+    use_cached: bool = False,
+) -> TuneResult:
     """Tune ``target`` over ``config``'s space.
 
     Parameters
@@ -321,6 +369,7 @@ def tune(target: TuneTarget, config: TuneConfig, *, cache: TuneCache | None = No
         The space names a parameter the target lacks, or no variant passed (``.result`` has the trials).
     """
     if not isinstance(config, TuneConfig):
-        raise InvalidArgumentError(f"config must be a TuneConfig (got {type(config).__name__}); "
-                                   "use load_tune_config() first")
+        raise InvalidArgumentError(
+            f"config must be a TuneConfig (got {type(config).__name__}); use load_tune_config() first"
+        )
     return Tuner(target, config, cache=cache, progress=progress).run(use_cached=use_cached)

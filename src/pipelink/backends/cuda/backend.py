@@ -502,4 +502,3 @@ def _runtime_version() -> str | None:
         return str(cuda.bindings.__version__)
     except Exception:  # noqa: BLE001
         return None
-

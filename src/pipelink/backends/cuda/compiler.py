@@ -58,8 +58,15 @@ def cache_key(
     """The cubin cache key: the one kernel-source hash (:func:`pipelink.ops.kernel.source_hash`) of the
     source and the header digest, with the options (order-independent), the architecture and the NVRTC
     version in place of macros."""
-    return source_hash(source, {"options": json.dumps(dict(options), sort_keys=True, default=repr),
-                                "arch": arch, "nvrtc": f"{nvrtc_version[0]}.{nvrtc_version[1]}"}, (headers,))
+    return source_hash(
+        source,
+        {
+            "options": json.dumps(dict(options), sort_keys=True, default=repr),
+            "arch": arch,
+            "nvrtc": f"{nvrtc_version[0]}.{nvrtc_version[1]}",
+        },
+        (headers,),
+    )
 
 
 class KernelCompiler:

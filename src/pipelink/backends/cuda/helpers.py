@@ -78,7 +78,9 @@ class StridedCopy:
         pad = 8 - len(dims)
         be = self._backend
         kernel = be.compile_kernel(
-            helper_source(), "pl_strided_copy", {"define_macro": [("PL_ELEM", _UINT[src.dtype.itemsize])]},
+            helper_source(),
+            "pl_strided_copy",
+            {"define_macro": [("PL_ELEM", _UINT[src.dtype.itemsize])]},
             (include_dir(),),
         )
         n = src.size

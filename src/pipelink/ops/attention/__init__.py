@@ -42,20 +42,32 @@ def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
     if is_known(h, hk) and h % hk:
         raise ShapeMismatchError(
             f"attention: q has {h} heads, not a multiple of the {hk} heads of k and v (grouped-query "
-            "attention shares each key/value head among H / H_kv query heads)", port="k", symbol="H",
-            expected=f"a divisor of {h}", got=hk)
+            "attention shares each key/value head among H / H_kv query heads)",
+            port="k",
+            symbol="H",
+            expected=f"a divisor of {h}",
+            got=hk,
+        )
     mask_shape, mask_dtype = in_shapes[3], in_dtypes[3]
     if mask_shape is not None:
         if mask_dtype not in ("bool", in_dtypes[0]):
             raise DTypeMismatchError(
                 f"attention: input 'mask' must be bool (True: attend) or {in_dtypes[0]} like q, added to the "
-                f"scores (got {mask_dtype})", port="mask", expected=["bool", in_dtypes[0]], got=mask_dtype)
+                f"scores (got {mask_dtype})",
+                port="mask",
+                expected=["bool", in_dtypes[0]],
+                got=mask_dtype,
+            )
         scores = (b, h, s, t)
         merged = broadcast_shapes(scores, tuple(mask_shape))
         if isinstance(merged, Mismatch) or len(mask_shape) > 4 or unify(merged, scores) is None:
             raise ShapeMismatchError(
                 f"attention: input 'mask' {list(mask_shape)} does not broadcast to the scores [B, H, S, T] = "
-                f"{list(scores)}", port="mask", expected=list(scores), got=list(mask_shape))
+                f"{list(scores)}",
+                port="mask",
+                expected=list(scores),
+                got=list(mask_shape),
+            )
     return ((b, h, s, dv),), (in_dtypes[0],)
 
 
@@ -108,15 +120,23 @@ def descriptors() -> list[OperatorDescriptor]:
     """Fresh descriptor of attention (one per registry)."""
     return [
         builtin_operator(
-            "attention", doc="Scaled dot-product attention: softmax(scale * q k^T + mask) v, per head.",
-            inputs=[Port("q", shape=["B", "H", "S", "D"], dtype="T"),
-                    Port("k", shape=["B", "Hkv", "T", "D"], dtype="T", doc="Hkv divides H"),
-                    Port("v", shape=["B", "Hkv", "T", "Dv"], dtype="T"),
-                    Port("mask", optional=True,
-                         doc="bool (True: attend) or additive, broadcast to [B, H, S, T]")],
+            "attention",
+            doc="Scaled dot-product attention: softmax(scale * q k^T + mask) v, per head.",
+            inputs=[
+                Port("q", shape=["B", "H", "S", "D"], dtype="T"),
+                Port("k", shape=["B", "Hkv", "T", "D"], dtype="T", doc="Hkv divides H"),
+                Port("v", shape=["B", "Hkv", "T", "Dv"], dtype="T"),
+                Port("mask", optional=True, doc="bool (True: attend) or additive, broadcast to [B, H, S, T]"),
+            ],
             outputs=[Port("y", dtype="T", doc="[B, H, S, Dv]")],
-            attrs=[Attr("is_causal", "bool", False, doc="query i attends to keys 0..i (upper-left aligned)"),
-                   Attr("scale", "float", None, doc="multiplies q k^T; default 1/sqrt(D)")],
-            dtype_vars={"T": ATTENTION_DTYPES}, variant_dtypes=ATTENTION_DTYPES | {"bool"},
-            infer=infer_attention, bind=_attention_bind, onnx="Attention"),
+            attrs=[
+                Attr("is_causal", "bool", False, doc="query i attends to keys 0..i (upper-left aligned)"),
+                Attr("scale", "float", None, doc="multiplies q k^T; default 1/sqrt(D)"),
+            ],
+            dtype_vars={"T": ATTENTION_DTYPES},
+            variant_dtypes=ATTENTION_DTYPES | {"bool"},
+            infer=infer_attention,
+            bind=_attention_bind,
+            onnx="Attention",
+        ),
     ]

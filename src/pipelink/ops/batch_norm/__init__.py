@@ -16,16 +16,29 @@ def descriptors() -> list[OperatorDescriptor]:
     """A fresh ``batch_norm`` descriptor (one per registry)."""
     return [
         builtin_operator(
-            "batch_norm", doc="Batch normalisation for inference with running statistics (channel axis 1).",
-            inputs=[Port("x", shape=["N", "C", "..."], dtype="T"),
-                    Port("mean", shape=["C"], dtype="T", doc="running mean"),
-                    Port("var", shape=["C"], dtype="T", doc="running variance"),
-                    Port("gamma", shape=["C"], dtype="T", optional=True, doc="scale (default 1)"),
-                    Port("beta", shape=["C"], dtype="T", optional=True, doc="shift (default 0)")],
+            "batch_norm",
+            doc="Batch normalisation for inference with running statistics (channel axis 1).",
+            inputs=[
+                Port("x", shape=["N", "C", "..."], dtype="T"),
+                Port("mean", shape=["C"], dtype="T", doc="running mean"),
+                Port("var", shape=["C"], dtype="T", doc="running variance"),
+                Port("gamma", shape=["C"], dtype="T", optional=True, doc="scale (default 1)"),
+                Port("beta", shape=["C"], dtype="T", optional=True, doc="shift (default 0)"),
+            ],
             outputs=[Port("y", shape="x", dtype="T")],
-            attrs=[Attr("eps", "float", 1e-5, doc="added to the running variance before the square root "
-                        "(ONNX BatchNormalization's default)")],
-            dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS, bind=batch_norm_bind,
+            attrs=[
+                Attr(
+                    "eps",
+                    "float",
+                    1e-5,
+                    doc="added to the running variance before the square root "
+                    "(ONNX BatchNormalization's default)",
+                )
+            ],
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            bind=batch_norm_bind,
             cuda=cuda_variant(cuda.batch_norm_bind, FLOATS),
-            onnx="BatchNormalization"),
+            onnx="BatchNormalization",
+        ),
     ]

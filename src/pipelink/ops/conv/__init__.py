@@ -25,24 +25,37 @@ __all__ = ["descriptors", "infer_conv2d", "infer_conv_transpose2d", "transpose_g
 def _check_groups(op: str, channels, group: int, per_group, out_channels, *, w_layout: str):
     """``group >= 1``, ``channels == per_group * group`` and ``group`` divides the output channels."""
     if group < 1:
-        raise InvalidArgumentError(f"{op}: attribute 'group' must be >= 1 (got {group})", attr="group",
-                                   got=group)
+        raise InvalidArgumentError(
+            f"{op}: attribute 'group' must be >= 1 (got {group})", attr="group", got=group
+        )
     if is_known(channels, per_group) and channels != per_group * group:
         raise ShapeMismatchError(
             f"{op}: input 'x' has {channels} channels, but weight 'w' {w_layout} expects {per_group} per "
-            f"group x {group} groups = {per_group * group}", port="w", symbol="C", expected=channels,
-            got=per_group * group)
+            f"group x {group} groups = {per_group * group}",
+            port="w",
+            symbol="C",
+            expected=channels,
+            got=per_group * group,
+        )
     if is_known(out_channels) and out_channels % group:
         raise ShapeMismatchError(
-            f"{op}: {out_channels} output channels cannot be split into {group} groups", port="w",
-            symbol="M", expected=f"a multiple of {group}", got=out_channels)
+            f"{op}: {out_channels} output channels cannot be split into {group} groups",
+            port="w",
+            symbol="M",
+            expected=f"a multiple of {group}",
+            got=out_channels,
+        )
 
 
 def _check_bias(op: str, bias_shape, out_channels) -> None:
     if bias_shape is not None and unify(tuple(bias_shape)[0], out_channels) is None:
         raise ShapeMismatchError(
             f"{op}: bias 'b' has {tuple(bias_shape)[0]} entries, but the output has {out_channels} channels",
-            port="b", symbol="M", expected=out_channels, got=tuple(bias_shape)[0])
+            port="b",
+            symbol="M",
+            expected=out_channels,
+            got=tuple(bias_shape)[0],
+        )
 
 
 def infer_conv2d(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
@@ -80,7 +93,10 @@ def transpose_geometry(in_hw: tuple, kernel: tuple, attrs: Mapping[str, Any]) ->
         if p >= s and p >= d:
             raise InvalidArgumentError(
                 f"{op}: output_padding {list(extra)} must be smaller than the stride {list(strides)} or the "
-                f"dilation {list(dilations)} on each axis", attr="output_padding", got=list(extra))
+                f"dilation {list(dilations)} on each axis",
+                attr="output_padding",
+                got=list(extra),
+            )
         size = in_hw[axis]
         if not is_known(size):
             out.append(derived(op, size))
@@ -91,14 +107,20 @@ def transpose_geometry(in_hw: tuple, kernel: tuple, attrs: Mapping[str, Any]) ->
         if cropped < 0:
             raise ShapeMismatchError(
                 f"{op}: pads {list(pads)} remove more than the {whole} output positions of spatial axis "
-                f"{axis}", port="x", attr="pads", expected=f"<= {whole}", got=pads[axis] + pads[axis + 2])
+                f"{axis}",
+                port="x",
+                attr="pads",
+                expected=f"<= {whole}",
+                got=pads[axis] + pads[axis + 2],
+            )
         out.append(cropped)
         full.append(whole)
     return tuple(out), tuple(full)
 
 
-def infer_conv_transpose2d(in_shapes: tuple, in_dtypes: tuple,
-                           attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+def infer_conv_transpose2d(
+    in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
+) -> tuple[tuple, tuple]:
     """Output rule of conv_transpose2d: ``[N, M, H_out, W_out]``, ``M = w.shape[1] * group``."""
     (n, c, h, w), (cw, mg, kh, kw) = tuple(in_shapes[0]), tuple(in_shapes[1])
     group = int(attrs["group"])
@@ -106,12 +128,18 @@ def infer_conv_transpose2d(in_shapes: tuple, in_dtypes: tuple,
     if unify(c, cw) is None:
         raise ShapeMismatchError(
             f"conv_transpose2d: input 'x' has {c} channels, but weight 'w' [C, M/group, kH, kW] has {cw}",
-            port="w", symbol="C", expected=c, got=cw)
+            port="w",
+            symbol="C",
+            expected=c,
+            got=cw,
+        )
     if group < 1 or (is_known(c) and c % group):
         raise InvalidArgumentError(
             f"conv_transpose2d: attribute 'group' must be >= 1 and divide the {c} input channels "
             f"(got {group})",
-            attr="group", got=group)
+            attr="group",
+            got=group,
+        )
     _check_bias("conv_transpose2d", in_shapes[2], m)
     out, _ = transpose_geometry((h, w), (kh, kw), attrs)
     return ((n, m) + out,), (in_dtypes[0],)
@@ -127,7 +155,7 @@ def _conv2d_bind(ctx: KernelContext):
     (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
     cdt = compute_dtype(ctx.in_dtypes[0])
     padded = np.zeros((n, c, h + pt + pb, w + pl + pr), cdt)  # the border stays 0 across runs
-    inner = padded[:, :, pt:pt + h, pl:pl + w]
+    inner = padded[:, :, pt : pt + h, pl : pl + w]
     acc = np.empty(ctx.out_shapes[0], cdt)
     (sh, sw), (dh, dw) = win.strides, win.dilations
     windows = sliding_window_view(padded, win.extent, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
@@ -137,9 +165,10 @@ def _conv2d_bind(ctx: KernelContext):
         np.copyto(inner, x, casting="unsafe")
         wt = weight.astype(cdt, copy=False)
         for g in range(group):
-            part = np.tensordot(windows[:, g * cg:(g + 1) * cg], wt[g * mg:(g + 1) * mg],
-                                axes=([1, 4, 5], [1, 2, 3]))  # [N, Ho, Wo, Mg]
-            acc[:, g * mg:(g + 1) * mg] = part.transpose(0, 3, 1, 2)
+            part = np.tensordot(
+                windows[:, g * cg : (g + 1) * cg], wt[g * mg : (g + 1) * mg], axes=([1, 4, 5], [1, 2, 3])
+            )  # [N, Ho, Wo, Mg]
+            acc[:, g * mg : (g + 1) * mg] = part.transpose(0, 3, 1, 2)
         if bias is not None:
             np.add(acc, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=acc)
         np.copyto(outputs[0], acc, casting="unsafe")
@@ -158,7 +187,7 @@ def _conv_transpose2d_bind(ctx: KernelContext):
     pt, pl = ctx.attrs["pads"][0], ctx.attrs["pads"][1]
     cdt = compute_dtype(ctx.in_dtypes[0])
     full = np.empty((n, m) + full_hw, cdt)
-    crop = full[:, :, pt:pt + out_hw[0], pl:pl + out_hw[1]]
+    crop = full[:, :, pt : pt + out_hw[0], pl : pl + out_hw[1]]
 
     def kernel(inputs, outputs, stream):
         x, weight, bias = inputs
@@ -166,12 +195,16 @@ def _conv_transpose2d_bind(ctx: KernelContext):
         full.fill(0)
         # Each input pixel scatters its kernel into the output: tap (i, j) lands at stride * pos + d * (i, j).
         for g in range(group):
-            xs, ws = xc[:, g * cg:(g + 1) * cg], wt[g * cg:(g + 1) * cg]
+            xs, ws = xc[:, g * cg : (g + 1) * cg], wt[g * cg : (g + 1) * cg]
             for i in range(kh):
                 for j in range(kw):
                     tap = np.tensordot(xs, ws[:, :, i, j], axes=([1], [0])).transpose(0, 3, 1, 2)
-                    full[:, g * mg:(g + 1) * mg, i * dh:i * dh + sh * (h - 1) + 1:sh,
-                         j * dw:j * dw + sw * (w - 1) + 1:sw] += tap
+                    full[
+                        :,
+                        g * mg : (g + 1) * mg,
+                        i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                        j * dw : j * dw + sw * (w - 1) + 1 : sw,
+                    ] += tap
         if bias is not None:
             np.add(crop, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=crop)
         np.copyto(outputs[0], crop, casting="unsafe")
@@ -185,23 +218,41 @@ def descriptors() -> list[OperatorDescriptor]:
     group = Attr("group", "int", 1, doc="channel groups (C and M both split into group parts)")
     return [
         builtin_operator(
-            "conv2d", doc="2-d convolution (cross-correlation) of NCHW x with weights w, plus a bias.",
-            inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T"),
-                    Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
-                    Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel")],
+            "conv2d",
+            doc="2-d convolution (cross-correlation) of NCHW x with weights w, plus a bias.",
+            inputs=[
+                Port("x", shape=["N", "C", "H", "W"], dtype="T"),
+                Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
+                Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+            ],
             outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
             attrs=window_attrs() + [group],
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_conv2d, bind=_conv2d_bind, onnx="Conv"),
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_conv2d,
+            bind=_conv2d_bind,
+            onnx="Conv",
+        ),
         builtin_operator(
-            "conv_transpose2d", doc="2-d transposed convolution (the gradient of conv2d) of NCHW x.",
-            inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T"),
-                    Port("w", shape=["Cw", "Mg", "kH", "kW"], dtype="T", doc="[C, M/group, kH, kW]"),
-                    Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel")],
+            "conv_transpose2d",
+            doc="2-d transposed convolution (the gradient of conv2d) of NCHW x.",
+            inputs=[
+                Port("x", shape=["N", "C", "H", "W"], dtype="T"),
+                Port("w", shape=["Cw", "Mg", "kH", "kW"], dtype="T", doc="[C, M/group, kH, kW]"),
+                Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+            ],
             outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
-            attrs=[Attr("strides", "ints", (1, 1), doc="input pixel spacing in the output"),
-                   Attr("pads", "ints", (0, 0, 0, 0), doc="[top, left, bottom, right] cropped off"),
-                   Attr("output_padding", "ints", (0, 0), doc="extra rows/columns at the bottom/right"),
-                   Attr("dilations", "ints", (1, 1), doc="spacing of the kernel's taps"), group],
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_conv_transpose2d,
-            bind=_conv_transpose2d_bind, onnx="ConvTranspose"),
+            attrs=[
+                Attr("strides", "ints", (1, 1), doc="input pixel spacing in the output"),
+                Attr("pads", "ints", (0, 0, 0, 0), doc="[top, left, bottom, right] cropped off"),
+                Attr("output_padding", "ints", (0, 0), doc="extra rows/columns at the bottom/right"),
+                Attr("dilations", "ints", (1, 1), doc="spacing of the kernel's taps"),
+                group,
+            ],
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_conv_transpose2d,
+            bind=_conv_transpose2d_bind,
+            onnx="ConvTranspose",
+        ),
     ]

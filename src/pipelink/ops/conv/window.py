@@ -37,16 +37,24 @@ class Window:
 
 def window_attrs(*, pads_doc: str = "[top, left, bottom, right] zero padding"):
     """The attributes every 2-d window operator shares (strides, pads, dilations, auto_pad)."""
-    return [Attr("strides", "ints", (1, 1), doc="step of the window per spatial axis"),
-            Attr("pads", "ints", (0, 0, 0, 0), doc=pads_doc),
-            Attr("dilations", "ints", (1, 1), doc="spacing of the window's taps"),
-            Attr("auto_pad", "str", "NOTSET", choices=AUTO_PADS,
-                 doc="SAME_UPPER/SAME_LOWER: pad so out = ceil(in / stride) (odd pad at the end/begin); "
-                     "VALID: no padding; NOTSET: use pads")]
+    return [
+        Attr("strides", "ints", (1, 1), doc="step of the window per spatial axis"),
+        Attr("pads", "ints", (0, 0, 0, 0), doc=pads_doc),
+        Attr("dilations", "ints", (1, 1), doc="spacing of the window's taps"),
+        Attr(
+            "auto_pad",
+            "str",
+            "NOTSET",
+            choices=AUTO_PADS,
+            doc="SAME_UPPER/SAME_LOWER: pad so out = ceil(in / stride) (odd pad at the end/begin); "
+            "VALID: no padding; NOTSET: use pads",
+        ),
+    ]
 
 
-def window_2d(in_hw: tuple, kernel: tuple[int, int], attrs: Mapping[str, Any], *, op: str,
-              ceil_mode: bool = False) -> Window:
+def window_2d(
+    in_hw: tuple, kernel: tuple[int, int], attrs: Mapping[str, Any], *, op: str, ceil_mode: bool = False
+) -> Window:
     """Resolve the window over an input of spatial size ``in_hw`` (ints or symbols).
 
     Raises
@@ -66,7 +74,9 @@ def window_2d(in_hw: tuple, kernel: tuple[int, int], attrs: Mapping[str, Any], *
     if auto_pad != "NOTSET" and any(pads):
         raise InvalidArgumentError(
             f"{op}: explicit 'pads' {list(pads)} cannot be combined with auto_pad {auto_pad!r}; set one",
-            attr="pads", got=list(pads))
+            attr="pads",
+            got=list(pads),
+        )
     begin, end, out = [], [], []
     for axis in range(2):
         size, k, s, d = in_hw[axis], kernel[axis], strides[axis], dilations[axis]
@@ -92,8 +102,12 @@ def window_2d(in_hw: tuple, kernel: tuple[int, int], attrs: Mapping[str, Any], *
         if span < 0:
             raise ShapeMismatchError(
                 f"{op}: the window ({k} taps, dilation {d}: {extent} wide) does not fit in spatial axis "
-                f"{axis} of size {size} padded by {pb}+{pe}", port="x", symbol=f"axis {axis + 2}",
-                expected=extent, got=size + pb + pe)
+                f"{axis} of size {size} padded by {pb}+{pe}",
+                port="x",
+                symbol=f"axis {axis + 2}",
+                expected=extent,
+                got=size + pb + pe,
+            )
         n = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (n - 1) * s >= size + pb:
             n -= 1  # the last window would start in the end padding: ONNX and PyTorch drop it

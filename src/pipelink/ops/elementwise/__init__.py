@@ -28,23 +28,46 @@ from .reference import (
 __all__ = ["descriptors"]
 
 
-def _unary(name: str, doc: str, make, attrs=(), *, kernel: str | None = None, x: str = "x",
-           y: str = "y", onnx: str = "") -> OperatorDescriptor:
+def _unary(
+    name: str,
+    doc: str,
+    make,
+    attrs=(),
+    *,
+    kernel: str | None = None,
+    x: str = "x",
+    y: str = "y",
+    onnx: str = "",
+) -> OperatorDescriptor:
     """A float unary operator: ``make(ctx) -> compute(x, out)`` on the CPU, the ``kernel`` op of
     elementwise.cu (default: ``name``) on CUDA."""
     return builtin_operator(
-        name, doc=doc, inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
-        outputs=[Port(y, shape=x, dtype="T")], attrs=attrs, dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS,
-        bind=unary_bind(make), cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS), onnx=onnx)
+        name,
+        doc=doc,
+        inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
+        outputs=[Port(y, shape=x, dtype="T")],
+        attrs=attrs,
+        dtype_vars={"T": FLOATS},
+        variant_dtypes=FLOATS,
+        bind=unary_bind(make),
+        cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS),
+        onnx=onnx,
+    )
 
 
 def _binary(name: str, doc: str, ufunc: np.ufunc, onnx: str, dtypes=NUMERIC) -> OperatorDescriptor:
     """``c = a op b`` with broadcasting: ``dtypes`` on the CPU, ``cuda.BINARY_DTYPES[name]`` on CUDA."""
     return builtin_operator(
-        name, doc=doc, inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
-        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")], dtype_vars={"T": dtypes},
-        variant_dtypes=dtypes, bind=binary_bind(ufunc),
-        cuda=cuda_variant(cuda.binary_bind(name), cuda.BINARY_DTYPES[name]), onnx=onnx)
+        name,
+        doc=doc,
+        inputs=[Port("a", dtype="T"), Port("b", dtype="T")],
+        outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")],
+        dtype_vars={"T": dtypes},
+        variant_dtypes=dtypes,
+        bind=binary_bind(ufunc),
+        cuda=cuda_variant(cuda.binary_bind(name), cuda.BINARY_DTYPES[name]),
+        onnx=onnx,
+    )
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -59,27 +82,65 @@ def descriptors() -> list[OperatorDescriptor]:
     silu_make = fixed(reference.silu_into)
     return [
         builtin_operator(
-            "identity", doc="Copy x to y unchanged (any dtype, any shape).", inputs=[Port("x")],
-            outputs=[Port("y", shape="x")], bind=identity_bind, cuda=cuda_variant(cuda.copy_bind, None),
-            onnx="Identity"),
+            "identity",
+            doc="Copy x to y unchanged (any dtype, any shape).",
+            inputs=[Port("x")],
+            outputs=[Port("y", shape="x")],
+            bind=identity_bind,
+            cuda=cuda_variant(cuda.copy_bind, None),
+            onnx="Identity",
+        ),
         _unary("relu", "Rectified linear unit: y = max(x, 0).", fixed(reference.relu_into), onnx="Relu"),
         _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
-        _unary("gelu", "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
-               make_gelu, attrs=[Attr("approximate", "str", "none", choices=("none", "tanh"),
-                                      doc="'none': erf form; 'tanh': tanh approximation")], onnx="Gelu"),
-        _unary("scale", "Multiply by a constant: y = factor * x.", make_scale,
-               attrs=[Attr("factor", "float", 1.0, doc="the multiplier")]),
-        _unary("sigmoid", "Logistic sigmoid: y = 1 / (1 + exp(-x)) (ONNX Sigmoid).",
-               fixed(reference.sigmoid_into), onnx="Sigmoid"),
-        _unary("tanh", "Hyperbolic tangent: y = tanh(x) (ONNX Tanh).", fixed(reference.tanh_into),
-               onnx="Tanh"),
-        _unary("hardswish", "Hard swish: y = x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish).",
-               fixed(reference.hardswish_into), onnx="HardSwish"),
+        _unary(
+            "gelu",
+            "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
+            make_gelu,
+            attrs=[
+                Attr(
+                    "approximate",
+                    "str",
+                    "none",
+                    choices=("none", "tanh"),
+                    doc="'none': erf form; 'tanh': tanh approximation",
+                )
+            ],
+            onnx="Gelu",
+        ),
+        _unary(
+            "scale",
+            "Multiply by a constant: y = factor * x.",
+            make_scale,
+            attrs=[Attr("factor", "float", 1.0, doc="the multiplier")],
+        ),
+        _unary(
+            "sigmoid",
+            "Logistic sigmoid: y = 1 / (1 + exp(-x)) (ONNX Sigmoid).",
+            fixed(reference.sigmoid_into),
+            onnx="Sigmoid",
+        ),
+        _unary(
+            "tanh", "Hyperbolic tangent: y = tanh(x) (ONNX Tanh).", fixed(reference.tanh_into), onnx="Tanh"
+        ),
+        _unary(
+            "hardswish",
+            "Hard swish: y = x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish).",
+            fixed(reference.hardswish_into),
+            onnx="HardSwish",
+        ),
         _unary("erf", "Error function: y = erf(x) (ONNX Erf).", fixed(reference.erf_into), onnx="Erf"),
-        _unary("exp", "Exponential: y = exp(x); overflow gives inf (ONNX Exp).", fixed(reference.exp_into),
-               onnx="Exp"),
-        _unary("sqrt", "Square root: y = sqrt(x); negative x gives NaN (ONNX Sqrt).",
-               fixed(reference.sqrt_into), onnx="Sqrt"),
+        _unary(
+            "exp",
+            "Exponential: y = exp(x); overflow gives inf (ONNX Exp).",
+            fixed(reference.exp_into),
+            onnx="Exp",
+        ),
+        _unary(
+            "sqrt",
+            "Square root: y = sqrt(x); negative x gives NaN (ONNX Sqrt).",
+            fixed(reference.sqrt_into),
+            onnx="Sqrt",
+        ),
         builtin_operator(
             "precision_cast",
             doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
@@ -87,24 +148,56 @@ def descriptors() -> list[OperatorDescriptor]:
             inputs=[Port("x"), Port("like", optional=True, doc="take this tensor's dtype")],
             outputs=[Port("y", shape="x")],
             attrs=[Attr("dtype", "dtype", "float32", doc="target dtype when 'like' is absent")],
-            infer=infer_precision_cast, bind=cast_bind, cuda=cuda_variant(cuda.cast_bind, None), onnx="Cast"),
+            infer=infer_precision_cast,
+            bind=cast_bind,
+            cuda=cuda_variant(cuda.cast_bind, None),
+            onnx="Cast",
+        ),
         _binary("add", "Elementwise sum with NumPy broadcasting: c = a + b.", np.add, "Add"),
         _binary("sub", "Elementwise difference with NumPy broadcasting: c = a - b.", np.subtract, "Sub"),
         _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply, "Mul"),
-        _binary("div", "Elementwise quotient with NumPy broadcasting: c = a / b (IEEE: x / 0 is +-inf "
-                "or NaN).", np.divide, "Div", FLOATS),
-        _binary("pow", "Elementwise power with NumPy broadcasting: c = a ** b (a negative base with a "
-                "non-integer exponent gives NaN).", np.power, "Pow", FLOATS),
+        _binary(
+            "div",
+            "Elementwise quotient with NumPy broadcasting: c = a / b (IEEE: x / 0 is +-inf or NaN).",
+            np.divide,
+            "Div",
+            FLOATS,
+        ),
+        _binary(
+            "pow",
+            "Elementwise power with NumPy broadcasting: c = a ** b (a negative base with a "
+            "non-integer exponent gives NaN).",
+            np.power,
+            "Pow",
+            FLOATS,
+        ),
         builtin_operator(
-            "bias_add", doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
+            "bias_add",
+            doc="Add a bias along the last axis: y[..., n] = x[..., n] + bias[n].",
             inputs=[Port("x", shape=["...", "N"], dtype="T"), Port("bias", shape=["N"], dtype="T")],
-            outputs=[Port("y", shape="x", dtype="T")], dtype_vars={"T": FLOATS}, variant_dtypes=FLOATS,
-            bind=binary_bind(np.add), cuda=cuda_variant(cuda.bias_add_bind, FLOATS), onnx="Add"),
+            outputs=[Port("y", shape="x", dtype="T")],
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            bind=binary_bind(np.add),
+            cuda=cuda_variant(cuda.bias_add_bind, FLOATS),
+            onnx="Add",
+        ),
         builtin_operator(
-            "cast", doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
-            inputs=[Port("x")], outputs=[Port("y", shape="x", dtype="attr:dtype")],
-            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")], bind=cast_bind,
-            cuda=cuda_variant(cuda.cast_bind, None), onnx="Cast"),
-        _unary("silu_activation", "The seed's SiLU module: output = input * sigmoid(input).", silu_make,
-               kernel="silu", x="input", y="output"),
+            "cast",
+            doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
+            inputs=[Port("x")],
+            outputs=[Port("y", shape="x", dtype="attr:dtype")],
+            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")],
+            bind=cast_bind,
+            cuda=cuda_variant(cuda.cast_bind, None),
+            onnx="Cast",
+        ),
+        _unary(
+            "silu_activation",
+            "The seed's SiLU module: output = input * sigmoid(input).",
+            silu_make,
+            kernel="silu",
+            x="input",
+            y="output",
+        ),
     ]

@@ -41,9 +41,22 @@ from ..kernel import (
     tuned_values,
 )
 
-__all__ = ["KERNELS", "UNARY", "BINARY", "BINARY_DTYPES", "plan_unary", "plan_binary", "plan_bias_add",
-           "plan_cast", "plan_cast_any", "unary_bind", "binary_bind", "bias_add_bind", "copy_bind",
-           "cast_bind"]
+__all__ = [
+    "KERNELS",
+    "UNARY",
+    "BINARY",
+    "BINARY_DTYPES",
+    "plan_unary",
+    "plan_binary",
+    "plan_bias_add",
+    "plan_cast",
+    "plan_cast_any",
+    "unary_bind",
+    "binary_bind",
+    "bias_add_bind",
+    "copy_bind",
+    "cast_bind",
+]
 
 _DIR = Path(__file__).resolve().parent
 _SOURCE = _DIR / "elementwise.cu"
@@ -66,7 +79,8 @@ UNARY = {
 BINARY = {"add": "PL_OP_ADD", "sub": "PL_OP_SUB", "mul": "PL_OP_MUL", "div": "PL_OP_DIV", "pow": "PL_OP_POW"}
 _WRAPPING = ("int8", "uint8")  # integer dtypes of the binary kernel: int arithmetic, low 8 bits kept
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
-    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul") else ()) for op in BINARY}
+    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul") else ()) for op in BINARY
+}
 """The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for
 # them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to
@@ -76,11 +90,16 @@ _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fix
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
 KERNELS: dict[str, KernelSource] = {
-    **{op: KernelSource(op, _SOURCE, "pl_unary", {"PL_UNARY_OP": m}, dict(FLAT_TUNABLES))
-       for op, m in UNARY.items()},
-    **{op: KernelSource(op, _SOURCE, "pl_binary", {"PL_BINARY_OP": m}, dict(FLAT_TUNABLES),
-                        dtypes=BINARY_DTYPES[op])
-       for op, m in BINARY.items()},
+    **{
+        op: KernelSource(op, _SOURCE, "pl_unary", {"PL_UNARY_OP": m}, dict(FLAT_TUNABLES))
+        for op, m in UNARY.items()
+    },
+    **{
+        op: KernelSource(
+            op, _SOURCE, "pl_binary", {"PL_BINARY_OP": m}, dict(FLAT_TUNABLES), dtypes=BINARY_DTYPES[op]
+        )
+        for op, m in BINARY.items()
+    },
     "bias_add": KernelSource("bias_add", _SOURCE, "pl_bias_add", {"PL_BIAS_ADD": "1"}, dict(FLAT_TUNABLES)),
     "cast": KernelSource("cast", _SOURCE, "pl_cast", {}, dict(FLAT_TUNABLES)),
     "cast_any": KernelSource("cast_any", _DIR / "cast.cu", "pl_cast_any", {}, {}, dtypes=_ALL),
@@ -98,8 +117,16 @@ def _unroll(t: dict[str, int], op: str, itemsize: int) -> int:
     return 1 if op in _TRANSCENDENTAL and itemsize <= 2 else DEFAULT_UNROLL
 
 
-def plan_unary(op: str, dtype: Any, shape: Any, *, factor: float = 1.0, tuned: dict[str, int] | None = None,
-               alignment: int = 16, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_unary(
+    op: str,
+    dtype: Any,
+    shape: Any,
+    *,
+    factor: float = 1.0,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = op(x)`` over a contiguous tensor; ``op`` one of :data:`UNARY`.
 
     Kernel ``pl_unary(const T* x, T* y, long long n, ACC alpha)``; alpha is ``factor`` for ``scale``.
@@ -127,8 +154,9 @@ def plan_unary(op: str, dtype: Any, shape: Any, *, factor: float = 1.0, tuned: d
     grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
     a = vec * dt.itemsize
     specs = [pointer("x", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("alpha", acc_kind(dt))]
-    return make_plan(KERNELS[op], "pl_unary", macros, grid, t["block"], specs, {"n": n, "alpha": factor},
-                     dict(t, vec=vec))
+    return make_plan(
+        KERNELS[op], "pl_unary", macros, grid, t["block"], specs, {"n": n, "alpha": factor}, dict(t, vec=vec)
+    )
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
@@ -137,15 +165,25 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ..
     out = []
     for i, (x, y) in enumerate(zip(a1, b1, strict=True)):
         if x != y and 1 not in (x, y):
-            raise InvalidArgumentError(f"{op}: shapes {a} and {b} do not broadcast (dim {i}: {x} vs {y})",
-                                       op=op)
+            raise InvalidArgumentError(
+                f"{op}: shapes {a} and {b} do not broadcast (dim {i}: {x} vs {y})", op=op
+            )
         out.append(y if x == 1 else x)
     return tuple(out)
 
 
-def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: Any = None,
-                b_strides: Any = None, tuned: dict[str, int] | None = None, alignment: int = 16,
-                sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_binary(
+    op: str,
+    dtype: Any,
+    shape_a: Any,
+    shape_b: Any,
+    *,
+    a_strides: Any = None,
+    b_strides: Any = None,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = a op b`` (op in :data:`BINARY`) with NumPy broadcasting; y is contiguous. Floats compute
     in float (double for float64); int8 / uint8 (add, sub, mul) in int, wrapping around on the store.
 
@@ -165,8 +203,8 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
     dt = get_dtype(dtype)
     if dt.name not in BINARY_DTYPES[op]:
         raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(BINARY_DTYPES[op])} (got {dt.name})", op=op,
-            dtype=dt.name)
+            f"{op}: dtype must be one of {', '.join(BINARY_DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
+        )
     sa, sb = shape_of(shape_a, op), shape_of(shape_b, op)
     out = _broadcast(sa, sb, op)
     n = prod(out)
@@ -175,8 +213,13 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
     t["unroll"] = _unroll(t, op, dt.itemsize)
     if sa == sb and a_strides is None and b_strides is None:
         vec = pick_vec(t["vec"], dt.itemsize, alignment, op)
-        macros = {"PL_T": dt.cuda_type, "PL_BINARY_OP": BINARY[op], "PL_VEC": vec, "PL_BLOCK": t["block"],
-                  "PL_UNROLL": t["unroll"]}
+        macros = {
+            "PL_T": dt.cuda_type,
+            "PL_BINARY_OP": BINARY[op],
+            "PL_VEC": vec,
+            "PL_BLOCK": t["block"],
+            "PL_UNROLL": t["unroll"],
+        }
         grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
         a = vec * dt.itemsize
         specs = [pointer("a", a), pointer("b", a), pointer("y", a), ArgSpec("n", "i64")]
@@ -185,20 +228,41 @@ def plan_binary(op: str, dtype: Any, shape_a: Any, shape_b: Any, *, a_strides: A
     dims, (st_a, st_b) = collapse(list(out), strides)
     if len(dims) > MAX_NDIM:
         raise InvalidArgumentError(
-            f"{op}: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op)
+            f"{op}: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
+        )
     span = max(1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in (st_a, st_b))
     index64 = int(n >= I32_LIMIT or span >= I32_LIMIT)
-    macros = {"PL_T": dt.cuda_type, "PL_BINARY_OP": BINARY[op], "PL_VEC": 1, "PL_BLOCK": t["block"],
-              "PL_NDIM": len(dims), "PL_INDEX64": index64}
+    macros = {
+        "PL_T": dt.cuda_type,
+        "PL_BINARY_OP": BINARY[op],
+        "PL_VEC": 1,
+        "PL_BLOCK": t["block"],
+        "PL_NDIM": len(dims),
+        "PL_INDEX64": index64,
+    }
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     specs = [pointer("a"), pointer("b"), pointer("y"), ArgSpec("n", "i64"), *strided_specs(("sa", "sb"))]
     scalars = {"n": n, **strided_scalars(dims, {"sa": st_a, "sb": st_b})}
-    return make_plan(source, "pl_binary_bcast", macros, grid, t["block"], specs, scalars,
-                     dict(t, vec=1, ndim=len(dims), index64=index64))
+    return make_plan(
+        source,
+        "pl_binary_bcast",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        scalars,
+        dict(t, vec=1, ndim=len(dims), index64=index64),
+    )
 
 
-def plan_bias_add(dtype: Any, shape: Any, *, tuned: dict[str, int] | None = None, alignment: int = 16,
-                  sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_bias_add(
+    dtype: Any,
+    shape: Any,
+    *,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y[..., c] = x[..., c] + bias[c]`` for contiguous x of ``shape`` and bias of ``shape[-1]``.
 
     Kernel ``pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)``.
@@ -213,18 +277,38 @@ def plan_bias_add(dtype: Any, shape: Any, *, tuned: dict[str, int] | None = None
     t["unroll"] = _unroll(t, op, dt.itemsize)
     vec = pick_vec(t["vec"], dt.itemsize, alignment, op, max(big_n, 1))
     index64 = int(n >= 2**32)
-    macros = {"PL_T": dt.cuda_type, "PL_BIAS_ADD": 1, "PL_VEC": vec, "PL_BLOCK": t["block"],
-              "PL_UNROLL": t["unroll"], "PL_INDEX64": index64}
+    macros = {
+        "PL_T": dt.cuda_type,
+        "PL_BIAS_ADD": 1,
+        "PL_VEC": vec,
+        "PL_BLOCK": t["block"],
+        "PL_UNROLL": t["unroll"],
+        "PL_INDEX64": index64,
+    }
     grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
     a = vec * dt.itemsize
-    specs = [pointer("x", a), pointer("bias", a), pointer("y", a), ArgSpec("n", "i64"),
-             ArgSpec("N", "i64")]
-    return make_plan(KERNELS[op], "pl_bias_add", macros, grid, t["block"], specs,
-                     {"n": n, "N": max(big_n, 1)}, dict(t, vec=vec, index64=index64))
+    specs = [pointer("x", a), pointer("bias", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("N", "i64")]
+    return make_plan(
+        KERNELS[op],
+        "pl_bias_add",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        {"n": n, "N": max(big_n, 1)},
+        dict(t, vec=vec, index64=index64),
+    )
 
 
-def plan_cast(dtype_in: Any, dtype_out: Any, shape: Any, *, tuned: dict[str, int] | None = None,
-              alignment: int = 16, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_cast(
+    dtype_in: Any,
+    dtype_out: Any,
+    shape: Any,
+    *,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = x.astype(dtype_out)`` between floats (round to nearest even).
 
     Kernel ``pl_cast(const TIN* x, TOUT* y, long long n)``.
@@ -236,15 +320,21 @@ def plan_cast(dtype_in: Any, dtype_out: Any, shape: Any, *, tuned: dict[str, int
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, size)
     vec = pick_vec(t["vec"], size, alignment, op)
-    macros = {"PL_TIN": di.cuda_type, "PL_TOUT": do.cuda_type, "PL_VEC": vec, "PL_BLOCK": t["block"],
-              "PL_UNROLL": t["unroll"]}
+    macros = {
+        "PL_TIN": di.cuda_type,
+        "PL_TOUT": do.cuda_type,
+        "PL_VEC": vec,
+        "PL_BLOCK": t["block"],
+        "PL_UNROLL": t["unroll"],
+    }
     grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
     specs = [pointer("x", vec * di.itemsize), pointer("y", vec * do.itemsize), ArgSpec("n", "i64")]
     return make_plan(KERNELS[op], "pl_cast", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
 
 
-def plan_cast_any(dtype_in: Any, dtype_out: Any, shape: Any, *,
-                  sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_cast_any(
+    dtype_in: Any, dtype_out: Any, shape: Any, *, sm_count: int = DEFAULT_SM_COUNT
+) -> LaunchPlan:
     """Plan a cast between any two dtypes with C semantics (ints, bool): ``pl_cast_any(const TIN* x,
     TOUT* y, long long n)`` of ``cast.cu``. A 16-bit float on either side goes through double."""
     source = KERNELS["cast_any"]
@@ -255,8 +345,9 @@ def plan_cast_any(dtype_in: Any, dtype_out: Any, shape: Any, *,
     macros = {"PL_TIN": ti.cuda_type, "PL_TOUT": to.cuda_type, "PL_DIRECT": direct, "PL_BLOCK": block}
     specs = [pointer("x"), pointer("y"), ArgSpec("n", "i64")]
     grid = flat_grid(n, block, 1, _CAST_ANY_BLOCKS_PER_SM, sm_count)
-    return make_plan(source, "pl_cast_any", macros, grid, block, specs, {"n": n},
-                     {"block": block, "direct": direct})
+    return make_plan(
+        source, "pl_cast_any", macros, grid, block, specs, {"n": n}, {"block": block, "direct": direct}
+    )
 
 
 # -- binds ----------------------------------------------------------------------------------------
@@ -268,9 +359,12 @@ def unary_bind(op: str):
         name = "gelu_tanh" if op == "gelu" and ctx.attrs["approximate"] == "tanh" else op
         factor = float(ctx.attrs["factor"]) if op == "scale" else 1.0  # alpha: read by scale only
         tuned, sms = tuned_of(ctx, KERNELS[name]), sm_count_of(ctx)
-        return PlanLaunch(ctx.backend, lambda a: plan_unary(
-            name, dtype, shape, factor=factor, alignment=a, tuned=tuned, sm_count=sms),
-            {"x": ("in", 0), "y": ("out", 0)}, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_unary(name, dtype, shape, factor=factor, alignment=a, tuned=tuned, sm_count=sms),
+            {"x": ("in", 0), "y": ("out", 0)},
+            ctx.stage,
+        )
 
     return bind
 
@@ -282,9 +376,12 @@ def binary_bind(op: str):
         dtype = ctx.in_dtypes[0]
         sa, sb = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
         tuned, sms = tuned_of(ctx, KERNELS[op]), sm_count_of(ctx)
-        return PlanLaunch(ctx.backend, lambda a: plan_binary(
-            op, dtype, sa, sb, alignment=a, tuned=tuned, sm_count=sms),
-            {"a": ("in", 0), "b": ("in", 1), "y": ("out", 0)}, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_binary(op, dtype, sa, sb, alignment=a, tuned=tuned, sm_count=sms),
+            {"a": ("in", 0), "b": ("in", 1), "y": ("out", 0)},
+            ctx.stage,
+        )
 
     return bind
 
@@ -292,9 +389,12 @@ def binary_bind(op: str):
 def bias_add_bind(ctx: KernelContext):
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
     tuned, sms = tuned_of(ctx, KERNELS["bias_add"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_bias_add(
-        dtype, shape, alignment=a, tuned=tuned, sm_count=sms),
-        {"x": ("in", 0), "bias": ("in", 1), "y": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_bias_add(dtype, shape, alignment=a, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "bias": ("in", 1), "y": ("out", 0)},
+        ctx.stage,
+    )
 
 
 def copy_bind(ctx: KernelContext):
@@ -315,6 +415,10 @@ def cast_bind(ctx: KernelContext):
     io, sms = {"x": ("in", 0), "y": ("out", 0)}, sm_count_of(ctx)
     if din in FLOATS and dout in FLOATS:
         tuned = tuned_of(ctx, KERNELS["cast"])
-        return PlanLaunch(ctx.backend, lambda a: plan_cast(
-            din, dout, shape, alignment=a, tuned=tuned, sm_count=sms), io, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_cast(din, dout, shape, alignment=a, tuned=tuned, sm_count=sms),
+            io,
+            ctx.stage,
+        )
     return PlanLaunch(ctx.backend, lambda a: plan_cast_any(din, dout, shape, sm_count=sms), io, ctx.stage)

@@ -15,9 +15,27 @@ import numpy as np
 from ...descriptor import KernelContext
 from .._common import FLOATS, HALF_DTYPES
 
-__all__ = ["erf", "gelu_into", "gelu_tanh_into", "relu_into", "silu_into", "sigmoid_into", "tanh_into",
-           "hardswish_into", "erf_into", "exp_into", "sqrt_into", "unary_bind", "fixed", "make_gelu",
-           "make_scale", "binary_bind", "identity_bind", "cast_bind", "infer_precision_cast"]
+__all__ = [
+    "erf",
+    "gelu_into",
+    "gelu_tanh_into",
+    "relu_into",
+    "silu_into",
+    "sigmoid_into",
+    "tanh_into",
+    "hardswish_into",
+    "erf_into",
+    "exp_into",
+    "sqrt_into",
+    "unary_bind",
+    "fixed",
+    "make_gelu",
+    "make_scale",
+    "binary_bind",
+    "identity_bind",
+    "cast_bind",
+    "infer_precision_cast",
+]
 
 Compute = Callable[[np.ndarray, np.ndarray], None]  # compute(x, out): out = f(x); out never aliases x
 

@@ -35,8 +35,18 @@ from ..kernel import KernelSource, LaunchPlan, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
-__all__ = ["KERNELS", "TUNED_AS", "BatchPlan", "GemmRoute", "plan_batches", "offset_alignment", "route_gemm",
-           "plan_bias_expand", "bind_gemm", "bind_matmul"]
+__all__ = [
+    "KERNELS",
+    "TUNED_AS",
+    "BatchPlan",
+    "GemmRoute",
+    "plan_batches",
+    "offset_alignment",
+    "route_gemm",
+    "plan_bias_expand",
+    "bind_gemm",
+    "bind_matmul",
+]
 
 log = logging.getLogger("pipelink")
 
@@ -50,9 +60,14 @@ def workspace_limit(m: int, n: int, batch: int, itemsize: int) -> int:
     small product's split-K scratch would otherwise outweigh the whole plan: the T=8 MLP block)."""
     return min(WORKSPACE_BYTES, m * n * max(batch, 1) * itemsize)
 
+
 # dtype -> (cudaDataType of A/B/C/D, cublasComputeType, cudaDataType of alpha/beta, NumPy scale type)
-_TYPES = {"float32": (0, 68, 0, np.float32), "float64": (1, 70, 1, np.float64),
-          "float16": (2, 68, 0, np.float32), "bfloat16": (14, 68, 0, np.float32)}
+_TYPES = {
+    "float32": (0, 68, 0, np.float32),
+    "float64": (1, 70, 1, np.float64),
+    "float16": (2, 68, 0, np.float32),
+    "bfloat16": (14, 68, 0, np.float32),
+}
 
 
 @dataclass(frozen=True)
@@ -85,8 +100,11 @@ def plan_batches(a_batch: tuple, b_batch: tuple, out_batch: tuple, m: int, k: in
     ops = [[pad_a[i] for i in keep], [pad_b[i] for i in keep]]
 
     def uniform(split: int) -> bool:
-        return all(all(x[i] == dims[i] for i in range(split, len(dims))) or
-                   all(x[i] == 1 for i in range(split, len(dims))) for x in ops)
+        return all(
+            all(x[i] == dims[i] for i in range(split, len(dims)))
+            or all(x[i] == 1 for i in range(split, len(dims)))
+            for x in ops
+        )
 
     split = len(dims)
     while split > 0 and uniform(split - 1):
@@ -146,8 +164,11 @@ def _write_nothing(ins: list, outs: list, stream: Any) -> None:
 
 
 def _log_fallback(ctx: KernelContext, e: Exception) -> None:
-    log.warning("pipelink: stage %r: cuBLASLt via nvmath-python unavailable (%s); the product runs "
-                "through PyTorch", ctx.stage, e)
+    log.warning(
+        "pipelink: stage %r: cuBLASLt via nvmath-python unavailable (%s); the product runs through PyTorch",
+        ctx.stage,
+        e,
+    )
 
 
 def _is_bias_vector(shape: tuple, n: int) -> bool:
@@ -174,13 +195,23 @@ class GemmRoute:
     post_residual: bool
 
 
-def route_gemm(dtype: str, out_shape: tuple, n: int, bias_shape: tuple | None, res_shape: tuple | None,
-               beta: float, activation: str) -> GemmRoute:
+def route_gemm(
+    dtype: str,
+    out_shape: tuple,
+    n: int,
+    bias_shape: tuple | None,
+    res_shape: tuple | None,
+    beta: float,
+    activation: str,
+) -> GemmRoute:
     """The cuBLASLt mapping of one gemm stage (inputs: a 0, b 1, bias 2, residual 3)."""
     # cuBLASLt's GELU epilogue is the tanh form and computes in single precision: the erf GELU, and any
     # GELU in float64, run the exact kernel after.
-    fusable = {"none": "", "relu": "RELU"} if dtype == "float64" else {"none": "", "relu": "RELU",
-                                                                       "gelu_tanh": "GELU"}
+    fusable = (
+        {"none": "", "relu": "RELU"}
+        if dtype == "float64"
+        else {"none": "", "relu": "RELU", "gelu_tanh": "GELU"}
+    )
     fused = fusable.get(activation, "")
     bias_vector = bias_shape is not None and beta == 1.0 and _is_bias_vector(bias_shape, n)
     c_source, c_beta, expand = None, 0.0, False
@@ -193,9 +224,15 @@ def route_gemm(dtype: str, out_shape: tuple, n: int, bias_shape: tuple | None, r
     elif res_shape == out_shape and activation == "none":
         c_source, c_beta = 3, 1.0
     epilogue = f"{fused}_BIAS" if bias_vector and fused else "BIAS" if bias_vector else fused or "DEFAULT"
-    return GemmRoute(epilogue, bias_vector, expand, c_source, c_beta,
-                     post_activation=activation != "none" and not fused,
-                     post_residual=res_shape is not None and c_source != 3)
+    return GemmRoute(
+        epilogue,
+        bias_vector,
+        expand,
+        c_source,
+        c_beta,
+        post_activation=activation != "none" and not fused,
+        post_residual=res_shape is not None and c_source != 3,
+    )
 
 
 def plan_bias_expand(dtype: str, bias_shape: tuple, out_shape: tuple) -> LaunchPlan:
@@ -221,20 +258,49 @@ def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
     pre: list[PlanLaunch] = []
     post: list[PlanLaunch] = []
     if route.expand_bias:
-        pre.append(PlanLaunch(backend, lambda _a: plan_bias_expand(dtype, bias_shape, out_shape),
-                              {"x": ("in", 2), "y": ("out", 0)}, stage))
+        pre.append(
+            PlanLaunch(
+                backend,
+                lambda _a: plan_bias_expand(dtype, bias_shape, out_shape),
+                {"x": ("in", 2), "y": ("out", 0)},
+                stage,
+            )
+        )
     if route.post_activation:
-        post.append(PlanLaunch(backend, lambda al: plan_unary(activation, dtype, out_shape, alignment=al),
-                               {"x": ("out", 0), "y": ("out", 0)}, stage))
+        post.append(
+            PlanLaunch(
+                backend,
+                lambda al: plan_unary(activation, dtype, out_shape, alignment=al),
+                {"x": ("out", 0), "y": ("out", 0)},
+                stage,
+            )
+        )
     if route.post_residual:
-        post.append(PlanLaunch(backend,
-                               lambda al: plan_binary("add", dtype, out_shape, res_shape, alignment=al),
-                               {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)}, stage))
+        post.append(
+            PlanLaunch(
+                backend,
+                lambda al: plan_binary("add", dtype, out_shape, res_shape, alignment=al),
+                {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)},
+                stage,
+            )
+        )
     m = math.prod(lead)
-    return _LtMatmul(ctx, m=m, n=n, k=k, batch=BatchPlan(1, m, (0, 0, 0), ((0, 0, 0),)),
-                     alpha=float(ctx.attrs["alpha"]), trans_a=trans_a, trans_b=trans_b,
-                     epilogue=route.epilogue, bias_input=2 if route.bias_vector else None,
-                     c_source=route.c_source, beta=route.beta, pre=pre, post=post)
+    return _LtMatmul(
+        ctx,
+        m=m,
+        n=n,
+        k=k,
+        batch=BatchPlan(1, m, (0, 0, 0), ((0, 0, 0),)),
+        alpha=float(ctx.attrs["alpha"]),
+        trans_a=trans_a,
+        trans_b=trans_b,
+        epilogue=route.epilogue,
+        bias_input=2 if route.bias_vector else None,
+        c_source=route.c_source,
+        beta=route.beta,
+        pre=pre,
+        post=post,
+    )
 
 
 class _LtMatmul:
@@ -245,10 +311,24 @@ class _LtMatmul:
     ``bias_input`` the input the BIAS epilogue reads; ``pre`` / ``post`` launches run around each call.
     """
 
-    def __init__(self, ctx: KernelContext, *, m: int, n: int, k: int, batch: BatchPlan, alpha: float,
-                 trans_a: bool = False, trans_b: bool = False, epilogue: str = "DEFAULT",
-                 bias_input: int | None = None, c_source: int | None = None, beta: float = 0.0,
-                 pre: list[PlanLaunch] | None = None, post: list[PlanLaunch] | None = None):
+    def __init__(
+        self,
+        ctx: KernelContext,
+        *,
+        m: int,
+        n: int,
+        k: int,
+        batch: BatchPlan,
+        alpha: float,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        epilogue: str = "DEFAULT",
+        bias_input: int | None = None,
+        c_source: int | None = None,
+        beta: float = 0.0,
+        pre: list[PlanLaunch] | None = None,
+        post: list[PlanLaunch] | None = None,
+    ):
         import nvmath.bindings.cublasLt as lt
 
         self.lt = lt
@@ -277,8 +357,9 @@ class _LtMatmul:
         self.beta = np.array([beta], scalar)
         pref = lt.matmul_preference_create()
         ws = np.array([workspace_limit(m, n, batch.count, get_dtype(dtype).itemsize)], np.uint64)
-        lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
-                                           ws.ctypes.data, ws.itemsize)
+        lt.matmul_preference_set_attribute(
+            pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, ws.itemsize
+        )
         # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
         # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
         size = get_dtype(dtype).itemsize
@@ -288,21 +369,33 @@ class _LtMatmul:
             lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
         self.heuristic = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
         found = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(self.handle_for(backend.default_stream()), self.desc, self.a_layout,
-                                     self.b_layout, self.c_layout, self.c_layout, pref, 1,
-                                     self.heuristic.ctypes.data, found.ctypes.data)
+        lt.matmul_algo_get_heuristic(
+            self.handle_for(backend.default_stream()),
+            self.desc,
+            self.a_layout,
+            self.b_layout,
+            self.c_layout,
+            self.c_layout,
+            pref,
+            1,
+            self.heuristic.ctypes.data,
+            found.ctypes.data,
+        )
         lt.matmul_preference_destroy(pref)
         if found[0] < 1:
-            raise RuntimeError(f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} (batch {batch.count}) "
-                               f"with epilogue {epilogue}")
+            raise RuntimeError(
+                f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} (batch {batch.count}) "
+                f"with epilogue {epilogue}"
+            )
         self.workspace_size = min(int(self.heuristic["workspace_size"][0]) or 0, WORKSPACE_BYTES)
         self.workspaces: dict[int, int] = {}  # stream handle -> the backend's workspace of that stream
         self.pre = pre or []
         self.post = post or []
         self.itemsize = size
 
-    def _layout(self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan,
-                which: int) -> int:
+    def _layout(
+        self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan, which: int
+    ) -> int:
         """A column-major layout; with its batch count and stride when the call is strided batched."""
         lt = self.lt
         layout = lt.matrix_layout_create(data_type, *rows_cols_ld)
@@ -310,10 +403,12 @@ class _LtMatmul:
         if batch.count > 1:
             count = np.array([batch.count], np.int32)
             stride = np.array([batch.strides[which]], np.int64)
-            lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.BATCH_COUNT, count.ctypes.data,
-                                           count.itemsize)
-            lt.matrix_layout_set_attribute(layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET,
-                                           stride.ctypes.data, stride.itemsize)
+            lt.matrix_layout_set_attribute(
+                layout, lt.MatrixLayoutAttribute.BATCH_COUNT, count.ctypes.data, count.itemsize
+            )
+            lt.matrix_layout_set_attribute(
+                layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, stride.ctypes.data, stride.itemsize
+            )
         return layout
 
     def _set(self, attr: Any, value: np.ndarray) -> None:
@@ -349,10 +444,24 @@ class _LtMatmul:
             workspace = self.workspace_for(stream)
         for oa, ob, oc in self.offsets:
             try:
-                lt.matmul(handle, self.desc, self.alpha.ctypes.data, b.ptr + ob * size, self.a_layout,
-                          a.ptr + oa * size, self.b_layout, self.beta.ctypes.data, c_in + oc * size,
-                          self.c_layout, c.ptr + oc * size, self.c_layout, self.heuristic.ctypes.data,
-                          workspace, self.workspace_size, int(stream.handle))
+                lt.matmul(
+                    handle,
+                    self.desc,
+                    self.alpha.ctypes.data,
+                    b.ptr + ob * size,
+                    self.a_layout,
+                    a.ptr + oa * size,
+                    self.b_layout,
+                    self.beta.ctypes.data,
+                    c_in + oc * size,
+                    self.c_layout,
+                    c.ptr + oc * size,
+                    self.c_layout,
+                    self.heuristic.ctypes.data,
+                    workspace,
+                    self.workspace_size,
+                    int(stream.handle),
+                )
             except lt.cuBLASLtError as e:
                 raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
         for launch in self.post:
@@ -378,7 +487,9 @@ def _torch_kernel(ctx: KernelContext, op: str) -> Any:
     except ImportError as e:
         raise HardwareUnsupportedError(
             f"stage {ctx.stage!r}: {op} on CUDA needs nvmath-python (cuBLASLt) or PyTorch; install "
-            "'pipelink[cuda]'", stage=ctx.stage) from e
+            "'pipelink[cuda]'",
+            stage=ctx.stage,
+        ) from e
     compute = torch.float64 if ctx.in_dtypes[0] == "float64" else torch.float32
     attrs = ctx.attrs
     gemm = op == "gemm"
@@ -398,8 +509,9 @@ def _torch_kernel(ctx: KernelContext, op: str) -> Any:
             if attrs["activation"] == "relu":
                 r = r.relu()
             elif attrs["activation"] in ("gelu", "gelu_tanh"):
-                r = torch.nn.functional.gelu(r, approximate="tanh" if attrs["activation"] == "gelu_tanh"
-                                             else "none")
+                r = torch.nn.functional.gelu(
+                    r, approximate="tanh" if attrs["activation"] == "gelu_tanh" else "none"
+                )
             if residual is not None:
                 r = r + torch.from_dlpack(residual).to(compute)
             tc.copy_(r)

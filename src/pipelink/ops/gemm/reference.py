@@ -18,8 +18,16 @@ from ...shapes import Mismatch, broadcast_shapes, unify
 from .._common import HALF_DTYPES, compute_dtype
 from ..elementwise.reference import gelu_into, gelu_tanh_into
 
-__all__ = ["GEMM_ACTIVATIONS", "gemm_bind", "infer_gemm", "infer_matmul", "matmul_bind", "matmul_dims",
-           "gemm_dims", "broadcasts_to"]
+__all__ = [
+    "GEMM_ACTIVATIONS",
+    "gemm_bind",
+    "infer_gemm",
+    "infer_matmul",
+    "matmul_bind",
+    "matmul_dims",
+    "gemm_dims",
+    "broadcasts_to",
+]
 
 GEMM_ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
 
@@ -29,7 +37,7 @@ def broadcasts_to(shape: tuple, target: tuple) -> bool:
     broadcasting): no more dimensions, and each one, aligned on the right, is 1 or equal."""
     if len(shape) > len(target):
         return False
-    tail = target[len(target) - len(shape):]
+    tail = target[len(target) - len(shape) :]
     return all(d == 1 or unify(d, t) is not None for d, t in zip(shape, tail, strict=True))
 
 
@@ -46,21 +54,40 @@ def gemm_dims(a: tuple, b: tuple, trans_a: bool, trans_b: bool) -> tuple[tuple, 
     if trans_a and len(a) != 2:
         raise ShapeMismatchError(
             f"gemm: with trans_a, input 'a' must be 2-d [K, M] (got shape {list(a)}); batched inputs "
-            "take trans_a = false", port="a", symbol="rank", expected=2, got=len(a))
+            "take trans_a = false",
+            port="a",
+            symbol="rank",
+            expected=2,
+            got=len(a),
+        )
     if len(a) < 1:
-        raise ShapeMismatchError(f"gemm: input 'a' must have at least 1 dimension [..., K] (got {list(a)})",
-                                 port="a", symbol="rank", expected=">= 1", got=0)
+        raise ShapeMismatchError(
+            f"gemm: input 'a' must have at least 1 dimension [..., K] (got {list(a)})",
+            port="a",
+            symbol="rank",
+            expected=">= 1",
+            got=0,
+        )
     if len(b) != 2:
-        raise ShapeMismatchError(f"gemm: input 'b' must be 2-d {layout_b} (got shape {list(b)})",
-                                 port="b", symbol="rank", expected=2, got=len(b))
+        raise ShapeMismatchError(
+            f"gemm: input 'b' must be 2-d {layout_b} (got shape {list(b)})",
+            port="b",
+            symbol="rank",
+            expected=2,
+            got=len(b),
+        )
     k_a, lead = (a[0], (a[1],)) if trans_a else (a[-1], tuple(a[:-1]))
     k_b, n = (b[1], b[0]) if trans_b else (b[0], b[1])
     if unify(k_a, k_b) is None:
         where_a = "its first dimension (trans_a)" if trans_a else "its last dimension"
         raise ShapeMismatchError(
             f"gemm: input 'b' {layout_b} has dimension K = {k_b}, but input 'a' has K = {k_a} "
-            f"({where_a}); check the shapes, trans_a and trans_b", port="b", symbol="K", expected=k_a,
-            got=k_b)
+            f"({where_a}); check the shapes, trans_a and trans_b",
+            port="b",
+            symbol="K",
+            expected=k_a,
+            got=k_b,
+        )
     return lead, unify(k_a, k_b), n
 
 
@@ -73,17 +100,21 @@ def infer_gemm(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> 
     ShapeMismatchError
         From :func:`gemm_dims`, or a bias / residual that does not broadcast to c.
     """
-    lead, _, n = gemm_dims(tuple(in_shapes[0]), tuple(in_shapes[1]), bool(attrs["trans_a"]),
-                           bool(attrs["trans_b"]))
+    lead, _, n = gemm_dims(
+        tuple(in_shapes[0]), tuple(in_shapes[1]), bool(attrs["trans_a"]), bool(attrs["trans_b"])
+    )
     out = lead + (n,)
     for index, port in ((2, "bias"), (3, "residual")):
         shape = in_shapes[index]
         if shape is not None and not broadcasts_to(tuple(shape), out):
             raise ShapeMismatchError(
                 f"gemm: input {port!r} of shape {list(shape)} does not broadcast to the output shape "
-                f"{list(out)} (each dimension, aligned on the right, must be 1 or equal)", port=port,
+                f"{list(out)} (each dimension, aligned on the right, must be 1 or equal)",
+                port=port,
                 symbol="N" if len(shape) and unify(tuple(shape)[-1], n) is None else "broadcast",
-                expected=list(out), got=list(shape))
+                expected=list(out),
+                got=list(shape),
+            )
     return (out,), (in_dtypes[0],)
 
 
@@ -100,20 +131,33 @@ def matmul_dims(a: tuple, b: tuple) -> tuple[tuple, Any, Any, Any]:
         if len(shape) < 1:
             raise ShapeMismatchError(
                 f"matmul: input {port!r} must have at least 1 dimension (got a 0-d tensor); multiply by a "
-                "scalar with 'mul'", port=port, symbol="rank", expected=">= 1", got=0)
+                "scalar with 'mul'",
+                port=port,
+                symbol="rank",
+                expected=">= 1",
+                got=0,
+            )
     k_a = a[-1]
     k_b = b[0] if len(b) == 1 else b[-2]
     if unify(k_a, k_b) is None:
         where_b = "its only dimension" if len(b) == 1 else "its second-to-last dimension"
         raise ShapeMismatchError(
             f"matmul: input 'a' has K = {k_a} (its last dimension), but input 'b' has K = {k_b} ({where_b})",
-            port="b", symbol="K", expected=k_a, got=k_b)
+            port="b",
+            symbol="K",
+            expected=k_a,
+            got=k_b,
+        )
     batch = broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
     if isinstance(batch, Mismatch):
         raise ShapeMismatchError(
             f"matmul: the batch dimensions {list(a[:-2])} of 'a' and {list(b[:-2])} of 'b' do not broadcast "
             f"({batch.symbol}: {batch.expected} vs {batch.got}); each must be 1 or equal",
-            port="b", symbol="batch", expected=batch.expected, got=batch.got)
+            port="b",
+            symbol="batch",
+            expected=batch.expected,
+            got=batch.got,
+        )
     m = a[-2] if len(a) > 1 else 1
     n = b[-1] if len(b) > 1 else 1
     return batch, m, unify(k_a, k_b), n

@@ -30,8 +30,12 @@ def _eps() -> Attr:
 
 def _axis() -> Attr:
     """The axis attribute of layer_norm and rms_norm: -1, ONNX's default (normalise the last axis)."""
-    return Attr("axis", "int", -1, doc="first normalised axis: axes axis..rank-1 are normalised (negative "
-                                       "counts from the end)")
+    return Attr(
+        "axis",
+        "int",
+        -1,
+        doc="first normalised axis: axes axis..rank-1 are normalised (negative counts from the end)",
+    )
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -39,40 +43,88 @@ def descriptors() -> list[OperatorDescriptor]:
     floats = {"T": FLOATS}
     return [
         builtin_operator(
-            "layer_norm", doc="Layer normalisation over the axes from axis on; also returns mean and 1/std.",
-            inputs=[Port("x", shape=None, dtype="T"),
-                    Port("gamma", shape=None, dtype="T", optional=True,
-                         doc="scale of shape x.shape[axis:] (default 1)"),
-                    Port("beta", shape=None, dtype="T", optional=True,
-                         doc="shift of shape x.shape[axis:] (default 0)")],
-            outputs=[Port("output", shape="x", dtype="T"),
-                     Port("mean", shape=None, dtype=STATS,
-                          doc="x.shape[:axis] + [1] * (rank - axis) (ONNX Mean); " + _STATS_DOC),
-                     Port("rstd", shape=None, dtype=STATS,
-                          doc="1/sqrt(var + eps), var biased; shaped as mean (ONNX InvStdDev); "
-                              + _STATS_DOC)],
-            attrs=[_axis(), _eps()], dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_layer_norm,
-            bind=partial(layer_norm_bind, eps_input=False), cuda=cuda_variant(cuda.layer_norm_bind, FLOATS),
-            onnx="LayerNormalization"),
+            "layer_norm",
+            doc="Layer normalisation over the axes from axis on; also returns mean and 1/std.",
+            inputs=[
+                Port("x", shape=None, dtype="T"),
+                Port(
+                    "gamma",
+                    shape=None,
+                    dtype="T",
+                    optional=True,
+                    doc="scale of shape x.shape[axis:] (default 1)",
+                ),
+                Port(
+                    "beta",
+                    shape=None,
+                    dtype="T",
+                    optional=True,
+                    doc="shift of shape x.shape[axis:] (default 0)",
+                ),
+            ],
+            outputs=[
+                Port("output", shape="x", dtype="T"),
+                Port(
+                    "mean",
+                    shape=None,
+                    dtype=STATS,
+                    doc="x.shape[:axis] + [1] * (rank - axis) (ONNX Mean); " + _STATS_DOC,
+                ),
+                Port(
+                    "rstd",
+                    shape=None,
+                    dtype=STATS,
+                    doc="1/sqrt(var + eps), var biased; shaped as mean (ONNX InvStdDev); " + _STATS_DOC,
+                ),
+            ],
+            attrs=[_axis(), _eps()],
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_layer_norm,
+            bind=partial(layer_norm_bind, eps_input=False),
+            cuda=cuda_variant(cuda.layer_norm_bind, FLOATS),
+            onnx="LayerNormalization",
+        ),
         builtin_operator(
             "rms_norm",
             doc="RMS normalisation over the axes from axis on: x / sqrt(mean(x^2) + eps) * gamma.",
-            inputs=[Port("x", shape=None, dtype="T"),
-                    Port("gamma", shape=None, dtype="T", optional=True,
-                         doc="scale of shape x.shape[axis:] (default 1)")],
+            inputs=[
+                Port("x", shape=None, dtype="T"),
+                Port(
+                    "gamma",
+                    shape=None,
+                    dtype="T",
+                    optional=True,
+                    doc="scale of shape x.shape[axis:] (default 1)",
+                ),
+            ],
             outputs=[Port("output", shape="x", dtype="T")],
-            attrs=[_axis(), _eps()], dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_rms_norm,
-            bind=rms_norm_bind, cuda=cuda_variant(cuda.rms_norm_bind, FLOATS), onnx="RMSNormalization"),
+            attrs=[_axis(), _eps()],
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_rms_norm,
+            bind=rms_norm_bind,
+            cuda=cuda_variant(cuda.rms_norm_bind, FLOATS),
+            onnx="RMSNormalization",
+        ),
         builtin_operator(
             "layer_norm_v1",
             doc="The seed's LayerNorm module: layer_norm of [N, C] with eps as a 0-d tensor.",
-            inputs=[Port("input", shape=["N", "C"], dtype="T"), Port("gamma", shape=["C"], dtype="T"),
-                    Port("beta", shape=["C"], dtype="T"),
-                    Port("eps", shape=[], dtype="float32", doc="0-d float32 tensor")],
-            outputs=[Port("output", shape="input", dtype="T"),
-                     Port("mean", shape=["N"], dtype=STATS, doc=_STATS_DOC),
-                     Port("rstd", shape=["N"], dtype=STATS, doc="1/sqrt(var + eps); " + _STATS_DOC)],
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_norm_stats,
+            inputs=[
+                Port("input", shape=["N", "C"], dtype="T"),
+                Port("gamma", shape=["C"], dtype="T"),
+                Port("beta", shape=["C"], dtype="T"),
+                Port("eps", shape=[], dtype="float32", doc="0-d float32 tensor"),
+            ],
+            outputs=[
+                Port("output", shape="input", dtype="T"),
+                Port("mean", shape=["N"], dtype=STATS, doc=_STATS_DOC),
+                Port("rstd", shape=["N"], dtype=STATS, doc="1/sqrt(var + eps); " + _STATS_DOC),
+            ],
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_norm_stats,
             bind=partial(layer_norm_bind, eps_input=True),
-            cuda=cuda_variant(partial(cuda.layer_norm_bind, eps_input=True), FLOATS, supports_graphs=False)),
+            cuda=cuda_variant(partial(cuda.layer_norm_bind, eps_input=True), FLOATS, supports_graphs=False),
+        ),
     ]

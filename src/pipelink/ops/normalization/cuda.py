@@ -39,9 +39,17 @@ KERNELS: dict[str, KernelSource] = {
 TUNED_AS: dict[str, str] = {}  # layer_norm_v1 is not tuned (its eps comes from a device tensor)
 
 
-def plan_layer_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = True, has_beta: bool = True,
-                    tuned: dict[str, int] | None = None, alignment: int = 16,
-                    sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_layer_norm(
+    dtype: Any,
+    shape: Any,
+    *,
+    eps: float,
+    has_gamma: bool = True,
+    has_beta: bool = True,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan layer norm over the last dim of a contiguous x; gamma, beta have x's dtype and shape [C].
 
     Kernel ``pl_layer_norm[_big](const T* x, const T* gamma, const T* beta, T* y, ACC* mean, ACC* rstd,
@@ -54,17 +62,39 @@ def plan_layer_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = Tru
     macros, suffix, grid, block, rows, c, params = row_geometry(source, dt, shape, tuned, alignment, sm_count)
     macros.update(PL_HAS_GAMMA=int(has_gamma), PL_HAS_BETA=int(has_beta))
     a = int(macros["PL_VEC"]) * dt.itemsize
-    specs = [pointer("x", a), pointer("gamma", a, optional=not has_gamma),
-             pointer("beta", a, optional=not has_beta), pointer("y", a), pointer("mean", optional=True),
-             pointer("rstd", optional=True), ArgSpec("rows", "i64"), ArgSpec("C", "i32"),
-             ArgSpec("eps", acc_kind(dt))]
-    return make_plan(source, "pl_layer_norm" + suffix, macros, grid, block, specs,
-                     {"rows": rows, "C": c, "eps": eps}, params)
+    specs = [
+        pointer("x", a),
+        pointer("gamma", a, optional=not has_gamma),
+        pointer("beta", a, optional=not has_beta),
+        pointer("y", a),
+        pointer("mean", optional=True),
+        pointer("rstd", optional=True),
+        ArgSpec("rows", "i64"),
+        ArgSpec("C", "i32"),
+        ArgSpec("eps", acc_kind(dt)),
+    ]
+    return make_plan(
+        source,
+        "pl_layer_norm" + suffix,
+        macros,
+        grid,
+        block,
+        specs,
+        {"rows": rows, "C": c, "eps": eps},
+        params,
+    )
 
 
-def plan_rms_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = True,
-                  tuned: dict[str, int] | None = None, alignment: int = 16,
-                  sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_rms_norm(
+    dtype: Any,
+    shape: Any,
+    *,
+    eps: float,
+    has_gamma: bool = True,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan RMS norm over the last dim: ``y = x * rsqrt(mean(x^2) + eps) * gamma``.
 
     Kernel ``pl_rms_norm[_big](const T* x, const T* gamma, T* y, long long rows, int C, ACC eps)``.
@@ -74,10 +104,17 @@ def plan_rms_norm(dtype: Any, shape: Any, *, eps: float, has_gamma: bool = True,
     macros, suffix, grid, block, rows, c, params = row_geometry(source, dt, shape, tuned, alignment, sm_count)
     macros.update(PL_HAS_GAMMA=int(has_gamma), PL_HAS_BETA=0)
     a = int(macros["PL_VEC"]) * dt.itemsize
-    specs = [pointer("x", a), pointer("gamma", a, optional=not has_gamma), pointer("y", a),
-             ArgSpec("rows", "i64"), ArgSpec("C", "i32"), ArgSpec("eps", acc_kind(dt))]
-    return make_plan(source, "pl_rms_norm" + suffix, macros, grid, block, specs,
-                     {"rows": rows, "C": c, "eps": eps}, params)
+    specs = [
+        pointer("x", a),
+        pointer("gamma", a, optional=not has_gamma),
+        pointer("y", a),
+        ArgSpec("rows", "i64"),
+        ArgSpec("C", "i32"),
+        ArgSpec("eps", acc_kind(dt)),
+    ]
+    return make_plan(
+        source, "pl_rms_norm" + suffix, macros, grid, block, specs, {"rows": rows, "C": c, "eps": eps}, params
+    )
 
 
 def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
@@ -87,11 +124,28 @@ def layer_norm_bind(ctx: KernelContext, *, eps_input: bool = False):
     eps = 0.0 if eps_input else float(ctx.attrs["eps"])  # v1: replaced at each launch
     has_gamma, has_beta = ctx.in_shapes[1] is not None, ctx.in_shapes[2] is not None
     tuned, sms = tuned_of(ctx, KERNELS["layer_norm"]), sm_count_of(ctx)
-    launch = PlanLaunch(ctx.backend, lambda a: plan_layer_norm(
-        dtype, shape, eps=eps, has_gamma=has_gamma, has_beta=has_beta, alignment=a,
-        tuned=tuned, sm_count=sms),
-        {"x": ("in", 0), "gamma": ("in", 1), "beta": ("in", 2), "y": ("out", 0), "mean": ("out", 1),
-         "rstd": ("out", 2)}, ctx.stage)
+    launch = PlanLaunch(
+        ctx.backend,
+        lambda a: plan_layer_norm(
+            dtype,
+            shape,
+            eps=eps,
+            has_gamma=has_gamma,
+            has_beta=has_beta,
+            alignment=a,
+            tuned=tuned,
+            sm_count=sms,
+        ),
+        {
+            "x": ("in", 0),
+            "gamma": ("in", 1),
+            "beta": ("in", 2),
+            "y": ("out", 0),
+            "mean": ("out", 1),
+            "rstd": ("out", 2),
+        },
+        ctx.stage,
+    )
     if not eps_input:
         return launch
     backend = ctx.backend
@@ -110,6 +164,11 @@ def rms_norm_bind(ctx: KernelContext):
     eps = float(ctx.attrs["eps"])
     has_gamma = ctx.in_shapes[1] is not None
     tuned, sms = tuned_of(ctx, KERNELS["rms_norm"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_rms_norm(
-        dtype, shape, eps=eps, has_gamma=has_gamma, alignment=a, tuned=tuned, sm_count=sms),
-        {"x": ("in", 0), "gamma": ("in", 1), "y": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_rms_norm(
+            dtype, shape, eps=eps, has_gamma=has_gamma, alignment=a, tuned=tuned, sm_count=sms
+        ),
+        {"x": ("in", 0), "gamma": ("in", 1), "y": ("out", 0)},
+        ctx.stage,
+    )

@@ -21,8 +21,14 @@ from ...shapes import unify
 from .._common import HALF_DTYPES, compute_dtype, stats_dtype
 from .._dims import normalize_axis
 
-__all__ = ["infer_norm_stats", "infer_layer_norm", "infer_rms_norm", "norm_rows", "layer_norm_bind",
-           "rms_norm_bind"]
+__all__ = [
+    "infer_norm_stats",
+    "infer_layer_norm",
+    "infer_rms_norm",
+    "norm_rows",
+    "layer_norm_bind",
+    "rms_norm_bind",
+]
 
 
 def _norm_axis(op: str, shape: tuple, attrs: Mapping[str, Any], params: tuple[str, ...]) -> int:
@@ -37,8 +43,13 @@ def _norm_axis(op: str, shape: tuple, attrs: Mapping[str, Any], params: tuple[st
         ``axis`` is outside ``[-rank, rank)``.
     """
     if len(shape) < 1:
-        raise ShapeMismatchError(f"{op}: input 'x' must have at least 1 dimension (got a 0-d tensor)",
-                                 port="x", symbol="rank", expected=">= 1", got=0)
+        raise ShapeMismatchError(
+            f"{op}: input 'x' must have at least 1 dimension (got a 0-d tensor)",
+            port="x",
+            symbol="rank",
+            expected=">= 1",
+            got=0,
+        )
     axis = normalize_axis(int(attrs["axis"]), len(shape), op=op)
     normalized = shape[axis:]
     for port, given in params:
@@ -46,7 +57,11 @@ def _norm_axis(op: str, shape: tuple, attrs: Mapping[str, Any], params: tuple[st
             raise ShapeMismatchError(
                 f"{op}: input {port!r} has shape {list(given)}, but it must have the normalised shape "
                 f"x.shape[axis:] = {list(normalized)} (x {list(shape)}, axis {attrs['axis']})",
-                port=port, symbol="C", expected=list(normalized), got=list(given))
+                port=port,
+                symbol="C",
+                expected=list(normalized),
+                got=list(given),
+            )
     return axis
 
 

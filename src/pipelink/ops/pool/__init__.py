@@ -28,12 +28,15 @@ MAX_POOL_DTYPES = FLOATS | {"int8", "uint8"}
 
 def _window(shape: tuple, attrs: Mapping[str, Any], op: str) -> Window:
     """The pooling window; a pad as wide as the kernel is refused (a window of padding only)."""
-    win = window_2d(tuple(shape[2:]), tuple(attrs["kernel_shape"]), attrs, op=op,
-                    ceil_mode=bool(attrs["ceil_mode"]))
+    win = window_2d(
+        tuple(shape[2:]), tuple(attrs["kernel_shape"]), attrs, op=op, ceil_mode=bool(attrs["ceil_mode"])
+    )
     if any(p >= k for p, k in zip(win.pads_begin + win.pads_end, win.kernel * 2, strict=True)):
         raise InvalidArgumentError(
             f"{op}: every pad must be smaller than the kernel {list(win.kernel)} (got pads "
-            f"{list(win.pads_begin + win.pads_end)} as [top, left, bottom, right])", attr="pads")
+            f"{list(win.pads_begin + win.pads_end)} as [top, left, bottom, right])",
+            attr="pads",
+        )
     return win
 
 
@@ -56,13 +59,17 @@ def _padded_windows(shape: tuple, win: Window, cdt, fill: float):
     """A padded buffer (border = ``fill``, kept across runs), its interior view, and the strided view of
     every pooling window ``[N, C, H_out, W_out, kH, kW]``."""
     n, c, h, w = shape
-    need = [max(size + b + e, (o - 1) * s + x) for size, b, e, o, s, x in
-            zip((h, w), win.pads_begin, win.pads_end, win.out, win.strides, win.extent, strict=True)]
+    need = [
+        max(size + b + e, (o - 1) * s + x)
+        for size, b, e, o, s, x in zip(
+            (h, w), win.pads_begin, win.pads_end, win.out, win.strides, win.extent, strict=True
+        )
+    ]
     padded = np.full((n, c, *need), fill, cdt)
     (pt, pl), ((sh, sw), (dh, dw)) = win.pads_begin, (win.strides, win.dilations)
-    inner = padded[:, :, pt:pt + h, pl:pl + w]
+    inner = padded[:, :, pt : pt + h, pl : pl + w]
     views = sliding_window_view(padded, win.extent, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-    return padded, inner, views[:, :, :win.out[0], :win.out[1]]
+    return padded, inner, views[:, :, : win.out[0], : win.out[1]]
 
 
 def _max_pool_bind(ctx: KernelContext):
@@ -94,12 +101,13 @@ def _avg_pool_bind(ctx: KernelContext):
     (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
     h, w = shape[2:]
     if ctx.attrs["count_include_pad"]:
-        mask[:pt + h + pb, :pl + w + pr] = 1
+        mask[: pt + h + pb, : pl + w + pr] = 1
     else:
-        mask[pt:pt + h, pl:pl + w] = 1
+        mask[pt : pt + h, pl : pl + w] = 1
     (sh, sw), (dh, dw) = win.strides, win.dilations
-    counts = sliding_window_view(mask, win.extent)[::sh, ::sw, ::dh, ::dw][:win.out[0], :win.out[1]].sum(
-        axis=(2, 3))
+    counts = sliding_window_view(mask, win.extent)[::sh, ::sw, ::dh, ::dw][: win.out[0], : win.out[1]].sum(
+        axis=(2, 3)
+    )
     acc = np.empty(ctx.out_shapes[0], cdt)
 
     def kernel(inputs, outputs, stream):
@@ -128,9 +136,12 @@ def _global_average_pool_bind(ctx: KernelContext):
 
 
 def _pool_attrs(extra=()) -> list[Attr]:
-    return ([Attr("kernel_shape", "ints", REQUIRED, doc="[kH, kW] window size")] + window_attrs()
-            + [Attr("ceil_mode", "bool", False, doc="round the output size up (a last, partial window)")]
-            + list(extra))
+    return (
+        [Attr("kernel_shape", "ints", REQUIRED, doc="[kH, kW] window size")]
+        + window_attrs()
+        + [Attr("ceil_mode", "bool", False, doc="round the output size up (a last, partial window)")]
+        + list(extra)
+    )
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -139,23 +150,50 @@ def descriptors() -> list[OperatorDescriptor]:
     x_in = Port("x", shape=["N", "C", "H", "W"], dtype="T")
     return [
         builtin_operator(
-            "max_pool2d", doc="Maximum over each 2-d window of NCHW x (padding never wins; NaN propagates).",
-            inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")], attrs=_pool_attrs(),
-            dtype_vars={"T": MAX_POOL_DTYPES}, variant_dtypes=MAX_POOL_DTYPES, infer=_infer("max_pool2d"),
-            bind=_max_pool_bind, cuda=cuda_variant(cuda.pool2d_bind("max_pool2d", _window), MAX_POOL_DTYPES),
-            onnx="MaxPool"),
+            "max_pool2d",
+            doc="Maximum over each 2-d window of NCHW x (padding never wins; NaN propagates).",
+            inputs=[x_in],
+            outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")],
+            attrs=_pool_attrs(),
+            dtype_vars={"T": MAX_POOL_DTYPES},
+            variant_dtypes=MAX_POOL_DTYPES,
+            infer=_infer("max_pool2d"),
+            bind=_max_pool_bind,
+            cuda=cuda_variant(cuda.pool2d_bind("max_pool2d", _window), MAX_POOL_DTYPES),
+            onnx="MaxPool",
+        ),
         builtin_operator(
-            "avg_pool2d", doc="Mean over each 2-d window of NCHW x.",
-            inputs=[x_in], outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")],
-            attrs=_pool_attrs([Attr("count_include_pad", "bool", False,
-                                    doc="divide by the window size including the explicit pads")]),
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=_infer("avg_pool2d"), bind=_avg_pool_bind,
-            cuda=cuda_variant(cuda.pool2d_bind("avg_pool2d", _window), FLOATS), onnx="AveragePool"),
+            "avg_pool2d",
+            doc="Mean over each 2-d window of NCHW x.",
+            inputs=[x_in],
+            outputs=[Port("y", dtype="T", doc="[N, C, H_out, W_out]")],
+            attrs=_pool_attrs(
+                [
+                    Attr(
+                        "count_include_pad",
+                        "bool",
+                        False,
+                        doc="divide by the window size including the explicit pads",
+                    )
+                ]
+            ),
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=_infer("avg_pool2d"),
+            bind=_avg_pool_bind,
+            cuda=cuda_variant(cuda.pool2d_bind("avg_pool2d", _window), FLOATS),
+            onnx="AveragePool",
+        ),
         builtin_operator(
-            "global_average_pool", doc="Mean over all spatial axes of [N, C, ...] x, kept as size 1.",
+            "global_average_pool",
+            doc="Mean over all spatial axes of [N, C, ...] x, kept as size 1.",
             inputs=[Port("x", shape=["N", "C", "..."], dtype="T")],
             outputs=[Port("y", dtype="T", doc="[N, C, 1, ..., 1]")],
-            dtype_vars=floats, variant_dtypes=FLOATS, infer=infer_global_average_pool,
-            bind=_global_average_pool_bind, cuda=cuda_variant(cuda.global_average_pool_bind, FLOATS),
-            onnx="GlobalAveragePool"),
+            dtype_vars=floats,
+            variant_dtypes=FLOATS,
+            infer=infer_global_average_pool,
+            bind=_global_average_pool_bind,
+            cuda=cuda_variant(cuda.global_average_pool_bind, FLOATS),
+            onnx="GlobalAveragePool",
+        ),
     ]

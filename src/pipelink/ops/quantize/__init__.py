@@ -31,6 +31,7 @@ SCALE_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 # The CUDA kernels' dtypes of every input: x / y and the scale (floats), the zero point (an 8-bit type).
 _CUDA_DTYPES = frozenset(cuda.FLOAT_TYPES) | frozenset(cuda.Q_KINDS)
 
+
 def scale_layout(op: str, x_shape: tuple, scale_shape: tuple, zero_shape, axis: int) -> int | None:
     """The axis a scale applies along (None: one scale for the whole tensor).
 
@@ -43,15 +44,21 @@ def scale_layout(op: str, x_shape: tuple, scale_shape: tuple, zero_shape, axis: 
     if zero_shape is not None and tuple(zero_shape) != tuple(scale_shape):
         raise ShapeMismatchError(
             f"{op}: the zero point's shape {list(zero_shape)} must equal the scale's {list(scale_shape)}",
-            port="zero_point", expected=list(scale_shape), got=list(zero_shape))
+            port="zero_point",
+            expected=list(scale_shape),
+            got=list(zero_shape),
+        )
     if tuple(scale_shape) in ((), (1,)):
         return None
     axis = normalize_axis(axis, len(x_shape), op=op)
     if len(scale_shape) != 1 or scale_shape[0] != x_shape[axis]:
         raise ShapeMismatchError(
             f"{op}: the scale {list(scale_shape)} must be a scalar (per tensor) or 1-d with x's size "
-            f"{x_shape[axis]} along axis {axis} (per axis); x is {list(x_shape)}", port="scale",
-            expected=[x_shape[axis]], got=list(scale_shape))
+            f"{x_shape[axis]} along axis {axis} (per axis); x is {list(x_shape)}",
+            port="scale",
+            expected=[x_shape[axis]],
+            got=list(scale_shape),
+        )
     return axis
 
 
@@ -60,12 +67,19 @@ def _quantized_dtype(attrs: Mapping[str, Any], zero_dtype: str | None) -> str:
     if wanted is not None and zero_dtype is not None and wanted != zero_dtype:
         raise DTypeMismatchError(
             f"quantize_linear: output_dtype {wanted} differs from the zero point's dtype {zero_dtype}; "
-            "make them agree or leave one out", port="zero_point", expected=wanted, got=zero_dtype)
+            "make them agree or leave one out",
+            port="zero_point",
+            expected=wanted,
+            got=zero_dtype,
+        )
     dtype = wanted or zero_dtype or "uint8"
     if dtype not in QUANTIZED_DTYPES:
         raise DTypeMismatchError(
             f"quantize_linear: output_dtype must be one of {sorted(QUANTIZED_DTYPES)} (got {dtype})",
-            port="y", expected=sorted(QUANTIZED_DTYPES), got=dtype)
+            port="y",
+            expected=sorted(QUANTIZED_DTYPES),
+            got=dtype,
+        )
     return dtype
 
 
@@ -95,8 +109,9 @@ def _broadcastable(ndim: int, axis: int | None, length: int) -> tuple[int, ...]:
 
 def _quantize_bind(ctx: KernelContext):
     x_shape = tuple(ctx.in_shapes[0])
-    axis = scale_layout("quantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
-                        int(ctx.attrs["axis"]))
+    axis = scale_layout(
+        "quantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
+    )
     vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
     out_dtype = ctx.out_dtypes[0]
     is_int = out_dtype in ("int8", "uint8")
@@ -121,8 +136,9 @@ def _quantize_bind(ctx: KernelContext):
 
 def _dequantize_bind(ctx: KernelContext):
     x_shape = tuple(ctx.in_shapes[0])
-    axis = scale_layout("dequantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
-                        int(ctx.attrs["axis"]))
+    axis = scale_layout(
+        "dequantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
+    )
     vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
     buf = np.empty(x_shape, np.float32)
 
@@ -143,26 +159,56 @@ def descriptors() -> list[OperatorDescriptor]:
     scale_doc = "a scalar or [1] (per tensor), or 1-d of x's size along axis (per axis)"
     return [
         builtin_operator(
-            "quantize_linear", doc="y = saturate(round_half_even(x / scale) + zero_point) in an 8-bit type.",
-            inputs=[Port("x", dtype="T"), Port("scale", dtype="T", doc=scale_doc),
-                    Port("zero_point", dtype=QUANTIZED_DTYPES, optional=True,
-                         doc="same shape as scale; its dtype is the output's")],
+            "quantize_linear",
+            doc="y = saturate(round_half_even(x / scale) + zero_point) in an 8-bit type.",
+            inputs=[
+                Port("x", dtype="T"),
+                Port("scale", dtype="T", doc=scale_doc),
+                Port(
+                    "zero_point",
+                    dtype=QUANTIZED_DTYPES,
+                    optional=True,
+                    doc="same shape as scale; its dtype is the output's",
+                ),
+            ],
             outputs=[Port("y", doc="x's shape, int8/uint8/float8")],
-            attrs=[axis, Attr("saturate", "bool", True, doc="float8 only: clip to the largest finite value "
-                                                               "(integers always saturate)"),
-                   Attr("output_dtype", "dtype", None, doc="the quantized dtype (default: the zero point's, "
-                                                            "else uint8)")],
-            dtype_vars={"T": SCALE_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
-            infer=infer_quantize, bind=_quantize_bind,
+            attrs=[
+                axis,
+                Attr(
+                    "saturate",
+                    "bool",
+                    True,
+                    doc="float8 only: clip to the largest finite value (integers always saturate)",
+                ),
+                Attr(
+                    "output_dtype",
+                    "dtype",
+                    None,
+                    doc="the quantized dtype (default: the zero point's, else uint8)",
+                ),
+            ],
+            dtype_vars={"T": SCALE_DTYPES},
+            variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
+            infer=infer_quantize,
+            bind=_quantize_bind,
             cuda=cuda_variant(cuda.quantize_bind(scale_layout), _CUDA_DTYPES),
-            onnx="QuantizeLinear"),
+            onnx="QuantizeLinear",
+        ),
         builtin_operator(
-            "dequantize_linear", doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
-            inputs=[Port("x", dtype="Q"), Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),
-                    Port("zero_point", dtype="Q", optional=True, doc="same shape as scale, x's dtype")],
+            "dequantize_linear",
+            doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
+            inputs=[
+                Port("x", dtype="Q"),
+                Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),
+                Port("zero_point", dtype="Q", optional=True, doc="same shape as scale, x's dtype"),
+            ],
             outputs=[Port("y", doc="x's shape, the scale's dtype")],
-            attrs=[axis], dtype_vars={"Q": QUANTIZED_DTYPES}, variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
-            infer=infer_dequantize, bind=_dequantize_bind,
+            attrs=[axis],
+            dtype_vars={"Q": QUANTIZED_DTYPES},
+            variant_dtypes=SCALE_DTYPES | QUANTIZED_DTYPES,
+            infer=infer_dequantize,
+            bind=_dequantize_bind,
             cuda=cuda_variant(cuda.dequantize_bind(scale_layout), _CUDA_DTYPES),
-            onnx="DequantizeLinear"),
+            onnx="DequantizeLinear",
+        ),
     ]

@@ -27,26 +27,52 @@ from ..kernel import (
     tuned_values,
 )
 
-__all__ = ["KERNELS", "TUNED_AS", "Q_KINDS", "FLOAT_TYPES", "plan_quantize", "quantize_bind",
-           "dequantize_bind"]
+__all__ = [
+    "KERNELS",
+    "TUNED_AS",
+    "Q_KINDS",
+    "FLOAT_TYPES",
+    "plan_quantize",
+    "quantize_bind",
+    "dequantize_bind",
+]
 
 _SOURCE = Path(__file__).resolve().parent / "quantize.cu"
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
-Q_KINDS = {"int8": "PL_Q_INT8", "uint8": "PL_Q_UINT8", "float8_e4m3fn": "PL_Q_E4M3FN",
-           "float8_e5m2": "PL_Q_E5M2"}
+Q_KINDS = {
+    "int8": "PL_Q_INT8",
+    "uint8": "PL_Q_UINT8",
+    "float8_e4m3fn": "PL_Q_E4M3FN",
+    "float8_e5m2": "PL_Q_E5M2",
+}
 FLOAT_TYPES = ("float32", "float16", "bfloat16")  # of x / y and the scale
 KERNELS: dict[str, KernelSource] = {
-    "quantize_linear": KernelSource("quantize_linear", _SOURCE, "pl_quantize", {"PL_QUANTIZE": "1"},
-                                    dict(_TUNABLES), dtypes=FLOAT_TYPES),
-    "dequantize_linear": KernelSource("dequantize_linear", _SOURCE, "pl_dequantize", {"PL_DEQUANTIZE": "1"},
-                                      dict(_TUNABLES), dtypes=tuple(Q_KINDS)),
+    "quantize_linear": KernelSource(
+        "quantize_linear", _SOURCE, "pl_quantize", {"PL_QUANTIZE": "1"}, dict(_TUNABLES), dtypes=FLOAT_TYPES
+    ),
+    "dequantize_linear": KernelSource(
+        "dequantize_linear",
+        _SOURCE,
+        "pl_dequantize",
+        {"PL_DEQUANTIZE": "1"},
+        dict(_TUNABLES),
+        dtypes=tuple(Q_KINDS),
+    ),
 }
 TUNED_AS: dict[str, str] = {}
 
 
-def plan_quantize(op: str, float_dtype: Any, q_dtype: Any, shape: Any, axis: int | None, *,
-                  saturate: bool = True, tuned: dict[str, int] | None = None,
-                  sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_quantize(
+    op: str,
+    float_dtype: Any,
+    q_dtype: Any,
+    shape: Any,
+    axis: int | None,
+    *,
+    saturate: bool = True,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``quantize_linear`` (float x -> q y) or ``dequantize_linear`` (q x -> float y) over a contiguous
     x of ``shape``, with one scale (``axis`` None) or one per index of ``axis``.
 
@@ -65,19 +91,41 @@ def plan_quantize(op: str, float_dtype: Any, q_dtype: Any, shape: Any, axis: int
     if ft.name not in FLOAT_TYPES or qt.name not in Q_KINDS:
         raise InvalidArgumentError(
             f"{op}: needs a float of {', '.join(FLOAT_TYPES)} and a quantized type of {', '.join(Q_KINDS)} "
-            f"(got {ft.name} and {qt.name})", op=op)
+            f"(got {ft.name} and {qt.name})",
+            op=op,
+        )
     shp = shape_of(shape, op)
     n = prod(shp)
     axis_len = shp[axis] if axis is not None else 1
-    inner = prod(shp[axis + 1:]) if axis is not None else 1
+    inner = prod(shp[axis + 1 :]) if axis is not None else 1
     t = tuned_values(source, tuned)
-    macros = {**source.macros, "PL_T": ft.cuda_type, "PL_Q": Q_KINDS[qt.name],
-              "PL_SATURATE": int(bool(saturate)), "PL_BLOCK": t["block"]}
-    specs = [pointer("x"), pointer("scale"), pointer("zero", optional=True), pointer("y"),
-             ArgSpec("n", "i64"), ArgSpec("inner", "i64"), ArgSpec("axis_len", "i64")]
+    macros = {
+        **source.macros,
+        "PL_T": ft.cuda_type,
+        "PL_Q": Q_KINDS[qt.name],
+        "PL_SATURATE": int(bool(saturate)),
+        "PL_BLOCK": t["block"],
+    }
+    specs = [
+        pointer("x"),
+        pointer("scale"),
+        pointer("zero", optional=True),
+        pointer("y"),
+        ArgSpec("n", "i64"),
+        ArgSpec("inner", "i64"),
+        ArgSpec("axis_len", "i64"),
+    ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
-    return make_plan(source, source.kernel, macros, grid, t["block"], specs,
-                     {"n": n, "inner": max(inner, 1), "axis_len": max(axis_len, 1)}, dict(t))
+    return make_plan(
+        source,
+        source.kernel,
+        macros,
+        grid,
+        t["block"],
+        specs,
+        {"n": n, "inner": max(inner, 1), "axis_len": max(axis_len, 1)},
+        dict(t),
+    )
 
 
 _SLOTS = {"x": ("in", 0), "scale": ("in", 1), "zero": ("in", 2), "y": ("out", 0)}
@@ -88,13 +136,19 @@ def quantize_bind(scale_layout):
 
     def bind(ctx: KernelContext):
         shape = tuple(ctx.in_shapes[0])
-        axis = scale_layout("quantize_linear", shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
-                            int(ctx.attrs["axis"]))
+        axis = scale_layout(
+            "quantize_linear", shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
+        )
         fdt, qdt, saturate = ctx.in_dtypes[0], ctx.out_dtypes[0], bool(ctx.attrs["saturate"])
         tuned, sms = tuned_of(ctx, KERNELS["quantize_linear"]), sm_count_of(ctx)
-        return PlanLaunch(ctx.backend, lambda a: plan_quantize(
-            "quantize_linear", fdt, qdt, shape, axis, saturate=saturate, tuned=tuned, sm_count=sms),
-            _SLOTS, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_quantize(
+                "quantize_linear", fdt, qdt, shape, axis, saturate=saturate, tuned=tuned, sm_count=sms
+            ),
+            _SLOTS,
+            ctx.stage,
+        )
 
     return bind
 
@@ -104,11 +158,16 @@ def dequantize_bind(scale_layout):
 
     def bind(ctx: KernelContext):
         shape = tuple(ctx.in_shapes[0])
-        axis = scale_layout("dequantize_linear", shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2],
-                            int(ctx.attrs["axis"]))
+        axis = scale_layout(
+            "dequantize_linear", shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
+        )
         qdt, fdt = ctx.in_dtypes[0], ctx.out_dtypes[0]
         tuned, sms = tuned_of(ctx, KERNELS["dequantize_linear"]), sm_count_of(ctx)
-        return PlanLaunch(ctx.backend, lambda a: plan_quantize(
-            "dequantize_linear", fdt, qdt, shape, axis, tuned=tuned, sm_count=sms), _SLOTS, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_quantize("dequantize_linear", fdt, qdt, shape, axis, tuned=tuned, sm_count=sms),
+            _SLOTS,
+            ctx.stage,
+        )
 
     return bind

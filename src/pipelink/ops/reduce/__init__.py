@@ -70,13 +70,22 @@ def _reduce_bind(kind: str):
 def _reduction(kind: str, onnx: str, doc: str, dtypes: frozenset[str]) -> OperatorDescriptor:
     name = f"reduce_{kind}"
     return builtin_operator(
-        name, doc=doc,
-        inputs=[Port("x", dtype="T")], outputs=[Port("y", dtype="T")],
-        attrs=[Attr("axes", "ints", (), doc="axes to reduce; negative counts from the end; empty: all"),
-               Attr("keepdims", "bool", True, doc="keep reduced axes as size 1"),
-               Attr("noop_with_empty_axes", "bool", False, doc="empty axes: return x unchanged")],
-        dtype_vars={"T": dtypes}, variant_dtypes=dtypes, infer=_infer(name), bind=_reduce_bind(kind),
-        cuda=cuda_variant(cuda.reduce_bind(kind), cuda.DTYPES[kind]), onnx=onnx)
+        name,
+        doc=doc,
+        inputs=[Port("x", dtype="T")],
+        outputs=[Port("y", dtype="T")],
+        attrs=[
+            Attr("axes", "ints", (), doc="axes to reduce; negative counts from the end; empty: all"),
+            Attr("keepdims", "bool", True, doc="keep reduced axes as size 1"),
+            Attr("noop_with_empty_axes", "bool", False, doc="empty axes: return x unchanged"),
+        ],
+        dtype_vars={"T": dtypes},
+        variant_dtypes=dtypes,
+        infer=_infer(name),
+        bind=_reduce_bind(kind),
+        cuda=cuda_variant(cuda.reduce_bind(kind), cuda.DTYPES[kind]),
+        onnx=onnx,
+    )
 
 
 def descriptors() -> list[OperatorDescriptor]:

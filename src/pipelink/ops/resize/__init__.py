@@ -43,12 +43,17 @@ def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     if bool(scales) == bool(sizes):
         raise InvalidArgumentError(
             f"resize: give exactly one of 'scales' and 'sizes' (got scales={list(scales)}, "
-            f"sizes={list(sizes)})", attr="scales")
+            f"sizes={list(sizes)})",
+            attr="scales",
+        )
     given, name = (scales, "scales") if scales else (sizes, "sizes")
     if len(given) != len(shape):
         raise InvalidArgumentError(
             f"resize: {name!r} needs one value per axis of the {len(shape)}-d input {list(shape)} "
-            f"(got {list(given)})", attr=name, got=list(given))
+            f"(got {list(given)})",
+            attr=name,
+            got=list(given),
+        )
     if scales and any(s <= 0 for s in scales):
         raise InvalidArgumentError(f"resize: 'scales' must be > 0 (got {list(scales)})", attr="scales")
     if sizes and any(s < 0 for s in sizes):
@@ -56,12 +61,17 @@ def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     if sizes:
         if any(d == 0 and o > 0 for o, d in zip(sizes, shape, strict=True)):
             raise ShapeMismatchError(
-                f"resize: cannot resize an empty axis of {list(shape)} to 'sizes' {list(sizes)}", port="x",
-                attr="sizes", got=list(sizes))
+                f"resize: cannot resize an empty axis of {list(shape)} to 'sizes' {list(sizes)}",
+                port="x",
+                attr="sizes",
+                got=list(sizes),
+            )
         ratio = tuple(o / d if is_known(d) and d else 1.0 for o, d in zip(sizes, shape, strict=True))
         return tuple(sizes), ratio
-    out = tuple(math.floor(d * s) if is_known(d) else (d if s == 1 else derived("resize", d, s))
-                for d, s in zip(shape, scales, strict=True))
+    out = tuple(
+        math.floor(d * s) if is_known(d) else (d if s == 1 else derived("resize", d, s))
+        for d, s in zip(shape, scales, strict=True)
+    )
     return out, scales
 
 
@@ -99,7 +109,10 @@ def infer_resize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     if attrs["mode"] == "linear" and in_dtypes[0] not in FLOATS:
         raise DTypeMismatchError(
             f"resize: mode 'linear' needs a float input (got {in_dtypes[0]}); use mode 'nearest' or cast",
-            port="x", expected=sorted(FLOATS), got=in_dtypes[0])
+            port="x",
+            expected=sorted(FLOATS),
+            got=in_dtypes[0],
+        )
     return (resize_plan(tuple(in_shapes[0]), attrs)[0],), (in_dtypes[0],)
 
 
@@ -163,14 +176,19 @@ def infer_pixel_shuffle(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, 
         raise InvalidArgumentError(f"pixel_shuffle: 'blocksize' must be >= 1 (got {b})", attr="blocksize")
     if is_known(c) and c % (b * b):
         raise ShapeMismatchError(
-            f"pixel_shuffle: input 'x' has {c} channels, not a multiple of blocksize^2 = {b * b}", port="x",
-            symbol="C", expected=f"a multiple of {b * b}", got=c)
+            f"pixel_shuffle: input 'x' has {c} channels, not a multiple of blocksize^2 = {b * b}",
+            port="x",
+            symbol="C",
+            expected=f"a multiple of {b * b}",
+            got=c,
+        )
 
     def scaled(d):
         return d * b if is_known(d) else derived("pixel_shuffle", d, b)
 
     return ((n, c // (b * b) if is_known(c) else derived("pixel_shuffle", c, b), scaled(h), scaled(w)),), (
-        in_dtypes[0],)
+        in_dtypes[0],
+    )
 
 
 def _pixel_shuffle_bind(ctx: KernelContext):
@@ -189,24 +207,61 @@ def descriptors() -> list[OperatorDescriptor]:
     """Fresh descriptors of resize and pixel_shuffle (one set per registry)."""
     return [
         builtin_operator(
-            "resize", doc="Resample x to new sizes (nearest or linear), each axis by a scale or to a size.",
-            inputs=[Port("x", dtype="T")], outputs=[Port("y", dtype="T")],
-            attrs=[Attr("mode", "str", "nearest", choices=("nearest", "linear"),
-                        doc="'linear' is bilinear over two resized axes (float inputs)"),
-                   Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
-                   Attr("sizes", "ints", (), doc="or: the output shape"),
-                   Attr("coordinate_transformation_mode", "str", "half_pixel", choices=COORDINATE_MODES,
-                        doc="how an output index maps to an input coordinate"),
-                   Attr("nearest_mode", "str", "round_prefer_floor", choices=NEAREST_MODES,
-                        doc="rounding of the coordinate in mode 'nearest'")],
-            dtype_vars={"T": NUMERIC}, variant_dtypes=NUMERIC, infer=infer_resize, bind=_resize_bind,
-            cuda=cuda_variant(cuda.resize_bind(resize_plan), cuda.RESIZE_DTYPES), onnx="Resize"),
+            "resize",
+            doc="Resample x to new sizes (nearest or linear), each axis by a scale or to a size.",
+            inputs=[Port("x", dtype="T")],
+            outputs=[Port("y", dtype="T")],
+            attrs=[
+                Attr(
+                    "mode",
+                    "str",
+                    "nearest",
+                    choices=("nearest", "linear"),
+                    doc="'linear' is bilinear over two resized axes (float inputs)",
+                ),
+                Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
+                Attr("sizes", "ints", (), doc="or: the output shape"),
+                Attr(
+                    "coordinate_transformation_mode",
+                    "str",
+                    "half_pixel",
+                    choices=COORDINATE_MODES,
+                    doc="how an output index maps to an input coordinate",
+                ),
+                Attr(
+                    "nearest_mode",
+                    "str",
+                    "round_prefer_floor",
+                    choices=NEAREST_MODES,
+                    doc="rounding of the coordinate in mode 'nearest'",
+                ),
+            ],
+            dtype_vars={"T": NUMERIC},
+            variant_dtypes=NUMERIC,
+            infer=infer_resize,
+            bind=_resize_bind,
+            cuda=cuda_variant(cuda.resize_bind(resize_plan), cuda.RESIZE_DTYPES),
+            onnx="Resize",
+        ),
         builtin_operator(
-            "pixel_shuffle", doc="Move blocks of channels into space: [N, C, H, W] -> [N, C/b^2, H*b, W*b].",
-            inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T")], outputs=[Port("y", dtype="T")],
-            attrs=[Attr("blocksize", "int", REQUIRED, doc="b: the upscale factor"),
-                   Attr("mode", "str", "CRD", choices=("CRD", "DCR"),
-                        doc="channel order: CRD as PyTorch's PixelShuffle, DCR as ONNX's default")],
-            dtype_vars={"T": frozenset(DTYPES)}, infer=infer_pixel_shuffle, bind=_pixel_shuffle_bind,
-            cuda=cuda_variant(cuda.pixel_shuffle_bind, cuda.PIXEL_SHUFFLE_DTYPES), onnx="DepthToSpace"),
+            "pixel_shuffle",
+            doc="Move blocks of channels into space: [N, C, H, W] -> [N, C/b^2, H*b, W*b].",
+            inputs=[Port("x", shape=["N", "C", "H", "W"], dtype="T")],
+            outputs=[Port("y", dtype="T")],
+            attrs=[
+                Attr("blocksize", "int", REQUIRED, doc="b: the upscale factor"),
+                Attr(
+                    "mode",
+                    "str",
+                    "CRD",
+                    choices=("CRD", "DCR"),
+                    doc="channel order: CRD as PyTorch's PixelShuffle, DCR as ONNX's default",
+                ),
+            ],
+            dtype_vars={"T": frozenset(DTYPES)},
+            infer=infer_pixel_shuffle,
+            bind=_pixel_shuffle_bind,
+            cuda=cuda_variant(cuda.pixel_shuffle_bind, cuda.PIXEL_SHUFFLE_DTYPES),
+            onnx="DepthToSpace",
+        ),
     ]

@@ -33,26 +33,49 @@ from ..kernel import (
 from ..transpose.cuda import KERNELS as TRANSPOSE_KERNELS
 from ..transpose.cuda import plan_transpose
 
-__all__ = ["KERNELS", "TUNED_AS", "RESIZE_DTYPES", "plan_resize", "resize_bind", "pixel_shuffle_layout",
-           "pixel_shuffle_bind", "PIXEL_SHUFFLE_DTYPES"]
+__all__ = [
+    "KERNELS",
+    "TUNED_AS",
+    "RESIZE_DTYPES",
+    "plan_resize",
+    "resize_bind",
+    "pixel_shuffle_layout",
+    "pixel_shuffle_bind",
+    "PIXEL_SHUFFLE_DTYPES",
+]
 
 _SOURCE = Path(__file__).resolve().parent / "resize.cu"
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
 RESIZE_DTYPES = FLOATS + ("int8", "int32", "int64", "uint8")
 PIXEL_SHUFFLE_DTYPES = TRANSPOSE_KERNELS["transpose"].dtypes
-_COORD = {"half_pixel": "PL_COORD_HALF_PIXEL", "pytorch_half_pixel": "PL_COORD_PYTORCH_HALF_PIXEL",
-          "asymmetric": "PL_COORD_ASYMMETRIC", "align_corners": "PL_COORD_ALIGN_CORNERS"}
-_NEAREST = {"round_prefer_floor": "PL_NEAREST_ROUND_PREFER_FLOOR",
-            "round_prefer_ceil": "PL_NEAREST_ROUND_PREFER_CEIL", "floor": "PL_NEAREST_FLOOR",
-            "ceil": "PL_NEAREST_CEIL"}
+_COORD = {
+    "half_pixel": "PL_COORD_HALF_PIXEL",
+    "pytorch_half_pixel": "PL_COORD_PYTORCH_HALF_PIXEL",
+    "asymmetric": "PL_COORD_ASYMMETRIC",
+    "align_corners": "PL_COORD_ALIGN_CORNERS",
+}
+_NEAREST = {
+    "round_prefer_floor": "PL_NEAREST_ROUND_PREFER_FLOOR",
+    "round_prefer_ceil": "PL_NEAREST_ROUND_PREFER_CEIL",
+    "floor": "PL_NEAREST_FLOOR",
+    "ceil": "PL_NEAREST_CEIL",
+}
 KERNELS: dict[str, KernelSource] = {
     "resize": KernelSource("resize", _SOURCE, "pl_resize", {}, dict(_TUNABLES), dtypes=RESIZE_DTYPES),
 }
 TUNED_AS: dict[str, str] = {}
 
 
-def plan_resize(dtype: Any, shape: Any, out_shape: Any, scales: Any, attrs: Mapping[str, Any], *,
-                tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_resize(
+    dtype: Any,
+    shape: Any,
+    out_shape: Any,
+    scales: Any,
+    attrs: Mapping[str, Any],
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = resize(x)`` from the shapes and per-axis scales ``resize_plan`` resolved and the stage's
     ``mode``, ``coordinate_transformation_mode`` and ``nearest_mode``:
     ``pl_resize(x, y, n, din0..din7, dout0..dout7, sc0..sc7, resized)``.
@@ -68,27 +91,39 @@ def plan_resize(dtype: Any, shape: Any, out_shape: Any, scales: Any, attrs: Mapp
     allowed = FLOATS if linear else RESIZE_DTYPES
     if dt.name not in allowed:
         raise InvalidArgumentError(
-            f"resize: mode {attrs['mode']!r} takes {', '.join(allowed)} (got {dt.name})", op="resize",
-            dtype=dt.name)
+            f"resize: mode {attrs['mode']!r} takes {', '.join(allowed)} (got {dt.name})",
+            op="resize",
+            dtype=dt.name,
+        )
     shp, out = shape_of(shape, "resize"), shape_of(out_shape, "resize")
     if len(shp) > MAX_NDIM:
         raise InvalidArgumentError(f"resize: at most {MAX_NDIM} axes (got {len(shp)})", op="resize")
     # an axis left as it is samples itself in every coordinate mode (as the CPU reference skips it)
     resized = [k for k, (d, o) in enumerate(zip(shp, out, strict=True)) if not (d == o and scales[k] == 1)]
     t = tuned_values(source, tuned)
-    macros = {"PL_T": dt.cuda_type, "PL_NDIM": max(1, len(shp)), "PL_LINEAR": int(linear),
-              "PL_NL": len(resized) if linear else 0,
-              "PL_COORD": _COORD[attrs["coordinate_transformation_mode"]],
-              "PL_NEAREST": _NEAREST[attrs["nearest_mode"]], "PL_BLOCK": t["block"]}
+    macros = {
+        "PL_T": dt.cuda_type,
+        "PL_NDIM": max(1, len(shp)),
+        "PL_LINEAR": int(linear),
+        "PL_NL": len(resized) if linear else 0,
+        "PL_COORD": _COORD[attrs["coordinate_transformation_mode"]],
+        "PL_NEAREST": _NEAREST[attrs["nearest_mode"]],
+        "PL_BLOCK": t["block"],
+    }
     n = prod(out)
     scalars: dict[str, Any] = {"n": n, "resized": sum(1 << k for k in resized)}
     for k in range(MAX_NDIM):
         scalars[f"din{k}"] = shp[k] if k < len(shp) else 1
         scalars[f"dout{k}"] = max(out[k], 1) if k < len(out) else 1
         scalars[f"sc{k}"] = float(scales[k]) if k < len(shp) else 1.0
-    specs = [pointer("x"), pointer("y"), ArgSpec("n", "i64"),
-             *[ArgSpec(f"{p}{k}", "i64") for p in ("din", "dout") for k in range(MAX_NDIM)],
-             *[ArgSpec(f"sc{k}", "f64") for k in range(MAX_NDIM)], ArgSpec("resized", "i32")]
+    specs = [
+        pointer("x"),
+        pointer("y"),
+        ArgSpec("n", "i64"),
+        *[ArgSpec(f"{p}{k}", "i64") for p in ("din", "dout") for k in range(MAX_NDIM)],
+        *[ArgSpec(f"sc{k}", "f64") for k in range(MAX_NDIM)],
+        ArgSpec("resized", "i32"),
+    ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     return make_plan(source, "pl_resize", macros, grid, t["block"], specs, scalars, dict(t))
 
@@ -101,9 +136,12 @@ def resize_bind(resize_plan):
         out, scales = resize_plan(shape, ctx.attrs)
         attrs = dict(ctx.attrs)
         tuned, sms = tuned_of(ctx, KERNELS["resize"]), sm_count_of(ctx)
-        return PlanLaunch(ctx.backend, lambda a: plan_resize(dtype, shape, out, scales, attrs, tuned=tuned,
-                                                             sm_count=sms),
-                          {"x": ("in", 0), "y": ("out", 0)}, ctx.stage)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_resize(dtype, shape, out, scales, attrs, tuned=tuned, sm_count=sms),
+            {"x": ("in", 0), "y": ("out", 0)},
+            ctx.stage,
+        )
 
     return bind
 
@@ -124,5 +162,9 @@ def pixel_shuffle_bind(ctx: KernelContext):
     shape, blocksize = tuple(ctx.in_shapes[0]), int(ctx.attrs["blocksize"])
     split, perm = pixel_shuffle_layout(shape, blocksize, ctx.attrs["mode"])
     tuned, sms = tuned_of(ctx, TRANSPOSE_KERNELS["transpose"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_transpose(dtype, split, perm, tuned=tuned, sm_count=sms),
-                      {"x": ("in", 0), "y": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_transpose(dtype, split, perm, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )

@@ -44,8 +44,21 @@ from ..kernel import (
 )
 from .rules import MAX_PARTS, slice_plan, split_sizes
 
-__all__ = ["KERNELS", "TUNED_AS", "INDEX_TYPES", "plan_gather", "plan_where", "reshaped_bind", "slice_bind",
-           "expand_bind", "concat_bind", "split_bind", "gather_bind", "where_bind", "slice_view"]
+__all__ = [
+    "KERNELS",
+    "TUNED_AS",
+    "INDEX_TYPES",
+    "plan_gather",
+    "plan_where",
+    "reshaped_bind",
+    "slice_bind",
+    "expand_bind",
+    "concat_bind",
+    "split_bind",
+    "gather_bind",
+    "where_bind",
+    "slice_view",
+]
 
 _SOURCE = Path(__file__).resolve().parent / "shape.cu"
 _ALL = tuple(sorted(DTYPES))
@@ -63,8 +76,16 @@ TUNED_AS: dict[str, str] = {}
 
 
 # -- plans ------------------------------------------------------------------------------------------
-def plan_gather(dtype: Any, data_shape: Any, index_dtype: Any, index_shape: Any, axis: int, *,
-                tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_gather(
+    dtype: Any,
+    data_shape: Any,
+    index_dtype: Any,
+    index_shape: Any,
+    axis: int,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = take(data, indices, axis)``: ``pl_gather(data, indices, y, n, nidx, axis_n, inner)``.
 
     An index outside ``[-axis_n, axis_n)`` yields zeros in its output rows (the kernel never reads out of
@@ -79,25 +100,52 @@ def plan_gather(dtype: Any, data_shape: Any, index_dtype: Any, index_shape: Any,
     dt, it = get_dtype(dtype), get_dtype(index_dtype)
     if it.name not in INDEX_TYPES:
         raise InvalidArgumentError(
-            f"gather: indices must be int32 or int64 (got {it.name})", op="gather", dtype=it.name)
+            f"gather: indices must be int32 or int64 (got {it.name})", op="gather", dtype=it.name
+        )
     shp, ishp = shape_of(data_shape, "gather"), shape_of(index_shape, "gather")
     ax = normalize_axis(int(axis), len(shp), op="gather")
-    outer, axis_n, inner, nidx = prod(shp[:ax]), shp[ax], prod(shp[ax + 1:]), prod(ishp)
+    outer, axis_n, inner, nidx = prod(shp[:ax]), shp[ax], prod(shp[ax + 1 :]), prod(ishp)
     n = outer * nidx * inner
     t = tuned_values(source, tuned)
     index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
-    macros = {"PL_GATHER": 1, "PL_BYTES": dt.itemsize, "PL_INDEX_T": INDEX_TYPES[it.name],
-              "PL_BLOCK": t["block"], "PL_INDEX64": index64}
-    specs = [pointer("data"), pointer("indices"), pointer("y"), ArgSpec("n", "i64"), ArgSpec("nidx", "i64"),
-             ArgSpec("axis_n", "i64"), ArgSpec("inner", "i64")]
+    macros = {
+        "PL_GATHER": 1,
+        "PL_BYTES": dt.itemsize,
+        "PL_INDEX_T": INDEX_TYPES[it.name],
+        "PL_BLOCK": t["block"],
+        "PL_INDEX64": index64,
+    }
+    specs = [
+        pointer("data"),
+        pointer("indices"),
+        pointer("y"),
+        ArgSpec("n", "i64"),
+        ArgSpec("nidx", "i64"),
+        ArgSpec("axis_n", "i64"),
+        ArgSpec("inner", "i64"),
+    ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
-    return make_plan(source, "pl_gather", macros, grid, t["block"], specs,
-                     {"n": n, "nidx": max(nidx, 1), "axis_n": axis_n, "inner": max(inner, 1)},
-                     dict(t, index64=index64))
+    return make_plan(
+        source,
+        "pl_gather",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        {"n": n, "nidx": max(nidx, 1), "axis_n": axis_n, "inner": max(inner, 1)},
+        dict(t, index64=index64),
+    )
 
 
-def plan_where(dtype: Any, cond_shape: Any, x_shape: Any, y_shape: Any, *,
-               tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_where(
+    dtype: Any,
+    cond_shape: Any,
+    x_shape: Any,
+    y_shape: Any,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``z = condition ? x : y`` with NumPy broadcasting into a contiguous z:
     ``pl_where(c, x, y, z, n, d0..d7, sc0..sc7, sx0..sx7, sy0..sy7)`` over the collapsed output shape.
 
@@ -117,18 +165,31 @@ def plan_where(dtype: Any, cond_shape: Any, x_shape: Any, y_shape: Any, *,
     dims, strides = collapse(list(out), [broadcast_strides(out, s) for s in shapes])
     if len(dims) > MAX_NDIM:
         raise InvalidArgumentError(
-            f"where: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op="where")
+            f"where: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op="where"
+        )
     t = tuned_values(source, tuned)
     span = max(1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in strides)
     index64 = int(n >= I32_LIMIT or span >= I32_LIMIT)
-    macros = {"PL_WHERE": 1, "PL_BYTES": dt.itemsize, "PL_BLOCK": t["block"], "PL_NDIM": len(dims),
-              "PL_INDEX64": index64}
-    specs = [pointer("c"), pointer("x"), pointer("y"), pointer("z"), ArgSpec("n", "i64"),
-             *strided_specs(("sc", "sx", "sy"))]
+    macros = {
+        "PL_WHERE": 1,
+        "PL_BYTES": dt.itemsize,
+        "PL_BLOCK": t["block"],
+        "PL_NDIM": len(dims),
+        "PL_INDEX64": index64,
+    }
+    specs = [
+        pointer("c"),
+        pointer("x"),
+        pointer("y"),
+        pointer("z"),
+        ArgSpec("n", "i64"),
+        *strided_specs(("sc", "sx", "sy")),
+    ]
     scalars = {"n": n, **strided_scalars(dims, dict(zip(("sc", "sx", "sy"), strides, strict=True)))}
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
-    return make_plan(source, "pl_where", macros, grid, t["block"], specs, scalars,
-                     dict(t, ndim=len(dims), index64=index64))
+    return make_plan(
+        source, "pl_where", macros, grid, t["block"], specs, scalars, dict(t, ndim=len(dims), index64=index64)
+    )
 
 
 # -- strided views ----------------------------------------------------------------------------------
@@ -180,8 +241,9 @@ def reshaped_bind(ctx: KernelContext):
 
 
 def slice_bind(ctx: KernelContext):
-    return _copies(ctx, [("in", 0, slice_view(tuple(ctx.in_shapes[0]), ctx.attrs), "out", 0,
-                          _whole(ctx.out_shapes[0]))])
+    return _copies(
+        ctx, [("in", 0, slice_view(tuple(ctx.in_shapes[0]), ctx.attrs), "out", 0, _whole(ctx.out_shapes[0]))]
+    )
 
 
 def expand_bind(ctx: KernelContext):
@@ -195,7 +257,7 @@ def _parts(shape: tuple[int, ...], axis: int, sizes) -> list[View]:
     strides = contiguous_strides(shape)
     views, start = [], 0
     for size in sizes:
-        views.append((start * strides[axis], shape[:axis] + (size,) + shape[axis + 1:], strides))
+        views.append((start * strides[axis], shape[:axis] + (size,) + shape[axis + 1 :], strides))
         start += size
     return views
 
@@ -206,8 +268,9 @@ def concat_bind(ctx: KernelContext):
     axis = normalize_axis(int(ctx.attrs["axis"]), len(out), op="concat")
     present = [i for i, s in enumerate(ctx.in_shapes) if s is not None]
     views = _parts(out, axis, [ctx.in_shapes[i][axis] for i in present])
-    return _copies(ctx, [("in", i, _whole(ctx.in_shapes[i]), "out", 0, v)
-                         for i, v in zip(present, views, strict=True)])
+    return _copies(
+        ctx, [("in", i, _whole(ctx.in_shapes[i]), "out", 0, v) for i, v in zip(present, views, strict=True)]
+    )
 
 
 def split_bind(ctx: KernelContext):
@@ -223,14 +286,21 @@ def gather_bind(ctx: KernelContext):
     dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
     shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
     axis, tuned, sms = int(ctx.attrs["axis"]), tuned_of(ctx, KERNELS["gather"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_gather(dtype, shape, itype, ishape, axis, tuned=tuned,
-                                                         sm_count=sms),
-                      {"data": ("in", 0), "indices": ("in", 1), "y": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_gather(dtype, shape, itype, ishape, axis, tuned=tuned, sm_count=sms),
+        {"data": ("in", 0), "indices": ("in", 1), "y": ("out", 0)},
+        ctx.stage,
+    )
 
 
 def where_bind(ctx: KernelContext):
     dtype = ctx.in_dtypes[1]
     shapes = [tuple(s) for s in ctx.in_shapes]
     tuned, sms = tuned_of(ctx, KERNELS["where"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_where(dtype, *shapes, tuned=tuned, sm_count=sms),
-                      {"c": ("in", 0), "x": ("in", 1), "y": ("in", 2), "z": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_where(dtype, *shapes, tuned=tuned, sm_count=sms),
+        {"c": ("in", 0), "x": ("in", 1), "y": ("in", 2), "z": ("out", 0)},
+        ctx.stage,
+    )

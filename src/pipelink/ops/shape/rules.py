@@ -16,9 +16,22 @@ from ...errors import InvalidArgumentError, ShapeMismatchError
 from ...shapes import Mismatch, broadcast_shapes, unify
 from .._dims import derived, is_known, normalize_axes, normalize_axis, product
 
-__all__ = ["MAX_PARTS", "reshape_target", "infer_reshape", "infer_flatten", "infer_squeeze",
-           "infer_unsqueeze", "infer_concat", "split_sizes", "infer_split", "slice_plan", "infer_slice",
-           "infer_gather", "infer_where", "infer_expand"]
+__all__ = [
+    "MAX_PARTS",
+    "reshape_target",
+    "infer_reshape",
+    "infer_flatten",
+    "infer_squeeze",
+    "infer_unsqueeze",
+    "infer_concat",
+    "split_sizes",
+    "infer_split",
+    "slice_plan",
+    "infer_slice",
+    "infer_gather",
+    "infer_where",
+    "infer_expand",
+]
 
 MAX_PARTS = 8
 """Inputs of concat and outputs of split: ports ``x0 .. x7`` / ``y0 .. y7``."""
@@ -42,11 +55,15 @@ def reshape_target(shape: tuple, target: tuple[int, ...], allowzero: bool) -> tu
     if sum(1 for t in target if t == -1) > 1 or any(t < -1 for t in target):
         raise InvalidArgumentError(
             f"reshape: attribute 'shape' may hold one -1 and no other negative value (got {list(target)})",
-            attr="shape", got=list(target))
+            attr="shape",
+            got=list(target),
+        )
     if allowzero and 0 in target and -1 in target:
         raise InvalidArgumentError(
-            f"reshape: with allowzero, 'shape' cannot hold both 0 and -1 (got {list(target)})", attr="shape",
-            got=list(target))
+            f"reshape: with allowzero, 'shape' cannot hold both 0 and -1 (got {list(target)})",
+            attr="shape",
+            got=list(target),
+        )
     out: list = []
     for i, t in enumerate(target):
         if t == 0 and not allowzero:
@@ -54,19 +71,26 @@ def reshape_target(shape: tuple, target: tuple[int, ...], allowzero: bool) -> tu
                 raise InvalidArgumentError(
                     f"reshape: 'shape'[{i}] is 0 (copy the input dimension), but the input has only "
                     f"{len(shape)} dimensions {list(shape)}; set allowzero for an empty dimension",
-                    attr="shape", got=list(target))
+                    attr="shape",
+                    got=list(target),
+                )
             out.append(shape[i])
         else:
             out.append(t)
     if -1 in out:
         i = out.index(-1)
-        out[i] = _inferred_dim(shape, out[:i] + out[i + 1:], target)
+        out[i] = _inferred_dim(shape, out[:i] + out[i + 1 :], target)
         return tuple(out)
     total, new_total = product(shape, op="reshape"), product(out, op="reshape")
     if is_known(total, new_total) and total != new_total:
         raise ShapeMismatchError(
             f"reshape: input 'x' {list(shape)} has {total} elements, but 'shape' {list(target)} holds "
-            f"{new_total}", port="x", attr="shape", expected=new_total, got=total)
+            f"{new_total}",
+            port="x",
+            attr="shape",
+            expected=new_total,
+            got=total,
+        )
     return tuple(out)
 
 
@@ -76,7 +100,10 @@ def _inferred_dim(shape: tuple, rest: list, target: tuple):
     if 0 in rest:
         raise ShapeMismatchError(
             f"reshape: cannot infer the -1 in 'shape' {list(target)}: the other dimensions multiply to 0",
-            port="x", attr="shape", got=list(target))
+            port="x",
+            attr="shape",
+            got=list(target),
+        )
     left = Counter(d for d in shape if not isinstance(d, int))
     right = Counter(d for d in rest if not isinstance(d, int))
     total = math.prod(d for d in shape if isinstance(d, int))
@@ -86,8 +113,12 @@ def _inferred_dim(shape: tuple, rest: list, target: tuple):
     if total % known:
         raise ShapeMismatchError(
             f"reshape: input 'x' {list(shape)} has {total} elements, not a multiple of {known} "
-            f"(the dimensions of 'shape' {list(target)} other than -1)", port="x", attr="shape",
-            expected=known, got=total)
+            f"(the dimensions of 'shape' {list(target)} other than -1)",
+            port="x",
+            attr="shape",
+            expected=known,
+            got=total,
+        )
     return total // known
 
 
@@ -121,7 +152,13 @@ def infer_squeeze(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) 
         if isinstance(shape[a], int) and shape[a] != 1:
             raise ShapeMismatchError(
                 f"squeeze: axis {a} of input 'x' {list(shape)} has size {shape[a]}; only size-1 axes can be "
-                f"squeezed", port="x", attr="axes", symbol=f"axis {a}", expected=1, got=shape[a])
+                f"squeezed",
+                port="x",
+                attr="axes",
+                symbol=f"axis {a}",
+                expected=1,
+                got=shape[a],
+            )
     return (tuple(d for i, d in enumerate(shape) if i not in axes),), (in_dtypes[0],)
 
 
@@ -153,7 +190,12 @@ def infer_concat(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
         if len(shape) != len(first):
             raise ShapeMismatchError(
                 f"concat: input 'x{i}' {list(shape)} has {len(shape)} dimensions, input 'x0' {list(first)} "
-                f"has {len(first)}", port=f"x{i}", symbol="rank", expected=len(first), got=len(shape))
+                f"has {len(first)}",
+                port=f"x{i}",
+                symbol="rank",
+                expected=len(first),
+                got=len(shape),
+            )
         for j, (a, b) in enumerate(zip(out, shape, strict=True)):
             if j == axis:
                 continue
@@ -161,8 +203,12 @@ def infer_concat(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
             if merged is None:
                 raise ShapeMismatchError(
                     f"concat: input 'x{i}' {list(shape)} has size {b} on axis {j}, but 'x0' {list(first)} "
-                    f"has {a}; only axis {axis} may differ", port=f"x{i}", symbol=f"axis {j}", expected=a,
-                    got=b)
+                    f"has {a}; only axis {axis} may differ",
+                    port=f"x{i}",
+                    symbol=f"axis {j}",
+                    expected=a,
+                    got=b,
+                )
             out[j] = merged
     sizes = [s[axis] for s in shapes]
     out[axis] = sum(sizes) if is_known(*sizes) else derived("concat", "+".join(map(str, sizes)))
@@ -184,25 +230,34 @@ def split_sizes(dim, split: tuple[int, ...], num_outputs: int) -> tuple:
     if bool(split) == bool(num_outputs):
         raise InvalidArgumentError(
             "split: give exactly one of 'split' (the part sizes) and 'num_outputs' "
-            f"(got split={list(split)}, num_outputs={num_outputs})", attr="split")
+            f"(got split={list(split)}, num_outputs={num_outputs})",
+            attr="split",
+        )
     count = len(split) or num_outputs
     if not 1 <= count <= MAX_PARTS:
         raise InvalidArgumentError(
-            f"split: between 1 and {MAX_PARTS} parts are supported (got {count})", attr="num_outputs",
-            got=count)
+            f"split: between 1 and {MAX_PARTS} parts are supported (got {count})",
+            attr="num_outputs",
+            got=count,
+        )
     if split:
         if any(s < 0 for s in split):
             raise InvalidArgumentError(f"split: part sizes must be >= 0 (got {list(split)})", attr="split")
         if isinstance(dim, int) and sum(split) != dim:
             raise ShapeMismatchError(
                 f"split: the sizes {list(split)} add up to {sum(split)}, but the axis has size {dim}",
-                port="x", attr="split", expected=dim, got=sum(split))
+                port="x",
+                attr="split",
+                expected=dim,
+                got=sum(split),
+            )
         return tuple(split)
     if not isinstance(dim, int):
         return tuple(derived("split", dim, f"{i}/{count}") for i in range(count))
     if count > dim and dim > 0:
         raise InvalidArgumentError(
-            f"split: num_outputs {count} is larger than the axis size {dim}", attr="num_outputs", got=count)
+            f"split: num_outputs {count} is larger than the axis size {dim}", attr="num_outputs", got=count
+        )
     chunk = -(-dim // count)
     return tuple(max(0, min(chunk, dim - i * chunk)) for i in range(count))
 
@@ -213,7 +268,7 @@ def infer_split(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) ->
     axis = normalize_axis(int(attrs["axis"]), len(shape), op="split")
     sizes = split_sizes(shape[axis], tuple(attrs["split"]), int(attrs["num_outputs"]))
     sizes += (0,) * (MAX_PARTS - len(sizes))
-    shapes = tuple(shape[:axis] + (s,) + shape[axis + 1:] for s in sizes)
+    shapes = tuple(shape[:axis] + (s,) + shape[axis + 1 :] for s in sizes)
     return shapes, (in_dtypes[0],) * MAX_PARTS
 
 
@@ -232,7 +287,9 @@ def slice_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise InvalidArgumentError(
             f"slice: 'starts', 'ends', 'axes' and 'steps' need one entry per sliced axis (got "
-            f"{len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})", attr="ends")
+            f"{len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})",
+            attr="ends",
+        )
     if 0 in steps:
         raise InvalidArgumentError(f"slice: 'steps' cannot hold 0 (got {list(steps)})", attr="steps")
     axes = normalize_axes(axes, len(shape), op="slice")
@@ -264,7 +321,7 @@ def infer_gather(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     """Output rule of gather: ``data.shape[:axis] + indices.shape + data.shape[axis+1:]``."""
     data, indices = tuple(in_shapes[0]), tuple(in_shapes[1])
     axis = normalize_axis(int(attrs["axis"]), len(data), op="gather")
-    return (data[:axis] + indices + data[axis + 1:],), (in_dtypes[0],)
+    return (data[:axis] + indices + data[axis + 1 :],), (in_dtypes[0],)
 
 
 def _broadcast(op: str, named: dict[str, tuple]) -> tuple:
@@ -272,8 +329,12 @@ def _broadcast(op: str, named: dict[str, tuple]) -> tuple:
     if isinstance(result, Mismatch):
         raise ShapeMismatchError(
             f"{op}: shapes {', '.join(f'{k} {list(v)}' for k, v in named.items())} do not broadcast "
-            f"({result.symbol}: {result.expected} vs {result.got})", port=list(named)[-1],
-            symbol=result.symbol, expected=result.expected, got=result.got)
+            f"({result.symbol}: {result.expected} vs {result.got})",
+            port=list(named)[-1],
+            symbol=result.symbol,
+            expected=result.expected,
+            got=result.got,
+        )
     return result
 
 
@@ -288,6 +349,7 @@ def infer_expand(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     """Output rule of expand: the broadcast of x's shape and ``shape`` (either may hold the 1s)."""
     target = tuple(attrs["shape"])
     if any(d < 0 for d in target):
-        raise InvalidArgumentError(f"expand: 'shape' must be >= 0 everywhere (got {list(target)})",
-                                   attr="shape", got=list(target))
+        raise InvalidArgumentError(
+            f"expand: 'shape' must be >= 0 everywhere (got {list(target)})", attr="shape", got=list(target)
+        )
     return (_broadcast("expand", {"'x'": tuple(in_shapes[0]), "'shape'": target}),), (in_dtypes[0],)

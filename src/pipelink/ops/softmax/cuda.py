@@ -30,14 +30,21 @@ from .reference import normalize_axis
 __all__ = ["KERNELS", "TUNED_AS", "plan_softmax", "softmax_bind"]
 
 KERNELS: dict[str, KernelSource] = {
-    "softmax": KernelSource("softmax", Path(__file__).resolve().parent / "softmax.cu", "pl_softmax", {},
-                            dict(ROW_TUNABLES)),
+    "softmax": KernelSource(
+        "softmax", Path(__file__).resolve().parent / "softmax.cu", "pl_softmax", {}, dict(ROW_TUNABLES)
+    ),
 }
 TUNED_AS: dict[str, str] = {}
 
 
-def plan_softmax(dtype: Any, shape: Any, *, tuned: dict[str, int] | None = None, alignment: int = 16,
-                 sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_softmax(
+    dtype: Any,
+    shape: Any,
+    *,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan softmax over the last dim.
 
     Kernel ``pl_softmax[_big](const T* x, T* y, long long rows, int C)``.
@@ -47,8 +54,9 @@ def plan_softmax(dtype: Any, shape: Any, *, tuned: dict[str, int] | None = None,
     macros, suffix, grid, block, rows, c, params = row_geometry(source, dt, shape, tuned, alignment, sm_count)
     a = int(macros["PL_VEC"]) * dt.itemsize
     specs = [pointer("x", a), pointer("y", a), ArgSpec("rows", "i64"), ArgSpec("C", "i32")]
-    return make_plan(source, "pl_softmax" + suffix, macros, grid, block, specs, {"rows": rows, "C": c},
-                     params)
+    return make_plan(
+        source, "pl_softmax" + suffix, macros, grid, block, specs, {"rows": rows, "C": c}, params
+    )
 
 
 def softmax_bind(ctx: KernelContext):
@@ -57,16 +65,21 @@ def softmax_bind(ctx: KernelContext):
     tuned, sms = tuned_of(ctx, KERNELS["softmax"]), sm_count_of(ctx)
     io = {"x": ("in", 0), "y": ("out", 0)}
     if axis == len(shape) - 1:
-        return PlanLaunch(backend, lambda a: plan_softmax(
-            dtype, shape, alignment=a, tuned=tuned, sm_count=sms), io, ctx.stage)
+        return PlanLaunch(
+            backend,
+            lambda a: plan_softmax(dtype, shape, alignment=a, tuned=tuned, sm_count=sms),
+            io,
+            ctx.stage,
+        )
     # Another axis: move it last, softmax the rows, move it back (scratch allocated here, not per run).
     perm = tuple(i for i in range(len(shape)) if i != axis) + (axis,)
     inverse = tuple(int(i) for i in np.argsort(perm))
     moved = tuple(shape[p] for p in perm)
     scratch = [backend.empty(moved, get_dtype(dtype)), backend.empty(moved, get_dtype(dtype))]
     to_last = PlanLaunch(backend, lambda a: plan_transpose(dtype, shape, perm, sm_count=sms), io, ctx.stage)
-    rows = PlanLaunch(backend, lambda a: plan_softmax(dtype, moved, alignment=a, tuned=tuned,
-                                                      sm_count=sms), io, ctx.stage)
+    rows = PlanLaunch(
+        backend, lambda a: plan_softmax(dtype, moved, alignment=a, tuned=tuned, sm_count=sms), io, ctx.stage
+    )
     back = PlanLaunch(backend, lambda a: plan_transpose(dtype, moved, inverse, sm_count=sms), io, ctx.stage)
 
     def kernel(ins, outs, stream):

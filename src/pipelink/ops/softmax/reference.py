@@ -39,7 +39,9 @@ def normalize_axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise InvalidArgumentError(
             f"softmax: attribute 'axis' must be in [-{ndim}, {ndim}) for a {ndim}-d input (got {axis})",
-            attr="axis", got=axis)
+            attr="axis",
+            got=axis,
+        )
     return axis % ndim
 
 
@@ -50,7 +52,7 @@ def softmax_bind(ctx: KernelContext):
     axis = normalize_axis(int(ctx.attrs["axis"]), len(shape))
     half = dtype in HALF_DTYPES
     scratch = np.empty(shape, cdt) if half else None
-    red = np.empty(shape[:axis] + (1,) + shape[axis + 1:], cdt)
+    red = np.empty(shape[:axis] + (1,) + shape[axis + 1 :], cdt)
 
     def kernel(inputs, outputs, stream):
         x, y = inputs[0], outputs[0]

@@ -16,10 +16,14 @@ def descriptors() -> list[OperatorDescriptor]:
     """A fresh ``transpose`` descriptor (one per registry)."""
     return [
         builtin_operator(
-            "transpose", doc="Permute the axes of x into a contiguous y (default: reverse them).",
+            "transpose",
+            doc="Permute the axes of x into a contiguous y (default: reverse them).",
             inputs=[Port("x", doc="any shape, any dtype")],
             outputs=[Port("y", doc="x's shape permuted by perm")],
             attrs=[Attr("perm", "ints", (), doc="y.shape[i] = x.shape[perm[i]]; empty reverses the axes")],
-            infer=infer_transpose, bind=transpose_bind, cuda=cuda_variant(cuda.transpose_bind, None),
-            onnx="Transpose"),
+            infer=infer_transpose,
+            bind=transpose_bind,
+            cuda=cuda_variant(cuda.transpose_bind, None),
+            onnx="Transpose",
+        ),
     ]

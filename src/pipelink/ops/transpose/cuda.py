@@ -39,20 +39,31 @@ __all__ = ["KERNELS", "TUNED_AS", "plan_transpose", "transpose_bind"]
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 KERNELS: dict[str, KernelSource] = {
     "transpose": KernelSource(
-        "transpose", Path(__file__).resolve().parent / "transpose.cu", "pl_transpose", {},
+        "transpose",
+        Path(__file__).resolve().parent / "transpose.cu",
+        "pl_transpose",
+        {},
         {
             "tile": (64, (16, 32, 64)),  # 64 x 8 was fastest on an H200 for 2- and 4-byte types
             "tile_rows": (8, (4, 8, 16)),
             "block": (256, BLOCKS),
             "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32)),
         },
-        dtypes=_ALL),
+        dtypes=_ALL,
+    ),
 }
 TUNED_AS: dict[str, str] = {}
 
 
-def plan_transpose(dtype: Any, shape: Any, perm: Any = None, *, in_strides: Any = None,
-                   tuned: dict[str, int] | None = None, sm_count: int = DEFAULT_SM_COUNT) -> LaunchPlan:
+def plan_transpose(
+    dtype: Any,
+    shape: Any,
+    perm: Any = None,
+    *,
+    in_strides: Any = None,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
     """Plan ``y = x.transpose(perm)`` into a contiguous y (perm default: swap the last two dims).
 
     After dropping size-1 dims and merging dims that stay adjacent, a swap of the last two dims
@@ -99,12 +110,30 @@ def plan_transpose(dtype: Any, shape: Any, perm: Any = None, *, in_strides: Any 
             r, c = in_dims[-2], in_dims[-1]
             tile, rows = t["tile"], t["tile_rows"]
             grid = (min(-(-c // tile), 2**31 - 1), min(-(-r // tile), GRID_YZ_MAX), min(batch, GRID_YZ_MAX))
-            macros = {"PL_T": dt.cuda_type, "PL_TILE": tile, "PL_TILE_ROWS": rows, "PL_TILE_PAD": 1,
-                      "PL_BLOCK": t["block"]}
-            specs = [pointer("x"), pointer("y"), ArgSpec("batch", "i64"), ArgSpec("R", "i64"),
-                     ArgSpec("C", "i64")]
-            return make_plan(source, "pl_transpose", macros, grid, (tile, rows, 1), specs,
-                             {"batch": batch, "R": r, "C": c}, dict(t))
+            macros = {
+                "PL_T": dt.cuda_type,
+                "PL_TILE": tile,
+                "PL_TILE_ROWS": rows,
+                "PL_TILE_PAD": 1,
+                "PL_BLOCK": t["block"],
+            }
+            specs = [
+                pointer("x"),
+                pointer("y"),
+                ArgSpec("batch", "i64"),
+                ArgSpec("R", "i64"),
+                ArgSpec("C", "i64"),
+            ]
+            return make_plan(
+                source,
+                "pl_transpose",
+                macros,
+                grid,
+                (tile, rows, 1),
+                specs,
+                {"batch": batch, "R": r, "C": c},
+                dict(t),
+            )
         dims, strides = out_dims or [1], out_st or [1]
     else:
         st = tuple(int(s) for s in in_strides)
@@ -117,14 +146,25 @@ def plan_transpose(dtype: Any, shape: Any, perm: Any = None, *, in_strides: Any 
     macros = {"PL_T": dt.cuda_type, "PL_BLOCK": t["block"], "PL_NDIM": len(dims), "PL_INDEX64": index64}
     specs = [pointer("x"), pointer("y"), ArgSpec("n", "i64"), *strided_specs(("s",))]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
-    return make_plan(source, "pl_permute", macros, grid, t["block"], specs,
-                     {"n": n, **strided_scalars(dims, {"s": strides})},
-                     dict(t, ndim=len(dims), index64=index64))
+    return make_plan(
+        source,
+        "pl_permute",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        {"n": n, **strided_scalars(dims, {"s": strides})},
+        dict(t, ndim=len(dims), index64=index64),
+    )
 
 
 def transpose_bind(ctx: KernelContext):
     dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
     perm = resolve_perm(ctx.attrs["perm"], len(shape))
     tuned, sms = tuned_of(ctx, KERNELS["transpose"]), sm_count_of(ctx)
-    return PlanLaunch(ctx.backend, lambda a: plan_transpose(dtype, shape, perm, tuned=tuned, sm_count=sms),
-                      {"x": ("in", 0), "y": ("out", 0)}, ctx.stage)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_transpose(dtype, shape, perm, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )

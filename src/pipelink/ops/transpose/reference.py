@@ -27,7 +27,10 @@ def resolve_perm(perm, ndim: int) -> tuple[int, ...]:
     if sorted(perm) != list(range(ndim)):
         raise InvalidArgumentError(
             f"transpose: attribute 'perm' must be a permutation of 0..{ndim - 1}, one entry per axis "
-            f"of the {ndim}-d input (got {list(perm)})", attr="perm", got=list(perm))
+            f"of the {ndim}-d input (got {list(perm)})",
+            attr="perm",
+            got=list(perm),
+        )
     return perm
 
 
