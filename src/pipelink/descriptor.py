@@ -24,6 +24,7 @@ __all__ = [
     "Port",
     "Attr",
     "Variant",
+    "VariantDeclined",
     "KernelContext",
     "OperatorDescriptor",
     "REQUIRED",
@@ -148,6 +149,13 @@ class Variant:
     # A host (device "cpu") variant that may run for a device backend on copies staged to host memory and
     # back (Python operators: their functions take NumPy arrays). Without it, a device never picks it.
     host_ok: bool = False
+
+
+class VariantDeclined(Exception):
+    """Raised by a variant's ``bind`` when it cannot serve this stage's configuration (a library that is
+    not installed, a geometry the library rejects). Not an error: the registry passes over the variant,
+    with the message as the reason the load report gives, and binds the next one that fits
+    (:meth:`~pipelink.modules.registry.OperatorRegistry.bind_variant`)."""
 
 
 @dataclass

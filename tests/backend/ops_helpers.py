@@ -4,21 +4,24 @@ writes itself.
 
 Kernels are driven exactly as the runtime drives them: attrs resolved by the descriptor, output shapes
 and dtypes from ``infer_outputs``, inputs imported and outputs allocated by the device's backend, outputs
-poisoned, then ``bind(ctx)(ins, outs, stream)``.
+poisoned, then ``bind(ctx)(ins, outs, stream)``. A CUDA variant that declines a stage (cuDNN's) fails the
+call unless the test allows the staged reference the runtime would then run (``staged_ok``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
 import pytest
 
 from pipelink.backends import get_backend
-from pipelink.descriptor import KernelContext, infer_outputs
+from pipelink.descriptor import KernelContext, VariantDeclined, infer_outputs
 from pipelink.dtypes import TOLERANCES, get_dtype
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import register_builtins
+from pipelink.runtime.staging import HostStaged
 
 __all__ = [
     "FLOAT_NAMES",
@@ -73,10 +76,13 @@ def run_op(
     *,
     stage: str = "stage0",
     device: str = "cpu",
+    staged_ok: bool = False,
 ):
     """Bind the operator's variant for ``device`` to these inputs and run it once; returns the outputs as
     NumPy arrays. Skips the test when the device has no kernel for the input dtype (a float-only CUDA
-    kernel asked for ints)."""
+    kernel asked for ints), or when cuDNN is not installed for a variant that needs it. A variant that
+    declines the stage fails the test, unless ``staged_ok``: then the reference runs on staged copies, as
+    the runtime runs it."""
     desc = registry.get(name)
     inputs = list(inputs) + [None] * (len(desc.inputs) - len(inputs))  # absent trailing optional ports
     resolved = desc.resolve_attrs(attrs or {}, where=f"stage {stage!r}")
@@ -103,7 +109,15 @@ def run_op(
         out_dtypes=out_dtypes,
         backend=backend,
     )
-    kernel = variant.bind(ctx)
+    try:
+        kernel = variant.bind(ctx)
+    except VariantDeclined:
+        if importlib.util.find_spec("cudnn") is None:
+            pytest.skip(f"{name}: nvidia-cudnn-frontend is not installed")
+        if not staged_ok:
+            raise
+        host = next(v for v in desc.variants if v.device == "cpu" and v.host_ok)
+        kernel = HostStaged(host.bind(ctx), ctx, backend)
     assert kernel(ins, outs, stream) is None, "kernels write outputs in place, they return nothing"
     backend.synchronize(stream)
     return [np.array(backend.to_host(backend.wrap(out)).numpy()) for out in outs]

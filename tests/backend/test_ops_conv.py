@@ -1,6 +1,7 @@
 """conv2d and conv_transpose2d against direct-summation loop references (every output pixel summed tap
 by tap from the definition, padding by index checks) and ONNX's reference evaluator: strides, pads,
-dilations, groups, bias, auto_pad, output_padding, 16-bit types, empty batches, errors at load.
+dilations, groups, bias, auto_pad, output_padding, 16-bit types, empty batches, errors at load. Each
+numeric case runs on every device (cuDNN on CUDA; float64 has no cuDNN engine and is skipped there).
 """
 
 from __future__ import annotations
@@ -59,17 +60,20 @@ CONV_CASES = [
     ((1, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # depthwise
     ((1, 2, 5, 5), (3, 2, 1, 1), {"strides": [3, 2]}),
     ((0, 2, 5, 5), (3, 2, 3, 3), {}),  # empty batch
+    ((32, 16, 12, 12), (16, 16, 1, 1), {}),  # 1x1, batch 32
+    ((2, 16, 11, 13), (32, 4, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((3, 8, 15, 9), (8, 8, 5, 3), {"strides": [2, 2], "pads": [0, 2, 1, 0]}),  # asymmetric pads
 ]
 
 
 @pytest.mark.parametrize(("xs", "ws", "attrs"), CONV_CASES)
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_conv2d_against_direct_sum(reg, xs, ws, attrs, dtype, with_bias):
+def test_conv2d_against_direct_sum(reg, device, xs, ws, attrs, dtype, with_bias):
     rng = np.random.default_rng(31)
     x, w = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1)
     b = rand(rng, (ws[0],), dtype) if with_bias else None
-    (y,) = run_op(reg, "conv2d", [x, w, b], attrs)
+    (y,) = run_op(reg, "conv2d", [x, w, b], attrs, device=device)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1, **attrs}
     ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], full["group"], y.shape[2:])
     pads, k, d, s = full["pads"], ws[2:], full["dilations"], full["strides"]
@@ -90,10 +94,10 @@ def test_conv2d_against_direct_sum(reg, xs, ws, attrs, dtype, with_bias):
         ("SAME_UPPER", 5, 1, (1, 1)),
     ],
 )
-def test_conv2d_auto_pad(reg, auto_pad, size, stride, expected_pads):
+def test_conv2d_auto_pad(reg, device, auto_pad, size, stride, expected_pads):
     rng = np.random.default_rng(32)
     x, w = rand(rng, (1, 2, size, size), "float32"), rand(rng, (3, 2, 3, 3), "float32")
-    (y,) = run_op(reg, "conv2d", [x, w], {"auto_pad": auto_pad, "strides": [stride, stride]})
+    (y,) = run_op(reg, "conv2d", [x, w], {"auto_pad": auto_pad, "strides": [stride, stride]}, device=device)
     pb, pe = expected_pads
     out = -(-size // stride) if auto_pad != "VALID" else (size - 3) // stride + 1
     assert y.shape == (1, 3, out, out)
@@ -166,18 +170,20 @@ TRANSPOSE_CASES = [
     ((2, 3, 4, 5), (3, 2, 3, 3), {}),
     ((1, 4, 3, 3), (4, 3, 3, 2), {"strides": [2, 3], "pads": [1, 0, 0, 1], "output_padding": [1, 2]}),
     ((1, 4, 4, 3), (4, 1, 2, 3), {"group": 2, "dilations": [2, 1], "strides": [2, 2]}),
+    ((32, 16, 7, 7), (16, 8, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # the 2x upsampler, batch 32
+    ((2, 8, 5, 6), (8, 4, 1, 1), {}),  # 1x1
 ]
 
 
 @pytest.mark.parametrize(("xs", "ws", "attrs"), TRANSPOSE_CASES)
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
-def test_conv_transpose2d_against_gather_loop(reg, xs, ws, attrs, dtype):
+def test_conv_transpose2d_against_gather_loop(reg, device, xs, ws, attrs, dtype):
     rng = np.random.default_rng(33)
     x, w, b = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1), None
     group = attrs.get("group", 1)
     b = rand(rng, (ws[1] * group,), dtype)
     for _ in range(2):  # the accumulator kept by bind must be cleared between runs
-        (y,) = run_op(reg, "conv_transpose2d", [x, w, b], attrs)
+        (y,) = run_op(reg, "conv_transpose2d", [x, w, b], attrs, device=device)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "output_padding": [0, 0], "dilations": [1, 1], **attrs}
     ref = _conv_transpose_ref(
         x, w, b, full["strides"], full["pads"], full["output_padding"], full["dilations"], group

@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
 ]
 
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.
-OPTIONAL = {"cuda", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks", "onnx"}
+OPTIONAL = {"cuda", "cudnn", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks", "onnx"}
 
 # Files whose function-local imports are kept on purpose, each with why (the rules hold for the rest).
 PENDING = {

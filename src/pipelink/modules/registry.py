@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from ..descriptor import OperatorDescriptor, Variant
+from ..descriptor import KernelContext, OperatorDescriptor, Variant, VariantDeclined
 from ..errors import HardwareUnsupportedError, ModuleLoadError, VersionMismatchError
 from ..hardware import HardwareInfo, Requirement, missing_requirement, unmet_message
 from ..versioning import parse_specifier
@@ -143,14 +143,21 @@ class OperatorRegistry:
         return min(top, key=lambda d: rank.get(d.source, 2))
 
     def select_variant(
-        self, desc: OperatorDescriptor, info: HardwareInfo, in_dtypes: tuple = (), *, stage: str = ""
+        self,
+        desc: OperatorDescriptor,
+        info: HardwareInfo,
+        in_dtypes: tuple = (),
+        *,
+        stage: str = "",
+        declined: tuple[tuple[Variant, str], ...] = (),
     ) -> VariantChoice:
         """The variant a stage runs on the device ``info`` describes, for its input dtypes.
 
         Variants of the device come first (highest priority first). On a device that is not the host, a
         host variant is chosen only when it allows host execution (``Variant.host_ok``): the stage then
         runs on copies staged to host memory and back (``VariantChoice.staged``). A device tensor is never
-        handed to host code.
+        handed to host code. ``declined`` lists variants whose bind already declined this stage, each
+        with its reason: they are passed over (see :meth:`bind_variant`).
 
         Raises
         ------
@@ -176,6 +183,8 @@ class OperatorRegistry:
         for v in by_priority:
             if v.device != info.kind:
                 continue
+            if _was_declined(v, declined, skipped):
+                continue
             unmet = missing_requirement(info, v.required_features)
             if unmet is not None:
                 skipped.append(f"{_label(v)}: {unmet_message(info, unmet)}")
@@ -186,6 +195,8 @@ class OperatorRegistry:
             return VariantChoice(v, tuple(skipped))
         for v in by_priority:
             if v.device == info.kind:
+                continue
+            if _was_declined(v, declined, skipped):
                 continue
             if v.device != HOST:
                 skipped.append(f"{_label(v)}: runs on {v.device}, not on {info.kind}")
@@ -215,9 +226,43 @@ class OperatorRegistry:
             **context,
         )
 
+    def bind_variant(
+        self,
+        choice: VariantChoice,
+        desc: OperatorDescriptor,
+        info: HardwareInfo,
+        in_dtypes: tuple,
+        ctx: KernelContext,
+    ) -> tuple[VariantChoice, object]:
+        """Bind the chosen variant for one stage: ``(choice, kernel)``.
+
+        A bind that raises :class:`~pipelink.descriptor.VariantDeclined` (a cuDNN variant without cuDNN,
+        or with a geometry cuDNN has no plan for) is passed over and the next variant that fits is bound
+        (often the host reference on staged copies); the returned choice's ``skipped`` says why.
+
+        Raises
+        ------
+        HardwareUnsupportedError
+            When every variant that fits declined.
+        """
+        declined: list[tuple[Variant, str]] = []
+        while True:
+            try:
+                return choice, choice.variant.bind(ctx)
+            except VariantDeclined as e:
+                declined.append((choice.variant, str(e)))
+                choice = self.select_variant(desc, info, in_dtypes, stage=ctx.stage, declined=tuple(declined))
+
 
 def _label(v: Variant) -> str:
     return v.name or f"{v.device} variant"
+
+
+def _was_declined(v: Variant, declined: tuple[tuple[Variant, str], ...], skipped: list[str]) -> bool:
+    reason = next((why for d, why in declined if d is v), None)
+    if reason is not None:
+        skipped.append(f"{_label(v)}: {reason}")
+    return reason is not None
 
 
 def _dtype_refused(v: Variant, in_dtypes: tuple, skipped: list[str]) -> bool:

@@ -64,6 +64,7 @@ def builtin_operator(
     variant_dtypes: frozenset[str] | None = None,
     infer=None,
     cuda: Variant | None = None,
+    staged_fallback: bool = False,
     onnx: str = "",
     output_count=None,
 ) -> OperatorDescriptor:
@@ -87,13 +88,17 @@ def builtin_operator(
     cuda : Variant, optional
         The family's CUDA variant (:func:`pipelink.ops.kernel.cuda_variant`); its bind imports nothing
         CUDA until it runs.
+    staged_fallback : bool, optional
+        With a CUDA variant: the reference still runs on staged host copies where that variant refuses
+        the dtypes or its bind declines the stage (cuDNN missing, or no cuDNN plan for the geometry).
     onnx : str, optional
         The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
     output_count : callable, optional
         ``output_count(attrs) -> int``: how many outputs the operator makes, when fewer than its ports.
     """
     # An operator without a kernel of its own on a device may run its reference there on staged host
-    # copies (the load report says so); one with a kernel never falls back to the reference.
+    # copies (the load report says so); one with a kernel falls back to the reference only when it says
+    # so (staged_fallback: its kernel is a library's, which may decline a configuration).
     variants = [
         Variant(
             device="cpu",
@@ -101,7 +106,7 @@ def builtin_operator(
             name=CPU_VARIANT,
             dtypes=variant_dtypes,
             source="builtin",
-            host_ok=cuda is None,
+            host_ok=cuda is None or staged_fallback,
         )
     ]
     if cuda is not None:

@@ -135,7 +135,7 @@ def compile_plan(
             # isolated native module in this process.
             kernel = isolate(st, choice.variant, ctx, backend, arena)
         else:
-            kernel = choice.variant.bind(ctx)
+            choice, kernel = registry.bind_variant(choice, st.desc, graph.info, in_dtypes, ctx)
             if choice.staged:
                 kernel = HostStaged(kernel, ctx, backend)
         if not choice.variant.supports_graphs or not getattr(kernel, "graph_safe", True):
@@ -175,7 +175,9 @@ def compile_plan(
                 n_in=len(st.fallback.inputs),
                 n_out=len(st.fallback.outputs),
             )
-            step.fallback_kernel = fb_choice.variant.bind(fb_ctx)
+            fb_choice, step.fallback_kernel = registry.bind_variant(
+                fb_choice, st.fallback, graph.info, fb_in, fb_ctx
+            )
             if fb_choice.staged:
                 step.fallback_kernel = HostStaged(step.fallback_kernel, fb_ctx, backend)
             step.fallback_variant = f"{st.fallback.name}:{fb_choice.variant.name or fb_choice.variant.device}"

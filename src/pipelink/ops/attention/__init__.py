@@ -3,8 +3,9 @@
 ``y = softmax(scale * q @ k^T + mask) @ v`` per batch and head, computed in float32 and rounded once on
 the store. k and v may have fewer heads than q (grouped-query attention): query head i reads key/value
 head ``i // (H / H_kv)``. The causal mask is upper-left aligned (query i sees keys 0..i). Both as in ONNX
-and PyTorch. A row with every key masked gives NaN. The cuDNN SDPA variant is attached beside this in
-this folder.
+and PyTorch. A row with every key masked gives NaN. On CUDA, float16/bfloat16 run cuDNN's fused SDPA
+(``cuda.py``); float32, bool masks and the other stages cuDNN declines run this reference on staged host
+copies, and the load report says why.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ...errors import DTypeMismatchError, ShapeMismatchError
 from ...shapes import Mismatch, broadcast_shapes, unify
 from .._common import builtin_operator
 from .._dims import is_known
+from ..kernel import cuda_variant
+from . import cuda
 
 __all__ = ["descriptors", "infer_attention", "ATTENTION_DTYPES"]
 
@@ -137,6 +140,8 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=ATTENTION_DTYPES | {"bool"},
             infer=infer_attention,
             bind=_attention_bind,
+            cuda=cuda_variant(cuda.bind_attention, cuda.SDPA_DTYPES),
+            staged_fallback=True,
             onnx="Attention",
         ),
     ]

@@ -1,7 +1,8 @@
 """2-d convolution (ONNX Conv, ConvTranspose; NCHW): descriptors and NumPy reference kernels.
 
 Half types are computed in float32 and rounded once on the store; padded input and accumulator buffers
-are allocated in ``bind``, not per run. The cuDNN variant is attached beside these in this folder.
+are allocated in ``bind``, not per run. On CUDA both run cuDNN (``cuda.py``); where cuDNN is missing or
+declines a stage (and for float64), the reference runs on staged host copies and the load report says why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ...errors import InvalidArgumentError, ShapeMismatchError
 from ...shapes import unify
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
+from ..kernel import cuda_variant
+from . import cuda
 from .window import window_2d, window_attrs
 
 __all__ = ["descriptors", "infer_conv2d", "infer_conv_transpose2d", "transpose_geometry"]
@@ -231,6 +234,8 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_conv2d,
             bind=_conv2d_bind,
+            cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES),
+            staged_fallback=True,
             onnx="Conv",
         ),
         builtin_operator(
@@ -253,6 +258,8 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_conv_transpose2d,
             bind=_conv_transpose2d_bind,
+            cuda=cuda_variant(cuda.bind_conv_transpose2d, cuda.CONV_DTYPES),
+            staged_fallback=True,
             onnx="ConvTranspose",
         ),
     ]
