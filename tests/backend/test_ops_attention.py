@@ -1,6 +1,9 @@
 """attention against a query-by-query float64 reference (each row's scores, exponentials and weighted sum
 written out) and ONNX's reference Attention (opset 23): causal masks with S != T, bool and additive
-masks that broadcast, explicit scales, 16-bit types, fully masked rows, errors at load.
+masks that broadcast, explicit scales, 16-bit types, fully masked rows, errors at load. The numeric cases
+run on every device: on CUDA, float16/bfloat16 must run cuDNN's SDPA where it serves the stage (head sizes
+multiple of 8, a mask of q's dtype covering [S, T]); the rest runs the staged reference, as the runtime
+runs it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ import numpy as np
 import pytest
 
 import pipelink as pl
+from pipelink.descriptor import KernelContext, VariantDeclined
 from pipelink.errors import DTypeMismatchError, ShapeMismatchError
+from pipelink.ops.attention.cuda import bias_shape, bind_attention
 
 from .ops_helpers import check_close, make_registry, rand, run_op
 
 TYPES = ("float32", "float16", "bfloat16")
+HALF = ("float16", "bfloat16")
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +72,78 @@ def test_attention_against_rows(reg, dtype, b, h, s, t, d, dv, causal):
 
 
 @pytest.mark.parametrize("dtype", TYPES)
-def test_masks_and_scale(reg, dtype):
+def test_masks_and_scale(reg, device, dtype):
+    # On CUDA both masks run staged (cuDNN has no bool mask, nor a bias broadcast over the queries).
     rng = np.random.default_rng(62)
     q, k, v = (rand(rng, (2, 2, 4, 8), dtype, -1, 1) for _ in range(3))
     keep = rng.random((2, 1, 4, 4)) > 0.3
     keep[..., 0] = True  # no row fully masked
-    (y,) = run_op(reg, "attention", [q, k, v, keep], {"scale": 0.7})
+    (y,) = run_op(reg, "attention", [q, k, v, keep], {"scale": 0.7}, device=device, staged_ok=True)
     check_close(y, _ref(q, k, v, scale=0.7, mask=keep), dtype)
     bias = rand(rng, (4,), dtype, -2, 2)  # an additive mask broadcast over batch, head and query
-    (y,) = run_op(reg, "attention", [q, k, v, bias], {"is_causal": True})
+    (y,) = run_op(reg, "attention", [q, k, v, bias], {"is_causal": True}, device=device, staged_ok=True)
     check_close(y, _ref(q, k, v, causal=True, mask=bias), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    ("b", "h", "hk", "s", "t", "d", "dv"),
+    [
+        (2, 3, 3, 5, 5, 8, 8),
+        (2, 1, 1, 1, 9, 8, 8),
+        (1, 2, 2, 64, 64, 64, 64),
+        (1, 2, 2, 37, 80, 64, 64),  # S != T: the causal mask is upper-left aligned
+        (2, 4, 2, 17, 17, 128, 128),  # grouped-query heads
+        (1, 8, 1, 33, 40, 32, 16),  # multi-query, Dv != D
+    ],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_fused_on_every_device(reg, device, rng, dtype, b, h, hk, s, t, d, dv, causal):
+    # On CUDA this is cuDNN's SDPA (run_op fails if it declines): wrong if its scale, head grouping or
+    # causal alignment differed from the reference's.
+    q, k, v = (
+        rand(rng, (b, h, s, d), dtype, -1, 1),
+        rand(rng, (b, hk, t, d), dtype, -1, 1),
+        rand(rng, (b, hk, t, dv), dtype, -1, 1),
+    )
+    attrs = {"is_causal": causal, **({"scale": 0.3} if causal else {})}  # else the default 1/sqrt(D)
+    (y,) = run_op(reg, "attention", [q, k, v], attrs, device=device)
+    check_close(y, _ref(q, k, v, causal=causal, scale=attrs.get("scale")), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("mask_shape", [(2, 1, 6, 24), (6, 24), (2, 4, 6, 24)])
+def test_additive_mask_as_cudnn_bias(reg, device, rng, dtype, mask_shape):
+    q = rand(rng, (2, 4, 6, 16), dtype, -1, 1)
+    k, v = rand(rng, (2, 4, 24, 16), dtype, -1, 1), rand(rng, (2, 4, 24, 16), dtype, -1, 1)
+    mask = rand(rng, mask_shape, dtype, -2, 2)
+    (y,) = run_op(reg, "attention", [q, k, v, mask], {"is_causal": True}, device=device)
+    check_close(y, _ref(q, k, v, causal=True, mask=mask), dtype)
+
+
+def test_declined_stages_say_why():
+    # Wrong if cuDNN were handed a bool mask as bias bytes, a bias it cannot broadcast, or no keys.
+    assert bias_shape((6, 24), (2, 4, 6, 24)) == (1, 1, 6, 24)
+    assert bias_shape((2, 1, 1, 24), (2, 4, 6, 24)) is None
+
+    def ctx(mask_shape, mask_dtype, t=24):
+        return KernelContext(
+            stage="a",
+            attrs={"is_causal": False, "scale": None},
+            in_shapes=((1, 2, 6, 8), (1, 2, t, 8), (1, 2, t, 8), mask_shape),
+            in_dtypes=("float16", "float16", "float16", mask_dtype),
+            out_shapes=((1, 2, 6, 8),),
+            out_dtypes=("float16",),
+            backend=None,
+        )
+
+    for args, why in [
+        (((6, 24), "bool"), "a bool mask"),
+        (((1, 1, 1, 24), "float16"), "broadcasts along the query or key axis"),
+        ((None, None, 0), "no keys"),
+    ]:
+        with pytest.raises(VariantDeclined, match=why):
+            bind_attention(ctx(*args))
 
 
 @pytest.mark.parametrize("dtype", TYPES)

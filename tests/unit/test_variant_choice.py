@@ -7,6 +7,8 @@ synchronisation, so the test sees that host code only ever gets host copies, in 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import pipelink as pl
 from pipelink.backends.base import Capabilities
 from pipelink.backends.cpu import CPUBackend
 from pipelink.config import build_config
-from pipelink.descriptor import KernelContext, OperatorDescriptor, Port, Variant
+from pipelink.descriptor import KernelContext, OperatorDescriptor, Port, Variant, VariantDeclined
 from pipelink.dtypes import get_dtype
 from pipelink.errors import HardwareUnsupportedError
 from pipelink.graph.linker import link
@@ -222,3 +224,80 @@ def test_skipped_variants_are_in_the_load_report():
     with Pipeline(graph, backend, reg) as pipe:
         (reason,) = pipe.load_report.skipped_variants["h"]
         assert reason.startswith("cuda:half: dtype float32 not supported")
+
+
+def _declining_desc(*, host_ok: bool) -> OperatorDescriptor:
+    def decline(ctx):
+        raise VariantDeclined("the library has no plan for [3]")
+
+    return OperatorDescriptor(
+        name="declines",
+        version="1.0.0",
+        inputs=(Port("x"),),
+        outputs=(Port("y", shape="x"),),
+        variants=[
+            Variant(
+                device="cpu",
+                bind=lambda ctx: lambda i, o, s: np.multiply(i[0], 2, out=o[0]),
+                name="cpu:numpy",
+                host_ok=host_ok,
+            ),
+            Variant(device="cuda", bind=decline, name="cuda:lib"),
+        ],
+    )
+
+
+def _load_on_fake(reg, name, x_shape=(3,)):
+    doc = {
+        "inputs": {"x": {"shape": list(x_shape), "dtype": "float32"}},
+        "pipeline": [{"name": name, "id": "h", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    backend = FakeDevice()
+    graph, problems = link(build_config(doc, ".", None), reg, backend.info)
+    assert problems == []
+    return Pipeline(graph, backend, reg)
+
+
+def test_a_declining_device_variant_gives_way_to_the_staged_reference_and_the_report_says_why():
+    # Wrong if a decline surfaced as a crash, ran nothing, or hid from the load report.
+    reg = OperatorRegistry()
+    reg.register(_declining_desc(host_ok=True))
+    with _load_on_fake(reg, "declines") as pipe:
+        assert pipe.load_report.staged == ["h"]
+        assert pipe.load_report.skipped_variants["h"] == ["cuda:lib: the library has no plan for [3]"]
+        x = np.random.default_rng(5).standard_normal(3).astype(np.float32)
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x * 2)
+
+
+def test_when_every_variant_declines_or_refuses_the_load_fails_with_each_reason():
+    reg = OperatorRegistry()
+    reg.register(_declining_desc(host_ok=False))
+    with pytest.raises(HardwareUnsupportedError) as info:
+        _load_on_fake(reg, "declines")
+    assert "cuda:lib: the library has no plan for [3]" in info.value.message
+    assert "does not allow host execution" in info.value.message
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv_transpose2d"])
+def test_cudnn_operators_without_the_frontend_run_their_reference_staged(monkeypatch, op):
+    # Wrong if a missing nvidia-cudnn-frontend broke the load, or the report did not say how to get it.
+    monkeypatch.setitem(sys.modules, "cudnn", None)  # import cudnn raises ImportError
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((2, 4, 5, 5)).astype(np.float32), rng.standard_normal((4, 4, 3, 3))
+    doc = {
+        "inputs": {"x": {"shape": [2, 4, 5, 5], "dtype": "float32"}, "w": {"shape": [4, 4, 3, 3]}},
+        "pipeline": [{"name": op, "id": "c", "inputs": ["x", "w"], "outputs": ["y"]}],
+    }
+    doc["inputs"]["w"]["dtype"] = "float32"
+    reg = _registry(OperatorRegistry())
+    backend = FakeDevice()
+    graph, problems = link(build_config(doc, ".", None), reg, backend.info)
+    assert problems == []
+    feed = {"x": x, "w": w.astype(np.float32)}
+    with Pipeline(graph, backend, reg) as pipe:
+        assert pipe.load_report.staged == ["c"]
+        (reason,) = pipe.load_report.skipped_variants["c"]
+        assert "nvidia-cudnn-frontend is not installed" in reason and "pipelink[cudnn]" in reason
+        got = pipe.run(**feed)["y"].numpy()
+    with pl.load(doc, device="cpu") as cpu:
+        np.testing.assert_array_equal(got, np.asarray(cpu.run(**feed)["y"]))

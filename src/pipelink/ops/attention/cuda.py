@@ -59,6 +59,8 @@ def bind_attention(ctx: KernelContext) -> Any:
         raise VariantDeclined("no keys (T = 0): every row is fully masked, NaN by definition")
     mask_shape = ctx.in_shapes[3]
     bias = None
+    if mask_shape is not None and ctx.in_dtypes[3] != ctx.in_dtypes[0]:
+        raise VariantDeclined(f"a {ctx.in_dtypes[3]} mask: cuDNN's bias is additive, of q's dtype")
     if mask_shape is not None:
         bias = bias_shape(tuple(mask_shape), (b, h, s, t))
         if bias is None:
