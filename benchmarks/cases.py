@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["OpCase", "op_cases", "ITEMSIZE"]
 
@@ -70,6 +71,34 @@ def _np_silu(x):
 
 def _np_mlp(x, g, b, w1, b1, w2, b2):
     return _np_gelu(_np_layer_norm(x, g, b) @ w1 + b1) @ w2 + b2 + x
+
+
+def _np_conv2d(x, w, b, stride, pad):
+    """Cross-correlation by windows: [N, C, H, W] x [M, C, k, k] -> [N, M, H', W'] (groups 1)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = sliding_window_view(xp, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwij,mcij->nmhw", win, w) + b[None, :, None, None]
+
+
+def _np_conv_transpose2d(x, w, b, stride, pad):
+    """Each input pixel scatters w[c, :, i, j] to stride * pos + (i, j), then the pads are cropped."""
+    n, _, h, wd = x.shape
+    k = w.shape[2]
+    full = np.zeros((n, w.shape[1], stride * (h - 1) + k, stride * (wd - 1) + k))
+    for i in range(k):
+        for j in range(k):
+            full[:, :, i : i + stride * (h - 1) + 1 : stride, j : j + stride * (wd - 1) + 1 : stride] += (
+                np.einsum("nchw,cm->nmhw", x, w[:, :, i, j])
+            )
+    return full[:, :, pad : full.shape[2] - pad, pad : full.shape[3] - pad] + b[None, :, None, None]
+
+
+def _np_attention(q, k, v, causal):
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        scores[..., np.triu(np.ones(scores.shape[-2:], bool), k=1)] = -np.inf
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
 
 
 # -- torch functions (built only when torch is there) ---------------------------------------------
@@ -276,6 +305,82 @@ def mlp(tokens: int, d: int, dtype: str, roles: tuple[str, ...] = ()) -> OpCase:
     )
 
 
+def conv2d(
+    n: int, c: int, m: int, hw: int, k: int, dtype: str, *, stride: int = 1, roles: tuple[str, ...] = ()
+) -> OpCase:
+    """A ``k x k`` convolution with bias, "same" padding (odd k), NCHW: cuDNN on both sides."""
+    pad = k // 2
+    inputs = {"x": ((n, c, hw, hw), 1.0, 0.0), "w": ((m, c, k, k), 1.0 / math.sqrt(c * k * k), 0.0)}
+    inputs["b"] = ((m,), 0.1, 0.0)
+    stage = {"name": "conv2d", "id": "conv", "inputs": ["x", "w", "b"], "outputs": ["y"]}
+    stage["attrs"] = {"pads": [pad] * 4, "strides": [stride, stride]}
+    doc = {"name": "bench_conv2d", "inputs": _decl(inputs, dtype), "outputs": ["y"], "pipeline": [stage]}
+    out = (hw + 2 * pad - k) // stride + 1
+    size = ITEMSIZE[dtype]
+    return OpCase(
+        f"conv2d_{k}x{k}_{c}to{m}_{hw}px_b{n}_{_short(dtype)}",
+        "conv2d",
+        dtype,
+        f"N={n} {c}->{m} {hw}x{hw} k={k} s={stride}",
+        doc,
+        inputs,
+        "y",
+        lambda t: lambda x, w, b: t.nn.functional.conv2d(x, w, b, stride=stride, padding=pad),
+        lambda x, w, b: _np_conv2d(x, w, b, stride, pad),
+        (n * c * hw * hw + m * c * k * k + m + n * m * out * out) * size,
+        2 * n * m * out * out * c * k * k,
+        roles,
+    )
+
+
+def conv_transpose2d(n: int, c: int, m: int, hw: int, dtype: str, roles: tuple[str, ...] = ()) -> OpCase:
+    """The 2x upsampler of decoders and super-resolution: kernel 4, stride 2, pads 1 (hw -> 2 hw)."""
+    k, stride, pad = 4, 2, 1
+    inputs = {"x": ((n, c, hw, hw), 1.0, 0.0), "w": ((c, m, k, k), 1.0 / math.sqrt(c * k), 0.0)}
+    inputs["b"] = ((m,), 0.1, 0.0)
+    stage = {"name": "conv_transpose2d", "id": "up", "inputs": ["x", "w", "b"], "outputs": ["y"]}
+    stage["attrs"] = {"pads": [pad] * 4, "strides": [stride, stride]}
+    doc = {"name": "bench_conv_t", "inputs": _decl(inputs, dtype), "outputs": ["y"], "pipeline": [stage]}
+    size = ITEMSIZE[dtype]
+    return OpCase(
+        f"conv_transpose2d_{c}to{m}_{hw}px_b{n}_{_short(dtype)}",
+        "conv_transpose2d",
+        dtype,
+        f"N={n} {c}->{m} {hw}->{2 * hw} k=4 s=2",
+        doc,
+        inputs,
+        "y",
+        lambda t: lambda x, w, b: t.nn.functional.conv_transpose2d(x, w, b, stride=stride, padding=pad),
+        lambda x, w, b: _np_conv_transpose2d(x, w, b, stride, pad),
+        (n * c * hw * hw + c * m * k * k + m + n * m * 4 * hw * hw) * size,
+        2 * n * c * hw * hw * m * k * k,
+        roles,
+    )
+
+
+def attention(b: int, h: int, s: int, d: int, dtype: str, *, causal: bool, roles=()) -> OpCase:
+    """Scaled dot-product attention, q/k/v ``[B, H, S, D]``: cuDNN's SDPA against PyTorch's."""
+    inputs = {n: ((b, h, s, d), 1.0, 0.0) for n in ("q", "k", "v")}
+    stage = {"name": "attention", "id": "sdpa", "inputs": ["q", "k", "v"], "outputs": ["y"]}
+    stage["attrs"] = {"is_causal": causal}
+    doc = {"name": "bench_attention", "inputs": _decl(inputs, dtype), "outputs": ["y"], "pipeline": [stage]}
+    flops = 4 * b * h * s * s * d // (2 if causal else 1)
+    return OpCase(
+        f"attention_B{b}_H{h}_S{s}_D{d}{'_causal' if causal else ''}_{_short(dtype)}",
+        "attention",
+        dtype,
+        f"B={b} H={h} S={s} D={d}{' causal' if causal else ''}",
+        doc,
+        inputs,
+        "y",
+        lambda t: lambda q, k, v: t.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        lambda q, k, v: _np_attention(q, k, v, causal),
+        4 * b * h * s * d * ITEMSIZE[dtype],
+        flops,
+        roles,
+    )
+
+
 def _short(dtype: str) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
 
@@ -302,6 +407,7 @@ def op_cases(size: str) -> list[OpCase]:
             (4096, 4096, 16384),
             [(4096, 4096, ("mlp_large",)), (8, 1024, ("mlp_small",))],
         )
+        conv, conv1, convt, sdpa = (32, 64, 56), (32, 256, 64, 56), (32, 64, 32, 28), (8, 16, 1024, 64)
     elif size == "quick":
         ln = [
             (1, 1024, "float32", ()),
@@ -310,6 +416,7 @@ def op_cases(size: str) -> list[OpCase]:
             (8192, 4096, "bfloat16", ("ln_bw",)),
         ]
         ew, mm, mlps = 64 << 20, (2048, 2048, 4096), [(1024, 1024, ("mlp_large",)), (8, 1024, ("mlp_small",))]
+        conv, conv1, convt, sdpa = (8, 64, 56), (8, 256, 64, 56), (8, 64, 32, 28), (2, 16, 1024, 64)
     else:
         ln = [
             (1, 1024, "float32", ()),
@@ -318,6 +425,7 @@ def op_cases(size: str) -> list[OpCase]:
             (32, 64, "bfloat16", ("ln_bw",)),
         ]
         ew, mm, mlps = 16 << 10, (32, 32, 64), [(16, 32, ("mlp_large",)), (4, 16, ("mlp_small",))]
+        conv, conv1, convt, sdpa = (2, 8, 10), (2, 16, 8, 10), (2, 8, 4, 6), (1, 2, 32, 16)
     cases = [layer_norm(r, c, dt, roles) for r, c, dt, roles in ln]
     for dt in ("float32", "bfloat16"):
         cases += [
@@ -328,4 +436,10 @@ def op_cases(size: str) -> list[OpCase]:
     cases.append(gemm(*mm, "bfloat16", epilogue=False, roles=("gemm",)))
     cases.append(gemm(*mm, "bfloat16", epilogue=True, roles=("gemm_epilogue",)))
     cases += [mlp(t, d, "bfloat16", roles) for t, d, roles in mlps]
+    n, ch, hw = conv
+    cases += [conv2d(n, ch, ch, hw, 3, dt, roles=("cudnn",)) for dt in ("float16", "bfloat16")]
+    n, c1, m1, hw = conv1
+    cases.append(conv2d(n, c1, m1, hw, 1, "float16", roles=("cudnn",)))
+    cases.append(conv_transpose2d(*convt, "float16", roles=("cudnn",)))
+    cases += [attention(*sdpa, "bfloat16", causal=c, roles=("cudnn",)) for c in (False, True)]
     return cases

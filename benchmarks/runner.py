@@ -38,12 +38,13 @@ def _reference(env: Env, case: OpCase, inputs: dict[str, Any]) -> Any:
     args = [env.to_reference(v) for v in inputs.values()]
     if env.has_torch:
         torch = env.torch
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False  # a true float32 reference
+        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        # A true float32 reference: no TF32 in matmuls, nor in cuDNN's convolutions.
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         try:
             return case.torch_fn(torch)(*args)
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
     return case.numpy_ref(*args)
 
 
