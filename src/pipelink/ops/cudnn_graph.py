@@ -11,13 +11,24 @@ staged host copies and the load report says why.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from ..descriptor import KernelContext, VariantDeclined
 from .kernel import PlanLaunch, Slot, contiguous_strides
 
-__all__ = ["IO_TYPES", "import_cudnn", "new_graph", "tensor", "build_graph", "CuDNNKernel", "write_nothing"]
+__all__ = [
+    "IO_TYPES",
+    "import_cudnn",
+    "new_graph",
+    "handle_for",
+    "tensor",
+    "build_graph",
+    "CuDNNKernel",
+    "write_nothing",
+]
 
 # PipeLink dtype -> cudnn.data_type member; float64 has no cuDNN convolution or attention engine.
 IO_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16"}
@@ -35,14 +46,43 @@ def import_cudnn() -> Any:
     return cudnn
 
 
-def new_graph(cudnn: Any, dtype: str) -> Any:
-    """An empty graph with ``dtype`` inputs and outputs, float32 intermediates and float32 compute."""
-    io = getattr(cudnn.data_type, IO_TYPES[dtype])
+def new_graph(cudnn: Any, ctx: KernelContext) -> Any:
+    """An empty graph for one stage: its input dtype in and out, float32 intermediates and compute,
+    planned with the cuDNN handle of the backend's default stream (:func:`handle_for`).
+
+    Raises
+    ------
+    VariantDeclined
+        cuDNN itself cannot start (the frontend is installed, the library or the device is not usable).
+    """
+    try:
+        handle = handle_for(cudnn, ctx.backend, ctx.backend.default_stream())
+    except Exception as e:  # noqa: BLE001 - libcudnn missing or too old: the frontend's errors vary
+        raise VariantDeclined(f"cuDNN could not create a handle: {type(e).__name__}: {e}") from e
     return cudnn.pygraph(
-        io_data_type=io,
+        io_data_type=getattr(cudnn.data_type, IO_TYPES[ctx.in_dtypes[0]]),
         intermediate_data_type=cudnn.data_type.FLOAT,
         compute_data_type=cudnn.data_type.FLOAT,
+        handle=handle,
     )
+
+
+# backend -> {stream handle: cuDNN handle}. A cuDNN handle costs milliseconds and device memory to
+# create, so the stages of a backend share one per stream (cuDNN's model: one handle, one stream).
+_HANDLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_HANDLES_LOCK = threading.Lock()
+
+
+def handle_for(cudnn: Any, backend: Any, stream: Any) -> Any:
+    """The cuDNN handle bound to ``stream`` of ``backend`` (made on first use, then shared)."""
+    key = int(stream.handle)
+    with _HANDLES_LOCK:
+        per_stream = _HANDLES.setdefault(backend, {})
+        handle = per_stream.get(key)
+        if handle is None:
+            handle = per_stream[key] = cudnn.create_handle()
+            cudnn.set_stream(handle, key)
+    return handle
 
 
 def tensor(graph: Any, name: str, shape: Sequence[int], uid: int) -> Any:
@@ -92,6 +132,9 @@ class CuDNNKernel:
         Bytes the plan needs (:func:`build_graph`).
     post : sequence of PlanLaunch
         Launches queued after the graph on the same stream (a bias add cuDNN could not fuse).
+
+    Every stream the stage runs on gets the backend's cuDNN handle of that stream (:func:`handle_for`) and
+    the backend's workspace of that stream, both looked up once.
     """
 
     def __init__(
@@ -109,22 +152,20 @@ class CuDNNKernel:
         self.operands = tuple(operands)
         self.workspace_size = max(int(workspace_size), 1)
         self.post = tuple(post)
-        self.handles: dict[int, Any] = {}  # stream handle -> (cuDNN handle, workspace address)
+        self.streams: dict[int, tuple[Any, int]] = {}  # stream handle -> (cuDNN handle, workspace address)
         self.pack: dict[int, int] = {uid: 0 for uid, _ in self.operands}  # uid -> pointer, reused
 
-    def _handle_for(self, stream: Any) -> tuple[Any, int]:
-        """The cuDNN handle bound to ``stream`` and the stream's workspace (made on first use)."""
+    def _stream_state(self, stream: Any) -> tuple[Any, int]:
+        """``stream``'s cuDNN handle and workspace address (looked up on the stream's first run)."""
         key = int(stream.handle)
-        entry = self.handles.get(key)
-        if entry is None:
-            handle = self.cudnn.create_handle()
-            self.cudnn.set_stream(handle, key)
+        state = self.streams.get(key)
+        if state is None:
             workspace = self.backend.workspace(self.workspace_size, stream=stream).ptr
-            entry = self.handles[key] = (handle, workspace)
-        return entry
+            state = self.streams[key] = (handle_for(self.cudnn, self.backend, stream), workspace)
+        return state
 
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
-        handle, workspace = self._handle_for(stream)
+        handle, workspace = self._stream_state(stream)
         pack = self.pack
         for uid, (kind, pos) in self.operands:
             pack[uid] = (outs if kind == "out" else ins)[pos].ptr
@@ -134,10 +175,3 @@ class CuDNNKernel:
             raise self.backend.raise_cuda(e, "cuDNN graph execute", self.stage) from e
         for launch in self.post:
             launch(ins, outs, stream)
-
-    def __del__(self):
-        try:
-            for handle, _ in self.handles.values():
-                self.cudnn.destroy_handle(handle)
-        except Exception:  # noqa: BLE001 - at interpreter exit
-            pass

@@ -21,7 +21,15 @@ import math
 from typing import Any
 
 from ...descriptor import KernelContext, VariantDeclined
-from ..cudnn_graph import IO_TYPES, CuDNNKernel, build_graph, import_cudnn, new_graph, tensor, write_nothing
+from ..cudnn_graph import (
+    IO_TYPES,
+    CuDNNKernel,
+    build_graph,
+    import_cudnn,
+    new_graph,
+    tensor,
+    write_nothing,
+)
 from ..kernel import contiguous_strides
 
 __all__ = ["KERNELS", "TUNED_AS", "SDPA_DTYPES", "bias_shape", "bind_attention"]
@@ -71,7 +79,7 @@ def bind_attention(ctx: KernelContext) -> Any:
     cudnn = import_cudnn()
     dtype = ctx.in_dtypes[0]
     scale = ctx.attrs["scale"]
-    graph = new_graph(cudnn, dtype)
+    graph = new_graph(cudnn, ctx)
     args: dict[str, Any] = {
         "q": tensor(graph, "q", ctx.in_shapes[0], Q),
         "k": tensor(graph, "k", ctx.in_shapes[1], K),

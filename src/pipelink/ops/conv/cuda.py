@@ -24,7 +24,15 @@ import math
 from typing import Any
 
 from ...descriptor import KernelContext, VariantDeclined
-from ..cudnn_graph import IO_TYPES, CuDNNKernel, build_graph, import_cudnn, new_graph, tensor, write_nothing
+from ..cudnn_graph import (
+    IO_TYPES,
+    CuDNNKernel,
+    build_graph,
+    import_cudnn,
+    new_graph,
+    tensor,
+    write_nothing,
+)
 from ..elementwise.cuda import plan_binary
 from ..kernel import PlanLaunch, contiguous_strides
 from .window import window_2d
@@ -84,7 +92,7 @@ def _output(t: Any, shape: tuple, io: Any) -> None:
 
 def _conv_graph(cudnn: Any, ctx: KernelContext, geometry: dict, *, fuse_bias: bool) -> tuple[Any, int]:
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
-    graph = new_graph(cudnn, dtype)
+    graph = new_graph(cudnn, ctx)
     x = tensor(graph, "x", ctx.in_shapes[0], X)
     w = tensor(graph, "w", ctx.in_shapes[1], W)
     y = graph.conv_fprop(image=x, weight=w, name="conv", **geometry)
@@ -138,7 +146,7 @@ def bind_conv_transpose2d(ctx: KernelContext) -> Any:
     dtype, attrs = ctx.in_dtypes[0], ctx.attrs
     pads = tuple(attrs["pads"])
     geometry = _geometry(pads[:2], pads[2:], attrs["strides"], attrs["dilations"])
-    graph = new_graph(cudnn, dtype)
+    graph = new_graph(cudnn, ctx)
     x = tensor(graph, "x", ctx.in_shapes[0], X)
     w = tensor(graph, "w", ctx.in_shapes[1], W)
     y = graph.conv_dgrad(loss=x, filter=w, name="conv_transpose", **geometry)
