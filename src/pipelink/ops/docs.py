@@ -112,7 +112,25 @@ def _section(desc: OperatorDescriptor) -> list[str]:
         lines.append(f"{_code(var)}: " + ", ".join(_code(d) for d in sorted(allowed)) + ".")
     if desc.dtype_vars:
         lines.append("")
-    return lines
+    return lines + _staging_notes(desc)
+
+
+def _staging_notes(desc: OperatorDescriptor) -> list[str]:
+    """Where a device variant leaves work to the CPU reference run on staged host copies."""
+    host = next((v for v in desc.variants if v.device == "cpu" and v.host_ok), None)
+    if host is None:
+        return []
+    lines = []
+    for v in desc.variants:
+        if v.device == "cpu":
+            continue
+        dtypes = ", ".join(_code(d) for d in sorted(v.dtypes)) if v.dtypes is not None else "every dtype"
+        lines.append(
+            f"On {v.device} ({v.name}): {dtypes}. Other dtypes, and stages the variant declines (see the "
+            "family's `cuda.py`), run the CPU reference on staged host copies; `load_report.staged` lists "
+            "them and `load_report.skipped_variants` says why."
+        )
+    return lines + [""] if lines else []
 
 
 def render_operators(descriptors: Iterable[OperatorDescriptor]) -> str:
