@@ -33,8 +33,8 @@ __all__ = [
     "infer_expand",
 ]
 
-MAX_PARTS = 8
-"""Inputs of concat and outputs of split: ports ``x0 .. x7`` / ``y0 .. y7``."""
+MAX_PARTS = 64
+"""Inputs of concat and outputs of split: ports ``x0 .. x63`` / ``y0 .. y63`` (a DenseNet block joins 33)."""
 
 
 def _present(in_shapes) -> list[tuple]:
