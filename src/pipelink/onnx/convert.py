@@ -17,12 +17,13 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from ..ops.shape import MAX_PARTS
 
 __all__ = ["CONVERTERS", "Graph", "Unsupported", "Rejected", "convert"]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 _SYMBOL_BAD = re.compile(r"[^A-Za-z0-9_]")
-_MAX_PORTS = 8  # concat and split take or make at most eight tensors
+_MAX_PORTS = MAX_PARTS  # the most tensors concat takes and split makes
 
 
 class Unsupported(Exception):
