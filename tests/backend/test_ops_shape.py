@@ -306,13 +306,29 @@ def test_gather_against_a_loop(reg, device, dtype, index_dtype, shape, index_sha
         assert np.array_equal(got, moved[i % n]), (pos, i)
 
 
-def test_gather_out_of_range_index_is_an_error_naming_the_stage(reg):
-    """On the CPU; CUDA writes zeros instead (test_gather_out_of_range_index_gives_zeros_on_cuda)."""
+@pytest.mark.parametrize("check", [False, True])
+def test_gather_out_of_range_index_is_an_error_naming_the_stage(reg, check):
+    """On the CPU always (check_indices or not); CUDA writes zeros unless check_indices (below)."""
     data, indices = np.zeros((4, 2), np.float32), np.array([1, 4], np.int64)
     with pytest.raises(InvalidArgumentError, match="stage 'g': gather index 4 is out of range for axis 0"):
-        run_op(reg, "gather", [data, indices], stage="g")
+        run_op(reg, "gather", [data, indices], {"check_indices": check}, stage="g")
     with pytest.raises(DTypeMismatchError):
         _infer(reg, "gather", [(4, 2), (3,)], ["float32", "float32"], {})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_gather_check_indices_raises_on_cuda_as_on_the_cpu(reg, index_dtype):
+    # Wrong if the device word missed an index, reported a later one than the first, or was not reset
+    # between runs (the in-range run after a failing one must pass and be correct).
+    data = rand(np.random.default_rng(14), (6, 3), "float16")
+    bad = np.array([2, -1, 9, 0, -7] * 50, index_dtype)  # 9 (position 2) is the first out of range
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="stage 'g': gather index 9 is out of range .* size 6"):
+            run_op(reg, "gather", [data, bad], {"check_indices": True}, stage="g", device="cuda")
+    good = np.array([[5, -6], [0, 3]], index_dtype)
+    (y,) = run_op(reg, "gather", [data, good], {"check_indices": True}, device="cuda")
+    np.testing.assert_array_equal(y, data[good % 6])
 
 
 @pytest.mark.gpu

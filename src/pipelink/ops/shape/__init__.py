@@ -12,13 +12,13 @@ import numpy as np
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...dtypes import DTYPES
-from ...errors import InvalidArgumentError
 from .._common import builtin_operator
 from .._dims import normalize_axis
 from ..kernel import cuda_variant
 from . import cuda
 from .rules import (
     MAX_PARTS,
+    index_out_of_range,
     infer_concat,
     infer_expand,
     infer_flatten,
@@ -105,13 +105,7 @@ def _gather_bind(ctx: KernelContext):
         fixed[fixed < 0] += n
         if fixed.size and (fixed.min() < 0 or fixed.max() >= n):
             bad = indices.flat[int(np.argmax((fixed < 0) | (fixed >= n)))]
-            raise InvalidArgumentError(
-                f"stage {stage!r}: gather index {int(bad)} is out of range for axis {axis} of size {n} "
-                f"(valid: {-n} .. {n - 1})",
-                stage=stage,
-                port="indices",
-                got=int(bad),
-            )
+            raise index_out_of_range(stage, int(bad), axis, n)
         np.take(data, fixed, axis=axis, out=outputs[0])
 
     return kernel
@@ -240,11 +234,20 @@ def descriptors() -> list[OperatorDescriptor]:
         builtin_operator(
             "gather",
             doc="Take entries of data along an axis at given indices (axis 0: embedding lookup). An "
-            "index out of range is an error on the CPU; on CUDA it cannot be checked without a device "
-            "round trip, so its output entries become zeros (never an out-of-bounds read).",
+            "index out of range is an error on the CPU; on CUDA only with check_indices (a wait for the "
+            "device per run), else its output entries become zeros (never an out-of-bounds read).",
             inputs=[Port("data", dtype="T"), Port("indices", dtype=INDEX, doc="negative: from the end")],
             outputs=[Port("y", dtype="T", doc="data.shape[:axis] + indices.shape + data.shape[axis+1:]")],
-            attrs=[Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end")],
+            attrs=[
+                Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end"),
+                Attr(
+                    "check_indices",
+                    "bool",
+                    False,
+                    doc="on CUDA, raise on an out-of-range index as the CPU does (the stage then waits "
+                    "for the device each run and is not captured in a CUDA graph); the CPU always raises",
+                ),
+            ],
             dtype_vars=any_t,
             infer=infer_gather,
             bind=_gather_bind,

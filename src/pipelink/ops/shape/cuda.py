@@ -42,7 +42,7 @@ from ..kernel import (
     tuned_of,
     tuned_values,
 )
-from .rules import MAX_PARTS, slice_plan, split_sizes
+from .rules import MAX_PARTS, index_out_of_range, slice_plan, split_sizes
 
 __all__ = [
     "KERNELS",
@@ -56,6 +56,7 @@ __all__ = [
     "concat_bind",
     "split_bind",
     "gather_bind",
+    "CheckedGather",
     "where_bind",
     "slice_view",
 ]
@@ -86,10 +87,11 @@ def plan_gather(
     tuned: dict[str, int] | None = None,
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
-    """Plan ``y = take(data, indices, axis)``: ``pl_gather(data, indices, y, n, nidx, axis_n, inner)``.
+    """Plan ``y = take(data, indices, axis)``: ``pl_gather(data, indices, y, n, nidx, axis_n, inner, bad)``.
 
     An index outside ``[-axis_n, axis_n)`` yields zeros in its output rows (the kernel never reads out of
-    bounds; the CPU variant raises instead).
+    bounds); the scalar ``bad`` (0 in the plan) is the address of a device word the kernel lowers to the
+    first such index position (:class:`CheckedGather` passes one).
 
     Raises
     ------
@@ -123,6 +125,7 @@ def plan_gather(
         ArgSpec("nidx", "i64"),
         ArgSpec("axis_n", "i64"),
         ArgSpec("inner", "i64"),
+        ArgSpec("bad", "i64"),
     ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     return make_plan(
@@ -132,7 +135,7 @@ def plan_gather(
         grid,
         t["block"],
         specs,
-        {"n": n, "nidx": max(nidx, 1), "axis_n": axis_n, "inner": max(inner, 1)},
+        {"n": n, "nidx": max(nidx, 1), "axis_n": axis_n, "inner": max(inner, 1), "bad": 0},
         dict(t, index64=index64),
     )
 
@@ -286,12 +289,49 @@ def gather_bind(ctx: KernelContext):
     dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
     shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
     axis, tuned, sms = int(ctx.attrs["axis"]), tuned_of(ctx, KERNELS["gather"]), sm_count_of(ctx)
-    return PlanLaunch(
+    launch = PlanLaunch(
         ctx.backend,
         lambda a: plan_gather(dtype, shape, itype, ishape, axis, tuned=tuned, sm_count=sms),
         {"data": ("in", 0), "indices": ("in", 1), "y": ("out", 0)},
         ctx.stage,
     )
+    return CheckedGather(ctx, launch) if ctx.attrs["check_indices"] else launch
+
+
+class CheckedGather:
+    """gather with ``check_indices`` on CUDA: the kernel records the first out-of-range index position in a
+    device word (reset before each launch); the stage then waits for its stream, reads it back and raises
+    as the CPU variant does. The wait makes the stage uncapturable (``graph_safe``)."""
+
+    graph_safe = False
+    _NONE = -1  # all bits set: the unsigned "no position" the kernel's atomicMin starts from
+
+    def __init__(self, ctx: KernelContext, launch: PlanLaunch):
+        self.backend, self.launch, self.stage = ctx.backend, launch, ctx.stage
+        self.axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op="gather")
+        self.axis_n = int(ctx.in_shapes[0][self.axis])
+        self.word = self.backend.allocate(8, tag="gather check")
+        self.host = self.backend.pinned_empty((2,), "int64")  # [0] the reset value, [1] read back
+        self.index = self.backend.pinned_empty((1,), ctx.in_dtypes[1])  # the offending index, read back
+
+    def __call__(self, ins: list, outs: list, stream: Any) -> None:
+        be, host = self.backend, self.host
+        host[0] = self._NONE
+        be.memcpy(self.word.ptr, host.ctypes.data, 8, stream=stream)
+        self.launch(ins, outs, stream, bad=self.word.ptr)
+        be.memcpy(host.ctypes.data + 8, self.word.ptr, 8, stream=stream)
+        be.synchronize(stream)
+        position = int(host[1])
+        if position == self._NONE:
+            return
+        be.memcpy(
+            self.index.ctypes.data,
+            ins[1].ptr + position * self.index.itemsize,
+            self.index.nbytes,
+            stream=stream,
+        )
+        be.synchronize(stream)
+        raise index_out_of_range(self.stage, int(self.index[0]), self.axis, self.axis_n)
 
 
 def where_bind(ctx: KernelContext):

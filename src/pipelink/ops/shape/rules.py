@@ -18,6 +18,7 @@ from .._dims import derived, is_known, normalize_axes, normalize_axis, product
 
 __all__ = [
     "MAX_PARTS",
+    "index_out_of_range",
     "reshape_target",
     "infer_reshape",
     "infer_flatten",
@@ -213,6 +214,17 @@ def infer_concat(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     sizes = [s[axis] for s in shapes]
     out[axis] = sum(sizes) if is_known(*sizes) else derived("concat", "+".join(map(str, sizes)))
     return (tuple(out),), (in_dtypes[0],)
+
+
+def index_out_of_range(stage: str, index: int, axis: int, size: int) -> InvalidArgumentError:
+    """The error of a gather index outside ``[-size, size)`` (ONNX: an error), for the caller to raise."""
+    return InvalidArgumentError(
+        f"stage {stage!r}: gather index {index} is out of range for axis {axis} of size {size} "
+        f"(valid: {-size} .. {size - 1})",
+        stage=stage,
+        port="indices",
+        got=index,
+    )
 
 
 def split_sizes(dim, split: tuple[int, ...], num_outputs: int) -> tuple:

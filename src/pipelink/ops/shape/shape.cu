@@ -1,7 +1,7 @@
 // PipeLink's shape kernels that are not plain strided copies: gather (embedding lookup) and where.
 // Pure data movement: elements are moved bit for bit as raw words of PL_BYTES bytes (any dtype).
 // Never allocate, never read outside the given tensors: gather skips an out-of-range index (its
-// output rows become zeros) instead of reading past `data`.
+// output rows become zeros) instead of reading past `data`, and records where it met one when asked.
 //
 // Macros (chosen by pipelink/ops/shape/cuda.py):
 //   PL_BYTES     element size in bytes (1, 2, 4 or 8)
@@ -12,10 +12,11 @@
 //
 // Kernel signatures (sizes and strides in elements):
 //   pl_gather(const W* data, const INDEX_T* indices, W* y, long long n, long long nidx, long long axis_n,
-//             long long inner)
+//             long long inner, long long bad)
 //       data is contiguous [outer, axis_n, inner], indices [nidx] (any shape, flattened), y contiguous
 //       [outer, nidx, inner]: y[o, j, k] = data[o, indices[j] (+ axis_n when negative), k], or 0 when
-//       the index is outside [-axis_n, axis_n)
+//       the index is outside [-axis_n, axis_n); then, when `bad` is not 0, the unsigned long long at
+//       address `bad` is lowered to j (atomicMin: the first such position, whatever the thread order)
 //   pl_where(const bool* c, const W* x, const W* y, W* z, long long n, long long d0..d7,
 //            long long sc0..sc7, long long sx0..sx7, long long sy0..sy7)
 //       z is contiguous with shape d[0..PL_NDIM-1]; each input is read with its strides (0 on
@@ -38,7 +39,7 @@ typedef typename pl_word<PL_BYTES>::type W;
 #endif
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_gather(const W* __restrict__ data, const PL_INDEX_T* __restrict__ indices, W* __restrict__ y, long long n,
-          long long nidx, long long axis_n, long long inner) {
+          long long nidx, long long axis_n, long long inner, long long bad) {
     PL_FOR_EACH_INDEX(i, n) {
         const pl_idx k = (pl_idx)i % (pl_idx)inner;
         const pl_idx r = (pl_idx)i / (pl_idx)inner;
@@ -47,7 +48,9 @@ pl_gather(const W* __restrict__ data, const PL_INDEX_T* __restrict__ indices, W*
         long long idx = (long long)indices[j];
         if (idx < 0) idx += axis_n;
         // an index outside the axis would read another row or past the buffer: write 0 instead
-        y[i] = (idx >= 0 && idx < axis_n) ? data[(o * (pl_idx)axis_n + (pl_idx)idx) * (pl_idx)inner + k] : W(0);
+        const bool inside = idx >= 0 && idx < axis_n;
+        y[i] = inside ? data[(o * (pl_idx)axis_n + (pl_idx)idx) * (pl_idx)inner + k] : W(0);
+        if (!inside && bad != 0) atomicMin((unsigned long long*)bad, (unsigned long long)j);
     }
 }
 #endif  // PL_GATHER
