@@ -1,7 +1,9 @@
 """conv2d and conv_transpose2d against direct-summation loop references (every output pixel summed tap
 by tap from the definition, padding by index checks) and ONNX's reference evaluator: strides, pads,
 dilations, groups, bias, auto_pad, output_padding, 16-bit types, empty batches, errors at load. Each
-numeric case runs on every device (cuDNN on CUDA; float64 has no cuDNN engine and is skipped there).
+numeric case runs on every device: on CUDA the geometries real models use (symmetric pads) must run cuDNN;
+the others may run the staged reference where cuDNN declines them (asymmetric pads), as the runtime does.
+float64 has no cuDNN engine and is skipped there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pipelink as pl
 from pipelink.descriptor import infer_outputs
 from pipelink.errors import InvalidArgumentError, ShapeMismatchError
 
-from .ops_helpers import FLOAT_NAMES, check_close, make_registry, rand, run_op
+from .ops_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, run_op
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def test_conv2d_against_direct_sum(reg, device, xs, ws, attrs, dtype, with_bias)
     rng = np.random.default_rng(31)
     x, w = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1)
     b = rand(rng, (ws[0],), dtype) if with_bias else None
-    (y,) = run_op(reg, "conv2d", [x, w, b], attrs, device=device)
+    (y,) = run_op(reg, "conv2d", [x, w, b], attrs, device=device, staged_ok=True)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1, **attrs}
     ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], full["group"], y.shape[2:])
     pads, k, d, s = full["pads"], ws[2:], full["dilations"], full["strides"]
@@ -82,6 +84,43 @@ def test_conv2d_against_direct_sum(reg, device, xs, ws, attrs, dtype, with_bias)
     )
     assert y.shape == (xs[0], ws[0]) + expect_hw
     check_close(y, ref, dtype)
+
+
+# Geometries of real models (ResNet, MobileNet, ESPCN, decoders): cuDNN must serve them on CUDA.
+MODEL_CASES = [
+    ("conv2d", (32, 64, 14, 14), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("conv2d", (2, 3, 32, 32), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ("conv2d", (4, 64, 9, 9), (128, 64, 1, 1), {"strides": [2, 2]}),
+    ("conv2d", (2, 32, 10, 10), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 32}),
+    ("conv2d", (1, 16, 12, 12), (32, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 4}),
+    ("conv2d", (1, 1, 17, 19), (8, 1, 5, 5), {"pads": [2, 2, 2, 2]}),
+    ("conv_transpose2d", (4, 32, 7, 7), (32, 16, 4, 4), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("conv_transpose2d", (2, 8, 5, 5), (8, 8, 3, 3), {"strides": [2, 2], "output_padding": [1, 1]}),
+    ("conv_transpose2d", (1, 8, 6, 6), (8, 2, 2, 2), {"strides": [2, 2], "group": 4}),
+]
+
+
+@pytest.mark.parametrize(("op", "xs", "ws", "attrs"), MODEL_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_model_geometries_run_cudnn_on_cuda(reg, device, rng, op, xs, ws, attrs, dtype):
+    # run_op fails when cuDNN declines on CUDA: wrong if these fell back to the slow staged reference.
+    x, w = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1)
+    group = attrs.get("group", 1)
+    b = rand(rng, (ws[0] if op == "conv2d" else ws[1] * group,), dtype)
+    (y,) = run_op(reg, op, [x, w, b], attrs, device=device)
+    full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "output_padding": [0, 0], **attrs}
+    if op == "conv2d":
+        ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], group, y.shape[2:])
+    else:
+        ref = _conv_transpose_ref(
+            x, w, b, full["strides"], full["pads"], full["output_padding"], full["dilations"], group
+        )
+    # Sums of up to 576 products accumulated in float32: the float32 tolerance grows with the reduction.
+    k = (ws[1] if op == "conv2d" else ws[0] // group) * ws[2] * ws[3]
+    if dtype == "float32":
+        np.testing.assert_allclose(as64(y), ref, rtol=1e-5, atol=1e-6 * k)
+    else:
+        check_close(y, ref, dtype)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +136,8 @@ def test_conv2d_against_direct_sum(reg, device, xs, ws, attrs, dtype, with_bias)
 def test_conv2d_auto_pad(reg, device, auto_pad, size, stride, expected_pads):
     rng = np.random.default_rng(32)
     x, w = rand(rng, (1, 2, size, size), "float32"), rand(rng, (3, 2, 3, 3), "float32")
-    (y,) = run_op(reg, "conv2d", [x, w], {"auto_pad": auto_pad, "strides": [stride, stride]}, device=device)
+    attrs = {"auto_pad": auto_pad, "strides": [stride, stride]}
+    (y,) = run_op(reg, "conv2d", [x, w], attrs, device=device, staged_ok=True)
     pb, pe = expected_pads
     out = -(-size // stride) if auto_pad != "VALID" else (size - 3) // stride + 1
     assert y.shape == (1, 3, out, out)
@@ -183,7 +223,7 @@ def test_conv_transpose2d_against_gather_loop(reg, device, xs, ws, attrs, dtype)
     group = attrs.get("group", 1)
     b = rand(rng, (ws[1] * group,), dtype)
     for _ in range(2):  # the accumulator kept by bind must be cleared between runs
-        (y,) = run_op(reg, "conv_transpose2d", [x, w, b], attrs, device=device)
+        (y,) = run_op(reg, "conv_transpose2d", [x, w, b], attrs, device=device, staged_ok=True)
     full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "output_padding": [0, 0], "dilations": [1, 1], **attrs}
     ref = _conv_transpose_ref(
         x, w, b, full["strides"], full["pads"], full["output_padding"], full["dilations"], group
