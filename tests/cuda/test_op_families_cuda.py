@@ -55,7 +55,7 @@ CONFIGS = {
     ),
     "attention": (
         {
-            "inputs": {n: {"shape": [2, 4, 33, 16], "dtype": "bfloat16"} for n in ("q", "k", "v")},
+            "inputs": {n: {"shape": [2, 4, 33, 64], "dtype": "bfloat16"} for n in ("q", "k", "v")},
             "pipeline": [
                 {
                     "name": "attention",
@@ -80,7 +80,7 @@ CONFIGS = {
                 },
             ],
         },
-        {"q": (2, 4, 33, 16), "k": (2, 4, 33, 16), "v": (2, 4, 33, 16)},
+        {"q": (2, 4, 33, 64), "k": (2, 4, 33, 64), "v": (2, 4, 33, 64)},
         "bfloat16",
     ),
     "quantize": (
