@@ -12,7 +12,8 @@ mask of q's dtype is cuDNN's bias, read as ``[1|B, 1|H, S, T]``. float16/bfloat1
 the softmax in float32 and rounds the probabilities to the input type before the second product (as
 flash attention does). Declined to the staged reference (the load report says why): float32 (cuDNN has
 no float32 SDPA), a bool mask, a mask broadcast along the query or key axis, no keys (T = 0), and any
-head size or shape cuDNN has no plan for.
+head size or shape cuDNN has no plan for. Not verified: a row that an additive mask hides entirely with
+-inf (NaN in the reference, as in ONNX); cuDNN's value for it is its own.
 """
 
 from __future__ import annotations
