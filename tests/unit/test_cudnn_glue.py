@@ -80,8 +80,9 @@ class FakeGraph:
     def get_workspace_size(self):
         return 4096
 
-    def execute(self, pack, workspace, handle):
-        self.executed.append((dict(pack), workspace, handle))
+    def execute(self, buffers, workspace, handle, tensor_uids):
+        assert len(buffers) == len(tensor_uids) == len(set(tensor_uids))
+        self.executed.append((dict(zip(tensor_uids, buffers, strict=True)), workspace, handle))
 
 
 def fake_cudnn(*, refuse_fusion: bool = False) -> types.SimpleNamespace:

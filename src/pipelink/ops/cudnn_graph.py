@@ -153,7 +153,7 @@ class CuDNNKernel:
         self.workspace_size = max(int(workspace_size), 1)
         self.post = tuple(post)
         self.streams: dict[int, tuple[Any, int]] = {}  # stream handle -> (cuDNN handle, workspace address)
-        self.pack: dict[int, int] = {uid: 0 for uid, _ in self.operands}  # uid -> pointer, reused
+        self.uids = tuple(uid for uid, _ in self.operands)
 
     def _stream_state(self, stream: Any) -> tuple[Any, int]:
         """``stream``'s cuDNN handle and workspace address (looked up on the stream's first run)."""
@@ -166,11 +166,11 @@ class CuDNNKernel:
 
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
         handle, workspace = self._stream_state(stream)
-        pack = self.pack
-        for uid, (kind, pos) in self.operands:
-            pack[uid] = (outs if kind == "out" else ins)[pos].ptr
+        # The frontend's ordered form (buffers in the order of tensor_uids): its fast path, as its own
+        # PyTorch operators call it; bare addresses take the geometry the graph declared.
+        pointers = [(outs if kind == "out" else ins)[pos].ptr for _, (kind, pos) in self.operands]
         try:
-            self.graph.execute(pack, workspace, handle=handle)
+            self.graph.execute(pointers, workspace, handle=handle, tensor_uids=self.uids)
         except Exception as e:  # noqa: BLE001 - a launch failure of cuDNN: PipeLink's CUDAError
             raise self.backend.raise_cuda(e, "cuDNN graph execute", self.stage) from e
         for launch in self.post:
