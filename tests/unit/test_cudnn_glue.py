@@ -175,7 +175,7 @@ def test_conv2d_describes_the_onnx_geometry_and_runs_on_the_stream_handle(cudnn)
     pack, workspace, handle = graph.executed[-1]
     assert pack == {1: 0x10, 2: 0x20, 3: 0x30, 4: 0x40} and workspace == 0xA000
     assert handle["stream"] == 0x77 and len(cudnn.handles) == 2  # the bind's (main stream) and this one's
-    assert ctx.backend.workspaces == [(4096, stream)]  # looked up once per stream
+    assert ctx.backend.workspaces == [(4096, ctx.backend.main), (4096, stream)]  # once per stream
 
 
 @pytest.mark.parametrize(("policy", "tensor_cores"), [(None, False), ("tf32", True)])

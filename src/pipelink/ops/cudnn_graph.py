@@ -134,7 +134,7 @@ class CuDNNKernel:
         Launches queued after the graph on the same stream (a bias add cuDNN could not fuse).
 
     Every stream the stage runs on gets the backend's cuDNN handle of that stream (:func:`handle_for`) and
-    the backend's workspace of that stream, both looked up once.
+    the backend's workspace of that stream, both looked up once (the main stream's at bind).
     """
 
     def __init__(
@@ -154,6 +154,7 @@ class CuDNNKernel:
         self.post = tuple(post)
         self.streams: dict[int, tuple[Any, int]] = {}  # stream handle -> (cuDNN handle, workspace address)
         self.uids = tuple(uid for uid, _ in self.operands)
+        self._stream_state(self.backend.default_stream())  # at bind, as Backend.workspace asks
 
     def _stream_state(self, stream: Any) -> tuple[Any, int]:
         """``stream``'s cuDNN handle and workspace address (looked up on the stream's first run)."""
