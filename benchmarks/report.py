@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_results", "table_rows", "fmt_time"]
+__all__ = ["write_results", "table_rows", "fmt_time", "jsonable"]
 
 COLUMNS = (
     "case",
@@ -172,11 +172,12 @@ def _png(path: Path, results: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it: non-finite floats and unknown objects become strings."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str | int | float | bool) or value is None:
@@ -199,7 +200,7 @@ def write_results(
     else:
         written["png"] = out_dir / "results.png"
     doc = {"meta": meta, "ceilings": meta.get("ceilings", {}), "cases": results, "targets": targets}
-    (out_dir / "results.json").write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
+    (out_dir / "results.json").write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     written["json"] = out_dir / "results.json"
     (out_dir / "results.md").write_text(_markdown(meta, results, targets))
     written["md"] = out_dir / "results.md"
