@@ -110,7 +110,13 @@ def _from_onnx_helper(env: Env, name: str, batch: int) -> Contestant:
     if env.is_cuda:
         sets = [{k: env.torch.from_numpy(v).to("cuda") for k, v in feeds.items()}]
         ref = env.torch.from_numpy(ref).to("cuda")
-    return Contestant(model, sets, [feeds], ref, "onnxruntime (CPU)", None, "onnx.helper twin (tiny)")
+    try:  # run_reference's own choice: onnxruntime when installed, else ONNX's ReferenceEvaluator
+        import onnxruntime  # noqa: F401
+
+        ref_name = "onnxruntime (CPU)"
+    except ImportError:
+        ref_name = "onnx ReferenceEvaluator"
+    return Contestant(model, sets, [feeds], ref, ref_name, None, "onnx.helper twin (tiny)")
 
 
 def _check(env: Env, rec: dict[str, Any], key: str, out: Any) -> None:
