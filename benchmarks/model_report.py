@@ -46,8 +46,12 @@ def judge(rec: dict[str, Any], *, judged: bool) -> dict[str, Any]:
     rivals = {k: t[k] for k in RIVALS if k in t}
     missing = [RIVALS[k] for k in RIVALS if k not in t]
     if best is None:
-        status = "MISSED" if wrong else "N/A"
-        return {"status": status, "figure": f"no correct PipeLink time (wrong: {wrong or 'none'})"}
+        failed = rec.get("errors", {}).get("pipelink")
+        figure = (
+            f"PipeLink failed: {failed}" if failed else f"no correct PipeLink time (wrong: {wrong or 'none'})"
+        )
+        status = "MISSED" if (wrong or failed) and judged else "N/A"
+        return {"status": status, "figure": figure}
     if not rivals:
         return {"status": "N/A", "figure": f"{PIPELINK[best[0]]} {fmt_time(best[1])}; no rival measured"}
     fastest = min(rivals, key=rivals.get)
@@ -134,6 +138,12 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"- versions: {', '.join(f'{k} {v}' for k, v in meta.get('versions', {}).items())}",
     ]
     lines += [f"- {n}" for n in meta.get("notes", [])]
+    seen: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if "source" in rec:
+            seen.setdefault(rec["model"], rec)
+    lines += ["", "Models:", ""]
+    lines += [f"- `{m}`: {r['title']}; {r['source']}; reference {r['reference']}" for m, r in seen.items()]
     lines += [
         "",
         "Times are per call, medians over repeats (CUDA events closed after a device-wide join for PipeLink "

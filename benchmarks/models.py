@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +122,15 @@ def _from_onnx_helper(env: Env, name: str, batch: int) -> Contestant:
 
 
 def _check(env: Env, rec: dict[str, Any], key: str, out: Any) -> None:
+    """Record ``out``'s error against the reference; a shape that differs is wrong (never broadcast)."""
     env.synchronize()
-    err = env.rel_err(out, rec["_reference"])
+    ref = rec["_reference"]
     tol = tolerance(DTYPE)
+    if tuple(out.shape) != tuple(ref.shape):
+        rec["correctness"][key] = {"rel_err": math.inf, "tolerance": tol, "ok": False}
+        rec["errors"][f"{key}_shape"] = f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+        return
+    err = env.rel_err(out, ref)
     rec["correctness"][key] = {"rel_err": err, "tolerance": tol, "ok": err <= tol}
 
 
@@ -289,7 +297,6 @@ def race(env: Env, name: str, batch: int) -> dict[str, Any]:
     spec = MODELS[name]
     rec: dict[str, Any] = {
         "model": name,
-        "title": spec.title,
         "batch": batch,
         "dtype": DTYPE,
         "status": "ok",
@@ -302,6 +309,7 @@ def race(env: Env, name: str, batch: int) -> dict[str, Any]:
     use_torch = env.has_torch and not env.tiny
     c = _from_pytorch(env, name, batch) if use_torch else _from_onnx_helper(env, name, batch)
     rec.update(
+        title=spec.title if use_torch else f"the tiny onnx.helper twin of the {spec.title}",
         source=c.source,
         reference=c.reference_name,
         input_shape=[int(d) for d in next(iter(c.host_sets[0].values())).shape],
@@ -309,9 +317,17 @@ def race(env: Env, name: str, batch: int) -> dict[str, Any]:
         _reference=c.reference,
     )
     try:
-        _race_pipelink(env, rec, c)
-        _race_onnxruntime(env, rec, c)
-        _race_torch(env, rec, c)
+        # Each side is isolated: PipeLink failing to import or run the model still leaves the rivals' times.
+        for side, run_side in (
+            ("pipelink", _race_pipelink),
+            ("onnxruntime", _race_onnxruntime),
+            ("torch", _race_torch),
+        ):
+            try:
+                run_side(env, rec, c)
+            except Exception as e:  # noqa: BLE001
+                rec["errors"][side] = short_error(e)
+                rec.setdefault("tracebacks", {})[side] = traceback.format_exc(limit=8)
     finally:
         del rec["_reference"]
     rec["verdict"] = judge(rec, judged=env.is_cuda and use_torch)
@@ -418,7 +434,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [
         r
         for r in records
-        if r.get("status") == "error" or not all(c["ok"] for c in r.get("correctness", {}).values())
+        if r.get("status") == "error"
+        or "pipelink" in r.get("errors", {})
+        or not all(ok["ok"] for key, ok in r.get("correctness", {}).items() if key.startswith("pipelink"))
     ]
     return 1 if bad else 0
 

@@ -169,3 +169,23 @@ def test_bad_arguments_exit_2(argv, capsys):
         models.parse_args(argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_pipelink_failing_leaves_the_rivals_and_fails_the_run(tmp_path, monkeypatch):
+    import pipelink as pl
+
+    def refuse(model):
+        raise pl.InvalidArgumentError("the ONNX model cannot be imported: 1 node PipeLink does not support")
+
+    monkeypatch.setattr(pl.onnx, "import_model", refuse)
+    rc = models.main(
+        ["--device", "cpu", "--tiny", "--out", str(tmp_path), "--models", "espcn", "--batches", "1"]
+    )
+    (rec,) = json.loads((tmp_path / "models.json").read_text())["records"]
+    assert rc == 1, "a model PipeLink cannot run must fail the race"
+    assert "cannot be imported" in rec["errors"]["pipelink"]
+    assert "pipelink_eager" not in rec["times_s"]
+    if HAS_ORT:
+        assert rec["times_s"]["onnxruntime"] > 0, "the rivals must still be timed"
+    assert model_report.judge(rec, judged=True)["status"] == "MISSED"
+    assert model_report.judge(rec, judged=False)["status"] == "N/A"
