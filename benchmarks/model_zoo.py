@@ -57,21 +57,29 @@ def _gpt2_block(torch):
     from transformers import GPT2Config
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-    config = GPT2Config(n_embd=GPT2_EMBED, n_head=GPT2_HEADS, n_positions=max(1024, GPT2_TOKENS))
+    config = GPT2Config(
+        n_embd=GPT2_EMBED, n_head=GPT2_HEADS, n_positions=max(1024, GPT2_TOKENS), attn_implementation="eager"
+    )
     block = GPT2Block(config, layer_idx=0)
+    # GPT2Model builds the causal mask and hands it to every block as an additive mask (0 where a token may
+    # attend, the dtype's lowest value above the diagonal); a block called alone gets it from here.
+    allowed = torch.ones(GPT2_TOKENS, GPT2_TOKENS, dtype=torch.bool).tril()
+    mask = torch.zeros(1, 1, GPT2_TOKENS, GPT2_TOKENS).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
-    class HiddenStates(torch.nn.Module):
-        """The block on hidden states alone; its first output (older transformers return a tuple)."""
+    class CausalBlock(torch.nn.Module):
+        """The block on hidden states with GPT-2's causal mask; its first output (older transformers
+        return a tuple)."""
 
         def __init__(self):
             super().__init__()
             self.block = block
+            self.register_buffer("mask", mask)
 
         def forward(self, x):
-            out = self.block(x)
+            out = self.block(x, attention_mask=self.mask)
             return out[0] if isinstance(out, tuple) else out
 
-    return HiddenStates()
+    return CausalBlock()
 
 
 MODELS: dict[str, ModelSpec] = {
