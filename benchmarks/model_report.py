@@ -19,6 +19,7 @@ PIPELINK = {"pipelink_eager": "PipeLink eager", "pipelink_graph": "PipeLink grap
 RIVALS = {"onnxruntime": "onnxruntime", "torch_eager": "PyTorch eager", "torch_compile": "torch.compile"}
 COLUMNS = ("model", "batch", *PIPELINK.values(), *RIVALS.values(), "speed vs fastest", "target")
 TOP_STAGES = 8
+_SETUP = (("import_s", "import"), ("load_s", "load"), ("torch_compile_s", "torch.compile's first call"))
 
 
 def _best_pipelink(rec: dict[str, Any]) -> tuple[str, float] | None:
@@ -100,6 +101,12 @@ def breakdown_lines(rec: dict[str, Any], top: int = TOP_STAGES) -> list[str]:
     if rec.get("status") != "ok":
         return []
     lines = [f"{rec['model']} batch {rec['batch']}:"]
+    setup = [f"{what} {rec[key]:.1f} s" for key, what in _SETUP if key in rec]
+    if "graph_mode" in rec:
+        setup.append(
+            f"CUDA graph {'captured' if rec['graph_mode'] else 'off'}, replayed {rec.get('graph_replay')}"
+        )
+    lines.append(f"  {'; '.join(setup)}")
     staged = rec.get("staged", [])
     lines.append(f"  staged on host copies: {', '.join(staged) if staged else 'none'}")
     # Why the device variants were passed over, once per distinct reason.
