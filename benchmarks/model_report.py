@@ -106,6 +106,9 @@ def breakdown_lines(rec: dict[str, Any], top: int = TOP_STAGES) -> list[str]:
         setup.append(
             f"CUDA graph {'captured' if rec['graph_mode'] else 'off'}, replayed {rec.get('graph_replay')}"
         )
+    slow = rec.get("slow_columns", {})
+    if slow:
+        setup.append("timed in single calls (slow): " + ", ".join(f"{k} {v:.2f} s" for k, v in slow.items()))
     lines.append(f"  {'; '.join(setup)}")
     staged = rec.get("staged", [])
     lines.append(f"  staged on host copies: {', '.join(staged) if staged else 'none'}")

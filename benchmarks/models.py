@@ -31,13 +31,16 @@ from .model_report import COLUMNS, breakdown_lines, judge, table_rows, write_mod
 from .model_zoo import MODELS, export_onnx, onnx_op_counts, tiny_model
 from .runner import _timed, short_error
 from .suite import ROOT, _device_name, _git, _make_env, _versions
-from .timing import measure, tolerance
+from .timing import Budget, measure, tolerance
 
 __all__ = ["main", "parse_args", "race"]
 
 DTYPE = "float32"
 INPUT_SETS = 2  # rotated per call; a model's weights, not its input, decide what stays in the L2
-PROFILE_RUNS = 3
+# A contestant whose warm call takes longer than this (a staged convolution at batch 32, onnxruntime on the
+# CPU) is timed with SLOW_BUDGET: a few single calls instead of loops of ``repeat_s`` seconds.
+SLOW_CALL_S = 0.25
+SLOW_BUDGET = Budget(repeat_s=0.0, repeats=3, warmup=1, max_iters=1)
 TIME_LIMIT = 480.0  # soft, seconds: later records are skipped, the files are still written
 
 
@@ -138,6 +141,19 @@ def _calls(fn: Callable[[dict[str, Any]], Any], sets: list[dict[str, Any]]) -> l
     return [lambda s=s: fn(s) for s in sets]
 
 
+def _budget(env: Env, rec: dict[str, Any], key: str, warm_call: Callable[[], Any]) -> Budget:
+    """The timing budget for column ``key``, from one warm call (which it makes): the run's budget, or
+    SLOW_BUDGET when that call took longer than SLOW_CALL_S (recorded under ``slow_columns``)."""
+    t0 = time.perf_counter()
+    warm_call()
+    env.synchronize()
+    took = time.perf_counter() - t0
+    if took <= SLOW_CALL_S:
+        return env.budget
+    rec.setdefault("slow_columns", {})[key] = took
+    return SLOW_BUDGET
+
+
 def _kernels(config: dict[str, Any], report: Any) -> dict[str, dict[str, int]]:
     """How many stages of each operator run each variant (``{"conv2d": {"cuda": 20}}``)."""
     out: dict[str, dict[str, int]] = {}
@@ -148,13 +164,13 @@ def _kernels(config: dict[str, Any], report: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def _profile(pipe: Any, sets: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median per-stage time over PROFILE_RUNS runs of ``run(profile=True)``: device time (CUDA events
-    around each stage) where the backend records it, else the host clock."""
+def _profile(pipe: Any, sets: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+    """Median per-stage time over ``runs`` runs of ``run(profile=True)``: device time (CUDA events around
+    each stage) where the backend records it, else the host clock."""
     times: dict[str, list[float]] = {}
     info: dict[str, tuple[str, str]] = {}
     device = True
-    for i in range(PROFILE_RUNS):
+    for i in range(runs):
         pipe.run(**sets[i % len(sets)], profile=True)
         for s in pipe.last_report.stages.values():
             device = device and s.device_time_s is not None
@@ -218,18 +234,13 @@ def _race_pipelink(env: Env, rec: dict[str, Any], c: Contestant) -> None:
             except Exception as e:  # noqa: BLE001 - graph mode failing must not lose the eager numbers
                 rec["errors"]["pipelink_graph"] = short_error(e)
         for key, pipe in pipes.items():
-            _timed(
-                rec,
-                key,
-                lambda p=pipe: measure(
-                    _calls(lambda s, p=p: p.run(**s), c.sets),
-                    env.budget,
-                    torch=env.torch,
-                    use_events=env.is_cuda,
-                ),
-            )
+            calls = _calls(lambda s, p=pipe: p.run(**s), c.sets)
+            budget = _budget(env, rec, key, calls[-1])
+            _timed(rec, key, lambda b=budget, k=calls: measure(k, b, torch=env.torch, use_events=env.is_cuda))
         try:
-            rec["profile"] = _profile(eager, c.sets)
+            rec["profile"] = _profile(
+                eager, c.sets, 1 if "pipelink_eager" in rec.get("slow_columns", {}) else 3
+            )
         except Exception as e:  # noqa: BLE001
             rec["errors"]["profile"] = short_error(e)
     finally:
@@ -254,9 +265,9 @@ def _race_onnxruntime(env: Env, rec: dict[str, Any], c: Contestant) -> None:
     if c.torch_fn is not None:  # the onnx.helper twins' reference is onnxruntime itself
         out = session.run(None, c.host_sets[0])[0]
         _check(env, rec, "onnxruntime", env.torch.from_numpy(out).to("cuda") if env.is_cuda else out)
-    _timed(
-        rec, "onnxruntime", lambda: measure(_calls(lambda s: session.run(None, s), c.host_sets), env.budget)
-    )
+    calls = _calls(lambda s: session.run(None, s), c.host_sets)
+    budget = _budget(env, rec, "onnxruntime", calls[-1])
+    _timed(rec, "onnxruntime", lambda: measure(calls, budget))
 
 
 def _race_torch(env: Env, rec: dict[str, Any], c: Contestant) -> None:
