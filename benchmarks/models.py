@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,7 @@ import pipelink as pl
 from .env import Env
 from .model_report import COLUMNS, breakdown_lines, judge, table_rows, write_model_results
 from .model_zoo import MODELS, export_onnx, onnx_op_counts, tiny_model
+from .report import text_table
 from .runner import _timed, short_error
 from .suite import ROOT, _device_name, _git, _make_env, _versions
 from .timing import Budget, measure, tolerance
@@ -359,17 +361,9 @@ def _setup_torch(env: Env, notes: list[str]) -> None:
     )
 
 
-def _print(env: Env, records: list[dict[str, Any]]) -> None:
-    rows = [list(COLUMNS)] + table_rows(records)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+def _print(records: list[dict[str, Any]]) -> None:
     print("", flush=True)
-    for row in rows:
-        print(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print("\n".join(text_table(list(COLUMNS), table_rows(records))))
     print("")
     for rec in records:
         if "verdict" in rec:
@@ -423,7 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     rec = race(env, name, batch)
                 except Exception as e:  # noqa: BLE001 - every record is isolated
-                    rec = {"model": name, "batch": batch, "status": "error", "error": short_error(e)}
+                    rec = {
+                        "model": name,
+                        "batch": batch,
+                        "status": "error",
+                        "error": short_error(e),
+                        "traceback": traceback.format_exc(limit=12),
+                    }
                 finally:
                     env.free()
                 records.append(rec)
@@ -436,11 +436,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if providers and "CUDAExecutionProvider" not in providers:
             notes.append(
                 f"onnxruntime has only {sorted(providers)} on this host (no CUDA execution provider; "
-                "its GPU wheel is too large to carry): the onnxruntime column is its CPU execution provider"
+                "its GPU wheel is too large to carry): the onnxruntime column is its CPU execution provider, "
+                f"on {os.cpu_count()} host cores"
             )
         meta["elapsed_s"] = time.perf_counter() - env.started
         written = write_model_results(args.out, meta, records)
-        _print(env, records)
+        _print(records)
         print(f"\nwrote {', '.join(str(p) for p in written)} ({meta['elapsed_s']:.0f} s)", flush=True)
     bad = [
         r

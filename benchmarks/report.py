@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_results", "table_rows", "fmt_time", "jsonable"]
+__all__ = ["write_results", "table_rows", "text_table", "fmt_time", "jsonable"]
 
 COLUMNS = (
     "case",
@@ -79,6 +79,19 @@ def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """``rows`` under ``header`` as aligned plain-text lines: the first column left, the others right."""
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in table
+    ]
 
 
 def _markdown(meta: dict[str, Any], results: list[dict[str, Any]], targets: list[dict[str, Any]]) -> str:
