@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import pipelink as pl
+from pipelink.runtime.trace import write_trace
 
 from .env import Env
 from .model_report import COLUMNS, breakdown_lines, judge, table_rows, write_model_results
@@ -58,6 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer iterations, no torch.compile")
     p.add_argument("--tiny", action="store_true", help="the onnx.helper twins (the CPU smoke run)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--trace", action="store_true", help="also write trace_MODEL_bBATCH.json per record")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="soft limit in seconds (0: none)")
     args = p.parse_args(argv)
@@ -198,7 +200,7 @@ def _profile(pipe: Any, sets: list[dict[str, Any]], runs: int) -> dict[str, Any]
     }
 
 
-def _race_pipelink(env: Env, rec: dict[str, Any], c: Contestant) -> None:
+def _race_pipelink(env: Env, rec: dict[str, Any], c: Contestant, trace_dir: Path | None) -> None:
     t0 = time.perf_counter()
     config, weights = pl.onnx.import_model(c.model)
     rec["import_s"] = time.perf_counter() - t0
@@ -243,6 +245,11 @@ def _race_pipelink(env: Env, rec: dict[str, Any], c: Contestant) -> None:
             rec["profile"] = _profile(
                 eager, c.sets, 1 if "pipelink_eager" in rec.get("slow_columns", {}) else 3
             )
+            if trace_dir is not None:  # the last profiled run, for chrome://tracing or ui.perfetto.dev
+                trace_dir.mkdir(parents=True, exist_ok=True)
+                path = trace_dir / f"trace_{rec['model']}_b{rec['batch']}.json"
+                write_trace(path, eager, eager.last_report)
+                rec["trace"] = str(path)
         except Exception as e:  # noqa: BLE001
             rec["errors"]["profile"] = short_error(e)
     finally:
@@ -305,8 +312,9 @@ def _race_torch(env: Env, rec: dict[str, Any], c: Contestant) -> None:
     )
 
 
-def race(env: Env, name: str, batch: int) -> dict[str, Any]:
-    """Check, then time, model ``name`` at ``batch``; returns its result record (``model_report.py``)."""
+def race(env: Env, name: str, batch: int, *, trace_dir: Path | None = None) -> dict[str, Any]:
+    """Check, then time, model ``name`` at ``batch``; returns its result record (``model_report.py``).
+    With ``trace_dir``, PipeLink's last profiled run is also written there as a Chrome trace."""
     spec = MODELS[name]
     rec: dict[str, Any] = {
         "model": name,
@@ -332,7 +340,7 @@ def race(env: Env, name: str, batch: int) -> dict[str, Any]:
     try:
         # Each side is isolated: PipeLink failing to import or run the model still leaves the rivals' times.
         for side, run_side in (
-            ("pipelink", _race_pipelink),
+            ("pipelink", lambda e, r, c: _race_pipelink(e, r, c, trace_dir)),
             ("onnxruntime", _race_onnxruntime),
             ("torch", _race_torch),
         ):
@@ -415,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 env.log(f"{name} batch {batch}")
                 try:
-                    rec = race(env, name, batch)
+                    rec = race(env, name, batch, trace_dir=args.out if args.trace else None)
                 except Exception as e:  # noqa: BLE001 - every record is isolated
                     rec = {
                         "model": name,

@@ -30,7 +30,16 @@ HAS_ORT = importlib.util.find_spec("onnxruntime") is not None
 @pytest.fixture(scope="module")
 def tiny_race(tmp_path_factory):
     out = tmp_path_factory.mktemp("race")
-    argv = ["--device", "cpu", "--tiny", "--out", str(out), "--batches", ",".join(map(str, BATCHES))]
+    argv = [
+        "--device",
+        "cpu",
+        "--tiny",
+        "--trace",
+        "--out",
+        str(out),
+        "--batches",
+        ",".join(map(str, BATCHES)),
+    ]
     rc = models.main(argv)
     return rc, json.loads((out / "models.json").read_text()), (out / "models.md").read_text()
 
@@ -85,6 +94,8 @@ def test_tiny_race_profiles_every_stage_and_reports_variants(tiny_race):
         assert sum(o["count"] for o in prof["by_operator"]) == n_nodes
         assert sum(n for vs in rec["kernels"].values() for n in vs.values()) == n_nodes
         assert all(v.startswith("cpu") for vs in rec["kernels"].values() for v in vs), rec["kernels"]
+        spans = [e for e in json.loads(Path(rec["trace"]).read_text())["traceEvents"] if e["ph"] == "X"]
+        assert {e["name"] for e in spans} == {s["stage"] for s in prof["stages"]}, "the trace lacks a stage"
 
 
 def test_tiny_race_markdown_holds_every_record(tiny_race):
