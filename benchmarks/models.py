@@ -437,6 +437,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 records.append(rec)
                 summary = rec.get("verdict", {}).get("figure") or rec.get("error")
                 env.log(f"  {name} batch {batch}: {summary}")
+                # Written after every record: a run killed by an outer timeout keeps what it measured.
+                meta["elapsed_s"] = time.perf_counter() - env.started
+                write_model_results(args.out, meta, records)
     except KeyboardInterrupt:
         notes.append("interrupted: partial results")
     finally:
