@@ -59,8 +59,8 @@ def judge(rec: dict[str, Any], *, judged: bool) -> dict[str, Any]:
     ratio = rivals[fastest] / best[1]  # > 1: PipeLink is faster
     figure = (
         f"{PIPELINK[best[0]]} {fmt_time(best[1])} vs {RIVALS[fastest]} {fmt_time(rivals[fastest])}: "
-        f"{ratio:.2f}x the fastest rival ("
-        + ", ".join(f"{rivals[k] / best[1]:.2f}x {RIVALS[k]}" for k in rivals)
+        f"{ratio:.2f}x as fast as the fastest rival ("
+        + ", ".join(f"vs {RIVALS[k]} {rivals[k] / best[1]:.2f}x" for k in rivals)
         + ")"
     )
     if missing:
