@@ -381,7 +381,23 @@ def _print(records: list[dict[str, Any]]) -> None:
     for rec in records:
         for line in breakdown_lines(rec):
             print(line)
-    sys.stdout.flush()
+    counts = {status: 0 for status in ("MET", "MISSED", "N/A")}
+    for rec in records:
+        counts[rec.get("verdict", {}).get("status", "N/A")] += 1
+    wrong = [f"{r['model']}/{r['batch']}" for r in records if not _pipelink_ok(r)]
+    print(
+        f"\nSUMMARY model race: {counts['MET']} MET, {counts['MISSED']} MISSED, {counts['N/A']} N/A of "
+        f"{len(records)}; PipeLink wrong or failed: {', '.join(wrong) or 'none'}",
+        flush=True,
+    )
+
+
+def _pipelink_ok(rec: dict[str, Any]) -> bool:
+    """Whether the record ran and PipeLink imported, ran and matched the reference in every mode it ran."""
+    if rec.get("status") == "skipped":
+        return True
+    checks = [ok["ok"] for key, ok in rec.get("correctness", {}).items() if key.startswith("pipelink")]
+    return rec.get("status") == "ok" and "pipelink" not in rec.get("errors", {}) and all(checks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -454,14 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         written = write_model_results(args.out, meta, records)
         _print(records)
         print(f"\nwrote {', '.join(str(p) for p in written)} ({meta['elapsed_s']:.0f} s)", flush=True)
-    bad = [
-        r
-        for r in records
-        if r.get("status") == "error"
-        or "pipelink" in r.get("errors", {})
-        or not all(ok["ok"] for key, ok in r.get("correctness", {}).items() if key.startswith("pipelink"))
-    ]
-    return 1 if bad else 0
+    return 0 if all(_pipelink_ok(r) for r in records) else 1
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ def test_bad_arguments_exit_2(argv, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-def test_pipelink_failing_leaves_the_rivals_and_fails_the_run(tmp_path, monkeypatch):
+def test_pipelink_failing_leaves_the_rivals_and_fails_the_run(tmp_path, monkeypatch, capsys):
     import pipelink as pl
 
     def refuse(model):
@@ -194,6 +194,7 @@ def test_pipelink_failing_leaves_the_rivals_and_fails_the_run(tmp_path, monkeypa
     )
     (rec,) = json.loads((tmp_path / "models.json").read_text())["records"]
     assert rc == 1, "a model PipeLink cannot run must fail the race"
+    assert "PipeLink wrong or failed: espcn/1" in capsys.readouterr().out, "the summary line must name it"
     assert "cannot be imported" in rec["errors"]["pipelink"]
     assert "pipelink_eager" not in rec["times_s"]
     if HAS_ORT:
