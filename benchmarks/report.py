@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_results", "table_rows", "fmt_time"]
+__all__ = ["write_results", "table_rows", "text_table", "fmt_time", "jsonable"]
 
 COLUMNS = (
     "case",
@@ -79,6 +79,19 @@ def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """``rows`` under ``header`` as aligned plain-text lines: the first column left, the others right."""
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in table
+    ]
 
 
 def _markdown(meta: dict[str, Any], results: list[dict[str, Any]], targets: list[dict[str, Any]]) -> str:
@@ -172,11 +185,12 @@ def _png(path: Path, results: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it: non-finite floats and unknown objects become strings."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str | int | float | bool) or value is None:
@@ -199,7 +213,7 @@ def write_results(
     else:
         written["png"] = out_dir / "results.png"
     doc = {"meta": meta, "ceilings": meta.get("ceilings", {}), "cases": results, "targets": targets}
-    (out_dir / "results.json").write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
+    (out_dir / "results.json").write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     written["json"] = out_dir / "results.json"
     (out_dir / "results.md").write_text(_markdown(meta, results, targets))
     written["md"] = out_dir / "results.md"

@@ -24,7 +24,7 @@ from .cases import op_cases
 from .chain import run_chain
 from .env import Env
 from .native import native_sizes, run_native
-from .report import COLUMNS, fmt_time, table_rows, write_results
+from .report import COLUMNS, fmt_time, table_rows, text_table, write_results
 from .runner import run_op_case, short_error
 from .targets import evaluate_targets
 from .timing import load_torch, measure_ceilings
@@ -299,16 +299,8 @@ def _run_entry(env: Env, entry: Entry, limit: float) -> list[dict[str, Any]]:
 
 
 def _print_final(env: Env, results: list[dict[str, Any]], targets: list[dict[str, Any]], written) -> None:
-    rows = [list(COLUMNS)] + table_rows(results)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     print("", flush=True)
-    for row in rows:
-        print(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print("\n".join(text_table(list(COLUMNS), table_rows(results))))
     print("", flush=True)
     for t in targets:
         print(f"{t['status']:6s} {t['target']}: {t['figure']}")

@@ -1,8 +1,9 @@
-"""Real models through the ONNX importer on a GPU host: export a GPT-2-style decoder block (transformers),
-a ResNet-18 (torchvision, random weights) and an ESPCN-style super-resolution net from PyTorch to ONNX, import
-each with ``pl.from_onnx``, run it on the CPU and on CUDA, and compare with onnxruntime (CPU). Prints one line
-per model and device: the import result (or the unsupported nodes), the largest relative error, and the
-stages that ran on staged host copies. A check, not a benchmark: no timings.
+"""Real models through the ONNX importer on a GPU host: the three models of ``benchmarks/model_zoo.py``
+(a GPT-2 decoder block from transformers, a ResNet-18 from torchvision with random weights, an ESPCN-style
+super-resolution net) exported from PyTorch at batch 1, imported with ``pl.from_onnx``, run on the CPU and
+on CUDA and compared with onnxruntime (CPU). Prints one line per model and device: the import result (or
+the unsupported nodes), the largest relative error, and the stages that ran on staged host copies. A
+check, not a benchmark: ``python -m benchmarks.models`` races them.
 
 python scripts/onnx_models_check.py [--out DIR]
 """
@@ -10,7 +11,7 @@ python scripts/onnx_models_check.py [--out DIR]
 from __future__ import annotations
 
 import argparse
-import io
+import sys
 import traceback
 from pathlib import Path
 
@@ -18,44 +19,9 @@ import numpy as np
 
 import pipelink as pl
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks/
 
-def _espcn(torch):
-    nn = torch.nn
-    return nn.Sequential(
-        nn.Conv2d(1, 64, 5, padding=2),
-        nn.Tanh(),
-        nn.Conv2d(64, 32, 3, padding=1),
-        nn.Tanh(),
-        nn.Conv2d(32, 9, 3, padding=1),
-        nn.PixelShuffle(3),
-    )
-
-
-def _gpt2_block(torch):
-    from transformers import GPT2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-    block = GPT2Block(GPT2Config(n_embd=256, n_head=4, n_positions=128), layer_idx=0)
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block = block
-
-        def forward(self, x):
-            return self.block(x)[0]
-
-    return Wrapper()
-
-
-def _models(torch):
-    import torchvision
-
-    return {
-        "espcn": (_espcn(torch), (1, 1, 64, 64)),
-        "resnet18": (torchvision.models.resnet18(weights=None), (1, 3, 64, 64)),
-        "gpt2_block": (_gpt2_block(torch), (1, 32, 256)),
-    }
+from benchmarks.model_zoo import MODELS, export_onnx, onnx_op_counts  # noqa: E402
 
 
 def main() -> int:
@@ -68,26 +34,21 @@ def main() -> int:
 
     torch.manual_seed(0)
     failures = 0
-    for name, (module, shape) in _models(torch).items():
-        module.eval()
-        x = torch.randn(*shape)
-        buf = io.BytesIO()
+    for name, spec in MODELS.items():
+        module = spec.build(torch).eval()
+        x = torch.randn(spec.input_shape(1))
         try:
-            torch.onnx.export(
-                module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=18, dynamo=False
-            )
-            model = onnx.load_from_string(buf.getvalue())
+            data = export_onnx(module, x)
+            model = onnx.load_from_string(data)
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             print(f"{name}: export failed: {type(e).__name__}: {e}")
             failures += 1
             continue
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"{name}.onnx").write_bytes(buf.getvalue())
-        ops = sorted({n.op_type for n in model.graph.node})
-        ref = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(
-            None, {"x": x.numpy()}
-        )[0]
+            (args.out / f"{name}.onnx").write_bytes(data)
+        ops = list(onnx_op_counts(model))
+        ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
         for device in ("cpu", "cuda"):
             try:
                 with pl.from_onnx(model, device=device) as pipe:

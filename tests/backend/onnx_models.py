@@ -11,7 +11,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["mlp_block", "resnet_block", "espcn", "causal_attention", "make_model", "run_reference"]
+__all__ = [
+    "mlp_block",
+    "resnet_block",
+    "espcn",
+    "causal_attention",
+    "gpt2_block",
+    "make_model",
+    "run_reference",
+]
 
 F32 = TensorProto.FLOAT
 
@@ -228,13 +236,10 @@ def espcn(batch: int = 1, upscale: int = 3, height: int = 12, width: int = 10):
     return model, {"lr": _rand(rng, batch, 1, height, width)}
 
 
-def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, masking: str = "where"):
-    """Single-block causal self-attention: Q/K/V projections, Reshape/Transpose into heads, scaled
-    scores, a causal mask (``Where`` with -inf, or ``Add`` of a -inf mask), Softmax, the weighted sum,
-    heads merged back and an output projection."""
-    rng = np.random.default_rng(4)
+def _attention_nodes(rng, init: dict, src: str, dst: str, t: int, d: int, heads: int, masking: str) -> list:
+    """Causal self-attention from ``src`` to ``dst`` (its weights and constants go into ``init``)."""
     dh = d // heads
-    init = {f"w{k}": _rand(rng, d, d, scale=d**-0.5) for k in "qkvo"}
+    init.update({f"w{k}": _rand(rng, d, d, scale=d**-0.5) for k in "qkvo"})
     init["heads_shape"] = np.array([0, 0, heads, dh], dtype=np.int64)
     init["merge_shape"] = np.array([0, 0, d], dtype=np.int64)
     init["scale"] = np.array(dh**-0.5, dtype=np.float32)
@@ -242,7 +247,7 @@ def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, ma
     nodes = []
     for k in "qkv":
         nodes += [
-            helper.make_node("MatMul", ["x", f"w{k}"], [f"{k}_proj"], name=f"/attn/{k}_proj/MatMul"),
+            helper.make_node("MatMul", [src, f"w{k}"], [f"{k}_proj"], name=f"/attn/{k}_proj/MatMul"),
             helper.make_node(
                 "Reshape", [f"{k}_proj", "heads_shape"], [f"{k}_heads"], name=f"/attn/Reshape_{k}"
             ),
@@ -270,7 +275,58 @@ def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, ma
             "Transpose", ["ctx_heads"], ["ctx_t"], name="/attn/Transpose_ctx", perm=[0, 2, 1, 3]
         ),
         helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx"], name="/attn/Reshape_merge"),
-        helper.make_node("MatMul", ["ctx", "wo"], ["y"], name="/attn/o_proj/MatMul"),
+        helper.make_node("MatMul", ["ctx", "wo"], [dst], name="/attn/o_proj/MatMul"),
     ]
+    return nodes
+
+
+def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, masking: str = "where"):
+    """Single-block causal self-attention: Q/K/V projections, Reshape/Transpose into heads, scaled
+    scores, a causal mask (``Where`` with -inf, or ``Add`` of a -inf mask), Softmax, the weighted sum,
+    heads merged back and an output projection."""
+    rng = np.random.default_rng(4)
+    init: dict = {}
+    nodes = _attention_nodes(rng, init, "x", "y", t, d, heads, masking)
     model = make_model(nodes, [("x", ["batch", t, d])], [("y", ["batch", t, d])], init, "causal_attention")
+    return model, {"x": _rand(rng, batch, t, d)}
+
+
+def _layer_norm(rng, init: dict, name: str, src: str, dst: str, d: int):
+    init[f"{name}.weight"] = 1 + _rand(rng, d, scale=0.1)
+    init[f"{name}.bias"] = _rand(rng, d, scale=0.1)
+    return helper.make_node(
+        "LayerNormalization",
+        [src, f"{name}.weight", f"{name}.bias"],
+        [dst],
+        name=f"/{name}/LayerNormalization",
+        axis=-1,
+        epsilon=1e-5,
+    )
+
+
+def gpt2_block(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2):
+    """A GPT-2 decoder block (pre-norm): LayerNormalization, causal self-attention, residual Add,
+    LayerNormalization, MatMul/Add, Gelu (tanh approximation, as GPT-2's ``gelu_new``), MatMul/Add,
+    residual Add: the onnx.helper twin of the block ``benchmarks/model_zoo.py`` exports from PyTorch."""
+    rng = np.random.default_rng(5)
+    hidden = 4 * d
+    init: dict = {
+        "mlp.fc.weight": _rand(rng, d, hidden, scale=d**-0.5),
+        "mlp.fc.bias": _rand(rng, hidden, scale=0.1),
+        "mlp.proj.weight": _rand(rng, hidden, d, scale=hidden**-0.5),
+        "mlp.proj.bias": _rand(rng, d, scale=0.1),
+    }
+    nodes = [_layer_norm(rng, init, "ln_1", "x", "h1", d)]
+    nodes += _attention_nodes(rng, init, "h1", "attn_out", t, d, heads, "where")
+    nodes += [
+        helper.make_node("Add", ["x", "attn_out"], ["res1"], name="/Add_attn"),
+        _layer_norm(rng, init, "ln_2", "res1", "h2", d),
+        helper.make_node("MatMul", ["h2", "mlp.fc.weight"], ["fc"], name="/mlp/c_fc/MatMul"),
+        helper.make_node("Add", ["fc", "mlp.fc.bias"], ["fc_b"], name="/mlp/c_fc/Add"),
+        helper.make_node("Gelu", ["fc_b"], ["act"], name="/mlp/act/Gelu", approximate="tanh"),
+        helper.make_node("MatMul", ["act", "mlp.proj.weight"], ["proj"], name="/mlp/c_proj/MatMul"),
+        helper.make_node("Add", ["proj", "mlp.proj.bias"], ["proj_b"], name="/mlp/c_proj/Add"),
+        helper.make_node("Add", ["res1", "proj_b"], ["y"], name="/Add_mlp"),
+    ]
+    model = make_model(nodes, [("x", ["batch", t, d])], [("y", ["batch", t, d])], init, "gpt2_block")
     return model, {"x": _rand(rng, batch, t, d)}

@@ -26,6 +26,7 @@ MODELS = {
     "espcn": om.espcn,
     "causal_attention_where": lambda **kw: om.causal_attention(masking="where", **kw),
     "causal_attention_add": lambda **kw: om.causal_attention(masking="add", **kw),
+    "gpt2_block": om.gpt2_block,
 }
 
 
@@ -55,6 +56,7 @@ def test_model_matches_the_onnx_reference(name, device):
         ("resnet_block", {"batch": (1, 3)}),
         ("espcn", {"batch": (1, 2)}),
         ("causal_attention_where", {"batch": (1, 3)}),
+        ("gpt2_block", {"batch": (1, 3)}),
     ],
 )
 def test_symbolic_dims_stay_symbolic(name, batches, device):
