@@ -35,9 +35,9 @@ static void log_service(int32_t level, const char* msg) {
 
 static void* no_cublas(void* stream) { (void)stream; return NULL; }
 
-static void fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
+void plk_fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
     memset(t, 0, sizeof *t);
-    t->device.device_type = PIPELINK_DEVICE_CPU;
+    t->device.device_type = plan->device_type, t->device.device_id = plan->device_id;
     if (ref < 0) return; /* an absent optional input: data NULL, ndim 0 */
     const PlanTensor* pt = &plan->tensors[ref];
     t->ndim = pt->ndim, t->dtype = pt->dtype, t->shape = pt->shape, t->strides = pt->strides;
@@ -53,6 +53,7 @@ static void free_context(const Plan* plan, ExecContext* c) {
             st->fallback.destroy(s->fallback_services.user);
         free(s->in), free(s->out), free(s->workspace);
     }
+    if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_context_free(plan, c);
     free(c->slots), free(c->data), free(c->missing), free(c->allocated), free(c->arena), free(c);
 }
 
@@ -78,7 +79,7 @@ static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, Sta
     return PIPELINK_SUCCESS;
 }
 
-static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
+PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
     ExecContext* c = calloc(1, sizeof *c);
     PipeLinkStatus st = PIPELINK_SUCCESS;
     if (c == NULL) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context");
@@ -86,22 +87,29 @@ static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
     c->missing = calloc((size_t)plan->n_tensors + 1, 1);
     c->allocated = calloc((size_t)plan->n_outputs + 1, 1);
     c->slots = calloc((size_t)plan->n_stages + 1, sizeof(StageSlot));
-    if (plan->arena_bytes && posix_memalign(&c->arena, plan->arena_alignment, (size_t)plan->arena_bytes) != 0) c->arena = NULL;
-    if (!c->data || !c->missing || !c->allocated || !c->slots || (plan->arena_bytes && !c->arena)) {
+    const int host_arena = plan->arena_bytes && plan->device_type == PIPELINK_DEVICE_CPU;
+    if (host_arena && posix_memalign(&c->arena, plan->arena_alignment, (size_t)plan->arena_bytes) != 0) c->arena = NULL;
+    if (!c->data || !c->missing || !c->allocated || !c->slots || (host_arena && !c->arena)) {
         free_context(plan, c);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context with an arena of %llu bytes",
                         (unsigned long long)plan->arena_bytes);
     }
+    if (plan->device_type == PIPELINK_DEVICE_CUDA && (st = plk_cuda_context_init(plan, c)) != PIPELINK_SUCCESS) {
+        free_context(plan, c);
+        return st;
+    }
     for (int32_t i = 0; i < plan->n_tensors; ++i)
-        if (plan->tensors[i].storage == PLK_STORAGE_ARENA) c->data[i] = (char*)c->arena + plan->tensors[i].offset;
+        if (plan->tensors[i].storage == PLK_STORAGE_ARENA)
+            c->data[i] = plan->device_type == PIPELINK_DEVICE_CUDA ? (void*)(uintptr_t)(c->device_arena + plan->tensors[i].offset)
+                                                                   : (char*)c->arena + plan->tensors[i].offset;
     for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
         const Stage* s = &plan->stages[i];
         StageSlot* slot = &c->slots[i];
         slot->in = calloc((size_t)s->n_in + 1, sizeof(PipeLinkTensor));
         slot->out = calloc((size_t)s->n_out + 1, sizeof(PipeLinkTensor));
         if (!slot->in || !slot->out) { st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context"); break; }
-        for (int32_t j = 0; j < s->n_in; ++j) fill_tensor(&slot->in[j], plan, s->in[j]);
-        for (int32_t j = 0; j < s->n_out; ++j) fill_tensor(&slot->out[j], plan, s->out[j]);
+        for (int32_t j = 0; j < s->n_in; ++j) plk_fill_tensor(&slot->in[j], plan, s->in[j]);
+        for (int32_t j = 0; j < s->n_out; ++j) plk_fill_tensor(&slot->out[j], plan, s->out[j]);
         if (s->kind != PLK_STAGE_CALL) continue;
         st = prepare_call(plan, &s->call, slot, &slot->services, s->id);
         if (!st && s->on_error == PLK_ON_ERROR_FALLBACK) st = prepare_call(plan, &s->fallback, slot, &slot->fallback_services, s->id);
@@ -114,13 +122,13 @@ static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
     return PIPELINK_SUCCESS;
 }
 
-static ExecContext* take_context(Pipeline* p, PipeLinkStatus* st) {
+ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st) {
     pthread_mutex_lock(&p->pool_lock);
     ExecContext* c = p->free_contexts;
     if (c != NULL) p->free_contexts = c->next;
     pthread_mutex_unlock(&p->pool_lock);
     if (c != NULL) return c;
-    if ((*st = new_context(&p->plan, &c)) != PIPELINK_SUCCESS) return NULL;
+    if ((*st = plk_new_context(&p->plan, &c)) != PIPELINK_SUCCESS) return NULL;
     pthread_mutex_lock(&p->pool_lock);
     if (p->n_contexts < (int32_t)(sizeof p->all_contexts / sizeof p->all_contexts[0])) p->all_contexts[p->n_contexts++] = c;
     else c->next = (ExecContext*)c; /* marks a context outside the pool: freed after its run */
@@ -128,7 +136,7 @@ static ExecContext* take_context(Pipeline* p, PipeLinkStatus* st) {
     return c;
 }
 
-static void give_context(Pipeline* p, ExecContext* c) {
+void plk_give_context(Pipeline* p, ExecContext* c) {
     if (c->next == c) { free_context(&p->plan, c); return; }
     pthread_mutex_lock(&p->pool_lock);
     c->next = p->free_contexts, p->free_contexts = c;
@@ -138,6 +146,11 @@ static void give_context(Pipeline* p, ExecContext* c) {
 void plk_pipeline_free_contexts(Pipeline* p) {
     for (int32_t i = 0; i < p->n_contexts; ++i) free_context(&p->plan, p->all_contexts[i]);
     p->n_contexts = 0, p->free_contexts = NULL;
+    while (p->captured != NULL) { /* outside the pool: each was made for one capture (cuda.c) */
+        ExecContext* next = p->captured->next == p->captured ? NULL : p->captured->next;
+        free_context(&p->plan, p->captured);
+        p->captured = next;
+    }
 }
 
 /* ---- the caller's tensors ---- */
@@ -152,11 +165,15 @@ static int is_contiguous(const PipeLinkTensor* t) {
     return 1;
 }
 
-static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
-                                   int contiguous) {
-    if (t->device.device_type != PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
+PipeLinkStatus plk_check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
+                                int contiguous, int32_t device_type) {
+    if (device_type == PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CPU &&
+        t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
         return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CPU plan takes host "
                         "memory (PIPELINK_DEVICE_CPU)", role, index, want->name, t->device.device_type);
+    if (device_type == PIPELINK_DEVICE_CUDA && t->device.device_type != PIPELINK_DEVICE_CUDA)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CUDA plan takes device "
+                        "memory (PIPELINK_DEVICE_CUDA)", role, index, want->name, t->device.device_type);
     if (t->dtype.code != want->dtype.code || t->dtype.bits != want->dtype.bits || t->dtype.lanes != 1)
         return plk_fail(PIPELINK_ERR_DTYPE_MISMATCH, "%s %d ('%s') has dtype (code %u, bits %u, lanes %u), but the plan "
                         "takes dtype id %d (code %u, bits %u, lanes 1)", role, index, want->name, t->dtype.code,
@@ -194,7 +211,7 @@ static void extent(const PipeLinkTensor* t, const PlanTensor* want, uintptr_t* l
 }
 
 /* A caller's output that shares bytes with an input or another output would be read after it is written. */
-static PipeLinkStatus check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs) {
+PipeLinkStatus plk_check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs) {
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
         uintptr_t lo, hi, a, b;
@@ -339,7 +356,7 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLin
                 if (plan->inputs[k] == src) given = &inputs[k];
             PipeLinkTensor view;
             if (given == NULL) { /* an intermediate: contiguous, in the arena or an output */
-                fill_tensor(&view, plan, src);
+                plk_fill_tensor(&view, plan, src);
                 view.data = c->data[src];
                 given = &view;
             }
@@ -363,15 +380,15 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     const Plan* plan = &p->plan;
     PipeLinkStatus st;
     for (int32_t i = 0; i < plan->n_inputs; ++i)
-        if ((st = check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]])))
+        if ((st = plk_check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]], PIPELINK_DEVICE_CPU)))
             return st;
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
-        if ((st = check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1))) return st;
+        if ((st = plk_check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1, PIPELINK_DEVICE_CPU))) return st;
     }
-    if ((st = check_overlaps(plan, inputs, outputs))) return st;
+    if ((st = plk_check_overlaps(plan, inputs, outputs))) return st;
     st = PIPELINK_SUCCESS;
-    ExecContext* c = take_context(p, &st);
+    ExecContext* c = plk_take_context(p, &st);
     if (c == NULL) return st;
     memset(c->missing, 0, (size_t)plan->n_tensors);
     uint8_t* allocated = c->allocated;
@@ -410,7 +427,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
         o->device.device_type = PIPELINK_DEVICE_CPU, o->device.device_id = 0;
         o->ndim = t->ndim, o->dtype = t->dtype, o->shape = t->shape, o->strides = NULL, o->byte_offset = 0;
     }
-    give_context(p, c);
+    plk_give_context(p, c);
     if (st) return st;
     if (missing[0])
         return plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);
