@@ -245,6 +245,9 @@ static int read_matmul(Reader* r, Stage* s, const Plan* plan) {
             if (!operand_fits(&m->layout[i < 2 ? i : 2], m->offsets[c * 3 + (i < 2 ? i : 2)], t))
                 return r->what = "matmul operands inside their tensors", 0;
     }
+    int writes_output = 0;
+    for (int32_t j = 0; j < s->n_out; ++j) writes_output |= s->out[j] == m->operand[3];
+    if (!writes_output) return r->what = "a matmul writing one of its stage's outputs", 0;
     if (m->bias >= 0 && plan->tensors[m->bias].numel < (int64_t)m->layout[2].rows)
         return r->what = "a bias vector of the output's columns", 0;
     return 1;
