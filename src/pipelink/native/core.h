@@ -195,7 +195,6 @@ typedef struct Pipeline {
     ExecContext* all_contexts[64]; /* every context made, to free them; more than 64 concurrent runs
                                       get a context of their own that is freed after the run */
     int32_t n_contexts;
-    ExecContext* captured; /* CUDA: contexts a foreign graph capture baked in; never reused, freed at destroy */
 } Pipeline;
 
 /* errors.c */

@@ -472,12 +472,18 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
                             "graph would own the block; pass preallocated outputs when capturing", i,
                             plan->tensors[plan->outputs[i]].name);
     ExecContext* c = NULL;
-    if (capturing) { /* the graph bakes this context's arena in: one of its own, never reused */
-        if ((st = plk_new_context(plan, &c)) != PIPELINK_SUCCESS) return st;
+    if (capturing) {
+        /* The graph bakes this context's arena in: it leaves the pool for good. Nothing may be created
+         * (cuMemAlloc) or waited on (events) inside a capture, so it must exist, idle, from an earlier run
+         * the caller synchronized (the warm-up every capture needs). */
         pthread_mutex_lock(&p->pool_lock);
-        c->next = p->captured ? p->captured : c; /* the list ends at a self-link */
-        p->captured = c;
+        c = p->free_contexts;
+        if (c != NULL) p->free_contexts = c->next; /* never given back; freed with the pipeline (all_contexts) */
         pthread_mutex_unlock(&p->pool_lock);
+        if (c == NULL)
+            return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeline '%s' has no idle execution context to capture: "
+                            "run it once (and synchronize) before capturing, and capture it no more often than it "
+                            "was run concurrently before", plan->name);
     } else if ((c = plk_take_context(p, &st)) == NULL) {
         return st;
     }

@@ -146,11 +146,6 @@ void plk_give_context(Pipeline* p, ExecContext* c) {
 void plk_pipeline_free_contexts(Pipeline* p) {
     for (int32_t i = 0; i < p->n_contexts; ++i) free_context(&p->plan, p->all_contexts[i]);
     p->n_contexts = 0, p->free_contexts = NULL;
-    while (p->captured != NULL) { /* outside the pool: each was made for one capture (cuda.c) */
-        ExecContext* next = p->captured->next == p->captured ? NULL : p->captured->next;
-        free_context(&p->plan, p->captured);
-        p->captured = next;
-    }
 }
 
 /* ---- the caller's tensors ---- */
