@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import struct
 import subprocess
 from dataclasses import replace
 
 import pytest
 
-from pipelink.errors import ErrorCode
+import pipelink as pl
+from pipelink.errors import ConfigError, ErrorCode
 from pipelink.ops.gemm.cuda import NativeMatmul
 from pipelink.ops.kernel import NativeKernel
+from pipelink.runtime.plan import Step
 from pipelink.runtime.planfile import (
     DEVICE_CPU,
     DEVICE_CUDA,
@@ -26,7 +29,9 @@ from pipelink.runtime.planfile import (
     STORAGE_ARENA,
     STORAGE_EXTERNAL,
     PlanParts,
+    _check_stage,
     _kernel_stage,
+    _launches,
     _matmul_stage,
     _Payload,
     assemble,
@@ -209,3 +214,49 @@ def test_version_1_cpu_plans_still_load(core, plans):
     assert struct.unpack_from("<I", old.read_bytes(), 8)[0] == 1
     status, message = load(core, old)
     assert status == 0, message
+
+
+# -- what a CUDA plan refuses, checked on the linked stages (compiling one needs a GPU) ------------------
+def _stage(doc: dict, sid: str):
+    pipe = pl.load(doc, device="cpu")
+    return pipe, next(st for st in pipe.graph.stages if st.id == sid)
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ({"on_error": "identity"}, "on_error, check_finite and timeout_ms"),
+        ({"constraints": {"check_finite": True}}, "on_error, check_finite and timeout_ms"),
+        ({"isolation": "process"}, "isolation 'process'"),
+    ],
+)
+def test_cuda_plans_refuse_what_the_core_does_not_apply(extra, why):
+    doc = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "relu", "id": "act", "inputs": ["x"], "outputs": ["y"], **extra}],
+    }
+    pipe, st = _stage(doc, "act")
+    with pipe, pytest.raises(ConfigError) as e:
+        _check_stage(st, pipe._registry, cuda=True)
+    assert e.value.errors[0].path == "/pipeline/0" and why in e.value.message
+
+
+def test_cuda_plans_refuse_native_modules(plans):
+    cfg = json.loads((plans / "fail.json").read_text())
+    cfg["pipeline"][0]["library"] = str(plans / "lib" / "libcore_ops.so")
+    pipe, st = _stage(cfg, cfg["pipeline"][0]["id"])
+    with pipe, pytest.raises(ConfigError, match="is a native module; CUDA plans run built-in kernels"):
+        _check_stage(st, pipe._registry, cuda=True)
+
+
+def test_a_kernel_that_cannot_describe_its_launches_is_refused_naming_the_stage():
+    doc = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "relu", "id": "act", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    pipe, st = _stage(doc, "act")
+    step = Step(
+        st, kernel=lambda ins, outs, stream: None, variant="cuda:nvrtc", in_names=("x",), out_names=("y",)
+    )
+    with pipe, pytest.raises(ConfigError, match="'act'.*not a prebuilt launch"):
+        _launches(step)

@@ -263,8 +263,9 @@ PipeLinkStatus plk_cuda_load(Plan* plan) {
     for (int32_t i = 0; i < plan->n_tensors; ++i) {
         const PlanTensor* t = &plan->tensors[i];
         if (plan->align[i] > 256 || (t->storage == PLK_STORAGE_ARENA && t->offset % plan->align[i]))
-            return plk_fail(PIPELINK_ERR_INTEGRITY, "plan: tensor '%s' breaks the %u-byte alignment its kernels assume",
-                            t->name, plan->align[i]);
+            return plk_fail(PIPELINK_ERR_INTEGRITY, "plan: tensor '%s' breaks the %u-byte alignment its kernels assume "
+                            "(cuBLASLt takes 256: keep the stages' memory_alignment at 256 and recompile)", t->name,
+                            plan->align[i]);
     }
     if ((r = cu.DevicePrimaryCtxRetain(&plan->cuda_context, dev)) != 0) {
         plan->cuda_context = NULL;
@@ -509,7 +510,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         c->data[plan->outputs[i]] = (void*)(uintptr_t)mem;
     }
     if (!st) st = run_stages(plan, c, run);
-    if (!st && (r = cu.EventRecord(c->done, run)) != 0) st = cuda_fail(r, "cuEventRecord", NULL);
+    if (!st && !capturing && (r = cu.EventRecord(c->done, run)) != 0) st = cuda_fail(r, "cuEventRecord", NULL);
     if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!c->allocated[i]) continue;

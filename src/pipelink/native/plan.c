@@ -221,6 +221,8 @@ static int read_matmul(Reader* r, Stage* s, const Plan* plan) {
     m->alpha = rd_f64(r, "alpha"), m->beta = rd_f64(r, "beta");
     for (int i = 0; i < 4; ++i) m->operand[i] = read_port(r, s, 0);
     m->bias = read_port(r, s, 1);
+    for (int i = 0; i < 4 && r->what == NULL; ++i)
+        if (m->operand[i] < 0) r->what = "matmul operands that are present tensors";
     m->n_calls = (int32_t)rd_count(r, 24, "a call count");
     if (r->what != NULL) return 0;
     m->offsets = calloc((size_t)m->n_calls * 3 + 1, sizeof(int64_t));

@@ -150,8 +150,8 @@ def _launches(step) -> list:
     describe = getattr(step.kernel, "native_launches", None)
     if step.isolated or step.staged or describe is None:
         why = (
-            "its CUDA variant runs a host step (host staging, a read of a device value, several launches "
-            "around host code)"
+            "its CUDA kernel is not a prebuilt launch (host staging, a read of a device value, launches "
+            "around host code, or the PyTorch fallback of a product without nvmath)"
             if not step.isolated
             else "isolation 'process' runs only in the Python executor"
         )
