@@ -206,7 +206,7 @@ static PipeLinkStatus bind_context(const Plan* plan) {
 
 /* ---- loading ---- */
 
-static PipeLinkStatus load_matmul(const Plan* plan, Stage* s, void* handle) {
+static PipeLinkStatus load_matmul(Stage* s, void* handle) {
     MatmulCall* m = &s->matmul;
     void *desc = NULL, *pref = NULL;
     int st = lt.MatmulDescCreate(&desc, m->compute_type, m->scale_type);
@@ -243,7 +243,6 @@ static PipeLinkStatus load_matmul(const Plan* plan, Stage* s, void* handle) {
     float af = (float)m->alpha, bf = (float)m->beta;
     if (m->scale_type == 0) memcpy(m->alpha_bytes, &af, 4), memcpy(m->beta_bytes, &bf, 4);
     else memcpy(m->alpha_bytes, &m->alpha, 8), memcpy(m->beta_bytes, &m->beta, 8);
-    (void)plan;
     return PIPELINK_SUCCESS;
 }
 
@@ -288,11 +287,9 @@ PipeLinkStatus plk_cuda_load(Plan* plan) {
                 return plk_fail(PIPELINK_ERR_MODULE_LOAD_FAILED, "stage '%s': kernel %s is not in its cubin (%s)", s->id,
                                 k->name, cu_name(r));
         } else if (s->kind == PLK_STAGE_MATMUL) {
-            if (handle == NULL && ((st = need_lt()) || (lt.Create(&handle) != 0 && (handle = NULL, 1)))) {
-                if (handle == NULL && !st) st = plk_fail(PIPELINK_ERR_CUDA, "cublasLtCreate failed");
-                return st;
-            }
-            st = load_matmul(plan, s, handle);
+            if (handle == NULL && (st = need_lt()) != PIPELINK_SUCCESS) return st;
+            if (handle == NULL && lt.Create(&handle) != 0) return plk_fail(PIPELINK_ERR_CUDA, "cublasLtCreate failed");
+            st = load_matmul(s, handle);
             if (!st && s->matmul.workspace > plan->workspace_bytes) plan->workspace_bytes = s->matmul.workspace;
             if (st) break;
         }
