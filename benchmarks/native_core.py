@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import json
 import statistics
 import subprocess
@@ -65,8 +66,8 @@ def _launch_lines(pipe, tmp: Path) -> Path:
     try:
         for step in plan.steps:
             for launch in _launches(step):
-                cubin = tmp / f"{launch.name}.{id(launch.kernel)}.cubin"
-                cubin.write_bytes(pipe._backend.compiler.cubin_of(launch.kernel))
+                cubin = tmp / f"{launch.name}.{hashlib.sha256(launch.cubin).hexdigest()[:16]}.cubin"
+                cubin.write_bytes(launch.cubin)
                 params = [
                     ("p" if p[1] is not None else "n") if p[0] == "ptr" else f"{p[0]}:{p[1]!r}"
                     for p in launch.params

@@ -42,15 +42,15 @@ M, N, K = 8, 16, 32
 
 
 class _Cubins:
-    """What _kernel_stage asks of the writer's cubin table: an index per kernel."""
+    """What _kernel_stage asks of the writer's cubin table: an index per cubin (here: the index itself)."""
 
-    def of(self, kernel) -> int:
-        return kernel
+    def of(self, cubin) -> int:
+        return cubin
 
 
 def _kernel(**change) -> NativeKernel:
     params = (("ptr", ("in", 0), 16), ("ptr", ("out", 0), 16), ("i64", M * K), ("f32", 0.5), ("ptr", None, 1))
-    base = NativeKernel(kernel=0, name="pl_relu", dims=(4, 1, 1, 256, 1, 1, 0), params=params)
+    base = NativeKernel(cubin=0, name="pl_relu", dims=(4, 1, 1, 256, 1, 1, 0), params=params)
     return replace(base, **change)
 
 
@@ -146,7 +146,7 @@ def test_a_well_formed_cuda_plan_needs_a_gpu_of_its_compute_capability(core, tmp
 BAD = {
     "kernel stages in a CPU plan": dict(device=DEVICE_CPU),
     "a cubin whose sha256 differs": dict(digest=b"\0" * 32),
-    "a cubin index out of range": dict(kernel=_kernel(kernel=1)),
+    "a cubin index out of range": dict(kernel=_kernel(cubin=1)),
     "a port position out of range": dict(kernel=_kernel(params=(("ptr", ("in", 3), 16),))),
     "a grid dimension of 0": dict(kernel=_kernel(dims=(0, 1, 1, 256, 1, 1, 0))),
     "a pointer alignment not a power of two": dict(kernel=_kernel(params=(("ptr", ("in", 0), 3),))),

@@ -303,12 +303,12 @@ Slot = tuple[str, int]  # ("in" | "out", position)
 class NativeKernel:
     """One kernel launch as the native core replays it (``runtime/planfile.py`` writes it into a plan).
 
-    ``kernel`` is the backend's compiled kernel (its cubin: ``backend.compiler.cubin_of``); ``dims`` is
+    ``cubin`` is the module NVRTC made holding kernel ``name``; ``dims`` is
     ``(gx, gy, gz, bx, by, bz, shared_mem)``; ``params`` has one entry per kernel parameter, in order:
     ``("ptr", slot or None, align)`` for a pointer (None: always null) or ``(kind, value)`` for a scalar.
     """
 
-    kernel: Any
+    cubin: bytes
     name: str
     dims: tuple[int, ...]
     params: tuple[tuple, ...]
@@ -413,7 +413,8 @@ class PlanLaunch:
             ("ptr", self._slots.get(s.name), s.align) if s.kind == "ptr" else (s.kind, value.value)
             for s, value in zip(self.plan.arg_specs, self._values, strict=True)
         )
-        return [NativeKernel(self.kernel, self.plan.kernel, self._dims, params)]
+        cubin = self.backend.compiler.cubin_of(self.kernel)
+        return [NativeKernel(cubin, self.plan.kernel, self._dims, params)]
 
     def scalar_plan(self) -> PlanLaunch:
         """The same op planned for element-aligned pointers only (compiled on first need)."""

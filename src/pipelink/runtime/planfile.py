@@ -213,7 +213,7 @@ def _signature(pipe, shapes: Mapping[str, tuple] | None, contiguous: bool) -> tu
 def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> bytes:
     """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
     backend = pipe._backend
-    cuda = backend.kind == "cuda"
+    cuda = backend.info.kind == "cuda"  # the plan's device (DLPack device type), not a capability question
     if not cuda and not backend.capabilities.host_access:
         raise HardwareUnsupportedError(
             f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU and CUDA plans: "
@@ -236,15 +236,13 @@ def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> b
 
 
 class _Cubins:
-    """The distinct cubins of a CUDA plan, by SHA-256 (the backend's compiler has their bytes)."""
+    """The distinct cubins of a CUDA plan, by SHA-256."""
 
-    def __init__(self, backend) -> None:
-        self.compiler = backend.compiler
+    def __init__(self) -> None:
         self.index: dict[bytes, int] = {}
         self.blobs: list[tuple[bytes, bytes]] = []  # (sha256, bytes)
 
-    def of(self, kernel) -> int:
-        data = self.compiler.cubin_of(kernel)
+    def of(self, data: bytes) -> int:
         digest = hashlib.sha256(data).digest()
         if digest not in self.index:
             self.index[digest] = len(self.blobs)
@@ -262,7 +260,7 @@ def _kernel_stage(p: _Payload, sid: str, launch: NativeKernel, cubins: _Cubins, 
     p.u8(STAGE_KERNEL)
     p.str(sid)
     ports()
-    p.u32(cubins.of(launch.kernel))
+    p.u32(cubins.of(launch.cubin))
     p.str(launch.name)
     for d in launch.dims:
         p.u32(int(d))
@@ -342,7 +340,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
     stages = _Payload()
     n_stages = 0
     relayouts: set[str] = set()
-    cubins = _Cubins(pipe._backend) if cuda else None
+    cubins = _Cubins() if cuda else None
     for step in plan.steps:
         st = step.stage
         for source, name in zip(st.inputs, step.in_names, strict=True):
@@ -411,7 +409,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
             cubins=cubins.blobs if cubins is not None else [],
             n_stages=n_stages,
             stages=stages.bytes(),
-            device=(DEVICE_CUDA, pipe._backend.index) if cuda else (DEVICE_CPU, 0),
+            device=(DEVICE_CUDA, pipe._backend.info.index) if cuda else (DEVICE_CPU, 0),
         )
     )
 
