@@ -25,6 +25,7 @@ typedef void* CUfunction;
 enum {
     CU_ATTR_CC_MAJOR = 75,
     CU_ATTR_CC_MINOR = 76,
+    CU_POINTER_CONTEXT = 1,
     CU_POINTER_DEVICE_ORDINAL = 9,
     CU_STREAM_NON_BLOCKING = 1,
     CU_EVENT_DISABLE_TIMING = 2,
@@ -42,6 +43,8 @@ static struct Driver {
     CUresult (*DevicePrimaryCtxRelease)(int);
     CUresult (*CtxGetCurrent)(CUcontext*);
     CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext*);
     CUresult (*ModuleLoadData)(CUmodule*, const void*);
     CUresult (*ModuleUnload)(CUmodule);
     CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -124,7 +127,8 @@ static void open_driver(void) {
     static const struct { const char* name; size_t offset; } table[] = {
 #define F(n) {"cu" #n, offsetof(struct Driver, n)}
         F(Init), F(DeviceGet), F(DeviceGetCount), F(DeviceGetAttribute), F(DevicePrimaryCtxRetain),
-        F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(ModuleLoadData), F(ModuleUnload),
+        F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(CtxPushCurrent), F(CtxPopCurrent),
+        F(ModuleLoadData), F(ModuleUnload),
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
         F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
@@ -527,10 +531,15 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     return st ? st : plk_ok();
 }
 
-/* A device block of a runtime-allocated output (pipeLinkFree). cuMemFree waits for work using it. */
+/* A device block of a runtime-allocated output (pipeLinkFree), in its own context whatever the calling
+ * thread's is. cuMemFree waits for work using it. */
 int plk_cuda_free_device(uint64_t ptr) {
-    if (cu.MemFree == NULL) return -1;
-    return cu.MemFree((CUdeviceptr)ptr) == 0 ? 0 : -1;
+    CUcontext owner = NULL, popped = NULL;
+    if (cu.MemFree == NULL || cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0) return -1;
+    if (cu.CtxPushCurrent(owner) != 0) return -1;
+    CUresult r = cu.MemFree((CUdeviceptr)ptr);
+    cu.CtxPopCurrent(&popped);
+    return r == 0 ? 0 : -1;
 }
 
 /* ---- cuBLASLt handles per stream (seed 3.3) ---- */
