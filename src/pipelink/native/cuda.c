@@ -542,7 +542,31 @@ int plk_cuda_free_device(uint64_t ptr) {
     return r == 0 ? 0 : -1;
 }
 
-/* ---- cuBLASLt handles per stream (seed 3.3) ---- */
+/* ---- cuBLAS handles per stream (seed 3.3; pipelink.h's services.cublas_handle) ---- */
+
+/* libcublas.so.13 beside $PIPELINK_CUBLASLT when that is set (the wheel ships both in one folder), else the
+ * loader's search. */
+static struct { int (*Create)(void**); int (*SetStream)(void*, void*); } blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_error[1024];
+
+static void open_blas(void) {
+    char path[4096] = "libcublas.so.13";
+    const char* lt_path = getenv("PIPELINK_CUBLASLT");
+    const char* slash = lt_path ? strrchr(lt_path, '/') : NULL;
+    if (slash != NULL) snprintf(path, sizeof path, "%.*s/libcublas.so.13", (int)(slash - lt_path), lt_path);
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void* create = lib ? dlsym(lib, "cublasCreate_v2") : NULL;
+    void* set_stream = lib ? dlsym(lib, "cublasSetStream_v2") : NULL;
+    if (create == NULL || set_stream == NULL) {
+        snprintf(blas_error, sizeof blas_error, "cuBLAS cannot be opened from %s (%s): install it (pip install "
+                 "nvidia-cublas) and set PIPELINK_CUBLASLT to libcublasLt.so.13's path (libcublas.so.13 beside it)",
+                 path, lib ? "no cublasCreate_v2" : dlerror());
+        return;
+    }
+    memcpy(&blas.SetStream, &set_stream, sizeof set_stream);
+    memcpy(&blas.Create, &create, sizeof create);
+}
 
 #define MAX_STREAM_HANDLES 1024
 static struct { void* stream; void* handle; } stream_handles[MAX_STREAM_HANDLES];
@@ -550,19 +574,29 @@ static int n_stream_handles;
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void* pipeLinkGetCublasHandle(void* stream) {
-    if (need_driver("pipeLinkGetCublasHandle") || need_lt()) return NULL;
+    if (need_driver("pipeLinkGetCublasHandle")) return NULL;
+    pthread_once(&blas_once, open_blas);
+    if (blas.Create == NULL) {
+        plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "pipeLinkGetCublasHandle: %s", blas_error);
+        return NULL;
+    }
     void* found = NULL;
+    int status = 0;
     pthread_mutex_lock(&handles_lock);
     for (int i = 0; i < n_stream_handles && !found; ++i)
         if (stream_handles[i].stream == stream) found = stream_handles[i].handle;
-    if (found == NULL && n_stream_handles < MAX_STREAM_HANDLES && lt.Create(&found) == 0) {
-        stream_handles[n_stream_handles].stream = stream, stream_handles[n_stream_handles].handle = found;
-        ++n_stream_handles;
+    if (found == NULL && n_stream_handles < MAX_STREAM_HANDLES && (status = blas.Create(&found)) == 0) {
+        if ((status = blas.SetStream(found, stream)) == 0) {
+            stream_handles[n_stream_handles].stream = stream, stream_handles[n_stream_handles].handle = found;
+            ++n_stream_handles;
+        } else {
+            found = NULL; /* a handle bound to no stream is of no use; it is not kept */
+        }
     }
     pthread_mutex_unlock(&handles_lock);
     if (found == NULL)
-        plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkGetCublasHandle: no handle for stream %p (%d streams have one, or "
-                 "cublasLtCreate failed; a current CUDA context is needed)", stream, n_stream_handles);
+        plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkGetCublasHandle: no handle for stream %p (%d streams have one; "
+                 "cublasCreate/cublasSetStream status %d)", stream, n_stream_handles, status);
     else
         plk_ok();
     return found;

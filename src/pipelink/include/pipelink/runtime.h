@@ -135,8 +135,9 @@ PIPELINK_API PipeLinkStatus pipeLinkValidateHardware(const char* requirements);
  * Too small a buffer is PIPELINK_ERR_INVALID_ARGUMENT (the message says how many bytes it needs). */
 PIPELINK_API PipeLinkStatus pipeLinkGetOperatorInfo(const char* name, char* json, size_t capacity);
 
-/* A cuBLASLt handle (cublasLtHandle_t) for `stream`, one per stream, created on first request and reused
- * (seed 3.3). NULL without a CUDA driver or cuBLASLt; the message says why. */
+/* A cuBLAS handle (cublasHandle_t) bound to `stream` (cublasSetStream), one per stream, created on first
+ * request and reused (seed 3.3). NULL without a CUDA driver or libcublas.so.13 (found beside
+ * $PIPELINK_CUBLASLT, else by the loader); the message says why. */
 PIPELINK_API void* pipeLinkGetCublasHandle(void* stream);
 
 /* The message of the calling thread's last call ("" after a call that succeeded cleanly). Never NULL. */
