@@ -346,10 +346,17 @@ static void test_bad_plans(void) {
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
     memcpy(b, plan, n), b[8] = 0;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
-    /* a CPU plan relabelled CUDA: its native-call stages cannot be in a CUDA plan (real CUDA plans without a
-     * GPU: tests/native_core/test_cuda_plans.py) */
+    /* a CPU plan relabelled CUDA: well formed, but compiled for compute capability 0.0 (and here, maybe, no GPU) */
     memcpy(b, plan, n), b[16] = PIPELINK_DEVICE_CUDA;
-    EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_INTEGRITY);
+    EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+    { /* the policy plan relabelled CUDA: on_error and check_finite are not applied on the device */
+        size_t m = 0;
+        uint8_t* ops = read_all(path_of("ops.plk"), &m);
+        ops[16] = PIPELINK_DEVICE_CUDA;
+        EXPECT(load_bytes(ops, m, "bad.plk"), PIPELINK_ERR_INTEGRITY);
+        CHECK(strstr(pipeLinkGetLastErrorMessage(), "without on_error, check_finite") != NULL, "the message says why");
+        free(ops);
+    }
     memcpy(b, plan, n), b[16] = 42;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_INTEGRITY);
     memcpy(b, plan, n), b[n / 2] ^= 0x10;

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import pytest
 import pipelink as pl
 from benchmarks import cases
 from pipelink.errors import ErrorCode
+from pipelink.modules.build import build_module
 from pipelink.modules.services import PipeLinkTensor
 from pipelink.native import open_runtime
 from tests.conftest import assert_close
@@ -255,4 +258,52 @@ def test_execute_async_is_captured_in_a_torch_cuda_graph(core, tmp_path):
     graph.replay()
     torch.cuda.synchronize()
     assert_close(y.float().cpu().numpy(), _python_run(pipe, spec, fresh), "bfloat16", "graph replay")
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def test_the_walkthroughs_cuda_module_runs_in_a_cuda_plan(core, tmp_path):
+    # The seed's LayerNorm module (its CUDA entry point, built with nvcc) then a built-in relu: a native
+    # call on the run's stream followed by an embedded kernel.
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    src = Path(__file__).resolve().parents[2] / "examples" / "layernorm_module" / "src"
+    lib = build_module([src / "layernorm_kernel.cu", src / "layernorm.desc.h"], tmp_path / "lib" / "libln.so")
+    rows, cols = 64, 1024
+    doc = {
+        "name": "ln_cuda_module",
+        "inputs": {
+            "input_tensor": {"shape": [rows, cols], "dtype": "float32"},
+            "gamma_tensor": {"shape": [cols], "dtype": "float32"},
+            "beta_tensor": {"shape": [cols], "dtype": "float32"},
+            "eps_scalar": {"shape": [], "dtype": "float32"},
+        },
+        "outputs": ["norm_output", "mean_tensor", "rstd_tensor", "act"],
+        "pipeline": [
+            {
+                "name": "layer_norm_v1",
+                "library": str(lib),
+                "inputs": ["input_tensor", "gamma_tensor", "beta_tensor", "eps_scalar"],
+                "outputs": ["norm_output", "mean_tensor", "rstd_tensor"],
+            },
+            {"name": "relu", "inputs": ["norm_output"], "outputs": ["act"]},
+        ],
+    }
+    config = tmp_path / "ln_cuda_module.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    h = core.load(pipe.save(tmp_path / "ln_cuda_module.plk"))
+    g = torch.Generator(device="cuda").manual_seed(9)
+    ins = [
+        torch.randn((rows, cols), generator=g, device="cuda"),
+        torch.randn((cols,), generator=g, device="cuda"),
+        torch.randn((cols,), generator=g, device="cuda"),
+        torch.tensor(1e-5, device="cuda"),
+    ]
+    ran = pipe.run(dict(zip(doc["inputs"], ins, strict=True)))
+    refs = {k: np.asarray(v.numpy(), np.float32) for k, v in ran.items()}
+    outs = [torch.full(refs[k].shape, float("nan"), device="cuda") for k in doc["outputs"]]
+    torch.cuda.synchronize()
+    assert core.execute(h, ins, outs) == 0, core.message()
+    for name, out in zip(doc["outputs"], outs, strict=True):
+        assert_close(out.cpu().numpy(), refs[name], "float32", f"core vs Python: {name}")
     assert core.lib.pipeLinkDestroyPipeline(h) == 0

@@ -241,11 +241,11 @@ def test_cuda_plans_refuse_what_the_core_does_not_apply(extra, why):
     assert e.value.errors[0].path == "/pipeline/0" and why in e.value.message
 
 
-def test_cuda_plans_refuse_native_modules(plans):
+def test_cuda_plans_refuse_native_modules_without_a_cuda_entry_point(plans):
     cfg = json.loads((plans / "fail.json").read_text())
     cfg["pipeline"][0]["library"] = str(plans / "lib" / "libcore_ops.so")
     pipe, st = _stage(cfg, cfg["pipeline"][0]["id"])
-    with pipe, pytest.raises(ConfigError, match="is a native module; CUDA plans run built-in kernels"):
+    with pipe, pytest.raises(ConfigError, match="has no cuda entry point"):
         _check_stage(st, pipe._registry, cuda=True)
 
 

@@ -224,6 +224,9 @@ PipeLinkStatus plk_check_overlaps(const Plan* plan, const PipeLinkTensor* inputs
 PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out);
 ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st);
 void plk_give_context(Pipeline* p, ExecContext* c);
+/* One native call stage with its checks and policy (degraded: what a policy rescued, appended). */
+PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
+                            size_t cap, void* stream);
 
 /* cuda.c: the CUDA path (driver and cuBLASLt opened at run time) */
 PipeLinkStatus plk_cuda_load(Plan* plan);   /* context, modules, functions, cuBLASLt descriptors */
@@ -232,7 +235,8 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c);
 void plk_cuda_context_free(const Plan* plan, ExecContext* c);
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream,
                                 int async); /* async: on `stream`, no wait; else on the context's stream, waited for */
-int plk_cuda_free_device(uint64_t ptr); /* 0 when freed */
+int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
+PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
 
 /* pool.c */
 void plk_pool_clear(void);

@@ -439,9 +439,12 @@ static PipeLinkStatus run_matmul(const Stage* s, ExecContext* c, int32_t i, CUst
 
 static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stream) {
     PipeLinkStatus st = PIPELINK_SUCCESS;
+    char degraded[8]; /* CUDA plans carry no on_error policy: nothing is ever degraded */
     for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
         const Stage* s = &plan->stages[i];
+        degraded[0] = '\0';
         if (s->kind == PLK_STAGE_KERNEL) st = run_kernel(s, c, i, stream);
+        else if (s->kind == PLK_STAGE_CALL) st = plk_run_call(plan, s, c, &c->slots[i], degraded, sizeof degraded, stream);
         else if (s->kind == PLK_STAGE_MATMUL) st = run_matmul(s, c, i, stream);
         else if (s->alias_if_contiguous) c->data[s->out[0]] = c->data[s->in[0]]; /* device inputs are contiguous */
         else if (plan->tensors[s->in[0]].nbytes) {
@@ -535,11 +538,20 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
  * thread's is. cuMemFree waits for work using it. */
 int plk_cuda_free_device(uint64_t ptr) {
     CUcontext owner = NULL, popped = NULL;
+    if (ptr == 0) return 0;
     if (cu.MemFree == NULL || cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0) return -1;
     if (cu.CtxPushCurrent(owner) != 0) return -1;
     CUresult r = cu.MemFree((CUdeviceptr)ptr);
     cu.CtxPopCurrent(&popped);
     return r == 0 ? 0 : -1;
+}
+
+PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr) {
+    CUdeviceptr mem = 0;
+    CUresult r = cu.MemAlloc(&mem, size ? (size_t)size : 1);
+    if (r) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "%llu bytes of device memory (%s)", (unsigned long long)size, cu_name(r));
+    *ptr = (void*)(uintptr_t)mem;
+    return PIPELINK_SUCCESS;
 }
 
 /* ---- cuBLAS handles per stream (seed 3.3; pipelink.h's services.cublas_handle) ---- */

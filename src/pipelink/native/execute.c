@@ -26,6 +26,13 @@ static void* workspace_service(uint64_t size) {
     return slot->workspace;
 }
 
+/* CUDA plans: the device workspace made when the context was (from the module's workspace_size hook);
+ * never allocated on the hot path, so a larger request is NULL. */
+static void* device_workspace_service(uint64_t size) {
+    StageSlot* slot = running_slot;
+    return slot != NULL && size <= slot->workspace_size ? slot->workspace : NULL;
+}
+
 static void log_service(int32_t level, const char* msg) {
     static const char* names[] = {"debug", "info", "warning", "error"};
     const char* env = getenv("PIPELINK_NATIVE_LOG"); /* "debug" shows everything; warnings and errors always */
@@ -51,7 +58,9 @@ static void free_context(const Plan* plan, ExecContext* c) {
         if (st->kind == PLK_STAGE_CALL && st->call.destroy && s->services.user) st->call.destroy(s->services.user);
         if (st->kind == PLK_STAGE_CALL && st->fallback.destroy && s->fallback_services.user)
             st->fallback.destroy(s->fallback_services.user);
-        free(s->in), free(s->out), free(s->workspace);
+        free(s->in), free(s->out);
+        if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_free_device((uint64_t)(uintptr_t)s->workspace);
+        else free(s->workspace);
     }
     if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_context_free(plan, c);
     free(c->slots), free(c->data), free(c->missing), free(c->allocated), free(c->arena), free(c);
@@ -59,10 +68,18 @@ static void free_context(const Plan* plan, ExecContext* c) {
 
 static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, StageSlot* slot, PipeLinkServices* services,
                                    const char* stage) {
+    const int cuda = plan->device_type == PIPELINK_DEVICE_CUDA;
     services->abi_version = PIPELINK_ABI_VERSION;
-    services->device_type = PIPELINK_DEVICE_CPU;
-    services->log = log_service, services->workspace = workspace_service, services->cublas_handle = no_cublas;
-    if (call->workspace_size) {
+    services->device_type = plan->device_type;
+    services->log = log_service;
+    services->workspace = cuda ? device_workspace_service : workspace_service;
+    services->cublas_handle = cuda ? pipeLinkGetCublasHandle : no_cublas;
+    if (call->workspace_size && cuda) {
+        int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
+        PipeLinkStatus st = need > (int64_t)slot->workspace_size ? plk_cuda_alloc_device((uint64_t)need, &slot->workspace) : 0;
+        if (st) return st;
+        if (need > (int64_t)slot->workspace_size) slot->workspace_size = (uint64_t)need;
+    } else if (call->workspace_size) {
         int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
         running_slot = slot;
         if (need > 0 && workspace_service((uint64_t)need) == NULL)
@@ -75,7 +92,6 @@ static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, Sta
             return plk_fail(status > 0 && status <= 13 ? (PipeLinkStatus)status : PIPELINK_ERR_MODULE_CRASH,
                             "stage '%s': operator %s's context_create returned %d", stage, call->op_name, status);
     }
-    (void)plan;
     return PIPELINK_SUCCESS;
 }
 
@@ -261,16 +277,16 @@ static int64_t count_nonfinite(const PipeLinkTensor* t) {
 
 /* ---- running ---- */
 
-static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services) {
+static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services, void* stream) {
     running_slot = slot;
-    int status = c->fn(slot->in, c->n_in, slot->out, c->n_out, c->attrs, c->n_attrs, services, NULL);
+    int status = c->fn(slot->in, c->n_in, slot->out, c->n_out, c->attrs, c->n_attrs, services, stream);
     running_slot = NULL;
     return status;
 }
 
 /* One call stage with its checks and policy. Returns 0, or the failure the caller must report. */
-static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
-                               size_t cap) {
+PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
+                            size_t cap, void* stream) {
     for (int32_t j = 0; j < s->n_in; ++j)
         if (s->in[j] >= 0 && c->missing[s->in[j]]) { /* an earlier skip: this stage cannot run */
             for (int32_t k = 0; k < s->n_out; ++k) c->missing[s->out[k]] = 1;
@@ -282,7 +298,7 @@ static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c,
     for (int32_t j = 0; j < s->n_out; ++j) slot->out[j].data = c->data[s->out[j]];
     struct timespec t0, t1;
     if (s->timeout_ms > 0) clock_gettime(CLOCK_MONOTONIC, &t0);
-    int status = call(&s->call, slot, &slot->services);
+    int status = call(&s->call, slot, &slot->services, stream);
     char why[256];
     double ms = 0;
     if (s->timeout_ms > 0) {
@@ -328,7 +344,7 @@ static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c,
         return PIPELINK_SUCCESS;
     }
     if (s->on_error == PLK_ON_ERROR_FALLBACK) {
-        int fb = call(&s->fallback, slot, &slot->fallback_services);
+        int fb = call(&s->fallback, slot, &slot->fallback_services, stream);
         if (fb != 0)
             return plk_fail(PIPELINK_ERR_MODULE_CRASH, "stage '%s': fallback %s failed too (status %d, %s); original "
                             "error: operator %s %s", s->id, s->fallback.op_name, fb, plk_status_name(fb), s->call.op_name, why);
@@ -365,7 +381,7 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLin
             }
             continue;
         }
-        PipeLinkStatus st = run_call(plan, s, c, &c->slots[i], degraded, cap);
+        PipeLinkStatus st = plk_run_call(plan, s, c, &c->slots[i], degraded, cap, NULL);
         if (st) return st;
     }
     return PIPELINK_SUCCESS;

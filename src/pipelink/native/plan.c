@@ -276,7 +276,6 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
         return 1;
     }
     if (s->kind != PLK_STAGE_CALL) return r->what = "a known stage kind", 0;
-    if (plan->device_type != PIPELINK_DEVICE_CPU) return r->what = "stages of a CUDA plan (kernels, matmuls, relayouts)", 0;
     s->op_version = rd_str(r, "an operator version");
     s->op_json = rd_str(r, "an operator manifest");
     s->on_error = rd_u8(r, "an on_error policy");
@@ -284,6 +283,10 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
     s->timeout_ms = rd_f64(r, "a timeout");
     if (r->what == NULL && !(s->timeout_ms >= 0 && s->timeout_ms < 1e12)) r->what = "a timeout in [0, 1e12) ms";
     if (r->what == NULL && (s->on_error < 0 || s->on_error > PLK_ON_ERROR_FALLBACK)) r->what = "a known on_error policy";
+    /* On the device the core applies no policy and reads no output on the host (check_finite). */
+    if (r->what == NULL && plan->device_type == PIPELINK_DEVICE_CUDA &&
+        (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite || s->timeout_ms != 0))
+        r->what = "a native call of a CUDA plan without on_error, check_finite or timeout_ms";
     if (!read_call(r, &s->call, (uint32_t)plan->n_libraries)) return 0;
     if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 1) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))
         return 0;
@@ -372,8 +375,6 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
     plan->stages = r.what == NULL ? calloc((size_t)plan->n_stages + 1, sizeof(Stage)) : NULL;
     for (int32_t i = 0; plan->stages && i < plan->n_stages && r.what == NULL; ++i) read_stage(&r, &plan->stages[i], plan);
     if (r.what == NULL && r.pos != r.n) r.what = "the end of the payload";
-    if (r.what == NULL && device_type == PIPELINK_DEVICE_CUDA && plan->n_libraries > 0)
-        r.what = "a CUDA plan without native modules";
     if (r.what == NULL && (plan->tensors == NULL || plan->libraries == NULL || plan->stages == NULL))
         r.what = "memory for the plan";
     const char* bad = r.what == NULL ? check_plan(plan) : NULL;

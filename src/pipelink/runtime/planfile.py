@@ -100,8 +100,9 @@ def _refuse(st: LinkedStage, why: str) -> ConfigError:
     )
 
 
-def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
-    """The manifest entry of a native CPU operator, or a ConfigError saying why the core cannot call it."""
+def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator", device: str = "cpu"):
+    """The manifest entry of a native operator with an entry point for ``device`` ("cpu" or "cuda"), or a
+    ConfigError saying why the core cannot call it."""
     if desc.source in ("builtin", "python"):
         kind = "a built-in NumPy operator" if desc.source == "builtin" else "a Python operator"
         raise _refuse(
@@ -115,8 +116,11 @@ def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
         raise _refuse(
             st, f"{what} is a legacy kernel bound through a sidecar; the core calls ABI entry points only"
         )
-    if "cpu" not in spec.entry:
-        raise _refuse(st, f"{what} has no CPU entry point (devices {list(spec.devices)}); CPU plans need one")
+    if device not in spec.entry:
+        raise _refuse(
+            st,
+            f"{what} has no {device} entry point (devices {list(spec.devices)}); {device} plans need one",
+        )
     return module, spec
 
 
@@ -129,14 +133,16 @@ def _check_stage(st: LinkedStage, registry, cuda: bool) -> None:
         if st.fallback is not None:
             _native_spec(st.fallback, registry, st, what="its fallback")
         return
-    # CUDA plans replay the launches of built-in kernels; a failure fails the run (docs/plan-format.md).
-    if st.desc.source != "builtin":
-        kind = "a Python operator" if st.desc.source == "python" else "a native module"
+    # CUDA plans replay the launches of built-in kernels and call native modules' CUDA entry points; a
+    # failure fails the run (docs/plan-format.md).
+    if st.desc.source == "python":
         raise _refuse(
             st,
-            f"its operator {st.desc.name!r} is {kind}; CUDA plans run built-in kernels and cuBLASLt only "
-            "in this version. Run this pipeline from Python, or compile it with --device cpu",
+            f"its operator {st.desc.name!r} is a Python operator; the native core runs built-in kernels, "
+            "cuBLASLt and native modules. Run this pipeline from Python",
         )
+    if st.desc.source != "builtin":
+        _native_spec(st.desc, registry, st, device="cuda")
     if c.on_error.kind != "fail" or c.constraints.check_finite or c.constraints.timeout_ms:
         raise _refuse(
             st,
@@ -180,10 +186,10 @@ def _attrs(p: _Payload, values: Mapping[str, Any], where: str) -> None:
             p.i64s([slot.value.i])
 
 
-def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str) -> None:
+def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str, device: str) -> None:
     p.str(spec.name)
     p.u32(library)
-    p.str(spec.entry["cpu"])
+    p.str(spec.entry[device])
     p.str(spec.workspace_size or "")
     p.str(spec.context_create or "")
     p.str(spec.context_destroy or "")
@@ -353,7 +359,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
                 stages.refs([index[source]])
                 stages.refs([index[name]])
                 n_stages += 1
-        if cuda:
+        if cuda and st.desc.source == "builtin":
 
             def ports(step=step) -> None:
                 stages.refs([index[n] if n is not None else -1 for n in step.in_names])
@@ -366,7 +372,8 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
                     _kernel_stage(stages, st.id, launch, cubins, ports)
                 n_stages += 1
             continue
-        module, spec = _native_spec(st.desc, registry, st)
+        device = "cuda" if cuda else "cpu"
+        module, spec = _native_spec(st.desc, registry, st, device=device)
         c = st.config
         stages.u8(STAGE_CALL)
         stages.str(st.id)
@@ -378,12 +385,12 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
         params = dict(tuned.get(st.id, {}))
         if st.math:
             params["math"] = st.math
-        _call(stages, spec, library(module), {**st.attrs, **params}, f"stage {st.id!r}")
+        _call(stages, spec, library(module), {**st.attrs, **params}, f"stage {st.id!r}", device)
         stages.refs([index[n] if n is not None else -1 for n in step.in_names])
         stages.refs([index[n] for n in step.out_names])
         if c.on_error.kind == "fallback":
             fb_module, fb_spec = _native_spec(st.fallback, registry, st, what="its fallback")
-            _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback")
+            _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback", device)
             stages.u32(len(st.fallback.inputs))
             stages.u32(len(st.fallback.outputs))
         n_stages += 1
