@@ -16,7 +16,7 @@
  * message says to run `pipelink compile` and load the .plk.
  *
  * CPU plans call native modules; CUDA plans launch built-in kernels (embedded cubins) and cuBLASLt products
- * (docs/native-core.md, "The CUDA path"). The CUDA driver (libcuda.so.1) and cuBLASLt ($PIPELINK_CUBLASLT,
+ * and call native modules' CUDA entry points (docs/native-core.md, "The CUDA path"). The CUDA driver (libcuda.so.1) and cuBLASLt ($PIPELINK_CUBLASLT,
  * else libcublasLt.so.13) are opened at run time: without them a CUDA plan is PIPELINK_ERR_HARDWARE_UNSUPPORTED.
  */
 #ifndef PIPELINK_RUNTIME_H_
