@@ -52,6 +52,8 @@ void plk_fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
 
 static void free_context(const Plan* plan, ExecContext* c) {
     if (c == NULL) return;
+    /* CUDA: the context's last run finishes (its stream and event are waited for) before anything goes */
+    if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_context_free(plan, c);
     for (int32_t i = 0; c->slots && i < plan->n_stages; ++i) {
         StageSlot* s = &c->slots[i];
         const Stage* st = &plan->stages[i];
@@ -62,7 +64,6 @@ static void free_context(const Plan* plan, ExecContext* c) {
         if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_free_device((uint64_t)(uintptr_t)s->workspace);
         else free(s->workspace);
     }
-    if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_context_free(plan, c);
     free(c->slots), free(c->data), free(c->missing), free(c->allocated), free(c->arena), free(c);
 }
 
