@@ -307,3 +307,23 @@ def test_the_walkthroughs_cuda_module_runs_in_a_cuda_plan(core, tmp_path):
     for name, out in zip(doc["outputs"], outs, strict=True):
         assert_close(out.cpu().numpy(), refs[name], "float32", f"core vs Python: {name}")
     assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+@pytest.mark.parametrize("allocator", [0, 1], ids=["async", "legacy"])
+def test_runtime_allocated_outputs_follow_the_allocator_choice(core, tmp_path, allocator):
+    pipe, plan, spec = _compiled(tmp_path, "relu_gelu", "float32")
+    h = core.load(plan)
+    ins = _inputs(spec, "float32", seed=11)
+    ref = _python_run(pipe, spec, ins)
+    assert core.lib.pipeLinkSetMemoryAllocator(allocator) == 0
+    try:
+        keep: list = []
+        outs = core.tensors([(ref.shape, "float32")], keep)
+        assert core.lib.pipeLinkExecute(h, core.tensors(ins, keep), 1, outs, 1) == 0, core.message()
+        view = torch.empty(ref.shape, device="cuda")
+        _copy_device(view.data_ptr(), outs[0].data, view.numel() * 4)
+        assert_close(view.cpu().numpy(), ref, "float32", f"allocator {allocator}")
+        assert core.lib.pipeLinkFree(outs[0].data) == 0, core.message()
+    finally:
+        assert core.lib.pipeLinkSetMemoryAllocator(0) == 0
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0

@@ -242,5 +242,6 @@ PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memor
 void plk_pool_clear(void);
 int plk_pool_release(void* ptr); /* pipeLinkFree without touching the message: 0, or -1 if unknown */
 int plk_pool_track_device(void* ptr, uint64_t size); /* a device block the runtime allocated; 0 when tracked */
+int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator: how device outputs are allocated */
 
 #endif /* PIPELINK_CORE_H_ */

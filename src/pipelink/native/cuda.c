@@ -498,6 +498,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     for (int32_t i = 0; i < plan->n_inputs; ++i)
         c->data[plan->inputs[i]] = (char*)inputs[i].data + inputs[i].byte_offset;
     memset(c->allocated, 0, (size_t)plan->n_outputs);
+    const int legacy = plk_pool_allocator() == PIPELINK_ALLOCATOR_LEGACY;
     for (int32_t i = 0; i < plan->n_outputs && !st; ++i) {
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
         if (outputs[i].data != NULL) {
@@ -505,7 +506,8 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
             continue;
         }
         CUdeviceptr mem = 0;
-        if ((r = cu.MemAllocAsync(&mem, t->nbytes ? (size_t)t->nbytes : 1, run)) != 0) {
+        const size_t bytes = t->nbytes ? (size_t)t->nbytes : 1;
+        if ((r = legacy ? cu.MemAlloc(&mem, bytes) : cu.MemAllocAsync(&mem, bytes, run)) != 0) {
             st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "output %d ('%s'): %llu device bytes (%s)", i, t->name,
                           (unsigned long long)t->nbytes, cu_name(r));
             break;
@@ -521,7 +523,8 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
         void* mem = c->data[plan->outputs[i]];
         if (st || plk_pool_track_device(mem, t->nbytes) != 0) {
-            cu.MemFreeAsync((CUdeviceptr)(uintptr_t)mem, run);
+            if (legacy) cu.MemFree((CUdeviceptr)(uintptr_t)mem);
+            else cu.MemFreeAsync((CUdeviceptr)(uintptr_t)mem, run);
             if (!st) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "tracking output %d's device block", i);
             continue;
         }

@@ -121,6 +121,13 @@ int plk_pool_release(void* ptr) {
     return 0;
 }
 
+int32_t plk_pool_allocator(void) {
+    pthread_mutex_lock(&lock);
+    int32_t kind = stats.allocator;
+    pthread_mutex_unlock(&lock);
+    return kind;
+}
+
 int plk_pool_track_device(void* ptr, uint64_t size) {
     pthread_mutex_lock(&lock);
     int ok = table_insert(ptr, -1, size);

@@ -61,9 +61,10 @@ typedef struct PipeLinkPipelineInfo {
     uint64_t arena_bytes; /* one arena of this size per execution context */
 } PipeLinkPipelineInfo;
 
-/* The allocator behind pipeLinkMalloc. ASYNC (stream-ordered, the default) and LEGACY (synchronous) differ
- * only on CUDA, where LEGACY is what code inside a foreign CUDA-graph capture needs; the CPU pool is the
- * same for both. The choice is reported in PipeLinkPoolStats.allocator. */
+/* How the runtime allocates the device outputs of CUDA plans (data NULL): ASYNC (the default) with
+ * cuMemAllocAsync on the run's stream, LEGACY with cuMemAlloc (synchronous). The host pool of pipeLinkMalloc
+ * is the same for both. Inside a stream capture neither is used: pass preallocated outputs. The choice is
+ * reported in PipeLinkPoolStats.allocator. */
 typedef enum PipeLinkAllocator {
     PIPELINK_ALLOCATOR_ASYNC = 0,
     PIPELINK_ALLOCATOR_LEGACY = 1
