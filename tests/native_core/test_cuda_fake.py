@@ -189,7 +189,8 @@ rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_voi
 rt.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
 rt.pipeLinkInitialize()
 h = ctypes.c_void_p()
-print(rt.pipeLinkLoadPipeline(sys.argv[2].encode(), ctypes.byref(h)), rt.pipeLinkGetLastErrorMessage().decode())
+status = rt.pipeLinkLoadPipeline(sys.argv[2].encode(), ctypes.byref(h))
+print(status, rt.pipeLinkGetLastErrorMessage().decode())
 """
 
 
