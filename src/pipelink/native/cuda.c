@@ -498,7 +498,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     for (int32_t i = 0; i < plan->n_inputs; ++i)
         c->data[plan->inputs[i]] = (char*)inputs[i].data + inputs[i].byte_offset;
     memset(c->allocated, 0, (size_t)plan->n_outputs);
-    const int legacy = plk_pool_allocator() == PIPELINK_ALLOCATOR_LEGACY;
+    int legacy = 0; /* read only when an output is allocated: the pool's lock stays off the common path */
     for (int32_t i = 0; i < plan->n_outputs && !st; ++i) {
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
         if (outputs[i].data != NULL) {
@@ -507,6 +507,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         }
         CUdeviceptr mem = 0;
         const size_t bytes = t->nbytes ? (size_t)t->nbytes : 1;
+        legacy = plk_pool_allocator() == PIPELINK_ALLOCATOR_LEGACY;
         if ((r = legacy ? cu.MemAlloc(&mem, bytes) : cu.MemAllocAsync(&mem, bytes, run)) != 0) {
             st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "output %d ('%s'): %llu device bytes (%s)", i, t->name,
                           (unsigned long long)t->nbytes, cu_name(r));
@@ -516,7 +517,9 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         c->data[plan->outputs[i]] = (void*)(uintptr_t)mem;
     }
     if (!st) st = run_stages(plan, c, run);
-    if (!st && !capturing && (r = cu.EventRecord(c->done, run)) != 0) st = cuda_fail(r, "cuEventRecord", NULL);
+    /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
+     * waits for it. */
+    if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
     if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!c->allocated[i]) continue;
