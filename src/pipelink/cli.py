@@ -337,7 +337,7 @@ def lib_dir_cmd() -> None:
 def compile(
     config: Annotated[Path, typer.Argument(help="pipeline JSON")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the plan file to write (.plk)")],
-    device: Annotated[str, typer.Option(help="device of the plan (cpu)")] = "cpu",
+    device: Annotated[str, typer.Option(help="device of the plan: cpu | cuda | cuda:N")] = "cpu",
     shape: Annotated[
         list[str] | None,
         typer.Option(help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input)"),

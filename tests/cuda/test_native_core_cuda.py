@@ -1,5 +1,5 @@
 """The native core on a GPU host: pipeLinkValidateHardware reads the device through the CUDA driver, which
-the core opens at run time (dlopen). Its CUDA path is not built yet (docs/native-core.md)."""
+the core opens at run time (dlopen). CUDA plans run in tests/native_core/test_cuda_gpu.py."""
 
 from __future__ import annotations
 

@@ -342,10 +342,21 @@ static void test_bad_plans(void) {
     EXPECT(load_bytes((const uint8_t*)"hello, world\n", 13, "bad.plk"), PIPELINK_ERR_INVALID_CONFIG);
     EXPECT(load_bytes(plan, 40, "bad.plk"), PIPELINK_ERR_INTEGRITY);
     EXPECT(load_bytes(plan, n - 1, "bad.plk"), PIPELINK_ERR_INTEGRITY);
-    memcpy(b, plan, n), b[8] = 2;
+    memcpy(b, plan, n), b[8] = 3;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
+    memcpy(b, plan, n), b[8] = 0;
+    EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
+    /* a CPU plan relabelled CUDA: well formed, but compiled for compute capability 0.0 (and here, maybe, no GPU) */
     memcpy(b, plan, n), b[16] = PIPELINK_DEVICE_CUDA;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+    { /* the policy plan relabelled CUDA: on_error and check_finite are not applied on the device */
+        size_t m = 0;
+        uint8_t* ops = read_all(path_of("ops.plk"), &m);
+        ops[16] = PIPELINK_DEVICE_CUDA;
+        EXPECT(load_bytes(ops, m, "bad.plk"), PIPELINK_ERR_INTEGRITY);
+        CHECK(strstr(pipeLinkGetLastErrorMessage(), "without on_error, check_finite") != NULL, "the message says why");
+        free(ops);
+    }
     memcpy(b, plan, n), b[16] = 42;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_INTEGRITY);
     memcpy(b, plan, n), b[n / 2] ^= 0x10;
@@ -408,12 +419,16 @@ static void test_memory_and_hardware(void) {
         CHECK(st == PIPELINK_ERR_HARDWARE_UNSUPPORTED, "no driver: compute_capability cannot be met");
         CHECK(strstr(pipeLinkGetLastErrorMessage(), "libcuda.so.1") != NULL, "the message says why");
         EXPECT(pipeLinkValidateHardware("device=cuda"), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+        CHECK(pipeLinkGetCublasHandle(NULL) == NULL && strstr(pipeLinkGetLastErrorMessage(), "libcuda.so.1") != NULL,
+              "no cuBLAS handle without a driver, and the message says why");
     } else {
         CHECK(st == PIPELINK_SUCCESS || st == PIPELINK_ERR_HARDWARE_UNSUPPORTED, "a status either way");
         EXPECT(pipeLinkValidateHardware("compute_capability>=99.0"), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+        void* first = pipeLinkGetCublasHandle(NULL); /* the legacy default stream */
+        CHECK(first == NULL ? pipeLinkGetLastErrorMessage()[0] != '\0' : pipeLinkGetCublasHandle(NULL) == first,
+              "one cuBLAS handle per stream, reused (or a message saying why there is none)");
         dlclose(driver);
     }
-    CHECK(pipeLinkGetCublasHandle(NULL) == NULL && pipeLinkGetLastErrorMessage()[0] != '\0', "no cuBLAS on the CPU path");
 }
 
 /* ---- one pipeline, many threads: each run on fresh data compared with its reference ---- */

@@ -105,6 +105,7 @@ static void destroy_slot(Slot* s, uint64_t live_state) {
     atomic_store(&s->state, ((live_state >> 1) + 1) << 1); /* the next generation, free */
     plk_pipeline_free_contexts(p);
     pthread_mutex_destroy(&p->pool_lock);
+    plk_cuda_unload(&p->plan);
     plk_plan_free(&p->plan);
     free(p->input_info), free(p->output_info), free(p);
 }
@@ -147,16 +148,19 @@ static uint32_t le32(const uint8_t* p) { return (uint32_t)p[0] | (uint32_t)p[1] 
 static uint64_t le64(const uint8_t* p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
 /* Check the envelope (docs/plan-format.md): magic, version, device, size, checksum. */
-static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* path, int32_t* device_type, int32_t* device_id) {
+static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* path, uint32_t* version_out,
+                                     int32_t* device_type, int32_t* device_id) {
     if (n < 8 || memcmp(b, PLK_MAGIC, 8) != 0)
         return plk_fail(PIPELINK_ERR_INVALID_CONFIG, "%s is not a PipeLink plan (no PLKPLAN magic); write one with "
                         "`pipelink compile CONFIG -o model.plk`", path);
     if (n < PLK_HEADER_SIZE)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is truncated: %zu bytes, shorter than its header", path, n);
     uint32_t version = le32(b + 8), header = le32(b + 12);
-    if (version != PLK_FORMAT_VERSION)
-        return plk_fail(PIPELINK_ERR_VERSION_MISMATCH, "plan %s has format version %u; this runtime reads version %u: "
-                        "recompile it with the PipeLink that ships this runtime", path, version, PLK_FORMAT_VERSION);
+    if (version < PLK_FORMAT_VERSION_MIN || version > PLK_FORMAT_VERSION)
+        return plk_fail(PIPELINK_ERR_VERSION_MISMATCH, "plan %s has format version %u; this runtime reads versions %u "
+                        "to %u: recompile it with the PipeLink that ships this runtime", path, version,
+                        PLK_FORMAT_VERSION_MIN, PLK_FORMAT_VERSION);
+    *version_out = version;
     if (header != PLK_HEADER_SIZE)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: header size %u, expected %u", path, header, PLK_HEADER_SIZE);
     *device_type = (int32_t)le32(b + 16), *device_id = (int32_t)le32(b + 20);
@@ -168,10 +172,11 @@ static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* pat
     plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
     if (memcmp(digest, b + 32, 32) != 0)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is corrupt: the payload's sha256 differs from its header's", path);
-    if (*device_type == PIPELINK_DEVICE_CUDA)
-        return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "plan %s was compiled for cuda:%d; this runtime runs CPU plans "
-                        "only (its CUDA path is not built yet): compile with --device cpu", path, *device_id);
-    if (*device_type != PIPELINK_DEVICE_CPU)
+    if (*device_type == PIPELINK_DEVICE_CUDA && version < 2)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: a version 1 plan cannot be a CUDA plan", path);
+    if (*device_type == PIPELINK_DEVICE_CUDA && (*device_id < 0 || *device_id > 1024))
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s names CUDA device %d", path, *device_id);
+    if (*device_type != PIPELINK_DEVICE_CPU && *device_type != PIPELINK_DEVICE_CUDA)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s names device type %d, which is not a PipeLink device", path, *device_type);
     return PIPELINK_SUCCESS;
 }
@@ -240,21 +245,24 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     if (st) return st;
     Pipeline* p = calloc(1, sizeof *p);
     int32_t device_type = 0, device_id = 0;
-    st = p ? check_envelope(bytes, n, path, &device_type, &device_id) : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
-    if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, &p->plan);
+    uint32_t version = 0;
+    st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id)
+           : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
+    if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
     free(bytes);
     if (st) { free(p); return st; }
-    p->plan.device_type = device_type, p->plan.device_id = device_id;
     /* Libraries resolve against the plan's folder (the writer stored them relative to it). */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", file);
     char* slash = strrchr(dir, '/');
     if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
     if (!st) st = plk_plan_open_libraries(&p->plan, dir[0] ? dir : "/");
+    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load(&p->plan);
     p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
     p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
     if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");
     if (st) {
+        plk_cuda_unload(&p->plan);
         plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
         return st;
     }
@@ -268,6 +276,7 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     if (index < 0) {
         pthread_mutex_unlock(&registry_lock);
         pthread_mutex_destroy(&p->pool_lock);
+        plk_cuda_unload(&p->plan);
         plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkLoadPipeline: %d pipelines are loaded already; destroy some", MAX_PIPELINES);
     }
@@ -294,7 +303,7 @@ PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelin
 /* ---- execution ---- */
 
 static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
-                              PipeLinkTensor* outputs, int32_t n_outputs, void* stream) {
+                              PipeLinkTensor* outputs, int32_t n_outputs, void* stream, int async) {
     Slot* s = pin(h, fn);
     if (s == NULL) return PIPELINK_ERR_INVALID_ARGUMENT;
     Pipeline* p = s->pipeline;
@@ -305,6 +314,8 @@ static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const Pi
     else if ((inputs == NULL && n_inputs > 0) || (outputs == NULL && n_outputs > 0))
         st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: %s is NULL, but the pipeline has %d of them", fn,
                       inputs == NULL && n_inputs > 0 ? "inputs" : "outputs", inputs == NULL && n_inputs > 0 ? n_inputs : n_outputs);
+    else if (p->plan.device_type == PIPELINK_DEVICE_CUDA)
+        st = plk_cuda_execute(p, inputs, outputs, stream, async);
     else if (stream != NULL)
         st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline '%s' is a CPU plan; pass a NULL stream", fn, p->plan.name);
     else
@@ -315,12 +326,12 @@ static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const Pi
 
 PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                PipeLinkTensor* outputs, int32_t n_outputs) {
-    return execute("pipeLinkExecute", h, inputs, n_inputs, outputs, n_outputs, NULL);
+    return execute("pipeLinkExecute", h, inputs, n_inputs, outputs, n_outputs, NULL, 0);
 }
 
 PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                     PipeLinkTensor* outputs, int32_t n_outputs, void* stream) {
-    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream);
+    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream, 1);
 }
 
 /* ---- operators ---- */

@@ -11,13 +11,15 @@
 #include "../include/pipelink/runtime.h"
 
 #define PLK_MAGIC "PLKPLAN"     /* 8 bytes with the NUL */
-#define PLK_FORMAT_VERSION 1u
+#define PLK_FORMAT_VERSION 2u     /* written; version 1 (CPU plans, no cubins) is still read */
+#define PLK_FORMAT_VERSION_MIN 1u
 #define PLK_HEADER_SIZE 64u
 #define PLK_MAX_NDIM 32
 #define PLK_MAX_COUNT (1u << 20) /* any count in a plan: tensors, stages, attrs, ... */
 
 enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1 };
-enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1 };
+enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3 };
+enum { PLK_PARAM_PTR = 0, PLK_PARAM_I32 = 1, PLK_PARAM_I64 = 2, PLK_PARAM_F32 = 3, PLK_PARAM_F64 = 4 };
 enum { PLK_ON_ERROR_FAIL = 0, PLK_ON_ERROR_IDENTITY = 1, PLK_ON_ERROR_SKIP = 2, PLK_ON_ERROR_FALLBACK = 3 };
 
 typedef struct PlanTensor {
@@ -57,6 +59,53 @@ typedef struct CallTarget {
     PipeLinkContextDestroyFn destroy;
 } CallTarget;
 
+/* One parameter of a kernel launch: a pointer to a plan tensor (-1: null) or a scalar's bytes. */
+typedef struct KernelParam {
+    int32_t kind;   /* PLK_PARAM_* */
+    int32_t tensor; /* PLK_PARAM_PTR */
+    uint32_t align; /* PLK_PARAM_PTR: the byte alignment the kernel assumes */
+    uint64_t bits;  /* scalars: the value's bytes (little-endian, 4 or 8) */
+} KernelParam;
+
+/* A launch of a built-in kernel from one of the plan's cubins (PLK_STAGE_KERNEL). */
+typedef struct KernelLaunch {
+    uint32_t cubin;
+    char* name;
+    uint32_t dims[7]; /* grid x, y, z, block x, y, z, dynamic shared memory */
+    int32_t n_params;
+    KernelParam* params;
+    void* function; /* CUfunction, resolved at load */
+} KernelLaunch;
+
+/* A column-major cuBLASLt layout. */
+typedef struct MatmulLayout {
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t count; /* strided batch count (1: not batched) */
+    int64_t stride;
+} MatmulLayout;
+
+/* The cuBLASLt calls of one product (PLK_STAGE_MATMUL), in cuBLASLt's order (A, B, C, D). */
+typedef struct MatmulCall {
+    int32_t data_type, compute_type, scale_type;
+    uint8_t trans[2];
+    uint32_t epilogue;
+    MatmulLayout layout[3]; /* A, B, C = D */
+    double alpha, beta;
+    int32_t operand[4]; /* plan tensors of A, B, C, D */
+    int32_t bias;       /* plan tensor of the BIAS epilogue's vector, or -1 */
+    int32_t n_calls;
+    int64_t* offsets; /* 3 per call: A, B, C/D, in elements */
+    uint32_t itemsize;
+    uint64_t max_workspace;
+    uint32_t min_align[4];
+    /* made at load (cuda.c) */
+    void* layouts[3];
+    uint64_t algo[8]; /* cublasLtMatmulAlgo_t */
+    uint64_t workspace;
+    uint8_t alpha_bytes[8], beta_bytes[8]; /* in the scale type */
+} MatmulCall;
+
 typedef struct Stage {
     int32_t kind; /* PLK_STAGE_* */
     char* id;
@@ -73,7 +122,16 @@ typedef struct Stage {
     int32_t* in;
     int32_t* out;
     int32_t alias_if_contiguous; /* relayout: read a contiguous source in place instead of copying */
+    KernelLaunch kernel;         /* PLK_STAGE_KERNEL */
+    MatmulCall matmul;           /* PLK_STAGE_MATMUL */
 } Stage;
+
+typedef struct PlanCubin {
+    uint8_t sha256[32];
+    uint64_t size;
+    uint8_t* bytes;
+    void* module; /* CUmodule, loaded at load */
+} PlanCubin;
 
 typedef struct Plan {
     int32_t device_type, device_id;
@@ -90,6 +148,12 @@ typedef struct Plan {
     int32_t n_stages;
     Stage* stages;
     uint8_t* read_in_place; /* per tensor: a module reads it directly (so a caller's copy must be contiguous) */
+    uint32_t compute_capability; /* CUDA plans: major * 10 + minor the cubins were built for */
+    int32_t n_cubins;
+    PlanCubin* cubins;
+    uint32_t* align; /* per tensor: the byte alignment its kernels assume (CUDA plans) */
+    void* cuda_context; /* CUcontext: the device's primary context, retained while loaded */
+    uint64_t workspace_bytes; /* the largest cuBLASLt workspace a stage needs */
 } Plan;
 
 /* Per stage and execution context: the tensor arrays handed to the module, its services and state. */
@@ -110,6 +174,16 @@ typedef struct ExecContext {
     uint8_t* missing; /* per plan tensor: not produced this run (skip) */
     uint8_t* allocated; /* per output: allocated by the runtime this run */
     StageSlot* slots;
+    /* CUDA plans */
+    uint64_t device_arena;
+    void* stream;  /* CUstream: pipeLinkExecute's */
+    void* done;    /* CUevent: recorded after each run; waited on by the next run using this context */
+    void* lt;      /* cublasLtHandle_t */
+    void** descs;  /* per stage: its cublasLtMatmulDesc_t (the bias pointer differs per context) */
+    uint64_t* bias_set; /* per stage: the bias pointer its desc holds */
+    uint64_t workspace;
+    uint64_t** kernel_values; /* per kernel stage: parameter values; kernel_ptrs points at them */
+    void*** kernel_ptrs;
 } ExecContext;
 
 typedef struct Pipeline {
@@ -134,7 +208,8 @@ void plk_sha256(const void* data, size_t n, uint8_t out[32]);
 void plk_hex(const uint8_t* bytes, size_t n, char* out); /* out: 2n+1 chars */
 
 /* plan.c */
-PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where, Plan* plan);
+PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where, uint32_t version, int32_t device_type,
+                              int32_t device_id, Plan* plan);
 PipeLinkStatus plk_plan_open_libraries(Plan* plan, const char* plan_dir);
 void plk_plan_free(Plan* plan);
 int plk_dtype_info(int32_t dtype_id, PipeLinkDataType* dtype, uint32_t* itemsize);
@@ -142,9 +217,31 @@ int plk_dtype_info(int32_t dtype_id, PipeLinkDataType* dtype, uint32_t* itemsize
 /* execute.c */
 PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs);
 void plk_pipeline_free_contexts(Pipeline* p);
+void plk_fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref);
+PipeLinkStatus plk_check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
+                                int contiguous, int32_t device_type);
+PipeLinkStatus plk_check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs);
+PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out);
+ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st);
+void plk_give_context(Pipeline* p, ExecContext* c);
+/* One native call stage with its checks and policy (degraded: what a policy rescued, appended). */
+PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
+                            size_t cap, void* stream);
+
+/* cuda.c: the CUDA path (driver and cuBLASLt opened at run time) */
+PipeLinkStatus plk_cuda_load(Plan* plan);   /* context, modules, functions, cuBLASLt descriptors */
+void plk_cuda_unload(Plan* plan);
+PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c);
+void plk_cuda_context_free(const Plan* plan, ExecContext* c);
+PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream,
+                                int async); /* async: on `stream`, no wait; else on the context's stream, waited for */
+int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
+PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
 
 /* pool.c */
 void plk_pool_clear(void);
 int plk_pool_release(void* ptr); /* pipeLinkFree without touching the message: 0, or -1 if unknown */
+int plk_pool_track_device(void* ptr, uint64_t size); /* a device block the runtime allocated; 0 when tracked */
+int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator: how device outputs are allocated */
 
 #endif /* PIPELINK_CORE_H_ */

@@ -26,6 +26,13 @@ static void* workspace_service(uint64_t size) {
     return slot->workspace;
 }
 
+/* CUDA plans: the device workspace made when the context was (from the module's workspace_size hook);
+ * never allocated on the hot path, so a larger request is NULL. */
+static void* device_workspace_service(uint64_t size) {
+    StageSlot* slot = running_slot;
+    return slot != NULL && size <= slot->workspace_size ? slot->workspace : NULL;
+}
+
 static void log_service(int32_t level, const char* msg) {
     static const char* names[] = {"debug", "info", "warning", "error"};
     const char* env = getenv("PIPELINK_NATIVE_LOG"); /* "debug" shows everything; warnings and errors always */
@@ -35,9 +42,9 @@ static void log_service(int32_t level, const char* msg) {
 
 static void* no_cublas(void* stream) { (void)stream; return NULL; }
 
-static void fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
+void plk_fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
     memset(t, 0, sizeof *t);
-    t->device.device_type = PIPELINK_DEVICE_CPU;
+    t->device.device_type = plan->device_type, t->device.device_id = plan->device_id;
     if (ref < 0) return; /* an absent optional input: data NULL, ndim 0 */
     const PlanTensor* pt = &plan->tensors[ref];
     t->ndim = pt->ndim, t->dtype = pt->dtype, t->shape = pt->shape, t->strides = pt->strides;
@@ -45,23 +52,35 @@ static void fill_tensor(PipeLinkTensor* t, const Plan* plan, int32_t ref) {
 
 static void free_context(const Plan* plan, ExecContext* c) {
     if (c == NULL) return;
+    /* CUDA: the context's last run finishes (its stream and event are waited for) before anything goes */
+    if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_context_free(plan, c);
     for (int32_t i = 0; c->slots && i < plan->n_stages; ++i) {
         StageSlot* s = &c->slots[i];
         const Stage* st = &plan->stages[i];
         if (st->kind == PLK_STAGE_CALL && st->call.destroy && s->services.user) st->call.destroy(s->services.user);
         if (st->kind == PLK_STAGE_CALL && st->fallback.destroy && s->fallback_services.user)
             st->fallback.destroy(s->fallback_services.user);
-        free(s->in), free(s->out), free(s->workspace);
+        free(s->in), free(s->out);
+        if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_free_device((uint64_t)(uintptr_t)s->workspace);
+        else free(s->workspace);
     }
     free(c->slots), free(c->data), free(c->missing), free(c->allocated), free(c->arena), free(c);
 }
 
 static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, StageSlot* slot, PipeLinkServices* services,
                                    const char* stage) {
+    const int cuda = plan->device_type == PIPELINK_DEVICE_CUDA;
     services->abi_version = PIPELINK_ABI_VERSION;
-    services->device_type = PIPELINK_DEVICE_CPU;
-    services->log = log_service, services->workspace = workspace_service, services->cublas_handle = no_cublas;
-    if (call->workspace_size) {
+    services->device_type = plan->device_type;
+    services->log = log_service;
+    services->workspace = cuda ? device_workspace_service : workspace_service;
+    services->cublas_handle = cuda ? pipeLinkGetCublasHandle : no_cublas;
+    if (call->workspace_size && cuda) {
+        int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
+        PipeLinkStatus st = need > (int64_t)slot->workspace_size ? plk_cuda_alloc_device((uint64_t)need, &slot->workspace) : 0;
+        if (st) return st;
+        if (need > (int64_t)slot->workspace_size) slot->workspace_size = (uint64_t)need;
+    } else if (call->workspace_size) {
         int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
         running_slot = slot;
         if (need > 0 && workspace_service((uint64_t)need) == NULL)
@@ -74,11 +93,10 @@ static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, Sta
             return plk_fail(status > 0 && status <= 13 ? (PipeLinkStatus)status : PIPELINK_ERR_MODULE_CRASH,
                             "stage '%s': operator %s's context_create returned %d", stage, call->op_name, status);
     }
-    (void)plan;
     return PIPELINK_SUCCESS;
 }
 
-static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
+PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
     ExecContext* c = calloc(1, sizeof *c);
     PipeLinkStatus st = PIPELINK_SUCCESS;
     if (c == NULL) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context");
@@ -86,22 +104,29 @@ static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
     c->missing = calloc((size_t)plan->n_tensors + 1, 1);
     c->allocated = calloc((size_t)plan->n_outputs + 1, 1);
     c->slots = calloc((size_t)plan->n_stages + 1, sizeof(StageSlot));
-    if (plan->arena_bytes && posix_memalign(&c->arena, plan->arena_alignment, (size_t)plan->arena_bytes) != 0) c->arena = NULL;
-    if (!c->data || !c->missing || !c->allocated || !c->slots || (plan->arena_bytes && !c->arena)) {
+    const int host_arena = plan->arena_bytes && plan->device_type == PIPELINK_DEVICE_CPU;
+    if (host_arena && posix_memalign(&c->arena, plan->arena_alignment, (size_t)plan->arena_bytes) != 0) c->arena = NULL;
+    if (!c->data || !c->missing || !c->allocated || !c->slots || (host_arena && !c->arena)) {
         free_context(plan, c);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context with an arena of %llu bytes",
                         (unsigned long long)plan->arena_bytes);
     }
+    if (plan->device_type == PIPELINK_DEVICE_CUDA && (st = plk_cuda_context_init(plan, c)) != PIPELINK_SUCCESS) {
+        free_context(plan, c);
+        return st;
+    }
     for (int32_t i = 0; i < plan->n_tensors; ++i)
-        if (plan->tensors[i].storage == PLK_STORAGE_ARENA) c->data[i] = (char*)c->arena + plan->tensors[i].offset;
+        if (plan->tensors[i].storage == PLK_STORAGE_ARENA)
+            c->data[i] = plan->device_type == PIPELINK_DEVICE_CUDA ? (void*)(uintptr_t)(c->device_arena + plan->tensors[i].offset)
+                                                                   : (char*)c->arena + plan->tensors[i].offset;
     for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
         const Stage* s = &plan->stages[i];
         StageSlot* slot = &c->slots[i];
         slot->in = calloc((size_t)s->n_in + 1, sizeof(PipeLinkTensor));
         slot->out = calloc((size_t)s->n_out + 1, sizeof(PipeLinkTensor));
         if (!slot->in || !slot->out) { st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context"); break; }
-        for (int32_t j = 0; j < s->n_in; ++j) fill_tensor(&slot->in[j], plan, s->in[j]);
-        for (int32_t j = 0; j < s->n_out; ++j) fill_tensor(&slot->out[j], plan, s->out[j]);
+        for (int32_t j = 0; j < s->n_in; ++j) plk_fill_tensor(&slot->in[j], plan, s->in[j]);
+        for (int32_t j = 0; j < s->n_out; ++j) plk_fill_tensor(&slot->out[j], plan, s->out[j]);
         if (s->kind != PLK_STAGE_CALL) continue;
         st = prepare_call(plan, &s->call, slot, &slot->services, s->id);
         if (!st && s->on_error == PLK_ON_ERROR_FALLBACK) st = prepare_call(plan, &s->fallback, slot, &slot->fallback_services, s->id);
@@ -114,13 +139,13 @@ static PipeLinkStatus new_context(const Plan* plan, ExecContext** out) {
     return PIPELINK_SUCCESS;
 }
 
-static ExecContext* take_context(Pipeline* p, PipeLinkStatus* st) {
+ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st) {
     pthread_mutex_lock(&p->pool_lock);
     ExecContext* c = p->free_contexts;
     if (c != NULL) p->free_contexts = c->next;
     pthread_mutex_unlock(&p->pool_lock);
     if (c != NULL) return c;
-    if ((*st = new_context(&p->plan, &c)) != PIPELINK_SUCCESS) return NULL;
+    if ((*st = plk_new_context(&p->plan, &c)) != PIPELINK_SUCCESS) return NULL;
     pthread_mutex_lock(&p->pool_lock);
     if (p->n_contexts < (int32_t)(sizeof p->all_contexts / sizeof p->all_contexts[0])) p->all_contexts[p->n_contexts++] = c;
     else c->next = (ExecContext*)c; /* marks a context outside the pool: freed after its run */
@@ -128,7 +153,7 @@ static ExecContext* take_context(Pipeline* p, PipeLinkStatus* st) {
     return c;
 }
 
-static void give_context(Pipeline* p, ExecContext* c) {
+void plk_give_context(Pipeline* p, ExecContext* c) {
     if (c->next == c) { free_context(&p->plan, c); return; }
     pthread_mutex_lock(&p->pool_lock);
     c->next = p->free_contexts, p->free_contexts = c;
@@ -152,11 +177,15 @@ static int is_contiguous(const PipeLinkTensor* t) {
     return 1;
 }
 
-static PipeLinkStatus check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
-                                   int contiguous) {
-    if (t->device.device_type != PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
+PipeLinkStatus plk_check_tensor(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index,
+                                int contiguous, int32_t device_type) {
+    if (device_type == PIPELINK_DEVICE_CPU && t->device.device_type != PIPELINK_DEVICE_CPU &&
+        t->device.device_type != PIPELINK_DEVICE_CUDA_HOST)
         return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CPU plan takes host "
                         "memory (PIPELINK_DEVICE_CPU)", role, index, want->name, t->device.device_type);
+    if (device_type == PIPELINK_DEVICE_CUDA && t->device.device_type != PIPELINK_DEVICE_CUDA)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on device type %d; this CUDA plan takes device "
+                        "memory (PIPELINK_DEVICE_CUDA)", role, index, want->name, t->device.device_type);
     if (t->dtype.code != want->dtype.code || t->dtype.bits != want->dtype.bits || t->dtype.lanes != 1)
         return plk_fail(PIPELINK_ERR_DTYPE_MISMATCH, "%s %d ('%s') has dtype (code %u, bits %u, lanes %u), but the plan "
                         "takes dtype id %d (code %u, bits %u, lanes 1)", role, index, want->name, t->dtype.code,
@@ -194,7 +223,7 @@ static void extent(const PipeLinkTensor* t, const PlanTensor* want, uintptr_t* l
 }
 
 /* A caller's output that shares bytes with an input or another output would be read after it is written. */
-static PipeLinkStatus check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs) {
+PipeLinkStatus plk_check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs) {
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
         uintptr_t lo, hi, a, b;
@@ -249,16 +278,16 @@ static int64_t count_nonfinite(const PipeLinkTensor* t) {
 
 /* ---- running ---- */
 
-static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services) {
+static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services, void* stream) {
     running_slot = slot;
-    int status = c->fn(slot->in, c->n_in, slot->out, c->n_out, c->attrs, c->n_attrs, services, NULL);
+    int status = c->fn(slot->in, c->n_in, slot->out, c->n_out, c->attrs, c->n_attrs, services, stream);
     running_slot = NULL;
     return status;
 }
 
 /* One call stage with its checks and policy. Returns 0, or the failure the caller must report. */
-static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
-                               size_t cap) {
+PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
+                            size_t cap, void* stream) {
     for (int32_t j = 0; j < s->n_in; ++j)
         if (s->in[j] >= 0 && c->missing[s->in[j]]) { /* an earlier skip: this stage cannot run */
             for (int32_t k = 0; k < s->n_out; ++k) c->missing[s->out[k]] = 1;
@@ -270,7 +299,7 @@ static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c,
     for (int32_t j = 0; j < s->n_out; ++j) slot->out[j].data = c->data[s->out[j]];
     struct timespec t0, t1;
     if (s->timeout_ms > 0) clock_gettime(CLOCK_MONOTONIC, &t0);
-    int status = call(&s->call, slot, &slot->services);
+    int status = call(&s->call, slot, &slot->services, stream);
     char why[256];
     double ms = 0;
     if (s->timeout_ms > 0) {
@@ -316,7 +345,7 @@ static PipeLinkStatus run_call(const Plan* plan, const Stage* s, ExecContext* c,
         return PIPELINK_SUCCESS;
     }
     if (s->on_error == PLK_ON_ERROR_FALLBACK) {
-        int fb = call(&s->fallback, slot, &slot->fallback_services);
+        int fb = call(&s->fallback, slot, &slot->fallback_services, stream);
         if (fb != 0)
             return plk_fail(PIPELINK_ERR_MODULE_CRASH, "stage '%s': fallback %s failed too (status %d, %s); original "
                             "error: operator %s %s", s->id, s->fallback.op_name, fb, plk_status_name(fb), s->call.op_name, why);
@@ -339,7 +368,7 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLin
                 if (plan->inputs[k] == src) given = &inputs[k];
             PipeLinkTensor view;
             if (given == NULL) { /* an intermediate: contiguous, in the arena or an output */
-                fill_tensor(&view, plan, src);
+                plk_fill_tensor(&view, plan, src);
                 view.data = c->data[src];
                 given = &view;
             }
@@ -353,7 +382,7 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLin
             }
             continue;
         }
-        PipeLinkStatus st = run_call(plan, s, c, &c->slots[i], degraded, cap);
+        PipeLinkStatus st = plk_run_call(plan, s, c, &c->slots[i], degraded, cap, NULL);
         if (st) return st;
     }
     return PIPELINK_SUCCESS;
@@ -363,15 +392,15 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     const Plan* plan = &p->plan;
     PipeLinkStatus st;
     for (int32_t i = 0; i < plan->n_inputs; ++i)
-        if ((st = check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]])))
+        if ((st = plk_check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]], PIPELINK_DEVICE_CPU)))
             return st;
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
-        if ((st = check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1))) return st;
+        if ((st = plk_check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1, PIPELINK_DEVICE_CPU))) return st;
     }
-    if ((st = check_overlaps(plan, inputs, outputs))) return st;
+    if ((st = plk_check_overlaps(plan, inputs, outputs))) return st;
     st = PIPELINK_SUCCESS;
-    ExecContext* c = take_context(p, &st);
+    ExecContext* c = plk_take_context(p, &st);
     if (c == NULL) return st;
     memset(c->missing, 0, (size_t)plan->n_tensors);
     uint8_t* allocated = c->allocated;
@@ -410,7 +439,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
         o->device.device_type = PIPELINK_DEVICE_CPU, o->device.device_id = 0;
         o->ndim = t->ndim, o->dtype = t->dtype, o->shape = t->shape, o->strides = NULL, o->byte_offset = 0;
     }
-    give_context(p, c);
+    plk_give_context(p, c);
     if (st) return st;
     if (missing[0])
         return plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);

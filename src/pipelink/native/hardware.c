@@ -78,10 +78,3 @@ PipeLinkStatus pipeLinkValidateHardware(const char* requirements) {
     }
     return plk_ok();
 }
-
-void* pipeLinkGetCublasHandle(void* stream) {
-    (void)stream;
-    plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "pipeLinkGetCublasHandle: this runtime has no CUDA path yet (CPU plans "
-             "only), so it holds no cuBLAS handles");
-    return NULL;
-}

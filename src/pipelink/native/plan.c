@@ -153,10 +153,118 @@ static int read_refs(Reader* r, int32_t* n, int32_t** refs, int32_t n_tensors, i
     return r->what == NULL;
 }
 
+/* A kernel's reference to one of its stage's ports (u8 none/in/out, u32 position): a plan tensor or -1. */
+static int32_t read_port(Reader* r, const Stage* s, int allow_none) {
+    uint8_t which = rd_u8(r, "a port kind");
+    uint32_t pos = rd_u32(r, "a port position");
+    if (r->what != NULL) return -1;
+    if (which == 0 && allow_none) return -1;
+    if (which == 1 && pos < (uint32_t)s->n_in) return s->in[pos];
+    if (which == 2 && pos < (uint32_t)s->n_out) return s->out[pos];
+    r->what = "a port of the stage";
+    return -1;
+}
+
+static int read_kernel(Reader* r, Stage* s, const Plan* plan) {
+    KernelLaunch* k = &s->kernel;
+    k->cubin = rd_u32(r, "a cubin index");
+    k->name = rd_str(r, "a kernel name");
+    for (int d = 0; d < 7; ++d) k->dims[d] = rd_u32(r, "a launch dimension");
+    if (r->what == NULL && k->cubin >= (uint32_t)plan->n_cubins) r->what = "a cubin index in range";
+    for (int d = 0; r->what == NULL && d < 6; ++d)
+        if (k->dims[d] == 0 || k->dims[d] > 0x7fffffffu) r->what = "launch dimensions in [1, 2^31)";
+    k->n_params = (int32_t)rd_count(r, 5, "a parameter count");
+    if (r->what != NULL) return 0;
+    k->params = calloc((size_t)k->n_params + 1, sizeof(KernelParam));
+    if (k->params == NULL) return r->what = "memory for parameters", 0;
+    for (int32_t i = 0; i < k->n_params && r->what == NULL; ++i) {
+        KernelParam* q = &k->params[i];
+        q->kind = rd_u8(r, "a parameter kind");
+        if (q->kind == PLK_PARAM_PTR) {
+            q->tensor = read_port(r, s, 1);
+            q->align = rd_u32(r, "a pointer alignment");
+            if (r->what == NULL && (q->align == 0 || q->align > 4096 || (q->align & (q->align - 1))))
+                r->what = "a pointer alignment that is a power of two up to 4096";
+        } else if (q->kind == PLK_PARAM_I32 || q->kind == PLK_PARAM_F32) {
+            q->bits = rd_u32(r, "a 4-byte scalar");
+        } else if (q->kind == PLK_PARAM_I64 || q->kind == PLK_PARAM_F64) {
+            q->bits = rd_u64(r, "an 8-byte scalar");
+        } else {
+            r->what = "a known parameter kind";
+        }
+    }
+    return r->what == NULL;
+}
+
+/* The last element a column-major operand touches, from its element offset: inside the tensor? */
+static int operand_fits(const MatmulLayout* l, int64_t offset, const PlanTensor* t) {
+    if (l->rows == 0 || l->cols == 0) return 1;
+    if (offset < 0 || l->ld < (int64_t)l->rows || l->count < 1 || l->stride < 0) return 0;
+    if (l->rows > (1ull << 40) || l->cols > (1ull << 40) || l->ld > (1ll << 40) || l->stride > (1ll << 40)) return 0;
+    __int128 last = (__int128)offset + (__int128)(l->count - 1) * l->stride + (__int128)(l->cols - 1) * l->ld + l->rows;
+    return last <= t->numel;
+}
+
+static int read_matmul(Reader* r, Stage* s, const Plan* plan) {
+    MatmulCall* m = &s->matmul;
+    m->data_type = rd_i32(r, "a cuBLASLt data type");
+    m->compute_type = rd_i32(r, "a cuBLASLt compute type");
+    m->scale_type = rd_i32(r, "a cuBLASLt scale type");
+    m->trans[0] = rd_u8(r, "transa"), m->trans[1] = rd_u8(r, "transb");
+    m->epilogue = rd_u32(r, "an epilogue");
+    for (int i = 0; i < 3; ++i) {
+        MatmulLayout* l = &m->layout[i];
+        l->rows = rd_u64(r, "layout rows"), l->cols = rd_u64(r, "layout columns");
+        l->ld = rd_i64(r, "a leading dimension"), l->count = rd_i32(r, "a batch count");
+        l->stride = rd_i64(r, "a batch stride");
+    }
+    m->alpha = rd_f64(r, "alpha"), m->beta = rd_f64(r, "beta");
+    for (int i = 0; i < 4; ++i) m->operand[i] = read_port(r, s, 0);
+    m->bias = read_port(r, s, 1);
+    for (int i = 0; i < 4 && r->what == NULL; ++i)
+        if (m->operand[i] < 0) r->what = "matmul operands that are present tensors";
+    m->n_calls = (int32_t)rd_count(r, 24, "a call count");
+    if (r->what != NULL) return 0;
+    m->offsets = calloc((size_t)m->n_calls * 3 + 1, sizeof(int64_t));
+    if (m->offsets == NULL) return r->what = "memory for offsets", 0;
+    for (int32_t i = 0; i < m->n_calls * 3; ++i) m->offsets[i] = rd_i64(r, "an operand offset");
+    m->itemsize = rd_u32(r, "an item size");
+    m->max_workspace = rd_u64(r, "a workspace limit");
+    for (int i = 0; i < 4; ++i) m->min_align[i] = rd_u32(r, "an operand alignment");
+    if (r->what != NULL) return 0;
+    /* cudaDataType: 0 f32, 1 f64, 2 f16, 14 bf16; scale types 0 f32, 1 f64 */
+    uint32_t want = m->data_type == 0 ? 4 : m->data_type == 1 ? 8 : m->data_type == 2 || m->data_type == 14 ? 2 : 0;
+    if (want == 0 || want != m->itemsize) return r->what = "a known cuBLASLt data type and its item size", 0;
+    if (m->scale_type != 0 && m->scale_type != 1) return r->what = "a float or double scale type", 0;
+    if (m->trans[0] > 1 || m->trans[1] > 1 || m->max_workspace > (1ull << 34)) return r->what = "transposes and a workspace limit in range", 0;
+    for (int i = 0; i < 4; ++i)
+        if (m->min_align[i] == 0 || m->min_align[i] > 256 || (m->min_align[i] & (m->min_align[i] - 1)))
+            return r->what = "operand alignments that are powers of two up to 256", 0;
+    for (int i = 0; i < 4; ++i) {
+        const PlanTensor* t = &plan->tensors[m->operand[i]];
+        if (t->dtype.bits / 8 != m->itemsize) return r->what = "matmul operands of the product's item size", 0;
+        for (int32_t c = 0; c < m->n_calls; ++c)
+            if (!operand_fits(&m->layout[i < 2 ? i : 2], m->offsets[c * 3 + (i < 2 ? i : 2)], t))
+                return r->what = "matmul operands inside their tensors", 0;
+    }
+    int writes_output = 0;
+    for (int32_t j = 0; j < s->n_out; ++j) writes_output |= s->out[j] == m->operand[3];
+    if (!writes_output) return r->what = "a matmul writing one of its stage's outputs", 0;
+    if (m->bias >= 0 && plan->tensors[m->bias].numel < (int64_t)m->layout[2].rows)
+        return r->what = "a bias vector of the output's columns", 0;
+    return 1;
+}
+
 static int read_stage(Reader* r, Stage* s, const Plan* plan) {
     s->kind = rd_u8(r, "a stage kind");
     s->id = rd_str(r, "a stage id");
     if (r->what != NULL) return 0;
+    if (s->kind == PLK_STAGE_KERNEL || s->kind == PLK_STAGE_MATMUL) {
+        if (plan->device_type != PIPELINK_DEVICE_CUDA) return r->what = "stages of a CPU plan", 0;
+        if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 1) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))
+            return 0;
+        return s->kind == PLK_STAGE_KERNEL ? read_kernel(r, s, plan) : read_matmul(r, s, plan);
+    }
     if (s->kind == PLK_STAGE_RELAYOUT) {
         s->alias_if_contiguous = rd_u8(r, "a relayout flag");
         if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 0) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))
@@ -175,6 +283,10 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
     s->timeout_ms = rd_f64(r, "a timeout");
     if (r->what == NULL && !(s->timeout_ms >= 0 && s->timeout_ms < 1e12)) r->what = "a timeout in [0, 1e12) ms";
     if (r->what == NULL && (s->on_error < 0 || s->on_error > PLK_ON_ERROR_FALLBACK)) r->what = "a known on_error policy";
+    /* On the device the core applies no policy and reads no output on the host (check_finite). */
+    if (r->what == NULL && plan->device_type == PIPELINK_DEVICE_CUDA &&
+        (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite || s->timeout_ms != 0))
+        r->what = "a native call of a CUDA plan without on_error, check_finite or timeout_ms";
     if (!read_call(r, &s->call, (uint32_t)plan->n_libraries)) return 0;
     if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 1) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))
         return 0;
@@ -217,9 +329,11 @@ static const char* check_plan(const Plan* plan) {
     return bad;
 }
 
-PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where, Plan* plan) {
+PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where, uint32_t version, int32_t device_type,
+                              int32_t device_id, Plan* plan) {
     Reader r = {bytes, n, 0, NULL};
     memset(plan, 0, sizeof *plan);
+    plan->device_type = device_type, plan->device_id = device_id;
     plan->name = rd_str(&r, "the pipeline name");
     plan->arena_bytes = rd_u64(&r, "the arena size");
     plan->arena_alignment = rd_u32(&r, "the arena alignment");
@@ -227,6 +341,7 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
                            (plan->arena_alignment & (plan->arena_alignment - 1))))
         r.what = "an arena alignment that is a power of two in [16, 65536]";
     if (r.what == NULL && plan->arena_bytes > ((uint64_t)1 << 48)) r.what = "an arena size below 2^48";
+    if (version >= 2) plan->compute_capability = rd_u32(&r, "a compute capability");
     plan->n_tensors = (int32_t)rd_count(&r, 25, "the tensor count");
     plan->tensors = r.what == NULL ? calloc((size_t)plan->n_tensors + 1, sizeof(PlanTensor)) : NULL;
     for (int32_t i = 0; plan->tensors && i < plan->n_tensors && r.what == NULL; ++i) read_tensor(&r, &plan->tensors[i]);
@@ -240,6 +355,22 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
         plan->libraries[i].path = rd_str(&r, "a library path");
         take(&r, plan->libraries[i].sha256, 32, "a library sha256");
     }
+    if (version >= 2) {
+        plan->n_cubins = (int32_t)rd_count(&r, 40, "the cubin count");
+        plan->cubins = r.what == NULL ? calloc((size_t)plan->n_cubins + 1, sizeof(PlanCubin)) : NULL;
+        if (r.what == NULL && plan->cubins == NULL) r.what = "memory for the plan";
+        for (int32_t i = 0; plan->cubins && i < plan->n_cubins && r.what == NULL; ++i) {
+            PlanCubin* c = &plan->cubins[i];
+            take(&r, c->sha256, 32, "a cubin sha256");
+            c->size = rd_u64(&r, "a cubin size");
+            if (r.what == NULL && (c->size == 0 || c->size > r.n - r.pos)) r.what = "a cubin inside the payload";
+            if (r.what == NULL && (c->bytes = malloc((size_t)c->size)) == NULL) r.what = "memory for a cubin";
+            take(&r, c->bytes, (size_t)c->size, "a cubin");
+            uint8_t digest[32];
+            if (r.what == NULL) plk_sha256(c->bytes, (size_t)c->size, digest);
+            if (r.what == NULL && memcmp(digest, c->sha256, 32) != 0) r.what = "a cubin matching its sha256";
+        }
+    }
     plan->n_stages = (int32_t)rd_count(&r, 5, "the stage count");
     plan->stages = r.what == NULL ? calloc((size_t)plan->n_stages + 1, sizeof(Stage)) : NULL;
     for (int32_t i = 0; plan->stages && i < plan->n_stages && r.what == NULL; ++i) read_stage(&r, &plan->stages[i], plan);
@@ -250,8 +381,22 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
     plan->read_in_place = bad == NULL && r.what == NULL ? calloc((size_t)plan->n_tensors + 1, 1) : NULL;
     if (r.what == NULL && bad == NULL && plan->read_in_place == NULL) bad = "memory for the plan";
     for (int32_t i = 0; plan->read_in_place && i < plan->n_stages; ++i)
-        for (int32_t j = 0; plan->stages[i].kind == PLK_STAGE_CALL && j < plan->stages[i].n_in; ++j)
+        for (int32_t j = 0; plan->stages[i].kind != PLK_STAGE_RELAYOUT && j < plan->stages[i].n_in; ++j)
             if (plan->stages[i].in[j] >= 0) plan->read_in_place[plan->stages[i].in[j]] = 1;
+    plan->align = bad == NULL && r.what == NULL ? calloc((size_t)plan->n_tensors + 1, sizeof(uint32_t)) : NULL;
+    if (r.what == NULL && bad == NULL && plan->align == NULL) bad = "memory for the plan";
+    for (int32_t i = 0; plan->align && i < plan->n_tensors; ++i) plan->align[i] = 1;
+    for (int32_t i = 0; plan->align && i < plan->n_stages; ++i) {
+        const Stage* s = &plan->stages[i];
+        for (int32_t j = 0; s->kind == PLK_STAGE_KERNEL && j < s->kernel.n_params; ++j) {
+            const KernelParam* q = &s->kernel.params[j];
+            if (q->kind == PLK_PARAM_PTR && q->tensor >= 0 && q->align > plan->align[q->tensor]) plan->align[q->tensor] = q->align;
+        }
+        for (int j = 0; s->kind == PLK_STAGE_MATMUL && j < 4; ++j) {
+            int32_t t = s->matmul.operand[j];
+            if (s->matmul.min_align[j] > plan->align[t]) plan->align[t] = s->matmul.min_align[j];
+        }
+    }
     if (r.what != NULL || bad != NULL) {
         PipeLinkStatus st = plk_fail(PIPELINK_ERR_INTEGRITY,
                                      "plan %s is malformed: expected %s at payload byte %zu; recompile it with "
@@ -381,12 +526,15 @@ void plk_plan_free(Plan* plan) {
         Stage* s = &plan->stages[i];
         free(s->id), free(s->op_version), free(s->op_json), free(s->in), free(s->out);
         free_call(&s->call), free_call(&s->fallback);
+        free(s->kernel.name), free(s->kernel.params), free(s->matmul.offsets);
     }
     for (int32_t i = 0; plan->libraries && i < plan->n_libraries; ++i) {
         if (plan->libraries[i].handle) dlclose(plan->libraries[i].handle), close(plan->libraries[i].fd);
         free(plan->libraries[i].path);
     }
     free(plan->name), free(plan->tensors), free(plan->inputs), free(plan->outputs), free(plan->libraries);
-    free(plan->stages), free(plan->read_in_place);
+    free(plan->stages), free(plan->read_in_place), free(plan->align);
+    for (int32_t i = 0; plan->cubins && i < plan->n_cubins; ++i) free(plan->cubins[i].bytes);
+    free(plan->cubins);
     memset(plan, 0, sizeof *plan);
 }

@@ -2,6 +2,8 @@
  * - a request is rounded up to a power of two (at least 256 bytes) and served from that size class's cache
  *   of freed blocks, else from the system (256-byte aligned);
  * - every live block is in a hash table, so freeing a pointer the pool never handed out is a status.
+ * - device blocks (outputs of CUDA plans the runtime allocated) are in the same table, so pipeLinkFree
+ *   takes them back too (cuMemFree, not cached) and the stats count them.
  * One mutex guards it: it is not on pipeLinkExecute's path except for outputs the runtime allocates. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <stdlib.h>
@@ -13,7 +15,7 @@
 #define N_CLASSES 48
 
 typedef struct Cached { struct Cached* next; } Cached; /* lives inside a freed block */
-typedef struct Entry { void* ptr; int32_t size_class; } Entry;
+typedef struct Entry { void* ptr; int32_t size_class; uint64_t device_bytes; } Entry; /* size_class -1: device */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static Cached* cache[N_CLASSES];
@@ -49,12 +51,12 @@ static Entry* table_find(void* p) {
     return NULL;
 }
 
-static int table_insert(void* p, int32_t size_class) {
+static int table_insert(void* p, int32_t size_class, uint64_t device_bytes) {
     if ((table_used + 1) * 2 > table_cap && !table_grow()) return 0;
     size_t j = slot_of(p, table_cap);
     while (table[j].ptr != NULL && table[j].ptr != TOMBSTONE) j = (j + 1) & (table_cap - 1);
     if (table[j].ptr == NULL) ++table_used;
-    table[j].ptr = p, table[j].size_class = size_class;
+    table[j].ptr = p, table[j].size_class = size_class, table[j].device_bytes = device_bytes;
     return 1;
 }
 
@@ -74,7 +76,7 @@ PipeLinkStatus pipeLinkMalloc(void** ptr, size_t nbytes) {
     } else if (posix_memalign(&p, 256, size) != 0) {
         p = NULL;
     }
-    if (p != NULL && !table_insert(p, c)) free(p), p = NULL;
+    if (p != NULL && !table_insert(p, c, 0)) free(p), p = NULL;
     if (p == NULL) {
         pthread_mutex_unlock(&lock);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkMalloc: the system refused %zu bytes (pool: %llu allocated, "
@@ -105,12 +107,36 @@ int plk_pool_release(void* ptr) {
     }
     int32_t c = e->size_class;
     e->ptr = TOMBSTONE;
+    if (c < 0) {
+        stats.allocated_bytes -= e->device_bytes, --stats.n_allocations;
+        pthread_mutex_unlock(&lock);
+        plk_cuda_free_device((uint64_t)(uintptr_t)ptr);
+        return 0;
+    }
     size_t size = (size_t)1 << c;
     Cached* block = ptr;
     block->next = cache[c], cache[c] = block;
     stats.allocated_bytes -= size, --stats.n_allocations, stats.cached_bytes += size;
     pthread_mutex_unlock(&lock);
     return 0;
+}
+
+int32_t plk_pool_allocator(void) {
+    pthread_mutex_lock(&lock);
+    int32_t kind = stats.allocator;
+    pthread_mutex_unlock(&lock);
+    return kind;
+}
+
+int plk_pool_track_device(void* ptr, uint64_t size) {
+    pthread_mutex_lock(&lock);
+    int ok = table_insert(ptr, -1, size);
+    if (ok) {
+        stats.allocated_bytes += size, ++stats.n_allocations;
+        if (stats.allocated_bytes > stats.peak_bytes) stats.peak_bytes = stats.allocated_bytes;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
 }
 
 void plk_pool_clear(void) {

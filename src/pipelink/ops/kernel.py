@@ -46,6 +46,7 @@ __all__ = [
     "ArgSpec",
     "KernelSource",
     "LaunchPlan",
+    "NativeKernel",
     "PlanLaunch",
     "include_dir",
     "source_hash",
@@ -298,6 +299,21 @@ def _as_pointer(value: Any) -> int:
 Slot = tuple[str, int]  # ("in" | "out", position)
 
 
+@dataclass(frozen=True)
+class NativeKernel:
+    """One kernel launch as the native core replays it (``runtime/planfile.py`` writes it into a plan).
+
+    ``cubin`` is the module NVRTC made holding kernel ``name``; ``dims`` is
+    ``(gx, gy, gz, bx, by, bz, shared_mem)``; ``params`` has one entry per kernel parameter, in order:
+    ``("ptr", slot or None, align)`` for a pointer (None: always null) or ``(kind, value)`` for a scalar.
+    """
+
+    cubin: bytes
+    name: str
+    dims: tuple[int, ...]
+    params: tuple[tuple, ...]
+
+
 class PlanLaunch:
     """One prebuilt launch of a plan: the kernel a bind returns.
 
@@ -390,6 +406,15 @@ class PlanLaunch:
         finally:
             for slot, value in saved:
                 slot.value = value
+
+    def native_launches(self) -> list[NativeKernel]:
+        """This launch for the native core (scalars as planned; pointers by slot, with their alignment)."""
+        params = tuple(
+            ("ptr", self._slots.get(s.name), s.align) if s.kind == "ptr" else (s.kind, value.value)
+            for s, value in zip(self.plan.arg_specs, self._values, strict=True)
+        )
+        cubin = self.backend.compiler.cubin_of(self.kernel)
+        return [NativeKernel(cubin, self.plan.kernel, self._dims, params)]
 
     def scalar_plan(self) -> PlanLaunch:
         """The same op planned for element-aligned pointers only (compiled on first need)."""

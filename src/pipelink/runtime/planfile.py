@@ -2,7 +2,9 @@
 
 The format is documented in ``docs/plan-format.md``; ``src/pipelink/native/plan.c`` reads it. This module
 only serialises a plan the executor already compiled (shapes, memory plan, steps); it never plans itself.
-A stage the native core cannot run makes the compile fail with a ``ConfigError`` pointing at the stage.
+A CPU plan calls native modules; a CUDA plan replays the launches its steps describe
+(``native_launches()``: the built-in kernels' cubins, cuBLASLt matmuls). A stage the native core cannot
+run makes the compile fail with a ``ConfigError`` pointing at the stage.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +24,30 @@ from ..errors import ConfigError, ErrorCode, HardwareUnsupportedError, InvalidAr
 from ..graph.linker import LinkedStage
 from ..modules.native import load_library
 from ..modules.services import ATTR_FLOATS, ATTR_INTS, ATTR_STR, AttrArray
+from ..ops.gemm.cuda import NativeMatmul
+from ..ops.kernel import NativeKernel
 from .executor import compile_plan
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "HEADER_SIZE", "write_plan", "plan_bytes", "parse_shape"]
+__all__ = [
+    "MAGIC",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "PlanParts",
+    "assemble",
+    "write_plan",
+    "plan_bytes",
+    "parse_shape",
+]
 
 MAGIC = b"PLKPLAN\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 64
-DEVICE_CPU = 1
+DEVICE_CPU, DEVICE_CUDA = 1, 2
 STORAGE_EXTERNAL, STORAGE_ARENA = 0, 1
-STAGE_CALL, STAGE_RELAYOUT = 0, 1
+STAGE_CALL, STAGE_RELAYOUT, STAGE_KERNEL, STAGE_MATMUL = 0, 1, 2, 3
 ON_ERROR = {"fail": 0, "identity": 1, "skip": 2, "fallback": 3}
+PARAM_KINDS = {"ptr": 0, "i32": 1, "i64": 2, "f32": 3, "f64": 4}
+PORT_NONE, PORT_IN, PORT_OUT = 0, 1, 2
 
 
 class _Payload:
@@ -54,6 +70,9 @@ class _Payload:
 
     def i64s(self, vs) -> None:
         self.parts.append(struct.pack(f"<{len(vs)}q", *vs))
+
+    def raw(self, b: bytes) -> None:
+        self.parts.append(b)
 
     def f64s(self, vs) -> None:
         self.parts.append(struct.pack(f"<{len(vs)}d", *vs))
@@ -81,8 +100,9 @@ def _refuse(st: LinkedStage, why: str) -> ConfigError:
     )
 
 
-def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
-    """The manifest entry of a native CPU operator, or a ConfigError saying why the core cannot call it."""
+def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator", device: str = "cpu"):
+    """The manifest entry of a native operator with an entry point for ``device`` ("cpu" or "cuda"), or a
+    ConfigError saying why the core cannot call it."""
     if desc.source in ("builtin", "python"):
         kind = "a built-in NumPy operator" if desc.source == "builtin" else "a Python operator"
         raise _refuse(
@@ -96,18 +116,53 @@ def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator"):
         raise _refuse(
             st, f"{what} is a legacy kernel bound through a sidecar; the core calls ABI entry points only"
         )
-    if "cpu" not in spec.entry:
-        raise _refuse(st, f"{what} has no CPU entry point (devices {list(spec.devices)}); CPU plans need one")
+    if device not in spec.entry:
+        raise _refuse(
+            st,
+            f"{what} has no {device} entry point (devices {list(spec.devices)}); {device} plans need one",
+        )
     return module, spec
 
 
-def _check_stage(st: LinkedStage, registry) -> None:
+def _check_stage(st: LinkedStage, registry, cuda: bool) -> None:
     c = st.config
     if c.isolation == "process":
         raise _refuse(st, "isolation 'process' runs only in the Python executor; remove it to compile")
-    _native_spec(st.desc, registry, st)
-    if st.fallback is not None:
-        _native_spec(st.fallback, registry, st, what="its fallback")
+    if not cuda:
+        _native_spec(st.desc, registry, st)
+        if st.fallback is not None:
+            _native_spec(st.fallback, registry, st, what="its fallback")
+        return
+    # CUDA plans replay the launches of built-in kernels and call native modules' CUDA entry points; a
+    # failure fails the run (docs/plan-format.md).
+    if st.desc.source == "python":
+        raise _refuse(
+            st,
+            f"its operator {st.desc.name!r} is a Python operator; the native core runs built-in kernels, "
+            "cuBLASLt and native modules. Run this pipeline from Python",
+        )
+    if st.desc.source != "builtin":
+        _native_spec(st.desc, registry, st, device="cuda")
+    if c.on_error.kind != "fail" or c.constraints.check_finite or c.constraints.timeout_ms:
+        raise _refuse(
+            st,
+            "on_error, check_finite and timeout_ms are not applied by the native core's CUDA path (a failed "
+            "launch fails the run); remove them to compile, or run this pipeline from Python",
+        )
+
+
+def _launches(step) -> list:
+    """The native launches of a CUDA step, or a ConfigError naming the stage."""
+    describe = getattr(step.kernel, "native_launches", None)
+    if step.isolated or step.staged or describe is None:
+        why = (
+            "its CUDA kernel is not a prebuilt launch (host staging, a read of a device value, launches "
+            "around host code, or the PyTorch fallback of a product without nvmath)"
+            if not step.isolated
+            else "isolation 'process' runs only in the Python executor"
+        )
+        raise _refuse(step.stage, f"{why}, which the native core cannot replay; run it from Python")
+    return describe()
 
 
 def _attrs(p: _Payload, values: Mapping[str, Any], where: str) -> None:
@@ -131,17 +186,17 @@ def _attrs(p: _Payload, values: Mapping[str, Any], where: str) -> None:
             p.i64s([slot.value.i])
 
 
-def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str) -> None:
+def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str, device: str) -> None:
     p.str(spec.name)
     p.u32(library)
-    p.str(spec.entry["cpu"])
+    p.str(spec.entry[device])
     p.str(spec.workspace_size or "")
     p.str(spec.context_create or "")
     p.str(spec.context_destroy or "")
     _attrs(p, values, where)
 
 
-def _signature(pipe, shapes: Mapping[str, tuple] | None) -> tuple:
+def _signature(pipe, shapes: Mapping[str, tuple] | None, contiguous: bool) -> tuple:
     decls = pipe.graph.config.inputs or {}
     sig = []
     for name in pipe.graph.external_inputs:
@@ -157,33 +212,110 @@ def _signature(pipe, shapes: Mapping[str, tuple] | None) -> tuple:
                 f"'inputs', or pass --shape {name}=AxB:dtype (Pipeline.save(shapes={{...}}))",
                 input=name,
             )
-        sig.append((name, tuple(int(d) for d in shape), get_dtype(dtype).name, False))
+        sig.append((name, tuple(int(d) for d in shape), get_dtype(dtype).name, contiguous))
     return tuple(sig)
 
 
 def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> bytes:
     """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
-    if not pipe._backend.capabilities.host_access:  # device plans (cubins, streams) are the next step
+    backend = pipe._backend
+    cuda = backend.info.kind == "cuda"  # the plan's device (DLPack device type), not a capability question
+    if not cuda and not backend.capabilities.host_access:
         raise HardwareUnsupportedError(
-            f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU plans only in this "
-            "version: load it with device='cpu' (pipelink compile --device cpu)",
+            f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU and CUDA plans: "
+            "load it with device='cpu' or 'cuda[:N]'",
             device=pipe.device,
         )
     graph, registry = pipe.graph, pipe._registry
     for st in graph.stages:
-        _check_stage(st, registry)
-    # Inputs are marked non-contiguous so the plan reserves a relayout buffer for each input a contiguous
-    # port reads; the core uses it only when a caller's tensor is strided.
-    signature = _signature(pipe, shapes)
+        _check_stage(st, registry, cuda)
+    # CPU inputs are marked non-contiguous so the plan reserves a relayout buffer for each input a
+    # contiguous port reads (the core uses it only when a caller's tensor is strided); a CUDA plan takes
+    # contiguous device inputs.
+    signature = _signature(pipe, shapes, contiguous=cuda)
     tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
-    plan = compile_plan(graph, registry, pipe._backend, {}, signature, tuned=tuned)
+    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned)
     try:
-        return _serialise(pipe, plan, path, tuned)
+        return _serialise(pipe, plan, path, tuned, cuda)
     finally:
         plan.release()
 
 
-def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -> bytes:
+class _Cubins:
+    """The distinct cubins of a CUDA plan, by SHA-256."""
+
+    def __init__(self) -> None:
+        self.index: dict[bytes, int] = {}
+        self.blobs: list[tuple[bytes, bytes]] = []  # (sha256, bytes)
+
+    def of(self, data: bytes) -> int:
+        digest = hashlib.sha256(data).digest()
+        if digest not in self.index:
+            self.index[digest] = len(self.blobs)
+            self.blobs.append((digest, data))
+        return self.index[digest]
+
+
+def _port(p: _Payload, slot) -> None:
+    """A kernel's reference to one of its stage's ports: u8 none/in/out, u32 position."""
+    p.u8(PORT_NONE if slot is None else PORT_IN if slot[0] == "in" else PORT_OUT)
+    p.u32(0 if slot is None else slot[1])
+
+
+def _kernel_stage(p: _Payload, sid: str, launch: NativeKernel, cubins: _Cubins, ports) -> None:
+    p.u8(STAGE_KERNEL)
+    p.str(sid)
+    ports()
+    p.u32(cubins.of(launch.cubin))
+    p.str(launch.name)
+    for d in launch.dims:
+        p.u32(int(d))
+    p.u32(len(launch.params))
+    for param in launch.params:
+        kind = param[0]
+        p.u8(PARAM_KINDS[kind])
+        if kind == "ptr":
+            _port(p, param[1])
+            p.u32(int(param[2]))
+        elif kind == "i32":
+            p.i32(int(param[1]))
+        elif kind == "i64":
+            p.i64s([int(param[1])])
+        elif kind == "f32":
+            p.raw(struct.pack("<f", float(param[1])))
+        else:
+            p.f64s([float(param[1])])
+
+
+def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
+    p.u8(STAGE_MATMUL)
+    p.str(sid)
+    ports()
+    for v in (mm.data_type, mm.compute_type, mm.scale_type):
+        p.i32(v)
+    p.u8(mm.trans[0])
+    p.u8(mm.trans[1])
+    p.u32(mm.epilogue)
+    for rows, cols, ld, count, stride in mm.layouts:
+        p.u64(rows)
+        p.u64(cols)
+        p.i64s([ld])
+        p.i32(count)
+        p.i64s([stride])
+    p.f64s([mm.alpha, mm.beta])
+    for slot in mm.operands:
+        _port(p, slot)
+    _port(p, mm.bias)
+    p.u32(len(mm.offsets))
+    for offsets in mm.offsets:
+        p.i64s(list(offsets))
+    p.u32(mm.itemsize)
+    p.u64(mm.max_workspace)
+    for align in mm.min_alignment:
+        p.u32(align)
+
+
+def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], cuda: bool) -> bytes:
     graph, registry = pipe.graph, pipe._registry
     tensors: list[tuple[str, str, tuple, int, int]] = []  # name, dtype, shape, storage, offset
     index: dict[str, int] = {}
@@ -214,6 +346,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -
     stages = _Payload()
     n_stages = 0
     relayouts: set[str] = set()
+    cubins = _Cubins() if cuda else None
     for step in plan.steps:
         st = step.stage
         for source, name in zip(st.inputs, step.in_names, strict=True):
@@ -226,7 +359,21 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -
                 stages.refs([index[source]])
                 stages.refs([index[name]])
                 n_stages += 1
-        module, spec = _native_spec(st.desc, registry, st)
+        if cuda and st.desc.source == "builtin":
+
+            def ports(step=step) -> None:
+                stages.refs([index[n] if n is not None else -1 for n in step.in_names])
+                stages.refs([index[n] for n in step.out_names])
+
+            for launch in _launches(step):
+                if isinstance(launch, NativeMatmul):
+                    _matmul_stage(stages, st.id, launch, ports)
+                else:
+                    _kernel_stage(stages, st.id, launch, cubins, ports)
+                n_stages += 1
+            continue
+        device = "cuda" if cuda else "cpu"
+        module, spec = _native_spec(st.desc, registry, st, device=device)
         c = st.config
         stages.u8(STAGE_CALL)
         stages.str(st.id)
@@ -238,12 +385,12 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -
         params = dict(tuned.get(st.id, {}))
         if st.math:
             params["math"] = st.math
-        _call(stages, spec, library(module), {**st.attrs, **params}, f"stage {st.id!r}")
+        _call(stages, spec, library(module), {**st.attrs, **params}, f"stage {st.id!r}", device)
         stages.refs([index[n] if n is not None else -1 for n in step.in_names])
         stages.refs([index[n] for n in step.out_names])
         if c.on_error.kind == "fallback":
             fb_module, fb_spec = _native_spec(st.fallback, registry, st, what="its fallback")
-            _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback")
+            _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback", device)
             stages.u32(len(st.fallback.inputs))
             stages.u32(len(st.fallback.outputs))
         n_stages += 1
@@ -255,28 +402,73 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]]) -
         stages.refs([outputs[graph.outputs.index(name)]])
         n_stages += 1
 
+    cc = pipe._backend.info.compute_capability if cuda else (0, 0)
+    return assemble(
+        PlanParts(
+            name=pipe.name,
+            arena_bytes=plan.memory.peak_bytes,
+            arena_alignment=max([b.alignment for b in plan.memory.buffers.values()] + [256]),
+            compute_capability=int(cc[0]) * 10 + int(cc[1]),
+            tensors=tensors,
+            inputs=inputs,
+            outputs=outputs,
+            libraries=lib_entries,
+            cubins=cubins.blobs if cubins is not None else [],
+            n_stages=n_stages,
+            stages=stages.bytes(),
+            device=(DEVICE_CUDA, pipe._backend.info.index) if cuda else (DEVICE_CPU, 0),
+        )
+    )
+
+
+@dataclass
+class PlanParts:
+    """The sections of a plan, in file order (docs/plan-format.md); ``stages`` is their encoded bytes."""
+
+    name: str
+    arena_bytes: int
+    arena_alignment: int
+    compute_capability: int  # major * 10 + minor; 0 for CPU plans
+    tensors: list[tuple[str, str, tuple, int, int]]  # name, dtype, shape, storage, offset
+    inputs: list[int]
+    outputs: list[int]
+    libraries: list[tuple[str, bytes]]  # path relative to the plan, sha256
+    cubins: list[tuple[bytes, bytes]]  # sha256, bytes
+    n_stages: int
+    stages: bytes
+    device: tuple[int, int]  # DLPack device type, id
+
+
+def assemble(parts: PlanParts) -> bytes:
+    """The plan file: the 64-byte envelope, then the payload."""
     p = _Payload()
-    p.str(pipe.name)
-    p.u64(plan.memory.peak_bytes)
-    p.u32(max([b.alignment for b in plan.memory.buffers.values()] + [256]))
-    p.u32(len(tensors))
-    for name, dtype, shape, storage, offset in tensors:
+    p.str(parts.name)
+    p.u64(parts.arena_bytes)
+    p.u32(parts.arena_alignment)
+    p.u32(parts.compute_capability)
+    p.u32(len(parts.tensors))
+    for name, dtype, shape, storage, offset in parts.tensors:
         p.str(name)
         p.i32(get_dtype(dtype).c_enum)
         p.u32(len(shape))
         p.i64s(shape)
         p.u8(storage)
         p.u64(offset)
-    p.refs(inputs)
-    p.refs(outputs)
-    p.u32(len(lib_entries))
-    for rel, digest in lib_entries:
+    p.refs(parts.inputs)
+    p.refs(parts.outputs)
+    p.u32(len(parts.libraries))
+    for rel, digest in parts.libraries:
         p.str(rel)
-        p.parts.append(digest)
-    p.u32(n_stages)
-    p.parts.append(stages.bytes())
+        p.raw(digest)
+    p.u32(len(parts.cubins))
+    for digest, data in parts.cubins:
+        p.raw(digest)
+        p.u64(len(data))
+        p.raw(data)
+    p.u32(parts.n_stages)
+    p.raw(parts.stages)
     payload = p.bytes()
-    header = MAGIC + struct.pack("<IIiiQ", FORMAT_VERSION, HEADER_SIZE, DEVICE_CPU, 0, len(payload))
+    header = MAGIC + struct.pack("<IIiiQ", FORMAT_VERSION, HEADER_SIZE, *parts.device, len(payload))
     return header + hashlib.sha256(payload).digest() + payload
 
 
@@ -297,7 +489,7 @@ def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None
     InvalidArgumentError
         An input without a concrete shape and dtype.
     HardwareUnsupportedError
-        The pipeline is not loaded on the CPU.
+        The pipeline is loaded on a device without native plans.
     """
     out = Path(path)
     data = plan_bytes(pipe, out, shapes)

@@ -89,6 +89,7 @@ class KernelCompiler:
         self.nvrtc_version = (int(major), int(minor))
         self._modules: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], Any] = {}
+        self._key_of: dict[int, str] = {}  # id of a kernel handed out -> its module's key (cubin_of)
         self._headers: dict[tuple[str, ...], str] = {}
         self._lock = threading.Lock()
         self.hits = {"memory": 0, "disk": 0, "compiled": 0}
@@ -143,7 +144,12 @@ class KernelCompiler:
                     f"kernel {name!r} not found in the compiled module ({e})", kernel=name
                 ) from e
             self._kernels[(key, name)] = kernel
+            self._key_of[id(kernel)] = key
         return kernel
+
+    def cubin_of(self, kernel: Any) -> bytes:
+        """The cubin bytes of the module holding ``kernel`` (one this compiler handed out and keeps)."""
+        return bytes(self._modules[self._key_of[id(kernel)]].code)
 
     # -- internals ---------------------------------------------------------------------------------
     def _load_disk(self, key: str) -> Any:

@@ -15,8 +15,9 @@
  * (the interpreter named by $PIPELINK_PYTHON, else python3) and loads the result; when that fails, the
  * message says to run `pipelink compile` and load the .plk.
  *
- * This version runs CPU plans. CUDA plans, cuBLAS handles and pipeLinkExecuteAsync on a CUDA stream are
- * refused with PIPELINK_ERR_HARDWARE_UNSUPPORTED until the CUDA path lands.
+ * CPU plans call native modules; CUDA plans launch built-in kernels (embedded cubins) and cuBLASLt products
+ * and call native modules' CUDA entry points (docs/native-core.md, "The CUDA path"). The CUDA driver (libcuda.so.1) and cuBLASLt ($PIPELINK_CUBLASLT,
+ * else libcublasLt.so.13) are opened at run time: without them a CUDA plan is PIPELINK_ERR_HARDWARE_UNSUPPORTED.
  */
 #ifndef PIPELINK_RUNTIME_H_
 #define PIPELINK_RUNTIME_H_
@@ -60,16 +61,18 @@ typedef struct PipeLinkPipelineInfo {
     uint64_t arena_bytes; /* one arena of this size per execution context */
 } PipeLinkPipelineInfo;
 
-/* The allocator behind pipeLinkMalloc. ASYNC (stream-ordered, the default) and LEGACY (synchronous) differ
- * only on CUDA, where LEGACY is what code inside a foreign CUDA-graph capture needs; the CPU pool is the
- * same for both. The choice is reported in PipeLinkPoolStats.allocator. */
+/* How the runtime allocates the device outputs of CUDA plans (data NULL): ASYNC (the default) with
+ * cuMemAllocAsync on the run's stream, LEGACY with cuMemAlloc (synchronous). The host pool of pipeLinkMalloc
+ * is the same for both. Inside a stream capture neither is used: pass preallocated outputs. The choice is
+ * reported in PipeLinkPoolStats.allocator. */
 typedef enum PipeLinkAllocator {
     PIPELINK_ALLOCATOR_ASYNC = 0,
     PIPELINK_ALLOCATOR_LEGACY = 1
 } PipeLinkAllocator;
 
 /* The host memory pool of pipeLinkMalloc: blocks are rounded up to a power of two (at least 256 bytes);
- * a freed block is cached for the next request of its size class until pipeLinkClearMemoryPool. */
+ * a freed block is cached for the next request of its size class until pipeLinkClearMemoryPool. The
+ * allocated counts include the device blocks of runtime-allocated CUDA outputs (not cached). */
 typedef struct PipeLinkPoolStats {
     uint64_t allocated_bytes; /* live blocks, as rounded */
     uint64_t peak_bytes;      /* the most allocated_bytes ever was */
@@ -92,9 +95,11 @@ PIPELINK_API PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h);
 PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelineInfo* info);
 
 /* Run once; returns when the outputs are ready. Thread-safe: concurrent calls on one pipeline each take an
- * execution context (its own arena) from the pipeline's small pool.
- * inputs:  n_inputs tensors in pipelineinfo order; host memory (PIPELINK_DEVICE_CPU or _CUDA_HOST), the
- *          plan's dtype and shape; strides NULL (contiguous) or any non-negative strides (copied).
+ * execution context (its own arena; on CUDA also its own stream) from the pipeline's small pool.
+ * inputs:  n_inputs tensors in pipelineinfo order; the plan's dtype and shape. CPU plans: host memory
+ *          (PIPELINK_DEVICE_CPU or _CUDA_HOST), strides NULL (contiguous) or any non-negative strides
+ *          (copied). CUDA plans: contiguous device memory of the plan's device (PIPELINK_DEVICE_CUDA and its
+ *          number), aligned as its kernels assume (256 bytes, as cudaMalloc gives), already written.
  * outputs: n_outputs tensors. data NULL: the runtime allocates the output with pipeLinkMalloc (release it
  *          with pipeLinkFree) and fills in data, device, dtype, ndim and shape (shape then points at the
  *          pipeline's own array). Otherwise it is written in place after its dtype, shape and device are
@@ -104,13 +109,18 @@ PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, Pi
  * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL. */
 PIPELINK_API PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                PipeLinkTensor* outputs, int32_t n_outputs);
-/* As pipeLinkExecute, ordered on `stream` (a CUstream/cudaStream_t) for CUDA plans. CPU plans take a NULL
- * stream and run synchronously. */
+/* As pipeLinkExecute, ordered on `stream` (a CUstream/cudaStream_t) for CUDA plans: enqueues the run and
+ * returns without waiting (runtime-allocated outputs come from stream-ordered memory). Safe inside the
+ * caller's stream capture once the pipeline has run (and been synchronized) before, with preallocated
+ * outputs: the captured graph keeps its execution context for good. CPU plans take a NULL stream and run
+ * synchronously. */
 PIPELINK_API PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                     PipeLinkTensor* outputs, int32_t n_outputs, void* stream);
 
-/* Host memory from the runtime's pool (256-byte aligned). pipeLinkFree of a pointer the pool did not hand
- * out (or already took back) is PIPELINK_ERR_INVALID_ARGUMENT, never a crash; pipeLinkFree(NULL) is a no-op. */
+/* Host memory from the runtime's pool (256-byte aligned). pipeLinkFree also takes back the device blocks
+ * of outputs a CUDA plan allocated; of a pointer the runtime did not hand out (or already took back) it is
+ * PIPELINK_ERR_INVALID_ARGUMENT, never a crash; pipeLinkFree(NULL) is a no-op. The stats count host and
+ * device blocks. */
 PIPELINK_API PipeLinkStatus pipeLinkMalloc(void** ptr, size_t nbytes);
 PIPELINK_API PipeLinkStatus pipeLinkFree(void* ptr);
 PIPELINK_API PipeLinkStatus pipeLinkGetMemoryPoolStats(PipeLinkPoolStats* stats);
@@ -126,8 +136,9 @@ PIPELINK_API PipeLinkStatus pipeLinkValidateHardware(const char* requirements);
  * Too small a buffer is PIPELINK_ERR_INVALID_ARGUMENT (the message says how many bytes it needs). */
 PIPELINK_API PipeLinkStatus pipeLinkGetOperatorInfo(const char* name, char* json, size_t capacity);
 
-/* A cuBLAS handle bound to `stream`, one per stream, reused (seed 3.3). NULL in this version (no CUDA path
- * yet); the message says so. */
+/* A cuBLAS handle (cublasHandle_t) bound to `stream` (cublasSetStream), one per stream, created on first
+ * request and reused (seed 3.3). NULL without a CUDA driver or libcublas.so.13 (found beside
+ * $PIPELINK_CUBLASLT, else by the loader); the message says why. */
 PIPELINK_API void* pipeLinkGetCublasHandle(void* stream);
 
 /* The message of the calling thread's last call ("" after a call that succeeded cleanly). Never NULL. */

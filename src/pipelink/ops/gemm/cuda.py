@@ -31,7 +31,7 @@ from ...descriptor import KernelContext
 from ...dtypes import get_dtype
 from ...errors import HardwareUnsupportedError
 from ..elementwise.cuda import plan_binary, plan_unary
-from ..kernel import KernelSource, LaunchPlan, PlanLaunch, contiguous_strides
+from ..kernel import KernelSource, LaunchPlan, NativeKernel, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
@@ -40,6 +40,7 @@ __all__ = [
     "TUNED_AS",
     "BatchPlan",
     "GemmRoute",
+    "NativeMatmul",
     "plan_batches",
     "offset_alignment",
     "route_gemm",
@@ -244,6 +245,32 @@ def plan_bias_expand(dtype: str, bias_shape: tuple, out_shape: tuple) -> LaunchP
     return plan_transpose(dtype, out_shape, tuple(range(nd)), in_strides=strides)
 
 
+@dataclass(frozen=True)
+class NativeMatmul:
+    """One stage's cuBLASLt calls as the native core replays them (``runtime/planfile.py`` writes it).
+
+    In cuBLASLt's order (its "A" is our b): ``layouts`` are (rows, cols, ld, batch count, batch stride)
+    of A, B and C = D; ``operands`` the slots of A, B, C and D (``("in" | "out", position)``), ``bias``
+    the BIAS epilogue's slot or None; ``offsets`` the (A, B, C/D) element offsets of each call;
+    ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D.
+    """
+
+    data_type: int
+    compute_type: int
+    scale_type: int
+    trans: tuple[int, int]
+    epilogue: int
+    layouts: tuple[tuple[int, int, int, int, int], ...]
+    alpha: float
+    beta: float
+    operands: tuple[tuple[str, int], ...]
+    bias: tuple[str, int] | None
+    offsets: tuple[tuple[int, int, int], ...]
+    itemsize: int
+    max_workspace: int
+    min_alignment: tuple[int, int, int, int]
+
+
 def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
     """gemm's cuBLASLt call, with the launches :func:`route_gemm` puts before and after it."""
     backend, dtype, stage = ctx.backend, ctx.in_dtypes[0], ctx.stage
@@ -346,6 +373,7 @@ class _LtMatmul:
         self._set(lt.MatmulDescAttribute.TRANSA, np.array([int(trans_b)], np.int32))
         self._set(lt.MatmulDescAttribute.TRANSB, np.array([int(trans_a)], np.int32))
         self._set(lt.MatmulDescAttribute.EPILOGUE, np.array([int(lt.Epilogue[epilogue])], np.uint32))
+        self.layout_specs: list[tuple[int, int, int, int, int]] = []  # what _layout made, for the core
         self.bias_input = bias_input
         self.bias_ptr = np.zeros(1, np.int64)
         self.c_source = c_source
@@ -363,8 +391,10 @@ class _LtMatmul:
         # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
         # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
         size = get_dtype(dtype).itemsize
+        aligns = []
         for name, which in (("A", 1), ("B", 0), ("C", 2), ("D", 2)):
             align = np.array([offset_alignment([o[which] * size for o in batch.offsets])], np.uint32)
+            aligns.append(int(align[0]))
             attr = lt.MatmulPreferenceAttribute[f"MIN_ALIGNMENT_{name}_BYTES"]
             lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
         self.heuristic = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
@@ -392,6 +422,23 @@ class _LtMatmul:
         self.pre = pre or []
         self.post = post or []
         self.itemsize = size
+        out = ("out", 0)
+        self.native = NativeMatmul(
+            data_type,
+            compute,
+            scale_type,
+            (int(trans_b), int(trans_a)),
+            int(lt.Epilogue[epilogue]),
+            tuple(self.layout_specs),
+            float(alpha),
+            float(beta),
+            (("in", 1), ("in", 0), out if c_source is None else ("in", c_source), out),
+            None if bias_input is None else ("in", bias_input),
+            tuple((ob, oa, oc) for oa, ob, oc in batch.offsets),
+            size,
+            int(ws[0]),
+            (aligns[0], aligns[1], aligns[2], aligns[3]),
+        )
 
     def _layout(
         self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan, which: int
@@ -400,6 +447,7 @@ class _LtMatmul:
         lt = self.lt
         layout = lt.matrix_layout_create(data_type, *rows_cols_ld)
         self.layouts.append(layout)
+        self.layout_specs.append((*rows_cols_ld, batch.count, batch.strides[which] if batch.count > 1 else 0))
         if batch.count > 1:
             count = np.array([batch.count], np.int32)
             stride = np.array([batch.strides[which]], np.int64)
@@ -410,6 +458,11 @@ class _LtMatmul:
                 layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, stride.ctypes.data, stride.itemsize
             )
         return layout
+
+    def native_launches(self) -> list[NativeKernel | NativeMatmul]:
+        """The launches around the product and the product itself, for the native core."""
+        pre = [x for launch in self.pre for x in launch.native_launches()]
+        return pre + [self.native] + [x for launch in self.post for x in launch.native_launches()]
 
     def _set(self, attr: Any, value: np.ndarray) -> None:
         self.lt.matmul_desc_set_attribute(self.desc, attr, value.ctypes.data, value.itemsize)

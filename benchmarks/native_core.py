@@ -1,0 +1,238 @@
+"""The native core's CUDA path against issue 18's targets, side by side, in one command (GPU host):
+
+    python3 -m benchmarks.native_core [--seconds 3] [--iterations 20000]
+
+1. host time of ``pipeLinkExecuteAsync`` per stage over the bare launches it makes (target <= 1 us/stage):
+   20-stage and 1-stage relu chains; a C harness (``native_core_harness.c``, built here) times the core and
+   the same launches made directly with ``cuLaunchKernel`` from the plan's own cubins;
+2. the seed's service shape: 16 threads each running the T=8 MLP block on its own stream through the core,
+   aggregate runs/s against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x);
+3. loading the MLP plan (target <= 5 ms); 4. the library's size (target <= 1 MB).
+Every line starting with ``TARGET`` is one target: measured value, limit, PASS or FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pipelink as pl
+from pipelink.modules.build import include_dir
+from pipelink.modules.services import PipeLinkTensor
+from pipelink.native import lib_dir, library_path, open_runtime
+from pipelink.native.build import find_compiler
+from pipelink.runtime.executor import compile_plan
+from pipelink.runtime.planfile import _launches, _signature
+
+from . import cases
+
+HARNESS = Path(__file__).resolve().parent / "native_core_harness.c"
+T, D = 8, 1024
+
+
+def _chain(stages: int) -> dict:
+    names = ["x"] + [f"t{i}" for i in range(1, stages)] + ["y"]
+    return {
+        "name": f"relu_chain_{stages}",
+        "inputs": {"x": {"shape": [1024], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": f"r{i}", "inputs": [names[i]], "outputs": [names[i + 1]]}
+            for i in range(stages)
+        ],
+    }
+
+
+def _compile(doc: dict, tmp: Path):
+    config = tmp / f"{doc['name']}.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    return pipe, pipe.save(tmp / f"{doc['name']}.plk")
+
+
+def _launch_lines(pipe, tmp: Path) -> Path:
+    """The harness's description of the plan's launches, from the same compiled steps as the plan."""
+    signature = _signature(pipe, None, contiguous=True)
+    plan = compile_plan(pipe.graph, pipe._registry, pipe._backend, {}, signature)
+    lines = []
+    try:
+        for step in plan.steps:
+            for launch in _launches(step):
+                cubin = tmp / f"{launch.name}.{hashlib.sha256(launch.cubin).hexdigest()[:16]}.cubin"
+                cubin.write_bytes(launch.cubin)
+                params = [
+                    ("p" if p[1] is not None else "n") if p[0] == "ptr" else f"{p[0]}:{p[1]!r}"
+                    for p in launch.params
+                ]
+                lines.append(
+                    " ".join([str(cubin), launch.name, *map(str, launch.dims), str(len(params)), *params])
+                )
+    finally:
+        plan.release()
+    path = tmp / f"{pipe.name}.launches"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def host_overhead(tmp: Path, iterations: int) -> dict[int, tuple[float, float]]:
+    """stages -> (core us/run, bare us/run) from the C harness."""
+    exe = tmp / "native_core_harness"
+    cc = find_compiler()
+    lib = str(lib_dir())
+    build = [*cc, "-std=c11", "-O2", f"-I{include_dir()}", str(HARNESS), "-o", str(exe)]
+    subprocess.run([*build, f"-L{lib}", "-lpipelink_runtime", "-ldl", f"-Wl,-rpath,{lib}"], check=True)
+    out = {}
+    for stages in (1, 20):
+        pipe, plan = _compile(_chain(stages), tmp)
+        with pipe:
+            launches = _launch_lines(pipe, tmp)
+        proc = subprocess.run(
+            [str(exe), str(plan), str(launches), str(iterations)], capture_output=True, text=True, check=True
+        )
+        fields = proc.stdout.split()
+        out[stages] = (
+            float(fields[fields.index("execute_async_us") + 1]),
+            float(fields[fields.index("bare_launches_us") + 1]),
+        )
+        print(f"relu chain of {stages:2d}: {proc.stdout.strip()}")
+    return out
+
+
+def _tensor_array(tensors) -> tuple:
+    keep, arr = [], (PipeLinkTensor * len(tensors))()
+    for t, x in zip(arr, tensors, strict=True):
+        dims = (ctypes.c_int64 * x.dim())(*x.shape)
+        keep.append(dims)
+        t.data, t.ndim, t.shape = x.data_ptr(), x.dim(), dims
+        t.device.device_type, t.device.device_id = 2, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+    return arr, keep
+
+
+def service(tmp: Path, seconds: float) -> dict[str, float]:
+    """Aggregate MLP runs/s: the core from 1 and 16 threads, PyTorch from 16 threads (each its own stream)."""
+    import torch
+
+    case = cases.mlp(T, D, "float32")
+    pipe, plan = _compile(case.doc, tmp)
+    pipe.close()
+    core = open_runtime()
+    core.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+    core.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
+    core.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+    assert core.pipeLinkInitialize() == 0
+    handle = ctypes.c_void_p()
+    assert core.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0
+    mlp = case.torch_fn(torch)
+
+    def inputs():
+        return [torch.randn(s, device="cuda") * sc + off for s, sc, off in case.inputs.values()]
+
+    def core_worker(stop, counts, k):
+        ins, out = inputs(), [torch.empty((T, D), device="cuda")]
+        (i_arr, _keep_i), (o_arr, _keep_o) = _tensor_array(ins), _tensor_array(out)  # shapes stay alive
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        while not stop.is_set():
+            rc = core.pipeLinkExecuteAsync(handle, i_arr, len(ins), o_arr, 1, stream.cuda_stream)
+            if rc != 0:
+                raise RuntimeError(core.pipeLinkGetLastErrorMessage().decode())
+            stream.synchronize()
+            counts[k] += 1
+
+    def torch_worker(stop, counts, k):
+        ins, stream = inputs(), torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            while not stop.is_set():
+                mlp(*ins)
+                stream.synchronize()
+                counts[k] += 1
+
+    def rate(worker, threads: int) -> float:
+        stop, counts = threading.Event(), [0] * threads
+        pool = [threading.Thread(target=worker, args=(stop, counts, k)) for k in range(threads)]
+        for t in pool:
+            t.start()
+        time.sleep(0.5)  # contexts, streams and handles made: then count
+        first, begin = sum(counts), time.perf_counter()
+        time.sleep(seconds)
+        last, end = sum(counts), time.perf_counter()
+        stop.set()
+        for t in pool:
+            t.join()
+        return (last - first) / (end - begin)
+
+    rates = {
+        "core_1": rate(core_worker, 1),
+        "core_16": rate(core_worker, 16),
+        "torch_16": rate(torch_worker, 16),
+    }
+    core.pipeLinkDestroyPipeline(handle)
+    return rates
+
+
+def load_ms(tmp: Path) -> float:
+    """Median time to load (and destroy) the T=8 MLP plan, in ms."""
+    pipe, plan = _compile(cases.mlp(T, D, "float32").doc, tmp)
+    pipe.close()
+    core = open_runtime()
+    core.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    core.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
+    assert core.pipeLinkInitialize() == 0
+    samples = []
+    for _ in range(21):
+        handle = ctypes.c_void_p()
+        t0 = time.perf_counter()
+        assert core.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0
+        samples.append((time.perf_counter() - t0) * 1e3)
+        core.pipeLinkDestroyPipeline(handle)
+    return statistics.median(samples[1:])  # the first also opens the driver and cuBLASLt
+
+
+def _target(name: str, value: float, limit: float, unit: str, higher_is_better: bool = False) -> None:
+    ok = value >= limit if higher_is_better else value <= limit
+    sign = ">=" if higher_is_better else "<="
+    print(f"TARGET {name}: {value:.3f} {unit} ({sign} {limit:g}) {'PASS' if ok else 'FAIL'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--iterations", type=int, default=20000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        overhead = host_overhead(tmp, args.iterations)
+        rates = service(tmp, args.seconds)
+        load = load_ms(tmp)
+    (c20, b20), (c1, b1) = overhead[20], overhead[1]
+    print(f"service (T={T} MLP block, runs/s): " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()))
+    _target(
+        "pipeLinkExecuteAsync host time over bare launches, per stage (20 stages)",
+        (c20 - b20) / 20,
+        1.0,
+        "us",
+    )
+    _target("the same for a 1-stage plan", c1 - b1, 1.0, "us")
+    _target(
+        "16 threads vs 1 thread (core)", rates["core_16"] / rates["core_1"], 4.0, "x", higher_is_better=True
+    )
+    _target(
+        "16 threads: core vs PyTorch", rates["core_16"] / rates["torch_16"], 1.0, "x", higher_is_better=True
+    )
+    _target("MLP plan load time", load, 5.0, "ms")
+    _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
+
+
+if __name__ == "__main__":
+    main()

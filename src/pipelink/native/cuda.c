@@ -1,0 +1,621 @@
+/* cuda.c - the CUDA path of the native core: the driver (libcuda.so.1) and cuBLASLt (libcublasLt.so.13)
+ * opened at run time with dlopen, so the library builds with a plain C compiler and its CPU path runs
+ * where there is no GPU; the types below are the few the driver and cuBLASLt ABIs need.
+ *
+ * Loading a CUDA plan retains the primary context of its device, loads its cubins and resolves its
+ * kernels, and builds each product's cuBLASLt layouts and picks its algorithm once. An execution context
+ * owns a device arena, a stream, a completion event, a cuBLASLt handle, per-product descriptors and one
+ * workspace, all made once. A run checks the caller's tensors, then only launches (docs/native-core.md). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+typedef void* CUstream;
+typedef void* CUevent;
+typedef void* CUcontext;
+typedef void* CUmodule;
+typedef void* CUfunction;
+
+enum {
+    CU_ATTR_CC_MAJOR = 75,
+    CU_ATTR_CC_MINOR = 76,
+    CU_POINTER_CONTEXT = 1,
+    CU_POINTER_DEVICE_ORDINAL = 9,
+    CU_STREAM_NON_BLOCKING = 1,
+    CU_EVENT_DISABLE_TIMING = 2,
+    CU_ERROR_NOT_READY = 600,
+    CU_CAPTURE_ACTIVE = 1,
+};
+
+/* The driver functions the core uses, resolved through cuGetProcAddress for CUDA 12.0's ABI. */
+static struct Driver {
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGet)(int*, int);
+    CUresult (*DeviceGetCount)(int*);
+    CUresult (*DeviceGetAttribute)(int*, int, int);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
+    CUresult (*DevicePrimaryCtxRelease)(int);
+    CUresult (*CtxGetCurrent)(CUcontext*);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext*);
+    CUresult (*ModuleLoadData)(CUmodule*, const void*);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
+    CUresult (*StreamCreate)(CUstream*, unsigned);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+    CUresult (*StreamIsCapturing)(CUstream, int*);
+    CUresult (*EventCreate)(CUevent*, unsigned);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
+    CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr);
+    CUresult (*GetErrorName)(CUresult, const char**);
+} cu;
+
+/* cuBLASLt, same idea. Handles and descriptors are pointers; statuses ints (0 success). */
+typedef struct {
+    uint64_t algo[8];
+    size_t workspace_size;
+    int state;
+    float waves;
+    int reserved[4];
+} LtHeuristic;
+
+static struct Lt {
+    int (*Create)(void**);
+    int (*Destroy)(void*);
+    int (*MatmulDescCreate)(void**, int, int);
+    int (*MatmulDescDestroy)(void*);
+    int (*MatmulDescSetAttribute)(void*, int, const void*, size_t);
+    int (*MatrixLayoutCreate)(void**, int, uint64_t, uint64_t, int64_t);
+    int (*MatrixLayoutDestroy)(void*);
+    int (*MatrixLayoutSetAttribute)(void*, int, const void*, size_t);
+    int (*MatmulPreferenceCreate)(void**);
+    int (*MatmulPreferenceDestroy)(void*);
+    int (*MatmulPreferenceSetAttribute)(void*, int, const void*, size_t);
+    int (*MatmulAlgoGetHeuristic)(void*, void*, void*, void*, void*, void*, void*, int, LtHeuristic*, int*);
+    int (*Matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*, const void*, void*,
+                  void*, void*, const void*, void*, size_t, CUstream);
+} lt;
+
+enum { LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_DESC_EPILOGUE = 7, LT_DESC_BIAS_POINTER = 8 };
+enum { LT_LAYOUT_BATCH_COUNT = 5, LT_LAYOUT_BATCH_STRIDE = 6 };
+enum { LT_PREF_MAX_WORKSPACE = 1, LT_PREF_MIN_ALIGN_A = 5 }; /* A, B, C, D: 5, 6, 7, 8 */
+
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT, lt_once = PTHREAD_ONCE_INIT;
+static char driver_error[512], lt_error[1024];
+
+static const char* cu_name(CUresult r) {
+    const char* name = NULL;
+    if (cu.GetErrorName == NULL || cu.GetErrorName(r, &name) != 0 || name == NULL) return "CUDA_ERROR_UNKNOWN";
+    return name;
+}
+
+static PipeLinkStatus cuda_fail(CUresult r, const char* what, const char* stage) {
+    return plk_fail(PIPELINK_ERR_CUDA, "%s%s%s%s failed: %s (%d)", stage ? "stage '" : "", stage ? stage : "",
+                    stage ? "': " : "", what, cu_name(r), r);
+}
+
+static void open_driver(void) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(driver_error, sizeof driver_error, "no NVIDIA driver on this machine (libcuda.so.1 cannot be opened)");
+        return;
+    }
+    CUresult (*get)(const char*, void**, int, uint64_t, int*) = (CUresult(*)(const char*, void**, int, uint64_t, int*))dlsym(lib, "cuGetProcAddress_v2");
+    if (get == NULL) {
+        snprintf(driver_error, sizeof driver_error, "the NVIDIA driver is older than CUDA 12 (no cuGetProcAddress_v2); "
+                 "update the driver");
+        return;
+    }
+    static const struct { const char* name; size_t offset; } table[] = {
+#define F(n) {"cu" #n, offsetof(struct Driver, n)}
+        F(Init), F(DeviceGet), F(DeviceGetCount), F(DeviceGetAttribute), F(DevicePrimaryCtxRetain),
+        F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(CtxPushCurrent), F(CtxPopCurrent),
+        F(ModuleLoadData), F(ModuleUnload),
+        F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
+        F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
+        F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
+        F(GetErrorName),
+#undef F
+    };
+    struct Driver found;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
+        void* fn = NULL;
+        int status = 0;
+        if (get(table[i].name, &fn, 12000, 0, &status) != 0 || fn == NULL) {
+            snprintf(driver_error, sizeof driver_error, "the NVIDIA driver has no %s; update the driver", table[i].name);
+            return;
+        }
+        memcpy((char*)&found + table[i].offset, &fn, sizeof fn);
+    }
+    int n = 0;
+    CUresult r = found.Init(0);
+    if (r == 0) r = found.DeviceGetCount(&n);
+    if (r != 0 || n < 1) {
+        snprintf(driver_error, sizeof driver_error, "the NVIDIA driver reports no usable GPU (cuInit/cuDeviceGetCount: %d, "
+                 "%d devices)", r, n);
+        return;
+    }
+    cu = found; /* published only whole: cu.Init != NULL means usable */
+}
+
+static PipeLinkStatus need_driver(const char* what) {
+    pthread_once(&driver_once, open_driver);
+    if (cu.Init == NULL)
+        return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "%s needs a CUDA GPU: %s. Run a CPU plan here "
+                        "(pipelink compile --device cpu)", what, driver_error);
+    return PIPELINK_SUCCESS;
+}
+
+/* cuBLASLt: $PIPELINK_CUBLASLT (a path, set by the Python package to its wheel's copy when it loads this
+ * library), else the loader's search for libcublasLt.so.13. */
+static void open_lt(void) {
+    const char* env = getenv("PIPELINK_CUBLASLT");
+    const char* path = env && env[0] ? env : "libcublasLt.so.13";
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(lt_error, sizeof lt_error, "cuBLASLt cannot be opened (%s): install it (pip install "
+                 "nvidia-cublas) and set PIPELINK_CUBLASLT to libcublasLt.so.13's path", dlerror());
+        return;
+    }
+    static const struct { const char* name; size_t offset; } table[] = {
+#define F(n) {"cublasLt" #n, offsetof(struct Lt, n)}
+        F(Create), F(Destroy), F(MatmulDescCreate), F(MatmulDescDestroy), F(MatmulDescSetAttribute),
+        F(MatrixLayoutCreate), F(MatrixLayoutDestroy), F(MatrixLayoutSetAttribute), F(MatmulPreferenceCreate),
+        F(MatmulPreferenceDestroy), F(MatmulPreferenceSetAttribute), F(MatmulAlgoGetHeuristic), F(Matmul),
+#undef F
+    };
+    struct Lt found;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
+        void* fn = dlsym(lib, table[i].name);
+        if (fn == NULL) {
+            snprintf(lt_error, sizeof lt_error, "%s has no %s: it is not cuBLASLt 13", path, table[i].name);
+            return;
+        }
+        memcpy((char*)&found + table[i].offset, &fn, sizeof fn);
+    }
+    lt = found;
+}
+
+static PipeLinkStatus need_lt(void) {
+    pthread_once(&lt_once, open_lt);
+    if (lt.Create == NULL) return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "%s", lt_error);
+    return PIPELINK_SUCCESS;
+}
+
+/* Make the plan's context current on this thread (a no-op when it is). */
+static PipeLinkStatus bind_context(const Plan* plan) {
+    CUcontext current = NULL;
+    if (cu.CtxGetCurrent(&current) == 0 && current == plan->cuda_context) return PIPELINK_SUCCESS;
+    CUresult r = cu.CtxSetCurrent(plan->cuda_context);
+    return r ? cuda_fail(r, "cuCtxSetCurrent", NULL) : PIPELINK_SUCCESS;
+}
+
+/* ---- loading ---- */
+
+static PipeLinkStatus load_matmul(Stage* s, void* handle) {
+    MatmulCall* m = &s->matmul;
+    void *desc = NULL, *pref = NULL;
+    int st = lt.MatmulDescCreate(&desc, m->compute_type, m->scale_type);
+    int32_t ta = m->trans[0], tb = m->trans[1];
+    if (!st) st = lt.MatmulDescSetAttribute(desc, LT_DESC_TRANSA, &ta, sizeof ta);
+    if (!st) st = lt.MatmulDescSetAttribute(desc, LT_DESC_TRANSB, &tb, sizeof tb);
+    if (!st) st = lt.MatmulDescSetAttribute(desc, LT_DESC_EPILOGUE, &m->epilogue, sizeof m->epilogue);
+    for (int i = 0; i < 3 && !st; ++i) {
+        const MatmulLayout* l = &m->layout[i];
+        st = lt.MatrixLayoutCreate(&m->layouts[i], m->data_type, l->rows, l->cols, l->ld);
+        if (!st && l->count > 1) st = lt.MatrixLayoutSetAttribute(m->layouts[i], LT_LAYOUT_BATCH_COUNT, &l->count, sizeof l->count);
+        if (!st && l->count > 1) st = lt.MatrixLayoutSetAttribute(m->layouts[i], LT_LAYOUT_BATCH_STRIDE, &l->stride, sizeof l->stride);
+    }
+    if (!st) st = lt.MatmulPreferenceCreate(&pref);
+    if (!st) st = lt.MatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WORKSPACE, &m->max_workspace, sizeof m->max_workspace);
+    for (int i = 0; i < 4 && !st; ++i)
+        st = lt.MatmulPreferenceSetAttribute(pref, LT_PREF_MIN_ALIGN_A + i, &m->min_align[i], sizeof m->min_align[i]);
+    LtHeuristic found;
+    int count = 0;
+    memset(&found, 0, sizeof found);
+    if (!st)
+        st = lt.MatmulAlgoGetHeuristic(handle, desc, m->layouts[0], m->layouts[1], m->layouts[2], m->layouts[2], pref, 1,
+                                       &found, &count);
+    if (pref) lt.MatmulPreferenceDestroy(pref);
+    if (desc) lt.MatmulDescDestroy(desc);
+    if (st) return plk_fail(PIPELINK_ERR_CUDA, "stage '%s': cuBLASLt refused the product's descriptors (status %d)", s->id, st);
+    if (count < 1)
+        return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "stage '%s': cuBLASLt has no algorithm for this product "
+                        "(%llux%llux%llu, epilogue %u) on this GPU; recompile the plan here", s->id,
+                        (unsigned long long)m->layout[2].cols, (unsigned long long)m->layout[2].rows,
+                        (unsigned long long)(m->trans[0] ? m->layout[0].rows : m->layout[0].cols), m->epilogue);
+    memcpy(m->algo, found.algo, sizeof m->algo);
+    m->workspace = found.workspace_size < m->max_workspace ? found.workspace_size : m->max_workspace;
+    float af = (float)m->alpha, bf = (float)m->beta;
+    if (m->scale_type == 0) memcpy(m->alpha_bytes, &af, 4), memcpy(m->beta_bytes, &bf, 4);
+    else memcpy(m->alpha_bytes, &m->alpha, 8), memcpy(m->beta_bytes, &m->beta, 8);
+    return PIPELINK_SUCCESS;
+}
+
+PipeLinkStatus plk_cuda_load(Plan* plan) {
+    PipeLinkStatus st = need_driver("this plan (compiled for CUDA)");
+    if (st) return st;
+    int dev = 0, major = 0, minor = 0;
+    CUresult r = cu.DeviceGet(&dev, plan->device_id);
+    if (r) return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "the plan was compiled for cuda:%d, which this machine does "
+                           "not have (%s); recompile it for a device here", plan->device_id, cu_name(r));
+    cu.DeviceGetAttribute(&major, CU_ATTR_CC_MAJOR, dev), cu.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, dev);
+    if ((uint32_t)(major * 10 + minor) != plan->compute_capability)
+        return plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "the plan's kernels were compiled for compute capability "
+                        "%u.%u, but cuda:%d is %d.%d; recompile the plan on this GPU (pipelink compile --device "
+                        "cuda:%d)", plan->compute_capability / 10, plan->compute_capability % 10, plan->device_id, major,
+                        minor, plan->device_id);
+    for (int32_t i = 0; i < plan->n_tensors; ++i) {
+        const PlanTensor* t = &plan->tensors[i];
+        if (plan->align[i] > 256 || (t->storage == PLK_STORAGE_ARENA && t->offset % plan->align[i]))
+            return plk_fail(PIPELINK_ERR_INTEGRITY, "plan: tensor '%s' breaks the %u-byte alignment its kernels assume "
+                            "(cuBLASLt takes 256: keep the stages' memory_alignment at 256 and recompile)", t->name,
+                            plan->align[i]);
+    }
+    if ((r = cu.DevicePrimaryCtxRetain(&plan->cuda_context, dev)) != 0) {
+        plan->cuda_context = NULL;
+        return cuda_fail(r, "cuDevicePrimaryCtxRetain", NULL);
+    }
+    if ((st = bind_context(plan))) return st;
+    for (int32_t i = 0; i < plan->n_cubins; ++i)
+        if ((r = cu.ModuleLoadData(&plan->cubins[i].module, plan->cubins[i].bytes)) != 0) {
+            plan->cubins[i].module = NULL;
+            return plk_fail(r == 209 ? PIPELINK_ERR_HARDWARE_UNSUPPORTED : PIPELINK_ERR_MODULE_LOAD_FAILED,
+                            "plan: cubin %d cannot be loaded on cuda:%d (%s); recompile the plan on this GPU", i,
+                            plan->device_id, cu_name(r));
+        }
+    void* handle = NULL;
+    for (int32_t i = 0; i < plan->n_stages; ++i) {
+        Stage* s = &plan->stages[i];
+        if (s->kind == PLK_STAGE_KERNEL) {
+            KernelLaunch* k = &s->kernel;
+            if ((r = cu.ModuleGetFunction(&k->function, plan->cubins[k->cubin].module, k->name)) != 0)
+                return plk_fail(PIPELINK_ERR_MODULE_LOAD_FAILED, "stage '%s': kernel %s is not in its cubin (%s)", s->id,
+                                k->name, cu_name(r));
+        } else if (s->kind == PLK_STAGE_MATMUL) {
+            if (handle == NULL && (st = need_lt()) != PIPELINK_SUCCESS) return st;
+            if (handle == NULL && lt.Create(&handle) != 0) return plk_fail(PIPELINK_ERR_CUDA, "cublasLtCreate failed");
+            st = load_matmul(s, handle);
+            if (!st && s->matmul.workspace > plan->workspace_bytes) plan->workspace_bytes = s->matmul.workspace;
+            if (st) break;
+        }
+    }
+    if (handle) lt.Destroy(handle);
+    return st;
+}
+
+void plk_cuda_unload(Plan* plan) {
+    for (int32_t i = 0; i < plan->n_stages; ++i)
+        for (int j = 0; plan->stages[i].kind == PLK_STAGE_MATMUL && j < 3; ++j)
+            if (plan->stages[i].matmul.layouts[j]) lt.MatrixLayoutDestroy(plan->stages[i].matmul.layouts[j]);
+    if (plan->cuda_context == NULL) return;
+    bind_context(plan);
+    for (int32_t i = 0; i < plan->n_cubins; ++i)
+        if (plan->cubins[i].module) cu.ModuleUnload(plan->cubins[i].module), plan->cubins[i].module = NULL;
+    cu.DevicePrimaryCtxRelease(plan->device_id);
+    plan->cuda_context = NULL;
+}
+
+/* ---- execution contexts ---- */
+
+PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
+    PipeLinkStatus st = bind_context(plan);
+    if (st) return st;
+    CUresult r = 0;
+    c->descs = calloc((size_t)plan->n_stages + 1, sizeof(void*));
+    c->bias_set = calloc((size_t)plan->n_stages + 1, sizeof(uint64_t));
+    c->kernel_values = calloc((size_t)plan->n_stages + 1, sizeof(uint64_t*));
+    c->kernel_ptrs = calloc((size_t)plan->n_stages + 1, sizeof(void**));
+    if (!c->descs || !c->bias_set || !c->kernel_values || !c->kernel_ptrs)
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context");
+    if (plan->arena_bytes && (r = cu.MemAlloc(&c->device_arena, (size_t)plan->arena_bytes)) != 0) {
+        c->device_arena = 0;
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a device arena of %llu bytes for an execution context (%s)",
+                        (unsigned long long)plan->arena_bytes, cu_name(r));
+    }
+    if (plan->workspace_bytes && (r = cu.MemAlloc(&c->workspace, (size_t)plan->workspace_bytes)) != 0) {
+        c->workspace = 0;
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a cuBLASLt workspace of %llu bytes (%s)",
+                        (unsigned long long)plan->workspace_bytes, cu_name(r));
+    }
+    if ((r = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) return c->stream = NULL, cuda_fail(r, "cuStreamCreate", NULL);
+    if ((r = cu.EventCreate(&c->done, CU_EVENT_DISABLE_TIMING)) != 0) return c->done = NULL, cuda_fail(r, "cuEventCreate", NULL);
+    for (int32_t i = 0; i < plan->n_stages; ++i) {
+        const Stage* s = &plan->stages[i];
+        if (s->kind == PLK_STAGE_KERNEL) {
+            const KernelLaunch* k = &s->kernel;
+            c->kernel_values[i] = calloc((size_t)k->n_params + 1, sizeof(uint64_t));
+            c->kernel_ptrs[i] = calloc((size_t)k->n_params + 1, sizeof(void*));
+            if (!c->kernel_values[i] || !c->kernel_ptrs[i]) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context");
+            for (int32_t j = 0; j < k->n_params; ++j) {
+                c->kernel_values[i][j] = k->params[j].kind == PLK_PARAM_PTR ? 0 : k->params[j].bits;
+                c->kernel_ptrs[i][j] = &c->kernel_values[i][j]; /* little-endian: a 4-byte scalar is its first bytes */
+            }
+        } else if (s->kind == PLK_STAGE_MATMUL) {
+            const MatmulCall* m = &s->matmul;
+            if ((st = need_lt())) return st;
+            if (c->lt == NULL && lt.Create(&c->lt) != 0) return c->lt = NULL, plk_fail(PIPELINK_ERR_CUDA, "cublasLtCreate failed");
+            int32_t ta = m->trans[0], tb = m->trans[1];
+            int e = lt.MatmulDescCreate(&c->descs[i], m->compute_type, m->scale_type);
+            if (!e) e = lt.MatmulDescSetAttribute(c->descs[i], LT_DESC_TRANSA, &ta, sizeof ta);
+            if (!e) e = lt.MatmulDescSetAttribute(c->descs[i], LT_DESC_TRANSB, &tb, sizeof tb);
+            if (!e) e = lt.MatmulDescSetAttribute(c->descs[i], LT_DESC_EPILOGUE, &m->epilogue, sizeof m->epilogue);
+            if (e) return plk_fail(PIPELINK_ERR_CUDA, "stage '%s': a cuBLASLt descriptor (status %d)", s->id, e);
+        }
+    }
+    return PIPELINK_SUCCESS;
+}
+
+void plk_cuda_context_free(const Plan* plan, ExecContext* c) {
+    if (plan->cuda_context == NULL || bind_context(plan) != PIPELINK_SUCCESS) return;
+    if (c->done) cu.EventSynchronize(c->done), cu.EventDestroy(c->done); /* its last run may still be queued */
+    if (c->stream) cu.StreamSynchronize(c->stream), cu.StreamDestroy(c->stream);
+    if (c->device_arena) cu.MemFree(c->device_arena);
+    if (c->workspace) cu.MemFree(c->workspace);
+    for (int32_t i = 0; i < plan->n_stages; ++i) {
+        if (c->descs && c->descs[i]) lt.MatmulDescDestroy(c->descs[i]);
+        if (c->kernel_values) free(c->kernel_values[i]);
+        if (c->kernel_ptrs) free(c->kernel_ptrs[i]);
+    }
+    if (c->lt) lt.Destroy(c->lt);
+    free(c->descs), free(c->bias_set), free(c->kernel_values), free(c->kernel_ptrs);
+}
+
+/* ---- a run ---- */
+
+static PipeLinkStatus check_device_tensor(const Plan* plan, const PipeLinkTensor* t, int32_t ref, const char* role,
+                                          int32_t index) {
+    const PlanTensor* want = &plan->tensors[ref];
+    PipeLinkStatus st = plk_check_tensor(t, want, role, index, 1, PIPELINK_DEVICE_CUDA);
+    if (st) return st;
+    if (t->device.device_id != plan->device_id)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') is on cuda:%d; this plan runs on cuda:%d", role,
+                        index, want->name, t->device.device_id, plan->device_id);
+    if (want->numel == 0) return PIPELINK_SUCCESS;
+    uint64_t ptr = (uint64_t)(uintptr_t)t->data + t->byte_offset;
+    int ordinal = -1;
+    if (cu.PointerGetAttribute(&ordinal, CU_POINTER_DEVICE_ORDINAL, ptr) != 0 || ordinal != plan->device_id)
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s'): %p is not memory of cuda:%d (the driver does not "
+                        "know it there); pass a device pointer of the plan's device", role, index, want->name,
+                        (void*)(uintptr_t)ptr, plan->device_id);
+    if (ptr % plan->align[ref])
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') at %p is not %u-byte aligned, as the plan's "
+                        "kernels assume; pass aligned buffers (cudaMalloc's are)", role, index, want->name,
+                        (void*)(uintptr_t)ptr, plan->align[ref]);
+    return PIPELINK_SUCCESS;
+}
+
+static PipeLinkStatus run_kernel(const Stage* s, ExecContext* c, int32_t i, CUstream stream) {
+    const KernelLaunch* k = &s->kernel;
+    uint64_t* values = c->kernel_values[i];
+    for (int32_t j = 0; j < k->n_params; ++j)
+        if (k->params[j].kind == PLK_PARAM_PTR)
+            values[j] = k->params[j].tensor >= 0 ? (uint64_t)(uintptr_t)c->data[k->params[j].tensor] : 0;
+    CUresult r = cu.LaunchKernel(k->function, k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], k->dims[5],
+                                 k->dims[6], stream, c->kernel_ptrs[i], NULL);
+    return r ? cuda_fail(r, "cuLaunchKernel", s->id) : PIPELINK_SUCCESS;
+}
+
+static PipeLinkStatus run_matmul(const Stage* s, ExecContext* c, int32_t i, CUstream stream) {
+    const MatmulCall* m = &s->matmul;
+    if (m->bias >= 0) {
+        uint64_t bias = (uint64_t)(uintptr_t)c->data[m->bias];
+        if (bias != c->bias_set[i]) { /* the descriptor keeps it between runs */
+            int e = lt.MatmulDescSetAttribute(c->descs[i], LT_DESC_BIAS_POINTER, &bias, sizeof bias);
+            if (e) return plk_fail(PIPELINK_ERR_CUDA, "stage '%s': setting the bias pointer (status %d)", s->id, e);
+            c->bias_set[i] = bias;
+        }
+    }
+    char* op[4];
+    for (int j = 0; j < 4; ++j) op[j] = c->data[m->operand[j]];
+    for (int32_t call = 0; call < m->n_calls; ++call) {
+        const int64_t* off = &m->offsets[call * 3];
+        int e = lt.Matmul(c->lt, c->descs[i], m->alpha_bytes, op[0] + off[0] * m->itemsize, m->layouts[0],
+                          op[1] + off[1] * m->itemsize, m->layouts[1], m->beta_bytes, op[2] + off[2] * m->itemsize,
+                          m->layouts[2], op[3] + off[2] * m->itemsize, m->layouts[2], m->algo,
+                          (void*)(uintptr_t)c->workspace, (size_t)m->workspace, stream);
+        if (e) return plk_fail(PIPELINK_ERR_CUDA, "stage '%s': cublasLtMatmul failed (status %d)", s->id, e);
+    }
+    return PIPELINK_SUCCESS;
+}
+
+static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stream) {
+    PipeLinkStatus st = PIPELINK_SUCCESS;
+    char degraded[8]; /* CUDA plans carry no on_error policy: nothing is ever degraded */
+    for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
+        const Stage* s = &plan->stages[i];
+        degraded[0] = '\0';
+        if (s->kind == PLK_STAGE_KERNEL) st = run_kernel(s, c, i, stream);
+        else if (s->kind == PLK_STAGE_CALL) st = plk_run_call(plan, s, c, &c->slots[i], degraded, sizeof degraded, stream);
+        else if (s->kind == PLK_STAGE_MATMUL) st = run_matmul(s, c, i, stream);
+        else if (s->alias_if_contiguous) c->data[s->out[0]] = c->data[s->in[0]]; /* device inputs are contiguous */
+        else if (plan->tensors[s->in[0]].nbytes) {
+            CUresult r = cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)c->data[s->out[0]], (CUdeviceptr)(uintptr_t)c->data[s->in[0]],
+                                            (size_t)plan->tensors[s->in[0]].nbytes, stream);
+            if (r) st = cuda_fail(r, "cuMemcpyDtoDAsync", s->id);
+        }
+    }
+    return st;
+}
+
+PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async) {
+    const Plan* plan = &p->plan;
+    PipeLinkStatus st = PIPELINK_SUCCESS;
+    for (int32_t i = 0; i < plan->n_inputs && !st; ++i) st = check_device_tensor(plan, &inputs[i], plan->inputs[i], "input", i);
+    for (int32_t i = 0; i < plan->n_outputs && !st; ++i)
+        if (outputs[i].data != NULL) st = check_device_tensor(plan, &outputs[i], plan->outputs[i], "output", i);
+    if (!st) st = plk_check_overlaps(plan, inputs, outputs);
+    if (!st) st = bind_context(plan);
+    if (st) return st;
+    int capturing = 0;
+    if (async) {
+        CUresult r = cu.StreamIsCapturing((CUstream)stream, &capturing);
+        if (r) return cuda_fail(r, "cuStreamIsCapturing (is `stream` a stream of this device?)", NULL);
+        capturing = capturing == CU_CAPTURE_ACTIVE;
+    }
+    for (int32_t i = 0; capturing && i < plan->n_outputs; ++i)
+        if (outputs[i].data == NULL)
+            return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "output %d ('%s') has data NULL during a stream capture: the "
+                            "graph would own the block; pass preallocated outputs when capturing", i,
+                            plan->tensors[plan->outputs[i]].name);
+    ExecContext* c = NULL;
+    if (capturing) {
+        /* The graph bakes this context's arena in: it leaves the pool for good. Nothing may be created
+         * (cuMemAlloc) or waited on (events) inside a capture, so it must exist, idle, from an earlier run
+         * the caller synchronized (the warm-up every capture needs). */
+        pthread_mutex_lock(&p->pool_lock);
+        c = p->free_contexts;
+        if (c != NULL) p->free_contexts = c->next; /* never given back; freed with the pipeline (all_contexts) */
+        pthread_mutex_unlock(&p->pool_lock);
+        if (c == NULL)
+            return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeline '%s' has no idle execution context to capture: "
+                            "run it once (and synchronize) before capturing, and capture it no more often than it "
+                            "was run concurrently before", plan->name);
+    } else if ((c = plk_take_context(p, &st)) == NULL) {
+        return st;
+    }
+    CUstream run = async ? (CUstream)stream : c->stream;
+    CUresult r = 0;
+    if (!capturing && (r = cu.StreamWaitEvent(run, c->done, 0)) != 0) st = cuda_fail(r, "cuStreamWaitEvent", NULL);
+    for (int32_t i = 0; i < plan->n_inputs; ++i)
+        c->data[plan->inputs[i]] = (char*)inputs[i].data + inputs[i].byte_offset;
+    memset(c->allocated, 0, (size_t)plan->n_outputs);
+    int legacy = 0; /* read only when an output is allocated: the pool's lock stays off the common path */
+    for (int32_t i = 0; i < plan->n_outputs && !st; ++i) {
+        const PlanTensor* t = &plan->tensors[plan->outputs[i]];
+        if (outputs[i].data != NULL) {
+            c->data[plan->outputs[i]] = (char*)outputs[i].data + outputs[i].byte_offset;
+            continue;
+        }
+        CUdeviceptr mem = 0;
+        const size_t bytes = t->nbytes ? (size_t)t->nbytes : 1;
+        legacy = plk_pool_allocator() == PIPELINK_ALLOCATOR_LEGACY;
+        if ((r = legacy ? cu.MemAlloc(&mem, bytes) : cu.MemAllocAsync(&mem, bytes, run)) != 0) {
+            st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "output %d ('%s'): %llu device bytes (%s)", i, t->name,
+                          (unsigned long long)t->nbytes, cu_name(r));
+            break;
+        }
+        c->allocated[i] = 1;
+        c->data[plan->outputs[i]] = (void*)(uintptr_t)mem;
+    }
+    if (!st) st = run_stages(plan, c, run);
+    /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
+     * waits for it. */
+    if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
+    if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
+    for (int32_t i = 0; i < plan->n_outputs; ++i) {
+        if (!c->allocated[i]) continue;
+        const PlanTensor* t = &plan->tensors[plan->outputs[i]];
+        void* mem = c->data[plan->outputs[i]];
+        if (st || plk_pool_track_device(mem, t->nbytes) != 0) {
+            if (legacy) cu.MemFree((CUdeviceptr)(uintptr_t)mem);
+            else cu.MemFreeAsync((CUdeviceptr)(uintptr_t)mem, run);
+            if (!st) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "tracking output %d's device block", i);
+            continue;
+        }
+        PipeLinkTensor* o = &outputs[i];
+        o->data = mem;
+        o->device.device_type = PIPELINK_DEVICE_CUDA, o->device.device_id = plan->device_id;
+        o->ndim = t->ndim, o->dtype = t->dtype, o->shape = t->shape, o->strides = NULL, o->byte_offset = 0;
+    }
+    if (!capturing) plk_give_context(p, c);
+    return st ? st : plk_ok();
+}
+
+/* A device block of a runtime-allocated output (pipeLinkFree), in its own context whatever the calling
+ * thread's is. cuMemFree waits for work using it. */
+int plk_cuda_free_device(uint64_t ptr) {
+    CUcontext owner = NULL, popped = NULL;
+    if (ptr == 0) return 0;
+    if (cu.MemFree == NULL || cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0) return -1;
+    if (cu.CtxPushCurrent(owner) != 0) return -1;
+    CUresult r = cu.MemFree((CUdeviceptr)ptr);
+    cu.CtxPopCurrent(&popped);
+    return r == 0 ? 0 : -1;
+}
+
+PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr) {
+    CUdeviceptr mem = 0;
+    CUresult r = cu.MemAlloc(&mem, size ? (size_t)size : 1);
+    if (r) return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "%llu bytes of device memory (%s)", (unsigned long long)size, cu_name(r));
+    *ptr = (void*)(uintptr_t)mem;
+    return PIPELINK_SUCCESS;
+}
+
+/* ---- cuBLAS handles per stream (seed 3.3; pipelink.h's services.cublas_handle) ---- */
+
+/* libcublas.so.13 beside $PIPELINK_CUBLASLT when that is set (the wheel ships both in one folder), else the
+ * loader's search. */
+static struct { int (*Create)(void**); int (*SetStream)(void*, void*); } blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_error[1024];
+
+static void open_blas(void) {
+    char path[4096] = "libcublas.so.13";
+    const char* lt_path = getenv("PIPELINK_CUBLASLT");
+    const char* slash = lt_path ? strrchr(lt_path, '/') : NULL;
+    if (slash != NULL) snprintf(path, sizeof path, "%.*s/libcublas.so.13", (int)(slash - lt_path), lt_path);
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void* create = lib ? dlsym(lib, "cublasCreate_v2") : NULL;
+    void* set_stream = lib ? dlsym(lib, "cublasSetStream_v2") : NULL;
+    if (create == NULL || set_stream == NULL) {
+        snprintf(blas_error, sizeof blas_error, "cuBLAS cannot be opened from %s (%s): install it (pip install "
+                 "nvidia-cublas) and set PIPELINK_CUBLASLT to libcublasLt.so.13's path (libcublas.so.13 beside it)",
+                 path, lib ? "no cublasCreate_v2" : dlerror());
+        return;
+    }
+    memcpy(&blas.SetStream, &set_stream, sizeof set_stream);
+    memcpy(&blas.Create, &create, sizeof create);
+}
+
+#define MAX_STREAM_HANDLES 1024
+static struct { void* stream; void* handle; } stream_handles[MAX_STREAM_HANDLES];
+static int n_stream_handles;
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void* pipeLinkGetCublasHandle(void* stream) {
+    if (need_driver("pipeLinkGetCublasHandle")) return NULL;
+    pthread_once(&blas_once, open_blas);
+    if (blas.Create == NULL) {
+        plk_fail(PIPELINK_ERR_HARDWARE_UNSUPPORTED, "pipeLinkGetCublasHandle: %s", blas_error);
+        return NULL;
+    }
+    void* found = NULL;
+    int status = 0;
+    pthread_mutex_lock(&handles_lock);
+    for (int i = 0; i < n_stream_handles && !found; ++i)
+        if (stream_handles[i].stream == stream) found = stream_handles[i].handle;
+    if (found == NULL && n_stream_handles < MAX_STREAM_HANDLES && (status = blas.Create(&found)) == 0) {
+        if ((status = blas.SetStream(found, stream)) == 0) {
+            stream_handles[n_stream_handles].stream = stream, stream_handles[n_stream_handles].handle = found;
+            ++n_stream_handles;
+        } else {
+            found = NULL; /* a handle bound to no stream is of no use; it is not kept */
+        }
+    }
+    pthread_mutex_unlock(&handles_lock);
+    if (found == NULL)
+        plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkGetCublasHandle: no handle for stream %p (%d streams have one; "
+                 "cublasCreate/cublasSetStream status %d)", stream, n_stream_handles, status);
+    else
+        plk_ok();
+    return found;
+}

@@ -1,0 +1,214 @@
+"""The core's CUDA path run on a stand-in driver and cuBLASLt (fake_cuda.c: "device" memory is host memory,
+kernels and products are computed on the host), so its mechanics are tested on every machine: loading,
+execution contexts, pointer marshalling into launches and products, runtime-allocated device outputs and
+pipeLinkFree, the argument checks, ExecuteAsync inside a capture, threads. Each scenario runs in a child
+process whose LD_LIBRARY_PATH puts the fake libcuda.so.1 first (the real driver, if any, is never loaded).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelink.native.build import find_compiler
+
+from .conftest import host_env
+from .test_cuda_plans import _kernel, cuda_plan
+
+HERE = Path(__file__).parent
+FAKE_CUBIN = b"FAKECUBIN: fake_scale and fake_add, run on the host by fake_cuda.c"
+
+CHILD = r"""
+import ctypes, sys, threading
+import numpy as np
+from pipelink.modules.services import PipeLinkTensor
+
+runtime_path, plan_path = sys.argv[1], sys.argv[2]
+fake = ctypes.CDLL("libcuda.so.1")  # the stand-in: the core dlopens this very library
+fake.fake_mem_alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+rt = ctypes.CDLL(runtime_path)
+rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+rt.pipeLinkExecute.argtypes = args + args[1:]
+rt.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
+rt.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
+rt.pipeLinkFree.argtypes = [ctypes.c_void_p]
+rt.pipeLinkGetCublasHandle.argtypes = [ctypes.c_void_p]
+rt.pipeLinkGetCublasHandle.restype = ctypes.c_void_p
+rt.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+msg = lambda: rt.pipeLinkGetLastErrorMessage().decode()
+assert rt.pipeLinkInitialize() == 0
+h = ctypes.c_void_p()
+assert rt.pipeLinkLoadPipeline(plan_path.encode(), ctypes.byref(h)) == 0, msg()
+
+M, N, K = 8, 16, 32
+rng = np.random.default_rng(0)
+host = {"x": rng.standard_normal((M, K)), "w": rng.standard_normal((K, N)), "bias": rng.standard_normal(N)}
+host = {k: v.astype(np.float32) for k, v in host.items()}
+want_y = (0.5 * host["x"]) @ host["w"] + host["bias"]
+
+def device(shape):
+    ptr = ctypes.c_uint64()
+    assert fake.fake_mem_alloc(ctypes.byref(ptr), int(np.prod(shape)) * 4) == 0
+    return ptr.value
+
+keep = []
+def tensors(items, device_type=2, device_id=0):
+    out = (PipeLinkTensor * len(items))()
+    for t, (ptr, shape) in zip(out, items):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        keep.append(dims)
+        t.data, t.ndim, t.shape = ptr, len(shape), dims
+        t.device.device_type, t.device.device_id = device_type, device_id
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+    return out
+
+def read(ptr, shape):
+    return np.frombuffer(ctypes.string_at(ptr, int(np.prod(shape)) * 4), np.float32).reshape(shape)
+
+inputs = {k: device(v.shape) for k, v in host.items()}
+for k, v in host.items():
+    ctypes.memmove(inputs[k], v.ctypes.data, v.nbytes)
+ins = tensors([(inputs[k], host[k].shape) for k in ("x", "w", "bias")])
+
+def outputs():
+    y, x_out = device((M, N)), device((M, K))
+    return y, x_out, tensors([(y, (M, N)), (x_out, (M, K))])
+
+def check(y, x_out, what):
+    assert np.allclose(read(y, (M, N)), want_y, rtol=1e-4, atol=1e-4), what
+    assert np.array_equal(read(x_out, (M, K)), host["x"]), what
+
+# Execute and ExecuteAsync: the kernel's pointers and scalars, the product's operands, bias and layouts.
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 0, msg()
+check(y, x_out, "Execute")
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, ctypes.c_void_p(0x5000)) == 0, msg()
+check(y, x_out, "ExecuteAsync")
+
+# Outputs the runtime allocates: device blocks pipeLinkFree takes back, counted in the pool stats.
+outs = tensors([(None, (M, N)), (None, (M, K))])
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 0, msg()
+assert outs[0].device.device_type == 2 and outs[0].shape[1] == N
+check(outs[0].data, outs[1].data, "runtime-allocated outputs")
+stats = (ctypes.c_uint64 * 6)()
+assert rt.pipeLinkGetMemoryPoolStats(stats) == 0 and stats[0] >= (M * N + M * K) * 4 and stats[3] >= 2
+for o in outs:
+    assert rt.pipeLinkFree(o.data) == 0, msg()
+assert rt.pipeLinkFree(outs[0].data) == 2
+
+# The caller's tensors are checked before anything runs.
+y, x_out, outs = outputs()
+bad = tensors([(host["x"].ctypes.data, (M, K)), (inputs["w"], (K, N)), (inputs["bias"], (N,))])
+assert rt.pipeLinkExecute(h, bad, 3, outs, 2) == 2 and "not memory of cuda:0" in msg(), msg()
+bad = tensors([(inputs[k], host[k].shape) for k in ("x", "w", "bias")])
+bad[0].byte_offset = 4
+assert rt.pipeLinkExecute(h, bad, 3, outs, 2) == 2 and "aligned" in msg(), msg()
+bad = tensors([(inputs[k], host[k].shape) for k in ("x", "w", "bias")], device_id=1)
+assert rt.pipeLinkExecute(h, bad, 3, outs, 2) == 2 and "cuda:1" in msg(), msg()
+bad = tensors([(inputs[k], host[k].shape) for k in ("x", "w", "bias")], device_type=1)
+assert rt.pipeLinkExecute(h, bad, 3, outs, 2) == 2 and "device memory" in msg(), msg()
+assert rt.pipeLinkExecute(h, ins, 3, tensors([(inputs["x"], (M, N)), (x_out, (M, K))]), 2) == 2  # overlaps x
+
+# Inside a capture: no allocation (preallocated outputs), one idle context taken for good.
+fake.fake_set_capturing(1)
+assert rt.pipeLinkExecuteAsync(h, ins, 3, tensors([(None, (M, N)), (x_out, (M, K))]), 2, None) == 2
+assert "preallocated" in msg(), msg()
+captured = 0
+while rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, None) == 0:
+    captured += 1
+assert captured >= 1 and "no idle execution context" in msg(), (captured, msg())
+fake.fake_set_capturing(0)
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, None) == 0, msg()  # a new context, outside the capture
+check(y, x_out, "after a capture")
+
+# Threads: each its own outputs, each result right.
+failures = []
+def worker(k):
+    y, x_out, outs = outputs()
+    for _ in range(30):
+        if rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, ctypes.c_void_p(0x6000 + k)) != 0:
+            failures.append(msg()); return
+        try:
+            check(y, x_out, f"thread {k}")
+        except AssertionError as e:
+            failures.append(str(e)); return
+threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not failures, failures[:3]
+
+# No libcublas.so.13 beside the (fake) cuBLASLt: no cuBLAS handle, and the message says why.
+assert rt.pipeLinkGetCublasHandle(None) is None and "libcublas.so.13" in msg(), msg()
+assert rt.pipeLinkDestroyPipeline(h) == 0
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 2 and "not live" in msg()
+assert rt.pipeLinkFinalize() == 0
+print("OK", fake.fake_launches())
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory) -> Path:
+    cc = find_compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("fake_cuda")
+    src = str(HERE / "fake_cuda.c")
+    flags = ["-std=c11", "-O1", "-shared", "-fPIC", "-fvisibility=hidden"]
+    subprocess.run(
+        [*cc, *flags, "-DFAKE_DRIVER", src, "-o", str(out / "libcuda.so.1"), "-lpthread"], check=True
+    )
+    subprocess.run([*cc, *flags, "-DFAKE_CUBLASLT", src, "-o", str(out / "libfakecublaslt.so")], check=True)
+    return out
+
+
+def _run(fake_dir: Path, runtime_lib: Path, plan: Path, script: str = CHILD) -> subprocess.CompletedProcess:
+    env = dict(
+        host_env(), LD_LIBRARY_PATH=str(fake_dir), PIPELINK_CUBLASLT=str(fake_dir / "libfakecublaslt.so")
+    )
+    run = [sys.executable, "-c", script, str(runtime_lib), str(plan)]
+    return subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_cuda_path_runs_a_plan_on_the_fake_driver(fake_dir, runtime_lib, tmp_path):
+    plan = tmp_path / "fake.plk"
+    plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90))
+    proc = _run(fake_dir, runtime_lib, plan)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+LOAD_ONLY = r"""
+import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1])
+rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+rt.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+rt.pipeLinkInitialize()
+h = ctypes.c_void_p()
+status = rt.pipeLinkLoadPipeline(sys.argv[2].encode(), ctypes.byref(h))
+print(status, rt.pipeLinkGetLastErrorMessage().decode())
+"""
+
+
+@pytest.mark.parametrize(
+    "plan, status, words",
+    [
+        (dict(cc=80), 8, "compute capability 8.0, but cuda:0 is 9.0"),
+        (dict(cubin=b"not a cubin at all"), 3, "cannot be loaded on cuda:0"),
+        (dict(kernel=_kernel(name="no_such_kernel")), 3, "kernel no_such_kernel is not in its cubin"),
+    ],
+    ids=["other compute capability", "a cubin the driver refuses", "a kernel missing from its cubin"],
+)
+def test_loading_a_cuda_plan_the_device_cannot_run_is_a_status(
+    fake_dir, runtime_lib, tmp_path, plan, status, words
+):
+    kwargs = dict(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90) | plan
+    path = tmp_path / "refused.plk"
+    path.write_bytes(cuda_plan(**kwargs))
+    proc = _run(fake_dir, runtime_lib, path, LOAD_ONLY)
+    code, _, message = proc.stdout.partition(" ")
+    assert proc.returncode == 0 and int(code) == status and words in message, proc.stdout + proc.stderr

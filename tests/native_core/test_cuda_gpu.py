@@ -1,0 +1,329 @@
+"""The native core's CUDA path on a GPU host: CUDA plans compiled from configs, executed through the C API
+(ctypes), compared with Python's run() of the same pipeline. Outputs are poisoned (NaN) first.
+
+Run on the H200: ``python -m pytest -q -p no:cacheprovider tests/native_core/test_cuda_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipelink as pl
+from benchmarks import cases
+from pipelink.errors import ErrorCode
+from pipelink.modules.build import build_module
+from pipelink.modules.services import PipeLinkTensor
+from pipelink.native import open_runtime
+from tests.conftest import assert_close
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+DEVICE_CPU, DEVICE_CUDA = 1, 2
+DL_CODE = {"float32": 2, "bfloat16": 4}
+T = 8  # tokens of the MLP block (the seed's service shape)
+D = 1024
+
+
+def _relu_gelu(dtype: str) -> dict:
+    return {
+        "name": "relu_gelu",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": dtype}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": "r", "inputs": ["x"], "outputs": ["h"]},
+            {"name": "gelu", "id": "g", "inputs": ["h"], "outputs": ["y"]},
+        ],
+    }
+
+
+def _case(name: str, dtype: str) -> tuple[dict, dict]:
+    """(config, inputs: name -> (shape, scale, offset))."""
+    if name == "relu_gelu":
+        return _relu_gelu(dtype), {"x": ((64, 1024), 1.0, 0.0)}
+    case = cases.layer_norm(64, D, dtype) if name == "layer_norm" else cases.mlp(T, D, dtype)
+    return case.doc, case.inputs
+
+
+def _inputs(spec: dict, dtype: str, seed: int) -> list:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = getattr(torch, dtype)
+    return [
+        (torch.randn(shape, generator=g, device="cuda") * scale + offset).to(tdt)
+        for shape, scale, offset in spec.values()
+    ]
+
+
+class Core:
+    """The C API through ctypes (which releases the GIL for each call)."""
+
+    def __init__(self):
+        self.lib = lib = open_runtime()  # sets PIPELINK_CUBLASLT to the wheel's cuBLASLt
+        lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+        lib.pipeLinkExecute.argtypes = args + args[1:]
+        lib.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
+        lib.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
+        lib.pipeLinkFree.argtypes = [ctypes.c_void_p]
+        lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+        assert lib.pipeLinkInitialize() == 0
+
+    def load(self, path) -> ctypes.c_void_p:
+        h = ctypes.c_void_p()
+        assert self.lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(h)) == 0, self.message()
+        return h
+
+    def message(self) -> str:
+        return self.lib.pipeLinkGetLastErrorMessage().decode()
+
+    @staticmethod
+    def tensors(items: list, keep: list, device_type: int = DEVICE_CUDA):
+        """torch tensors (or (shape, dtype) for a NULL output) -> a PipeLinkTensor array."""
+        out = (PipeLinkTensor * max(len(items), 1))()
+        for t, item in zip(out, items, strict=False):
+            is_tensor = torch.is_tensor(item)
+            shape, dtype = (item.shape, str(item.dtype).removeprefix("torch.")) if is_tensor else item
+            dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+            keep.append(dims)
+            t.data = item.data_ptr() if is_tensor else None
+            t.device.device_type, t.device.device_id = device_type, 0
+            t.ndim, t.shape = len(shape), dims
+            t.dtype.code, t.dtype.bits, t.dtype.lanes = DL_CODE[dtype], 32 if dtype == "float32" else 16, 1
+        return out
+
+    def execute(self, h, ins: list, outs: list, stream=None) -> int:
+        keep: list = []
+        i, o = self.tensors(ins, keep), self.tensors(outs, keep)
+        if stream is None:
+            return self.lib.pipeLinkExecute(h, i, len(ins), o, len(outs))
+        return self.lib.pipeLinkExecuteAsync(h, i, len(ins), o, len(outs), stream)
+
+
+@pytest.fixture(scope="module")
+def core(runtime_lib):
+    c = Core()
+    yield c
+    assert c.lib.pipeLinkFinalize() == 0
+
+
+def _compiled(tmp_path, name: str, dtype: str):
+    """(Python pipeline on cuda, plan path, input spec) of one case."""
+    doc, spec = _case(name, dtype)
+    config = tmp_path / f"{name}_{dtype}.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    plan = pipe.save(tmp_path / f"{name}_{dtype}.plk")
+    return pipe, plan, spec
+
+
+def _python_run(pipe, spec: dict, ins: list) -> np.ndarray:
+    (out,) = pipe.run(dict(zip(spec, ins, strict=True))).values()
+    torch.cuda.synchronize()
+    return np.asarray(out.numpy(), dtype=np.float32)
+
+
+def _poisoned(ref: np.ndarray, dtype: str):
+    return torch.full(ref.shape, float("nan"), dtype=getattr(torch, dtype), device="cuda")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp"])
+def test_core_matches_python_run(core, tmp_path, name, dtype):
+    pipe, plan, spec = _compiled(tmp_path, name, dtype)
+    h = core.load(plan)
+    try:
+        ins = _inputs(spec, dtype, seed=1)
+        ref = _python_run(pipe, spec, ins)
+        # pipeLinkExecute: on the context's stream, returns when the output is ready.
+        y = _poisoned(ref, dtype)
+        torch.cuda.synchronize()
+        assert core.execute(h, ins, [y]) == 0, core.message()
+        assert_close(y.float().cpu().numpy(), ref, dtype, f"{name} Execute")
+        # pipeLinkExecuteAsync on a PyTorch stream: ordered there, nothing waited for.
+        y = _poisoned(ref, dtype)
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        assert core.execute(h, ins, [y], stream=stream.cuda_stream) == 0, core.message()
+        stream.synchronize()
+        assert_close(y.float().cpu().numpy(), ref, dtype, f"{name} ExecuteAsync")
+        # A NULL output: allocated on the device by the runtime, released by pipeLinkFree.
+        keep: list = []
+        outs = core.tensors([(ref.shape, dtype)], keep)
+        i = core.tensors(ins, keep)
+        assert core.lib.pipeLinkExecute(h, i, len(ins), outs, 1) == 0, core.message()
+        assert outs[0].data and outs[0].device.device_type == DEVICE_CUDA
+        view = torch.empty(ref.shape, dtype=getattr(torch, dtype), device="cuda")
+        nbytes = view.numel() * view.element_size()
+        torch.cuda.synchronize()
+        _copy_device(view.data_ptr(), outs[0].data, nbytes)
+        assert_close(view.float().cpu().numpy(), ref, dtype, f"{name} runtime-allocated output")
+        assert core.lib.pipeLinkFree(outs[0].data) == 0, core.message()
+        assert core.lib.pipeLinkFree(outs[0].data) == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def _copy_device(dst: int, src: int, nbytes: int) -> None:
+    from cuda.bindings import driver
+
+    (err,) = driver.cuMemcpyDtoD(dst, src, nbytes)
+    assert int(err) == 0, err
+
+
+def test_sixteen_threads_run_one_pipeline_each_on_its_stream(core, tmp_path):
+    pipe, plan, spec = _compiled(tmp_path, "mlp", "float32")
+    h = core.load(plan)
+    work = []
+    for k in range(16):
+        ins = _inputs(spec, "float32", seed=100 + k)
+        work.append((ins, _python_run(pipe, spec, ins)))
+    torch.cuda.synchronize()
+    failures: list[str] = []
+
+    def worker(k: int) -> None:
+        ins, ref = work[k]
+        stream = torch.cuda.Stream()
+        for run in range(20):
+            y = _poisoned(ref, "float32")
+            torch.cuda.current_stream().synchronize()  # the poison is written before the core reads
+            rc = core.execute(h, ins, [y], stream=stream.cuda_stream)
+            stream.synchronize()
+            got = y.cpu().numpy()
+            if rc != 0 or not np.allclose(got, ref, rtol=1e-4, atol=1e-4):
+                failures.append(f"thread {k} run {run}: rc {rc} {core.message()}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+    assert not failures, failures[:4]
+
+
+def test_bad_device_arguments_are_statuses(core, tmp_path):
+    pipe, plan, spec = _compiled(tmp_path, "relu_gelu", "float32")
+    h = core.load(plan)
+    x = _inputs(spec, "float32", seed=3)[0]
+    y = torch.empty_like(x)
+    keep: list = []
+
+    def run(ins, outs) -> int:
+        return core.lib.pipeLinkExecute(h, ins, 1, outs, 1)
+
+    host = torch.zeros(x.shape)
+    assert run(core.tensors([host], keep, DEVICE_CPU), core.tensors([y], keep)) == 2
+    assert "device memory" in core.message()
+    assert run(core.tensors([host], keep), core.tensors([y], keep)) == 2  # a host pointer called CUDA
+    assert "not memory of cuda:0" in core.message()
+    ins = core.tensors([x], keep)
+    ins[0].byte_offset = 4
+    assert run(ins, core.tensors([y], keep)) == 2
+    assert "aligned" in core.message()
+    assert run(core.tensors([x[:32]], keep), core.tensors([y], keep)) == ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
+    ins = core.tensors([x], keep)
+    ins[0].device.device_id = 1
+    assert run(ins, core.tensors([y], keep)) == 2
+    assert run(core.tensors([x], keep), core.tensors([x], keep)) == 2  # the output overlaps the input
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+    assert run(core.tensors([x], keep), core.tensors([y], keep)) == 2
+    assert "not live" in core.message()
+
+
+def test_execute_async_is_captured_in_a_torch_cuda_graph(core, tmp_path):
+    pipe, plan, spec = _compiled(tmp_path, "mlp", "bfloat16")
+    h = core.load(plan)
+    ins = _inputs(spec, "bfloat16", seed=5)
+    y = torch.empty((T, D), dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    # The warm-up every capture needs: an execution context exists, idle.
+    assert core.execute(h, ins, [y], stream=side.cuda_stream) == 0, core.message()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert core.execute(h, ins, [y], stream=torch.cuda.current_stream().cuda_stream) == 0, core.message()
+    fresh = _inputs(spec, "bfloat16", seed=6)
+    for t, v in zip(ins, fresh, strict=True):
+        t.copy_(v)
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(y.float().cpu().numpy(), _python_run(pipe, spec, fresh), "bfloat16", "graph replay")
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def test_the_walkthroughs_cuda_module_runs_in_a_cuda_plan(core, tmp_path):
+    # The seed's LayerNorm module (its CUDA entry point, built with nvcc) then a built-in relu: a native
+    # call on the run's stream followed by an embedded kernel.
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    src = Path(__file__).resolve().parents[2] / "examples" / "layernorm_module" / "src"
+    lib = build_module([src / "layernorm_kernel.cu", src / "layernorm.desc.h"], tmp_path / "lib" / "libln.so")
+    rows, cols = 64, 1024
+    doc = {
+        "name": "ln_cuda_module",
+        "inputs": {
+            "input_tensor": {"shape": [rows, cols], "dtype": "float32"},
+            "gamma_tensor": {"shape": [cols], "dtype": "float32"},
+            "beta_tensor": {"shape": [cols], "dtype": "float32"},
+            "eps_scalar": {"shape": [], "dtype": "float32"},
+        },
+        "outputs": ["norm_output", "mean_tensor", "rstd_tensor", "act"],
+        "pipeline": [
+            {
+                "name": "layer_norm_v1",
+                "library": str(lib),
+                "inputs": ["input_tensor", "gamma_tensor", "beta_tensor", "eps_scalar"],
+                "outputs": ["norm_output", "mean_tensor", "rstd_tensor"],
+            },
+            {"name": "relu", "inputs": ["norm_output"], "outputs": ["act"]},
+        ],
+    }
+    config = tmp_path / "ln_cuda_module.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    h = core.load(pipe.save(tmp_path / "ln_cuda_module.plk"))
+    g = torch.Generator(device="cuda").manual_seed(9)
+    ins = [
+        torch.randn((rows, cols), generator=g, device="cuda"),
+        torch.randn((cols,), generator=g, device="cuda"),
+        torch.randn((cols,), generator=g, device="cuda"),
+        torch.tensor(1e-5, device="cuda"),
+    ]
+    ran = pipe.run(dict(zip(doc["inputs"], ins, strict=True)))
+    refs = {k: np.asarray(v.numpy(), np.float32) for k, v in ran.items()}
+    outs = [torch.full(refs[k].shape, float("nan"), device="cuda") for k in doc["outputs"]]
+    torch.cuda.synchronize()
+    assert core.execute(h, ins, outs) == 0, core.message()
+    for name, out in zip(doc["outputs"], outs, strict=True):
+        assert_close(out.cpu().numpy(), refs[name], "float32", f"core vs Python: {name}")
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+@pytest.mark.parametrize("allocator", [0, 1], ids=["async", "legacy"])
+def test_runtime_allocated_outputs_follow_the_allocator_choice(core, tmp_path, allocator):
+    pipe, plan, spec = _compiled(tmp_path, "relu_gelu", "float32")
+    h = core.load(plan)
+    ins = _inputs(spec, "float32", seed=11)
+    ref = _python_run(pipe, spec, ins)
+    assert core.lib.pipeLinkSetMemoryAllocator(allocator) == 0
+    try:
+        keep: list = []
+        outs = core.tensors([(ref.shape, "float32")], keep)
+        assert core.lib.pipeLinkExecute(h, core.tensors(ins, keep), 1, outs, 1) == 0, core.message()
+        view = torch.empty(ref.shape, device="cuda")
+        _copy_device(view.data_ptr(), outs[0].data, view.numel() * 4)
+        assert_close(view.cpu().numpy(), ref, "float32", f"allocator {allocator}")
+        assert core.lib.pipeLinkFree(outs[0].data) == 0, core.message()
+    finally:
+        assert core.lib.pipeLinkSetMemoryAllocator(0) == 0
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0
