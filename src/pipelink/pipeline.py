@@ -361,7 +361,7 @@ class Pipeline:
             if self._closed:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
             backend = self._backend
-            values = given.values() if out is None else [*given.values(), *out.values()]
+            values = [*given.values(), *out.values()] if isinstance(out, Mapping) else given.values()
             stream = run_stream(backend, stream, values)
             if backend.is_capturing(stream):
                 return self._run_captured(given, out, stream, strict=strict, profile=profile)
