@@ -313,6 +313,28 @@ class Pipeline:
             self._last_plan = self._plan_for({}, self._declared_signature())
         return self._last_plan.memory if self._last_plan else None
 
+    def output_specs(self, inputs: Mapping[str, tuple[Any, str]]) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The shape and dtype of every output for inputs of these shapes and dtypes, without running.
+
+        Parameters
+        ----------
+        inputs : dict of name -> (shape, dtype name)
+            One entry per input ``run()`` takes (bound weights are added).
+
+        Raises
+        ------
+        InvalidArgumentError, ShapeMismatchError
+            As ``run()`` would raise for such inputs (names, declared shapes, operator port rules).
+        """
+        check_inputs(self._graph, inputs)
+        shapes = {n: (tuple(int(d) for d in s), str(dt)) for n, (s, dt) in inputs.items()}
+        for name, arg in self._bound.items():
+            shape, dtype, _ = self._backend.signature_of(arg)
+            shapes[name] = (tuple(shape), dtype)
+        check_declared_shapes(self._graph, tuple((n, s, d, True) for n, (s, d) in shapes.items()))
+        known = infer_signature(self._graph, shapes)
+        return {n: (tuple(int(d) for d in known[n][0]), known[n][1]) for n in self._graph.outputs}
+
     # -- running -----------------------------------------------------------------------------------
     def run(
         self,
