@@ -449,11 +449,10 @@ class Pipeline:
 
     def _follow(self, plan: ExecutionPlan, stream: Any) -> None:
         """Order a run after the plan's previous run when that ran on another stream: both use the plan's
-        one arena (and its graphs' static buffers)."""
-        last = plan.last_stream
-        if last is not None and last is not stream:
-            backend = self._backend
-            backend.wait_event(stream, backend.record_event(last))
+        one arena (and its graphs' static buffers). It waits for that run's fence, recorded when it ended,
+        never on the old stream itself (which its owner may have destroyed since)."""
+        if plan.last_fence is not None and plan.last_stream is not stream:
+            self._backend.wait_event(stream, plan.last_fence)
         plan.last_stream = stream
 
     def _run_captured(
@@ -469,7 +468,7 @@ class Pipeline:
             checked=self.checked, profile=profile,
         )  # fmt: skip
         outs = import_outputs(backend, self._graph, out, stream)
-        check_inputs(self._graph, given)
+        check_inputs(self._graph, given, self._bound)
         # Inputs are device tensors here; ordering after their producers' streams is the capture's own.
         args = {n: self._import(n, v, stream, []) for n, v in given.items()}
         args.update(self._bound)
@@ -507,7 +506,7 @@ class Pipeline:
         self._follow(plan, stream)
         backend.launch_graph(found, stream)
         produced = graph_outputs(plan, backend, stream, static_outputs=self.static_outputs, out={})
-        backend.finish_run(stream, keepalive=given)
+        plan.last_fence = backend.finish_run(stream, keepalive=given)
         report.total_time_s = time.perf_counter() - t0
         self.last_report = report
         wrap = backend.wrap
@@ -568,7 +567,7 @@ class Pipeline:
         plan.warm = True
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
         # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
-        backend.finish_run(stream, keepalive=args)
+        plan.last_fence = backend.finish_run(stream, keepalive=args)
         return produced
 
     def _import(self, name: str, value: Any, stream: Any, producers: list | None = None) -> Any:

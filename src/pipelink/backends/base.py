@@ -348,10 +348,12 @@ class Backend:
         """
         raise NotImplementedError
 
-    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> Any:
         """End of a ``run()``: by default wait for its work (a device backend may return early, keeping
-        ``keepalive`` (the run's inputs) alive until the work completes)."""
+        ``keepalive`` (the run's inputs) alive until the work completes). Returns an event a later run on
+        another stream waits for (None when the work is already done)."""
         self.synchronize(stream)
+        return None
 
     # -- kernels -----------------------------------------------------------------------------------
     def compile_kernel(

@@ -439,15 +439,14 @@ class CUDABackend(Backend):
                     self._compiler = KernelCompiler(self.arch)
         return self._compiler
 
-    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> Any:
         """Return without waiting: record an event and hold the run's inputs until it completes, so a
         producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels. Events
         are reused once their run has completed. After a run on a caller's stream our main stream waits
         for its end too, so ``to_host`` and DLPack consumers ordered after the main stream see its outputs."""
         if stream is self._main:
-            self._fences.finish(self._main_handle, keepalive)
-        else:
-            self._fences.finish(stream.handle, keepalive, join=self._main_handle)
+            return self._fences.finish(self._main_handle, keepalive)
+        return self._fences.finish(stream.handle, keepalive, join=self._main_handle)
 
     def handle_of(self, stream: Any) -> Any:
         """The driver handle of one of our streams (the main stream's is cached)."""

@@ -49,8 +49,9 @@ class RunFences:
         self._spare: list = []  # (event, handle) of completed runs
         self._lock = threading.Lock()  # pipelines on several threads share the backend
 
-    def finish(self, stream_handle: Any, keepalive: Any, join: Any = None) -> None:
-        """Record the end of the work queued on ``stream_handle``; hold ``keepalive`` until it is done.
+    def finish(self, stream_handle: Any, keepalive: Any, join: Any = None) -> Any:
+        """Record the end of the work queued on ``stream_handle`` and return its event (cuda.core); hold
+        ``keepalive`` until it is done.
         ``join``: the handle of a stream that waits for that end too (the backend's main stream after a
         run on a caller's stream, so what orders itself after the main stream sees the run's outputs)."""
         pending, spare = self._pending, self._spare
@@ -75,6 +76,7 @@ class RunFences:
                 entry = pending.popleft()
                 entry[0].sync()
                 spare.append(entry[:2])
+            return event
 
 
 def stream_handle(stream: Any) -> int:
