@@ -384,6 +384,50 @@ def test_what_would_break_a_capture_is_refused_and_the_capture_stays_intact(what
         close(b, a * 2)
 
 
+# -- pin_memory inputs: host-mapped, read in place -----------------------------------------------------
+
+PINNED = {
+    "inputs": {"x": {"shape": ["N"], "dtype": "float32", "pin_memory": True}},
+    "pipeline": [{"name": "scale", "inputs": ["x"], "outputs": ["y"], "attrs": {"factor": 3.0}}],
+}
+
+
+def test_a_pin_memory_input_is_a_host_mapped_buffer_read_in_place():
+    """No device block is taken for the input: the kernel reads the mapped host buffer."""
+    from cuda.bindings import driver
+
+    rng = np.random.default_rng()
+    with pl.load(PINNED, device="cuda:0") as pipe:
+        memory = get_backend("cuda:0").memory
+        for _ in range(4):
+            x = rng.standard_normal(1000).astype(np.float32)
+            got = pipe.run(x=x)["y"].numpy()
+            np.testing.assert_allclose(got, 3 * x, rtol=1e-6)
+        buffers = memory._pinned_inputs["x"]
+        assert buffers, "the mapped buffers of 'x' came back to its free list"
+        kind = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+        err, memtype = driver.cuPointerGetAttribute(kind, buffers[0].device)
+        assert int(err) == 0 and int(memtype) == int(driver.CUmemorytype.CU_MEMORYTYPE_HOST)
+
+
+def test_a_later_run_never_overwrites_the_mapped_input_an_earlier_run_still_reads():
+    """Run 1 waits behind a long sleep on s; run 2's host copy must go to another buffer."""
+    rng = np.random.default_rng()
+    s = torch.cuda.Stream()
+    with pl.load(PINNED, device="cuda:0") as pipe:
+        pipe.run(x=np.ones(1 << 20, np.float32))
+        torch.cuda.synchronize()
+        x1 = rng.standard_normal(1 << 20).astype(np.float32)
+        x2 = rng.standard_normal(1 << 20).astype(np.float32)
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(100_000_000)
+            y1 = pipe.run(x=x1, stream=s)["y"]
+        y2 = pipe.run(x=x2, stream=s)["y"]
+        s.synchronize()
+        np.testing.assert_allclose(y1.numpy(), 3 * x1, rtol=1e-6)
+        np.testing.assert_allclose(y2.numpy(), 3 * x2, rtol=1e-6)
+
+
 # -- pl.torch.as_op on CUDA --------------------------------------------------------------------------
 
 

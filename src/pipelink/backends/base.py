@@ -223,8 +223,9 @@ class Backend:
         """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device.
 
         ``dtype`` types a Python scalar; ``pinned_key`` names an input declared ``pin_memory`` (a device
-        backend uploads it through a page-locked buffer of its own); ``producers`` collects the streams
-        of inputs still being written elsewhere, for one :meth:`order_after` per run."""
+        backend gives it host-mapped memory of its own that kernels read in place); ``producers``
+        collects the streams of inputs still being written elsewhere, for one :meth:`order_after` per
+        run."""
         raise NotImplementedError
 
     def order_after(self, producers: list) -> None:
