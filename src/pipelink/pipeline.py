@@ -387,7 +387,7 @@ class Pipeline:
             stream = run_stream(backend, stream, values)
             if backend.is_capturing(stream):
                 return self._run_captured(given, out, stream, strict=strict, profile=profile)
-            outs = import_outputs(backend, self._graph, out, stream) if out else {}
+            outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
             if self._bound:
                 given.update(self._bound)
             plan = self._last_plan
