@@ -326,7 +326,7 @@ class Pipeline:
         InvalidArgumentError, ShapeMismatchError
             As ``run()`` would raise for such inputs (names, declared shapes, operator port rules).
         """
-        check_inputs(self._graph, inputs)
+        check_inputs(self._graph, inputs, self._bound)
         shapes = {n: (tuple(int(d) for d in s), str(dt)) for n, (s, dt) in inputs.items()}
         for name, arg in self._bound.items():
             shape, dtype, _ = self._backend.signature_of(arg)

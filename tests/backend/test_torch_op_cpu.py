@@ -107,6 +107,15 @@ def test_inputs_that_break_the_declared_shapes_are_refused_by_the_fake_implement
         mlp(mode.from_tensor(torch.empty(6, 4)), mode.from_tensor(torch.empty(5, 11)))
 
 
+def test_bound_weights_stay_in_the_pipeline_and_the_op_takes_the_other_inputs():
+    w = np.random.default_rng().standard_normal((8, 3)).astype(np.float32)
+    doc = {"pipeline": [{"name": "gemm", "inputs": ["x", "w"], "outputs": ["y"]}]}
+    with pl.load(doc, device="cpu", weights={"w": w}) as pipe:
+        op = pl.torch.as_op(pipe, op_name())
+        x = torch.randn(5, 8)
+        torch.testing.assert_close(op(x), x @ torch.from_numpy(w), rtol=1e-5, atol=1e-5)
+
+
 def test_the_op_mutates_nothing_and_returns_fresh_tensors():
     doc = {
         "inputs": {"x": {"shape": ["N"], "dtype": "float32"}},
