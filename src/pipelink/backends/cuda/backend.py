@@ -3,9 +3,10 @@
 With the modules of this package it is the only code of PipeLink that imports ``cuda.core`` /
 ``cuda.bindings`` (inside functions: ``import pipelink`` works without them). Memory is a composed
 :class:`~.memory.CUDAMemory`, run inputs a :class:`~.inputs.CUDAInputs`, kernels compile through
-:class:`~.compiler.KernelCompiler`. All work goes to the backend's own non-blocking streams, never to the
-legacy default stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process
-must restart. It knows no operator.
+:class:`~.compiler.KernelCompiler`. Work goes to the backend's own non-blocking streams, or to the
+caller's stream (``run(stream=...)``, PyTorch's current stream; ``streams.CallerStreams``); the backend
+never picks the legacy default stream by itself. After a sticky CUDA error (700, 714-719) it refuses all
+further work: the process must restart. It knows no operator.
 """
 
 from __future__ import annotations

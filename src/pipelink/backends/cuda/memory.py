@@ -4,8 +4,8 @@ per-run tensors, page-locked host buffers, the staging buffers of uploads, and t
 
 A :class:`CUDAMemory` is owned by a :class:`~pipelink.backends.cuda.CUDABackend`, which hands it the
 device, the driver, its streams and three callables (guard, capture state, error wrapper) when it is
-made: it reads nothing else of the backend. Every transfer is stream-ordered on an explicit backend
-stream; nothing here touches the legacy default stream.
+made: it reads nothing else of the backend. Every transfer is stream-ordered on an explicit stream (the
+backend's, or the run's when the caller gave one); nothing here picks the legacy default stream itself.
 """
 
 from __future__ import annotations
