@@ -428,6 +428,16 @@ def test_a_later_run_never_overwrites_the_mapped_input_an_earlier_run_still_read
         np.testing.assert_allclose(y2.numpy(), 3 * x2, rtol=1e-6)
 
 
+def test_the_blocks_of_the_outputs_are_made_at_plan_time():
+    """A declared pipeline plans at load: its output's pool bin is cached before the first run."""
+    pl.memory.clear_pool("cuda:0")
+    doc = {**CHAIN, "inputs": {"x": {"shape": [64, 256], "dtype": "float32"}}}
+    with pl.load(doc, device="cuda:0") as pipe:
+        assert pl.memory.stats("cuda:0")["bins"].get(64 * 256 * 4, 0) >= 1
+        x = torch.randn(64, 256, device="cuda")
+        close(as_torch(pipe.run(x=x)["y"]), chain_ref(x))
+
+
 # -- pl.torch.as_op on CUDA --------------------------------------------------------------------------
 
 

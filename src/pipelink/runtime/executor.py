@@ -183,6 +183,11 @@ def compile_plan(
     if len(streams) > 1:
         _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
+    if backend.capabilities.asynchronous and not checked:
+        # The seed's warm-up of fresh pool blocks: the blocks of the returned outputs are made now and
+        # given back to the pool, so a first run takes them from its cache like every later run.
+        made = [backend.empty(shape, get_dtype(dtype)) for _, shape, dtype in outputs]
+        del made
     passthrough = tuple(n for n in graph.outputs if graph.tensors[n].producer < 0)
     lean = not checked and len(streams) == 1 and all(_is_lean(step) for step in steps)
     checks = None
