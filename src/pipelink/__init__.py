@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from . import memory
@@ -95,6 +96,13 @@ __all__ = [
     "TuningError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # pl.torch imports PyTorch: only when it is used, so `import pipelink` never needs it.
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'pipelink' has no attribute {name!r}")
 
 
 def _builtins():

@@ -31,8 +31,12 @@ def clear_pool(device: str | None = None) -> None:
 
 
 def set_allocator(kind: str) -> None:
-    """``"async"`` (stream-ordered pool, default) or ``"legacy"`` (plain synchronous allocations, for code
-    that must not allocate asynchronously, e.g. inside a foreign CUDA graph capture)."""
+    """``"async"`` (stream-ordered pool, default) or ``"legacy"`` (plain synchronous ``cuMemAlloc``).
+
+    Legacy is for code that needs plain device allocations (legacy CUDA IPC handles, tools that do not
+    follow stream-ordered memory) or for ruling the pool out while debugging. It is not needed inside a
+    foreign CUDA-graph capture: a captured run allocates nothing from either (docs/interop.md).
+    """
     global _allocator
     if kind not in _ALLOCATORS:
         raise InvalidArgumentError(f"allocator must be one of {list(_ALLOCATORS)} (got {kind!r})")

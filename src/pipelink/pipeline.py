@@ -40,7 +40,8 @@ from .runtime import errorlog
 from .runtime.checked import is_checked
 from .runtime.declared import check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
-from .runtime.graphs import capture_bound, graph_blockers, replay
+from .runtime.external import check_capturable, check_outputs, import_outputs, plan_capturable, run_stream
+from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
 from .runtime.plan import ExecutionPlan
 from .runtime.planfile import write_plan
 from .runtime.report import LoadReport, RunReport
@@ -312,11 +313,35 @@ class Pipeline:
             self._last_plan = self._plan_for({}, self._declared_signature())
         return self._last_plan.memory if self._last_plan else None
 
+    def output_specs(self, inputs: Mapping[str, tuple[Any, str]]) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The shape and dtype of every output for inputs of these shapes and dtypes, without running.
+
+        Parameters
+        ----------
+        inputs : dict of name -> (shape, dtype name)
+            One entry per input ``run()`` takes (bound weights are added).
+
+        Raises
+        ------
+        InvalidArgumentError, ShapeMismatchError
+            As ``run()`` would raise for such inputs (names, declared shapes, operator port rules).
+        """
+        check_inputs(self._graph, inputs, self._bound)
+        shapes = {n: (tuple(int(d) for d in s), str(dt)) for n, (s, dt) in inputs.items()}
+        for name, arg in self._bound.items():
+            shape, dtype, _ = self._backend.signature_of(arg)
+            shapes[name] = (tuple(shape), dtype)
+        check_declared_shapes(self._graph, tuple((n, s, d, True) for n, (s, d) in shapes.items()))
+        known = infer_signature(self._graph, shapes)
+        return {n: (tuple(int(d) for d in known[n][0]), known[n][1]) for n in self._graph.outputs}
+
     # -- running -----------------------------------------------------------------------------------
     def run(
         self,
         inputs: Mapping[str, Any] | None = None,
         *,
+        stream: Any = None,
+        out: Mapping[str, Any] | None = None,
         strict: bool = False,
         profile: bool = False,
         **kwargs: Any,
@@ -327,7 +352,17 @@ class Pipeline:
         ----------
         inputs : dict of name -> array, optional
             NumPy arrays, DLPack tensors (PyTorch, CuPy, JAX), ``pl.Tensor`` or Python scalars (0-d).
-            Keyword arguments are merged in.
+            Keyword arguments are merged in (an input named ``stream`` or ``out`` goes in the dict).
+        stream : optional
+            CUDA only: the stream the run is queued on, without waiting (``__cuda_stream__`` objects of
+            cuda.core and CuPy, ``torch.cuda.Stream``, a raw handle). By default the current stream of
+            the framework whose tensors came in (PyTorch's), else the backend's own. When that stream is
+            being captured into a CUDA graph, the run is recorded into the capture (docs/interop.md says
+            what it refuses there). On the CPU only None is accepted.
+        out : dict of name -> buffer, optional
+            Caller buffers the outputs are written into (NumPy arrays or pl.Tensor on the CPU; PyTorch,
+            CuPy or pl tensors on CUDA): their shape, dtype and device must match, and none may overlap an
+            input or another output. Nothing is allocated for those outputs.
         strict : bool
             Raise a stage's error even when its ``on_error`` policy would degrade it.
         profile : bool
@@ -336,24 +371,29 @@ class Pipeline:
         Returns
         -------
         dict of name -> pl.Tensor
-            Fresh tensors: a later run never overwrites them. Outputs of a failed ``skip`` stage are left
-            out and listed in ``last_report.missing_outputs``.
+            Fresh tensors (a later run never overwrites them), or views of the ``out`` buffers. Outputs
+            of a failed ``skip`` stage are left out and listed in ``last_report.missing_outputs``.
         """
         given = dict(inputs) if inputs else {}
         if kwargs:
             given.update(kwargs)
-        if self._bound:
-            if not self._bound.keys().isdisjoint(given):
-                check_inputs(self._graph, given, self._bound)  # raises: names the bound input
-            given.update(self._bound)
+        if self._bound and not self._bound.keys().isdisjoint(given):
+            check_inputs(self._graph, given, self._bound)  # raises: names the bound input
         with self._lock:
             if self._closed:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
             backend = self._backend
-            stream = backend.default_stream()
+            values = [*given.values(), *out.values()] if isinstance(out, Mapping) else given.values()
+            stream = run_stream(backend, stream, values)
+            if backend.is_capturing(stream):
+                return self._run_captured(given, out, stream, strict=strict, profile=profile)
+            outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
+            if self._bound:
+                given.update(self._bound)
             plan = self._last_plan
             fast = plan is not None and not self._preload_inputs
-            if fast and not profile and self.cuda_graph and plan.captured and not self._passthrough:
+            replayable = self.cuda_graph and not self._passthrough and not outs and not profile
+            if fast and replayable and plan.captured:
                 # The fastest path: device inputs where a graph of the last plan reads them.
                 key = backend.match_places(plan.signature, given, stream)
                 found = plan.bound_graphs.get(key) if key is not None else None
@@ -383,11 +423,21 @@ class Pipeline:
                     plan = self._plan_for(args, signature)
                     report.new_signature = True
                 self._last_plan = plan
+            if outs:
+                check_outputs(backend, plan, outs, args)
+            self._follow(plan, stream)
             t0 = time.perf_counter()
             try:
                 with backend.run_context():
                     produced = self._execute(
-                        plan, args, report, strict=strict, profile=profile, preload_event=preload_event
+                        plan,
+                        args,
+                        report,
+                        stream,
+                        outs,
+                        strict=strict,
+                        profile=profile,
+                        preload_event=preload_event,
                     )
             finally:
                 report.total_time_s = time.perf_counter() - t0
@@ -397,6 +447,55 @@ class Pipeline:
 
     __call__ = run
 
+    def _follow(self, plan: ExecutionPlan, stream: Any) -> None:
+        """Order a run after the plan's previous run when that ran on another stream: both use the plan's
+        one arena (and its graphs' static buffers). It waits for that run's fence, recorded when it ended,
+        never on the old stream itself (which its owner may have destroyed since)."""
+        if plan.last_fence is not None and plan.last_stream is not stream:
+            self._backend.wait_event(stream, plan.last_fence)
+        plan.last_stream = stream
+
+    def _run_captured(
+        self, given: dict[str, Any], out: Any, stream: Any, *, strict: bool, profile: bool
+    ) -> dict[str, Any]:
+        """A run queued into the CUDA graph being captured on the caller's ``stream``: eager kernels (never
+        a graph of ours inside theirs) writing the caller's ``out`` buffers, with no allocation, no
+        synchronisation and no work on streams the capture does not join. Whatever would break the
+        capture is refused first (``runtime.external``)."""
+        backend = self._backend
+        check_capturable(
+            self.name, self._graph, given, out if isinstance(out, Mapping) else None,
+            checked=self.checked, profile=profile,
+        )  # fmt: skip
+        outs = import_outputs(backend, self._graph, out, stream)
+        check_inputs(self._graph, given, self._bound)
+        # Inputs are device tensors here; ordering after their producers' streams is the capture's own.
+        args = {n: self._import(n, v, stream, []) for n, v in given.items()}
+        args.update(self._bound)
+        plan = self._plans.get(signature_of(backend, self._graph, args))
+        plan_capturable(self.name, plan)
+        check_outputs(backend, plan, outs, args)
+        report = RunReport()
+        t0 = time.perf_counter()
+        try:
+            with backend.foreign_capture(), backend.run_context():
+                produced = execute(
+                    plan,
+                    self._graph,
+                    backend,
+                    args,
+                    strict=strict,
+                    report=report,
+                    error_log=errorlog.record,
+                    out_buffers=outs,
+                    stream=stream,
+                )
+        finally:
+            report.total_time_s = time.perf_counter() - t0
+            self.last_report = report
+        wrap = backend.wrap
+        return {n: wrap(v) for n, v in produced.items()}
+
     def _replay_fast(self, plan: ExecutionPlan, found: Any, given: dict[str, Any], stream: Any) -> dict:
         """Launch a captured graph that reads the inputs where they are; outputs as ``replay`` returns
         them (the static buffers, or fresh copies)."""
@@ -404,16 +503,10 @@ class Pipeline:
         backend = self._backend
         report = RunReport()
         report.graph_replay = True
+        self._follow(plan, stream)
         backend.launch_graph(found, stream)
-        io = plan.graph_io
-        if self.static_outputs:
-            produced = {n: io[n] for n, _, _ in plan.outputs}
-        else:
-            produced = {}
-            for name, shape, dtype in plan.outputs:
-                out = produced[name] = backend.empty(shape, get_dtype(dtype))
-                backend.copy(out, io[name], stream=stream)
-        backend.finish_run(stream, keepalive=given)
+        produced = graph_outputs(plan, backend, stream, static_outputs=self.static_outputs, out={})
+        plan.last_fence = backend.finish_run(stream, keepalive=given)
         report.total_time_s = time.perf_counter() - t0
         self.last_report = report
         wrap = backend.wrap
@@ -433,43 +526,48 @@ class Pipeline:
         plan: ExecutionPlan,
         args: dict[str, Any],
         report: RunReport,
+        stream: Any,
+        outs: dict[str, Any],
         *,
         strict: bool,
         profile: bool,
         preload_event: Any = None,
     ) -> dict[str, Any]:
-        stream = plan.streams[0]
+        backend = self._backend
         if self.cuda_graph and plan.captured and not profile:
             report.graph_replay = True
             if preload_event is not None:
-                self._backend.wait_event(stream, preload_event)
+                backend.wait_event(stream, preload_event)
             produced = replay(
-                plan, self._graph, self._backend, args, stream, static_outputs=self.static_outputs
+                plan, self._graph, backend, args, stream, static_outputs=self.static_outputs, out=outs
             )
         else:
             produced = execute(
                 plan,
                 self._graph,
-                self._backend,
+                backend,
                 args,
                 strict=strict,
                 profile=profile,
                 report=report,
                 error_log=errorlog.record,
+                out_buffers=outs,
                 preload_event=preload_event,
+                stream=stream,
             )
             if self.cuda_graph and not plan.captured and not plan.uncapturable:
                 # The first (eager) run compiled and warmed every kernel: capture now, reading every
                 # input where it is (replay captures more graphs as inputs move, up to a limit).
-                capture_bound(plan, self._graph, self._backend, stream, args)
+                capture_bound(plan, self._graph, backend, args)
             elif self.cuda_graph and plan.uncapturable and report.new_signature:
                 self.load_report.warnings.append(
                     "cuda_graph requested, but running eagerly: the kernels of "
                     f"{', '.join(map(repr, plan.uncapturable))} read device values on the host each run"
                 )
+        plan.warm = True
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
         # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
-        self._backend.finish_run(stream, keepalive=args)
+        plan.last_fence = backend.finish_run(stream, keepalive=args)
         return produced
 
     def _import(self, name: str, value: Any, stream: Any, producers: list | None = None) -> Any:

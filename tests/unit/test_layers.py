@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"backends", "ops", "modules", "native"},  # devices, operators, operator sources, the native core
     {"graph"},  # the linker
     {"runtime"},  # plans and their execution
-    {"pipeline", "memory", "tune", "cli", "cli_inputs", "onnx", "__init__", "__main__"},  # API and tools
+    {"pipeline", "memory", "torch", "tune", "cli", "cli_inputs", "onnx", "__init__", "__main__"},  # API
 ]
 
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.

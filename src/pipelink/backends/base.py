@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,8 +223,9 @@ class Backend:
         """A user's input (NumPy, DLPack producer, Tensor) as a kernel argument on this device.
 
         ``dtype`` types a Python scalar; ``pinned_key`` names an input declared ``pin_memory`` (a device
-        backend uploads it through a page-locked buffer of its own); ``producers`` collects the streams
-        of inputs still being written elsewhere, for one :meth:`order_after` per run."""
+        backend gives it host-mapped memory of its own that kernels read in place); ``producers``
+        collects the streams of inputs still being written elsewhere, for one :meth:`order_after` per
+        run."""
         raise NotImplementedError
 
     def order_after(self, producers: list) -> None:
@@ -309,10 +310,51 @@ class Backend:
     def launch_graph(self, graph: Any, stream: Any) -> None:
         raise InvalidArgumentError(f"the {self.kind} backend does not support graph capture")
 
-    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+    # -- the caller's streams and buffers (docs/interop.md) ----------------------------------------
+    def stream_of(self, stream: Any) -> Any:
+        """The backend stream a run goes to when the caller passes ``run(stream=...)``.
+
+        Raises
+        ------
+        InvalidArgumentError
+            On a backend without streams (the CPU runs synchronously), or for an object that is no stream.
+        """
+        raise InvalidArgumentError(
+            f"the {self.kind} backend runs synchronously on no stream: leave stream= out "
+            f"(got {type(stream).__name__})"
+        )
+
+    def caller_stream(self, values: Iterable[Any]) -> Any:
+        """The stream of a run whose caller names none (``values``: its inputs and output buffers): the
+        current stream of the framework whose tensors came in (PyTorch's), else the backend's own."""
+        return self.default_stream()
+
+    def is_capturing(self, stream: Any) -> bool:
+        """Whether work queued on a caller's ``stream`` goes into a CUDA graph being captured now."""
+        return False
+
+    def foreign_capture(self) -> contextlib.AbstractContextManager:
+        """A context for a run queued into someone else's capture: frees are held, allocations stay off the
+        captured stream, and the thread's capture mode is relaxed while it lasts."""
+        return contextlib.nullcontext()
+
+    def import_output(self, name: str, value: Any, *, stream: Any = None) -> Any:
+        """A caller's buffer for output ``name`` (``run(out=...)``) as a kernel argument this backend's
+        kernels write in place: contiguous and writable memory of this device, never a copy.
+
+        Raises
+        ------
+        InvalidArgumentError
+            For memory of another device, a strided or read-only buffer, or a value that is no tensor.
+        """
+        raise NotImplementedError
+
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> Any:
         """End of a ``run()``: by default wait for its work (a device backend may return early, keeping
-        ``keepalive`` (the run's inputs) alive until the work completes)."""
+        ``keepalive`` (the run's inputs) alive until the work completes). Returns an event a later run on
+        another stream waits for (None when the work is already done)."""
         self.synchronize(stream)
+        return None
 
     # -- kernels -----------------------------------------------------------------------------------
     def compile_kernel(

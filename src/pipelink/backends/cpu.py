@@ -131,6 +131,36 @@ class CPUBackend(Backend):
             return (tensor.cpu() if tensor.is_cuda else tensor).numpy()
         return host_array(value, dtype)
 
+    def import_output(self, name: str, value: Any, *, stream: Any = None) -> np.ndarray:
+        """A caller's host buffer for output ``name``: a NumPy array, a ``pl.Tensor`` or a CPU DLPack
+        tensor (PyTorch), viewed in place (contiguous and writable)."""
+        if isinstance(value, np.ndarray):
+            array = value
+        elif isinstance(value, Tensor) or hasattr(value, "__dlpack__"):
+            tensor = asarray(value)
+            if tensor.is_cuda:
+                raise InvalidArgumentError(
+                    f"out[{name!r}] lives on {tensor.device}, but the pipeline runs on the cpu: pass host "
+                    "memory, or load the pipeline on that device",
+                    output=name,
+                    device=tensor.device,
+                )
+            array = tensor.numpy()
+        else:
+            raise InvalidArgumentError(
+                f"out[{name!r}] must be a NumPy array, a pl.Tensor or a DLPack tensor (got "
+                f"{type(value).__name__})",
+                output=name,
+            )
+        if not array.flags.c_contiguous:
+            raise InvalidArgumentError(
+                f"out[{name!r}] is not C-contiguous: pass a contiguous buffer (np.empty, torch.empty)",
+                output=name,
+            )
+        if not array.flags.writeable:
+            raise InvalidArgumentError(f"out[{name!r}] is read-only: pass a writable buffer", output=name)
+        return array
+
     def match_inputs(self, signature: tuple, given: dict, stream: Any) -> dict | None:
         """``given`` as kernel arguments when every input is a NumPy array with the shape, dtype and
         layout of ``signature``; else None (the general import)."""

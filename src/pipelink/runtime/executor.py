@@ -185,6 +185,11 @@ def compile_plan(
     if len(streams) > 1:
         _order_reused_memory(memory, steps, graph, order, relayout_of)
     outputs = [(n, shapes[n], dtypes[n]) for n in graph.outputs if n in returned]
+    if backend.capabilities.asynchronous and not checked:
+        # The seed's warm-up of fresh pool blocks: the blocks of the returned outputs are made now and
+        # given back to the pool, so a first run takes them from its cache like every later run.
+        made = [backend.empty(shape, get_dtype(dtype)) for _, shape, dtype in outputs]
+        del made
     passthrough = tuple(n for n in graph.outputs if graph.tensors[n].producer < 0)
     lean = not checked and len(streams) == 1 and all(_is_lean(step) for step in steps)
     checks = None
@@ -324,28 +329,44 @@ def execute(
     report: RunReport,
     error_log=None,
     out_buffers: Mapping[str, Any] | None = None,
+    fresh_passthrough: bool = True,
     preload_event: Any = None,
+    stream: Any = None,
 ) -> dict[str, Any]:
     """Run every step of a plan; returns the kernel arguments of the outputs that were produced.
 
-    ``out_buffers`` replaces the per-run output allocation (graph capture writes into static buffers).
+    ``out_buffers`` replaces the per-run allocation of the outputs it names (the caller's ``out=``, or a
+    graph capture's static buffers); an output passed through from an input is copied into its buffer, or
+    into a fresh tensor unless ``fresh_passthrough`` is False (a capture: its caller copies them).
+    ``stream`` replaces the plan's main stream (a caller's stream): side streams fork from it when the run
+    starts and join back into it at the end.
     """
     values = dict(plan.static)
     values.update(args)
     checks = plan.checks
+    given = out_buffers or {}
     for name, shape, dtype in plan.outputs:
-        if out_buffers is not None:
-            values[name] = out_buffers[name]
+        if name in given:
+            values[name] = given[name] if checks is None else checks.caller_output(name, given[name])
         elif checks is not None:
             values[name] = checks.new_output(name, shape, get_dtype(dtype))
         else:
             values[name] = backend.empty(shape, get_dtype(dtype))
+    streams = plan.streams if stream is None else {**plan.streams, 0: stream}
     nvtx = nvtx_module() if profile or _NVTX_ENV else None
     if plan.lean and not profile and nvtx is None and preload_event is None:
-        return _execute_lean(plan, graph, backend, values, report, strict, error_log, out_buffers is None)
+        into = given if fresh_passthrough else None
+        return _execute_lean(plan, graph, backend, values, report, strict, error_log, streams[0], into)
     missing: set[str] = set()
     events: dict[int, Any] = {}
-    multi_stream = len(plan.streams) > 1
+    multi_stream = len(streams) > 1
+    if multi_stream:
+        # Side streams start after what is queued on the main stream (the inputs, the caller's work) and,
+        # in a capture, join it through this event.
+        fork = backend.record_event(streams[0])
+        for sid, side in streams.items():
+            if sid != 0:
+                backend.wait_event(side, fork)
     clock = time.perf_counter
     for index, step in enumerate(plan.steps):
         st = step.stage
@@ -362,7 +383,7 @@ def execute(
             )
             missing.update(step.out_names)
             continue
-        stream = plan.streams[step.stream_id]
+        stream = streams[step.stream_id]
         if preload_event is not None and step.reads_preloaded:
             backend.wait_event(stream, preload_event)
         if multi_stream:
@@ -390,23 +411,27 @@ def execute(
         if multi_stream:
             events[index] = backend.record_event(stream)
     if multi_stream:
-        main = plan.streams[0]
+        main = streams[0]
         for index, step in enumerate(plan.steps):
             if step.stream_id != 0 and index in events:
                 backend.wait_event(main, events[index])
     report.missing_outputs = [n for n in graph.outputs if n in missing]
-    if out_buffers is None:  # a graph capture's caller copies them (never inside the capture)
-        copy_passthrough(plan, backend, values, plan.streams[0])
+    if fresh_passthrough:  # a graph capture's caller copies them (never inside the capture)
+        copy_passthrough(plan, backend, values, streams[0], given)
     return {n: values[n] for n in graph.outputs if n not in missing}
 
 
-def copy_passthrough(plan: ExecutionPlan, backend, values: dict[str, Any], stream: Any) -> None:
-    """Outputs that are external inputs become fresh copies in ``values``: ``run()`` returns new tensors,
-    never the caller's own memory."""
+def copy_passthrough(
+    plan: ExecutionPlan, backend, values: dict[str, Any], stream: Any, into: Mapping[str, Any]
+) -> None:
+    """Outputs that are external inputs become copies in ``values``: into the caller's buffer where
+    ``into`` has one, else into a fresh tensor (``run()`` never returns the caller's input memory)."""
     for name in plan.passthrough:
-        fresh = backend.empty(plan.shapes[name], get_dtype(plan.dtypes[name]))
-        backend.copy(fresh, values[name], stream=stream)
-        values[name] = fresh
+        target = into.get(name)
+        if target is None:
+            target = backend.empty(plan.shapes[name], get_dtype(plan.dtypes[name]))
+        backend.copy(target, values[name], stream=stream)
+        values[name] = target
 
 
 def _execute_lean(
@@ -417,11 +442,12 @@ def _execute_lean(
     report: RunReport,
     strict: bool,
     error_log,
-    fresh_passthrough: bool,
+    stream: Any,
+    passthrough_into: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """``execute`` for a lean plan: the kernels back to back, one clock reading after each; stage reports
-    are built only if read. A failing stage is reported and raised exactly as in the general loop."""
-    stream = plan.streams[0]
+    are built only if read. A failing stage is reported and raised exactly as in the general loop.
+    Passed-through inputs are copied as ``copy_passthrough`` does, unless ``passthrough_into`` is None."""
     clock = time.perf_counter
     stamps = [clock()]
     try:
@@ -445,8 +471,8 @@ def _execute_lean(
         apply_policy(step, error, ins, outs, stream, backend, rep, set(), strict, error_log, graph)
         raise error from e  # apply_policy raises for a lean step (its policy is "fail"); never reached
     report.record_ok(plan.steps, stamps)
-    if fresh_passthrough:
-        copy_passthrough(plan, backend, values, stream)
+    if passthrough_into is not None:
+        copy_passthrough(plan, backend, values, stream, passthrough_into)
     return {n: values[n] for n in graph.outputs}
 
 

@@ -48,6 +48,9 @@ class ExecutionPlan:
     uncapturable: list[str] = field(default_factory=list)  # stages a CUDA graph cannot replay (eager)
     passthrough: tuple[str, ...] = ()  # outputs that are external inputs (returned as fresh copies)
     checks: Any = None  # runtime.checked.CheckedPlan in checked mode: poison and guards around each stage
+    warm: bool = False  # it has run once outside a capture (kernels compiled, per-stream resources made)
+    last_stream: Any = None  # the stream of its last run: a run on another stream waits for it (one arena)
+    last_fence: Any = None  # the event marking the end of its last run (None: done when run() returned)
     # Graph mode. One graph per place of the inputs, reading them where they are (no copies), up to
     # runtime.graphs.MAX_BOUND_GRAPHS places; past that, one graph that copies the inputs that move.
     bound_graphs: dict[tuple, Any] = field(default_factory=dict)  # input places -> captured graph

@@ -3,16 +3,18 @@
 With the modules of this package it is the only code of PipeLink that imports ``cuda.core`` /
 ``cuda.bindings`` (inside functions: ``import pipelink`` works without them). Memory is a composed
 :class:`~.memory.CUDAMemory`, run inputs a :class:`~.inputs.CUDAInputs`, kernels compile through
-:class:`~.compiler.KernelCompiler`. All work goes to the backend's own non-blocking streams, never to the
-legacy default stream. After a sticky CUDA error (700, 714-719) it refuses all further work: the process
-must restart. It knows no operator.
+:class:`~.compiler.KernelCompiler`. Work goes to the backend's own non-blocking streams, or to the
+caller's stream (``run(stream=...)``, PyTorch's current stream; ``streams.CallerStreams``); the backend
+never picks the legacy default stream by itself. After a sticky CUDA error (700, 714-719) it refuses all
+further work: the process must restart. It knows no operator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from .graphs import CUDAGraph, begin_capture, end_capture
 from .helpers import NonFiniteCounter, StridedCopy
 from .inputs import CUDAInputs
 from .memory import CUDAMemory
-from .streams import RunFences
+from .streams import CallerStreams, RunFences, stream_handle
 
 __all__ = ["CUDABackend", "unavailable_reason"]
 
@@ -127,6 +129,7 @@ class CUDABackend(Backend):
             order_event=self._main.record(options=self._event_opts[False]),
             error=self._error,
         )
+        self._callers = CallerStreams(driver, self._dev.create_stream, self._error)
         self._strided_copy = StridedCopy(self)
         self._count_nonfinite = NonFiniteCounter(self)
 
@@ -355,6 +358,45 @@ class CUDABackend(Backend):
         except Exception as e:
             raise self.raise_cuda(e, "synchronize") from e
 
+    # -- the caller's streams and buffers (docs/interop.md) ----------------------------------------
+    def stream_of(self, stream: Any) -> Any:
+        """A caller's stream (``__cuda_stream__``, ``torch.cuda.Stream``, a raw handle) as a cuda.core
+        stream our kernels launch on; a cuda.core stream is used as it is."""
+        if type(stream).__module__.startswith("cuda.core"):
+            return stream
+        handle = stream_handle(stream)
+        return self._main if handle == int(self._main_handle) else self._callers.stream(handle)
+
+    def caller_stream(self, values: Iterable[Any]) -> Any:
+        """PyTorch's current stream when PyTorch tensors came in, else the backend's main stream."""
+        raw = self._inputs.torch_stream(values)
+        return self._main if raw is None else self._callers.stream(raw)
+
+    def is_capturing(self, stream: Any) -> bool:
+        """Whether a caller's stream is being captured (``cuStreamIsCapturing``); never our main stream,
+        which only our own captures use."""
+        return stream is not self._main and self._callers.is_capturing(stream)
+
+    @contextlib.contextmanager
+    def foreign_capture(self) -> Iterator[None]:
+        """A run queued into someone else's capture: frees held, raw allocations on the side stream, the
+        thread's capture mode relaxed (streams.CallerStreams.relaxed)."""
+        self._guard()
+        with self._callers.relaxed():
+            self._capturing += 1
+            self.memory.hold_frees(True)
+            try:
+                yield
+            finally:
+                self._capturing -= 1
+                if not self._capturing:
+                    self.memory.hold_frees(False)
+
+    def import_output(self, name: str, value: Any, *, stream: Any = None) -> Tensor:
+        """A caller's device buffer for output ``name``, written in place (contiguous, this device)."""
+        self._check_usable()
+        return self._inputs.import_output(name, value, stream if stream is not None else self._main)
+
     # -- graphs ------------------------------------------------------------------------------------
     def begin_capture(self, stream: Any) -> None:
         """Start capturing the work queued on ``stream`` (and on streams that join it through events)."""
@@ -398,11 +440,14 @@ class CUDABackend(Backend):
                     self._compiler = KernelCompiler(self.arch)
         return self._compiler
 
-    def finish_run(self, stream: Any, *, keepalive: Any = None) -> None:
+    def finish_run(self, stream: Any, *, keepalive: Any = None) -> Any:
         """Return without waiting: record an event and hold the run's inputs until it completes, so a
         producer (PyTorch's caching allocator, say) cannot reuse their memory under our kernels. Events
-        are reused once their run has completed."""
-        self._fences.finish(self.handle_of(stream), keepalive)
+        are reused once their run has completed. After a run on a caller's stream our main stream waits
+        for its end too, so ``to_host`` and DLPack consumers ordered after the main stream see its outputs."""
+        if stream is self._main:
+            return self._fences.finish(self._main_handle, keepalive)
+        return self._fences.finish(stream.handle, keepalive, join=self._main_handle)
 
     def handle_of(self, stream: Any) -> Any:
         """The driver handle of one of our streams (the main stream's is cached)."""

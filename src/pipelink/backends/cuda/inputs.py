@@ -204,6 +204,50 @@ class CUDAInputs:
             self.order_after([(self._torch_stream(index), stream)])
         return out if tensors else tuple(out)
 
+    def torch_stream(self, values: Any) -> int | None:
+        """The raw handle of PyTorch's current stream on this device when a PyTorch CUDA tensor is among
+        ``values`` (a run's inputs and output buffers), else None."""
+        for value in values:
+            if type(value).__module__.startswith("torch") and getattr(value, "is_cuda", False):
+                import torch
+
+                return torch._C._cuda_getCurrentRawStream(self._index)  # noqa: SLF001 - the fast accessor
+        return None
+
+    def import_output(self, name: str, value: Any, stream: Any) -> Tensor:
+        """A caller's device buffer for output ``name`` (pl.Tensor, PyTorch, any CUDA DLPack producer),
+        viewed in place: it must live on this device and be contiguous."""
+        if isinstance(value, Tensor):
+            tensor = value
+        elif type(value).__module__.startswith("torch") and _TORCH_DTYPES.get(value.dtype) is not None:
+            device = f"cuda:{value.get_device()}" if value.is_cuda else "cpu"
+            dtype = get_dtype(_TORCH_DTYPES.get(value.dtype))
+            shape, strides = tuple(value.shape), value.stride()
+            tensor = Tensor._trusted(value.data_ptr(), shape, dtype, device, strides, value)
+        elif hasattr(value, "__dlpack__"):
+            on_device = getattr(value, "__dlpack_device__", lambda: (1, 0))()[0] == 2  # kDLCUDA
+            tensor = Tensor.from_dlpack(value, stream=int(stream.handle) if on_device else None)
+        else:
+            raise InvalidArgumentError(
+                f"out[{name!r}] must be a device tensor (pl.Tensor, PyTorch, CuPy or another DLPack "
+                f"producer; got {type(value).__name__})",
+                output=name,
+            )
+        if tensor.device != self._name:
+            where = "host memory" if not tensor.is_cuda else f"on {tensor.device}"
+            raise InvalidArgumentError(
+                f"out[{name!r}] is {where}, but the pipeline runs on {self._name}: pass a tensor of that "
+                "device",
+                output=name,
+                device=tensor.device,
+            )
+        if not tensor.is_contiguous:
+            raise InvalidArgumentError(
+                f"out[{name!r}] is not contiguous: pass a contiguous buffer (torch.empty, pl.empty)",
+                output=name,
+            )
+        return tensor
+
     def check_device(self, tensor: Tensor) -> None:
         """Refuse a device tensor of another GPU."""
         if tensor.device != self._name:

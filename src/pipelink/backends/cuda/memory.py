@@ -1,17 +1,21 @@
 """Device memory of one CUDA device: the stream-ordered (or legacy) raw allocator, the binned pool of
-per-run tensors, page-locked host buffers and the staging buffers of uploads.
+per-run tensors, page-locked host buffers, the staging buffers of uploads, and the host-mapped buffers
+``pin_memory`` inputs are read from in place.
 
 A :class:`CUDAMemory` is owned by a :class:`~pipelink.backends.cuda.CUDABackend`, which hands it the
 device, the driver, its streams and three callables (guard, capture state, error wrapper) when it is
-made: it reads nothing else of the backend. Every transfer is stream-ordered on an explicit backend
-stream; nothing here touches the legacy default stream.
+made: it reads nothing else of the backend. Every transfer is stream-ordered on an explicit stream (the
+backend's, or the run's when the caller gave one); nothing here picks the legacy default stream itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +46,43 @@ class _HostMemory:
             "typestr": "|u1",
             "version": 3,
         }
+
+
+class _MappedBuffer:
+    """Page-locked host memory mapped into the device's address space (``cuMemHostAlloc`` with
+    ``DEVICEMAP``): kernels read it in place over the bus, no device copy. Freed with the object."""
+
+    def __init__(self, driver: Any, nbytes: int, uuid: str):
+        flags = driver.CU_MEMHOSTALLOC_DEVICEMAP | driver.CU_MEMHOSTALLOC_PORTABLE
+        host = check_driver(driver.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc", device_uuid=uuid)
+        self.host = int(host)
+        self._driver = driver
+        self.nbytes = nbytes
+        try:
+            pointer = check_driver(driver.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+        except CUDAError:
+            self.close()
+            raise
+        self.device = int(pointer)
+
+    def close(self) -> None:
+        host, self.host = self.host, 0
+        if host:
+            self._driver.cuMemFreeHost(host)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
+            self.close()
+
+
+class _Lease:
+    """Owner of the tensor of one run's mapped input: the buffer returns to its input's free list when
+    the lease is gone (after the run's fence released the run's inputs, and the caller dropped them)."""
+
+    __slots__ = ("buffer", "__weakref__")
+
+    def __init__(self, buffer: _MappedBuffer):
+        self.buffer = buffer
 
 
 class CUDAMemory:
@@ -96,7 +137,7 @@ class CUDAMemory:
         self._peak_total = 0
         self._staging: dict[int, list[list]] = {}
         self._staging_lock = threading.Lock()
-        self._pinned_inputs: dict[str, list] = {}
+        self._pinned_inputs: dict[str, list[_MappedBuffer]] = {}  # free mapped buffers per pin_memory input
         self._event_options = None
 
     def _keep_pool_memory(self) -> None:
@@ -221,6 +262,8 @@ class CUDAMemory:
         self.pool.clear()
         with self._staging_lock:
             self._staging.clear()
+            for free in self._pinned_inputs.values():
+                free.clear()  # free buffers only: leased ones come back when their tensors go
         try:
             check_driver(self._driver.cuMemPoolTrimTo(self._mr.handle, 0), "cuMemPoolTrimTo")
         except Exception as e:  # noqa: BLE001 - trimming is best effort
@@ -257,23 +300,21 @@ class CUDAMemory:
         )
 
     def upload(self, array: np.ndarray, stream: Any, *, pinned_key: str | None = None) -> Tensor:
-        """A device copy of a C-contiguous host array, queued on ``stream``.
+        """A device-readable copy of a C-contiguous host array, queued on ``stream``.
 
-        Small arrays go through a reused page-locked staging buffer (an asynchronous DMA copy); an input
-        declared ``pin_memory`` (``pinned_key``) gets a page-locked buffer of its own, kept across runs;
-        large pageable arrays are staged by the driver (the copy returns when done).
+        An input declared ``pin_memory`` (``pinned_key``) is copied on the host into a host-mapped buffer
+        of its own that kernels read in place (no device allocation, no DMA copy; see
+        :meth:`mapped_input`). Otherwise small arrays go through a reused page-locked staging buffer (an
+        asynchronous DMA copy) and large pageable arrays are staged by the driver (the copy returns when
+        done).
         """
+        if pinned_key is not None:
+            return self.mapped_input(pinned_key, array)
         tensor = self.empty(array.shape, get_dtype(array.dtype))
         nbytes = array.nbytes
         if nbytes == 0:
             return tensor
         flat = array.reshape(-1).view(np.uint8)
-        if pinned_key is not None:
-            entry = self._pinned_inputs.get(pinned_key)
-            if entry is None or entry[1].nbytes < nbytes:
-                entry = self._pinned_inputs[pinned_key] = [None, self.pinned_empty((nbytes,), "uint8"), None]
-            self._stage(entry, flat, tensor, stream)
-            return tensor
         size = bin_size(nbytes) if nbytes <= MAX_BIN else None
         if size is None:
             self.memcpy(tensor.ptr, flat.ctypes.data, nbytes, stream)
@@ -285,6 +326,41 @@ class CUDAMemory:
             if len(free) < _STAGING_PER_BIN:
                 free.append(entry)
         return tensor
+
+    def mapped_input(self, key: str, array: np.ndarray) -> Tensor:
+        """A device tensor over a host-mapped buffer holding a copy of ``array`` (C-contiguous).
+
+        Each ``pin_memory`` input (``key``) keeps its free buffers; a buffer is leased to one run's tensor
+        and comes back when that tensor is gone, which the backend's run fence delays until the run's
+        kernels are done, so a later run never overwrites what an earlier one still reads.
+        """
+        dtype = get_dtype(array.dtype)
+        nbytes = array.nbytes
+        buffer = None
+        with self._staging_lock:
+            free = self._pinned_inputs.setdefault(key, [])
+            while free and buffer is None:
+                candidate = free.pop()
+                buffer = candidate if candidate.nbytes >= nbytes else None  # smaller ones are dropped
+        if buffer is None:
+            self._guard()
+            buffer = _MappedBuffer(self._driver, max(nbytes, 1), self._uuid)
+        if nbytes:
+            ctypes.memmove(buffer.host, array.ctypes.data, nbytes)
+        lease = _Lease(buffer)
+        weakref.finalize(lease, self._return_mapped, key, buffer).atexit = False
+        shape = tuple(array.shape)
+        strides = contiguous_strides(shape)
+        return Tensor._trusted(buffer.device, shape, dtype, self._name, strides, lease, True)
+
+    def _return_mapped(self, key: str, buffer: _MappedBuffer) -> None:
+        # Kept, never freed here: a lease may die at any time, even while another thread captures a graph
+        # in global mode, where cuMemFreeHost would invalidate that capture. The list is bounded by the
+        # runs in flight; clear() frees it.
+        with self._staging_lock:
+            free = self._pinned_inputs.get(key)
+            if free is not None:
+                free.append(buffer)
 
     def _stage(self, entry: list, flat: np.ndarray, tensor: Tensor, stream: Any) -> None:
         # entry: [unused, pinned buffer, event of its last copy]; the buffer is busy until that event.
