@@ -1,0 +1,130 @@
+"""Collective operators across CPU processes over gloo, compared with NumPy on every rank's inputs.
+
+If one failed, a collective would not combine the ranks' tensors the way NCCL does (the CPU run is the
+reference of the GPU path), or a stuck peer would hang a run instead of failing within timeout_ms. Each
+world costs a few seconds (every rank imports torch): the tests share worlds, the 4-rank one is slow.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from .harness import run_world
+
+REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "avg": np.mean}
+
+
+def _every_collective(root: int) -> dict:
+    stages = [
+        {"name": "all_reduce", "id": f"f_{op}", "inputs": ["x"], "outputs": [f"f_{op}"], "attrs": {"op": op}}
+        for op in REDUCE
+    ]
+    stages += [
+        {"name": "all_reduce", "id": f"i_{op}", "inputs": ["k"], "outputs": [f"i_{op}"], "attrs": {"op": op}}
+        for op in ("sum", "max", "min")
+    ]
+    stages += [
+        {"name": "all_gather", "inputs": ["x"], "outputs": ["g"]},
+        {"name": "reduce_scatter", "inputs": ["g"], "outputs": ["rs"], "attrs": {"op": "sum"}},
+        {
+            "name": "reduce_scatter",
+            "id": "rs_max",
+            "inputs": ["g"],
+            "outputs": ["rs_max"],
+            "attrs": {"op": "max"},
+        },
+        {"name": "broadcast", "inputs": ["x"], "outputs": ["b"], "attrs": {"root": root}},
+    ]
+    return {
+        "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}, "k": {"shape": [5], "dtype": "int32"}},
+        "pipeline": stages,
+        "outputs": [s["outputs"][0] for s in stages],
+    }
+
+
+def _check_every_collective(world, nproc: int, root: int) -> None:
+    xs, ks = world.inputs("x"), world.inputs("k")
+    stacked = np.stack(xs)
+    gathered = np.concatenate(xs, axis=0)
+    for rank in range(nproc):
+        for op, fn in REDUCE.items():
+            got = world.output(rank, f"f_{op}")
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, fn(stacked, axis=0), rtol=1e-6, err_msg=f"{op}, rank {rank}")
+        for op in ("sum", "max", "min"):
+            got = world.output(rank, f"i_{op}")
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, REDUCE[op](np.stack(ks), axis=0), err_msg=f"int {op}")
+        np.testing.assert_array_equal(world.output(rank, "g"), gathered)
+        # Every rank gathered the same g: block r of their sum is nproc * (rank r's x), of their max x_r.
+        np.testing.assert_allclose(world.output(rank, "rs"), nproc * xs[rank], rtol=1e-6)
+        np.testing.assert_array_equal(world.output(rank, "rs_max"), xs[rank])
+        np.testing.assert_array_equal(world.output(rank, "b"), xs[root])
+
+
+def test_every_collective_on_two_ranks(tmp_path):
+    world = run_world(_every_collective(root=1), 2, tmp_path)
+    _check_every_collective(world, 2, root=1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("PIPELINK_LONG"), reason="4 processes: set PIPELINK_LONG=1")
+def test_every_collective_on_four_ranks(tmp_path):
+    world = run_world(_every_collective(root=2), 4, tmp_path)
+    _check_every_collective(world, 4, root=2)
+
+
+def test_send_recv_ring(tmp_path):
+    """Rank 0 sends x to 1, which receives it and sends it back: it comes round unchanged."""
+    first = {
+        "inputs": {"x": {"shape": [3, 4], "dtype": "float32"}},
+        "pipeline": [
+            {"name": "send", "inputs": ["x"], "outputs": ["sent"], "attrs": {"peer": 1}},
+            {"name": "recv", "inputs": [], "outputs": ["back"], "attrs": {"peer": 1, "shape": [3, 4]}},
+        ],
+    }
+    second = {
+        "pipeline": [
+            {"name": "recv", "inputs": [], "outputs": ["got"], "attrs": {"peer": 0, "shape": [3, 4]}},
+            {"name": "send", "inputs": ["got"], "outputs": ["fwd"], "attrs": {"peer": 0}},
+        ],
+    }
+    # The two ranks run different stages, so each gets its own config.
+    world = run_world(first, 2, tmp_path, per_rank={1: second})
+    x0 = world.ranks[0]["in.x"]
+    np.testing.assert_array_equal(world.output(0, "sent"), x0)
+    np.testing.assert_array_equal(world.output(0, "back"), x0)
+    np.testing.assert_array_equal(world.output(1, "fwd"), x0)
+
+
+def test_stuck_peer_fails_within_timeout_and_policies_apply(tmp_path):
+    """Rank 1 runs once, then stalls for 5 s. On rank 0's second run, the all_reduce with on_error 'skip'
+    times out after ~400 ms and is skipped (relu still runs); the next all_reduce ('fail') finds the group
+    aborted and fails the run with PIPELINK_ERR_TIMEOUT — well before the peer's stall ends."""
+    config = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [
+            {
+                "name": "all_reduce",
+                "id": "tolerant",
+                "inputs": ["x"],
+                "outputs": ["y"],
+                "constraints": {"timeout_ms": 400},
+                "on_error": "skip",
+            },
+            {"name": "relu", "inputs": ["x"], "outputs": ["z"]},
+            {"name": "all_reduce", "id": "strict", "inputs": ["z"], "outputs": ["w"]},
+        ],
+        "outputs": ["y", "z", "w"],
+    }
+    world = run_world(config, 2, tmp_path, runs=2, extra_env={"PIPELINK_TEST_STALL_RANK": "1"})
+    outcome = world.outcomes[0]
+    assert outcome["status"] == "PIPELINK_ERR_TIMEOUT", outcome
+    assert outcome["seconds"] < 3.0, outcome
+    assert "aborted" in outcome["message"], outcome
+    assert outcome["stages"]["tolerant"] == "skipped", outcome
+    assert "timeout_ms=400" in outcome["errors"]["tolerant"], outcome
+    assert outcome["stages"]["relu"] == "ok", outcome
