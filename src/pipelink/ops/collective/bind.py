@@ -68,7 +68,7 @@ def _check_op(op_name: str, attrs: Mapping[str, Any], dtype: str | None) -> None
     """``avg`` is a float reduction: integer division would round differently on each engine."""
     if attrs["op"] == "avg" and dtype is not None and not dtype.startswith(("float", "bfloat")):
         raise DTypeMismatchError(
-            f"{op_name}: op 'avg' needs a float tensor (x is {dtype}); use op 'sum' and divide, or cast first",
+            f"{op_name}: op 'avg' needs a float tensor (x is {dtype}); use op 'sum' and divide, or cast",
             port="x",
             expected="a float dtype",
             got=dtype,
