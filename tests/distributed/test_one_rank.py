@@ -105,3 +105,11 @@ def test_world_size_shapes_at_load(monkeypatch):
     assert pipe.graph.tensors["g"].shape == (8, 3) and pipe.graph.tensors["rs"].shape == (2, 3)
     err = _load_problem([{"name": "reduce_scatter", "inputs": ["x"], "outputs": ["y"]}])
     assert err.code == ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH and "into 2 equal blocks" in err.message
+
+
+def test_an_isolated_collective_is_refused_at_load():
+    """A worker process would join the world as a second copy of this rank (and wait for ever)."""
+    cfg = {"pipeline": [{"name": "all_reduce", "inputs": ["x"], "outputs": ["y"], "isolation": "process"}]}
+    (problem,) = pl.validate(cfg, device="cpu")
+    assert problem.path == "/pipeline/0/isolation" and problem.code == ErrorCode.PIPELINK_ERR_INVALID_CONFIG
+    assert "second copy of this rank" in problem.message

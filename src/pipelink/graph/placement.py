@@ -3,7 +3,8 @@
 One process drives one device (the pipeline's). A stage's affinity either names that device (honoured:
 the stage runs there), lists several GPUs (``gpu:1,2``: the stage is replicated on each listed GPU, one
 process per GPU, started by a launcher) or is refused at its JSON pointer. It never silently runs
-elsewhere. This module decides; it allocates and runs nothing.
+elsewhere. A collective stage runs in this process (it holds the rank). This module decides; it allocates
+and runs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ErrorCode, InvalidArgumentError, Problem
 from ..hardware import HardwareInfo
+from ..ops.collective import OPERATORS as COLLECTIVES
 from .stages import LinkedGraph
 
 __all__ = ["Affinity", "parse_affinity", "placement_problems"]
@@ -61,13 +63,24 @@ def parse_affinity(text: str) -> Affinity:
 
 
 def placement_problems(graph: LinkedGraph, device_count: Callable[[], int]) -> list[Problem]:
-    """Every stage whose ``device_affinity`` this process cannot honour, at its JSON pointer.
+    """Every stage whose ``device_affinity`` this process cannot honour, and every collective stage asked
+    to run in a worker process, at its JSON pointer.
 
     ``device_count()`` is the number of GPUs this host has (asked only when a GPU affinity names one).
     """
     problems: list[Problem] = []
     count: int | None = None
     for st in graph.stages:
+        if st.config.isolation == "process" and st.desc.source == "builtin" and st.desc.name in COLLECTIVES:
+            problems.append(
+                Problem(
+                    ErrorCode.PIPELINK_ERR_INVALID_CONFIG,
+                    f"{st.path}/isolation",
+                    f"stage {st.id!r}: a collective runs in the process that holds the communicator (its "
+                    "rank); isolation 'process' would make a worker join the world as a second copy of this "
+                    "rank: remove it (timeout_ms bounds a stuck collective)",
+                )
+            )
         text = st.config.constraints.device_affinity
         if text is None:
             continue

@@ -28,7 +28,10 @@ from .bind import (
     infer_send,
 )
 
-__all__ = ["descriptors"]
+__all__ = ["OPERATORS", "descriptors"]
+
+OPERATORS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
+"""The collective operators: they run in the process that holds the communicator (never isolated)."""
 
 _CPU_DTYPES = GLOO_DTYPES
 _OP = Attr("op", "str", "sum", choices=REDUCE_OPS, doc="the reduction: sum, max, min or avg (the mean)")
