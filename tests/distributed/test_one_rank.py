@@ -113,3 +113,19 @@ def test_an_isolated_collective_is_refused_at_load():
     (problem,) = pl.validate(cfg, device="cpu")
     assert problem.path == "/pipeline/0/isolation" and problem.code == ErrorCode.PIPELINK_ERR_INVALID_CONFIG
     assert "second copy of this rank" in problem.message
+
+
+@pytest.mark.parametrize("streams", [True, False])
+def test_the_benchmark_overlap_composition_is_layer_norm_of_the_all_reduce(streams):
+    """benchmarks/distributed.py's chunked AllReduce + LayerNorm on two streams: in a world of one it must
+    equal layer_norm(x) (the all_reduce of one rank is x), whatever the stream layout."""
+    from benchmarks.distributed import overlap_config
+
+    cfg = overlap_config(4, 64, 32, streams=streams)
+    for decl in cfg["inputs"].values():
+        decl["dtype"] = "float32"
+    rng = np.random.default_rng(3)
+    x, gamma, beta = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), 32, 32))
+    y = np.asarray(pl.load(cfg, device="cpu").run(x=x, gamma=gamma, beta=beta)["y"])
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-5) * gamma + beta, rtol=1e-4, atol=1e-5)
