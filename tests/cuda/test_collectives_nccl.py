@@ -14,6 +14,7 @@ import pytest
 import pipelink as pl
 from pipelink.backends.cuda import device_count
 from pipelink.errors import ErrorCode, PipeLinkError
+from tests.distributed.harness import check_every_collective, every_collective_config, run_world
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +31,7 @@ def lone_process(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _every_collective(extra_constraints: dict | None = None) -> dict:
+def _one_rank_collectives(extra_constraints: dict | None = None) -> dict:
     c = {"constraints": extra_constraints} if extra_constraints else {}
     stages = [
         {
@@ -64,20 +65,20 @@ def _check_runs(pipe, dtype, runs: int = 3) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_one_rank_nccl_collectives_are_exact(dtype):
-    pipe = pl.load(_every_collective(), device="cuda")
+    pipe = pl.load(_one_rank_collectives(), device="cuda")
     _check_runs(pipe, dtype)
     assert all(rep.variant == "cuda:nccl" for rep in pipe.last_report.stages.values())
 
 
 def test_one_rank_nccl_collectives_replay_from_a_cuda_graph():
-    pipe = pl.load(_every_collective(), device="cuda", cuda_graph=True)
+    pipe = pl.load(_one_rank_collectives(), device="cuda", cuda_graph=True)
     _check_runs(pipe, torch.float32)
     assert pipe.last_report.graph_replay, "the collectives were not captured into a CUDA graph"
 
 
 def test_a_timeout_keeps_collectives_correct_and_out_of_the_graph():
     """timeout_ms makes each collective wait for itself on the host: correct, but run eagerly."""
-    pipe = pl.load(_every_collective({"timeout_ms": 5000}), device="cuda", cuda_graph=True)
+    pipe = pl.load(_one_rank_collectives({"timeout_ms": 5000}), device="cuda", cuda_graph=True)
     _check_runs(pipe, torch.float32)
     assert not pipe.last_report.graph_replay
     assert any("running eagerly" in w and "'r_sum'" in w for w in pipe.load_report.warnings)
@@ -113,3 +114,13 @@ def test_a_gpu_this_host_does_not_have_is_refused_at_its_pointer():
     (problem,) = pl.validate(cfg, device="cuda")
     assert problem.path == "/pipeline/0/constraints/device_affinity"
     assert f"cuda:{missing}, which does not exist" in problem.message
+
+
+def test_every_collective_across_every_gpu(tmp_path):
+    """One process per GPU over NCCL (needs 2+ GPUs): the same checks as the gloo world on the CPU."""
+    n = device_count()
+    if n < 2:
+        pytest.skip(f"needs 2 or more GPUs (this host has {n})")
+    world = run_world(every_collective_config(root=n - 1), n, tmp_path, device="cuda", timeout=300)
+    assert all(o["status"] == "ok" for o in world.outcomes), world.outcomes
+    check_every_collective(world, n, root=n - 1)

@@ -12,69 +12,19 @@ import os
 import numpy as np
 import pytest
 
-from .harness import run_world
-
-REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "avg": np.mean}
-
-
-def _every_collective(root: int) -> dict:
-    stages = [
-        {"name": "all_reduce", "id": f"f_{op}", "inputs": ["x"], "outputs": [f"f_{op}"], "attrs": {"op": op}}
-        for op in REDUCE
-    ]
-    stages += [
-        {"name": "all_reduce", "id": f"i_{op}", "inputs": ["k"], "outputs": [f"i_{op}"], "attrs": {"op": op}}
-        for op in ("sum", "max", "min")
-    ]
-    stages += [
-        {"name": "all_gather", "inputs": ["x"], "outputs": ["g"]},
-        {"name": "reduce_scatter", "inputs": ["g"], "outputs": ["rs"], "attrs": {"op": "sum"}},
-        {
-            "name": "reduce_scatter",
-            "id": "rs_max",
-            "inputs": ["g"],
-            "outputs": ["rs_max"],
-            "attrs": {"op": "max"},
-        },
-        {"name": "broadcast", "inputs": ["x"], "outputs": ["b"], "attrs": {"root": root}},
-    ]
-    return {
-        "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}, "k": {"shape": [5], "dtype": "int32"}},
-        "pipeline": stages,
-        "outputs": [s["outputs"][0] for s in stages],
-    }
-
-
-def _check_every_collective(world, nproc: int, root: int) -> None:
-    xs, ks = world.inputs("x"), world.inputs("k")
-    stacked = np.stack(xs)
-    gathered = np.concatenate(xs, axis=0)
-    for rank in range(nproc):
-        for op, fn in REDUCE.items():
-            got = world.output(rank, f"f_{op}")
-            assert got.dtype == np.float32
-            np.testing.assert_allclose(got, fn(stacked, axis=0), rtol=1e-6, err_msg=f"{op}, rank {rank}")
-        for op in ("sum", "max", "min"):
-            got = world.output(rank, f"i_{op}")
-            assert got.dtype == np.int32
-            np.testing.assert_array_equal(got, REDUCE[op](np.stack(ks), axis=0), err_msg=f"int {op}")
-        np.testing.assert_array_equal(world.output(rank, "g"), gathered)
-        # Every rank gathered the same g: block r of their sum is nproc * (rank r's x), of their max x_r.
-        np.testing.assert_allclose(world.output(rank, "rs"), nproc * xs[rank], rtol=1e-6)
-        np.testing.assert_array_equal(world.output(rank, "rs_max"), xs[rank])
-        np.testing.assert_array_equal(world.output(rank, "b"), xs[root])
+from .harness import check_every_collective, every_collective_config, run_world
 
 
 def test_every_collective_on_two_ranks(tmp_path):
-    world = run_world(_every_collective(root=1), 2, tmp_path)
-    _check_every_collective(world, 2, root=1)
+    world = run_world(every_collective_config(root=1), 2, tmp_path)
+    check_every_collective(world, 2, root=1)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("PIPELINK_LONG"), reason="4 processes: set PIPELINK_LONG=1")
 def test_every_collective_on_four_ranks(tmp_path):
-    world = run_world(_every_collective(root=2), 4, tmp_path)
-    _check_every_collective(world, 4, root=2)
+    world = run_world(every_collective_config(root=2), 4, tmp_path)
+    check_every_collective(world, 4, root=2)
 
 
 def test_send_recv_ring(tmp_path):
