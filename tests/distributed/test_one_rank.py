@@ -129,3 +129,25 @@ def test_the_benchmark_overlap_composition_is_layer_norm_of_the_all_reduce(strea
     y = np.asarray(pl.load(cfg, device="cpu").run(x=x, gamma=gamma, beta=beta)["y"])
     mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-5) * gamma + beta, rtol=1e-4, atol=1e-5)
+
+
+def test_an_aborted_communicator_fails_every_later_call():
+    """After a timeout aborts a group, a collective must fail at once, not wait for peers again."""
+    comm = LocalCommunicator()
+    x = np.ones(3, np.float32)
+    comm.abort("all_reduce timed out after 400 ms")
+    with pytest.raises(PipeLinkError) as info:
+        comm.all_reduce(x, np.empty_like(x), "sum", stream=None, timeout_ms=None)
+    assert info.value.code == ErrorCode.PIPELINK_ERR_TIMEOUT
+    assert "aborted: all_reduce timed out after 400 ms" in info.value.message
+
+
+def test_reset_forgets_the_communicators():
+    from pipelink.dist import reset
+
+    backend = get_backend("cpu")
+    first = communicator_for(backend)
+    reset()
+    assert first.aborted is not None
+    second = communicator_for(backend)
+    assert second is not first and second.aborted is None
