@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from pipelink.cli import main
-from pipelink.dist.launch import launcher_command, without_option
+from pipelink.dist import LaunchEnv
+from pipelink.dist.launch import check_not_launched, launcher_command, without_option
+from pipelink.errors import PipeLinkError
 
 from .harness import launch_env as world_env
 
@@ -45,6 +47,23 @@ def test_nproc_inside_a_launched_world_is_a_usage_error(tmp_path, monkeypatch, c
     cfg.write_text(json.dumps({"pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}]}))
     assert main(["run", str(cfg), "--nproc", "2"]) == 2
     assert "torchrun already started" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        (LaunchEnv(), False),
+        (LaunchEnv(0, 1, 0, launcher="srun"), False),  # one task of a Slurm allocation may start a world
+        (LaunchEnv(0, 1, 0, launcher="torchrun"), True),  # torchrun inside torchrun
+        (LaunchEnv(1, 2, 1, "h", 1, launcher="mpirun"), True),
+    ],
+)
+def test_only_a_process_outside_a_world_starts_one(env, refused):
+    if refused:
+        with pytest.raises(PipeLinkError, match="leave --nproc out"):
+            check_not_launched(env, 2)
+    else:
+        check_not_launched(env, 2)
 
 
 def test_nproc_below_one_is_a_usage_error(tmp_path, capsys):
