@@ -126,65 +126,48 @@ def infer_recv(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> 
     return (tuple(attrs["shape"]),), (attrs["dtype"],)
 
 
-def _timed(kernel, ctx: KernelContext):
+def _bind(ctx: KernelContext, call):
+    """The kernel of a collective stage: ``call(comm, inputs, outputs, stream, timeout_ms)`` on the device's
+    communicator, made now (collectively, on every rank), never on the hot path."""
+    comm, timeout = communicator_for(ctx.backend), ctx.timeout_ms
+
+    def kernel(inputs, outputs, stream):
+        call(comm, inputs, outputs, stream, timeout)
+
     # A kernel that waits on the host for its own completion cannot be replayed from a CUDA graph.
-    kernel.graph_safe = ctx.timeout_ms is None
+    kernel.graph_safe = timeout is None
     return kernel
 
 
 def bind_all_reduce(ctx: KernelContext):
-    comm, op, timeout = communicator_for(ctx.backend), ctx.attrs["op"], ctx.timeout_ms
-
-    def kernel(inputs, outputs, stream):
-        comm.all_reduce(inputs[0], outputs[0], op, stream=stream, timeout_ms=timeout)
-
-    return _timed(kernel, ctx)
+    op = ctx.attrs["op"]
+    return _bind(ctx, lambda comm, i, o, s, t: comm.all_reduce(i[0], o[0], op, stream=s, timeout_ms=t))
 
 
 def bind_all_gather(ctx: KernelContext):
-    comm, timeout = communicator_for(ctx.backend), ctx.timeout_ms
-
-    def kernel(inputs, outputs, stream):
-        comm.all_gather(inputs[0], outputs[0], stream=stream, timeout_ms=timeout)
-
-    return _timed(kernel, ctx)
+    return _bind(ctx, lambda comm, i, o, s, t: comm.all_gather(i[0], o[0], stream=s, timeout_ms=t))
 
 
 def bind_reduce_scatter(ctx: KernelContext):
-    comm, op, timeout = communicator_for(ctx.backend), ctx.attrs["op"], ctx.timeout_ms
-
-    def kernel(inputs, outputs, stream):
-        comm.reduce_scatter(inputs[0], outputs[0], op, stream=stream, timeout_ms=timeout)
-
-    return _timed(kernel, ctx)
+    op = ctx.attrs["op"]
+    return _bind(ctx, lambda comm, i, o, s, t: comm.reduce_scatter(i[0], o[0], op, stream=s, timeout_ms=t))
 
 
 def bind_broadcast(ctx: KernelContext):
-    comm, root, timeout = communicator_for(ctx.backend), int(ctx.attrs["root"]), ctx.timeout_ms
-
-    def kernel(inputs, outputs, stream):
-        comm.broadcast(inputs[0], outputs[0], root, stream=stream, timeout_ms=timeout)
-
-    return _timed(kernel, ctx)
+    root = int(ctx.attrs["root"])
+    return _bind(ctx, lambda comm, i, o, s, t: comm.broadcast(i[0], o[0], root, stream=s, timeout_ms=t))
 
 
 def bind_send(ctx: KernelContext):
-    backend, peer, timeout = ctx.backend, int(ctx.attrs["peer"]), ctx.timeout_ms
-    comm = communicator_for(backend)
-    comm.check_peer(peer, what=f"stage {ctx.stage!r}: send")
+    peer, backend = int(ctx.attrs["peer"]), ctx.backend
 
-    def kernel(inputs, outputs, stream):
+    def send(comm, inputs, outputs, stream, timeout):
         comm.send(inputs[0], peer, stream=stream, timeout_ms=timeout)
-        backend.copy(outputs[0], inputs[0], stream=stream)
+        backend.copy(outputs[0], inputs[0], stream=stream)  # y passes x on
 
-    return _timed(kernel, ctx)
+    return _bind(ctx, send)
 
 
 def bind_recv(ctx: KernelContext):
-    comm, peer, timeout = communicator_for(ctx.backend), int(ctx.attrs["peer"]), ctx.timeout_ms
-    comm.check_peer(peer, what=f"stage {ctx.stage!r}: recv")
-
-    def kernel(inputs, outputs, stream):
-        comm.recv(outputs[0], peer, stream=stream, timeout_ms=timeout)
-
-    return _timed(kernel, ctx)
+    peer = int(ctx.attrs["peer"])
+    return _bind(ctx, lambda comm, i, o, s, t: comm.recv(o[0], peer, stream=s, timeout_ms=t))
