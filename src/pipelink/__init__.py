@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import dist, memory
+from . import distributed, memory
 from .backends import get_backend, validate_hardware
 from .descriptor import Attr, OperatorDescriptor, Port, Variant
 from .dtypes import DType, bfloat16, bool_, float16, float32, float64, get_dtype, int8, int32, int64, uint8
@@ -55,7 +55,7 @@ __all__ = [
     "load_library",
     "validate_hardware",
     "memory",
-    "dist",
+    "distributed",
     "empty",
     "Tensor",
     "asarray",

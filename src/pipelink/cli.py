@@ -143,14 +143,14 @@ def run(
     import pipelink as pl
 
     if nproc is not None:
-        from .dist.launch import run_launched, without_option
+        from .distributed.launch import run_launched, without_option
 
         try:
             rc = run_launched(nproc, without_option(_ARGV, "--nproc"))
         except PipeLinkError as e:
             raise UsageFailure(e) from e
         raise typer.Exit(rc)
-    world = pl.dist.launch_env()
+    world = pl.distributed.launch_env()
 
     if error_log is not None:
         pl.configure_error_log(error_log)
@@ -212,7 +212,7 @@ def _progress(total: int):
 
 
 def _print_report(pipe, report, outs, totals: list[float]) -> None:
-    from .dist import launch_env
+    from .distributed import launch_env
 
     world = launch_env()
     rank = f" (rank {world.rank} of {world.world_size})" if world.is_distributed else ""

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import pipelink as pl
-from pipelink.dist import launch_env
+from pipelink.distributed import launch_env
 from pipelink.errors import PipeLinkError
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelink.dist import LaunchEnv, launch_env
+from pipelink.distributed import LaunchEnv, launch_env
 from pipelink.errors import ErrorCode, PipeLinkError
 
 MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}

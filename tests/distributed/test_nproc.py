@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from pipelink.cli import main
-from pipelink.dist import LaunchEnv
-from pipelink.dist.launch import check_not_launched, launcher_command, without_option
+from pipelink.distributed import LaunchEnv
+from pipelink.distributed.launch import check_not_launched, launcher_command, without_option
 from pipelink.errors import PipeLinkError
 
 from .harness import launch_env as world_env

@@ -11,7 +11,7 @@ import pytest
 
 import pipelink as pl
 from pipelink.backends import get_backend
-from pipelink.dist import LocalCommunicator, communicator_for
+from pipelink.distributed import LocalCommunicator, communicator_for
 from pipelink.errors import ErrorCode, PipeLinkError
 
 WORLD_OF_TWO = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
@@ -143,7 +143,7 @@ def test_an_aborted_communicator_fails_every_later_call():
 
 
 def test_reset_forgets_the_communicators():
-    from pipelink.dist import reset
+    from pipelink.distributed import reset
 
     backend = get_backend("cpu")
     first = communicator_for(backend)

@@ -20,7 +20,8 @@ SRC = Path(pipelink.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "dtypes", "dlpack", "tensor", "hardware", "shapes", "limits"},  # foundation: plain data
     {"versioning", "config", "descriptor"},  # what a config and an operator contract are
-    {"backends", "ops", "modules", "native", "dist"},  # devices, operators, their sources, native core, ranks
+    # devices, operators, operator sources, the native core, the processes of a run
+    {"backends", "ops", "modules", "native", "distributed"},
     {"graph"},  # the linker
     {"runtime"},  # plans and their execution
     {"pipeline", "memory", "tune", "cli", "cli_inputs", "onnx", "__init__", "__main__"},  # API and tools

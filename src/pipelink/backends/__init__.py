@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from .. import tensor
-from ..dist.env import launch_env
+from ..distributed.env import launch_env
 from ..errors import HardwareUnsupportedError, InvalidArgumentError
 from ..hardware import HardwareInfo, check_requirements, requirements_from
 from ..tensor import parse_device

@@ -1,17 +1,17 @@
 """The collective family: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``send`` and
 ``recv`` between the processes of a run (docs/distributed.md).
 
-Each stage calls its device's communicator (``pipelink.dist``): gloo through torch.distributed on the CPU,
-NCCL on the stage's stream on a GPU, exact copies in a one-process world. ``all_gather`` and
+Each stage calls its device's communicator (``pipelink.distributed``): gloo through torch.distributed on
+the CPU, NCCL on the stage's stream on a GPU, exact copies in a one-process world. ``all_gather`` and
 ``reduce_scatter`` work on the first axis; the world size comes from the launch environment.
 """
 
 from __future__ import annotations
 
 from ...descriptor import Attr, OperatorDescriptor, Port, Variant
-from ...dist import REDUCE_OPS
-from ...dist.gloo import GLOO_DTYPES
-from ...dist.nccl import NCCL_DTYPES
+from ...distributed import REDUCE_OPS
+from ...distributed.gloo import GLOO_DTYPES
+from ...distributed.nccl import NCCL_DTYPES
 from .._common import builtin_operator
 from .bind import (
     bind_all_gather,

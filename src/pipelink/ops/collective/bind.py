@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dist import communicator_for, launch_env
+from ...distributed import communicator_for, launch_env
 from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from .._dims import check_ints, derived, is_known
 
