@@ -78,3 +78,17 @@ def test_stuck_peer_fails_within_timeout_and_policies_apply(tmp_path):
     assert outcome["stages"]["tolerant"] == "skipped", outcome
     assert "timeout_ms=400" in outcome["errors"]["tolerant"], outcome
     assert outcome["stages"]["relu"] == "ok", outcome
+
+
+def test_a_peer_that_exits_fails_the_collective_without_timeout(tmp_path):
+    """Rank 1 runs once and exits: rank 0's next all_reduce (no timeout_ms) fails with
+    PIPELINK_ERR_MODULE_CRASH as soon as gloo sees the connection close, instead of waiting for ever."""
+    config = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "all_reduce", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    extra = {"PIPELINK_TEST_STALL_RANK": "1", "PIPELINK_TEST_STALL_S": "0"}
+    world = run_world(config, 2, tmp_path, runs=2, extra_env=extra)
+    outcome = world.outcomes[0]
+    assert outcome["status"] == "PIPELINK_ERR_MODULE_CRASH", outcome
+    assert "a peer failed or left" in outcome["message"] and outcome["seconds"] < 30, outcome
