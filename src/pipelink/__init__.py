@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import memory
+from . import distributed, memory
 from .backends import get_backend, validate_hardware
 from .descriptor import Attr, OperatorDescriptor, Port, Variant
 from .dtypes import DType, bfloat16, bool_, float16, float32, float64, get_dtype, int8, int32, int64, uint8
@@ -56,6 +56,7 @@ __all__ = [
     "load_library",
     "validate_hardware",
     "memory",
+    "distributed",
     "empty",
     "Tensor",
     "asarray",

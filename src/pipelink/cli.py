@@ -122,7 +122,7 @@ def run(
     shape: Annotated[list[str], typer.Option("--shape", help="NAME=DxD for --random")] = [],  # noqa: B006
     dtype: Annotated[list[str], typer.Option("--dtype", help="NAME=DTYPE for --random")] = [],  # noqa: B006
     value: Annotated[list[str], typer.Option("--value", help="NAME=NUMBER for a scalar input")] = [],  # noqa: B006
-    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    seed: Annotated[int, typer.Option(help="random seed (rank R of a launched world uses seed + R)")] = 0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     cuda_graph: Annotated[bool, typer.Option("--cuda-graph", help="CUDA graph mode")] = False,
@@ -135,9 +135,22 @@ def run(
         bool, typer.Option("--checked", help="checked mode: catch stages that skip or overrun outputs (slow)")
     ] = False,
     imports: ImportOption = [],  # noqa: B006
+    nproc: Annotated[
+        int | None, typer.Option("--nproc", help="run in N processes on this host (torchrun), one per GPU")
+    ] = None,
 ) -> None:
     """Run a pipeline on inputs from a file or random ones, print a summary, optionally save outputs."""
     import pipelink as pl
+
+    if nproc is not None:
+        from .distributed.launch import run_launched, without_option
+
+        try:
+            rc = run_launched(nproc, without_option(_ARGV, "--nproc"))
+        except PipeLinkError as e:
+            raise UsageFailure(e) from e
+        raise typer.Exit(rc)
+    world = pl.distributed.launch_env()
 
     if error_log is not None:
         pl.configure_error_log(error_log)
@@ -147,8 +160,15 @@ def run(
     # checked=None leaves it to PIPELINK_CHECKED
     pipe = _load(config, device, cuda_graph or graph_alias, checked=True if checked else None)
     try:
+        # Each rank of a launched world draws its own random inputs.
         feed = build_feed(
-            pipe, inputs=inputs, random=random, shapes=shape, dtypes=dtype, values=value, seed=seed
+            pipe,
+            inputs=inputs,
+            random=random,
+            shapes=shape,
+            dtypes=dtype,
+            values=value,
+            seed=seed + world.rank,
         )
     except PipeLinkError as e:  # every problem with the command line's inputs is a usage error
         raise UsageFailure(e) from e
@@ -166,6 +186,8 @@ def run(
         write_trace(trace, pipe, report)
         console.print(f"trace written to {trace}")
     if output is not None:
+        if world.is_distributed:  # one file per rank
+            output = output.with_name(f"{output.stem}.rank{world.rank}{output.suffix}")
         arrays = {}
         for name, t in outs.items():
             arr = t.numpy()
@@ -190,7 +212,11 @@ def _progress(total: int):
 
 
 def _print_report(pipe, report, outs, totals: list[float]) -> None:
-    table = Table(title=f"{pipe.name} on {pipe.device}")
+    from .distributed import launch_env
+
+    world = launch_env()
+    rank = f" (rank {world.rank} of {world.world_size})" if world.is_distributed else ""
+    table = Table(title=f"{pipe.name} on {pipe.device}{rank}")
     for col in ("stage", "operator", "variant", "status", "host ms", "device ms"):
         table.add_column(col)
     for s in report.stages.values():
@@ -530,10 +556,14 @@ def app_commands() -> list[str]:
     return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
 
 
+_ARGV: list[str] = []  # the command line main() runs, for `run --nproc` to hand on to the launcher
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     debug = os.environ.get("PIPELINK_DEBUG") == "1"
     args = sys.argv[1:] if argv is None else list(argv)
+    _ARGV[:] = args
     if not args:
         names = ", ".join(sorted(app_commands()))
         err_console.print(

@@ -123,6 +123,7 @@ class KernelContext:
     backend: Any
     params: Mapping[str, Any] = field(default_factory=dict)  # tuned launch/compile parameters
     services: Any = None  # runtime services for native modules
+    timeout_ms: float | None = None  # the stage's timeout, for kernels that wait (collectives) to honour
 
 
 Kernel = Callable[[list, list, Any], Any]  # kernel(inputs, outputs, stream)

@@ -87,7 +87,9 @@ WITH_CUDA = {
 }
 # cuDNN's operators keep their reference for staged runs where cuDNN declines (ops/_common.py).
 STAGED_FALLBACK = {"conv2d", "conv_transpose2d", "attention"}
-EXPECTED_OPS = WITH_CUDA
+# Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
+WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}
+EXPECTED_OPS = WITH_CUDA | WITH_NCCL
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +109,7 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
         (desc,) = registry.versions(name)
         assert str(desc.version) == "1.0.0" and desc.source == "builtin"
         expected = ["cpu:numpy"] + (["cuda:nvrtc"] if name in WITH_CUDA else [])
+        expected += ["cuda:nccl"] if name in WITH_NCCL else []
         assert [v.name for v in desc.variants] == expected  # each family declares its variants
         assert desc.variants[0].host_ok == (name in STAGED_FALLBACK)
         assert desc.doc and "\n" not in desc.doc, f"{name} needs a one-line doc"

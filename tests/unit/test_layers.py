@@ -20,14 +20,15 @@ SRC = Path(pipelink.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "dtypes", "dlpack", "tensor", "hardware", "shapes", "limits"},  # foundation: plain data
     {"versioning", "config", "descriptor"},  # what a config and an operator contract are
-    {"backends", "ops", "modules", "native"},  # devices, operators, operator sources, the native core
+    # devices, operators, operator sources, the native core, the processes of a run
+    {"backends", "ops", "modules", "native", "distributed"},
     {"graph"},  # the linker
     {"runtime"},  # plans and their execution
     {"pipeline", "memory", "torch", "tune", "cli", "cli_inputs", "onnx", "__init__", "__main__"},  # API
 ]
 
 # Third-party packages a function may import lazily: optional extras, or costly ones only some paths use.
-OPTIONAL = {"cuda", "cudnn", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks", "onnx"}
+OPTIONAL = {"cuda", "cudnn", "torch", "nvmath", "matplotlib", "nvtx", "benchmarks", "onnx", "nccl"}
 
 # Files whose function-local imports are kept on purpose, each with why (the rules hold for the rest).
 PENDING = {

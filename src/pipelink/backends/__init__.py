@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from .. import tensor
+from ..distributed.env import launch_env
 from ..errors import HardwareUnsupportedError, InvalidArgumentError
 from ..hardware import HardwareInfo, check_requirements, requirements_from
 from ..tensor import parse_device
@@ -42,13 +43,20 @@ def cuda_unavailable_reason() -> str | None:
 
 
 def resolve_device(device: str | None) -> str:
-    """``"auto"`` -> ``"cuda:0"`` when a GPU works, else ``"cpu"`` (with one info line)."""
-    if device is None or str(device).lower() == "auto":
+    """``"auto"`` -> this process's GPU when a GPU works, else ``"cpu"`` (with one info line).
+
+    This process's GPU (also what ``"cuda"`` without an index means) is ``cuda:LOCAL_RANK`` in a world
+    started by a launcher (torchrun, mpirun, srun: one process per GPU), ``cuda:0`` otherwise.
+    """
+    text = "auto" if device is None else str(device).lower()
+    if text == "auto":
         reason = cuda_unavailable_reason()
         if reason is None:
-            return "cuda:0"
+            return f"cuda:{launch_env().local_rank}"
         log.info("pipelink: no usable GPU (%s); running on the CPU", reason)
         return "cpu"
+    if text == "cuda":
+        return f"cuda:{launch_env().local_rank}"
     kind, index = parse_device(device)
     return "cpu" if kind == "cpu" else f"cuda:{index}"
 

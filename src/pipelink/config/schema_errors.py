@@ -35,7 +35,8 @@ _PATTERN_RULES = {
     ]: "a name starts with a letter or '_', followed by letters, digits, '_', '.', ':' or '-'",
     "^[A-Za-z_][A-Za-z0-9_]*$": "a dimension symbol is a letter or '_' followed by letters, digits or '_'",
     "^[0-9a-fA-F]{64}$": "a SHA-256 digest is exactly 64 hexadecimal digits",
-    "^(cpu|cuda|gpu)(:[0-9]+)?$": "a device is 'cpu', 'cuda' or 'cuda:N' (e.g. 'cuda:0')",
+    "^(cpu|cuda|gpu)(:[0-9]+(,[0-9]+)*)?$": "a device is 'cpu', 'cuda', 'cuda:N' (e.g. 'cuda:0') or a GPU "
+    "list such as 'gpu:1,2'",
 }
 
 

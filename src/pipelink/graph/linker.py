@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from ..backends.cuda import device_count
 from ..config import PipelineConfig, StageConfig
 from ..descriptor import OperatorDescriptor, infer_outputs
 from ..errors import ErrorCode, PipeLinkError, Problem
 from ..hardware import HardwareInfo, missing_requirement, requirements_from, unmet_message
 from ..modules.registry import OperatorRegistry, UnknownOperatorError
 from ..versioning import check_compatible
+from .placement import placement_problems
 from .precision import apply_precision
 from .stages import LinkedGraph, LinkedStage, TensorInfo
 
@@ -51,6 +53,7 @@ def link(
     if problems and any(p.path.endswith("/precision_policy") for p in problems):
         return None, problems
     graph = _build_graph(config, stages, info)
+    problems += placement_problems(graph, device_count)
     if not problems:
         declared = {n: (d.shape, d.dtype) for n, d in (config.inputs or {}).items()}
         try:

@@ -13,6 +13,7 @@ from ..modules.registry import registry as global_registry
 from . import (
     attention,
     batch_norm,
+    collective,
     conv,
     elementwise,
     gemm,
@@ -50,6 +51,7 @@ FAMILIES = (
     resize,
     attention,
     quantize,
+    collective,
 )
 """The built-in operator families, one package each, in registration order."""
 

@@ -282,6 +282,7 @@ def _context(st: LinkedStage, attrs, shapes, dtypes, backend, params, services, 
         backend=backend,
         params=dict(params),
         services=services,
+        timeout_ms=st.config.constraints.timeout_ms,
     )
 
 

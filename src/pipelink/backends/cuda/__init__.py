@@ -9,6 +9,7 @@ packages are imported inside functions: importing this package works on a machin
 from __future__ import annotations
 
 from .backend import CUDABackend, unavailable_reason
+from .device import device_count
 from .graphs import CUDAGraph
 
-__all__ = ["CUDABackend", "CUDAGraph", "unavailable_reason"]
+__all__ = ["CUDABackend", "CUDAGraph", "device_count", "unavailable_reason"]

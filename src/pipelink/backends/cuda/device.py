@@ -96,6 +96,14 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def device_count() -> int:
+    """How many GPUs the driver sees (0 when CUDA cannot be used: :func:`unavailable_reason` says why)."""
+    if unavailable_reason() is not None:
+        return 0
+    driver = importlib.import_module("cuda.bindings.driver")
+    return int(check_driver(driver.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 def error_name(code: int) -> str:
     """``700`` -> ``"CUDA_ERROR_ILLEGAL_ADDRESS"`` (``"CUDA_ERROR_<code>"`` when the code is unknown)."""
     try:
