@@ -19,6 +19,7 @@ import pipelink as pl
 from benchmarks import cases
 from pipelink.errors import ErrorCode
 from pipelink.modules.build import build_module
+from pipelink.modules.registry import OperatorRegistry
 from pipelink.modules.services import PipeLinkTensor
 from pipelink.native import open_runtime
 from tests.conftest import assert_close
@@ -290,7 +291,8 @@ def test_the_walkthroughs_cuda_module_runs_in_a_cuda_plan(core, tmp_path):
     }
     config = tmp_path / "ln_cuda_module.json"
     config.write_text(json.dumps(doc))
-    pipe = pl.load(config, device="cuda")
+    # A registry of its own: another test of this process may have loaded the example's module already.
+    pipe = pl.load(config, device="cuda", registry=OperatorRegistry())
     h = core.load(pipe.save(tmp_path / "ln_cuda_module.plk"))
     g = torch.Generator(device="cuda").manual_seed(9)
     ins = [
