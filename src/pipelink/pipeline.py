@@ -247,6 +247,7 @@ class Pipeline:
         self.last_report: RunReport | None = None
         self.load_report = LoadReport(device=backend.device)
         self._last_plan: ExecutionPlan | None = None
+        self._keep_inputs = True  # the current run's inputs are held until its work is done (run())
         self._copy_stream = None
         # Host inputs of async_preload stages upload on a copy stream of their own (seed section 3.4).
         self._preload_inputs = preload_inputs(graph)
@@ -384,6 +385,12 @@ class Pipeline:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
             backend = self._backend
             values = [*given.values(), *out.values()] if isinstance(out, Mapping) else given.values()
+            # PyTorch tensors run on PyTorch's current stream need no keep-alive: its caching allocator
+            # reuses their memory only after the work queued there (ours included) — and holding them
+            # would leak them out of a torch.compile / CUDA-graph memory pool.
+            self._keep_inputs = stream is not None or not all(
+                type(v).__module__.startswith("torch") for v in values
+            )
             stream = run_stream(backend, stream, values)
             if backend.is_capturing(stream):
                 return self._run_captured(given, out, stream, strict=strict, profile=profile)
@@ -506,7 +513,7 @@ class Pipeline:
         self._follow(plan, stream)
         backend.launch_graph(found, stream)
         produced = graph_outputs(plan, backend, stream, static_outputs=self.static_outputs, out={})
-        plan.last_fence = backend.finish_run(stream, keepalive=given)
+        plan.last_fence = backend.finish_run(stream, keepalive=given if self._keep_inputs else None)
         report.total_time_s = time.perf_counter() - t0
         self.last_report = report
         wrap = backend.wrap
@@ -567,7 +574,7 @@ class Pipeline:
         plan.warm = True
         # CUDA returns without waiting: outputs are ordered for their consumers (DLPack's stream
         # protocol, .numpy()), and the inputs are kept alive until the run's work is done.
-        plan.last_fence = backend.finish_run(stream, keepalive=args)
+        plan.last_fence = backend.finish_run(stream, keepalive=args if self._keep_inputs else None)
         return produced
 
     def _import(self, name: str, value: Any, stream: Any, producers: list | None = None) -> Any:
