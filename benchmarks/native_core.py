@@ -7,7 +7,10 @@
    the same launches made directly with ``cuLaunchKernel`` from the plan's own cubins;
 2. the seed's service shape: 16 threads each running the T=8 MLP block on its own stream through the core,
    aggregate runs/s against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x);
-3. loading the MLP plan (target <= 5 ms); 4. the library's size (target <= 1 MB).
+3. loading the MLP plan (target <= 5 ms); 4. the library's size (target <= 1 MB);
+5. Python's eager ``run()`` on PyTorch CUDA tensors, through the core (``pl.load(native=True)``) and through
+   the Python executor, against PyTorch's eager ops: a 1-stage relu (target <= 1x PyTorch) and the 20-stage
+   chain (target <= 0.5x PyTorch) — wall time per call over many back-to-back calls, one sync at the end.
 Every line starting with ``TARGET`` is one target: measured value, limit, PASS or FAIL.
 """
 
@@ -199,6 +202,49 @@ def load_ms(tmp: Path) -> float:
     return statistics.median(samples[1:])  # the first also opens the driver and cuBLASLt
 
 
+def python_runs(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
+    """Microseconds per eager call: {(stages, "native" | "python" | "torch"): us}."""
+    import torch
+
+    out = {}
+    x = torch.randn(1024, device="cuda")
+    for stages in (1, 20):
+        config = tmp / f"run_chain_{stages}.json"
+        config.write_text(json.dumps(_chain(stages)))
+        calls = {
+            "native": pl.load(config, device="cuda", native=True),
+            "python": pl.load(config, device="cuda"),
+        }
+        want = torch.relu(x)
+        for mode, pipe in calls.items():
+            got = torch.from_dlpack(pipe.run(x=x)["y"])
+            assert torch.equal(got, want), f"{mode} run of the {stages}-stage chain differs from torch.relu"
+        runs = {mode: (lambda p=pipe: p.run(x=x)) for mode, pipe in calls.items()}
+
+        def torch_chain(n=stages):
+            y = x
+            for _ in range(n):
+                y = torch.relu(y)
+            return y
+
+        runs["torch"] = torch_chain
+        for mode, fn in runs.items():
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(iterations // 10):
+                    fn()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) / (iterations // 10) * 1e6)
+            out[(stages, mode)] = statistics.median(times)
+        for pipe in calls.values():
+            pipe.close()
+    return out
+
+
 def _target(name: str, value: float, limit: float, unit: str, higher_is_better: bool = False) -> None:
     ok = value >= limit if higher_is_better else value <= limit
     sign = ">=" if higher_is_better else "<="
@@ -215,6 +261,7 @@ def main() -> None:
         overhead = host_overhead(tmp, args.iterations)
         rates = service(tmp, args.seconds)
         load = load_ms(tmp)
+        python = python_runs(tmp, args.iterations)
     (c20, b20), (c1, b1) = overhead[20], overhead[1]
     print(f"service (T={T} MLP block, runs/s): " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()))
     _target(
@@ -232,6 +279,18 @@ def main() -> None:
     )
     _target("MLP plan load time", load, 5.0, "ms")
     _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
+    for stages, limit in ((1, 1.0), (20, 0.5)):
+        times = {mode: python[(stages, mode)] for mode in ("native", "python", "torch")}
+        print(
+            f"python eager run, {stages}-stage relu chain (us/call): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in times.items())
+        )
+        _target(
+            f"Python eager run() through the core vs PyTorch eager, {stages} stage(s)",
+            times["native"] / times["torch"],
+            limit,
+            "x",
+        )
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from .runtime.declared import check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.external import check_capturable, check_outputs, import_outputs, plan_capturable, run_stream
 from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
+from .runtime.native_path import NativeRunner
 from .runtime.plan import ExecutionPlan
 from .runtime.planfile import write_plan
 from .runtime.report import LoadReport, RunReport
@@ -157,6 +158,7 @@ def load(
     checked: bool | None = None,
     graph: bool | None = None,
     weights: Mapping[str, Any] | None = None,
+    native: bool = False,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -182,6 +184,11 @@ def load(
     weights : dict of name -> array, optional
         Bound constants, as a config's ``weights`` file gives them (not both): each binds the external
         input of its name once, here, and ``run()`` no longer takes it.
+    native : bool
+        Run through the native core (``runtime/native_path.py``): each input signature is compiled into a
+        plan that ``libpipelink_runtime`` runs with one C call per ``run()``. Inputs must be contiguous
+        tensors of the pipeline's device. Not with ``cuda_graph``, checked mode or bound weights; a stage
+        the core cannot run fails the first run, naming the stage.
 
     Raises
     ------
@@ -213,6 +220,7 @@ def load(
         use_tuned=tuned,
         static_outputs=static_outputs,
         checked=is_checked(checked),
+        native=native,
     )
 
 
@@ -229,6 +237,7 @@ class Pipeline:
         use_tuned: bool = True,
         static_outputs: bool = False,
         checked: bool = False,
+        native: bool = False,
     ):
         self._graph = graph
         self._backend = backend
@@ -267,6 +276,7 @@ class Pipeline:
                 "cuda_graph requested, but running eagerly: " + "; ".join(blockers)
             )
         self._select_variants_for_declared()
+        self._native = self._native_runner(cuda_graph) if native else None
 
     # -- properties --------------------------------------------------------------------------------
     @property
@@ -392,6 +402,13 @@ class Pipeline:
                 type(v).__module__.startswith("torch") for v in values
             )
             stream = run_stream(backend, stream, values)
+            if self._native is not None:
+                if profile:
+                    raise InvalidArgumentError(
+                        "profile=True needs the Python executor; this pipeline was loaded with native=True"
+                    )
+                outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
+                return self._native.run(given, stream, outs)
             if backend.is_capturing(stream):
                 return self._run_captured(given, out, stream, strict=strict, profile=profile)
             outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
@@ -741,12 +758,29 @@ class Pipeline:
             return write_plan(self, path, shapes)
 
     # -- lifetime ----------------------------------------------------------------------------------
+    def _native_runner(self, cuda_graph: bool) -> NativeRunner:
+        """The native core's runner for ``load(native=True)``, refusing what it cannot honour."""
+        refused = {
+            "cuda_graph=True": cuda_graph,
+            "checked mode": self.checked,
+            "bound weights (a weights file)": bool(self._bound),
+        }
+        for what, on in refused.items():
+            if on:
+                raise InvalidArgumentError(
+                    f"pipeline {self.name!r}: native=True cannot run with {what} (the native core replays no "
+                    "CUDA graph, checks nothing and carries no bound constants yet); load with one of them"
+                )
+        return NativeRunner(self)
+
     def close(self) -> None:
         """Free the arenas of every plan. The pipeline refuses to run afterwards."""
         with self._lock:
             for plan in self._plans.values():
                 plan.release()
             self._plans.clear()
+            if self._native is not None:
+                self._native.close()
             self._closed = True
 
     def __enter__(self) -> Pipeline:

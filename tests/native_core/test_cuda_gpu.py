@@ -329,3 +329,22 @@ def test_runtime_allocated_outputs_follow_the_allocator_choice(core, tmp_path, a
     finally:
         assert core.lib.pipeLinkSetMemoryAllocator(0) == 0
         assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_run_through_the_core_matches_the_python_executor(runtime_lib, name, dtype):
+    # pl.load(native=True): run() hands each signature's plan to the core (runtime/native_path.py).
+    doc, spec = _case(name, dtype)
+    with pl.load(doc, device="cuda") as ref, pl.load(doc, device="cuda", native=True) as nat:
+        for seed in (1, 2):
+            feed = dict(zip(spec, _inputs(spec, dtype, seed), strict=True))
+            want = {k: torch.from_dlpack(v).float() for k, v in ref.run(feed).items()}
+            got = {k: torch.from_dlpack(v).float() for k, v in nat.run(feed).items()}
+            for k in want:
+                assert_close(got[k].cpu().numpy(), want[k].cpu().numpy(), dtype, what=k)
+            outs = {k: torch.full_like(v, float("nan")).to(getattr(torch, dtype)) for k, v in want.items()}
+            nat.run(feed, out=outs)  # into the caller's buffers, on PyTorch's current stream
+            torch.cuda.current_stream().synchronize()
+            for k in want:
+                assert_close(outs[k].float().cpu().numpy(), want[k].cpu().numpy(), dtype, what=k)
