@@ -140,6 +140,14 @@ def load_library(path, sha256: str | None = None, *, probe: bool | None = None) 
 
 
 def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:
-    """An uninitialised tensor from the runtime's allocator on ``device``."""
+    """An uninitialised tensor from the runtime's allocator on ``device``.
+
+    ``device="cuda_host"`` (or ``"cuda_host:N"``): page-locked host memory mapped into GPU N's address
+    space. The tensor is a ``cuda:N`` tensor kernels read and write in place over the bus (no upload);
+    ``Tensor.host()`` is its NumPy view on the host (docs/interop.md, "Host-mapped memory").
+    """
+    shape, dtype = tuple(int(s) for s in shape), get_dtype(dtype)
+    if device == "cuda_host" or device.startswith("cuda_host:"):
+        return get_backend("cuda" + device[len("cuda_host") :]).empty_mapped(shape, dtype)
     backend = get_backend(device)
-    return backend.wrap(backend.empty(tuple(int(s) for s in shape), get_dtype(dtype)))
+    return backend.wrap(backend.empty(shape, dtype))

@@ -201,6 +201,23 @@ class Tensor:
         return self.shape[0]
 
     # -- host access -------------------------------------------------------------------------------
+    def host(self) -> np.ndarray:
+        """The host's NumPy view of a host-mapped device tensor (``pl.empty(..., device="cuda_host")``):
+        writes are seen by the kernels of later work, which read the memory in place. Synchronise (or
+        wait for the run's outputs) before reading what a kernel wrote.
+
+        Raises
+        ------
+        InvalidArgumentError
+            For any other tensor (a CPU tensor is its own host memory: use :meth:`numpy`).
+        """
+        if not self.is_cuda or self._array is None:
+            raise InvalidArgumentError(
+                f"tensor on {self.device} is not host-mapped memory: host() is for pl.empty(..., "
+                "device='cuda_host'); use .numpy() for a copy (a view on the CPU)"
+            )
+        return self._array
+
     def numpy(self) -> np.ndarray:
         """The data as a NumPy array: a view on the CPU, a copy for a device tensor."""
         if self.is_cuda:

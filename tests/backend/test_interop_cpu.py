@@ -201,3 +201,10 @@ def test_an_input_named_out_or_stream_still_runs_through_the_inputs_dict():
     with pl.load(doc, device="cpu") as pipe:
         got = np.asarray(pipe.run({"out": a, "stream": b})["y"])
     np.testing.assert_allclose(got, a + b)
+
+
+def test_host_mapped_memory_needs_a_cuda_device():
+    with pytest.raises(pl.HardwareUnsupportedError, match="device='cuda_host' needs a CUDA device"):
+        get_backend("cpu").empty_mapped((4,), pl.float32)
+    with pytest.raises(pl.InvalidArgumentError, match="not host-mapped memory"):
+        pl.empty((4,), device="cpu").host()

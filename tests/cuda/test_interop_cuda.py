@@ -500,3 +500,26 @@ def test_as_op_refuses_a_tensor_of_another_device(mlp_op):
 def test_as_op_opcheck_on_cuda(mlp_op):
     results = torch.library.opcheck(mlp_op, _mlp_feed(8))
     assert set(results.values()) == {"SUCCESS"}, results
+
+
+def test_host_mapped_tensors_are_read_and_written_in_place():
+    # pl.empty(device="cuda_host"): kernels use the host memory in place; Tensor.host() is the host's view.
+    doc = {
+        "name": "mapped",
+        "inputs": {"x": {"shape": [1000], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [{"name": "relu", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    x = pl.empty((1000,), pl.float32, device="cuda_host")
+    y = pl.empty((1000,), pl.float32, device="cuda_host")
+    assert x.device == "cuda:0" and isinstance(x.host(), np.ndarray)
+    rng = np.random.default_rng(11)
+    with pl.load(doc, device="cuda") as pipe:
+        for _ in range(2):
+            values = rng.standard_normal(1000).astype(np.float32)
+            x.host()[:] = values
+            y.host()[:] = np.nan
+            got = pipe.run(x=x, out={"y": y})["y"]
+            assert got.ptr == y.ptr
+            torch.cuda.synchronize()
+            np.testing.assert_array_equal(y.host(), np.maximum(values, 0))

@@ -195,6 +195,13 @@ class Backend:
         elsewhere): the host side of asynchronous copies."""
         return np.empty(shape, dtype=get_dtype(dtype).numpy)
 
+    def empty_mapped(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A device tensor over host memory mapped into the device (``pl.empty(device="cuda_host")``),
+        where the device has such memory."""
+        raise HardwareUnsupportedError(
+            f"the {self.kind} backend has no host-mapped memory: device='cuda_host' needs a CUDA device"
+        )
+
     # -- views and tensors -------------------------------------------------------------------------
     def view(
         self,

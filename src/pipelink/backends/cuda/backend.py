@@ -209,6 +209,11 @@ class CUDABackend(Backend):
         """A NumPy array in page-locked host memory (fast, asynchronous host <-> device copies)."""
         return self.memory.pinned_empty(shape, dtype)
 
+    def empty_mapped(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A tensor of this device over new host-mapped memory (kernels use it in place)."""
+        self._check_usable()
+        return self.memory.mapped_empty(shape, dtype)
+
     # -- tensors and inputs (the composed CUDAInputs does the work) ---------------------------------
     def view(
         self,

@@ -36,12 +36,13 @@ _STAGING_PER_BIN = 4
 
 
 class _HostMemory:
-    """``__array_interface__`` over pinned host memory; holds the cuda.core Buffer that owns it."""
+    """``__array_interface__`` over pinned host memory; holds the object that owns it (a cuda.core Buffer,
+    whose handle is the address, or a host-mapped buffer at ``address``)."""
 
-    def __init__(self, buffer: Any, nbytes: int):
+    def __init__(self, buffer: Any, nbytes: int, address: int | None = None):
         self._buffer = buffer
         self.__array_interface__ = {
-            "data": (int(buffer.handle), False),
+            "data": (int(buffer.handle) if address is None else address, False),
             "shape": (nbytes,),
             "typestr": "|u1",
             "version": 3,
@@ -282,6 +283,22 @@ class CUDAMemory:
         dtype, shape = get_dtype(dtype), tuple(int(d) for d in shape)
         block = self.pool.acquire(math.prod(shape) * dtype.itemsize)
         return Tensor._trusted(block.ptr, shape, dtype, self._name, contiguous_strides(shape), block, True)
+
+    def mapped_empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        """A tensor of this device over new host-mapped memory (``pl.empty(device="cuda_host")``): kernels
+        read and write it in place over the bus; :meth:`Tensor.host` is its NumPy view on the host. The
+        memory is freed when the tensor and every host view of it are gone."""
+        dtype, shape = get_dtype(dtype), tuple(int(d) for d in shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        self._guard()
+        buffer = _MappedBuffer(self._driver, max(nbytes, 1), self._uuid)
+        view = np.asarray(_HostMemory(buffer, max(nbytes, 1), buffer.host))
+        host = view[:nbytes].view(dtype.numpy).reshape(shape)
+        tensor = Tensor._trusted(
+            buffer.device, shape, dtype, self._name, contiguous_strides(shape), host, True
+        )
+        tensor._array = host
+        return tensor
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A NumPy array in page-locked host memory (fast, asynchronous host <-> device copies)."""
