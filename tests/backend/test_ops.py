@@ -108,7 +108,8 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
     for name in EXPECTED_OPS:
         (desc,) = registry.versions(name)
         assert str(desc.version) == "1.0.0" and desc.source == "builtin"
-        expected = ["cpu:numpy"] + (["cuda:nvrtc"] if name in WITH_CUDA else [])
+        gpu = "cuda:cudnn" if name in STAGED_FALLBACK else "cuda:nvrtc"  # cuDNN's operators say so
+        expected = ["cpu:numpy"] + ([gpu] if name in WITH_CUDA else [])
         expected += ["cuda:nccl"] if name in WITH_NCCL else []
         assert [v.name for v in desc.variants] == expected  # each family declares its variants
         assert desc.variants[0].host_ok == (name in STAGED_FALLBACK)

@@ -20,6 +20,7 @@ from ..descriptor import KernelContext, VariantDeclined
 from .kernel import PlanLaunch, Slot, contiguous_strides
 
 __all__ = [
+    "CUDNN_VARIANT",
     "IO_TYPES",
     "import_cudnn",
     "new_graph",
@@ -29,6 +30,8 @@ __all__ = [
     "CuDNNKernel",
     "write_nothing",
 ]
+
+CUDNN_VARIANT = "cuda:cudnn"  # the variant name of the operators cuDNN runs (conv, attention)
 
 # PipeLink dtype -> cudnn.data_type member; float64 has no cuDNN convolution or attention engine.
 IO_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16"}

@@ -424,13 +424,18 @@ class PlanLaunch:
 
 
 def cuda_variant(
-    bind: Callable[[KernelContext], Any], dtypes: Iterable[str] | None, *, supports_graphs: bool = True
+    bind: Callable[[KernelContext], Any],
+    dtypes: Iterable[str] | None,
+    *,
+    supports_graphs: bool = True,
+    name: str = CUDA_VARIANT,
 ) -> Variant:
-    """The ``cuda:nvrtc`` variant a family declares for one of its operators (dtypes None: any)."""
+    """The CUDA variant a family declares for one of its operators (dtypes None: any): ``cuda:nvrtc`` for
+    the built-in kernels, another ``name`` where a library does the work (``cuda:cudnn``)."""
     return Variant(
         device="cuda",
         bind=bind,
-        name=CUDA_VARIANT,
+        name=name,
         dtypes=frozenset(dtypes) if dtypes is not None else None,
         priority=0,
         source="builtin",

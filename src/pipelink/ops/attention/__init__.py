@@ -21,6 +21,7 @@ from ...errors import DTypeMismatchError, ShapeMismatchError
 from ...shapes import Mismatch, broadcast_shapes, unify
 from .._common import builtin_operator
 from .._dims import is_known
+from ..cudnn_graph import CUDNN_VARIANT
 from ..kernel import cuda_variant
 from . import cuda
 
@@ -140,7 +141,7 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=ATTENTION_DTYPES | {"bool"},
             infer=infer_attention,
             bind=_attention_bind,
-            cuda=cuda_variant(cuda.bind_attention, cuda.SDPA_DTYPES),
+            cuda=cuda_variant(cuda.bind_attention, cuda.SDPA_DTYPES, name=CUDNN_VARIANT),
             staged_fallback=True,
             onnx="Attention",
         ),

@@ -18,6 +18,7 @@ from ...errors import InvalidArgumentError, ShapeMismatchError
 from ...shapes import unify
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
+from ..cudnn_graph import CUDNN_VARIANT
 from ..kernel import cuda_variant
 from . import cuda
 from .window import window_2d, window_attrs
@@ -234,7 +235,7 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_conv2d,
             bind=_conv2d_bind,
-            cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES),
+            cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
             staged_fallback=True,
             onnx="Conv",
         ),
@@ -258,7 +259,7 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_conv_transpose2d,
             bind=_conv_transpose2d_bind,
-            cuda=cuda_variant(cuda.bind_conv_transpose2d, cuda.CONV_DTYPES),
+            cuda=cuda_variant(cuda.bind_conv_transpose2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
             staged_fallback=True,
             onnx="ConvTranspose",
         ),
