@@ -98,7 +98,9 @@ class MemoryPlan:
 
     def table(self) -> list[dict]:
         return [
-            dict(name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last, alias_of=b.alias_of)
+            dict(
+                name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last, alias_of=b.alias_of
+            )
             for b in sorted(self.buffers.values(), key=lambda b: (b.offset, b.first))
         ]
 
