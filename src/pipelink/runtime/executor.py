@@ -70,7 +70,7 @@ def compile_plan(
     view_of = (
         {}
         if checked or views == "none"
-        else plan_views(graph, contiguous, stream_of, preloaded, of_inputs=views == "all")
+        else plan_views(graph, shapes, dtypes, contiguous, stream_of, preloaded, of_inputs=views == "all")
     )
 
     # Lifetimes: intermediate tensors live from their producer to their last consumer (a view's source
@@ -243,6 +243,8 @@ def _view_kernel(inputs, outputs, stream) -> None:
 
 def plan_views(
     graph: LinkedGraph,
+    shapes: Mapping[str, tuple[int, ...]],
+    dtypes: Mapping[str, str],
     contiguous: Mapping[str, bool],
     stream_of: Mapping[str, int],
     preloaded: Collection[str],
@@ -250,8 +252,8 @@ def plan_views(
     of_inputs: bool = True,
 ) -> dict[str, str]:
     """The stages that run as views, no kernel: their output name -> the tensor whose memory it is (the
-    first of a chain of views). A stage whose operator is a ``view`` (reshape, identity) runs as one when
-    aliasing is invisible; it copies as before when:
+    first of a chain of views). A stage whose operator is a ``view`` (reshape, identity), with one input
+    and one output of the same dtype and size, runs as one when aliasing is invisible; it copies when:
 
     - its output is a pipeline output (``run()`` returns fresh memory, never an input's or the arena's);
     - it has an ``on_error`` policy, ``check_finite``, ``timeout_ms`` or process isolation (they need a
@@ -274,6 +276,8 @@ def plan_views(
             or out is None
             or len(ins) != 1
             or out in outputs
+            or _nbytes(shapes[out], dtypes[out]) != _nbytes(shapes[ins[0]], dtypes[ins[0]])
+            or dtypes[out] != dtypes[ins[0]]
             or c.on_error.kind != "fail"
             or c.constraints.check_finite
             or c.constraints.timeout_ms is not None
