@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import pipelink as pl
+from pipelink.backends import get_backend
+from pipelink.backends.base import Backend
 from pipelink.graph.planner import BufferRequest, plan_memory
 from pipelink.runtime.executor import VIEW_VARIANT
 
@@ -242,3 +244,14 @@ def test_planner_places_an_alias_at_its_source_and_extends_its_life():
         plan_memory([BufferRequest("a", 10, 1, 2), BufferRequest("v", 20, 1, 2, alias_of="a")])
     with pytest.raises(ValueError, match="alias"):
         plan_memory([BufferRequest("v", 20, 1, 2, alias_of="nowhere")])
+
+
+def test_the_backend_contract_reshapes_a_tensor_in_place():
+    # Backend.reshaped's default is what the CUDA backend uses for views of inputs: the same pointer.
+    x = np.arange(6, dtype=np.float32)
+    t = pl.Tensor.from_numpy(x)
+    v = Backend.reshaped(get_backend("cpu"), t, (2, 3))
+    assert v.ptr == t.ptr and v.shape == (2, 3) and v.strides == (3, 1) and v.dtype == t.dtype
+    np.testing.assert_array_equal(v.numpy(), x.reshape(2, 3))
+    a = get_backend("cpu").reshaped(x, (3, 2))
+    assert np.shares_memory(a, x) and a.shape == (3, 2)
