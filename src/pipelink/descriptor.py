@@ -178,6 +178,10 @@ class OperatorDescriptor:
     # How many of its outputs the operator makes for these attributes (split: its part count), when that
     # is fewer than its ports; a stage naming more is refused at load. None: every port.
     output_count: Callable[[Mapping[str, Any]], int] | None = None
+    # Its one output is its one input's elements in the same order under another shape (reshape, identity):
+    # a plan may run the stage as a view, no kernel, its output aliasing its input's memory
+    # (runtime/executor.plan_views says when). Its kernels must still copy, for stages that cannot be views.
+    view: bool = False
 
     def __post_init__(self):
         self.version = parse_version(self.version)

@@ -45,10 +45,39 @@ def _relu_gelu(dtype: str) -> dict:
     }
 
 
+def _views(dtype: str) -> dict:
+    """A reshape the Python plan runs as a view of an intermediate (an arena tensor at its source's offset
+    in the .plk, no stage) and one of the input (a copying stage in the .plk)."""
+    return {
+        "name": "views",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": dtype}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": "r", "inputs": ["x"], "outputs": ["h"]},
+            {
+                "name": "reshape",
+                "id": "v",
+                "inputs": ["h"],
+                "outputs": ["hv"],
+                "attrs": {"shape": [64, 16, 64]},
+            },
+            {"name": "gelu", "id": "g", "inputs": ["hv"], "outputs": ["gv"]},
+            {
+                "name": "reshape",
+                "id": "xv",
+                "inputs": ["x"],
+                "outputs": ["xr"],
+                "attrs": {"shape": [0, 16, -1]},
+            },
+            {"name": "add", "id": "a", "inputs": ["gv", "xr"], "outputs": ["y"]},
+        ],
+    }
+
+
 def _case(name: str, dtype: str) -> tuple[dict, dict]:
     """(config, inputs: name -> (shape, scale, offset))."""
-    if name == "relu_gelu":
-        return _relu_gelu(dtype), {"x": ((64, 1024), 1.0, 0.0)}
+    if name in ("relu_gelu", "views"):
+        return (_relu_gelu if name == "relu_gelu" else _views)(dtype), {"x": ((64, 1024), 1.0, 0.0)}
     case = cases.layer_norm(64, D, dtype) if name == "layer_norm" else cases.mlp(T, D, dtype)
     return case.doc, case.inputs
 
@@ -135,7 +164,7 @@ def _poisoned(ref: np.ndarray, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp"])
+@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp", "views"])
 def test_core_matches_python_run(core, tmp_path, name, dtype):
     pipe, plan, spec = _compiled(tmp_path, name, dtype)
     h = core.load(plan)

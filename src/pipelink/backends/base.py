@@ -214,6 +214,11 @@ class Backend:
         """The kernel argument for a region of an allocation (NumPy array on CPU, Tensor on CUDA)."""
         raise NotImplementedError
 
+    def reshaped(self, arg: Any, shape: tuple[int, ...]) -> Any:
+        """The kernel argument of a contiguous ``arg``'s elements under another shape of the same size:
+        a view of its memory, never a copy (a stage run as a view of an input)."""
+        return Tensor(arg.ptr, tuple(shape), arg.dtype, arg.device, owner=arg)
+
     def wrap(self, arg: Any) -> Tensor:
         """A user-facing Tensor for a kernel argument (zero-copy)."""
         raise NotImplementedError

@@ -109,6 +109,9 @@ class CPUBackend(Backend):
         region = alloc.handle[offset : offset + nbytes]
         return region.view(dtype.numpy).reshape(shape)
 
+    def reshaped(self, arg: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return np.reshape(arg, shape, copy=False)  # raises rather than copy
+
     def empty(self, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
         return np.empty(shape, dtype=dtype.numpy)
 

@@ -5,7 +5,9 @@ Algorithm (offline, in step order):
 - each buffer is live from the step that writes it to the last step that reads it;
 - at each step, buffers that die are returned to a free list (coalescing neighbours) and new buffers take
   the best-fitting free block (smallest that fits, split), else the arena grows at its end;
-- if the packed arena were ever larger than the no-reuse layout, the no-reuse layout is used instead.
+- if the packed arena were ever larger than the no-reuse layout, the no-reuse layout is used instead;
+- a request that aliases another (``alias_of``: a stage run as a view) takes no space: it sits at its
+  source's offset, and the source lives on until the alias's last reader.
 Offsets are aligned to each buffer's alignment (the stage's ``memory_alignment``). In checked mode every
 buffer is followed by ``guard_bytes`` of its own (canary bytes that catch a kernel writing past it).
 """
@@ -30,6 +32,7 @@ class BufferRequest:
     first: int
     last: int
     alignment: int = 256
+    alias_of: str = ""  # the buffer whose memory this one is (a view stage's output), "" for its own
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class PlannedBuffer:
     last: int
     alignment: int
     guard: int = 0  # canary bytes reserved right after the buffer (checked mode)
+    alias_of: str = ""  # the buffer whose bytes these are ("" when it has its own)
 
     @property
     def end(self) -> int:
@@ -65,11 +69,22 @@ class MemoryPlan:
     naive_bytes : int
         Bytes needed with no reuse (every buffer its own aligned slot).
     buffers : dict of name -> PlannedBuffer
+        Aliases included, at their source's offset.
     """
 
     buffers: dict[str, PlannedBuffer]
     peak_bytes: int
     naive_bytes: int
+
+    @property
+    def views(self) -> dict[str, str]:
+        """Buffers that are views of another (a stage run as a view): name -> the buffer owning the bytes."""
+        return {b.name: b.alias_of for b in self.buffers.values() if b.alias_of}
+
+    @property
+    def view_bytes(self) -> int:
+        """Arena bytes the views save: what their buffers would take with a copy each."""
+        return sum(b.nbytes for b in self.buffers.values() if b.alias_of)
 
     @property
     def reuse_ratio(self) -> float:
@@ -78,12 +93,14 @@ class MemoryPlan:
     def __repr__(self) -> str:
         return (
             f"MemoryPlan({len(self.buffers)} buffers, peak_bytes={self.peak_bytes}, "
-            f"naive_bytes={self.naive_bytes})"
+            f"naive_bytes={self.naive_bytes}, views={len(self.views)}, view_bytes={self.view_bytes})"
         )
 
     def table(self) -> list[dict]:
         return [
-            dict(name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last)
+            dict(
+                name=b.name, offset=b.offset, nbytes=b.nbytes, first=b.first, last=b.last, alias_of=b.alias_of
+            )
             for b in sorted(self.buffers.values(), key=lambda b: (b.offset, b.first))
         ]
 
@@ -99,10 +116,19 @@ def _naive(requests: list[BufferRequest]) -> dict[str, int]:
 
 def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> MemoryPlan:
     """Pack buffers with best fit over their lifetimes (see the module docstring); each buffer owns the
-    ``guard_bytes`` after it."""
+    ``guard_bytes`` after it. Aliases name a request that is not itself an alias."""
     for r in requests:
         if r.nbytes < 0 or r.first > r.last or r.alignment <= 0 or r.alignment & (r.alignment - 1):
             raise ValueError(f"bad buffer request {r}")
+    aliases = [r for r in requests if r.alias_of]
+    requests = [r for r in requests if not r.alias_of]
+    owners = {r.name: r for r in requests}
+    for a in aliases:
+        owner = owners.get(a.alias_of)
+        if owner is None or a.nbytes > owner.nbytes or a.first < owner.first:
+            raise ValueError(f"bad alias request {a}: it must view an earlier buffer at least as large")
+        owners[owner.name] = owner = replace(owner, last=max(owner.last, a.last))
+    requests = [owners[r.name] for r in requests]
     if guard_bytes < 0:
         raise ValueError(f"guard_bytes must be >= 0 (got {guard_bytes})")
     sizes = {r.name: r.nbytes for r in requests}
@@ -134,6 +160,10 @@ def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> Memor
         )
         for r in requests
     }
+    for a in aliases:
+        buffers[a.name] = PlannedBuffer(
+            a.name, offsets[a.alias_of], a.nbytes, a.first, a.last, a.alignment, alias_of=a.alias_of
+        )
     return MemoryPlan(buffers, peak, naive_bytes)
 
 

@@ -67,6 +67,7 @@ def builtin_operator(
     staged_fallback: bool = False,
     onnx: str = "",
     output_count=None,
+    view: bool = False,
 ) -> OperatorDescriptor:
     """A fresh built-in descriptor with its NumPy variant and, when the family has one, its CUDA variant
     (one descriptor per registry: descriptors are mutable).
@@ -95,6 +96,8 @@ def builtin_operator(
         The ONNX operator with these semantics (``"Reshape"``), empty when there is none.
     output_count : callable, optional
         ``output_count(attrs) -> int``: how many outputs the operator makes, when fewer than its ports.
+    view : bool, optional
+        Its output is its input under another shape: a plan may alias them (``OperatorDescriptor.view``).
     """
     # An operator without a kernel of its own on a device may run its reference there on staged host
     # copies (the load report says so); one with a kernel falls back to the reference only when it says
@@ -124,4 +127,5 @@ def builtin_operator(
         source="builtin",
         onnx=onnx,
         output_count=output_count,
+        view=view,
     )

@@ -31,7 +31,7 @@ from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_ker
 from .report import RunReport, StageReport
 from .staging import HostStaged
 
-__all__ = ["ExecutionPlan", "Step", "compile_plan", "copy_passthrough", "execute"]
+__all__ = ["ExecutionPlan", "Step", "compile_plan", "copy_passthrough", "execute", "plan_views"]
 
 log = logging.getLogger("pipelink")
 
@@ -50,11 +50,14 @@ def compile_plan(
     tuned: Mapping[str, Mapping[str, Any]] | None = None,
     services: Any = None,
     checked: bool = False,
+    views: str = "all",
 ) -> ExecutionPlan:
     """Infer concrete shapes, choose variants, plan memory, allocate the arena and bind kernels.
 
     A ``checked`` plan has guard bytes after every buffer and poisons outputs before each stage
     (``runtime.checked``). Declared input shapes are the caller's to check first (``runtime.declared``).
+    ``views`` says which stages may run as views (``plan_views``): ``"all"``, ``"arena"`` (views of
+    intermediates only, not of inputs) or ``"none"``; a checked plan runs none.
     """
     inputs = {name: (tuple(shape), dtype) for name, shape, dtype, _ in signature}
     known = infer_signature(graph, inputs)
@@ -62,19 +65,35 @@ def compile_plan(
     dtypes = {n: d for n, (_, d) in known.items()}
     contiguous = {name: contig for name, _, _, contig in signature}
     order = {st.index: i for i, st in enumerate(graph.stages)}
+    streams, stream_of = _assign_streams(graph, backend)
+    preloaded = preload_inputs(graph)
+    view_of = (
+        {}
+        if checked or views == "none"
+        else plan_views(graph, shapes, dtypes, contiguous, stream_of, preloaded, of_inputs=views == "all")
+    )
 
-    # Lifetimes: intermediate tensors live from their producer to their last consumer.
+    # Lifetimes: intermediate tensors live from their producer to their last consumer (a view's source
+    # until the view's last consumer: the planner extends it).
     requests: list[BufferRequest] = []
     returned = {n for n in graph.outputs if graph.tensors[n].producer >= 0}
     for name, t in graph.tensors.items():
         if t.producer < 0 or name in returned:
             continue
+        source = view_of.get(name, "")
+        if source and graph.tensors[source].producer < 0:
+            continue  # a view of an input: made per run
         st = graph.stages[order[t.producer]]
         first = order[t.producer]
         last = max([order[c] for c in t.consumers] + [first])
         requests.append(
             BufferRequest(
-                name, _nbytes(shapes[name], dtypes[name]), first, last, st.config.constraints.memory_alignment
+                name,
+                _nbytes(shapes[name], dtypes[name]),
+                first,
+                last,
+                st.config.constraints.memory_alignment,
+                alias_of=source,
             )
         )
     relayout_of: dict[str, str] = {}
@@ -117,12 +136,13 @@ def compile_plan(
         for b in memory.buffers.values()
     }
 
-    streams, stream_of = _assign_streams(graph, backend)
-    preloaded = preload_inputs(graph)
     steps: list[Step] = []
     uncapturable: list[str] = []  # stages whose kernel must run on the host each time (no graph)
     relayout_done: set[str] = set()
     for st in graph.stages:
+        if st.outputs[0] in view_of:
+            steps.append(Step(st, _view_kernel, VIEW_VARIANT, st.inputs, st.outputs, view=True))
+            continue
         in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
         choice = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
         params = dict((tuned or {}).get(st.id, {}))
@@ -210,7 +230,69 @@ def compile_plan(
         uncapturable=uncapturable,
         passthrough=passthrough,
         checks=checks,
+        input_views=tuple((n, src) for n, src in view_of.items() if graph.tensors[src].producer < 0),
     )
+
+
+VIEW_VARIANT = "view"  # the variant the load and run reports name for a stage run as a view
+
+
+def _view_kernel(inputs, outputs, stream) -> None:
+    """A view stage's step: nothing to do, its output already is its input's memory."""
+
+
+def plan_views(
+    graph: LinkedGraph,
+    shapes: Mapping[str, tuple[int, ...]],
+    dtypes: Mapping[str, str],
+    contiguous: Mapping[str, bool],
+    stream_of: Mapping[str, int],
+    preloaded: Collection[str],
+    *,
+    of_inputs: bool = True,
+) -> dict[str, str]:
+    """The stages that run as views, no kernel: their output name -> the tensor whose memory it is (the
+    first of a chain of views). A stage whose operator is a ``view`` (reshape, identity), with one input
+    and one output of the same dtype and size, runs as one when aliasing is invisible; it copies when:
+
+    - its output is a pipeline output (``run()`` returns fresh memory, never an input's or the arena's);
+    - it has an ``on_error`` policy, ``check_finite``, ``timeout_ms`` or process isolation (they need a
+      real stage), or a process-isolated stage reads its output;
+    - its source is returned by the run (that memory is the caller's or made per run), or an input that is
+      strided, uploaded by an ``async_preload`` copy stream, or (``of_inputs`` False) any input;
+    - the plan has several streams (a view would need the waits of its readers on its source's producer).
+    """
+    if len(set(stream_of.values())) > 1:
+        return {}
+    outputs = set(graph.outputs)
+    order = {st.index: st for st in graph.stages}
+    source_of: dict[str, str] = {}
+    for st in graph.stages:
+        c = st.config
+        out = st.outputs[0] if len(st.outputs) == 1 else None
+        ins = [n for n in st.inputs if n is not None]
+        if (
+            not st.desc.view
+            or out is None
+            or len(ins) != 1
+            or out in outputs
+            or _nbytes(shapes[out], dtypes[out]) != _nbytes(shapes[ins[0]], dtypes[ins[0]])
+            or dtypes[out] != dtypes[ins[0]]
+            or c.on_error.kind != "fail"
+            or c.constraints.check_finite
+            or c.constraints.timeout_ms is not None
+            or c.isolation == "process"
+            or any(order[i].config.isolation == "process" for i in graph.tensors[out].consumers)
+        ):
+            continue
+        source = source_of.get(ins[0], ins[0])
+        if graph.tensors[source].producer >= 0:
+            if source in outputs:
+                continue
+        elif not of_inputs or not contiguous.get(source, True) or source in preloaded:
+            continue
+        source_of[out] = source
+    return source_of
 
 
 def _is_lean(step: Step) -> bool:
@@ -344,6 +426,8 @@ def execute(
     """
     values = dict(plan.static)
     values.update(args)
+    for name, source in plan.input_views:
+        values[name] = backend.reshaped(values[source], plan.shapes[name])
     checks = plan.checks
     given = out_buffers or {}
     for name, shape, dtype in plan.outputs:
@@ -383,6 +467,9 @@ def execute(
                 operator=st.desc.name,
             )
             missing.update(step.out_names)
+            continue
+        if step.view:  # no kernel: its output is its input's memory (and so costs nothing)
+            rep.device_time_s = 0.0 if profile and backend.capabilities.asynchronous else None
             continue
         stream = streams[step.stream_id]
         if preload_event is not None and step.reads_preloaded:

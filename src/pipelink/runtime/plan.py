@@ -29,6 +29,7 @@ class Step:
     reads_preloaded: bool = False  # waits for the async_preload copy stream before running
     skipped_variants: tuple[str, ...] = ()  # variants not chosen, each with why (the load report)
     staged: bool = False  # a host variant on copies staged to host memory and back (runtime.staging)
+    view: bool = False  # runs as a view: no kernel, its output aliases its input (executor.plan_views)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class ExecutionPlan:
     uncapturable: list[str] = field(default_factory=list)  # stages a CUDA graph cannot replay (eager)
     passthrough: tuple[str, ...] = ()  # outputs that are external inputs (returned as fresh copies)
     checks: Any = None  # runtime.checked.CheckedPlan in checked mode: poison and guards around each stage
+    input_views: tuple[tuple[str, str], ...] = ()  # (view stage output, the input it views): made per run
     warm: bool = False  # it has run once outside a capture (kernels compiled, per-stream resources made)
     last_stream: Any = None  # the stream of its last run: a run on another stream waits for it (one arena)
     last_fence: Any = None  # the event marking the end of its last run (None: done when run() returned)

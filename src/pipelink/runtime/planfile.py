@@ -234,7 +234,9 @@ def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> b
     # contiguous device inputs.
     signature = _signature(pipe, shapes, contiguous=cuda)
     tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
-    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned)
+    # Views of intermediates are arena tensors at their source's offset; the core binds only inputs and
+    # outputs as external tensors, so a view of an input stays a copying stage.
+    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena")
     try:
         return _serialise(pipe, plan, path, tuned, cuda)
     finally:
@@ -349,6 +351,8 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
     cubins = _Cubins() if cuda else None
     for step in plan.steps:
         st = step.stage
+        if step.view:  # no stage: its output is a tensor at its source's arena offset
+            continue
         for source, name in zip(st.inputs, step.in_names, strict=True):
             if name is not None and name != source and name not in relayouts:
                 # An input a contiguous port reads: copied into its arena buffer only when strided.

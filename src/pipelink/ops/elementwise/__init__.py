@@ -89,6 +89,7 @@ def descriptors() -> list[OperatorDescriptor]:
             bind=identity_bind,
             cuda=cuda_variant(cuda.copy_bind, None),
             onnx="Identity",
+            view=True,
         ),
         _unary("relu", "Rectified linear unit: y = max(x, 0).", fixed(reference.relu_into), onnx="Relu"),
         _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),

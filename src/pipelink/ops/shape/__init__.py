@@ -139,6 +139,7 @@ def descriptors() -> list[OperatorDescriptor]:
             infer=infer_reshape,
             bind=_copy_reshaped_bind,
             cuda=cuda_variant(cuda.reshaped_bind, None),
+            view=True,
             onnx="Reshape",
         ),
         builtin_operator(
@@ -151,6 +152,7 @@ def descriptors() -> list[OperatorDescriptor]:
             infer=infer_flatten,
             bind=_copy_reshaped_bind,
             cuda=cuda_variant(cuda.reshaped_bind, None),
+            view=True,
             onnx="Flatten",
         ),
         builtin_operator(
@@ -163,6 +165,7 @@ def descriptors() -> list[OperatorDescriptor]:
             infer=infer_squeeze,
             bind=_copy_reshaped_bind,
             cuda=cuda_variant(cuda.reshaped_bind, None),
+            view=True,
             onnx="Squeeze",
         ),
         builtin_operator(
@@ -175,6 +178,7 @@ def descriptors() -> list[OperatorDescriptor]:
             infer=infer_unsqueeze,
             bind=_copy_reshaped_bind,
             cuda=cuda_variant(cuda.reshaped_bind, None),
+            view=True,
             onnx="Unsqueeze",
         ),
         builtin_operator(
