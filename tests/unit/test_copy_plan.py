@@ -49,6 +49,11 @@ def _run(plan: CopyPlan, mem: np.ndarray) -> None:
     assert plan.kind == "kernel" and plan.src % u == 0 and plan.dst % u == 0, "unaligned vector unit"
 
     def walk(ptr, strides):
+        reach = [
+            sum((d - 1) * s * u for d, s in zip(plan.dims, strides, strict=True) if s * sign > 0)
+            for sign in (-1, 1)
+        ]
+        assert ptr + reach[0] >= 0 and ptr + reach[1] + u <= mem.size, "the walk leaves the buffer"
         start = mem[ptr:]
         return as_strided(start, plan.dims + (u,), tuple(s * u for s in strides) + (1,), writeable=True)
 
@@ -120,7 +125,7 @@ def test_pitches_above_the_device_limit_use_the_vectorised_kernel():
 
 @pytest.mark.parametrize(
     "cols, start, unit",
-    [(768, 768, 16), (766, 768, 8), (765, 768, 4), (765, 767, 4)],
+    [(768, 768, 16), (766, 768, 8), (765, 768, 4), (765, 767, 4), (768, 767, 4), (768, 770, 8)],
 )
 def test_the_kernel_unit_is_the_widest_vector_the_alignment_allows(cols, start, unit):
     # fp32 with odd widths / starts: narrower vectors, never a misaligned one (the runner asserts it).
