@@ -9,6 +9,8 @@ on the include path.
 
 from __future__ import annotations
 
+import functools
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +98,7 @@ class CopyPlan:
     @property
     def units(self) -> int:
         """Units moved."""
-        return int(np.prod(self.dims))
+        return math.prod(self.dims)
 
 
 def _flip_backwards(
@@ -139,6 +141,7 @@ def _fits_int32(n: int, dims: list[int], *strides: list[int], threads: int) -> b
     return all(sum((d - 1) * abs(s) for d, s in zip(dims, st, strict=True)) <= _INT32_MAX for st in strides)
 
 
+@functools.lru_cache(maxsize=4096)  # a pipeline's copies repeat run after run (same views, same arena)
 def plan_copy(
     shape: tuple[int, ...],
     src_strides: tuple[int, ...],
@@ -185,7 +188,7 @@ def plan_copy(
     dims[-1] //= k
     s = [v // k for v in s[:-1]] + [s[-1] if k == 1 else 1]
     t = [v // k for v in t[:-1]] + [t[-1] if k == 1 else 1]
-    n = int(np.prod(dims))
+    n = math.prod(dims)
     index32 = _fits_int32(n, dims, s, t, threads=max_threads)
     return CopyPlan("kernel", src_ptr, dst_ptr, unit, tuple(dims), tuple(s), tuple(t), index32)
 
@@ -202,29 +205,39 @@ class StridedCopy:
 
     def __init__(self, backend: Any):
         self._backend = backend
+        self._kernels: dict[tuple[int, int, bool], Any] = {}
+        self._sm_count = int(backend.info.features["sm_count"])
 
     def __call__(self, plan: CopyPlan, stream: Any) -> None:
-        ndim = len(plan.dims)
-        pad = MAX_COPY_DIMS - ndim
-        be = self._backend
-        kernel = be.compile_kernel(
-            helper_source(),
-            "pl_strided_copy",
-            {
-                "define_macro": [
-                    ("PL_ELEM", _UINT[plan.unit]),
-                    ("PL_NDIM", str(ndim)),
-                    ("PL_COPY32", "1" if plan.index32 else "0"),
-                ]
-            },
-            (include_dir(),),
-        )
-        n = plan.units
-        args = [np.uint64(plan.src), np.uint64(plan.dst), np.int64(n)]
-        args += [np.int64(v) for v in [1] * pad + list(plan.dims)]
-        args += [np.int64(v) for v in [0] * pad + list(plan.src_strides)]
-        args += [np.int64(v) for v in [0] * pad + list(plan.dst_strides)]
-        be.launch(stream, copy_config(n, int(be.info.features["sm_count"])), kernel, *args)
+        key = (plan.unit, len(plan.dims), plan.index32)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernels[key] = self._backend.compile_kernel(
+                helper_source(),
+                "pl_strided_copy",
+                {
+                    "define_macro": [
+                        ("PL_ELEM", _UINT[plan.unit]),
+                        ("PL_NDIM", str(len(plan.dims))),
+                        ("PL_COPY32", "1" if plan.index32 else "0"),
+                    ]
+                },
+                (include_dir(),),
+            )
+        config, args = _launch_args(plan, self._sm_count)
+        self._backend.launch(stream, config, kernel, *args)
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_args(plan: CopyPlan, sm_count: int) -> tuple[Any, tuple]:
+    """The grid and the kernel arguments of a plan (the leading unused dims padded with size 1)."""
+    pad = MAX_COPY_DIMS - len(plan.dims)
+    n = plan.units
+    args = [np.uint64(plan.src), np.uint64(plan.dst), np.int64(n)]
+    args += [np.int64(v) for v in [1] * pad + list(plan.dims)]
+    args += [np.int64(v) for v in [0] * pad + list(plan.src_strides)]
+    args += [np.int64(v) for v in [0] * pad + list(plan.dst_strides)]
+    return copy_config(n, sm_count), tuple(args)
 
 
 class NonFiniteCounter:
