@@ -381,6 +381,86 @@ def attention(b: int, h: int, s: int, d: int, dtype: str, *, causal: bool, roles
     )
 
 
+def split(rows: int, cols: int, parts: int, dtype: str, roles: tuple[str, ...] = ()) -> OpCase:
+    """x [rows, cols] split into ``parts`` equal parts along the last axis (GPT-2's qkv split): strided
+    copies of row pitch ``cols``. PyTorch: torch.split + .contiguous() of every part. The check compares
+    the last part (the runner checks one output; the GPU tests check every part)."""
+    inputs = {"x": ((rows, cols), 1.0, 0.0)}
+    outs = [f"y{i}" for i in range(parts)]
+    doc = {
+        "name": "bench_split",
+        "inputs": _decl(inputs, dtype),
+        "outputs": outs,
+        "pipeline": [
+            {
+                "name": "split",
+                "id": "split",
+                "inputs": ["x"],
+                "outputs": outs,
+                "attrs": {"axis": -1, "num_outputs": parts},
+            }
+        ],
+    }
+    width = cols // parts
+
+    def torch_fn(t):
+        def fn(x):
+            return [p.contiguous() for p in t.split(x, width, dim=-1)][-1]
+
+        return fn
+
+    n = rows * cols
+    return OpCase(
+        f"split{parts}_{rows}x{cols}_{_short(dtype)}",
+        "split",
+        dtype,
+        f"{rows}x{cols}",
+        doc,
+        inputs,
+        outs[-1],
+        torch_fn,
+        lambda x: np.split(x, parts, axis=-1)[-1],
+        2 * n * ITEMSIZE[dtype],
+        0,
+        roles,
+    )
+
+
+def concat(rows: int, cols: int, parts: int, dtype: str, roles: tuple[str, ...] = ()) -> OpCase:
+    """``parts`` tensors [rows, cols / parts] joined along the last axis into [rows, cols] (the inverse of
+    :func:`split`). PyTorch: torch.cat."""
+    inputs = {f"x{i}": ((rows, cols // parts), 1.0, float(i)) for i in range(parts)}
+    doc = {
+        "name": "bench_concat",
+        "inputs": _decl(inputs, dtype),
+        "outputs": ["y"],
+        "pipeline": [
+            {
+                "name": "concat",
+                "id": "concat",
+                "inputs": list(inputs),
+                "outputs": ["y"],
+                "attrs": {"axis": -1},
+            }
+        ],
+    }
+    n = rows * (cols // parts) * parts
+    return OpCase(
+        f"concat{parts}_{rows}x{cols}_{_short(dtype)}",
+        "concat",
+        dtype,
+        f"{rows}x{cols}",
+        doc,
+        inputs,
+        "y",
+        lambda t: lambda *xs: t.cat(xs, dim=-1),
+        lambda *xs: np.concatenate(xs, axis=-1),
+        2 * n * ITEMSIZE[dtype],
+        0,
+        roles,
+    )
+
+
 def _short(dtype: str) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
 
@@ -408,6 +488,7 @@ def op_cases(size: str) -> list[OpCase]:
             [(4096, 4096, ("mlp_large",)), (8, 1024, ("mlp_small",))],
         )
         conv, conv1, convt, sdpa = (32, 64, 56), (32, 256, 64, 56), (32, 64, 32, 28), (8, 16, 1024, 64)
+        qkv = (4096, 2304)  # GPT-2 small, batch 32 x 128 tokens: the attention's qkv split
     elif size == "quick":
         ln = [
             (1, 1024, "float32", ()),
@@ -417,6 +498,7 @@ def op_cases(size: str) -> list[OpCase]:
         ]
         ew, mm, mlps = 64 << 20, (2048, 2048, 4096), [(1024, 1024, ("mlp_large",)), (8, 1024, ("mlp_small",))]
         conv, conv1, convt, sdpa = (8, 64, 56), (8, 256, 64, 56), (8, 64, 32, 28), (2, 16, 1024, 64)
+        qkv = (4096, 2304)
     else:
         ln = [
             (1, 1024, "float32", ()),
@@ -426,6 +508,7 @@ def op_cases(size: str) -> list[OpCase]:
         ]
         ew, mm, mlps = 16 << 10, (32, 32, 64), [(16, 32, ("mlp_large",)), (4, 16, ("mlp_small",))]
         conv, conv1, convt, sdpa = (2, 8, 10), (2, 16, 8, 10), (2, 8, 4, 6), (1, 2, 32, 16)
+        qkv = (32, 96)
     cases = [layer_norm(r, c, dt, roles) for r, c, dt, roles in ln]
     for dt in ("float32", "bfloat16"):
         cases += [
@@ -442,4 +525,5 @@ def op_cases(size: str) -> list[OpCase]:
     cases.append(conv2d(n, c1, m1, hw, 1, "float16", roles=("cudnn",)))
     cases.append(conv_transpose2d(*convt, "float16", roles=("cudnn",)))
     cases += [attention(*sdpa, "bfloat16", causal=c, roles=("cudnn",)) for c in (False, True)]
+    cases += [split(*qkv, 3, "float32"), concat(*qkv, 3, "float32")]
     return cases

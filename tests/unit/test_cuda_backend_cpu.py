@@ -208,10 +208,21 @@ def test_pool_reports_changes():
 
 
 # -- the backend's own kernels (helpers.cu) ----------------------------------------------------------
-@pytest.mark.parametrize("elem", ["unsigned char", "unsigned short", "unsigned int", "unsigned long long"])
-def test_helpers_cu_compiles_for_every_element_size(elem):
-    # Wrong if the .cu file the CUDA backend loads at run time fails to compile for some dtype width, or
-    # lost a kernel the backend launches by name.
+@pytest.mark.parametrize(
+    "elem, ndim, index32",
+    [
+        ("unsigned char", 8, 0),
+        ("unsigned short", 3, 1),
+        ("unsigned int", 2, 1),
+        ("unsigned long long", 1, 0),
+        ("uint4", 2, 1),
+        ("uint4", 5, 0),
+    ],
+)
+def test_helpers_cu_compiles_for_every_unit_size(elem, ndim, index32):
+    # Wrong if the .cu file the CUDA backend loads at run time fails to compile for some unit width (the
+    # element sizes, and 16-byte vectors), dim count or index size, or lost a kernel the backend launches
+    # by name.
     nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
     from pipelink.backends.cuda.helpers import HELPERS_CU, helper_source
     from pipelink.ops.kernel import include_dir
@@ -225,6 +236,8 @@ def test_helpers_cu_compiles_for_every_element_size(elem):
             b"-std=c++17",
             f"-I{include_dir()}".encode(),
             f"-DPL_ELEM={elem}".encode(),
+            f"-DPL_NDIM={ndim}".encode(),
+            f"-DPL_COPY32={index32}".encode(),
         ]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)

@@ -28,7 +28,7 @@ from . import device as cuda_device
 from .compiler import KernelCompiler
 from .device import ContextHealth, check_driver, derive_features, version_text
 from .graphs import CUDAGraph, begin_capture, end_capture
-from .helpers import NonFiniteCounter, StridedCopy
+from .helpers import CopyPlan, NonFiniteCounter, StridedCopy, max_threads, plan_copy
 from .inputs import CUDAInputs
 from .memory import CUDAMemory
 from .streams import CallerStreams, RunFences, stream_handle
@@ -131,6 +131,14 @@ class CUDABackend(Backend):
         )
         self._callers = CallerStreams(driver, self._dev.create_stream, self._error)
         self._strided_copy = StridedCopy(self)
+        self._max_pitch = int(
+            check_driver(
+                driver.cuDeviceGetAttribute(
+                    driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PITCH, driver.CUdevice(index)
+                ),
+                "cuDeviceGetAttribute",
+            )
+        )
         self._count_nonfinite = NonFiniteCounter(self)
 
     # -- context and errors ------------------------------------------------------------------------
@@ -292,7 +300,9 @@ class CUDABackend(Backend):
         )
 
     def copy(self, dst: Tensor, src: Tensor, *, stream: Any = None) -> None:
-        """``dst[...] = src``: one cuMemcpyAsync when both are contiguous, else a strided-copy kernel."""
+        """``dst[...] = src``, stream-ordered and capture-safe: the dims of both views merged
+        (``helpers.plan_copy``), then one cuMemcpyAsync when both walk one run, one cuMemcpy2DAsync when
+        both walk rows of one run, else the strided-copy kernel."""
         self._check_usable()
         stream = stream if stream is not None else self._main
         if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
@@ -303,8 +313,30 @@ class CUDABackend(Backend):
             return
         if src.is_contiguous and dst.is_contiguous:
             self.memory.memcpy(dst.ptr, src.ptr, src.nbytes, stream)
-        else:
-            self._strided_copy(dst, src, stream)
+            return
+        plan = self._plan_copy(dst, src, self._max_pitch)
+        if plan.kind == "memcpy":
+            self.memory.memcpy(plan.dst, plan.src, plan.units * plan.unit, stream)
+            return
+        if plan.kind == "memcpy2d":
+            (rows, width), u = plan.dims, plan.unit
+            pitches = plan.dst_strides[0] * u, plan.src_strides[0] * u
+            if self.memory.memcpy2d(plan.dst, pitches[0], plan.src, pitches[1], width * u, rows, stream):
+                return
+            plan = self._plan_copy(dst, src, 0)  # the driver refused these pitches: no 2-D memcpy
+        self._strided_copy(plan, stream)
+
+    def _plan_copy(self, dst: Tensor, src: Tensor, max_pitch: int) -> CopyPlan:
+        return plan_copy(
+            tuple(src.shape),
+            tuple(src.strides),
+            tuple(dst.strides),
+            src.dtype.itemsize,
+            src.ptr,
+            dst.ptr,
+            max_pitch=max_pitch,
+            max_threads=max_threads(int(self.info.features["sm_count"])),
+        )
 
     def count_nonfinite(self, arg: Tensor, *, stream: Any = None) -> int:
         """NaN/Inf elements of a floating tensor, counted on the device (synchronises ``stream``)."""
