@@ -235,7 +235,7 @@ def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> b
     signature = _signature(pipe, shapes, contiguous=cuda)
     tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
     # Views of intermediates are arena tensors at their source's offset; the core binds only inputs and
-    # outputs as external tensors, so a view of an input stays a copying stage.
+    # outputs as external tensors, so a view of an input stays a copying stage (one device copy in the plan).
     plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena")
     try:
         return _serialise(pipe, plan, path, tuned, cuda)
@@ -363,6 +363,14 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
                 stages.refs([index[source]])
                 stages.refs([index[name]])
                 n_stages += 1
+        if cuda and st.desc.view:  # a view kept as a copy (of an input, or into an output): one device copy
+            stages.u8(STAGE_RELAYOUT)
+            stages.str(st.id)
+            stages.u8(0)
+            stages.refs([index[step.in_names[0]]])
+            stages.refs([index[step.out_names[0]]])
+            n_stages += 1
+            continue
         if cuda and st.desc.source == "builtin":
 
             def ports(step=step) -> None:

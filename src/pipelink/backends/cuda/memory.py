@@ -329,10 +329,7 @@ class CUDAMemory:
         copy.dstDevice, copy.dstPitch = dst, dst_pitch
         copy.WidthInBytes, copy.Height = width, height
         (err,) = driver.cuMemcpy2DAsync(copy, stream.handle)
-        if err in (
-            driver.CUresult.CUDA_ERROR_INVALID_VALUE,
-            driver.CUresult.CUDA_ERROR_INVALID_PITCH_VALUE,
-        ):
+        if err == driver.CUresult.CUDA_ERROR_INVALID_VALUE:  # the driver API's answer to a pitch it refuses
             return False
         check_driver((err,), "cuMemcpy2DAsync", device_uuid=self._uuid)
         return True
