@@ -96,7 +96,10 @@ class ThreadCommunicator(Communicator):
             posts = ex.rounds.setdefault(n, {})
             posts[self.rank] = (what, params, np.array(src, copy=True))
             ex.cond.notify_all()
-            missing = lambda: [r for r in range(ex.size) if r not in posts]  # noqa: E731
+
+            def missing() -> list[int]:
+                return [r for r in range(ex.size) if r not in posts]
+
             self._wait(lambda: not missing(), missing, what, timeout_ms)
             ex.reads[n] = ex.reads.get(n, 0) + 1
             if ex.reads[n] == ex.size:
