@@ -117,10 +117,14 @@ def test_a_gpu_this_host_does_not_have_is_refused_at_its_pointer():
 
 
 def test_every_collective_across_every_gpu(tmp_path):
-    """One process per GPU over NCCL (needs 2+ GPUs): the same checks as the gloo world on the CPU."""
+    """One process per GPU over NCCL (needs 2+ GPUs): the same checks against the NumPy reference as the
+    thread world and gloo on the CPU."""
     n = device_count()
     if n < 2:
         pytest.skip(f"needs 2 or more GPUs (this host has {n})")
-    world = run_world(every_collective_config(root=n - 1), n, tmp_path, device="cuda", timeout=300)
-    assert all(o["status"] == "ok" for o in world.outcomes), world.outcomes
-    check_every_collective(world, n, root=n - 1)
+    for dtype, shape in (("float32", (3, 5)), ("float16", (1, 7, 3))):
+        config = every_collective_config(n, root=n - 1, dtype=dtype, shape=shape)
+        (tmp_path / dtype).mkdir()
+        world = run_world(config, n, tmp_path / dtype, device="cuda", timeout=300)
+        assert all(o["status"] == "ok" for o in world.outcomes), world.outcomes
+        check_every_collective(world.rank_inputs(), world.rank_outputs(), root=n - 1)

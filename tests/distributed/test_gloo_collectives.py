@@ -1,4 +1,5 @@
-"""Collective operators across CPU processes over gloo, compared with NumPy on every rank's inputs.
+"""Collective operators across CPU processes over gloo, compared with the NumPy reference
+(``pipelink.distributed.reference``) on every rank's inputs.
 
 If one failed, a collective would not combine the ranks' tensors the way NCCL does (the CPU run is the
 reference of the GPU path), or a stuck peer would hang a run instead of failing within timeout_ms. Each
@@ -16,15 +17,15 @@ from .harness import check_every_collective, every_collective_config, run_world
 
 
 def test_every_collective_on_two_ranks(tmp_path):
-    world = run_world(every_collective_config(root=1), 2, tmp_path)
-    check_every_collective(world, 2, root=1)
+    world = run_world(every_collective_config(2, root=1), 2, tmp_path)
+    check_every_collective(world.rank_inputs(), world.rank_outputs(), root=1)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("PIPELINK_LONG"), reason="4 processes: set PIPELINK_LONG=1")
 def test_every_collective_on_four_ranks(tmp_path):
-    world = run_world(every_collective_config(root=2), 4, tmp_path)
-    check_every_collective(world, 4, root=2)
+    world = run_world(every_collective_config(4, root=2, dtype="float16", shape=(1, 7)), 4, tmp_path)
+    check_every_collective(world.rank_inputs(), world.rank_outputs(), root=2)
 
 
 def test_send_recv_ring(tmp_path):

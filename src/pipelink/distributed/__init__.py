@@ -3,7 +3,9 @@ collective operators run on (docs/distributed.md).
 
 One process drives one device. :func:`communicator_for` gives a backend its communicator, made on first
 use from the launch environment: a lone process gets a one-rank group (no rendezvous, no torch), a world
-started by torchrun, mpirun or srun meets through the launcher's store. Nothing here runs at import.
+started by torchrun, mpirun or srun meets through the launcher's store. ``reference`` defines what each
+collective computes; ``ThreadWorld`` runs N ranks as threads for the tests (the CPU reference world).
+Nothing here runs at import.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from .communicator import REDUCE_OPS, Communicator, LocalCommunicator
 from .env import LaunchEnv, launch_env
 from .gloo import GlooCommunicator
 from .nccl import NCCLCommunicator
+from .threads import ThreadCommunicator, ThreadWorld, thread_communicator
 
 __all__ = [
     "REDUCE_OPS",
     "Communicator",
     "LaunchEnv",
     "LocalCommunicator",
+    "ThreadCommunicator",
+    "ThreadWorld",
     "communicator_for",
     "launch_env",
     "reset",
@@ -45,6 +50,9 @@ def communicator_for(backend: Any) -> Communicator:
     PipeLinkTimeoutError
         The other processes did not arrive.
     """
+    threaded = thread_communicator(backend)  # a rank thread of a ThreadWorld (tests only)
+    if threaded is not None:
+        return threaded
     with _lock:
         comm = _communicators.get(backend.device)
         if comm is None:

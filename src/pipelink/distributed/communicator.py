@@ -13,12 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, PipeLinkTimeoutError
+from ..errors import InvalidArgumentError, ModuleCrashError, PipeLinkTimeoutError
+from .reference import REDUCE_OPS
 
 __all__ = ["REDUCE_OPS", "Communicator", "LocalCommunicator"]
-
-REDUCE_OPS = ("sum", "max", "min", "avg")
-"""The reductions of ``all_reduce`` and ``reduce_scatter``."""
 
 
 class Communicator:
@@ -60,6 +58,23 @@ class Communicator:
                 f"{self.aborted}; restart the processes to run collectives again",
                 rank=self.rank,
             )
+
+    def timeout_error(self, what: str, timeout_ms: float) -> PipeLinkTimeoutError:
+        """The error of a call that waited ``timeout_ms`` for its peers (the caller aborts first)."""
+        return PipeLinkTimeoutError(
+            f"{what} on rank {self.rank} of {self.size} did not complete within timeout_ms={timeout_ms:g}: "
+            "a peer is missing or stuck; the communicator is aborted",
+            rank=self.rank,
+            timeout_ms=timeout_ms,
+        )
+
+    def peer_failed_error(self, what: str, detail: str) -> ModuleCrashError:
+        """The error of a call whose peer failed or left (the caller aborts first)."""
+        return ModuleCrashError(
+            f"{what} failed on rank {self.rank} of {self.size}: a peer failed or left ({detail}); the "
+            "communicator is aborted",
+            rank=self.rank,
+        )
 
     def abort(self, reason: str) -> None:
         """Stop the group for good: waiting peers are released, later calls fail with ``reason``."""

@@ -8,12 +8,14 @@ torchrun (and ``python -m torch.distributed.run``) sets ``RANK``, ``WORLD_SIZE``
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["LaunchEnv", "launch_env"]
+__all__ = ["THREAD_RANK", "LaunchEnv", "launch_env"]
 
 # (rank, world size, local rank) variable names, in the order they are looked for.
 _LAUNCHERS = (
@@ -21,6 +23,14 @@ _LAUNCHERS = (
     ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
+
+
+class _ThreadRank(threading.local):
+    """The rank a thread plays in a :class:`~pipelink.distributed.threads.ThreadWorld` (the CPU reference
+    world of the tests); unset in every other thread. It wins over the process's launcher variables."""
+
+    env: LaunchEnv | None = None
+    communicator: Any = None
 
 
 @dataclass(frozen=True)
@@ -32,15 +42,19 @@ class LaunchEnv:
     local_rank: int = 0
     master_addr: str | None = None
     master_port: int | None = None
-    launcher: str | None = None  # "torchrun" | "mpirun" | "srun" | None (not launched)
+    launcher: str | None = None  # "torchrun" | "mpirun" | "srun" | "thread_world" | None (not launched)
 
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
 
 
+THREAD_RANK = _ThreadRank()
+
+
 def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
-    """The launch environment of this process (``environ`` defaults to ``os.environ``).
+    """The launch environment of this process (``environ`` defaults to ``os.environ``; in a rank thread of
+    a :class:`~pipelink.distributed.threads.ThreadWorld`, that thread's rank wins over it).
 
     Raises
     ------
@@ -48,6 +62,8 @@ def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
         A variable is not a number, the rank is outside ``[0, world size)``, or a world of several
         processes has no ``MASTER_ADDR``/``MASTER_PORT`` to meet at.
     """
+    if environ is None and THREAD_RANK.env is not None:
+        return THREAD_RANK.env
     env = os.environ if environ is None else environ
     found = next((names for names in _LAUNCHERS if names[1] in env and names[2] in env), None)
     if found is None:

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModuleCrashError, PipeLinkTimeoutError
 from .communicator import Communicator
 from .env import LaunchEnv
 from .rendezvous import RENDEZVOUS_TIMEOUT_S, store_for, torch_distributed
@@ -59,23 +58,11 @@ class GlooCommunicator(Communicator):
             timed_out = "timed out" in str(e).lower() or "timeout" in str(e).lower()
             self.abort(f"{what} failed: {e}")
             if timed_out and timeout_ms is not None:
-                raise self._timeout(what, timeout_ms) from e
-            raise ModuleCrashError(
-                f"{what} failed on rank {self.rank} of {self.size}: a peer failed or left ({e}); the "
-                "communicator is aborted",
-                rank=self.rank,
-            ) from e
+                raise self.timeout_error(what, timeout_ms) from e
+            raise self.peer_failed_error(what, str(e)) from e
         if done is False:
             self.abort(f"{what} timed out after {timeout_ms:g} ms")
-            raise self._timeout(what, timeout_ms)
-
-    def _timeout(self, what: str, timeout_ms: float) -> PipeLinkTimeoutError:
-        return PipeLinkTimeoutError(
-            f"{what} on rank {self.rank} of {self.size} did not complete within timeout_ms={timeout_ms:g}: "
-            "a peer is missing or stuck; the communicator is aborted",
-            rank=self.rank,
-            timeout_ms=timeout_ms,
-        )
+            raise self.timeout_error(what, timeout_ms)
 
     def _abort(self) -> None:
         # gloo has no abort, and destroying the group waits for the stuck peer: the group is left as it is

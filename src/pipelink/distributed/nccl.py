@@ -12,7 +12,7 @@ import itertools
 import time
 from typing import Any
 
-from ..errors import HardwareUnsupportedError, ModuleCrashError, PipeLinkTimeoutError
+from ..errors import HardwareUnsupportedError, ModuleCrashError
 from .communicator import Communicator
 from .env import LaunchEnv
 from .rendezvous import store_for
@@ -76,12 +76,7 @@ class NCCLCommunicator(Communicator):
         while not event.is_done:
             if time.perf_counter() > deadline:
                 self.abort(f"{what} timed out after {timeout_ms:g} ms")
-                raise PipeLinkTimeoutError(
-                    f"{what} on rank {self.rank} of {self.size} did not complete within "
-                    f"timeout_ms={timeout_ms:g}: a peer is missing or stuck; the communicator is aborted",
-                    rank=self.rank,
-                    timeout_ms=timeout_ms,
-                )
+                raise self.timeout_error(what, timeout_ms)
             time.sleep(_POLL_S)
         error = self._comm.get_async_error()
         if int(error) != 0:

@@ -12,7 +12,8 @@ from typing import Any
 
 from ...descriptor import KernelContext
 from ...distributed import communicator_for, launch_env
-from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+from ...distributed.reference import check_reduce_op
+from ...errors import InvalidArgumentError, ShapeMismatchError
 from .._dims import check_ints, derived, is_known
 
 __all__ = [
@@ -64,20 +65,9 @@ def _check_rank(op: str, attr: str, rank: int, *, peer: bool = False) -> None:
         )
 
 
-def _check_op(op_name: str, attrs: Mapping[str, Any], dtype: str | None) -> None:
-    """``avg`` is a float reduction: integer division would round differently on each engine."""
-    if attrs["op"] == "avg" and dtype is not None and not dtype.startswith(("float", "bfloat")):
-        raise DTypeMismatchError(
-            f"{op_name}: op 'avg' needs a float tensor (x is {dtype}); use op 'sum' and divide, or cast",
-            port="x",
-            expected="a float dtype",
-            got=dtype,
-        )
-
-
 def infer_all_reduce(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     """x's shape and dtype (``avg`` only for floats)."""
-    _check_op("all_reduce", attrs, in_dtypes[0])
+    check_reduce_op("all_reduce", attrs["op"], in_dtypes[0])
     return (tuple(in_shapes[0]),), (in_dtypes[0],)
 
 
@@ -91,7 +81,7 @@ def infer_all_gather(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any
 
 def infer_reduce_scatter(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     """One of the world size's blocks of x along the first axis, which the world size must divide."""
-    _check_op("reduce_scatter", attrs, in_dtypes[0])
+    check_reduce_op("reduce_scatter", attrs["op"], in_dtypes[0])
     shape = tuple(in_shapes[0])
     dim, size = _first_axis("reduce_scatter", shape), _world_size()
     if is_known(dim) and dim % size:
