@@ -1,4 +1,4 @@
-"""The CUDA backend's ``copy`` on the device, every path (one memcpy, one cuMemcpy2DAsync, the strided
+"""The CUDA backend's ``copy`` on the device, every path (one memcpy, the strided
 kernel with 16/8/4-byte units or element units, 32-bit index math): split/concat/slice/expand views,
 negative steps, broadcast (stride 0), 16-bit dtypes, odd sizes, against NumPy; the destination buffer is
 poisoned first and compared whole (nothing written outside the view). Then split/concat/slice/expand in a
@@ -34,9 +34,9 @@ def bcast(shape):
 # name: (source shape, source view, destination shape, destination view, dtype, the path the plan takes
 #        with the device's pitch limit)
 CASES = {
-    "gpt2_split_part": ((4096, 2304), ix(ALL, slice(768, 1536)), (4096, 768), ix(), "float32", "memcpy2d"),
-    "concat_part_fp16": ((333, 517), ix(), (333, 1034), ix(ALL, slice(517, 1034)), "float16", "memcpy2d"),
-    "split_middle_axis": ((8, 100, 64), ix(ALL, slice(30, 70)), (8, 40, 64), ix(), "bfloat16", "memcpy2d"),
+    "gpt2_split_part": ((4096, 2304), ix(ALL, slice(768, 1536)), (4096, 768), ix(), "float32", "kernel"),
+    "concat_part_fp16": ((333, 517), ix(), (333, 1034), ix(ALL, slice(517, 1034)), "float16", "kernel"),
+    "split_middle_axis": ((8, 100, 64), ix(ALL, slice(30, 70)), (8, 40, 64), ix(), "bfloat16", "kernel"),
     "rows_reversed": ((1000, 256), ix(REV), (1000, 256), ix(), "float32", "kernel"),
     "cols_step_neg2_bf16": (
         (257, 131),
@@ -57,7 +57,7 @@ CASES = {
     "expand_row": ((1, 1000), bcast((513, 1000)), (513, 1000), ix(), "float32", "kernel"),
     "expand_col_fp16": ((777, 1), bcast((777, 129)), (777, 129), ix(), "float16", "kernel"),
     "transpose_f64": ((300, 200), lambda a: a.T, (200, 300), ix(), "float64", "kernel"),
-    "int8_odd": ((99, 101), ix(slice(1, None), slice(3, 100)), (98, 97), ix(), "int8", "memcpy2d"),
+    "int8_odd": ((99, 101), ix(slice(1, None), slice(3, 100)), (98, 97), ix(), "int8", "kernel"),
     "full_reverse_1d": ((100003,), ix(REV), (100003,), ix(), "float32", "kernel"),
     "into_reversed_rows": ((64, 96), ix(), (64, 96), ix(REV), "float16", "kernel"),
 }
@@ -91,38 +91,21 @@ def _copy_case(backend, name):
     return backend, _view(da, a, src_np), _view(db, b, dst_np), db, want, path
 
 
-@pytest.mark.parametrize("force_kernel", [False, True], ids=["auto", "kernel"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_copy_paths_match_numpy(name, force_kernel, monkeypatch):
+def test_copy_paths_match_numpy(name):
     backend = get_backend("cuda")
     backend, src, dst, db, want, path = _copy_case(backend, name)
-    if force_kernel:
-        monkeypatch.setattr(backend, "_max_pitch", 0)  # no 2-D memcpy: the kernel moves every case
-    plan = backend._plan_copy(dst, src, backend._max_pitch)
-    assert plan.kind == ("kernel" if force_kernel and path == "memcpy2d" else path), plan
+    plan = backend._plan_copy(dst, src)
+    assert plan.kind == path, plan
     backend.copy(dst, src, stream=backend.default_stream())
     got = backend.to_host(db).numpy()
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
-def test_the_driver_takes_the_2d_memcpy_of_a_split_part():
-    # Wrong (and the copies silently slower) if the driver refused pitches cuMemAllocPitch did not pick:
-    # backend.copy would then fall back to the kernel for every 2-D copy.
-    backend = get_backend("cuda")
-    backend, src, dst, db, want, _ = _copy_case(backend, "gpt2_split_part")
-    plan = backend._plan_copy(dst, src, backend._max_pitch)
-    (rows, width), u = plan.dims, plan.unit
-    stream = backend.default_stream()
-    assert backend.memory.memcpy2d(
-        plan.dst, plan.dst_strides[0] * u, plan.src, plan.src_strides[0] * u, width * u, rows, stream
-    )
-    np.testing.assert_array_equal(backend.to_host(db).numpy().view(np.uint8), want.view(np.uint8))
-
-
 def test_the_vectorised_kernel_uses_16_byte_units_and_32_bit_indices():
     backend = get_backend("cuda")
     _, src, dst, _, _, _ = _copy_case(backend, "rows_reversed")
-    plan = backend._plan_copy(dst, src, backend._max_pitch)
+    plan = backend._plan_copy(dst, src)
     assert plan.kind == "kernel" and plan.unit == 16 and plan.index32
 
 

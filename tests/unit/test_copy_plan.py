@@ -1,5 +1,5 @@
 """CPU checks of how the CUDA backend's ``copy`` moves a view (``backends/cuda/helpers.plan_copy``): the
-choice between one memcpy, one 2-D memcpy and the strided kernel, the kernel's unit width and index size,
+choice between one memcpy and the strided kernel, the kernel's unit width and index size,
 and — by running each plan on a NumPy byte buffer the way the driver / kernel would — that every plan
 copies exactly what ``dst[...] = src`` copies. The GPU runs of the same views are in
 tests/cuda/test_copy_cuda.py."""
@@ -13,11 +13,10 @@ from numpy.lib.stride_tricks import as_strided
 from pipelink.backends.cuda.helpers import COPY_UNROLL, CopyPlan, max_threads, plan_copy
 from pipelink.errors import InvalidArgumentError
 
-MAX_PITCH = (1 << 31) - 1
 THREADS = max_threads(132)
 
 
-def _plan(src: np.ndarray, dst: np.ndarray, mem: np.ndarray, max_pitch: int = MAX_PITCH) -> CopyPlan:
+def _plan(src: np.ndarray, dst: np.ndarray, mem: np.ndarray) -> CopyPlan:
     """The plan for two views into ``mem`` (addresses are byte offsets into it)."""
     base = mem.__array_interface__["data"][0]
     item = src.itemsize
@@ -28,23 +27,16 @@ def _plan(src: np.ndarray, dst: np.ndarray, mem: np.ndarray, max_pitch: int = MA
         item,
         src.__array_interface__["data"][0] - base,
         dst.__array_interface__["data"][0] - base,
-        max_pitch=max_pitch,
         max_threads=THREADS,
     )
 
 
 def _run(plan: CopyPlan, mem: np.ndarray) -> None:
-    """Carry out ``plan`` on the byte buffer ``mem`` the way cuMemcpy / cuMemcpy2D / pl_strided_copy do."""
+    """Carry out ``plan`` on the byte buffer ``mem`` the way cuMemcpy / pl_strided_copy do."""
     u = plan.unit
     if plan.kind == "memcpy":
         n = plan.units * u
         mem[plan.dst : plan.dst + n] = mem[plan.src : plan.src + n].copy()
-        return
-    if plan.kind == "memcpy2d":
-        rows, width = plan.dims
-        for r in range(rows):
-            s, d = plan.src + r * plan.src_strides[0] * u, plan.dst + r * plan.dst_strides[0] * u
-            mem[d : d + width * u] = mem[s : s + width * u].copy()
         return
     assert plan.kind == "kernel" and plan.src % u == 0 and plan.dst % u == 0, "unaligned vector unit"
 
@@ -87,12 +79,12 @@ def _views(src_shape, src_index, dst_shape, dst_index, dtype, *, broadcast=None)
     return mem, src, b[dst_index]
 
 
-def _check(mem, src, dst, max_pitch=MAX_PITCH) -> CopyPlan:
+def _check(mem, src, dst) -> CopyPlan:
     want_mem = mem.copy()
     base = mem.__array_interface__["data"][0]
     want = np.ndarray(dst.shape, dst.dtype, want_mem, dst.__array_interface__["data"][0] - base, dst.strides)
     want[...] = src
-    plan = _plan(src, dst, mem, max_pitch)
+    plan = _plan(src, dst, mem)
     _run(plan, mem)
     np.testing.assert_array_equal(mem, want_mem)  # dst equal, and not one byte written elsewhere
     return plan
@@ -101,26 +93,19 @@ def _check(mem, src, dst, max_pitch=MAX_PITCH) -> CopyPlan:
 ALL = slice(None)
 
 
-def test_split_along_the_last_axis_is_one_2d_memcpy_per_part():
-    # The GPT-2 attention split: [4096, 2304] fp32 into 3 parts of 768 columns.
+def test_split_along_the_last_axis_is_the_vectorised_kernel():
+    # The GPT-2 attention split: [4096, 2304] fp32 into 3 parts of 768 columns. 16-byte units: 4 floats;
+    # the row strides count units too.
     mem, src, dst = _views((64, 2304), (ALL, slice(768, 1536)), (64, 768), (ALL, ALL), np.float32)
     plan = _check(mem, src, dst)
-    assert plan.kind == "memcpy2d" and plan.dims == (64, 768)
-    assert plan.src_strides == (2304, 1) and plan.dst_strides == (768, 1) and plan.unit == 4
-
-
-def test_concat_into_a_column_block_is_one_2d_memcpy():
-    mem, src, dst = _views((33, 5), (ALL, ALL), (33, 12), (ALL, slice(7, 12)), np.float16)
-    plan = _check(mem, src, dst)
-    assert plan.kind == "memcpy2d" and plan.dims == (33, 5) and plan.dst_strides == (12, 1)
-
-
-def test_pitches_above_the_device_limit_use_the_vectorised_kernel():
-    mem, src, dst = _views((64, 2304), (ALL, slice(768, 1536)), (64, 768), (ALL, ALL), np.float32)
-    plan = _check(mem, src, dst, max_pitch=2304 * 4 - 1)
-    # 16-byte units: 4 floats; the row strides count units too.
     assert plan.kind == "kernel" and plan.unit == 16 and plan.dims == (64, 192)
     assert plan.src_strides == (576, 1) and plan.dst_strides == (192, 1) and plan.index32
+
+
+def test_concat_into_a_column_block_is_the_kernel():
+    mem, src, dst = _views((33, 5), (ALL, ALL), (33, 12), (ALL, slice(7, 12)), np.float16)
+    plan = _check(mem, src, dst)
+    assert plan.kind == "kernel" and plan.dims == (33, 5) and plan.dst_strides == (12, 1)
 
 
 @pytest.mark.parametrize(
@@ -130,7 +115,7 @@ def test_pitches_above_the_device_limit_use_the_vectorised_kernel():
 def test_the_kernel_unit_is_the_widest_vector_the_alignment_allows(cols, start, unit):
     # fp32 with odd widths / starts: narrower vectors, never a misaligned one (the runner asserts it).
     mem, src, dst = _views((8, 2304), (ALL, slice(start, start + cols)), (8, cols), (ALL, ALL), np.float32)
-    plan = _check(mem, src, dst, max_pitch=0)
+    plan = _check(mem, src, dst)
     assert plan.kind == "kernel" and plan.unit == unit
 
 
@@ -143,7 +128,7 @@ def test_a_16_bit_odd_sized_slice_keeps_the_element_as_unit():
 
 
 def test_negative_steps_copy_right_and_reversed_destinations_walk_forward():
-    # Rows reversed: the source walks backwards; no 2-D memcpy (its pitch would be negative).
+    # Rows reversed: the source walks backwards.
     mem, src, dst = _views((16, 32), (slice(None, None, -1), ALL), (16, 32), (ALL, ALL), np.float32)
     plan = _check(mem, src, dst)
     assert plan.kind == "kernel" and plan.unit == 16 and plan.src_strides[0] < 0
@@ -175,24 +160,26 @@ def test_a_transpose_and_a_one_element_copy():
     assert _check(mem, src, dst).kind == "memcpy"
 
 
-def test_middle_axis_split_of_a_3d_tensor_is_a_2d_memcpy():
-    # [B, S, D] split along S: per batch row one run of s*D elements.
+def test_middle_axis_split_of_a_3d_tensor_merges_to_rows():
+    # [B, S, D] split along S: per batch row one run of s*D elements (8-byte units: 2 floats).
     mem, src, dst = _views((4, 10, 6), (ALL, slice(3, 7), ALL), (4, 4, 6), (ALL,) * 3, np.float32)
     plan = _check(mem, src, dst)
-    assert plan.kind == "memcpy2d" and plan.dims == (4, 24) and plan.src_strides == (60, 1)
+    assert (
+        plan.kind == "kernel" and plan.dims[0] == 4 and plan.dims[0] * plan.dims[1] * plan.unit == 4 * 24 * 4
+    )
 
 
 def test_index32_only_when_every_offset_fits():
-    big = plan_copy((70000, 40000), (40001, 1), (40000, 1), 1, 0, 0, max_pitch=0, max_threads=THREADS)
+    big = plan_copy((70000, 40000), (40001, 1), (40000, 1), 1, 0, 0, max_threads=THREADS)
     assert big.kind == "kernel" and not big.index32
     # Few elements but a far stride: the offsets overflow 32 bits.
-    far = plan_copy((2, 3), (1 << 31, 1), (3, 1), 1, 0, 0, max_pitch=MAX_PITCH, max_threads=THREADS)
+    far = plan_copy((2, 3), (1 << 31, 1), (3, 1), 1, 0, 0, max_threads=THREADS)
     assert far.kind == "kernel" and not far.index32
     # The grid's last step must fit too.
     edge = (1 << 31) - 1 - COPY_UNROLL * THREADS
-    near = plan_copy((edge,), (-1,), (1,), 1, edge, 0, max_pitch=0, max_threads=THREADS)
+    near = plan_copy((edge,), (-1,), (1,), 1, edge, 0, max_threads=THREADS)
     assert near.kind == "kernel" and near.dims == (edge,) and near.index32
-    assert not plan_copy((edge + 1,), (-1,), (1,), 1, edge, 0, max_pitch=0, max_threads=THREADS).index32
+    assert not plan_copy((edge + 1,), (-1,), (1,), 1, edge, 0, max_threads=THREADS).index32
 
 
 def test_more_than_8_dims_after_merging_is_refused_with_a_way_out():
@@ -200,7 +187,7 @@ def test_more_than_8_dims_after_merging_is_refused_with_a_way_out():
     src = tuple(1 << k for k in range(9))  # fully reversed order: nothing merges
     dst = tuple(reversed(src))
     with pytest.raises(InvalidArgumentError, match="up to 8 dimensions.*contiguous first"):
-        plan_copy(shape, src, dst, 4, 0, 4096, max_pitch=MAX_PITCH, max_threads=THREADS)
+        plan_copy(shape, src, dst, 4, 0, 4096, max_threads=THREADS)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -224,4 +211,4 @@ def test_random_views_copy_exactly(seed):
         dst = dst[(slice(None, None, -1),) + (ALL,) * (ndim - 1)]
         _check(mem2, src, dst)
     else:
-        _check(mem, src, dst, max_pitch=int(rng.choice([0, MAX_PITCH])))
+        _check(mem, src, dst)

@@ -131,14 +131,6 @@ class CUDABackend(Backend):
         )
         self._callers = CallerStreams(driver, self._dev.create_stream, self._error)
         self._strided_copy = StridedCopy(self)
-        self._max_pitch = int(
-            check_driver(
-                driver.cuDeviceGetAttribute(
-                    driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_PITCH, driver.CUdevice(index)
-                ),
-                "cuDeviceGetAttribute",
-            )
-        )
         self._count_nonfinite = NonFiniteCounter(self)
 
     # -- context and errors ------------------------------------------------------------------------
@@ -301,8 +293,7 @@ class CUDABackend(Backend):
 
     def copy(self, dst: Tensor, src: Tensor, *, stream: Any = None) -> None:
         """``dst[...] = src``, stream-ordered and capture-safe: the dims of both views merged
-        (``helpers.plan_copy``), then one cuMemcpyAsync when both walk one run, one cuMemcpy2DAsync when
-        both walk rows of one run, else the strided-copy kernel."""
+        (``helpers.plan_copy``), then one cuMemcpyAsync when both walk one run, else the strided kernel."""
         self._check_usable()
         stream = stream if stream is not None else self._main
         if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
@@ -314,19 +305,13 @@ class CUDABackend(Backend):
         if src.is_contiguous and dst.is_contiguous:
             self.memory.memcpy(dst.ptr, src.ptr, src.nbytes, stream)
             return
-        plan = self._plan_copy(dst, src, self._max_pitch)
+        plan = self._plan_copy(dst, src)
         if plan.kind == "memcpy":
             self.memory.memcpy(plan.dst, plan.src, plan.units * plan.unit, stream)
             return
-        if plan.kind == "memcpy2d":
-            (rows, width), u = plan.dims, plan.unit
-            pitches = plan.dst_strides[0] * u, plan.src_strides[0] * u
-            if self.memory.memcpy2d(plan.dst, pitches[0], plan.src, pitches[1], width * u, rows, stream):
-                return
-            plan = self._plan_copy(dst, src, 0)  # the driver refused these pitches: no 2-D memcpy
         self._strided_copy(plan, stream)
 
-    def _plan_copy(self, dst: Tensor, src: Tensor, max_pitch: int) -> CopyPlan:
+    def _plan_copy(self, dst: Tensor, src: Tensor) -> CopyPlan:
         return plan_copy(
             tuple(src.shape),
             tuple(src.strides),
@@ -334,7 +319,6 @@ class CUDABackend(Backend):
             src.dtype.itemsize,
             src.ptr,
             dst.ptr,
-            max_pitch=max_pitch,
             max_threads=max_threads(int(self.info.features["sm_count"])),
         )
 

@@ -1,6 +1,6 @@
 """The CUDA backend's own kernels (``helpers.cu``): the strided copy behind ``Backend.copy`` and the
 NaN/Inf count behind ``check_finite``; and :func:`plan_copy`, which picks how ``Backend.copy`` moves a
-view (one memcpy, one 2-D memcpy, or the strided kernel with its unit width and index size).
+view (one memcpy, or the strided kernel with its unit width and index size).
 
 Uses only the public backend contract (``compile_kernel``, ``launch``, ``memcpy``, ``empty``...); knows
 no operator. Compiled with the operators' one CUDA header (``ops/common.cuh``: stride decoding, index type)
@@ -79,9 +79,8 @@ def collapse(dims: list[int], src: list[int], dst: list[int]) -> tuple[list[int]
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """How ``Backend.copy`` moves one view: ``kind`` is ``"memcpy"`` (``dims[0]`` units in one run),
-    ``"memcpy2d"`` (``dims[0]`` rows of ``dims[1]`` units, row pitches ``src_strides[0]`` /
-    ``dst_strides[0]`` units) or ``"kernel"`` (pl_strided_copy over ``dims``). ``src`` / ``dst`` are the
+    """How ``Backend.copy`` moves one view: ``kind`` is ``"memcpy"`` (``dims[0]`` units in one run) or
+    ``"kernel"`` (pl_strided_copy over ``dims``). ``src`` / ``dst`` are the
     byte addresses of the first unit walked, ``unit`` the bytes of one unit (the element size, or a wider
     vector of whole elements for the kernel), strides count units; ``index32``: the kernel may index
     with 32 bits."""
@@ -105,8 +104,8 @@ def _flip_backwards(
     dims: list[int], src: list[int], dst: list[int], itemsize: int, src_ptr: int, dst_ptr: int
 ) -> tuple[list[int], list[int], int, int]:
     """Walk every dim the destination walks backwards (or the source, where the destination stays put)
-    in the other direction: a copy's pairs do not depend on the order, and forward walks merge, vectorise
-    and fit a 2-D memcpy."""
+    in the other direction: a copy's pairs do not depend on the order, and forward walks merge and
+    vectorise."""
     s, t = list(src), list(dst)
     for k, d in enumerate(dims):
         if d > 1 and (t[k] < 0 or (t[k] == 0 and s[k] < 0)):
@@ -150,13 +149,13 @@ def plan_copy(
     src_ptr: int,
     dst_ptr: int,
     *,
-    max_pitch: int,
     max_threads: int,
 ) -> CopyPlan:
     """How to copy a non-empty view of ``shape`` (strides in elements of ``itemsize`` bytes) from
-    ``src_ptr`` to ``dst_ptr``: one memcpy when both walk one run, one 2-D memcpy when both walk rows of a
-    contiguous run with forward row pitches of at most ``max_pitch`` bytes (the device's limit), else the
-    strided kernel (``max_threads``: the most threads its grid has, for the 32-bit index check).
+    ``src_ptr`` to ``dst_ptr``: one memcpy when both walk one run, else the strided kernel
+    (``max_threads``: the most threads its grid has, for the 32-bit index check). Rows of a run go through
+    the kernel too: on an H200 its 16-byte units beat cuMemcpy2DAsync by 1.3-2.2x (a [4096, 2304] fp32
+    split part 39.6 vs 52.6 us, a middle-axis bf16 split 55.8 vs 121.7 us; benchmarks/copy_paths.py).
 
     Raises
     ------
@@ -169,15 +168,6 @@ def plan_copy(
     dims, s, t = collapse(list(shape), s, t)
     if dims == [1] or (len(dims) == 1 and s == [1] and t == [1]):
         return CopyPlan("memcpy", src_ptr, dst_ptr, itemsize, tuple(dims), (1,), (1,))
-    if (
-        len(dims) == 2
-        and s[1] == 1
-        and t[1] == 1
-        and dims[1] <= s[0]
-        and dims[1] <= t[0]
-        and max(s[0], t[0]) * itemsize <= max_pitch
-    ):
-        return CopyPlan("memcpy2d", src_ptr, dst_ptr, itemsize, tuple(dims), tuple(s), tuple(t))
     if len(dims) > MAX_COPY_DIMS:
         raise InvalidArgumentError(
             f"a strided copy supports up to {MAX_COPY_DIMS} dimensions after merging (got {dims}); "

@@ -316,24 +316,6 @@ class CUDAMemory:
             device_uuid=self._uuid,
         )
 
-    def memcpy2d(
-        self, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream: Any
-    ) -> bool:
-        """cuMemcpy2DAsync of ``height`` rows of ``width`` bytes on ``stream`` (unified addresses, pitches
-        in bytes). False when the driver refuses these pitches (it may for device-to-device copies with
-        pitches cuMemAllocPitch did not pick): the caller copies another way; other errors raise."""
-        driver = self._driver
-        copy = driver.CUDA_MEMCPY2D()
-        copy.srcMemoryType = copy.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
-        copy.srcDevice, copy.srcPitch = src, src_pitch
-        copy.dstDevice, copy.dstPitch = dst, dst_pitch
-        copy.WidthInBytes, copy.Height = width, height
-        (err,) = driver.cuMemcpy2DAsync(copy, stream.handle)
-        if err == driver.CUresult.CUDA_ERROR_INVALID_VALUE:  # the driver API's answer to a pitch it refuses
-            return False
-        check_driver((err,), "cuMemcpy2DAsync", device_uuid=self._uuid)
-        return True
-
     def upload(self, array: np.ndarray, stream: Any, *, pinned_key: str | None = None) -> Tensor:
         """A device-readable copy of a C-contiguous host array, queued on ``stream``.
 
