@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..descriptor import KernelContext, VariantDeclined
-from ..dtypes import get_dtype
 from .kernel import PlanLaunch, Slot, contiguous_strides
 
 __all__ = [
@@ -33,8 +32,6 @@ __all__ = [
 ]
 
 CUDNN_VARIANT = "cuda:cudnn"  # the variant name of the operators cuDNN runs (conv, attention)
-AUTOTUNE_PLANS = 8  # cuDNN's ranked plans timed at bind (CuDNNKernel._autotune)
-AUTOTUNE_RUNS = 5  # timed executions of each
 
 # PipeLink dtype -> cudnn.data_type member; float64 has no cuDNN convolution or attention engine.
 IO_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16"}
@@ -160,54 +157,7 @@ class CuDNNKernel:
         self.post = tuple(post)
         self.streams: dict[int, tuple[Any, int]] = {}  # stream handle -> (cuDNN handle, workspace address)
         self.uids = tuple(uid for uid, _ in self.operands)
-        self.plan_times = self._autotune(ctx)
         self._stream_state(self.backend.default_stream())  # at bind, as Backend.workspace asks
-
-    def _autotune(self, ctx: KernelContext) -> dict[int, float]:
-        """Time the first :data:`AUTOTUNE_PLANS` plans of cuDNN's ranking once, on scratch operands of the
-        stage's shapes, and keep the fastest (heuristics alone picked a 1x1 convolution engine 2.3x slower
-        than PyTorch's on an H200). Returns seconds per plan index; {} when there is nothing to choose
-        (one plan, or a frontend without the plan-index API), which keeps the heuristic's plan."""
-        graph, backend = self.graph, self.backend
-        try:
-            count = int(graph.get_execution_plan_count())
-        except (AttributeError, TypeError):  # a frontend without the plan-index API
-            return {}
-        if count < 2:
-            return {}
-        stream = backend.default_stream()
-        shapes = {"in": (ctx.in_shapes, ctx.in_dtypes), "out": (ctx.out_shapes, ctx.out_dtypes)}
-        scratch = []
-        for _, (kind, pos) in self.operands:
-            dims, dtypes = shapes[kind]
-            scratch.append(backend.empty(tuple(dims[pos]), get_dtype(dtypes[pos])))
-        pointers = [t.ptr for t in scratch]
-        handle = handle_for(self.cudnn, backend, stream)
-        times: dict[int, tuple[float, int]] = {}
-        for index in range(min(count, AUTOTUNE_PLANS)):
-            try:
-                graph.build_plan_at_index(index)
-                need = max(int(graph.get_workspace_size()), 1)
-                workspace = backend.workspace(need, stream=stream).ptr
-
-                def run(workspace=workspace) -> None:
-                    graph.execute(pointers, workspace, handle=handle, tensor_uids=self.uids)
-
-                run()
-                start = backend.record_event(stream, timing=True)
-                for _ in range(AUTOTUNE_RUNS):
-                    run()
-                end = backend.record_event(stream, timing=True)
-                backend.synchronize(stream)
-                times[index] = (backend.elapsed(start, end) / AUTOTUNE_RUNS, need)
-            except Exception:  # noqa: BLE001 - a plan that does not build or run here is not a candidate
-                continue
-        if not times:
-            raise VariantDeclined("cuDNN built none of its ranked plans for this stage")
-        best = min(times, key=lambda i: times[i][0])
-        graph.build_plan_at_index(best)
-        self.workspace_size = times[best][1]
-        return {i: t for i, (t, _) in times.items()}
 
     def _stream_state(self, stream: Any) -> tuple[Any, int]:
         """``stream``'s cuDNN handle and workspace address (looked up on the stream's first run)."""
