@@ -119,3 +119,15 @@ def test_a_failing_compiler_is_reported(tmp_path):
     with pytest.raises(RuntimeError, match="failed"):
         compile_runtime(tmp_path / "lib.so", compiler=["false"])
     assert not (tmp_path / "lib.so").exists()
+
+
+def test_the_build_script_takes_no_option_for_an_output_path(tmp_path, capsys, monkeypatch):
+    # `python -m pipelink.native.build --help` once wrote the library to a file named "--help".
+    from pipelink.native.build import main as build_main
+
+    monkeypatch.chdir(tmp_path)
+    assert build_main(["--help"]) == 0
+    assert "usage" in capsys.readouterr().out
+    assert build_main(["--output", "x"]) == 2
+    assert build_main(["-o"]) == 2
+    assert list(tmp_path.iterdir()) == []

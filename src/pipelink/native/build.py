@@ -74,8 +74,21 @@ def compile_runtime(output: str | os.PathLike | None = None, *, compiler: list[s
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    """``python -m pipelink.native.build [OUTPUT]``: exit 0 with the library's path, 2 on a usage error."""
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        if argv and argv[0] in ("-h", "--help"):
+            print(f"usage: python -m pipelink.native.build [OUTPUT]  (default: {default_output()})")
+            return 0
+        print(f"error: expected at most one output path, got {argv}", file=sys.stderr)
+        return 2
     try:
-        print(compile_runtime(sys.argv[1] if len(sys.argv) > 1 else None))
+        print(compile_runtime(argv[0] if argv else None))
     except RuntimeError as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
