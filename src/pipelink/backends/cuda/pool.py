@@ -116,23 +116,35 @@ class BinnedPool:
         """A block of at least ``nbytes`` bytes (``nbytes`` may be 0: a 512 B block)."""
         if self._returned:
             self.drain()
-        size = bin_size(nbytes)
-        if size is not None:
+        nbytes = int(nbytes)
+        # bin_size() inlined: this runs once per output of every run.
+        if nbytes <= MAX_BIN:
+            if nbytes < 0:
+                raise ValueError(f"a block size must be >= 0 (got {nbytes})")
+            size = MIN_BIN if nbytes <= MIN_BIN else 1 << (nbytes - 1).bit_length()
             with self._lock:
                 cached = self._free[size]
-                entry = cached.pop() if cached else None
-            if entry is None:
-                entry = self._raw(size)
-            ptr, raw = entry
-            block = PoolBlock(ptr, int(nbytes), size, raw, self)
+                if cached:
+                    ptr, raw = cached.pop()
+                    self.in_use_bytes += size
+                    self.in_use_blocks += 1
+                    block = PoolBlock(ptr, nbytes, size, raw, self)
+                else:
+                    block = None
+            if block is None:
+                ptr, raw = self._raw(size)
+                block = self._count(PoolBlock(ptr, nbytes, size, raw, self))
         else:
-            ptr, raw = self._raw(int(nbytes))
-            block = PoolBlock(ptr, int(nbytes), int(nbytes), raw, self)
+            ptr, raw = self._raw(nbytes)
+            block = self._count(PoolBlock(ptr, nbytes, nbytes, raw, self))
+        if self._on_change is not None:
+            self._on_change(block.size)
+        return block
+
+    def _count(self, block: PoolBlock) -> PoolBlock:
         with self._lock:
             self.in_use_bytes += block.size
             self.in_use_blocks += 1
-        if self._on_change is not None:
-            self._on_change(block.size)
         return block
 
     def clear(self) -> int:
@@ -199,18 +211,22 @@ class BinnedPool:
 
     def drain(self) -> None:
         """Account the released blocks: binned ones go back to their free list, large ones are freed."""
-        while True:
-            try:
-                ptr, raw, size, nbytes = self._returned.popleft()
-            except IndexError:
-                return
-            with self._lock:
+        returned, large = self._returned, []
+        delta = 0
+        with self._lock:
+            while returned:
+                try:
+                    ptr, raw, size, nbytes = returned.popleft()
+                except IndexError:  # another thread drained it
+                    break
                 self.in_use_bytes -= size
                 self.in_use_blocks -= 1
-                binned = nbytes <= MAX_BIN
-                if binned:  # cache it for the next request of its bin
+                delta -= size
+                if nbytes <= MAX_BIN:  # cache it for the next request of its bin
                     self._free[size].append((ptr, raw))
-            if not binned:
-                self._free_raw(raw, size)
-            if self._on_change is not None:
-                self._on_change(-size)
+                else:
+                    large.append((raw, size))
+        for raw, size in large:
+            self._free_raw(raw, size)
+        if delta and self._on_change is not None:
+            self._on_change(delta)
