@@ -21,6 +21,8 @@ typedef void* CUevent;
 typedef void* CUcontext;
 typedef void* CUmodule;
 typedef void* CUfunction;
+typedef void* CUgraph;
+typedef void* CUgraphExec;
 
 enum {
     CU_ATTR_CC_MAJOR = 75,
@@ -31,6 +33,7 @@ enum {
     CU_EVENT_DISABLE_TIMING = 2,
     CU_ERROR_NOT_READY = 600,
     CU_CAPTURE_ACTIVE = 1,
+    CU_CAPTURE_MODE_THREAD_LOCAL = 1,
 };
 
 /* The driver functions the core uses, resolved through cuGetProcAddress for CUDA 12.0's ABI. */
@@ -66,6 +69,14 @@ static struct Driver {
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr);
     CUresult (*GetErrorName)(CUresult, const char**);
+    /* CUDA graphs inside the core (plans with the cuda_graph flag) */
+    CUresult (*StreamBeginCapture)(CUstream, int);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph*);
+    CUresult (*GraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+    CUresult (*GraphExecUpdate)(CUgraphExec, CUgraph, void*); /* CUDA 12's: a CUgraphExecUpdateResultInfo* */
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*GraphDestroy)(CUgraph);
 } cu;
 
 /* cuBLASLt, same idea. Handles and descriptors are pointers; statuses ints (0 success). */
@@ -132,7 +143,8 @@ static void open_driver(void) {
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
         F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
-        F(GetErrorName),
+        F(GetErrorName), F(StreamBeginCapture), F(StreamEndCapture), F(GraphInstantiateWithFlags), F(GraphExecUpdate),
+        F(GraphLaunch), F(GraphExecDestroy), F(GraphDestroy),
 #undef F
     };
     struct Driver found;
@@ -338,6 +350,12 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
     }
     if ((r = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) return c->stream = NULL, cuda_fail(r, "cuStreamCreate", NULL);
     if ((r = cu.EventCreate(&c->done, CU_EVENT_DISABLE_TIMING)) != 0) return c->done = NULL, cuda_fail(r, "cuEventCreate", NULL);
+    if (plan->flags & PLK_FLAG_CUDA_GRAPH) { /* the graph cache's keys and this run's, in one block */
+        const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs + 1;
+        if ((c->graph_key = calloc(n * (PLK_GRAPH_CACHE + 1), sizeof(uint64_t))) == NULL)
+            return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context's graph cache");
+        for (int g = 0; g < PLK_GRAPH_CACHE; ++g) c->graphs[g].key = c->graph_key + n * (size_t)(g + 1);
+    }
     for (int32_t i = 0; i < plan->n_stages; ++i) {
         const Stage* s = &plan->stages[i];
         if (s->kind == PLK_STAGE_KERNEL) {
@@ -368,6 +386,9 @@ void plk_cuda_context_free(const Plan* plan, ExecContext* c) {
     if (plan->cuda_context == NULL || bind_context(plan) != PIPELINK_SUCCESS) return;
     if (c->done) cu.EventSynchronize(c->done), cu.EventDestroy(c->done); /* its last run may still be queued */
     if (c->stream) cu.StreamSynchronize(c->stream), cu.StreamDestroy(c->stream);
+    for (int g = 0; g < PLK_GRAPH_CACHE; ++g)
+        if (c->graphs[g].exec) cu.GraphExecDestroy(c->graphs[g].exec), c->graphs[g].exec = NULL;
+    free(c->graph_key);
     if (c->device_arena) cu.MemFree(c->device_arena);
     if (c->workspace) cu.MemFree(c->workspace);
     for (int32_t i = 0; i < plan->n_stages; ++i) {
@@ -456,6 +477,85 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stre
     return st;
 }
 
+/* ---- CUDA graphs inside the core (plans with the cuda_graph flag; docs/native-core.md) ----
+ *
+ * A context's first run is eager (the warm-up: cuBLASLt and modules load what they need, the cuBLAS handle
+ * of its stream is made). From its second run, the stages are captured once on the context's own stream
+ * (thread-local mode: other threads' allocations do not break it) and instantiated; later runs with the same
+ * external pointers launch the graph on the run's stream. Up to PLK_GRAPH_CACHE graphs per context, keyed by
+ * the inputs' and outputs' pointers; a miss re-captures and updates the least recently used graph in place
+ * (cuGraphExecUpdate), instantiating anew only when the update is refused. A capture that fails (a module
+ * that synchronizes or allocates, a launch refused during capture) turns graph mode off for the pipeline:
+ * that run and all later ones are eager, and that run's message says why (on a success status). */
+
+static void graph_give_up(Pipeline* p, char* why, size_t cap, const char* what, const char* detail) {
+    atomic_store(&p->graph_off, 1);
+    snprintf(why, cap, "cuda_graph: capturing pipeline '%s' failed (%s: %s); it runs eagerly from now on (a "
+             "module that synchronizes or allocates inside its compute cannot be captured)", p->plan.name, what, detail);
+}
+
+/* Capture the stages on the context's stream into graph slot `g` (replacing what it held). Returns nonzero
+ * when the capture failed and graph mode was turned off (`why` says why); nothing was run then. */
+static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size_t n, char* why, size_t cap) {
+    const Plan* plan = &p->plan;
+    CUstream cs = c->stream;
+    CUgraph graph = NULL;
+    for (int32_t i = 0; i < plan->n_stages; ++i) /* modules ask for the stream's cuBLAS handle: made outside */
+        if (plan->stages[i].kind == PLK_STAGE_CALL) {
+            pipeLinkGetCublasHandle(cs); /* without cuBLAS a module gets NULL, in capture or not */
+            break;
+        }
+    CUresult r = cu.StreamBeginCapture(cs, CU_CAPTURE_MODE_THREAD_LOCAL);
+    if (r) return graph_give_up(p, why, cap, "cuStreamBeginCapture", cu_name(r)), 1;
+    PipeLinkStatus st = run_stages(plan, c, cs);
+    char stage_error[512];
+    snprintf(stage_error, sizeof stage_error, "%s", st ? pipeLinkGetLastErrorMessage() : "");
+    r = cu.StreamEndCapture(cs, &graph); /* always: the stream leaves capture mode whatever happened */
+    if (st || r || graph == NULL) {
+        if (graph) cu.GraphDestroy(graph);
+        graph_give_up(p, why, cap, st ? "a stage during capture" : "cuStreamEndCapture", st ? stage_error : cu_name(r));
+        return 1;
+    }
+    if (c->graphs[g].exec) {
+        uint64_t info[8] = {0}; /* CUgraphExecUpdateResultInfo (24 bytes), with room to spare */
+        if (cu.GraphExecUpdate(c->graphs[g].exec, graph, info) != 0) {
+            cu.EventSynchronize(c->done); /* its last launch (this context's previous run) finishes first */
+            cu.GraphExecDestroy(c->graphs[g].exec);
+            c->graphs[g].exec = NULL;
+        }
+    }
+    if (c->graphs[g].exec == NULL && (r = cu.GraphInstantiateWithFlags(&c->graphs[g].exec, graph, 0)) != 0) {
+        c->graphs[g].exec = NULL;
+        cu.GraphDestroy(graph);
+        return graph_give_up(p, why, cap, "cuGraphInstantiate", cu_name(r)), 1;
+    }
+    cu.GraphDestroy(graph); /* the executable graph is independent of it */
+    memcpy(c->graphs[g].key, key, n * sizeof *key);
+    return 0;
+}
+
+/* The stages of one run in graph mode, on `run` (c->data holds this run's pointers). */
+static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char* why, size_t cap) {
+    const Plan* plan = &p->plan;
+    const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs;
+    if (c->graph_runs++ == 0) return run_stages(plan, c, run); /* the warm-up */
+    uint64_t* key = c->graph_key;
+    for (int32_t i = 0; i < plan->n_inputs; ++i) key[i] = (uint64_t)(uintptr_t)c->data[plan->inputs[i]];
+    for (int32_t i = 0; i < plan->n_outputs; ++i) key[plan->n_inputs + i] = (uint64_t)(uintptr_t)c->data[plan->outputs[i]];
+    int hit = -1, victim = 0;
+    for (int g = 0; g < PLK_GRAPH_CACHE && hit < 0; ++g) {
+        if (c->graphs[g].exec && memcmp(c->graphs[g].key, key, n * sizeof *key) == 0) hit = g;
+        else if (c->graphs[victim].exec && (!c->graphs[g].exec || c->graphs[g].used < c->graphs[victim].used)) victim = g;
+    }
+    if (hit < 0) {
+        if (capture(p, c, victim, key, n, why, cap)) return run_stages(plan, c, run);
+        hit = victim;
+    }
+    c->graphs[hit].used = ++c->graph_clock;
+    CUresult r = cu.GraphLaunch(c->graphs[hit].exec, run);
+    return r ? cuda_fail(r, "cuGraphLaunch", NULL) : PIPELINK_SUCCESS;
+}
+
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async) {
     const Plan* plan = &p->plan;
     PipeLinkStatus st = PIPELINK_SUCCESS;
@@ -516,7 +616,12 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         c->allocated[i] = 1;
         c->data[plan->outputs[i]] = (void*)(uintptr_t)mem;
     }
-    if (!st) st = run_stages(plan, c, run);
+    char degraded[768];
+    degraded[0] = '\0';
+    if (!st && (plan->flags & PLK_FLAG_CUDA_GRAPH) && !capturing && !atomic_load(&p->graph_off))
+        st = run_graph(p, c, run, degraded, sizeof degraded);
+    else if (!st)
+        st = run_stages(plan, c, run); /* inside the caller's capture: launches go into the caller's graph */
     /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
      * waits for it. */
     if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
@@ -537,7 +642,10 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         o->ndim = t->ndim, o->dtype = t->dtype, o->shape = t->shape, o->strides = NULL, o->byte_offset = 0;
     }
     if (!capturing) plk_give_context(p, c);
-    return st ? st : plk_ok();
+    if (st) return st;
+    plk_ok();
+    if (degraded[0]) plk_fail(PIPELINK_SUCCESS, "run degraded: %s", degraded); /* the message, on a success status */
+    return PIPELINK_SUCCESS;
 }
 
 /* A device block of a runtime-allocated output (pipeLinkFree), in its own context whatever the calling
