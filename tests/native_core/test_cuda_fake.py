@@ -221,12 +221,14 @@ def test_loading_a_cuda_plan_the_device_cannot_run_is_a_status(
 
 
 def with_flags(plan: bytes, flags: int) -> bytes:
-    """A plan with header flags set (the high 16 bits of the device-id word; the checksum covers the payload)."""
+    """A plan with header flags set (the high half of the device-id word; the checksum covers the payload)."""
     device_id = struct.unpack_from("<I", plan, 20)[0] & 0xFFFF
     return plan[:20] + struct.pack("<I", device_id | flags << 16) + plan[24:]
 
 
-GRAPHS = CHILD.split("# Execute and ExecuteAsync")[0] + r"""
+GRAPHS = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
 eager_path = sys.argv[3]
 counts = (ctypes.c_int * 5)()
 def graph_counts():  # captures, instantiations, updates, graph launches, live executable graphs
@@ -347,6 +349,7 @@ assert rt.pipeLinkDestroyPipeline(h) == 0 and rt.pipeLinkDestroyPipeline(he) == 
 assert rt.pipeLinkFinalize() == 0
 print("OK")
 """
+)
 
 
 def test_cuda_graph_plans_capture_once_replay_and_recapture_on_new_pointers(fake_dir, runtime_lib, tmp_path):

@@ -377,3 +377,85 @@ def test_run_through_the_core_matches_the_python_executor(runtime_lib, name, dty
             torch.cuda.current_stream().synchronize()
             for k in want:
                 assert_close(outs[k].float().cpu().numpy(), want[k].cpu().numpy(), dtype, what=k)
+
+
+def _relu_chain(n: int = 20) -> dict:
+    names = ["x"] + [f"h{i}" for i in range(1, n)] + ["y"]
+    return {
+        "name": "relu_chain",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": f"r{i}", "inputs": [names[i]], "outputs": [names[i + 1]]} for i in range(n)
+        ],
+    }
+
+
+@pytest.mark.parametrize("name", ["mlp", "relu_chain"])
+def test_cuda_graph_plans_replay_what_eager_plans_compute(core, tmp_path, name):
+    # The plan's cuda_graph flag: each context runs eagerly once, then captures, then replays; a new
+    # pointer set is a miss (re-captured), more than 8 evict the least recently used. Same results as the
+    # eager plan of the same pipeline, for every input set, through Execute and ExecuteAsync.
+    if name == "mlp":
+        doc, spec = _case("mlp", "float32")
+    else:
+        doc, spec = _relu_chain(), {"x": ((64, 1024), 1.0, 0.0)}
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    eager = core.load(pipe.save(tmp_path / f"{name}_eager.plk", cuda_graph=False))
+    graph = core.load(pipe.save(tmp_path / f"{name}_graph.plk", cuda_graph=True))
+    stream = torch.cuda.Stream()
+    try:
+        sets = [_inputs(spec, "float32", seed=20 + k) for k in range(11)]
+        for rnd in range(3):  # 11 input sets (past the cache of 8) three times: hits, misses, evictions
+            for k, ins in enumerate(sets):
+                ref = _python_run(pipe, spec, ins)
+                want = _poisoned(ref, "float32")
+                y = _poisoned(ref, "float32")
+                torch.cuda.synchronize()
+                assert core.execute(eager, ins, [want]) == 0, core.message()
+                async_run = k % 2 == 1
+                rc = core.execute(graph, ins, [y], stream=stream.cuda_stream if async_run else None)
+                assert rc == 0 and core.message() == "", core.message()  # captured, not degraded
+                stream.synchronize()
+                got = y.cpu().numpy()
+                assert np.array_equal(got, want.cpu().numpy()), f"{name} set {k} round {rnd}: graph != eager"
+                assert_close(got, ref, "float32", f"{name} set {k} round {rnd}")
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(graph) == 0
+        assert core.lib.pipeLinkDestroyPipeline(eager) == 0
+
+
+def test_cuda_graph_plan_from_eight_threads(core, tmp_path):
+    pipe, _, spec = _compiled(tmp_path, "mlp", "float32")
+    h = core.load(pipe.save(tmp_path / "mlp_graph.plk", cuda_graph=True))
+    work = []
+    for k in range(8):
+        ins = _inputs(spec, "float32", seed=200 + k)
+        work.append((ins, _python_run(pipe, spec, ins)))
+    torch.cuda.synchronize()
+    failures: list[str] = []
+
+    def worker(k: int) -> None:
+        ins, ref = work[k]
+        stream = torch.cuda.Stream()
+        outs = [_poisoned(ref, "float32") for _ in range(3)]  # three output pointers, reused
+        for run in range(30):
+            y = outs[run % 3]
+            y.fill_(float("nan"))
+            torch.cuda.current_stream().synchronize()
+            rc = core.execute(h, ins, [y], stream=stream.cuda_stream)
+            message = core.message()
+            stream.synchronize()
+            if rc != 0 or message or not np.allclose(y.cpu().numpy(), ref, rtol=1e-4, atol=1e-4):
+                failures.append(f"thread {k} run {run}: rc {rc} {message}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+    assert not failures, failures[:4]
