@@ -6,6 +6,8 @@
  * cuLaunchKernel runs kernels by name on the host:
  *   fake_scale(const float* x, float* y, long long n, float alpha)   y = alpha * x
  *   fake_add(const float* a, const float* b, float* y, int n)        y = a + b
+ * Memory: fake_owns(ptr) says whether ptr is a live device block, fake_alloc_counts() counts cuMemAlloc and
+ * cuMemAllocAsync calls; cuPointerGetAttribute answers the context, memory type (device), managed (no), ordinal.
  * cuStreamIsCapturing answers what fake_set_capturing() last said (a foreign capture), or whether the stream is
  * inside cuStreamBeginCapture/EndCapture; launches are counted (fake_launches()).
  * Graphs: between cuStreamBeginCapture and cuStreamEndCapture, the kernels, copies and cuBLASLt products
@@ -250,7 +252,16 @@ static int mem_free(uint64_t ptr) {
     pthread_mutex_unlock(&lock);
     return 1; /* CUDA_ERROR_INVALID_VALUE */
 }
-static int mem_alloc_async(uint64_t* ptr, size_t n, void* s) { (void)s; return mem_alloc(ptr, n); }
+static int alloc_counts[2]; /* cuMemAlloc, cuMemAllocAsync */
+static int mem_alloc_legacy(uint64_t* ptr, size_t n) {
+    __atomic_add_fetch(&alloc_counts[0], 1, __ATOMIC_SEQ_CST);
+    return mem_alloc(ptr, n);
+}
+static int mem_alloc_async(uint64_t* ptr, size_t n, void* s) {
+    (void)s;
+    __atomic_add_fetch(&alloc_counts[1], 1, __ATOMIC_SEQ_CST);
+    return mem_alloc(ptr, n);
+}
 static int mem_free_async(uint64_t ptr, void* s) { (void)s; return mem_free(ptr); }
 static int memcpy_async(uint64_t dst, uint64_t src, size_t n, void* s) {
     Op op = {.kind = 1, .dst = dst, .src = src, .n = n};
@@ -263,10 +274,14 @@ static int pointer_attribute(void* out, int attr, uint64_t ptr) {
     for (Block* b = blocks; b && !found; b = b->next) found = ptr >= b->lo && ptr < b->hi;
     pthread_mutex_unlock(&lock);
     if (!found) return 1;
-    if (attr == 9) *(int*)out = 0;
-    else *(void**)out = &ctx_token;
+    if (attr == 9) *(int*)out = 0;                    /* DEVICE_ORDINAL */
+    else if (attr == 2) *(unsigned*)out = 2;          /* MEMORY_TYPE: device */
+    else if (attr == 8) *(unsigned*)out = 0;          /* IS_MANAGED */
+    else if (attr == 1) *(void**)out = &ctx_token;    /* CONTEXT */
+    else return 1;
     return 0;
 }
+static int ctx_get_device(int* dev) { *dev = 0; return current ? 0 : 201; /* CUDA_ERROR_INVALID_CONTEXT */ }
 static int error_name(int r, const char** s) { (void)r; *s = "CUDA_ERROR_FAKE"; return 0; }
 
 EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_t flags, int* status) {
@@ -275,12 +290,12 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
         {"cuInit", init}, {"cuDeviceGet", device_get}, {"cuDeviceGetCount", device_count},
         {"cuDeviceGetAttribute", device_attribute}, {"cuDevicePrimaryCtxRetain", retain},
         {"cuDevicePrimaryCtxRelease", release}, {"cuCtxGetCurrent", get_current}, {"cuCtxSetCurrent", set_current},
-        {"cuCtxPushCurrent", push_current}, {"cuCtxPopCurrent", pop_current}, {"cuModuleLoadData", module_load},
+        {"cuCtxGetDevice", ctx_get_device}, {"cuCtxPushCurrent", push_current}, {"cuCtxPopCurrent", pop_current}, {"cuModuleLoadData", module_load},
         {"cuModuleUnload", module_unload}, {"cuModuleGetFunction", module_function}, {"cuLaunchKernel", launch},
         {"cuStreamCreate", stream_create}, {"cuStreamDestroy", stream_destroy}, {"cuStreamSynchronize", ok_stream},
         {"cuStreamWaitEvent", wait_event}, {"cuStreamIsCapturing", is_capturing}, {"cuEventCreate", event_create},
         {"cuEventDestroy", event_destroy}, {"cuEventRecord", event_record}, {"cuEventSynchronize", event_sync},
-        {"cuMemAlloc", mem_alloc}, {"cuMemFree", mem_free}, {"cuMemAllocAsync", mem_alloc_async},
+        {"cuMemAlloc", mem_alloc_legacy}, {"cuMemFree", mem_free}, {"cuMemAllocAsync", mem_alloc_async},
         {"cuMemFreeAsync", mem_free_async}, {"cuMemcpyDtoDAsync", memcpy_async},
         {"cuPointerGetAttribute", pointer_attribute}, {"cuGetErrorName", error_name},
         {"cuStreamBeginCapture", begin_capture}, {"cuStreamEndCapture", end_capture},
@@ -301,6 +316,14 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
 EXPORT int fake_mem_alloc(uint64_t* ptr, size_t n) { return mem_alloc(ptr, n); }
 EXPORT int fake_mem_free(uint64_t ptr) { return mem_free(ptr); }
 EXPORT void fake_set_capturing(int on) { capturing = on; }
+EXPORT int fake_owns(uint64_t ptr) { /* a live block of the fake's device memory */
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (Block* b = blocks; b && !found; b = b->next) found = ptr >= b->lo && ptr < b->hi;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+EXPORT void fake_alloc_counts(int out[2]) { out[0] = alloc_counts[0], out[1] = alloc_counts[1]; }
 EXPORT int fake_launches(void) { return __atomic_load_n(&launches, __ATOMIC_SEQ_CST); }
 EXPORT void fake_graph_counts(int out[5]) {
     for (int i = 0; i < 5; ++i) out[i] = __atomic_load_n(&graph_counts[i], __ATOMIC_SEQ_CST);

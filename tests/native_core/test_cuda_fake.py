@@ -376,3 +376,126 @@ def test_header_flags_are_checked(fake_dir, runtime_lib, tmp_path, device, flags
     proc = _run(fake_dir, runtime_lib, path, LOAD_ONLY)
     code, _, message = proc.stdout.partition(" ")
     assert proc.returncode == 0 and int(code) == status and words in message, proc.stdout + proc.stderr
+
+
+POOL = r"""
+import ctypes, sys
+import numpy as np
+from pipelink.modules.services import PipeLinkTensor
+
+runtime_path, plan_path = sys.argv[1], sys.argv[2]
+fake = ctypes.CDLL("libcuda.so.1")
+fake.fake_owns.argtypes = [ctypes.c_uint64]
+rt = ctypes.CDLL(runtime_path)
+rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+rt.pipeLinkExecute.argtypes = args + args[1:]
+rt.pipeLinkMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.pipeLinkFree.argtypes = [ctypes.c_void_p]
+rt.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+msg = lambda: rt.pipeLinkGetLastErrorMessage().decode()
+
+class Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("allocated", "peak", "cached", "live", "reused")] + [
+        ("allocator", ctypes.c_int32)]
+
+def stats():
+    s = Stats()
+    assert rt.pipeLinkGetMemoryPoolStats(ctypes.byref(s)) == 0
+    return s
+
+def malloc(n):
+    p = ctypes.c_void_p()
+    assert rt.pipeLinkMalloc(ctypes.byref(p), n) == 0, msg()
+    return p.value
+
+counts = (ctypes.c_int * 2)()
+def allocs():
+    fake.fake_alloc_counts(counts)
+    return counts[0], counts[1]  # cuMemAlloc, cuMemAllocAsync
+
+# A usable device: the default is ASYNC, and pipeLinkMalloc serves device memory.
+s0 = stats()
+assert s0.allocator == 0, s0.allocator
+before = allocs()
+p = malloc(1000)
+assert fake.fake_owns(p) and p % 256 == 0
+assert allocs() == (before[0], before[1] + 1)  # cuMemAllocAsync on the runtime's stream
+s1 = stats()
+assert s1.allocated == s0.allocated + 1024 and s1.live == s0.live + 1 and s1.peak >= s1.allocated
+# Freed: cached (still the device's), reused for the next request of its size class.
+assert rt.pipeLinkFree(p) == 0, msg()
+assert fake.fake_owns(p) and stats().cached == s0.cached + 1024
+assert rt.pipeLinkFree(p) == 2 and "not allocated by pipeLinkMalloc" in msg()
+q = malloc(900)
+assert q == p and stats().reused == s0.reused + 1 and allocs()[1] == before[1] + 1
+r = malloc(5000)  # another size class: a new block
+assert r != p and allocs()[1] == before[1] + 2
+for ptr in (q, r):
+    assert rt.pipeLinkFree(ptr) == 0
+# Clear: the cached device blocks go back to the driver.
+assert rt.pipeLinkClearMemoryPool() == 0
+assert not fake.fake_owns(p) and not fake.fake_owns(r) and stats().cached == 0
+
+# LEGACY: cuMemAlloc.
+assert rt.pipeLinkSetMemoryAllocator(1) == 0, msg()
+assert stats().allocator == 1
+before = allocs()
+p = malloc(300)
+assert fake.fake_owns(p) and allocs() == (before[0] + 1, before[1])
+assert rt.pipeLinkFree(p) == 0
+
+# HOST: the host pool (writable here), never the driver.
+assert rt.pipeLinkSetMemoryAllocator(2) == 0, msg()
+assert stats().allocator == 2
+before = allocs()
+h = malloc(4096)
+assert not fake.fake_owns(h) and allocs() == before
+ctypes.memset(h, 0, 4096)
+assert rt.pipeLinkFree(h) == 0
+assert rt.pipeLinkSetMemoryAllocator(7) == 2
+
+# A CPU plan handed device memory labelled CPU: a status, not a crash (the driver is open here).
+assert rt.pipeLinkInitialize() == 0
+handle = ctypes.c_void_p()
+assert rt.pipeLinkLoadPipeline(plan_path.encode(), ctypes.byref(handle)) == 0, msg()
+shapes = [(8, 1024), (1024,), (1024,), ()]
+keep = []
+def tensors(ptrs, shapes):
+    out = (PipeLinkTensor * len(ptrs))()
+    for t, ptr, shape in zip(out, ptrs, shapes):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        keep.append(dims)
+        t.data, t.ndim, t.shape = ptr, len(shape), dims
+        t.device.device_type, t.device.device_id = 1, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+    return out
+host = [np.ones(s, np.float32) for s in shapes]
+keep.extend(host)
+host_ins = tensors([a.ctypes.data for a in host], shapes)
+outs = tensors([None] * 3, [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, host_ins, 4, outs, 3) == 0, msg()
+for o in outs:
+    assert rt.pipeLinkFree(o.data) == 0
+assert rt.pipeLinkSetMemoryAllocator(0) == 0
+device = [malloc(max(a.nbytes, 1)) for a in host]
+ins = tensors([host[0].ctypes.data, device[1], host[2].ctypes.data, host[3].ctypes.data], shapes)
+outs = tensors([None] * 3, [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, ins, 4, outs, 3) == 2
+assert "input 1 ('gamma_tensor')" in msg() and "CUDA device memory" in msg(), msg()
+y = malloc(8 * 1024 * 4)
+outs = tensors([y, None, None], [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, host_ins, 4, outs, 3) == 2 and "output 0" in msg(), msg()
+for ptr in device + [y]:
+    assert rt.pipeLinkFree(ptr) == 0
+assert rt.pipeLinkFinalize() == 0  # the last Finalize empties the cache: device blocks freed
+assert not fake.fake_owns(y)
+print("OK")
+"""
+
+
+def test_pipelinkmalloc_serves_device_memory_from_a_cached_pool(fake_dir, runtime_lib, plans):
+    # The fake driver has a device: the default allocator is ASYNC; LEGACY and HOST on request; a CPU plan
+    # refuses device memory labelled CPU.
+    proc = _run(fake_dir, runtime_lib, plans / "ln.plk", POOL)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr

@@ -459,3 +459,57 @@ def test_cuda_graph_plan_from_eight_threads(core, tmp_path):
         t.join()
     assert core.lib.pipeLinkDestroyPipeline(h) == 0
     assert not failures, failures[:4]
+
+
+class _PoolStats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("allocated", "peak", "cached", "live", "reused")] + [
+        ("allocator", ctypes.c_int32)
+    ]
+
+
+@pytest.mark.parametrize("allocator", [0, 1], ids=["async", "legacy"])
+def test_pipelinkmalloc_device_blocks_feed_a_cuda_plan(core, tmp_path, allocator):
+    # pipeLinkMalloc serves device memory (the default on a GPU host is ASYNC): a block used as a plan's
+    # input and output, cached when freed, reused, released by pipeLinkClearMemoryPool.
+    lib = core.lib
+    lib.pipeLinkMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    pipe, plan, spec = _compiled(tmp_path, "relu_gelu", "float32")
+    h = core.load(plan)
+    stats = _PoolStats()
+    try:
+        assert lib.pipeLinkSetMemoryAllocator(allocator) == 0, core.message()
+        (x,) = _inputs(spec, "float32", seed=13)
+        ref = _python_run(pipe, spec, [x])
+        nbytes = x.numel() * 4
+        bx, by = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(bx), nbytes) == 0, core.message()
+        assert lib.pipeLinkMalloc(ctypes.byref(by), nbytes) == 0, core.message()
+        assert lib.pipeLinkGetMemoryPoolStats(ctypes.byref(stats)) == 0 and stats.allocator == allocator
+        torch.cuda.synchronize()
+        _copy_device(bx.value, x.data_ptr(), nbytes)
+        poison = torch.full_like(x, float("nan"))
+        _copy_device(by.value, poison.data_ptr(), nbytes)
+        keep: list = []
+        ins, outs = core.tensors([x], keep), core.tensors([x], keep)
+        ins[0].data, outs[0].data = bx.value, by.value
+        assert lib.pipeLinkExecute(h, ins, 1, outs, 1) == 0, core.message()
+        got = torch.empty_like(x)
+        _copy_device(got.data_ptr(), by.value, nbytes)
+        assert_close(got.cpu().numpy(), ref, "float32", f"pipeLinkMalloc blocks, allocator {allocator}")
+        assert lib.pipeLinkFree(by) == 0 and lib.pipeLinkFree(bx) == 0
+        again = ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(again), nbytes) == 0
+        assert again.value in (bx.value, by.value)  # the cached block of that size class, on this device
+        assert lib.pipeLinkFree(again) == 0
+        assert lib.pipeLinkClearMemoryPool() == 0
+        assert lib.pipeLinkGetMemoryPoolStats(ctypes.byref(stats)) == 0 and stats.cached == 0
+        # HOST: pipeLinkMalloc's memory is host memory, which a CUDA plan refuses.
+        assert lib.pipeLinkSetMemoryAllocator(2) == 0
+        hx = ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(hx), nbytes) == 0
+        ins[0].data = hx.value
+        assert lib.pipeLinkExecute(h, ins, 1, outs, 1) == 2 and "not memory of cuda:0" in core.message()
+        assert lib.pipeLinkFree(hx) == 0
+    finally:
+        assert lib.pipeLinkSetMemoryAllocator(0) == 0
+        assert lib.pipeLinkDestroyPipeline(h) == 0

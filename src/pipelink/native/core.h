@@ -251,11 +251,19 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
                                 int async); /* async: on `stream`, no wait; else on the context's stream, waited for */
 int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
+int plk_cuda_usable(void);                   /* the driver opens and has a device (opens it once; no message) */
+const char* plk_cuda_unusable_reason(void);  /* why not, when it is not */
+/* pipeLinkMalloc's device: the current context's, else device 0's (its primary context, retained once). */
+PipeLinkStatus plk_cuda_pool_device(int32_t* device);
+PipeLinkStatus plk_cuda_pool_alloc(int32_t device, uint64_t size, int legacy, void** ptr);
+/* Whether the driver is open and says `ptr` is device (not managed) memory; never opens the driver. */
+int plk_cuda_is_device_memory(const void* ptr);
 
 /* pool.c */
 void plk_pool_clear(void);
 int plk_pool_release(void* ptr); /* pipeLinkFree without touching the message: 0, or -1 if unknown */
 int plk_pool_track_device(void* ptr, uint64_t size); /* a device block the runtime allocated; 0 when tracked */
-int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator: how device outputs are allocated */
+int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator in effect (default chosen on first use) */
+PipeLinkStatus plk_pool_malloc_host(void** ptr, size_t nbytes); /* a host block whatever the allocator */
 
 #endif /* PIPELINK_CORE_H_ */

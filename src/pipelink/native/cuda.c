@@ -28,6 +28,9 @@ enum {
     CU_ATTR_CC_MAJOR = 75,
     CU_ATTR_CC_MINOR = 76,
     CU_POINTER_CONTEXT = 1,
+    CU_POINTER_MEMORY_TYPE = 2,
+    CU_POINTER_IS_MANAGED = 8,
+    CU_MEMORYTYPE_DEVICE = 2,
     CU_POINTER_DEVICE_ORDINAL = 9,
     CU_STREAM_NON_BLOCKING = 1,
     CU_EVENT_DISABLE_TIMING = 2,
@@ -48,6 +51,7 @@ static struct Driver {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxPushCurrent)(CUcontext);
     CUresult (*CtxPopCurrent)(CUcontext*);
+    CUresult (*CtxGetDevice)(int*);
     CUresult (*ModuleLoadData)(CUmodule*, const void*);
     CUresult (*ModuleUnload)(CUmodule);
     CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -111,6 +115,7 @@ enum { LT_PREF_MAX_WORKSPACE = 1, LT_PREF_MIN_ALIGN_A = 5 }; /* A, B, C, D: 5, 6
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT, lt_once = PTHREAD_ONCE_INIT;
 static char driver_error[512], lt_error[1024];
+static _Atomic int driver_ready; /* set once `cu` is usable: read without opening the driver */
 
 static const char* cu_name(CUresult r) {
     const char* name = NULL;
@@ -139,7 +144,7 @@ static void open_driver(void) {
 #define F(n) {"cu" #n, offsetof(struct Driver, n)}
         F(Init), F(DeviceGet), F(DeviceGetCount), F(DeviceGetAttribute), F(DevicePrimaryCtxRetain),
         F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(CtxPushCurrent), F(CtxPopCurrent),
-        F(ModuleLoadData), F(ModuleUnload),
+        F(CtxGetDevice), F(ModuleLoadData), F(ModuleUnload),
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
         F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
@@ -166,6 +171,25 @@ static void open_driver(void) {
         return;
     }
     cu = found; /* published only whole: cu.Init != NULL means usable */
+    atomic_store(&driver_ready, 1);
+}
+
+int plk_cuda_usable(void) {
+    pthread_once(&driver_once, open_driver);
+    return cu.Init != NULL;
+}
+
+const char* plk_cuda_unusable_reason(void) {
+    pthread_once(&driver_once, open_driver);
+    return cu.Init != NULL ? "a CUDA device is usable" : driver_error;
+}
+
+int plk_cuda_is_device_memory(const void* ptr) {
+    if (!atomic_load(&driver_ready) || ptr == NULL) return 0;
+    unsigned int type = 0, managed = 0;
+    if (cu.PointerGetAttribute(&type, CU_POINTER_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)ptr) != 0) return 0; /* unknown: host */
+    if (type != CU_MEMORYTYPE_DEVICE) return 0;
+    return !(cu.PointerGetAttribute(&managed, CU_POINTER_IS_MANAGED, (CUdeviceptr)(uintptr_t)ptr) == 0 && managed);
 }
 
 static PipeLinkStatus need_driver(const char* what) {
@@ -648,16 +672,76 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     return PIPELINK_SUCCESS;
 }
 
-/* A device block of a runtime-allocated output (pipeLinkFree), in its own context whatever the calling
- * thread's is. cuMemFree waits for work using it. */
+/* A device block the runtime allocated (pipeLinkFree, pipeLinkClearMemoryPool), in its own context whatever
+ * the calling thread's is: the context the driver names, else (stream-ordered memory may name none) the
+ * primary context of its device. cuMemFree waits for work using it. */
 int plk_cuda_free_device(uint64_t ptr) {
     CUcontext owner = NULL, popped = NULL;
+    int ordinal = -1, primary = 0;
     if (ptr == 0) return 0;
-    if (cu.MemFree == NULL || cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0) return -1;
-    if (cu.CtxPushCurrent(owner) != 0) return -1;
-    CUresult r = cu.MemFree((CUdeviceptr)ptr);
-    cu.CtxPopCurrent(&popped);
+    if (cu.MemFree == NULL) return -1;
+    if (cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0 || owner == NULL) {
+        int dev = 0;
+        if (cu.PointerGetAttribute(&ordinal, CU_POINTER_DEVICE_ORDINAL, (CUdeviceptr)ptr) != 0 ||
+            cu.DeviceGet(&dev, ordinal) != 0 || cu.DevicePrimaryCtxRetain(&owner, dev) != 0)
+            return -1;
+        primary = 1;
+    }
+    CUresult r = cu.CtxPushCurrent(owner);
+    if (r == 0) r = cu.MemFree((CUdeviceptr)ptr), cu.CtxPopCurrent(&popped);
+    if (primary) cu.DevicePrimaryCtxRelease(ordinal);
     return r == 0 ? 0 : -1;
+}
+
+/* ---- pipeLinkMalloc's device memory (pool.c caches the blocks) ---- */
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext pool_primary; /* device 0's primary context, retained once, for threads with no context */
+static struct { CUcontext context; CUstream stream; } pool_streams[64]; /* ASYNC: one stream per context */
+
+PipeLinkStatus plk_cuda_pool_device(int32_t* device) {
+    PipeLinkStatus st = need_driver("pipeLinkMalloc of device memory (PIPELINK_ALLOCATOR_ASYNC or _LEGACY)");
+    if (st) return st;
+    CUcontext current = NULL;
+    int dev = 0;
+    *device = 0;
+    if (cu.CtxGetCurrent(&current) != 0 || current == NULL) return PIPELINK_SUCCESS; /* device 0 */
+    CUresult r = cu.CtxGetDevice(&dev);
+    if (r) return cuda_fail(r, "pipeLinkMalloc: cuCtxGetDevice", NULL);
+    *device = dev;
+    return PIPELINK_SUCCESS;
+}
+
+PipeLinkStatus plk_cuda_pool_alloc(int32_t device, uint64_t size, int legacy, void** ptr) {
+    CUcontext context = NULL, popped = NULL;
+    CUstream stream = NULL;
+    CUresult r = 0;
+    int pushed = 0;
+    pthread_mutex_lock(&pool_lock);
+    if (cu.CtxGetCurrent(&context) != 0 || context == NULL) {
+        int dev = 0;
+        if (pool_primary == NULL && (r = cu.DeviceGet(&dev, 0)) == 0 && (r = cu.DevicePrimaryCtxRetain(&pool_primary, dev)) != 0)
+            pool_primary = NULL;
+        if ((context = pool_primary) != NULL && (r = cu.CtxPushCurrent(context)) == 0) pushed = 1;
+    }
+    for (int i = 0; !r && !legacy && i < 64 && stream == NULL; ++i) {
+        if (pool_streams[i].context == context) stream = pool_streams[i].stream;
+        else if (pool_streams[i].context == NULL && (r = cu.StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) == 0)
+            pool_streams[i].context = context, pool_streams[i].stream = stream;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    CUdeviceptr mem = 0;
+    if (!r && legacy) r = cu.MemAlloc(&mem, (size_t)size);
+    else if (!r && stream == NULL) r = 2; /* CUDA_ERROR_OUT_OF_MEMORY: 64 contexts have a stream already */
+    else if (!r && (r = cu.MemAllocAsync(&mem, (size_t)size, stream)) == 0 && (r = cu.StreamSynchronize(stream)) != 0)
+        cu.MemFreeAsync(mem, stream), mem = 0;
+    if (pushed) cu.CtxPopCurrent(&popped);
+    if (r)
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkMalloc: %llu bytes of device memory on cuda:%d (%s, %s); "
+                        "pipeLinkClearMemoryPool returns cached blocks", (unsigned long long)size, device,
+                        legacy ? "cuMemAlloc" : "cuMemAllocAsync", cu_name(r));
+    *ptr = (void*)(uintptr_t)mem;
+    return PIPELINK_SUCCESS;
 }
 
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr) {
