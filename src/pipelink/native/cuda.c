@@ -541,9 +541,11 @@ static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size
         return 1;
     }
     if (c->graphs[g].exec) {
+        /* Its last launch (at the latest, this context's previous run) finishes before it changes: a miss
+         * waits for that run, a hit never does. */
         uint64_t info[8] = {0}; /* CUgraphExecUpdateResultInfo (24 bytes), with room to spare */
+        cu.EventSynchronize(c->done);
         if (cu.GraphExecUpdate(c->graphs[g].exec, graph, info) != 0) {
-            cu.EventSynchronize(c->done); /* its last launch (this context's previous run) finishes first */
             cu.GraphExecDestroy(c->graphs[g].exec);
             c->graphs[g].exec = NULL;
         }

@@ -101,6 +101,8 @@ PIPELINK_API PipeLinkStatus pipeLinkFinalize(void);
 PIPELINK_API PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* out);
 /* Waits for executions of this pipeline in other threads, then frees it; the handle is dead afterwards. */
 PIPELINK_API PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h);
+/* The plan's inputs and outputs. Whether the plan runs as CUDA graphs (its cuda_graph flag, written by
+ * `pipelink compile --cuda-graph`) is not reported here: the struct has no spare field. */
 PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelineInfo* info);
 
 /* Run once; returns when the outputs are ready. Thread-safe: concurrent calls on one pipeline each take an
@@ -115,7 +117,11 @@ PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, Pi
  *          checked (contiguous only).
  * A stage that fails follows its on_error policy: identity and fallback degrade and the run succeeds;
  * skip leaves its outputs (and everything that reads them) missing: then PIPELINK_ERR_MODULE_CRASH is
- * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL. */
+ * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL.
+ * CUDA plans with the cuda_graph flag: each execution context runs eagerly once, then captures its stages
+ * into a CUDA graph per set of input/output pointers (up to 8, least recently used replaced) and replays it;
+ * a capture that fails turns graph mode off for the pipeline, and that run succeeds with the message
+ * "PIPELINK_SUCCESS: run degraded: cuda_graph: ..." (docs/native-core.md). */
 PIPELINK_API PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                PipeLinkTensor* outputs, int32_t n_outputs);
 /* As pipeLinkExecute, ordered on `stream` (a CUstream/cudaStream_t) for CUDA plans: enqueues the run and
