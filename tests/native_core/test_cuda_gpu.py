@@ -513,3 +513,39 @@ def test_pipelinkmalloc_device_blocks_feed_a_cuda_plan(core, tmp_path, allocator
     finally:
         assert lib.pipeLinkSetMemoryAllocator(0) == 0
         assert lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def test_a_module_that_synchronizes_turns_graph_mode_off_with_a_message(core, tmp_path):
+    # Its capture is invalidated: that run is eager and says so on a success status, every later run is
+    # eager with a clean message, and every result is right.
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    here = Path(__file__).parent / "modules"
+    lib = build_module([here / "sync_scale.cu", here / "sync_scale.desc.h"], tmp_path / "lib" / "libsync.so")
+    doc = {
+        "name": "sync_then_relu",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "sync_scale", "library": str(lib), "inputs": ["x"], "outputs": ["h"]},
+            {"name": "relu", "inputs": ["h"], "outputs": ["y"]},
+        ],
+    }
+    config = tmp_path / "sync_then_relu.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda", registry=OperatorRegistry())
+    h = core.load(pipe.save(tmp_path / "sync_then_relu.plk", cuda_graph=True))
+    try:
+        messages = []
+        for seed in range(4):
+            x = torch.randn((64, 1024), device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+            y = torch.full_like(x, float("nan"))
+            torch.cuda.synchronize()
+            assert core.execute(h, [x], [y]) == 0, core.message()
+            messages.append(core.message())
+            assert torch.equal(y, torch.relu(2 * x)), f"run {seed}"
+        assert messages[0] == ""  # the warm-up, eager
+        assert "run degraded: cuda_graph: capturing pipeline 'sync_then_relu' failed" in messages[1], messages
+        assert messages[2:] == ["", ""], messages
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0
