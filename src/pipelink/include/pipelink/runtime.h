@@ -136,7 +136,8 @@ PIPELINK_API PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const
  * PipeLinkAllocator). pipeLinkFree takes back pool blocks (cached) and the device blocks of outputs a CUDA
  * plan allocated (freed); of a pointer the runtime did not hand out (or already took back) it is
  * PIPELINK_ERR_INVALID_ARGUMENT, never a crash; pipeLinkFree(NULL) is a no-op. The stats count host and
- * device blocks. A CPU plan handed device memory (labelled CPU) refuses it with PIPELINK_ERR_INVALID_ARGUMENT
+ * device blocks. A freed device block is handed out again at once (no stream ordering, unlike cudaFree, which
+ * waits): free it once the work using it is complete. A CPU plan handed device memory (labelled CPU) refuses it with PIPELINK_ERR_INVALID_ARGUMENT
  * when the CUDA driver is open in the process. */
 PIPELINK_API PipeLinkStatus pipeLinkMalloc(void** ptr, size_t nbytes);
 PIPELINK_API PipeLinkStatus pipeLinkFree(void* ptr);
