@@ -32,7 +32,12 @@ int main(int argc, char** argv) {
         std::cerr << "Failed to load pipeline: " << pipeLinkGetLastErrorMessage() << "\n";
         return -1;
     }
-    // 3. Allocate memory (the memory contract)
+    // 3. Allocate memory (the memory contract). pipeLinkMalloc hands out device memory where a GPU is usable;
+    //    this CPU walkthrough fills its inputs from the host, so it asks for the host pool.
+    if (pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_HOST) != PIPELINK_SUCCESS) {
+        std::cerr << "Failed to choose host memory: " << pipeLinkGetLastErrorMessage() << "\n";
+        return -1;
+    }
     const int C = 1024;
     float *d_input = nullptr, *d_gamma = nullptr, *d_beta = nullptr, *d_eps = nullptr;
     pipeLinkMalloc(reinterpret_cast<void**>(&d_input), C * sizeof(float));  // [1,1024]

@@ -1,6 +1,6 @@
 // mlp_gpu.cpp - the transformer MLP block (layer_norm -> gemm + bias + GELU -> gemm + bias + residual) on the
 // GPU through the C API: a CUDA plan (`pipelink compile mlp_block.json -o mlp_block.plk --device cuda`), inputs
-// in cudaMalloc'd device memory, pipeLinkExecute (returns when the output is ready) and pipeLinkExecuteAsync on
+// in device memory from pipeLinkMalloc (the default allocator on a GPU host), pipeLinkExecute (returns when the output is ready) and pipeLinkExecuteAsync on
 // the application's own stream, each checked against the block computed here on the CPU, in double.
 #include "pipelink/runtime.h"
 
@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
     PipeLinkPipelineHandle pipeline = nullptr;
     if (pipeLinkLoadPipeline(path, &pipeline) != PIPELINK_SUCCESS)
         return std::fprintf(stderr, "Failed to load %s: %s\n", path, pipeLinkGetLastErrorMessage()), 1;
+    PipeLinkPoolStats pool{};
+    pipeLinkGetMemoryPoolStats(&pool);
+    if (pool.allocator == PIPELINK_ALLOCATOR_HOST)  // the default only where no CUDA device is usable
+        return std::fprintf(stderr, "pipeLinkMalloc serves host memory here: no usable CUDA device\n"), 1;
 
     // Inputs in pipelineinfo order: x, gamma, beta, w1, b1, w2, b2 (deterministic values, scaled like a layer).
     int64_t shapes[7][2] = {{T, D}, {D, 0}, {D, 0}, {D, H}, {H, 0}, {H, D}, {D, 0}};
@@ -76,13 +80,15 @@ int main(int argc, char** argv) {
         const double scale = i == 3 ? 1.0 / std::sqrt(double(D)) : i == 5 ? 1.0 / std::sqrt(double(H)) : 0.5;
         host[i].resize(n);
         for (size_t j = 0; j < n; ++j) host[i][j] = static_cast<float>(scale * std::sin(0.7 * j + 1.3 * i) + (i == 1));
-        cudaMalloc(reinterpret_cast<void**>(&dev[i]), n * sizeof(float));
+        if (pipeLinkMalloc(reinterpret_cast<void**>(&dev[i]), n * sizeof(float)) != PIPELINK_SUCCESS)
+            return std::fprintf(stderr, "pipeLinkMalloc: %s\n", pipeLinkGetLastErrorMessage()), 1;
         cudaMemcpy(dev[i], host[i].data(), n * sizeof(float), cudaMemcpyHostToDevice);
         inputs.push_back(device_tensor(dev[i], ndims[i], shapes[i]));
     }
     const std::vector<double> ref = reference(host);
     float* d_y = nullptr;
-    cudaMalloc(reinterpret_cast<void**>(&d_y), T * D * sizeof(float));
+    if (pipeLinkMalloc(reinterpret_cast<void**>(&d_y), T * D * sizeof(float)) != PIPELINK_SUCCESS)
+        return std::fprintf(stderr, "pipeLinkMalloc: %s\n", pipeLinkGetLastErrorMessage()), 1;
     int64_t y_shape[2] = {T, D};
     PipeLinkTensor output = device_tensor(d_y, 2, y_shape);
 
@@ -108,8 +114,8 @@ int main(int argc, char** argv) {
     if (sync_error > 1e-3 || async_error > 1e-3) rc = 1;
 
     cudaStreamDestroy(stream);
-    for (float* p : dev) cudaFree(p);
-    cudaFree(d_y);
+    for (float* p : dev) pipeLinkFree(p);  // back to the pool's cache; pipeLinkFinalize empties it
+    pipeLinkFree(d_y);
     pipeLinkDestroyPipeline(pipeline);
     pipeLinkFinalize();
     return rc;

@@ -368,6 +368,9 @@ def compile(
         list[str] | None,
         typer.Option(help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input)"),
     ] = None,
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph", help="the core captures and replays CUDA graphs (CUDA plans)")
+    ] = False,
 ) -> None:
     """Compile a config into a plan the native core runs (pipeLinkLoadPipeline)."""
     from .runtime.planfile import parse_shape
@@ -376,7 +379,7 @@ def compile(
     pipe = _load(config, device)
     with pipe:
         try:
-            pipe.save(output, shapes=shapes)
+            pipe.save(output, shapes=shapes, cuda_graph=cuda_graph)
         except ConfigError as e:
             raise UsageFailure(e) from e
     console.print(f"plan written to {output}")

@@ -730,7 +730,9 @@ class Pipeline:
             return changed
 
     # -- compiled plans ----------------------------------------------------------------------------
-    def save(self, path: str | Path, *, shapes: Mapping[str, tuple] | None = None) -> Path:
+    def save(
+        self, path: str | Path, *, shapes: Mapping[str, tuple] | None = None, cuda_graph: bool | None = None
+    ) -> Path:
         """Write a compiled plan for the native core (``pipeLinkLoadPipeline``; docs/plan-format.md).
 
         Parameters
@@ -740,6 +742,10 @@ class Pipeline:
         shapes : dict of name -> (shape, dtype), optional
             The input signature to compile for (default: the config's declared ``inputs``; a dtype of
             None takes the declared one).
+        cuda_graph : bool, optional
+            Set the plan's ``cuda_graph`` flag (the core replays captured CUDA graphs). Default: whether
+            this pipeline runs in CUDA graph mode (:attr:`cuda_graph`). True for a pipeline not on CUDA is
+            an ``InvalidArgumentError``.
 
         Raises
         ------
@@ -754,8 +760,9 @@ class Pipeline:
                 "and .plk plans cannot carry bound constants yet: remove 'weights' from the config and "
                 "pass those arrays as inputs from the host"
             )
+        graph = self.cuda_graph if cuda_graph is None else bool(cuda_graph)
         with self._lock:
-            return write_plan(self, path, shapes)
+            return write_plan(self, path, shapes, cuda_graph=graph)
 
     # -- lifetime ----------------------------------------------------------------------------------
     def _native_runner(self, cuda_graph: bool) -> NativeRunner:

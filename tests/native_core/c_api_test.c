@@ -371,6 +371,25 @@ static void test_bad_plans(void) {
 static void test_memory_and_hardware(void) {
     void* p = NULL;
     int on_stack = 0;
+    /* The default allocator: device memory (ASYNC) where a CUDA device is usable, else the host pool. */
+    PipeLinkPoolStats k0;
+    EXPECT(pipeLinkGetMemoryPoolStats(&k0), PIPELINK_SUCCESS);
+    void* has_driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (has_driver == NULL) {
+        CHECK(k0.allocator == PIPELINK_ALLOCATOR_HOST, "no driver: the default allocator is HOST");
+        EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_ASYNC), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+        CHECK(strstr(pipeLinkGetLastErrorMessage(), "PIPELINK_ALLOCATOR_HOST") != NULL &&
+              strstr(pipeLinkGetLastErrorMessage(), "libcuda.so.1") != NULL, "the message says why and what to use");
+        EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_LEGACY), PIPELINK_ERR_HARDWARE_UNSUPPORTED);
+        pipeLinkGetMemoryPoolStats(&k0);
+        CHECK(k0.allocator == PIPELINK_ALLOCATOR_HOST, "a refused choice changes nothing");
+    } else {
+        CHECK(k0.allocator == PIPELINK_ALLOCATOR_ASYNC || k0.allocator == PIPELINK_ALLOCATOR_HOST,
+              "with a driver: ASYNC if it has a device, else HOST");
+        dlclose(has_driver);
+    }
+    /* The host pool, whatever the default. */
+    EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_HOST), PIPELINK_SUCCESS);
     EXPECT(pipeLinkMalloc(NULL, 16), PIPELINK_ERR_INVALID_ARGUMENT);
     EXPECT(pipeLinkMalloc(&p, (size_t)1 << 62), PIPELINK_ERR_OUT_OF_MEMORY);
     CHECK(p == NULL, "a refused allocation leaves NULL");
@@ -401,10 +420,14 @@ static void test_memory_and_hardware(void) {
     CHECK(s1.cached_bytes == 0, "clear empties the cache");
 
     EXPECT(pipeLinkSetMemoryAllocator((PipeLinkAllocator)7), PIPELINK_ERR_INVALID_ARGUMENT);
-    EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_LEGACY), PIPELINK_SUCCESS);
     pipeLinkGetMemoryPoolStats(&s1);
-    CHECK(s1.allocator == PIPELINK_ALLOCATOR_LEGACY, "the allocator choice is reported");
-    EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_ASYNC), PIPELINK_SUCCESS);
+    CHECK(s1.allocator == PIPELINK_ALLOCATOR_HOST, "the allocator choice is reported");
+    if (k0.allocator == PIPELINK_ALLOCATOR_ASYNC) { /* a GPU host: the device kinds are accepted and reported */
+        EXPECT(pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_LEGACY), PIPELINK_SUCCESS);
+        pipeLinkGetMemoryPoolStats(&s1);
+        CHECK(s1.allocator == PIPELINK_ALLOCATOR_LEGACY, "the allocator choice is reported");
+    }
+    EXPECT(pipeLinkSetMemoryAllocator((PipeLinkAllocator)k0.allocator), PIPELINK_SUCCESS);
 
     EXPECT(pipeLinkValidateHardware(NULL), PIPELINK_ERR_INVALID_ARGUMENT);
     EXPECT(pipeLinkValidateHardware(""), PIPELINK_SUCCESS);

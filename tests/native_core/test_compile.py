@@ -131,3 +131,27 @@ def test_the_build_script_takes_no_option_for_an_output_path(tmp_path, capsys, m
     assert build_main(["--output", "x"]) == 2
     assert build_main(["-o"]) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cuda_graph_is_refused_for_a_cpu_plan(ln_dir, capsys):
+    # The flag means the core captures CUDA graphs: asked for a CPU plan it is an error, never dropped.
+    declared = ln_dir / "declared.json"
+    declared.write_text(json.dumps(layernorm_config("./lib/liblayernorm_module.so")))
+    with pl.load(declared, device="cpu") as pipe:
+        with pytest.raises(InvalidArgumentError) as e:
+            pipe.save(ln_dir / "g.plk", cuda_graph=True)
+        assert "CUDA plans only" in str(e.value)
+        assert not pipe.cuda_graph  # the default follows the pipeline's mode: no flag
+        pipe.save(ln_dir / "plain.plk")
+    assert not (ln_dir / "g.plk").exists()
+    assert (ln_dir / "plain.plk").read_bytes()[22:24] == b"\0\0"  # the flags half of the device-id word
+    assert main(["compile", str(declared), "-o", str(ln_dir / "g.plk"), "--cuda-graph"]) == 1
+    assert "CUDA plans only" in capsys.readouterr().err
+
+
+def test_the_header_carries_the_flags_beside_the_device_id():
+    from pipelink.runtime.planfile import FLAG_CUDA_GRAPH, PlanParts, assemble
+
+    parts = PlanParts("p", 0, 256, 90, [], [], [], [], [], 0, b"", (2, 3), flags=FLAG_CUDA_GRAPH)
+    data = assemble(parts)
+    assert data[20:24] == bytes([3, 0, FLAG_CUDA_GRAPH, 0])

@@ -7,6 +7,7 @@ process whose LD_LIBRARY_PATH puts the fake libcuda.so.1 first (the real driver,
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelink.native.build import find_compiler
+from pipelink.runtime.planfile import DEVICE_CPU, DEVICE_CUDA, FLAG_CUDA_GRAPH
 
 from .conftest import host_env
 from .test_cuda_plans import _kernel, cuda_plan
@@ -163,15 +165,19 @@ def fake_dir(tmp_path_factory) -> Path:
     subprocess.run(
         [*cc, *flags, "-DFAKE_DRIVER", src, "-o", str(out / "libcuda.so.1"), "-lpthread"], check=True
     )
-    subprocess.run([*cc, *flags, "-DFAKE_CUBLASLT", src, "-o", str(out / "libfakecublaslt.so")], check=True)
+    subprocess.run(
+        [*cc, *flags, "-DFAKE_CUBLASLT", src, "-o", str(out / "libfakecublaslt.so"), "-ldl"], check=True
+    )
     return out
 
 
-def _run(fake_dir: Path, runtime_lib: Path, plan: Path, script: str = CHILD) -> subprocess.CompletedProcess:
+def _run(
+    fake_dir: Path, runtime_lib: Path, plan: Path, script: str = CHILD, *more: Path
+) -> subprocess.CompletedProcess:
     env = dict(
         host_env(), LD_LIBRARY_PATH=str(fake_dir), PIPELINK_CUBLASLT=str(fake_dir / "libfakecublaslt.so")
     )
-    run = [sys.executable, "-c", script, str(runtime_lib), str(plan)]
+    run = [sys.executable, "-c", script, str(runtime_lib), str(plan), *map(str, more)]
     return subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -212,3 +218,284 @@ def test_loading_a_cuda_plan_the_device_cannot_run_is_a_status(
     proc = _run(fake_dir, runtime_lib, path, LOAD_ONLY)
     code, _, message = proc.stdout.partition(" ")
     assert proc.returncode == 0 and int(code) == status and words in message, proc.stdout + proc.stderr
+
+
+def with_flags(plan: bytes, flags: int) -> bytes:
+    """A plan with header flags set (the high half of the device-id word; the checksum covers the payload)."""
+    device_id = struct.unpack_from("<I", plan, 20)[0] & 0xFFFF
+    return plan[:20] + struct.pack("<I", device_id | flags << 16) + plan[24:]
+
+
+GRAPHS = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
+eager_path = sys.argv[3]
+counts = (ctypes.c_int * 5)()
+def graph_counts():  # captures, instantiations, updates, graph launches, live executable graphs
+    fake.fake_graph_counts(counts)
+    return dict(zip(("captures", "instantiated", "updated", "launched", "live"), counts))
+
+def poison(ptr, shape):
+    nan = np.full(shape, np.nan, np.float32)
+    ctypes.memmove(ptr, nan.ctypes.data, nan.nbytes)
+
+def run_and_check(outs, what, async_stream=None):
+    for o, shape in zip(outs, ((M, N), (M, K))):
+        if o.data:
+            poison(o.data, shape)
+    status = (rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, async_stream) if async_stream
+              else rt.pipeLinkExecute(h, ins, 3, outs, 2))
+    assert status == 0, (what, msg())
+    check(outs[0].data, outs[1].data, what)
+    return msg()
+
+# The eager plan's results, for comparison: the same bytes with and without graphs.
+he = ctypes.c_void_p()
+assert rt.pipeLinkLoadPipeline(eager_path.encode(), ctypes.byref(he)) == 0, msg()
+y0, x0, eager_outs = outputs()
+assert rt.pipeLinkExecute(he, ins, 3, eager_outs, 2) == 0, msg()
+eager_y = read(y0, (M, N)).copy()
+assert graph_counts()["captures"] == 0
+
+# First run of a context: eager (the warm-up); the second captures; the third replays.
+y, x_out, outs = outputs()
+assert run_and_check(outs, "warm-up") == ""
+assert graph_counts()["captures"] == 0 and graph_counts()["launched"] == 0
+assert run_and_check(outs, "captured") == ""
+c = graph_counts()
+assert (c["captures"], c["instantiated"], c["launched"], c["live"]) == (1, 1, 1, 1), c
+launches = fake.fake_launches()
+assert run_and_check(outs, "replayed") == ""
+c = graph_counts()
+assert (c["captures"], c["launched"]) == (1, 2), c
+assert fake.fake_launches() == launches  # replayed from the graph: no cuLaunchKernel
+assert np.array_equal(read(y, (M, N)), eager_y)  # the same bytes as the eager plan's run
+
+# New data at the same pointers: the graph reads memory when it runs.
+host["x"][:] *= 2
+ctypes.memmove(inputs["x"], host["x"].ctypes.data, host["x"].nbytes)
+want_y = (0.5 * host["x"]) @ host["w"] + host["bias"]
+assert run_and_check(outs, "new input data") == "" and graph_counts()["captures"] == 1
+
+# ExecuteAsync on another stream launches the same graph there.
+assert run_and_check(outs, "async", ctypes.c_void_p(0x5000)) == ""
+assert graph_counts()["captures"] == 1 and graph_counts()["launched"] == 4
+
+# A new output pointer is a miss: captured again, into a free slot of the cache.
+sets = [outs] + [outputs()[2] for _ in range(9)]
+run_and_check(sets[1], "second pointer set")
+c = graph_counts()
+assert (c["captures"], c["instantiated"], c["live"]) == (2, 2, 2), c
+# Ten pointer sets: at most PLK_GRAPH_CACHE (8) graphs live; the least recently used is updated in place.
+for k in range(2, 10):
+    run_and_check(sets[k], f"pointer set {k}")
+c = graph_counts()
+assert c["captures"] == 10 and c["live"] == 8 and c["instantiated"] == 8 and c["updated"] == 2, c
+run_and_check(sets[9], "most recent")  # a hit
+assert graph_counts()["captures"] == 10
+run_and_check(sets[0], "evicted")  # the least recently used two were evicted: a miss
+assert graph_counts()["captures"] == 11 and graph_counts()["live"] == 8
+
+# Runtime-allocated outputs: fresh pointers, each a miss, results right, freed by pipeLinkFree.
+before = graph_counts()["captures"]
+for k in range(3):
+    fresh = tensors([(None, (M, N)), (None, (M, K))])
+    assert rt.pipeLinkExecute(h, ins, 3, fresh, 2) == 0, msg()
+    check(fresh[0].data, fresh[1].data, "runtime-allocated")
+    for o in fresh:
+        assert rt.pipeLinkFree(o.data) == 0, msg()
+assert graph_counts()["captures"] > before
+
+# Inside the caller's capture: launches go into the caller's graph, the core captures nothing.
+fake.fake_set_capturing(1)
+before = graph_counts()
+y2, x2, outs2 = outputs()
+assert rt.pipeLinkExecuteAsync(h, ins, 3, outs2, 2, None) == 0, msg()
+check(y2, x2, "foreign capture")
+assert graph_counts()["captures"] == before["captures"] and graph_counts()["launched"] == before["launched"]
+fake.fake_set_capturing(0)
+
+# Threads: each its own outputs and results; the cache stays bounded per context.
+failures = []
+def worker(k):
+    y, x_out, outs = outputs()
+    for i in range(30):
+        try:
+            run_and_check(outs, f"thread {k}", ctypes.c_void_p(0x6000 + k))
+        except AssertionError as e:
+            failures.append(str(e)); return
+threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not failures, failures[:3]
+assert graph_counts()["live"] <= 8 * 64
+
+# A capture that fails (a module that synchronized, say): that run is eager and says so on a success
+# status; every later run of the pipeline is eager, with a clean message.
+assert rt.pipeLinkDestroyPipeline(h) == 0
+assert graph_counts()["live"] == 0  # destroying the pipeline frees its graphs
+assert rt.pipeLinkLoadPipeline(plan_path.encode(), ctypes.byref(h)) == 0, msg()
+y, x_out, outs = outputs()
+run_and_check(outs, "warm-up")
+fake.fake_fail_capture(1)
+before = graph_counts()
+message = run_and_check(outs, "capture failed")
+assert "run degraded: cuda_graph: capturing" in message and "CUDA_ERROR_FAKE" in message, message
+assert graph_counts()["captures"] == before["captures"]
+assert run_and_check(outs, "eager after the failure") == ""
+assert graph_counts()["captures"] == before["captures"] and graph_counts()["launched"] == before["launched"]
+
+assert rt.pipeLinkDestroyPipeline(h) == 0 and rt.pipeLinkDestroyPipeline(he) == 0
+assert rt.pipeLinkFinalize() == 0
+print("OK")
+"""
+)
+
+
+def test_cuda_graph_plans_capture_once_replay_and_recapture_on_new_pointers(fake_dir, runtime_lib, tmp_path):
+    plan = cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90)
+    graph_path, eager_path = tmp_path / "graph.plk", tmp_path / "eager.plk"
+    graph_path.write_bytes(with_flags(plan, FLAG_CUDA_GRAPH))
+    eager_path.write_bytes(plan)
+    proc = _run(fake_dir, runtime_lib, graph_path, GRAPHS, eager_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "device, flags, status, words",
+    [
+        (DEVICE_CPU, FLAG_CUDA_GRAPH, 5, "cuda_graph flag is set on a CPU plan"),
+        (DEVICE_CUDA, 0x8000, 4, "header flags 0x8000 this runtime does not know"),
+    ],
+    ids=["graph flag on a CPU plan", "an unknown flag"],
+)
+def test_header_flags_are_checked(fake_dir, runtime_lib, tmp_path, device, flags, status, words):
+    path = tmp_path / "flags.plk"
+    plan = cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, device=device)
+    path.write_bytes(with_flags(plan, flags))
+    proc = _run(fake_dir, runtime_lib, path, LOAD_ONLY)
+    code, _, message = proc.stdout.partition(" ")
+    assert proc.returncode == 0 and int(code) == status and words in message, proc.stdout + proc.stderr
+
+
+POOL = r"""
+import ctypes, sys
+import numpy as np
+from pipelink.modules.services import PipeLinkTensor
+
+runtime_path, plan_path = sys.argv[1], sys.argv[2]
+fake = ctypes.CDLL("libcuda.so.1")
+fake.fake_owns.argtypes = [ctypes.c_uint64]
+rt = ctypes.CDLL(runtime_path)
+rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+rt.pipeLinkExecute.argtypes = args + args[1:]
+rt.pipeLinkMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.pipeLinkFree.argtypes = [ctypes.c_void_p]
+rt.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+msg = lambda: rt.pipeLinkGetLastErrorMessage().decode()
+
+class Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("allocated", "peak", "cached", "live", "reused")] + [
+        ("allocator", ctypes.c_int32)]
+
+def stats():
+    s = Stats()
+    assert rt.pipeLinkGetMemoryPoolStats(ctypes.byref(s)) == 0
+    return s
+
+def malloc(n):
+    p = ctypes.c_void_p()
+    assert rt.pipeLinkMalloc(ctypes.byref(p), n) == 0, msg()
+    return p.value
+
+counts = (ctypes.c_int * 2)()
+def allocs():
+    fake.fake_alloc_counts(counts)
+    return counts[0], counts[1]  # cuMemAlloc, cuMemAllocAsync
+
+# A usable device: the default is ASYNC, and pipeLinkMalloc serves device memory.
+s0 = stats()
+assert s0.allocator == 0, s0.allocator
+before = allocs()
+p = malloc(1000)
+assert fake.fake_owns(p) and p % 256 == 0
+assert allocs() == (before[0], before[1] + 1)  # cuMemAllocAsync on the runtime's stream
+s1 = stats()
+assert s1.allocated == s0.allocated + 1024 and s1.live == s0.live + 1 and s1.peak >= s1.allocated
+# Freed: cached (still the device's), reused for the next request of its size class.
+assert rt.pipeLinkFree(p) == 0, msg()
+assert fake.fake_owns(p) and stats().cached == s0.cached + 1024
+assert rt.pipeLinkFree(p) == 2 and "not allocated by pipeLinkMalloc" in msg()
+q = malloc(900)
+assert q == p and stats().reused == s0.reused + 1 and allocs()[1] == before[1] + 1
+r = malloc(5000)  # another size class: a new block
+assert r != p and allocs()[1] == before[1] + 2
+for ptr in (q, r):
+    assert rt.pipeLinkFree(ptr) == 0
+# Clear: the cached device blocks go back to the driver.
+assert rt.pipeLinkClearMemoryPool() == 0
+assert not fake.fake_owns(p) and not fake.fake_owns(r) and stats().cached == 0
+
+# LEGACY: cuMemAlloc.
+assert rt.pipeLinkSetMemoryAllocator(1) == 0, msg()
+assert stats().allocator == 1
+before = allocs()
+p = malloc(300)
+assert fake.fake_owns(p) and allocs() == (before[0] + 1, before[1])
+assert rt.pipeLinkFree(p) == 0
+
+# HOST: the host pool (writable here), never the driver.
+assert rt.pipeLinkSetMemoryAllocator(2) == 0, msg()
+assert stats().allocator == 2
+before = allocs()
+h = malloc(4096)
+assert not fake.fake_owns(h) and allocs() == before
+ctypes.memset(h, 0, 4096)
+assert rt.pipeLinkFree(h) == 0
+assert rt.pipeLinkSetMemoryAllocator(7) == 2
+
+# A CPU plan handed device memory labelled CPU: a status, not a crash (the driver is open here).
+assert rt.pipeLinkInitialize() == 0
+handle = ctypes.c_void_p()
+assert rt.pipeLinkLoadPipeline(plan_path.encode(), ctypes.byref(handle)) == 0, msg()
+shapes = [(8, 1024), (1024,), (1024,), ()]
+keep = []
+def tensors(ptrs, shapes):
+    out = (PipeLinkTensor * len(ptrs))()
+    for t, ptr, shape in zip(out, ptrs, shapes):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        keep.append(dims)
+        t.data, t.ndim, t.shape = ptr, len(shape), dims
+        t.device.device_type, t.device.device_id = 1, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+    return out
+host = [np.ones(s, np.float32) for s in shapes]
+keep.extend(host)
+host_ins = tensors([a.ctypes.data for a in host], shapes)
+outs = tensors([None] * 3, [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, host_ins, 4, outs, 3) == 0, msg()
+for o in outs:
+    assert rt.pipeLinkFree(o.data) == 0
+assert rt.pipeLinkSetMemoryAllocator(0) == 0
+device = [malloc(max(a.nbytes, 1)) for a in host]
+ins = tensors([host[0].ctypes.data, device[1], host[2].ctypes.data, host[3].ctypes.data], shapes)
+outs = tensors([None] * 3, [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, ins, 4, outs, 3) == 2
+assert "input 1 ('gamma_tensor')" in msg() and "CUDA device memory" in msg(), msg()
+y = malloc(8 * 1024 * 4)
+outs = tensors([y, None, None], [(8, 1024), (8,), (8,)])
+assert rt.pipeLinkExecute(handle, host_ins, 4, outs, 3) == 2 and "output 0" in msg(), msg()
+for ptr in device + [y]:
+    assert rt.pipeLinkFree(ptr) == 0
+assert rt.pipeLinkFinalize() == 0  # the last Finalize empties the cache: device blocks freed
+assert not fake.fake_owns(y)
+print("OK")
+"""
+
+
+def test_pipelinkmalloc_serves_device_memory_from_a_cached_pool(fake_dir, runtime_lib, plans):
+    # The fake driver has a device: the default allocator is ASYNC; LEGACY and HOST on request; a CPU plan
+    # refuses device memory labelled CPU.
+    proc = _run(fake_dir, runtime_lib, plans / "ln.plk", POOL)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr

@@ -377,3 +377,175 @@ def test_run_through_the_core_matches_the_python_executor(runtime_lib, name, dty
             torch.cuda.current_stream().synchronize()
             for k in want:
                 assert_close(outs[k].float().cpu().numpy(), want[k].cpu().numpy(), dtype, what=k)
+
+
+def _relu_chain(n: int = 20) -> dict:
+    names = ["x"] + [f"h{i}" for i in range(1, n)] + ["y"]
+    return {
+        "name": "relu_chain",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": f"r{i}", "inputs": [names[i]], "outputs": [names[i + 1]]} for i in range(n)
+        ],
+    }
+
+
+@pytest.mark.parametrize("name", ["mlp", "relu_chain"])
+def test_cuda_graph_plans_replay_what_eager_plans_compute(core, tmp_path, name):
+    # The plan's cuda_graph flag: each context runs eagerly once, then captures, then replays; a new
+    # pointer set is a miss (re-captured), more than 8 evict the least recently used. Same results as the
+    # eager plan of the same pipeline, for every input set, through Execute and ExecuteAsync.
+    if name == "mlp":
+        doc, spec = _case("mlp", "float32")
+    else:
+        doc, spec = _relu_chain(), {"x": ((64, 1024), 1.0, 0.0)}
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda")
+    eager = core.load(pipe.save(tmp_path / f"{name}_eager.plk", cuda_graph=False))
+    graph = core.load(pipe.save(tmp_path / f"{name}_graph.plk", cuda_graph=True))
+    stream = torch.cuda.Stream()
+    try:
+        sets = [_inputs(spec, "float32", seed=20 + k) for k in range(11)]
+        for rnd in range(3):  # 11 input sets (past the cache of 8) three times: hits, misses, evictions
+            for k, ins in enumerate(sets):
+                ref = _python_run(pipe, spec, ins)
+                want = _poisoned(ref, "float32")
+                y = _poisoned(ref, "float32")
+                torch.cuda.synchronize()
+                assert core.execute(eager, ins, [want]) == 0, core.message()
+                async_run = k % 2 == 1
+                rc = core.execute(graph, ins, [y], stream=stream.cuda_stream if async_run else None)
+                assert rc == 0 and core.message() == "", core.message()  # captured, not degraded
+                stream.synchronize()
+                got = y.cpu().numpy()
+                assert np.array_equal(got, want.cpu().numpy()), f"{name} set {k} round {rnd}: graph != eager"
+                assert_close(got, ref, "float32", f"{name} set {k} round {rnd}")
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(graph) == 0
+        assert core.lib.pipeLinkDestroyPipeline(eager) == 0
+
+
+def test_cuda_graph_plan_from_eight_threads(core, tmp_path):
+    pipe, _, spec = _compiled(tmp_path, "mlp", "float32")
+    h = core.load(pipe.save(tmp_path / "mlp_graph.plk", cuda_graph=True))
+    work = []
+    for k in range(8):
+        ins = _inputs(spec, "float32", seed=200 + k)
+        work.append((ins, _python_run(pipe, spec, ins)))
+    torch.cuda.synchronize()
+    failures: list[str] = []
+
+    def worker(k: int) -> None:
+        ins, ref = work[k]
+        stream = torch.cuda.Stream()
+        outs = [_poisoned(ref, "float32") for _ in range(3)]  # three output pointers, reused
+        for run in range(30):
+            y = outs[run % 3]
+            y.fill_(float("nan"))
+            torch.cuda.current_stream().synchronize()
+            rc = core.execute(h, ins, [y], stream=stream.cuda_stream)
+            message = core.message()
+            stream.synchronize()
+            if rc != 0 or message or not np.allclose(y.cpu().numpy(), ref, rtol=1e-4, atol=1e-4):
+                failures.append(f"thread {k} run {run}: rc {rc} {message}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert core.lib.pipeLinkDestroyPipeline(h) == 0
+    assert not failures, failures[:4]
+
+
+class _PoolStats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("allocated", "peak", "cached", "live", "reused")] + [
+        ("allocator", ctypes.c_int32)
+    ]
+
+
+@pytest.mark.parametrize("allocator", [0, 1], ids=["async", "legacy"])
+def test_pipelinkmalloc_device_blocks_feed_a_cuda_plan(core, tmp_path, allocator):
+    # pipeLinkMalloc serves device memory (the default on a GPU host is ASYNC): a block used as a plan's
+    # input and output, cached when freed, reused, released by pipeLinkClearMemoryPool.
+    lib = core.lib
+    lib.pipeLinkMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    pipe, plan, spec = _compiled(tmp_path, "relu_gelu", "float32")
+    h = core.load(plan)
+    stats = _PoolStats()
+    try:
+        assert lib.pipeLinkSetMemoryAllocator(allocator) == 0, core.message()
+        (x,) = _inputs(spec, "float32", seed=13)
+        ref = _python_run(pipe, spec, [x])
+        nbytes = x.numel() * 4
+        bx, by = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(bx), nbytes) == 0, core.message()
+        assert lib.pipeLinkMalloc(ctypes.byref(by), nbytes) == 0, core.message()
+        assert lib.pipeLinkGetMemoryPoolStats(ctypes.byref(stats)) == 0 and stats.allocator == allocator
+        torch.cuda.synchronize()
+        _copy_device(bx.value, x.data_ptr(), nbytes)
+        poison = torch.full_like(x, float("nan"))
+        _copy_device(by.value, poison.data_ptr(), nbytes)
+        keep: list = []
+        ins, outs = core.tensors([x], keep), core.tensors([x], keep)
+        ins[0].data, outs[0].data = bx.value, by.value
+        assert lib.pipeLinkExecute(h, ins, 1, outs, 1) == 0, core.message()
+        got = torch.empty_like(x)
+        _copy_device(got.data_ptr(), by.value, nbytes)
+        assert_close(got.cpu().numpy(), ref, "float32", f"pipeLinkMalloc blocks, allocator {allocator}")
+        assert lib.pipeLinkFree(by) == 0 and lib.pipeLinkFree(bx) == 0
+        again = ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(again), nbytes) == 0
+        assert again.value in (bx.value, by.value)  # the cached block of that size class, on this device
+        assert lib.pipeLinkFree(again) == 0
+        assert lib.pipeLinkClearMemoryPool() == 0
+        assert lib.pipeLinkGetMemoryPoolStats(ctypes.byref(stats)) == 0 and stats.cached == 0
+        # HOST: pipeLinkMalloc's memory is host memory, which a CUDA plan refuses.
+        assert lib.pipeLinkSetMemoryAllocator(2) == 0
+        hx = ctypes.c_void_p()
+        assert lib.pipeLinkMalloc(ctypes.byref(hx), nbytes) == 0
+        ins[0].data = hx.value
+        assert lib.pipeLinkExecute(h, ins, 1, outs, 1) == 2 and "not memory of cuda:0" in core.message()
+        assert lib.pipeLinkFree(hx) == 0
+    finally:
+        assert lib.pipeLinkSetMemoryAllocator(0) == 0
+        assert lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def test_a_module_that_synchronizes_turns_graph_mode_off_with_a_message(core, tmp_path):
+    # Its capture is invalidated: that run is eager and says so on a success status, every later run is
+    # eager with a clean message, and every result is right.
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    here = Path(__file__).parent / "modules"
+    lib = build_module([here / "sync_scale.cu", here / "sync_scale.desc.h"], tmp_path / "lib" / "libsync.so")
+    doc = {
+        "name": "sync_then_relu",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": "float32"}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "sync_scale", "library": str(lib), "inputs": ["x"], "outputs": ["h"]},
+            {"name": "relu", "inputs": ["h"], "outputs": ["y"]},
+        ],
+    }
+    config = tmp_path / "sync_then_relu.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda", registry=OperatorRegistry())
+    h = core.load(pipe.save(tmp_path / "sync_then_relu.plk", cuda_graph=True))
+    try:
+        messages = []
+        for seed in range(4):
+            x = torch.randn((64, 1024), device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+            y = torch.full_like(x, float("nan"))
+            torch.cuda.synchronize()
+            assert core.execute(h, [x], [y]) == 0, core.message()
+            messages.append(core.message())
+            assert torch.equal(y, torch.relu(2 * x)), f"run {seed}"
+        assert messages[0] == ""  # the warm-up, eager
+        assert "run degraded: cuda_graph: capturing pipeline 'sync_then_relu' failed" in messages[1], messages
+        assert messages[2:] == ["", ""], messages
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0

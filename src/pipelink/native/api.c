@@ -149,7 +149,7 @@ static uint64_t le64(const uint8_t* p) { return (uint64_t)le32(p) | (uint64_t)le
 
 /* Check the envelope (docs/plan-format.md): magic, version, device, size, checksum. */
 static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* path, uint32_t* version_out,
-                                     int32_t* device_type, int32_t* device_id) {
+                                     int32_t* device_type, int32_t* device_id, uint32_t* flags) {
     if (n < 8 || memcmp(b, PLK_MAGIC, 8) != 0)
         return plk_fail(PIPELINK_ERR_INVALID_CONFIG, "%s is not a PipeLink plan (no PLKPLAN magic); write one with "
                         "`pipelink compile CONFIG -o model.plk`", path);
@@ -163,7 +163,8 @@ static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* pat
     *version_out = version;
     if (header != PLK_HEADER_SIZE)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: header size %u, expected %u", path, header, PLK_HEADER_SIZE);
-    *device_type = (int32_t)le32(b + 16), *device_id = (int32_t)le32(b + 20);
+    /* Offset 20: u16 device id, u16 flags (an i32 device id before flags existed: the same bytes when 0). */
+    *device_type = (int32_t)le32(b + 16), *device_id = (int32_t)(le32(b + 20) & 0xffffu), *flags = le32(b + 20) >> 16;
     uint64_t payload = le64(b + 24);
     if (payload != n - PLK_HEADER_SIZE)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is truncated or padded: its header announces %llu payload "
@@ -178,6 +179,11 @@ static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* pat
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s names CUDA device %d", path, *device_id);
     if (*device_type != PIPELINK_DEVICE_CPU && *device_type != PIPELINK_DEVICE_CUDA)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s names device type %d, which is not a PipeLink device", path, *device_type);
+    if (*flags & ~PLK_FLAGS_KNOWN)
+        return plk_fail(PIPELINK_ERR_VERSION_MISMATCH, "plan %s has header flags 0x%x this runtime does not know; "
+                        "recompile it with the PipeLink that ships this runtime", path, *flags);
+    if ((*flags & PLK_FLAG_CUDA_GRAPH) && *device_type != PIPELINK_DEVICE_CUDA)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: the cuda_graph flag is set on a CPU plan", path);
     return PIPELINK_SUCCESS;
 }
 
@@ -245,10 +251,11 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     if (st) return st;
     Pipeline* p = calloc(1, sizeof *p);
     int32_t device_type = 0, device_id = 0;
-    uint32_t version = 0;
-    st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id)
+    uint32_t version = 0, flags = 0;
+    st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id, &flags)
            : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
     if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
+    if (!st) p->plan.flags = flags;
     free(bytes);
     if (st) { free(p); return st; }
     /* Libraries resolve against the plan's folder (the writer stored them relative to it). */

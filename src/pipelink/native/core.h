@@ -16,6 +16,9 @@
 #define PLK_HEADER_SIZE 64u
 #define PLK_MAX_NDIM 32
 #define PLK_MAX_COUNT (1u << 20) /* any count in a plan: tensors, stages, attrs, ... */
+#define PLK_FLAG_CUDA_GRAPH 1u    /* header flags: CUDA plans run as CUDA graphs captured by the core */
+#define PLK_FLAGS_KNOWN PLK_FLAG_CUDA_GRAPH
+#define PLK_GRAPH_CACHE 8         /* instantiated graphs per execution context, keyed by external pointers */
 
 enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1 };
 enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3 };
@@ -154,6 +157,7 @@ typedef struct Plan {
     uint32_t* align; /* per tensor: the byte alignment its kernels assume (CUDA plans) */
     void* cuda_context; /* CUcontext: the device's primary context, retained while loaded */
     uint64_t workspace_bytes; /* the largest cuBLASLt workspace a stage needs */
+    uint32_t flags;           /* PLK_FLAG_*, from the header (docs/plan-format.md) */
 } Plan;
 
 /* Per stage and execution context: the tensor arrays handed to the module, its services and state. */
@@ -184,6 +188,15 @@ typedef struct ExecContext {
     uint64_t workspace;
     uint64_t** kernel_values; /* per kernel stage: parameter values; kernel_ptrs points at them */
     void*** kernel_ptrs;
+    /* CUDA plans with PLK_FLAG_CUDA_GRAPH (cuda.c): an LRU cache of graphs this context captured */
+    struct {
+        uint64_t* key; /* the external pointers (inputs, then outputs) the graph bakes in */
+        void* exec;    /* CUgraphExec; NULL: empty */
+        uint64_t used; /* graph_clock at its last launch */
+    } graphs[PLK_GRAPH_CACHE];
+    uint64_t* graph_key; /* this run's external pointers (the keys live in the same block) */
+    uint64_t graph_clock;
+    uint64_t graph_runs; /* runs of this context in graph mode: the first is eager (warm-up) */
 } ExecContext;
 
 typedef struct Pipeline {
@@ -195,6 +208,7 @@ typedef struct Pipeline {
     ExecContext* all_contexts[64]; /* every context made, to free them; more than 64 concurrent runs
                                       get a context of their own that is freed after the run */
     int32_t n_contexts;
+    _Atomic int graph_off; /* PLK_FLAG_CUDA_GRAPH plans: a capture failed, every run is eager from then on */
 } Pipeline;
 
 /* errors.c */
@@ -237,11 +251,19 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
                                 int async); /* async: on `stream`, no wait; else on the context's stream, waited for */
 int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
+int plk_cuda_usable(void);                   /* the driver opens and has a device (opens it once; no message) */
+const char* plk_cuda_unusable_reason(void);  /* why not, when it is not */
+/* pipeLinkMalloc's device: the current context's, else device 0's (its primary context, retained once). */
+PipeLinkStatus plk_cuda_pool_device(int32_t* device);
+PipeLinkStatus plk_cuda_pool_alloc(int32_t device, uint64_t size, int legacy, void** ptr);
+/* Whether the driver is open and says `ptr` is device (not managed) memory; never opens the driver. */
+int plk_cuda_is_device_memory(const void* ptr);
 
 /* pool.c */
 void plk_pool_clear(void);
 int plk_pool_release(void* ptr); /* pipeLinkFree without touching the message: 0, or -1 if unknown */
 int plk_pool_track_device(void* ptr, uint64_t size); /* a device block the runtime allocated; 0 when tracked */
-int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator: how device outputs are allocated */
+int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator in effect (default chosen on first use) */
+PipeLinkStatus plk_pool_malloc_host(void** ptr, size_t nbytes); /* a host block whatever the allocator */
 
 #endif /* PIPELINK_CORE_H_ */

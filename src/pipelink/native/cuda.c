@@ -21,16 +21,22 @@ typedef void* CUevent;
 typedef void* CUcontext;
 typedef void* CUmodule;
 typedef void* CUfunction;
+typedef void* CUgraph;
+typedef void* CUgraphExec;
 
 enum {
     CU_ATTR_CC_MAJOR = 75,
     CU_ATTR_CC_MINOR = 76,
     CU_POINTER_CONTEXT = 1,
+    CU_POINTER_MEMORY_TYPE = 2,
+    CU_POINTER_IS_MANAGED = 8,
+    CU_MEMORYTYPE_DEVICE = 2,
     CU_POINTER_DEVICE_ORDINAL = 9,
     CU_STREAM_NON_BLOCKING = 1,
     CU_EVENT_DISABLE_TIMING = 2,
     CU_ERROR_NOT_READY = 600,
     CU_CAPTURE_ACTIVE = 1,
+    CU_CAPTURE_MODE_THREAD_LOCAL = 1,
 };
 
 /* The driver functions the core uses, resolved through cuGetProcAddress for CUDA 12.0's ABI. */
@@ -45,6 +51,7 @@ static struct Driver {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*CtxPushCurrent)(CUcontext);
     CUresult (*CtxPopCurrent)(CUcontext*);
+    CUresult (*CtxGetDevice)(int*);
     CUresult (*ModuleLoadData)(CUmodule*, const void*);
     CUresult (*ModuleUnload)(CUmodule);
     CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -66,6 +73,14 @@ static struct Driver {
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr);
     CUresult (*GetErrorName)(CUresult, const char**);
+    /* CUDA graphs inside the core (plans with the cuda_graph flag) */
+    CUresult (*StreamBeginCapture)(CUstream, int);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph*);
+    CUresult (*GraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+    CUresult (*GraphExecUpdate)(CUgraphExec, CUgraph, void*); /* CUDA 12's: a CUgraphExecUpdateResultInfo* */
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*GraphDestroy)(CUgraph);
 } cu;
 
 /* cuBLASLt, same idea. Handles and descriptors are pointers; statuses ints (0 success). */
@@ -100,6 +115,7 @@ enum { LT_PREF_MAX_WORKSPACE = 1, LT_PREF_MIN_ALIGN_A = 5 }; /* A, B, C, D: 5, 6
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT, lt_once = PTHREAD_ONCE_INIT;
 static char driver_error[512], lt_error[1024];
+static _Atomic int driver_ready; /* set once `cu` is usable: read without opening the driver */
 
 static const char* cu_name(CUresult r) {
     const char* name = NULL;
@@ -128,11 +144,12 @@ static void open_driver(void) {
 #define F(n) {"cu" #n, offsetof(struct Driver, n)}
         F(Init), F(DeviceGet), F(DeviceGetCount), F(DeviceGetAttribute), F(DevicePrimaryCtxRetain),
         F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(CtxPushCurrent), F(CtxPopCurrent),
-        F(ModuleLoadData), F(ModuleUnload),
+        F(CtxGetDevice), F(ModuleLoadData), F(ModuleUnload),
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
         F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
-        F(GetErrorName),
+        F(GetErrorName), F(StreamBeginCapture), F(StreamEndCapture), F(GraphInstantiateWithFlags), F(GraphExecUpdate),
+        F(GraphLaunch), F(GraphExecDestroy), F(GraphDestroy),
 #undef F
     };
     struct Driver found;
@@ -154,6 +171,25 @@ static void open_driver(void) {
         return;
     }
     cu = found; /* published only whole: cu.Init != NULL means usable */
+    atomic_store(&driver_ready, 1);
+}
+
+int plk_cuda_usable(void) {
+    pthread_once(&driver_once, open_driver);
+    return cu.Init != NULL;
+}
+
+const char* plk_cuda_unusable_reason(void) {
+    pthread_once(&driver_once, open_driver);
+    return cu.Init != NULL ? "a CUDA device is usable" : driver_error;
+}
+
+int plk_cuda_is_device_memory(const void* ptr) {
+    if (!atomic_load(&driver_ready) || ptr == NULL) return 0;
+    unsigned int type = 0, managed = 0;
+    if (cu.PointerGetAttribute(&type, CU_POINTER_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)ptr) != 0) return 0; /* unknown: host */
+    if (type != CU_MEMORYTYPE_DEVICE) return 0;
+    return !(cu.PointerGetAttribute(&managed, CU_POINTER_IS_MANAGED, (CUdeviceptr)(uintptr_t)ptr) == 0 && managed);
 }
 
 static PipeLinkStatus need_driver(const char* what) {
@@ -338,6 +374,12 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
     }
     if ((r = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) return c->stream = NULL, cuda_fail(r, "cuStreamCreate", NULL);
     if ((r = cu.EventCreate(&c->done, CU_EVENT_DISABLE_TIMING)) != 0) return c->done = NULL, cuda_fail(r, "cuEventCreate", NULL);
+    if (plan->flags & PLK_FLAG_CUDA_GRAPH) { /* the graph cache's keys and this run's, in one block */
+        const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs + 1;
+        if ((c->graph_key = calloc(n * (PLK_GRAPH_CACHE + 1), sizeof(uint64_t))) == NULL)
+            return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context's graph cache");
+        for (int g = 0; g < PLK_GRAPH_CACHE; ++g) c->graphs[g].key = c->graph_key + n * (size_t)(g + 1);
+    }
     for (int32_t i = 0; i < plan->n_stages; ++i) {
         const Stage* s = &plan->stages[i];
         if (s->kind == PLK_STAGE_KERNEL) {
@@ -368,6 +410,9 @@ void plk_cuda_context_free(const Plan* plan, ExecContext* c) {
     if (plan->cuda_context == NULL || bind_context(plan) != PIPELINK_SUCCESS) return;
     if (c->done) cu.EventSynchronize(c->done), cu.EventDestroy(c->done); /* its last run may still be queued */
     if (c->stream) cu.StreamSynchronize(c->stream), cu.StreamDestroy(c->stream);
+    for (int g = 0; g < PLK_GRAPH_CACHE; ++g)
+        if (c->graphs[g].exec) cu.GraphExecDestroy(c->graphs[g].exec), c->graphs[g].exec = NULL;
+    free(c->graph_key);
     if (c->device_arena) cu.MemFree(c->device_arena);
     if (c->workspace) cu.MemFree(c->workspace);
     for (int32_t i = 0; i < plan->n_stages; ++i) {
@@ -456,6 +501,87 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stre
     return st;
 }
 
+/* ---- CUDA graphs inside the core (plans with the cuda_graph flag; docs/native-core.md) ----
+ *
+ * A context's first run is eager (the warm-up: cuBLASLt and modules load what they need, the cuBLAS handle
+ * of its stream is made). From its second run, the stages are captured once on the context's own stream
+ * (thread-local mode: other threads' allocations do not break it) and instantiated; later runs with the same
+ * external pointers launch the graph on the run's stream. Up to PLK_GRAPH_CACHE graphs per context, keyed by
+ * the inputs' and outputs' pointers; a miss re-captures and updates the least recently used graph in place
+ * (cuGraphExecUpdate), instantiating anew only when the update is refused. A capture that fails (a module
+ * that synchronizes or allocates, a launch refused during capture) turns graph mode off for the pipeline:
+ * that run and all later ones are eager, and that run's message says why (on a success status). */
+
+static void graph_give_up(Pipeline* p, char* why, size_t cap, const char* what, const char* detail) {
+    atomic_store(&p->graph_off, 1);
+    snprintf(why, cap, "cuda_graph: capturing pipeline '%s' failed (%s: %s); it runs eagerly from now on (a "
+             "module that synchronizes or allocates inside its compute cannot be captured)", p->plan.name, what, detail);
+}
+
+/* Capture the stages on the context's stream into graph slot `g` (replacing what it held). Returns nonzero
+ * when the capture failed and graph mode was turned off (`why` says why); nothing was run then. */
+static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size_t n, char* why, size_t cap) {
+    const Plan* plan = &p->plan;
+    CUstream cs = c->stream;
+    CUgraph graph = NULL;
+    for (int32_t i = 0; i < plan->n_stages; ++i) /* modules ask for the stream's cuBLAS handle: made outside */
+        if (plan->stages[i].kind == PLK_STAGE_CALL) {
+            pipeLinkGetCublasHandle(cs); /* without cuBLAS a module gets NULL, in capture or not */
+            break;
+        }
+    CUresult r = cu.StreamBeginCapture(cs, CU_CAPTURE_MODE_THREAD_LOCAL);
+    if (r) return graph_give_up(p, why, cap, "cuStreamBeginCapture", cu_name(r)), 1;
+    PipeLinkStatus st = run_stages(plan, c, cs);
+    char stage_error[512];
+    snprintf(stage_error, sizeof stage_error, "%s", st ? pipeLinkGetLastErrorMessage() : "");
+    r = cu.StreamEndCapture(cs, &graph); /* always: the stream leaves capture mode whatever happened */
+    if (st || r || graph == NULL) {
+        if (graph) cu.GraphDestroy(graph);
+        graph_give_up(p, why, cap, st ? "a stage during capture" : "cuStreamEndCapture", st ? stage_error : cu_name(r));
+        return 1;
+    }
+    if (c->graphs[g].exec) {
+        /* Its last launch (at the latest, this context's previous run) finishes before it changes: a miss
+         * waits for that run, a hit never does. */
+        uint64_t info[8] = {0}; /* CUgraphExecUpdateResultInfo (24 bytes), with room to spare */
+        cu.EventSynchronize(c->done);
+        if (cu.GraphExecUpdate(c->graphs[g].exec, graph, info) != 0) {
+            cu.GraphExecDestroy(c->graphs[g].exec);
+            c->graphs[g].exec = NULL;
+        }
+    }
+    if (c->graphs[g].exec == NULL && (r = cu.GraphInstantiateWithFlags(&c->graphs[g].exec, graph, 0)) != 0) {
+        c->graphs[g].exec = NULL;
+        cu.GraphDestroy(graph);
+        return graph_give_up(p, why, cap, "cuGraphInstantiate", cu_name(r)), 1;
+    }
+    cu.GraphDestroy(graph); /* the executable graph is independent of it */
+    memcpy(c->graphs[g].key, key, n * sizeof *key);
+    return 0;
+}
+
+/* The stages of one run in graph mode, on `run` (c->data holds this run's pointers). */
+static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char* why, size_t cap) {
+    const Plan* plan = &p->plan;
+    const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs;
+    if (c->graph_runs++ == 0) return run_stages(plan, c, run); /* the warm-up */
+    uint64_t* key = c->graph_key;
+    for (int32_t i = 0; i < plan->n_inputs; ++i) key[i] = (uint64_t)(uintptr_t)c->data[plan->inputs[i]];
+    for (int32_t i = 0; i < plan->n_outputs; ++i) key[plan->n_inputs + i] = (uint64_t)(uintptr_t)c->data[plan->outputs[i]];
+    int hit = -1, victim = 0;
+    for (int g = 0; g < PLK_GRAPH_CACHE && hit < 0; ++g) {
+        if (c->graphs[g].exec && memcmp(c->graphs[g].key, key, n * sizeof *key) == 0) hit = g;
+        else if (c->graphs[victim].exec && (!c->graphs[g].exec || c->graphs[g].used < c->graphs[victim].used)) victim = g;
+    }
+    if (hit < 0) {
+        if (capture(p, c, victim, key, n, why, cap)) return run_stages(plan, c, run);
+        hit = victim;
+    }
+    c->graphs[hit].used = ++c->graph_clock;
+    CUresult r = cu.GraphLaunch(c->graphs[hit].exec, run);
+    return r ? cuda_fail(r, "cuGraphLaunch", NULL) : PIPELINK_SUCCESS;
+}
+
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async) {
     const Plan* plan = &p->plan;
     PipeLinkStatus st = PIPELINK_SUCCESS;
@@ -516,7 +642,12 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         c->allocated[i] = 1;
         c->data[plan->outputs[i]] = (void*)(uintptr_t)mem;
     }
-    if (!st) st = run_stages(plan, c, run);
+    char degraded[768];
+    degraded[0] = '\0';
+    if (!st && (plan->flags & PLK_FLAG_CUDA_GRAPH) && !capturing && !atomic_load(&p->graph_off))
+        st = run_graph(p, c, run, degraded, sizeof degraded);
+    else if (!st)
+        st = run_stages(plan, c, run); /* inside the caller's capture: launches go into the caller's graph */
     /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
      * waits for it. */
     if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
@@ -537,19 +668,82 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         o->ndim = t->ndim, o->dtype = t->dtype, o->shape = t->shape, o->strides = NULL, o->byte_offset = 0;
     }
     if (!capturing) plk_give_context(p, c);
-    return st ? st : plk_ok();
+    if (st) return st;
+    plk_ok();
+    if (degraded[0]) plk_fail(PIPELINK_SUCCESS, "run degraded: %s", degraded); /* the message, on a success status */
+    return PIPELINK_SUCCESS;
 }
 
-/* A device block of a runtime-allocated output (pipeLinkFree), in its own context whatever the calling
- * thread's is. cuMemFree waits for work using it. */
+/* A device block the runtime allocated (pipeLinkFree, pipeLinkClearMemoryPool), in its own context whatever
+ * the calling thread's is: the context the driver names, else (stream-ordered memory may name none) the
+ * primary context of its device. cuMemFree waits for work using it. */
 int plk_cuda_free_device(uint64_t ptr) {
     CUcontext owner = NULL, popped = NULL;
+    int ordinal = -1, primary = 0;
     if (ptr == 0) return 0;
-    if (cu.MemFree == NULL || cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0) return -1;
-    if (cu.CtxPushCurrent(owner) != 0) return -1;
-    CUresult r = cu.MemFree((CUdeviceptr)ptr);
-    cu.CtxPopCurrent(&popped);
+    if (cu.MemFree == NULL) return -1;
+    if (cu.PointerGetAttribute(&owner, CU_POINTER_CONTEXT, (CUdeviceptr)ptr) != 0 || owner == NULL) {
+        int dev = 0;
+        if (cu.PointerGetAttribute(&ordinal, CU_POINTER_DEVICE_ORDINAL, (CUdeviceptr)ptr) != 0 ||
+            cu.DeviceGet(&dev, ordinal) != 0 || cu.DevicePrimaryCtxRetain(&owner, dev) != 0)
+            return -1;
+        primary = 1;
+    }
+    CUresult r = cu.CtxPushCurrent(owner);
+    if (r == 0) r = cu.MemFree((CUdeviceptr)ptr), cu.CtxPopCurrent(&popped);
+    if (primary) cu.DevicePrimaryCtxRelease(ordinal);
     return r == 0 ? 0 : -1;
+}
+
+/* ---- pipeLinkMalloc's device memory (pool.c caches the blocks) ---- */
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext pool_primary; /* device 0's primary context, retained once, for threads with no context */
+static struct { CUcontext context; CUstream stream; } pool_streams[64]; /* ASYNC: one stream per context */
+
+PipeLinkStatus plk_cuda_pool_device(int32_t* device) {
+    PipeLinkStatus st = need_driver("pipeLinkMalloc of device memory (PIPELINK_ALLOCATOR_ASYNC or _LEGACY)");
+    if (st) return st;
+    CUcontext current = NULL;
+    int dev = 0;
+    *device = 0;
+    if (cu.CtxGetCurrent(&current) != 0 || current == NULL) return PIPELINK_SUCCESS; /* device 0 */
+    CUresult r = cu.CtxGetDevice(&dev);
+    if (r) return cuda_fail(r, "pipeLinkMalloc: cuCtxGetDevice", NULL);
+    *device = dev;
+    return PIPELINK_SUCCESS;
+}
+
+PipeLinkStatus plk_cuda_pool_alloc(int32_t device, uint64_t size, int legacy, void** ptr) {
+    CUcontext context = NULL, popped = NULL;
+    CUstream stream = NULL;
+    CUresult r = 0;
+    int pushed = 0;
+    pthread_mutex_lock(&pool_lock);
+    if (cu.CtxGetCurrent(&context) != 0 || context == NULL) {
+        int dev = 0;
+        if (pool_primary == NULL && (r = cu.DeviceGet(&dev, 0)) == 0 && (r = cu.DevicePrimaryCtxRetain(&pool_primary, dev)) != 0)
+            pool_primary = NULL;
+        if ((context = pool_primary) != NULL && (r = cu.CtxPushCurrent(context)) == 0) pushed = 1;
+    }
+    for (int i = 0; !r && !legacy && i < 64 && stream == NULL; ++i) {
+        if (pool_streams[i].context == context) stream = pool_streams[i].stream;
+        else if (pool_streams[i].context == NULL && (r = cu.StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) == 0)
+            pool_streams[i].context = context, pool_streams[i].stream = stream;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    CUdeviceptr mem = 0;
+    if (!r && legacy) r = cu.MemAlloc(&mem, (size_t)size);
+    else if (!r && stream == NULL) r = 2; /* CUDA_ERROR_OUT_OF_MEMORY: 64 contexts have a stream already */
+    else if (!r && (r = cu.MemAllocAsync(&mem, (size_t)size, stream)) == 0 && (r = cu.StreamSynchronize(stream)) != 0)
+        cu.MemFreeAsync(mem, stream), mem = 0;
+    if (pushed) cu.CtxPopCurrent(&popped);
+    if (r)
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkMalloc: %llu bytes of device memory on cuda:%d (%s, %s); "
+                        "pipeLinkClearMemoryPool returns cached blocks", (unsigned long long)size, device,
+                        legacy ? "cuMemAlloc" : "cuMemAllocAsync", cu_name(r));
+    *ptr = (void*)(uintptr_t)mem;
+    return PIPELINK_SUCCESS;
 }
 
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr) {

@@ -388,15 +388,27 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLin
     return PIPELINK_SUCCESS;
 }
 
+/* A device pointer labelled CPU would crash the module that reads it: refused when the driver is open (one
+ * cuPointerGetAttribute; nothing when it is not). */
+static PipeLinkStatus check_host_memory(const PipeLinkTensor* t, const PlanTensor* want, const char* role, int32_t index) {
+    if (!plk_cuda_is_device_memory((const char*)t->data + t->byte_offset)) return PIPELINK_SUCCESS;
+    return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s %d ('%s') at %p is CUDA device memory, but this CPU plan "
+                    "reads host memory; copy it to the host (or pipeLinkSetMemoryAllocator(PIPELINK_ALLOCATOR_HOST) "
+                    "before pipeLinkMalloc), or run a CUDA plan", role, index, want->name, t->data);
+}
+
 PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs) {
     const Plan* plan = &p->plan;
     PipeLinkStatus st;
     for (int32_t i = 0; i < plan->n_inputs; ++i)
-        if ((st = plk_check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]], PIPELINK_DEVICE_CPU)))
+        if ((st = plk_check_tensor(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i, plan->read_in_place[plan->inputs[i]], PIPELINK_DEVICE_CPU)) ||
+            (st = check_host_memory(&inputs[i], &plan->tensors[plan->inputs[i]], "input", i)))
             return st;
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (outputs[i].data == NULL) continue;
-        if ((st = plk_check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1, PIPELINK_DEVICE_CPU))) return st;
+        if ((st = plk_check_tensor(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i, 1, PIPELINK_DEVICE_CPU)) ||
+            (st = check_host_memory(&outputs[i], &plan->tensors[plan->outputs[i]], "output", i)))
+            return st;
     }
     if ((st = plk_check_overlaps(plan, inputs, outputs))) return st;
     st = PIPELINK_SUCCESS;
@@ -411,7 +423,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
         if (outputs[i].data == NULL) {
             void* mem = NULL;
-            if ((st = pipeLinkMalloc(&mem, t->nbytes ? (size_t)t->nbytes : 1))) break;
+            if ((st = plk_pool_malloc_host(&mem, t->nbytes ? (size_t)t->nbytes : 1))) break;
             allocated[i] = 1;
             c->data[plan->outputs[i]] = mem;
         } else {

@@ -43,6 +43,7 @@ MAGIC = b"PLKPLAN\0"
 FORMAT_VERSION = 2
 HEADER_SIZE = 64
 DEVICE_CPU, DEVICE_CUDA = 1, 2
+FLAG_CUDA_GRAPH = 1  # header flags (the high 16 bits of the device-id word): the core captures CUDA graphs
 STORAGE_EXTERNAL, STORAGE_ARENA = 0, 1
 STAGE_CALL, STAGE_RELAYOUT, STAGE_KERNEL, STAGE_MATMUL = 0, 1, 2, 3
 ON_ERROR = {"fail": 0, "identity": 1, "skip": 2, "fallback": 3}
@@ -216,10 +217,17 @@ def _signature(pipe, shapes: Mapping[str, tuple] | None, contiguous: bool) -> tu
     return tuple(sig)
 
 
-def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> bytes:
+def plan_bytes(
+    pipe, path: Path, shapes: Mapping[str, tuple] | None = None, *, cuda_graph: bool = False
+) -> bytes:
     """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
     backend = pipe._backend
     cuda = backend.info.kind == "cuda"  # the plan's device (DLPack device type), not a capability question
+    if cuda_graph and not cuda:
+        raise InvalidArgumentError(
+            f"cuda_graph: pipeline {pipe.name!r} is loaded on {pipe.device}, and CUDA graphs apply to CUDA "
+            "plans only: compile for cuda[:N] or drop --cuda-graph"
+        )
     if not cuda and not backend.capabilities.host_access:
         raise HardwareUnsupportedError(
             f"pipeline {pipe.name!r} is loaded on {pipe.device}; the native core runs CPU and CUDA plans: "
@@ -238,7 +246,7 @@ def plan_bytes(pipe, path: Path, shapes: Mapping[str, tuple] | None = None) -> b
     # outputs as external tensors, so a view of an input stays a copying stage (one device copy in the plan).
     plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena")
     try:
-        return _serialise(pipe, plan, path, tuned, cuda)
+        return _serialise(pipe, plan, path, tuned, cuda, FLAG_CUDA_GRAPH if cuda_graph else 0)
     finally:
         plan.release()
 
@@ -317,7 +325,9 @@ def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
         p.u32(align)
 
 
-def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], cuda: bool) -> bytes:
+def _serialise(
+    pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], cuda: bool, flags: int = 0
+) -> bytes:
     graph, registry = pipe.graph, pipe._registry
     tensors: list[tuple[str, str, tuple, int, int]] = []  # name, dtype, shape, storage, offset
     index: dict[str, int] = {}
@@ -429,6 +439,7 @@ def _serialise(pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], c
             n_stages=n_stages,
             stages=stages.bytes(),
             device=(DEVICE_CUDA, pipe._backend.info.index) if cuda else (DEVICE_CPU, 0),
+            flags=flags,
         )
     )
 
@@ -449,6 +460,7 @@ class PlanParts:
     n_stages: int
     stages: bytes
     device: tuple[int, int]  # DLPack device type, id
+    flags: int = 0  # FLAG_*: the high 16 bits of the header's device-id word
 
 
 def assemble(parts: PlanParts) -> bytes:
@@ -480,11 +492,16 @@ def assemble(parts: PlanParts) -> bytes:
     p.u32(parts.n_stages)
     p.raw(parts.stages)
     payload = p.bytes()
-    header = MAGIC + struct.pack("<IIiiQ", FORMAT_VERSION, HEADER_SIZE, *parts.device, len(payload))
+    device_type, device_id = parts.device
+    header = MAGIC + struct.pack(
+        "<IIiIQ", FORMAT_VERSION, HEADER_SIZE, device_type, device_id | parts.flags << 16, len(payload)
+    )
     return header + hashlib.sha256(payload).digest() + payload
 
 
-def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None = None) -> Path:
+def write_plan(
+    pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None = None, *, cuda_graph: bool = False
+) -> Path:
     """Compile ``pipe`` for the native core and write the plan to ``path`` (atomically).
 
     Parameters
@@ -492,6 +509,9 @@ def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None
     shapes : dict of name -> (shape, dtype), optional
         The input signature to compile for; by default the config's declared ``inputs``. A dtype of None
         takes the declared one.
+    cuda_graph : bool
+        Set the plan's ``cuda_graph`` flag: the core captures each execution context's launches into CUDA
+        graphs and replays them (docs/native-core.md). CUDA plans only.
 
     Raises
     ------
@@ -499,12 +519,12 @@ def write_plan(pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None
         A stage the native core cannot run (a built-in or Python operator, a legacy kernel, isolation
         'process'): the problem points at the stage.
     InvalidArgumentError
-        An input without a concrete shape and dtype.
+        An input without a concrete shape and dtype; ``cuda_graph`` for a pipeline not on CUDA.
     HardwareUnsupportedError
         The pipeline is loaded on a device without native plans.
     """
     out = Path(path)
-    data = plan_bytes(pipe, out, shapes)
+    data = plan_bytes(pipe, out, shapes, cuda_graph=cuda_graph)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, out)

@@ -61,18 +61,27 @@ typedef struct PipeLinkPipelineInfo {
     uint64_t arena_bytes; /* one arena of this size per execution context */
 } PipeLinkPipelineInfo;
 
-/* How the runtime allocates the device outputs of CUDA plans (data NULL): ASYNC (the default) with
- * cuMemAllocAsync on the run's stream, LEGACY with cuMemAlloc (synchronous). The host pool of pipeLinkMalloc
- * is the same for both. Inside a stream capture neither is used: pass preallocated outputs. The choice is
- * reported in PipeLinkPoolStats.allocator. */
+/* Where pipeLinkMalloc's memory comes from, and how the device outputs of CUDA plans (data NULL) are
+ * allocated:
+ *   ASYNC   device memory: pipeLinkMalloc with cuMemAllocAsync on a runtime stream (synchronized before it
+ *           returns); CUDA outputs with cuMemAllocAsync on the run's stream.
+ *   LEGACY  device memory: cuMemAlloc for both (synchronous).
+ *   HOST    host memory for pipeLinkMalloc (256-byte aligned); CUDA outputs as with ASYNC.
+ * Default: ASYNC when a CUDA device is usable (libcuda.so.1 opens and reports a device), else HOST; chosen on
+ * first use and reported in PipeLinkPoolStats.allocator. ASYNC or LEGACY without a usable device is
+ * PIPELINK_ERR_HARDWARE_UNSUPPORTED. Device memory comes from the calling thread's current CUDA context's
+ * device, else device 0 (its primary context). Inside a stream capture no allocator is used: pass
+ * preallocated outputs. A host program feeding a CPU plan sets HOST (or allocates its own host memory). */
 typedef enum PipeLinkAllocator {
     PIPELINK_ALLOCATOR_ASYNC = 0,
-    PIPELINK_ALLOCATOR_LEGACY = 1
+    PIPELINK_ALLOCATOR_LEGACY = 1,
+    PIPELINK_ALLOCATOR_HOST = 2
 } PipeLinkAllocator;
 
-/* The host memory pool of pipeLinkMalloc: blocks are rounded up to a power of two (at least 256 bytes);
- * a freed block is cached for the next request of its size class until pipeLinkClearMemoryPool. The
- * allocated counts include the device blocks of runtime-allocated CUDA outputs (not cached). */
+/* The memory pool of pipeLinkMalloc: blocks are rounded up to a power of two (at least 256 bytes); a freed
+ * block (host or device) is cached for the next request of its size class (and device) until
+ * pipeLinkClearMemoryPool. The allocated counts include the device blocks of runtime-allocated CUDA outputs
+ * (not cached). */
 typedef struct PipeLinkPoolStats {
     uint64_t allocated_bytes; /* live blocks, as rounded */
     uint64_t peak_bytes;      /* the most allocated_bytes ever was */
@@ -92,6 +101,8 @@ PIPELINK_API PipeLinkStatus pipeLinkFinalize(void);
 PIPELINK_API PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* out);
 /* Waits for executions of this pipeline in other threads, then frees it; the handle is dead afterwards. */
 PIPELINK_API PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h);
+/* The plan's inputs and outputs. Whether the plan runs as CUDA graphs (its cuda_graph flag, written by
+ * `pipelink compile --cuda-graph`) is not reported here: the struct has no spare field. */
 PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelineInfo* info);
 
 /* Run once; returns when the outputs are ready. Thread-safe: concurrent calls on one pipeline each take an
@@ -106,7 +117,11 @@ PIPELINK_API PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, Pi
  *          checked (contiguous only).
  * A stage that fails follows its on_error policy: identity and fallback degrade and the run succeeds;
  * skip leaves its outputs (and everything that reads them) missing: then PIPELINK_ERR_MODULE_CRASH is
- * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL. */
+ * returned, the message names the missing outputs, and a missing runtime-allocated output has data NULL.
+ * CUDA plans with the cuda_graph flag: each execution context runs eagerly once, then captures its stages
+ * into a CUDA graph per set of input/output pointers (up to 8, least recently used replaced) and replays it;
+ * a capture that fails turns graph mode off for the pipeline, and that run succeeds with the message
+ * "PIPELINK_SUCCESS: run degraded: cuda_graph: ..." (docs/native-core.md). */
 PIPELINK_API PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                PipeLinkTensor* outputs, int32_t n_outputs);
 /* As pipeLinkExecute, ordered on `stream` (a CUstream/cudaStream_t) for CUDA plans: enqueues the run and
@@ -117,10 +132,13 @@ PIPELINK_API PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const Pipe
 PIPELINK_API PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                     PipeLinkTensor* outputs, int32_t n_outputs, void* stream);
 
-/* Host memory from the runtime's pool (256-byte aligned). pipeLinkFree also takes back the device blocks
- * of outputs a CUDA plan allocated; of a pointer the runtime did not hand out (or already took back) it is
+/* Memory from the runtime's pool (256-byte aligned): device or host memory as the allocator says (see
+ * PipeLinkAllocator). pipeLinkFree takes back pool blocks (cached) and the device blocks of outputs a CUDA
+ * plan allocated (freed); of a pointer the runtime did not hand out (or already took back) it is
  * PIPELINK_ERR_INVALID_ARGUMENT, never a crash; pipeLinkFree(NULL) is a no-op. The stats count host and
- * device blocks. */
+ * device blocks. A freed device block is handed out again at once (no stream ordering, unlike cudaFree, which
+ * waits): free it once the work using it is complete. A CPU plan handed device memory (labelled CPU) refuses it with PIPELINK_ERR_INVALID_ARGUMENT
+ * when the CUDA driver is open in the process. */
 PIPELINK_API PipeLinkStatus pipeLinkMalloc(void** ptr, size_t nbytes);
 PIPELINK_API PipeLinkStatus pipeLinkFree(void* ptr);
 PIPELINK_API PipeLinkStatus pipeLinkGetMemoryPoolStats(PipeLinkPoolStats* stats);
