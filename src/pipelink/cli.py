@@ -368,15 +368,20 @@ def compile(
         list[str] | None,
         typer.Option(help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input)"),
     ] = None,
+    max_constant_bytes: Annotated[
+        int | None,
+        typer.Option(help="the most bytes of bound weights (a weights file) the plan embeds; default 2 GiB"),
+    ] = None,
 ) -> None:
     """Compile a config into a plan the native core runs (pipeLinkLoadPipeline)."""
-    from .runtime.planfile import parse_shape
+    from .runtime.planfile import MAX_CONSTANT_BYTES, parse_shape
 
     shapes = dict(parse_shape(s) for s in shape or [])
+    limit = MAX_CONSTANT_BYTES if max_constant_bytes is None else max_constant_bytes
     pipe = _load(config, device)
     with pipe:
         try:
-            pipe.save(output, shapes=shapes)
+            pipe.save(output, shapes=shapes, max_constant_bytes=limit)
         except ConfigError as e:
             raise UsageFailure(e) from e
     console.print(f"plan written to {output}")

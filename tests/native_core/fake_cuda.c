@@ -6,7 +6,8 @@
  * cuLaunchKernel runs kernels by name on the host:
  *   fake_scale(const float* x, float* y, long long n, float alpha)   y = alpha * x
  *   fake_add(const float* a, const float* b, float* y, int n)        y = a + b
- * cuStreamIsCapturing answers what fake_set_capturing() last said; launches are counted (fake_launches()).
+ * cuStreamIsCapturing answers what fake_set_capturing() last said; launches are counted (fake_launches()), as are
+ * host-to-device copies (fake_htod_copies()) and live device blocks (fake_live_blocks()).
  * cuBLASLt: column-major fp32 D = alpha op(A) op(B) + beta C (+ the bias vector for epilogue BIAS = 4),
  * strided batches included; the heuristic always finds one algorithm needing no workspace. */
 #define _GNU_SOURCE
@@ -118,6 +119,18 @@ static int pointer_attribute(void* out, int attr, uint64_t ptr) {
     return 0;
 }
 static int error_name(int r, const char** s) { (void)r; *s = "CUDA_ERROR_FAKE"; return 0; }
+static int htod_copies;
+static int memcpy_htod(uint64_t dst, const void* src, size_t n) {
+    int known = 0;
+    pthread_mutex_lock(&lock);
+    for (Block* b = blocks; b && !known; b = b->next) known = dst >= b->lo && dst + n <= b->hi;
+    pthread_mutex_unlock(&lock);
+    if (!known) return 1; /* CUDA_ERROR_INVALID_VALUE: not inside one device block */
+    memcpy((void*)dst, src, n);
+    __atomic_add_fetch(&htod_copies, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+static int ctx_synchronize(void) { return 0; }
 
 EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_t flags, int* status) {
     (void)version, (void)flags;
@@ -133,6 +146,7 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
         {"cuMemAlloc", mem_alloc}, {"cuMemFree", mem_free}, {"cuMemAllocAsync", mem_alloc_async},
         {"cuMemFreeAsync", mem_free_async}, {"cuMemcpyDtoDAsync", memcpy_async},
         {"cuPointerGetAttribute", pointer_attribute}, {"cuGetErrorName", error_name},
+        {"cuMemcpyHtoD", memcpy_htod}, {"cuCtxSynchronize", ctx_synchronize},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
         if (strcmp(table[i].name, name) == 0) {
@@ -149,6 +163,14 @@ EXPORT int fake_mem_alloc(uint64_t* ptr, size_t n) { return mem_alloc(ptr, n); }
 EXPORT int fake_mem_free(uint64_t ptr) { return mem_free(ptr); }
 EXPORT void fake_set_capturing(int on) { capturing = on; }
 EXPORT int fake_launches(void) { return __atomic_load_n(&launches, __ATOMIC_SEQ_CST); }
+EXPORT int fake_htod_copies(void) { return __atomic_load_n(&htod_copies, __ATOMIC_SEQ_CST); }
+EXPORT int fake_live_blocks(void) {
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (Block* b = blocks; b; b = b->next) ++n;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
 #endif
 
 #ifdef FAKE_CUBLASLT

@@ -258,6 +258,7 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
     if (!st) st = plk_plan_open_libraries(&p->plan, dir[0] ? dir : "/");
     if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load(&p->plan);
+    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load_constants(&p->plan);
     p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
     p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
     if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");
