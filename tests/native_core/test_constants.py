@@ -32,7 +32,7 @@ from pipelink.runtime.planfile import (
     _Payload,
     assemble,
 )
-from tests.conftest import assert_close
+from tests.conftest import assert_close, rel_error
 
 from .conftest import bound_weights, host_env
 from .test_cuda_fake import FAKE_CUBIN, fake_dir  # noqa: F401 (a fixture)
@@ -506,7 +506,7 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
         torch.cuda.synchronize()
         plan = pipe.save(tmp_path / "onnx_mlp.plk")
     ref = np.maximum(x.cpu().numpy() @ init["w1"] + init["b1"], 0) @ init["w2"] + init["b2"]
-    np.testing.assert_allclose(want, ref, rtol=3e-3, atol=3e-3)  # tf32 products on the GPU
+    assert rel_error(want, ref) < 2e-3  # Python's run() is right (its products may round through tf32)
     lib = open_runtime()
     lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
     args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
