@@ -151,6 +151,19 @@ def test_an_onnx_model_on_the_cpu_is_refused_naming_a_builtin_stage(tmp_path):
         assert pipe.weights
         with pytest.raises(ConfigError, match="built-in NumPy operator"):
             pipe.save(tmp_path / "onnx.plk")
+    _onnx_cli_compile(model, tmp_path, "cpu", expect=2)  # a usage failure (the config's), saying why
+    assert not (tmp_path / "cli.plk").exists()
+
+
+def _onnx_cli_compile(model, tmp_path, device: str, expect: int = 0):
+    """``pipelink import`` then ``pipelink compile``: the plan's path."""
+    import onnx
+
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    assert main(["import", str(tmp_path / "model.onnx"), "-o", str(tmp_path / "imported")]) == 0
+    config = str(tmp_path / "imported" / "pipeline.json")
+    assert main(["compile", config, "-o", str(tmp_path / "cli.plk"), "--device", device]) == expect
+    return tmp_path / "cli.plk"
 
 
 # -- corrupt constants ---------------------------------------------------------------------------------
@@ -504,7 +517,7 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
         x = torch.randn(4, 32, device="cuda")
         want = np.asarray(next(iter(pipe.run(x=x).values())).numpy())
         torch.cuda.synchronize()
-        plan = pipe.save(tmp_path / "onnx_mlp.plk")
+        plans = [pipe.save(tmp_path / "onnx_mlp.plk"), _onnx_cli_compile(model, tmp_path, "cuda")]
     ref = np.maximum(x.cpu().numpy() @ init["w1"] + init["b1"], 0) @ init["w2"] + init["b2"]
     assert rel_error(want, ref) < 2e-3  # Python's run() is right (its products may round through tf32)
     lib = open_runtime()
@@ -514,10 +527,6 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
     lib.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
     lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
     assert lib.pipeLinkInitialize() == 0
-    handle = ctypes.c_void_p()
-    assert lib.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0, (
-        lib.pipeLinkGetLastErrorMessage()
-    )
     keep = []
 
     def tensors(items):
@@ -530,13 +539,17 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
             t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
         return out
 
-    try:
-        for _ in range(2):  # the constants were uploaded once; a second run reads them again
-            y = torch.full((4, 16), float("nan"), device="cuda")
-            torch.cuda.synchronize()
-            status = lib.pipeLinkExecute(handle, tensors([x]), 1, tensors([y]), 1)
-            assert status == 0, lib.pipeLinkGetLastErrorMessage()
-            assert_close(y.cpu().numpy(), want, "float32", "the ONNX model's plan through the C API")
-    finally:
-        assert lib.pipeLinkDestroyPipeline(handle) == 0
-        assert lib.pipeLinkFinalize() == 0
+    for plan in plans:  # Pipeline.save, and `pipelink import` + `pipelink compile --device cuda`
+        handle = ctypes.c_void_p()
+        status = lib.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle))
+        assert status == 0, lib.pipeLinkGetLastErrorMessage()
+        try:
+            for _ in range(2):  # the constants were uploaded once; a second run reads them again
+                y = torch.full((4, 16), float("nan"), device="cuda")
+                torch.cuda.synchronize()
+                status = lib.pipeLinkExecute(handle, tensors([x]), 1, tensors([y]), 1)
+                assert status == 0, lib.pipeLinkGetLastErrorMessage()
+                assert_close(y.cpu().numpy(), want, "float32", f"{plan.name} through the C API")
+        finally:
+            assert lib.pipeLinkDestroyPipeline(handle) == 0
+    assert lib.pipeLinkFinalize() == 0
