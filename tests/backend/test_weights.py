@@ -4,6 +4,7 @@ load; ``run()`` neither takes them nor imports them again."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +126,19 @@ def test_plan_files_take_bound_constants_and_refuse_only_what_the_core_cannot_ru
     pipe = pl.load(write(tmp_path, arrays), device="cpu")
     with pipe, pytest.raises(pl.ConfigError, match="built-in NumPy operator"):
         pipe.save(tmp_path / "p.plk")
+
+
+@pytest.mark.parametrize("how", ["file", "weights="])
+def test_a_0d_weight_stays_0d(tmp_path, rng, arrays, how):
+    # np.ascontiguousarray makes a 0-d array 1-d: a bound scalar must keep its declared shape [].
+    arrays = dict(arrays, b1=np.array(0.5, np.float32))
+    if how == "file":
+        pipe = pl.load(write(tmp_path, arrays), device="cpu")
+    else:
+        config = json.loads(Path(write(tmp_path, arrays)).read_text())
+        del config["weights"]
+        pipe = pl.load(config, device="cpu", weights=arrays)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    with pipe:
+        assert np.asarray(pipe._bound["b1"]).shape == ()
+        assert_close(np.asarray(pipe.run(x=x)["y"]), x @ arrays["w1"] + 0.5, "float32")
