@@ -18,7 +18,10 @@ import pytest
 
 import pipelink as pl
 from pipelink.cli import main
+from pipelink.dtypes import get_dtype
 from pipelink.errors import ConfigError, ErrorCode, InvalidArgumentError
+from pipelink.modules.services import PipeLinkTensor
+from pipelink.native import open_runtime
 from pipelink.runtime.planfile import (
     DEVICE_CUDA,
     HEADER_SIZE,
@@ -470,7 +473,32 @@ def test_fuzzed_cuda_plans_with_constants_are_statuses_never_crashes(c_api_test,
     assert "integrity" in proc.stdout
 
 
-# -- an ONNX model as a CUDA plan (GPU host) ---------------------------------------------------------------
+# -- CUDA plans with constants on a GPU host: an ONNX model, the MLP block ---------------------------------
+def _gpu_runtime():
+    """The C API through ctypes, initialized (open_runtime points it at the wheel's cuBLASLt)."""
+    lib = open_runtime()
+    lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
+    lib.pipeLinkExecute.argtypes = args + args[1:]
+    lib.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
+    lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+    assert lib.pipeLinkInitialize() == 0
+    return lib
+
+
+def _cuda_tensors(items: list, keep: list):
+    """Contiguous torch CUDA tensors -> a PipeLinkTensor array (``keep`` holds the shape arrays)."""
+    out = (PipeLinkTensor * len(items))()
+    for t, item in zip(out, items, strict=True):
+        dims = (ctypes.c_int64 * item.dim())(*item.shape)
+        keep.append(dims)
+        dt = get_dtype(str(item.dtype).removeprefix("torch."))
+        t.data, t.ndim, t.shape = item.data_ptr(), item.dim(), dims
+        t.device.device_type, t.device.device_id = DEVICE_CUDA, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = dt.dl_code, dt.bits, 1
+    return out
+
+
 def _onnx_mlp():
     """x[4, 32] -> MatMul(W1) + b1 -> Relu -> MatMul(W2) + b2 -> y[4, 16], weights as initializers."""
     from onnx import TensorProto, helper, numpy_helper
@@ -505,11 +533,6 @@ def _onnx_mlp():
 def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnx")
-    from pipelink.modules.services import PipeLinkTensor
-    from pipelink.native import open_runtime
-
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
     model, init = _onnx_mlp()
     pipe = pl.from_onnx(model, device="cuda")
     with pipe:
@@ -520,25 +543,8 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
         plans = [pipe.save(tmp_path / "onnx_mlp.plk"), _onnx_cli_compile(model, tmp_path, "cuda")]
     ref = np.maximum(x.cpu().numpy() @ init["w1"] + init["b1"], 0) @ init["w2"] + init["b2"]
     assert rel_error(want, ref) < 2e-3  # Python's run() is right (its products may round through tf32)
-    lib = open_runtime()
-    lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
-    lib.pipeLinkExecute.argtypes = args + args[1:]
-    lib.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
-    lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
-    assert lib.pipeLinkInitialize() == 0
-    keep = []
-
-    def tensors(items):
-        out = (PipeLinkTensor * len(items))()
-        for t, item in zip(out, items, strict=True):
-            dims = (ctypes.c_int64 * item.dim())(*item.shape)
-            keep.append(dims)
-            t.data, t.ndim, t.shape = item.data_ptr(), item.dim(), dims
-            t.device.device_type, t.device.device_id = DEVICE_CUDA, 0
-            t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
-        return out
-
+    lib = _gpu_runtime()
+    keep: list = []
     for plan in plans:  # Pipeline.save, and `pipelink import` + `pipelink compile --device cuda`
         handle = ctypes.c_void_p()
         status = lib.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle))
@@ -547,9 +553,53 @@ def test_an_onnx_model_runs_as_a_cuda_plan_from_the_c_api(tmp_path):
             for _ in range(2):  # the constants were uploaded once; a second run reads them again
                 y = torch.full((4, 16), float("nan"), device="cuda")
                 torch.cuda.synchronize()
-                status = lib.pipeLinkExecute(handle, tensors([x]), 1, tensors([y]), 1)
+                status = lib.pipeLinkExecute(handle, _cuda_tensors([x], keep), 1, _cuda_tensors([y], keep), 1)
                 assert status == 0, lib.pipeLinkGetLastErrorMessage()
                 assert_close(y.cpu().numpy(), want, "float32", f"{plan.name} through the C API")
         finally:
             assert lib.pipeLinkDestroyPipeline(handle) == 0
     assert lib.pipeLinkFinalize() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_mlp_block_with_bound_weights_runs_as_a_cuda_plan(tmp_path, dtype):
+    # The MLP plan of test_cuda_gpu.py (layer_norm, two cuBLASLt products with epilogues) with its six
+    # parameters bound: the caller passes x only; through the C API and through load(native=True).
+    torch = pytest.importorskip("torch")
+    from benchmarks import cases
+
+    case = cases.mlp(8, 1024, dtype)
+    rng = np.random.default_rng(31)
+    np_dtype = get_dtype(dtype).numpy
+    weights = {
+        n: (rng.standard_normal(shape) * scale + offset).astype(np.float32).astype(np_dtype)
+        for n, (shape, scale, offset) in case.inputs.items()
+        if n != "x"
+    }
+    tdt = getattr(torch, dtype)
+    x = torch.randn(8, 1024, device="cuda").to(tdt)
+    with pl.load(case.doc, device="cuda", weights=weights) as pipe:
+        assert pipe.inputs == ["x"]
+        want = np.asarray(pipe.run(x=x)["y"].numpy(), dtype=np.float32)
+        torch.cuda.synchronize()
+        plan = pipe.save(tmp_path / "mlp.plk")
+    with pl.load(case.doc, device="cuda", weights=weights, native=True) as nat:
+        got = nat.run(x=x)["y"]
+        torch.cuda.synchronize()
+        assert_close(np.asarray(got.numpy(), dtype=np.float32), want, dtype, "native=True with bound weights")
+    lib = _gpu_runtime()
+    keep: list = []
+    handle = ctypes.c_void_p()
+    status = lib.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle))
+    assert status == 0, lib.pipeLinkGetLastErrorMessage()
+    try:
+        for _ in range(2):
+            y = torch.full((8, 1024), float("nan"), dtype=tdt, device="cuda")
+            torch.cuda.synchronize()
+            status = lib.pipeLinkExecute(handle, _cuda_tensors([x], keep), 1, _cuda_tensors([y], keep), 1)
+            assert status == 0, lib.pipeLinkGetLastErrorMessage()
+            assert_close(y.float().cpu().numpy(), want, dtype, f"mlp {dtype} through the C API")
+    finally:
+        assert lib.pipeLinkDestroyPipeline(handle) == 0
+        assert lib.pipeLinkFinalize() == 0
