@@ -234,6 +234,20 @@ def _resign(data: bytearray) -> bytes:
     return bytes(data)
 
 
+CORRUPT = (
+    "a bit flipped in a constant (re-signed: only its sha256 tells)",
+    "a bit flipped in a constant (the plan's checksum tells)",
+    "a size that is not its tensor's dtype and shape",
+    "a constant naming an input tensor",
+    "one tensor given two constants",
+    "a constant naming no tensor",
+    "a constant tensor without its constant",
+    "constants in a version 2 plan",
+    "constant bytes cut short",
+    "a plan truncated inside its constants",
+)
+
+
 def _mutations(data: bytes) -> dict[str, bytes]:
     fields = _constant_fields(data)
     (ref, _, size, at, entry), (ref2, _, _, _, entry2) = fields[0], fields[1]
@@ -272,34 +286,19 @@ def _mutations(data: bytes) -> dict[str, bytes]:
         del b[at : at + 4]
 
     assert ref2 != ref
-    return {
-        "a bit flipped in a constant (re-signed: only its sha256 tells)": edit(flip),
-        "a bit flipped in a constant (the plan's checksum tells)": edit(flip, sign=False),
-        "a size that is not its tensor's dtype and shape": edit(size_field),
-        "a constant naming an input tensor": edit(to_input),
-        "one tensor given two constants": edit(twice),
-        "a constant naming no tensor": edit(out_of_range),
-        "a constant tensor without its constant": edit(drop_last),
-        "constants in a version 2 plan": edit(as_version_2),
-        "constant bytes cut short": edit(short_bytes),
-        "a plan truncated inside its constants": data[: at + size // 2],
-    }
-
-
-CORRUPT = sorted(
-    [
-        "a bit flipped in a constant (re-signed: only its sha256 tells)",
-        "a bit flipped in a constant (the plan's checksum tells)",
-        "a size that is not its tensor's dtype and shape",
-        "a constant naming an input tensor",
-        "one tensor given two constants",
-        "a constant naming no tensor",
-        "a constant tensor without its constant",
-        "constants in a version 2 plan",
-        "constant bytes cut short",
-        "a plan truncated inside its constants",
-    ]
-)
+    edits = (
+        edit(flip),
+        edit(flip, sign=False),
+        edit(size_field),
+        edit(to_input),
+        edit(twice),
+        edit(out_of_range),
+        edit(drop_last),
+        edit(as_version_2),
+        edit(short_bytes),
+        data[: at + size // 2],
+    )
+    return dict(zip(CORRUPT, edits, strict=True))
 
 
 @pytest.mark.parametrize("why", CORRUPT)
