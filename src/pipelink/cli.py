@@ -371,15 +371,20 @@ def compile(
     cuda_graph: Annotated[
         bool, typer.Option("--cuda-graph", help="the core captures and replays CUDA graphs (CUDA plans)")
     ] = False,
+    max_constant_bytes: Annotated[
+        int | None,
+        typer.Option(help="the most bytes of bound weights (a weights file) the plan embeds; default 2 GiB"),
+    ] = None,
 ) -> None:
     """Compile a config into a plan the native core runs (pipeLinkLoadPipeline)."""
-    from .runtime.planfile import parse_shape
+    from .runtime.planfile import MAX_CONSTANT_BYTES, parse_shape
 
     shapes = dict(parse_shape(s) for s in shape or [])
+    limit = MAX_CONSTANT_BYTES if max_constant_bytes is None else max_constant_bytes
     pipe = _load(config, device)
     with pipe:
         try:
-            pipe.save(output, shapes=shapes, cuda_graph=cuda_graph)
+            pipe.save(output, shapes=shapes, cuda_graph=cuda_graph, max_constant_bytes=limit)
         except ConfigError as e:
             raise UsageFailure(e) from e
     console.print(f"plan written to {output}")

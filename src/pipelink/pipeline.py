@@ -22,7 +22,6 @@ from .dtypes import get_dtype
 from .errors import (
     ConfigError,
     ErrorCode,
-    HardwareUnsupportedError,
     InvalidArgumentError,
     PipeLinkError,
     Problem,
@@ -44,7 +43,7 @@ from .runtime.external import check_capturable, check_outputs, import_outputs, p
 from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
 from .runtime.native_path import NativeRunner
 from .runtime.plan import ExecutionPlan
-from .runtime.planfile import write_plan
+from .runtime.planfile import MAX_CONSTANT_BYTES, write_plan
 from .runtime.report import LoadReport, RunReport
 from .tune.kernels import lookup_tuned
 from .tune.native import lookup_native
@@ -101,7 +100,7 @@ def _bound_arrays(doc: Any, base_dir: Path, weights: Mapping[str, Any] | None) -
         )
     arrays = {}
     for name, value in weights.items():
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value, order="C")  # C order; unlike ascontiguousarray, 0-d stays 0-d
         if array.dtype.hasobject:
             raise InvalidArgumentError(f"weights[{name!r}] holds Python objects; pass a numeric array")
         get_dtype(array.dtype)  # InvalidArgumentError for a dtype PipeLink lacks
@@ -187,8 +186,8 @@ def load(
     native : bool
         Run through the native core (``runtime/native_path.py``): each input signature is compiled into a
         plan that ``libpipelink_runtime`` runs with one C call per ``run()``. Inputs must be contiguous
-        tensors of the pipeline's device. Not with ``cuda_graph``, checked mode or bound weights; a stage
-        the core cannot run fails the first run, naming the stage.
+        tensors of the pipeline's device; bound weights are constants inside each plan. Not with
+        ``cuda_graph`` or checked mode; a stage the core cannot run fails the first run, naming the stage.
 
     Raises
     ------
@@ -731,9 +730,17 @@ class Pipeline:
 
     # -- compiled plans ----------------------------------------------------------------------------
     def save(
-        self, path: str | Path, *, shapes: Mapping[str, tuple] | None = None, cuda_graph: bool | None = None
+        self,
+        path: str | Path,
+        *,
+        shapes: Mapping[str, tuple] | None = None,
+        cuda_graph: bool | None = None,
+        max_constant_bytes: int = MAX_CONSTANT_BYTES,
     ) -> Path:
         """Write a compiled plan for the native core (``pipeLinkLoadPipeline``; docs/plan-format.md).
+
+        Bound weights (a weights file, ``load(weights=...)``) are embedded in the plan as constants that
+        the core loads once; the plan's inputs are the others (:attr:`inputs`).
 
         Parameters
         ----------
@@ -741,7 +748,9 @@ class Pipeline:
             The ``.plk`` file to write. Native module paths are stored relative to its folder.
         shapes : dict of name -> (shape, dtype), optional
             The input signature to compile for (default: the config's declared ``inputs``; a dtype of
-            None takes the declared one).
+            None takes the declared one). Bound weights keep their arrays' shapes.
+        max_constant_bytes : int
+            The most bytes of bound weights the plan may embed (default 2 GiB, at most 4 GiB).
         cuda_graph : bool, optional
             Set the plan's ``cuda_graph`` flag (the core replays captured CUDA graphs). Default: whether
             this pipeline runs in CUDA graph mode (:attr:`cuda_graph`). True for a pipeline not on CUDA is
@@ -751,32 +760,22 @@ class Pipeline:
         ------
         ConfigError
             A stage the native core cannot run (a built-in or Python operator, ...), pointing at it.
-        HardwareUnsupportedError
-            For a pipeline with bound constants (a weights file): the plan format cannot carry them yet.
+        InvalidArgumentError
+            Bound weights over ``max_constant_bytes``; an input without a concrete shape and dtype.
         """
-        if self._bound:
-            raise HardwareUnsupportedError(
-                f"pipeline {self.name!r} binds {', '.join(map(repr, self._bound))} from its weights file, "
-                "and .plk plans cannot carry bound constants yet: remove 'weights' from the config and "
-                "pass those arrays as inputs from the host"
-            )
         graph = self.cuda_graph if cuda_graph is None else bool(cuda_graph)
         with self._lock:
-            return write_plan(self, path, shapes, cuda_graph=graph)
+            return write_plan(self, path, shapes, cuda_graph=graph, max_constant_bytes=max_constant_bytes)
 
     # -- lifetime ----------------------------------------------------------------------------------
     def _native_runner(self, cuda_graph: bool) -> NativeRunner:
         """The native core's runner for ``load(native=True)``, refusing what it cannot honour."""
-        refused = {
-            "cuda_graph=True": cuda_graph,
-            "checked mode": self.checked,
-            "bound weights (a weights file)": bool(self._bound),
-        }
+        refused = {"cuda_graph=True": cuda_graph, "checked mode": self.checked}
         for what, on in refused.items():
             if on:
                 raise InvalidArgumentError(
                     f"pipeline {self.name!r}: native=True cannot run with {what} (the native core replays no "
-                    "CUDA graph, checks nothing and carries no bound constants yet); load with one of them"
+                    "CUDA graph and checks nothing); load with one of them"
                 )
         return NativeRunner(self)
 

@@ -4,6 +4,7 @@ load; ``run()`` neither takes them nor imports them again."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,7 +120,25 @@ def test_cuda_graph_replay_with_bound_weights(tmp_path, device, rng, arrays):
         assert_close(np.asarray(pipe.run(x=x)["y"].numpy()), x @ arrays["w1"] + arrays["b1"], "float32")
 
 
-def test_plan_file_refuses_bound_constants(tmp_path, arrays):
+def test_plan_files_take_bound_constants_and_refuse_only_what_the_core_cannot_run(tmp_path, arrays):
+    # Bound weights are constants inside a plan (tests/native_core/test_constants.py runs such plans);
+    # what a CPU plan of this pipeline refuses is its built-in NumPy stages, never its weights.
     pipe = pl.load(write(tmp_path, arrays), device="cpu")
-    with pytest.raises(pl.HardwareUnsupportedError, match="cannot carry bound constants"):
+    with pipe, pytest.raises(pl.ConfigError, match="built-in NumPy operator"):
         pipe.save(tmp_path / "p.plk")
+
+
+@pytest.mark.parametrize("how", ["file", "weights="])
+def test_a_0d_weight_stays_0d(tmp_path, rng, arrays, how):
+    # np.ascontiguousarray makes a 0-d array 1-d: a bound scalar must keep its declared shape [].
+    arrays = dict(arrays, b1=np.array(0.5, np.float32))
+    if how == "file":
+        pipe = pl.load(write(tmp_path, arrays), device="cpu")
+    else:
+        config = json.loads(Path(write(tmp_path, arrays)).read_text())
+        del config["weights"]
+        pipe = pl.load(config, device="cpu", weights=arrays)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    with pipe:
+        assert np.asarray(pipe._bound["b1"]).shape == ()
+        assert_close(np.asarray(pipe.run(x=x)["y"]), x @ arrays["w1"] + 0.5, "float32")

@@ -3,8 +3,8 @@
  *   c_api_test api DIR            every bad argument, the LayerNorm walkthrough, policies, threads
  *   c_api_test fuzz PLAN N SEED   N truncations and bit flips of a valid plan: a status, never a crash
  *
- * DIR holds what the pytest fixture prepared: ln.plk (the walkthrough with its C twin), ops.plk, skip.plk,
- * fail.plk, ln.json, tampered/ln.plk (its module changed after compiling) and moved/ (a plan without its
+ * DIR holds what the pytest fixture prepared: ln.plk (the walkthrough with its C twin), lnw.plk (the same with
+ * gamma and beta bound as constants), ops.plk, skip.plk, fail.plk, ln.json, tampered/ln.plk (its module changed after compiling) and moved/ (a plan without its
  * module). Prints one line per failed check and exits 1 if any failed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -79,10 +79,7 @@ typedef struct LNCase {
     double y[N * C], mean[N], rstd[N]; /* the reference: Welford's single pass, in double */
 } LNCase;
 
-static void ln_case(LNCase* k, unsigned seed) {
-    for (int i = 0; i < N * C; ++i) k->x[i] = frand(&seed) + 0.5f;
-    for (int j = 0; j < C; ++j) k->gamma[j] = frand(&seed), k->beta[j] = frand(&seed);
-    k->eps = 1e-5f;
+static void ln_reference(LNCase* k) {
     for (int i = 0; i < N; ++i) {
         double mean = 0, m2 = 0;
         for (int j = 0; j < C; ++j) {
@@ -93,6 +90,13 @@ static void ln_case(LNCase* k, unsigned seed) {
         k->mean[i] = mean, k->rstd[i] = 1.0 / sqrt(m2 / C + k->eps);
         for (int j = 0; j < C; ++j) k->y[i * C + j] = (k->x[i * C + j] - mean) * k->rstd[i] * k->gamma[j] + k->beta[j];
     }
+}
+
+static void ln_case(LNCase* k, unsigned seed) {
+    for (int i = 0; i < N * C; ++i) k->x[i] = frand(&seed) + 0.5f;
+    for (int j = 0; j < C; ++j) k->gamma[j] = frand(&seed), k->beta[j] = frand(&seed);
+    k->eps = 1e-5f;
+    ln_reference(k);
 }
 
 static int close_to(double got, double want) { return fabs(got - want) <= 1e-4 * fabs(want) + 1e-5; }
@@ -319,6 +323,37 @@ static void test_skip_and_fail(void) {
     EXPECT(pipeLinkExecute(skip, &in, 1, o, 3), PIPELINK_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- constants: lnw.plk is ln with gamma and beta bound by a weights file (conftest.py writes them as
+ * below); the caller passes only the real inputs, x and eps ---- */
+static void test_constants(void) {
+    static LNCase k;
+    ln_case(&k, 11);
+    for (int j = 0; j < C; ++j) k.gamma[j] = (float)(j % 7) * 0.25f - 0.5f, k.beta[j] = (float)(j % 5) * 0.125f - 0.25f;
+    ln_reference(&k);
+    PipeLinkPipelineHandle h = NULL;
+    EXPECT(pipeLinkLoadPipeline(path_of("lnw.plk"), &h), PIPELINK_SUCCESS);
+    PipeLinkPipelineInfo info;
+    EXPECT(pipeLinkGetPipelineInfo(h, &info), PIPELINK_SUCCESS);
+    CHECK(info.n_inputs == 2 && strcmp(info.inputs[0].name, "input_tensor") == 0 &&
+          strcmp(info.inputs[1].name, "eps_scalar") == 0 && info.n_outputs == 3, "only the real inputs are reported");
+    PipeLinkTensor in[2] = {tensor(k.x, 2, x_shape, PIPELINK_DL_FLOAT, 32), tensor(&k.eps, 0, NULL, PIPELINK_DL_FLOAT, 32)};
+    static float y[N * C], mean[N], rstd[N];
+    for (int run = 0; run < 2; ++run) { /* the second run reuses the context: the constants stay */
+        for (int i = 0; i < N * C; ++i) y[i] = NAN;
+        for (int i = 0; i < N; ++i) mean[i] = rstd[i] = NAN;
+        PipeLinkTensor out[3] = {tensor(y, 2, x_shape, PIPELINK_DL_FLOAT, 32), tensor(mean, 1, n_shape, PIPELINK_DL_FLOAT, 32),
+                                 tensor(rstd, 1, n_shape, PIPELINK_DL_FLOAT, 32)};
+        EXPECT(pipeLinkExecute(h, in, 2, out, 3), PIPELINK_SUCCESS);
+        CHECK(ln_matches(&k, y, mean, rstd), "the walkthrough with bound gamma and beta matches the C reference");
+    }
+    PipeLinkTensor four[4], out[3];
+    ln_inputs(&k, four);
+    memset(out, 0, sizeof out);
+    EXPECT(pipeLinkExecute(h, four, 4, out, 3), PIPELINK_ERR_INVALID_ARGUMENT); /* constants are no inputs */
+    CHECK(strstr(pipeLinkGetLastErrorMessage(), "takes 2 inputs") != NULL, "the message gives the count");
+    EXPECT(pipeLinkDestroyPipeline(h), PIPELINK_SUCCESS); /* corrupt constants: test_constants.py */
+}
+
 /* ---- plan files that must be refused ---- */
 static PipeLinkStatus load_bytes(const uint8_t* b, size_t n, const char* name) {
     const char* p = path_of(name);
@@ -342,7 +377,7 @@ static void test_bad_plans(void) {
     EXPECT(load_bytes((const uint8_t*)"hello, world\n", 13, "bad.plk"), PIPELINK_ERR_INVALID_CONFIG);
     EXPECT(load_bytes(plan, 40, "bad.plk"), PIPELINK_ERR_INTEGRITY);
     EXPECT(load_bytes(plan, n - 1, "bad.plk"), PIPELINK_ERR_INTEGRITY);
-    memcpy(b, plan, n), b[8] = 3;
+    memcpy(b, plan, n), b[8] = 4;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
     memcpy(b, plan, n), b[8] = 0;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
@@ -531,6 +566,7 @@ static int run_api(void) {
     test_destroy_while_running();
     test_policies();
     test_skip_and_fail();
+    test_constants();
     test_bad_plans();
     test_memory_and_hardware();
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipelink as pl
@@ -54,6 +55,23 @@ def layernorm_config(lib: str) -> dict:
         "beta_tensor": {"shape": [1024], "dtype": "float32"},
         "eps_scalar": {"shape": [], "dtype": "float32"},
     }
+    return cfg
+
+
+def bound_weights() -> dict[str, np.ndarray]:
+    """gamma and beta of the walkthrough as a weights file binds them in lnw.plk; exact in float32, so
+    c_api_test.c computes the same values."""
+    j = np.arange(1024)
+    return {
+        "gamma_tensor": ((j % 7) * 0.25 - 0.5).astype(np.float32),
+        "beta_tensor": ((j % 5) * 0.125 - 0.25).astype(np.float32),
+    }
+
+
+def layernorm_weights_config(lib: str, weights: str) -> dict:
+    """The walkthrough with gamma and beta bound by the weights file ``weights`` (constants in its plan)."""
+    cfg = layernorm_config(lib)
+    cfg["weights"] = weights
     return cfg
 
 
@@ -110,7 +128,12 @@ def plans(tmp_path_factory, runtime_lib) -> Path:
         out / "lib" / "liblayernorm_module.so",
     )
     build_module(HERE / "modules" / "core_ops.c", out / "lib" / "libcore_ops.so")
-    configs = {"ln": layernorm_config("lib/liblayernorm_module.so"), **ops_configs("lib/libcore_ops.so")}
+    np.savez(out / "lnw_weights.npz", **bound_weights())
+    configs = {
+        "ln": layernorm_config("lib/liblayernorm_module.so"),
+        "lnw": layernorm_weights_config("lib/liblayernorm_module.so", "lnw_weights.npz"),
+        **ops_configs("lib/libcore_ops.so"),
+    }
     for name, cfg in configs.items():
         (out / f"{name}.json").write_text(json.dumps(cfg, indent=1))
         with pl.load(out / f"{name}.json", device="cpu") as pipe:

@@ -15,6 +15,7 @@
  * an instantiated graph; cuGraphExecUpdate replaces its operations. fake_graph_counts() reports captures,
  * instantiations, updates, graph launches and live executable graphs; fake_fail_capture(k) makes the next k
  * captures end with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (a module that synchronized, say).
+ * Host-to-device copies are counted (fake_htod_copies()), as are live device blocks (fake_live_blocks()).
  * cuBLASLt: column-major fp32 D = alpha op(A) op(B) + beta C (+ the bias vector for epilogue BIAS = 4),
  * strided batches included; the heuristic always finds one algorithm needing no workspace. */
 #define _GNU_SOURCE
@@ -283,6 +284,18 @@ static int pointer_attribute(void* out, int attr, uint64_t ptr) {
 }
 static int ctx_get_device(int* dev) { *dev = 0; return current ? 0 : 201; /* CUDA_ERROR_INVALID_CONTEXT */ }
 static int error_name(int r, const char** s) { (void)r; *s = "CUDA_ERROR_FAKE"; return 0; }
+static int htod_copies;
+static int memcpy_htod(uint64_t dst, const void* src, size_t n) {
+    int known = 0;
+    pthread_mutex_lock(&lock);
+    for (Block* b = blocks; b && !known; b = b->next) known = dst >= b->lo && dst + n <= b->hi;
+    pthread_mutex_unlock(&lock);
+    if (!known) return 1; /* CUDA_ERROR_INVALID_VALUE: not inside one device block */
+    memcpy((void*)dst, src, n);
+    __atomic_add_fetch(&htod_copies, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+static int ctx_synchronize(void) { return 0; }
 
 EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_t flags, int* status) {
     (void)version, (void)flags;
@@ -301,6 +314,7 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
         {"cuStreamBeginCapture", begin_capture}, {"cuStreamEndCapture", end_capture},
         {"cuGraphInstantiateWithFlags", graph_instantiate}, {"cuGraphExecUpdate", graph_exec_update},
         {"cuGraphLaunch", graph_launch}, {"cuGraphExecDestroy", graph_exec_destroy}, {"cuGraphDestroy", graph_destroy},
+        {"cuMemcpyHtoD", memcpy_htod}, {"cuCtxSynchronize", ctx_synchronize},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
         if (strcmp(table[i].name, name) == 0) {
@@ -336,6 +350,14 @@ EXPORT void fake_enqueue_host(void* stream, void (*fn)(void*), const void* arg) 
     Op op = {.fn = (const void*)fn, .kind = 2, .arg = malloc(size)};
     memcpy(op.arg, arg, size);
     enqueue(stream, &op);
+}
+EXPORT int fake_htod_copies(void) { return __atomic_load_n(&htod_copies, __ATOMIC_SEQ_CST); }
+EXPORT int fake_live_blocks(void) {
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (Block* b = blocks; b; b = b->next) ++n;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 #endif
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from pipelink.runtime.planfile import HEADER_SIZE, MAGIC
+from pipelink.runtime.planfile import FORMAT_VERSION, HEADER_SIZE, MAGIC
 
 from .conftest import host_env
 
@@ -28,7 +28,7 @@ def test_every_api_check_passes(c_api_test, plans):
 def test_fuzzed_plans_are_statuses_never_crashes(c_api_test, plans, seed):
     # Run in a child process: a crash is a negative return code here, not the end of the test session.
     n = 5000 if LONG else 150
-    for plan in ("ln.plk", "ops.plk"):
+    for plan in ("ln.plk", "ops.plk", "lnw.plk"):  # lnw.plk: a plan with constants
         proc = subprocess.run(
             [c_api_test, "fuzz", plans / plan, str(n), str(seed)], capture_output=True, text=True, timeout=600
         )
@@ -44,6 +44,6 @@ def test_plan_envelope_is_as_documented(plans):
     data = (plans / "ln.plk").read_bytes()
     assert data[:8] == MAGIC
     version, header, device, device_id, size = struct.unpack_from("<IIiiQ", data, 8)
-    assert (version, header, device, device_id) == (2, HEADER_SIZE, 1, 0)
+    assert (version, header, device, device_id) == (FORMAT_VERSION, HEADER_SIZE, 1, 0) and FORMAT_VERSION == 3
     assert size == len(data) - HEADER_SIZE
     assert data[32:64] == hashlib.sha256(data[HEADER_SIZE:]).digest()

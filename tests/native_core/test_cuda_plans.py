@@ -1,4 +1,4 @@
-"""CUDA plans (format 2) on any machine: written with the planfile's own encoders, read by the core.
+"""CUDA plans (format 2 and later) on any machine: written with the planfile's own encoders, read by the core.
 
 The plan here is synthetic (a kernel launch, a cuBLASLt product and a passthrough copy over made-up cubin
 bytes compiled for compute capability 0.0), so every check is the parser's and gives the same status with
@@ -177,12 +177,16 @@ def test_fuzzed_cuda_plans_are_statuses_never_crashes(c_api_test, tmp_path):
     assert "integrity" in proc.stdout
 
 
-def _as_version_1(plan: bytes) -> bytes:
-    """A format-2 CPU plan rewritten as format 1: no compute capability, no cubin section."""
+def _as_version(plan: bytes, version: int) -> bytes:
+    """A format-3 CPU plan without constants rewritten as format 2 (no constant section) or 1 (no compute
+    capability and no cubin section either)."""
     payload = bytearray(plan[64:])
     pos = 4 + struct.unpack_from("<I", payload, 0)[0] + 8 + 4
     assert struct.unpack_from("<I", payload, pos)[0] == 0
-    del payload[pos : pos + 4]
+    if version == 1:
+        del payload[pos : pos + 4]
+    else:
+        pos += 4
 
     def skip(n: int) -> None:
         nonlocal pos
@@ -201,17 +205,23 @@ def _as_version_1(plan: bytes) -> bytes:
     for _ in range(count()):  # libraries: path, sha256
         skip(count() + 32)
     assert struct.unpack_from("<I", payload, pos)[0] == 0  # no cubins
+    if version == 1:
+        del payload[pos : pos + 4]
+    else:
+        pos += 4
+    assert struct.unpack_from("<I", payload, pos)[0] == 0  # no constants
     del payload[pos : pos + 4]
     header = bytearray(plan[:64])
-    struct.pack_into("<IIiiQ", header, 8, 1, 64, 1, 0, len(payload))
+    struct.pack_into("<IIiiQ", header, 8, version, 64, 1, 0, len(payload))
     header[32:64] = hashlib.sha256(payload).digest()
     return bytes(header + payload)
 
 
-def test_version_1_cpu_plans_still_load(core, plans):
-    old = plans / "ln_v1.plk"  # beside ln.plk: the plan names its module relative to its folder
-    old.write_bytes(_as_version_1((plans / "ln.plk").read_bytes()))
-    assert struct.unpack_from("<I", old.read_bytes(), 8)[0] == 1
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_cpu_plans_still_load(core, plans, version):
+    old = plans / f"ln_v{version}.plk"  # beside ln.plk: the plan names its module relative to its folder
+    old.write_bytes(_as_version((plans / "ln.plk").read_bytes(), version))
+    assert struct.unpack_from("<I", old.read_bytes(), 8)[0] == version
     status, message = load(core, old)
     assert status == 0, message
 

@@ -62,7 +62,7 @@ def _read_archive(path: Path, f: Any) -> dict[str, np.ndarray]:
     try:
         with np.load(f, allow_pickle=False) as archive:
             for name in archive.files:
-                arrays[name] = np.ascontiguousarray(archive[name])
+                arrays[name] = np.asarray(archive[name], order="C")  # 0-d stays 0-d
     except ValueError as e:
         raise _fail(
             f"weights file {str(path)!r} holds pickled objects, which are never loaded ({e}); save "

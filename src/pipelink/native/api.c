@@ -128,7 +128,10 @@ PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h) {
 static PipeLinkStatus read_file(const char* path, uint8_t** out, size_t* n) {
     FILE* f = fopen(path, "rb");
     if (f == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: cannot open %s (%s)", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0, got;
+    /* Sized from the file (+1: the read that finds its end needs no growth): plans with constants are large. */
+    struct stat sb;
+    int sized = fstat(fileno(f), &sb) == 0 && sb.st_size > 0 && (uint64_t)sb.st_size < ((uint64_t)1 << 32);
+    size_t cap = sized ? (size_t)sb.st_size + 1 : 1 << 16, len = 0, got;
     uint8_t* buf = malloc(cap);
     while (buf != NULL && (got = fread(buf + len, 1, cap - len, f)) > 0) {
         len += got;
@@ -265,6 +268,7 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
     if (!st) st = plk_plan_open_libraries(&p->plan, dir[0] ? dir : "/");
     if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load(&p->plan);
+    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load_constants(&p->plan);
     p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
     p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
     if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");

@@ -11,7 +11,7 @@
 #include "../include/pipelink/runtime.h"
 
 #define PLK_MAGIC "PLKPLAN"     /* 8 bytes with the NUL */
-#define PLK_FORMAT_VERSION 2u     /* written; version 1 (CPU plans, no cubins) is still read */
+#define PLK_FORMAT_VERSION 3u     /* written; versions 1 (CPU plans, no cubins) and 2 (no constants) are still read */
 #define PLK_FORMAT_VERSION_MIN 1u
 #define PLK_HEADER_SIZE 64u
 #define PLK_MAX_NDIM 32
@@ -20,7 +20,7 @@
 #define PLK_FLAGS_KNOWN PLK_FLAG_CUDA_GRAPH
 #define PLK_GRAPH_CACHE 8         /* instantiated graphs per execution context, keyed by external pointers */
 
-enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1 };
+enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1, PLK_STORAGE_CONSTANT = 2 /* format 3 */ };
 enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3 };
 enum { PLK_PARAM_PTR = 0, PLK_PARAM_I32 = 1, PLK_PARAM_I64 = 2, PLK_PARAM_F32 = 3, PLK_PARAM_F64 = 4 };
 enum { PLK_ON_ERROR_FAIL = 0, PLK_ON_ERROR_IDENTITY = 1, PLK_ON_ERROR_SKIP = 2, PLK_ON_ERROR_FALLBACK = 3 };
@@ -36,6 +36,9 @@ typedef struct PlanTensor {
     uint64_t nbytes;
     int32_t storage; /* PLK_STORAGE_* */
     uint64_t offset; /* in the arena */
+    uint8_t* constant;        /* PLK_STORAGE_CONSTANT: its bytes in host memory (256-aligned); NULL once a CUDA
+                                 plan has uploaded them */
+    uint64_t device_constant; /* PLK_STORAGE_CONSTANT in CUDA plans: its device copy (in constants_device) */
 } PlanTensor;
 
 typedef struct PlanLibrary {
@@ -158,6 +161,8 @@ typedef struct Plan {
     void* cuda_context; /* CUcontext: the device's primary context, retained while loaded */
     uint64_t workspace_bytes; /* the largest cuBLASLt workspace a stage needs */
     uint32_t flags;           /* PLK_FLAG_*, from the header (docs/plan-format.md) */
+    int32_t n_constants;        /* tensors of PLK_STORAGE_CONSTANT (bound weights), loaded once */
+    uint64_t constants_device;  /* CUDA plans: the one device block holding every constant (cuMemAlloc) */
 } Plan;
 
 /* Per stage and execution context: the tensor arrays handed to the module, its services and state. */
@@ -245,6 +250,7 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
 /* cuda.c: the CUDA path (driver and cuBLASLt opened at run time) */
 PipeLinkStatus plk_cuda_load(Plan* plan);   /* context, modules, functions, cuBLASLt descriptors */
 void plk_cuda_unload(Plan* plan);
+PipeLinkStatus plk_cuda_load_constants(Plan* plan); /* one device block, copied once; host copies freed */
 PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c);
 void plk_cuda_context_free(const Plan* plan, ExecContext* c);
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream,

@@ -81,6 +81,8 @@ static struct Driver {
     CUresult (*GraphLaunch)(CUgraphExec, CUstream);
     CUresult (*GraphExecDestroy)(CUgraphExec);
     CUresult (*GraphDestroy)(CUgraph);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t); /* constants, at load */
+    CUresult (*CtxSynchronize)(void);
 } cu;
 
 /* cuBLASLt, same idea. Handles and descriptors are pointers; statuses ints (0 success). */
@@ -150,6 +152,7 @@ static void open_driver(void) {
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
         F(GetErrorName), F(StreamBeginCapture), F(StreamEndCapture), F(GraphInstantiateWithFlags), F(GraphExecUpdate),
         F(GraphLaunch), F(GraphExecDestroy), F(GraphDestroy),
+        F(MemcpyHtoD), F(CtxSynchronize),
 #undef F
     };
     struct Driver found;
@@ -338,12 +341,45 @@ PipeLinkStatus plk_cuda_load(Plan* plan) {
     return st;
 }
 
+/* The plan's constants (bound weights) in one device block, each at a 256-byte aligned offset, copied
+ * once; the host copies are freed. Called after plk_cuda_load (the context is current). */
+PipeLinkStatus plk_cuda_load_constants(Plan* plan) {
+    uint64_t total = 0;
+    for (int32_t i = 0; i < plan->n_tensors; ++i)
+        if (plan->tensors[i].storage == PLK_STORAGE_CONSTANT) total += (plan->tensors[i].nbytes + 255) / 256 * 256;
+    if (total == 0) return PIPELINK_SUCCESS;
+    PipeLinkStatus st = bind_context(plan);
+    if (st) return st;
+    CUresult r = cu.MemAlloc(&plan->constants_device, (size_t)total);
+    if (r) {
+        plan->constants_device = 0;
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "the plan's constants (bound weights): %llu bytes of device memory "
+                        "on cuda:%d (%s)", (unsigned long long)total, plan->device_id, cu_name(r));
+    }
+    uint64_t offset = 0;
+    for (int32_t i = 0; i < plan->n_tensors; ++i) {
+        PlanTensor* t = &plan->tensors[i];
+        if (t->storage != PLK_STORAGE_CONSTANT) continue;
+        t->device_constant = plan->constants_device + offset;
+        offset += (t->nbytes + 255) / 256 * 256;
+        if (t->nbytes && (r = cu.MemcpyHtoD(t->device_constant, t->constant, (size_t)t->nbytes)) != 0)
+            return plk_fail(PIPELINK_ERR_CUDA, "copying constant '%s' (%llu bytes) to cuda:%d failed: %s (%d)", t->name,
+                            (unsigned long long)t->nbytes, plan->device_id, cu_name(r), r);
+    }
+    /* A copy from pageable memory may return before its DMA is done; runs use other streams. */
+    if ((r = cu.CtxSynchronize()) != 0) return cuda_fail(r, "cuCtxSynchronize after copying the constants", NULL);
+    for (int32_t i = 0; i < plan->n_tensors; ++i)
+        if (plan->tensors[i].storage == PLK_STORAGE_CONSTANT) free(plan->tensors[i].constant), plan->tensors[i].constant = NULL;
+    return PIPELINK_SUCCESS;
+}
+
 void plk_cuda_unload(Plan* plan) {
     for (int32_t i = 0; i < plan->n_stages; ++i)
         for (int j = 0; plan->stages[i].kind == PLK_STAGE_MATMUL && j < 3; ++j)
             if (plan->stages[i].matmul.layouts[j]) lt.MatrixLayoutDestroy(plan->stages[i].matmul.layouts[j]);
     if (plan->cuda_context == NULL) return;
     bind_context(plan);
+    if (plan->constants_device) cu.MemFree(plan->constants_device), plan->constants_device = 0;
     for (int32_t i = 0; i < plan->n_cubins; ++i)
         if (plan->cubins[i].module) cu.ModuleUnload(plan->cubins[i].module), plan->cubins[i].module = NULL;
     cu.DevicePrimaryCtxRelease(plan->device_id);

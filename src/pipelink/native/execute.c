@@ -119,6 +119,10 @@ PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
         if (plan->tensors[i].storage == PLK_STORAGE_ARENA)
             c->data[i] = plan->device_type == PIPELINK_DEVICE_CUDA ? (void*)(uintptr_t)(c->device_arena + plan->tensors[i].offset)
                                                                    : (char*)c->arena + plan->tensors[i].offset;
+    for (int32_t i = 0; i < plan->n_tensors; ++i) /* bound weights: loaded once, shared by every context */
+        if (plan->tensors[i].storage == PLK_STORAGE_CONSTANT)
+            c->data[i] = plan->device_type == PIPELINK_DEVICE_CUDA ? (void*)(uintptr_t)plan->tensors[i].device_constant
+                                                                   : (void*)plan->tensors[i].constant;
     for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
         const Stage* s = &plan->stages[i];
         StageSlot* slot = &c->slots[i];

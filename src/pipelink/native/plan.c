@@ -96,9 +96,34 @@ static int read_tensor(Reader* r, PlanTensor* t) {
     t->nbytes = (uint64_t)t->numel * itemsize;
     t->storage = rd_u8(r, "a tensor storage");
     t->offset = rd_u64(r, "a tensor offset");
-    if (r->what == NULL && t->storage != PLK_STORAGE_EXTERNAL && t->storage != PLK_STORAGE_ARENA)
+    if (r->what == NULL && t->storage != PLK_STORAGE_EXTERNAL && t->storage != PLK_STORAGE_ARENA &&
+        t->storage != PLK_STORAGE_CONSTANT)
         r->what = "a known tensor storage";
+    if (r->what == NULL && t->storage == PLK_STORAGE_CONSTANT && t->offset != 0) r->what = "a constant at offset 0";
     return r->what == NULL;
+}
+
+/* One entry of the constants section (format 3): the bound bytes of a constant tensor, in host memory
+ * aligned to 256 bytes, checked against their sha256. */
+static int read_constant(Reader* r, Plan* plan) {
+    int32_t ref = rd_i32(r, "a constant's tensor");
+    uint8_t sha[32], digest[32];
+    take(r, sha, 32, "a constant's sha256");
+    uint64_t size = rd_u64(r, "a constant's size");
+    if (r->what != NULL) return 0;
+    if (ref < 0 || ref >= plan->n_tensors) return r->what = "a constant's tensor in range", 0;
+    PlanTensor* t = &plan->tensors[ref];
+    if (t->storage != PLK_STORAGE_CONSTANT) return r->what = "a constant for a tensor of constant storage", 0;
+    if (t->constant != NULL) return r->what = "one constant per constant tensor", 0;
+    if (size != t->nbytes) return r->what = "a constant of its tensor's size (dtype and shape)", 0;
+    if (size > r->n - r->pos) return r->what = "a constant inside the payload", 0;
+    void* mem = NULL;
+    if (posix_memalign(&mem, 256, size ? (size_t)size : 1) != 0) return r->what = "memory for a constant", 0;
+    t->constant = mem;
+    take(r, mem, (size_t)size, "a constant");
+    plk_sha256(mem, (size_t)size, digest);
+    if (memcmp(digest, sha, 32) != 0) return r->what = "a constant matching its sha256", 0;
+    return 1;
 }
 
 static int read_attrs(Reader* r, CallTarget* c) {
@@ -303,9 +328,9 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
 }
 
 /* Rules a well-formed plan keeps: external tensors are each one input or one output, arena tensors fit
- * in the arena, and no stage writes a pipeline input. */
+ * in the arena, every constant tensor has its bytes, and no stage writes a pipeline input or a constant. */
 static const char* check_plan(const Plan* plan) {
-    uint8_t* role = calloc((size_t)plan->n_tensors + 1, 1); /* 1 input, 2 output */
+    uint8_t* role = calloc((size_t)plan->n_tensors + 1, 1); /* 1 input, 2 output, 3 constant */
     if (role == NULL) return "memory to check the plan";
     const char* bad = NULL;
     for (int32_t i = 0; i < plan->n_inputs && !bad; ++i) {
@@ -321,10 +346,13 @@ static const char* check_plan(const Plan* plan) {
         if (t->storage == PLK_STORAGE_EXTERNAL && !role[i]) bad = "every external tensor an input or an output";
         if (t->storage == PLK_STORAGE_ARENA && (t->offset > plan->arena_bytes || t->nbytes > plan->arena_bytes - t->offset))
             bad = "arena tensors inside the arena";
+        if (t->storage == PLK_STORAGE_CONSTANT && t->constant == NULL && !bad) bad = "a constant for every constant tensor";
+        if (t->storage == PLK_STORAGE_CONSTANT) role[i] = 3;
     }
     for (int32_t i = 0; i < plan->n_stages && !bad; ++i)
         for (int32_t j = 0; j < plan->stages[i].n_out && !bad; ++j)
-            if (role[plan->stages[i].out[j]] == 1) bad = "stages that never write a pipeline input";
+            if (role[plan->stages[i].out[j]] == 1 || role[plan->stages[i].out[j]] == 3)
+                bad = "stages that never write a pipeline input or a constant";
     free(role);
     return bad;
 }
@@ -344,7 +372,11 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
     if (version >= 2) plan->compute_capability = rd_u32(&r, "a compute capability");
     plan->n_tensors = (int32_t)rd_count(&r, 25, "the tensor count");
     plan->tensors = r.what == NULL ? calloc((size_t)plan->n_tensors + 1, sizeof(PlanTensor)) : NULL;
-    for (int32_t i = 0; plan->tensors && i < plan->n_tensors && r.what == NULL; ++i) read_tensor(&r, &plan->tensors[i]);
+    for (int32_t i = 0; plan->tensors && i < plan->n_tensors && r.what == NULL; ++i) {
+        read_tensor(&r, &plan->tensors[i]);
+        if (r.what == NULL && version < 3 && plan->tensors[i].storage == PLK_STORAGE_CONSTANT)
+            r.what = "no constant tensors before format version 3";
+    }
     if (r.what == NULL) {
         read_refs(&r, &plan->n_inputs, &plan->inputs, plan->n_tensors, 0);
         read_refs(&r, &plan->n_outputs, &plan->outputs, plan->n_tensors, 0);
@@ -370,6 +402,11 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
             if (r.what == NULL) plk_sha256(c->bytes, (size_t)c->size, digest);
             if (r.what == NULL && memcmp(digest, c->sha256, 32) != 0) r.what = "a cubin matching its sha256";
         }
+    }
+    if (version >= 3) { /* constants: bound weights (docs/plan-format.md) */
+        plan->n_constants = (int32_t)rd_count(&r, 44, "the constant count");
+        if (r.what == NULL && plan->tensors == NULL) r.what = "memory for the plan";
+        for (int32_t i = 0; i < plan->n_constants && r.what == NULL; ++i) read_constant(&r, plan);
     }
     plan->n_stages = (int32_t)rd_count(&r, 5, "the stage count");
     plan->stages = r.what == NULL ? calloc((size_t)plan->n_stages + 1, sizeof(Stage)) : NULL;
@@ -521,7 +558,8 @@ static void free_call(CallTarget* c) {
 
 void plk_plan_free(Plan* plan) {
     for (int32_t i = 0; plan->tensors && i < plan->n_tensors; ++i)
-        free(plan->tensors[i].name), free(plan->tensors[i].shape), free(plan->tensors[i].strides);
+        free(plan->tensors[i].name), free(plan->tensors[i].shape), free(plan->tensors[i].strides),
+            free(plan->tensors[i].constant);
     for (int32_t i = 0; plan->stages && i < plan->n_stages; ++i) {
         Stage* s = &plan->stages[i];
         free(s->id), free(s->op_version), free(s->op_json), free(s->in), free(s->out);

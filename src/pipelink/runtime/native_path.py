@@ -5,9 +5,10 @@ Each input signature is compiled once into a plan (``runtime/planfile.py``, the 
 call per ``run()``: the core launches every kernel and cuBLASLt product of the plan on the run's stream from
 C (ctypes releases the GIL for the call). What Python still does per run is match the inputs to the
 signature, allocate the returned outputs (unless ``out=`` gives them) and fill two prebuilt ``DLTensor``
-arrays. A stage the core cannot run (a Python operator, a host-staged operator, process isolation, per-stage
-policies on CUDA) makes the first run fail with the compile's ``ConfigError`` naming it: load without
-``native=True`` to run such a pipeline. docs/native-core.md describes the core; docs/architecture.md says
+arrays. Bound weights travel inside each plan as constants, loaded once by the core. A stage the core
+cannot run (a Python operator, a host-staged operator, process isolation, per-stage policies on CUDA) makes
+the first run fail with the compile's ``ConfigError`` naming it: load without ``native=True`` to run such
+a pipeline. docs/native-core.md describes the core; docs/architecture.md says
 which runs take this path.
 """
 
@@ -136,7 +137,7 @@ class NativeRunner:
         """One run: ``given`` the inputs by name, ``out`` the caller's output buffers (imported)."""
         pipe = self._pipe
         backend = pipe._backend
-        names = pipe.graph.external_inputs
+        names = pipe.inputs  # bound weights are constants inside the plan
         places = []
         for name in names:
             if name not in given:

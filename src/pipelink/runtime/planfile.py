@@ -3,8 +3,9 @@
 The format is documented in ``docs/plan-format.md``; ``src/pipelink/native/plan.c`` reads it. This module
 only serialises a plan the executor already compiled (shapes, memory plan, steps); it never plans itself.
 A CPU plan calls native modules; a CUDA plan replays the launches its steps describe
-(``native_launches()``: the built-in kernels' cubins, cuBLASLt matmuls). A stage the native core cannot
-run makes the compile fail with a ``ConfigError`` pointing at the stage.
+(``native_launches()``: the built-in kernels' cubins, cuBLASLt matmuls). Bound weights (``Pipeline._bound``,
+a config's weights file) are embedded as constants. A stage the native core cannot run makes the compile
+fail with a ``ConfigError`` pointing at the stage.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import json
 import os
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import ConfigError, ErrorCode, HardwareUnsupportedError, InvalidArgumentError, Problem
@@ -32,6 +35,7 @@ __all__ = [
     "MAGIC",
     "FORMAT_VERSION",
     "HEADER_SIZE",
+    "MAX_CONSTANT_BYTES",
     "PlanParts",
     "assemble",
     "write_plan",
@@ -40,11 +44,14 @@ __all__ = [
 ]
 
 MAGIC = b"PLKPLAN\0"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER_SIZE = 64
 DEVICE_CPU, DEVICE_CUDA = 1, 2
 FLAG_CUDA_GRAPH = 1  # header flags (the high 16 bits of the device-id word): the core captures CUDA graphs
-STORAGE_EXTERNAL, STORAGE_ARENA = 0, 1
+STORAGE_EXTERNAL, STORAGE_ARENA, STORAGE_CONSTANT = 0, 1, 2
+# The embedded constants (bound weights) a plan holds by default; the core reads plan files below 4 GiB.
+MAX_CONSTANT_BYTES = 2 << 30
+_PLAN_FILE_LIMIT = 4 << 30
 STAGE_CALL, STAGE_RELAYOUT, STAGE_KERNEL, STAGE_MATMUL = 0, 1, 2, 3
 ON_ERROR = {"fail": 0, "identity": 1, "skip": 2, "fallback": 3}
 PARAM_KINDS = {"ptr": 0, "i32": 1, "i64": 2, "f32": 3, "f64": 4}
@@ -199,8 +206,19 @@ def _call(p: _Payload, spec, library: int, values: Mapping[str, Any], where: str
 
 def _signature(pipe, shapes: Mapping[str, tuple] | None, contiguous: bool) -> tuple:
     decls = pipe.graph.config.inputs or {}
+    weights = pipe.graph.config.weights
     sig = []
     for name in pipe.graph.external_inputs:
+        if name in pipe._bound:  # a constant: its array's shape and dtype, contiguous
+            if shapes and name in shapes:
+                raise InvalidArgumentError(
+                    f"--shape {name}=...: {name!r} is bound by the weights file, so the plan holds it as a "
+                    "constant of the array's shape; drop it from the shapes",
+                    input=name,
+                )
+            array = weights[name]
+            sig.append((name, tuple(int(d) for d in array.shape), get_dtype(array.dtype).name, True))
+            continue
         shape, dtype = (shapes or {}).get(name, (None, None))
         decl = decls.get(name)
         if shape is None and decl is not None and decl.shape is not None:
@@ -217,10 +235,38 @@ def _signature(pipe, shapes: Mapping[str, tuple] | None, contiguous: bool) -> tu
     return tuple(sig)
 
 
+def _check_constant_bytes(pipe, limit: int) -> None:
+    """Refuse, before compiling, bound weights over ``limit`` bytes (or a limit the core cannot read)."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit < _PLAN_FILE_LIMIT:
+        raise InvalidArgumentError(
+            f"max_constant_bytes must be an int in [0, {_PLAN_FILE_LIMIT}) (the native core reads plan files "
+            f"below 4 GiB); got {limit!r}"
+        )
+    sizes = {n: int(pipe.graph.config.weights[n].nbytes) for n in pipe._bound}
+    total = sum(sizes.values())
+    if total > limit:
+        largest = sorted(sizes, key=sizes.get, reverse=True)[:3]
+        raise InvalidArgumentError(
+            f"pipeline {pipe.name!r}: its bound weights are {total} bytes ({total / 2**30:.2f} GiB; largest: "
+            + ", ".join(f"{n!r} {sizes[n]} bytes" for n in largest)
+            + f"), over the plan's limit of {limit} bytes. Raise it (Pipeline.save(max_constant_bytes=N), "
+            "pipelink compile --max-constant-bytes N; the core reads plans below 4 GiB), or take those "
+            "arrays out of the weights file and pass them as inputs",
+            total=total,
+            limit=limit,
+        )
+
+
 def plan_bytes(
-    pipe, path: Path, shapes: Mapping[str, tuple] | None = None, *, cuda_graph: bool = False
+    pipe,
+    path: Path,
+    shapes: Mapping[str, tuple] | None = None,
+    *,
+    cuda_graph: bool = False,
+    max_constant_bytes: int = MAX_CONSTANT_BYTES,
 ) -> bytes:
     """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
+    _check_constant_bytes(pipe, max_constant_bytes)
     backend = pipe._backend
     cuda = backend.info.kind == "cuda"  # the plan's device (DLPack device type), not a capability question
     if cuda_graph and not cuda:
@@ -338,7 +384,11 @@ def _serialise(
             index[name] = len(tensors) - 1
         return len(tensors) - 1
 
-    inputs = [add(n, STORAGE_EXTERNAL) for n in graph.external_inputs]
+    inputs = [add(n, STORAGE_EXTERNAL) for n in graph.external_inputs if n not in pipe._bound]
+    # Bound weights: constant tensors with their bytes in the plan, loaded once by the core.
+    constants = [
+        (add(n, STORAGE_CONSTANT), graph.config.weights[n]) for n in graph.external_inputs if n in pipe._bound
+    ]
     passthrough = [n for n in graph.outputs if n in index]
     outputs = [add(n, STORAGE_EXTERNAL, bind=n not in index) for n in graph.outputs]
     for b in plan.memory.buffers.values():
@@ -440,8 +490,14 @@ def _serialise(
             stages=stages.bytes(),
             device=(DEVICE_CUDA, pipe._backend.info.index) if cuda else (DEVICE_CPU, 0),
             flags=flags,
+            constants=[(i, _raw_bytes(a)) for i, a in constants],
         )
     )
+
+
+def _raw_bytes(array) -> memoryview:
+    """An array's bytes in C order, without a copy when it is contiguous (any dtype, bfloat16 included)."""
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 @dataclass
@@ -461,6 +517,8 @@ class PlanParts:
     stages: bytes
     device: tuple[int, int]  # DLPack device type, id
     flags: int = 0  # FLAG_*: the high 16 bits of the header's device-id word
+    # (tensor index, bytes) of each tensor of storage STORAGE_CONSTANT: the bound weights
+    constants: list[tuple[int, Any]] = field(default_factory=list)
 
 
 def assemble(parts: PlanParts) -> bytes:
@@ -489,6 +547,12 @@ def assemble(parts: PlanParts) -> bytes:
         p.raw(digest)
         p.u64(len(data))
         p.raw(data)
+    p.u32(len(parts.constants))
+    for ref, data in parts.constants:
+        p.i32(ref)
+        p.raw(hashlib.sha256(data).digest())
+        p.u64(len(data))
+        p.raw(data)
     p.u32(parts.n_stages)
     p.raw(parts.stages)
     payload = p.bytes()
@@ -500,7 +564,12 @@ def assemble(parts: PlanParts) -> bytes:
 
 
 def write_plan(
-    pipe, path: str | os.PathLike, shapes: Mapping[str, tuple] | None = None, *, cuda_graph: bool = False
+    pipe,
+    path: str | os.PathLike,
+    shapes: Mapping[str, tuple] | None = None,
+    *,
+    cuda_graph: bool = False,
+    max_constant_bytes: int = MAX_CONSTANT_BYTES,
 ) -> Path:
     """Compile ``pipe`` for the native core and write the plan to ``path`` (atomically).
 
@@ -508,7 +577,10 @@ def write_plan(
     ----------
     shapes : dict of name -> (shape, dtype), optional
         The input signature to compile for; by default the config's declared ``inputs``. A dtype of None
-        takes the declared one.
+        takes the declared one. Bound weights are not inputs: the plan holds them as constants.
+    max_constant_bytes : int
+        The most bytes of bound weights the plan may embed (default 2 GiB; below 4 GiB, the largest plan
+        file the native core reads).
     cuda_graph : bool
         Set the plan's ``cuda_graph`` flag: the core captures each execution context's launches into CUDA
         graphs and replays them (docs/native-core.md). CUDA plans only.
@@ -519,12 +591,13 @@ def write_plan(
         A stage the native core cannot run (a built-in or Python operator, a legacy kernel, isolation
         'process'): the problem points at the stage.
     InvalidArgumentError
-        An input without a concrete shape and dtype; ``cuda_graph`` for a pipeline not on CUDA.
+        An input without a concrete shape and dtype; ``cuda_graph`` for a pipeline not on CUDA; bound
+        weights over ``max_constant_bytes``.
     HardwareUnsupportedError
         The pipeline is loaded on a device without native plans.
     """
     out = Path(path)
-    data = plan_bytes(pipe, out, shapes, cuda_graph=cuda_graph)
+    data = plan_bytes(pipe, out, shapes, cuda_graph=cuda_graph, max_constant_bytes=max_constant_bytes)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, out)

@@ -49,7 +49,8 @@ typedef struct PipeLinkTensorInfo {
     const int64_t* shape;
 } PipeLinkTensorInfo;
 
-/* What pipeLinkGetPipelineInfo reports: inputs and outputs in the order Execute takes them. */
+/* What pipeLinkGetPipelineInfo reports: inputs and outputs in the order Execute takes them. Bound weights
+ * (the config's weights file) are constants inside the plan, loaded once: they are not inputs. */
 typedef struct PipeLinkPipelineInfo {
     const char* name;
     int32_t device_type; /* PIPELINK_DEVICE_* the plan was compiled for */
