@@ -6,6 +6,7 @@ GPT-2 block export (where transformers is installed) before and after."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -399,3 +400,16 @@ def test_real_gpt2_block_export_fuses_and_matches_onnxruntime(device):
     assert fused.count("gemm") == 4 and fused.count("reshape") == 4 and fused.count("add") == 1
     assert fused.count("mul") == 1 and len(fused) == len(unfused) - 22
     _check(model, {"x": x.numpy()}, device)
+
+
+def test_cli_import_fuses_unless_told_not_to(tmp_path, capsys):
+    from pipelink.cli import main
+
+    model, _ = om.mlp_block()
+    onnx.save(model, tmp_path / "mlp.onnx")
+    counts = {}
+    for flag in ("--fuse", "--no-fuse"):
+        out = tmp_path / flag
+        assert main(["import", str(tmp_path / "mlp.onnx"), "-o", str(out), flag]) == 0
+        counts[flag] = len(json.loads((out / "pipeline.json").read_text())["pipeline"])
+    assert counts == {"--fuse": 3, "--no-fuse": len(model.graph.node)}, counts
