@@ -370,6 +370,15 @@ def test_fuse_false_imports_one_stage_per_node(rng):
 
 
 # -- whole models -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gpt2_block", "resnet18", "espcn"])
+def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):
+    from benchmarks.model_zoo import tiny_model
+
+    model, feeds = tiny_model(name, batch=3)
+    assert len(_stages(model)) <= len(_stages(model, fuse=False)) == len(model.graph.node)
+    _check(model, feeds, device)
+
+
 def test_tiny_gpt2_twin_fuses_its_mlp(device):
     model, feeds = om.gpt2_block()
     fused, unfused = _stages(model), _stages(model, fuse=False)

@@ -558,7 +558,7 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
             try:
                 g.stage(node, node.op_type, node.inputs, node.outputs, **node.attrs)
             except Unsupported as e:
-                rejected.append(Rejected(node.op_type, label, str(e)))
+                rejected.append(Rejected(f"fused {node.op_type}", label, str(e)))
             continue
         if node.domain not in ONNX_DOMAINS:
             rejected.append(
