@@ -32,24 +32,40 @@ _GELU_CUBIC = 0.044715
 
 class _View:
     """The node list as the patterns read it: who produces and who reads each tensor, constants,
-    known shapes and dtypes, the graph outputs. Rebuilt after every rewrite."""
+    known shapes and dtypes, the graph outputs. A rewrite updates it in place (a removed node's slot
+    becomes None), so a model with many matches costs time in proportion to its size."""
 
     def __init__(self, g: Graph, nodes: list[Node], outputs: set[str]):
         self.g = g
-        self.nodes = nodes
+        self.slots: list[Node | None] = list(nodes)
         self.outputs = outputs
-        self.reindex()
-
-    def reindex(self) -> None:
+        self.position: dict[int, int] = {}  # id(node) -> its slot
         self.producer: dict[str, Node] = {}
         self.readers: dict[str, list[Node]] = {}  # one entry per input slot
-        for node in self.nodes:
-            for out in node.outputs:
-                if out:
-                    self.producer[out] = node
-            for name in node.inputs:
-                if name:
-                    self.readers.setdefault(name, []).append(node)
+        for k, node in enumerate(nodes):
+            self._add(node, k)
+
+    def _add(self, node: Node, slot: int) -> None:
+        self.position[id(node)] = slot
+        for out in node.outputs:
+            if out:
+                self.producer[out] = node
+        for name in node.inputs:
+            if name:
+                self.readers.setdefault(name, []).append(node)
+
+    def _remove(self, node: Node) -> None:
+        del self.position[id(node)]
+        for out in node.outputs:
+            if out and self.producer.get(out) is node:
+                del self.producer[out]
+        for name in set(node.inputs):
+            if name:
+                self.readers[name] = [r for r in self.readers[name] if r is not node]
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [node for node in self.slots if node is not None]
 
     # -- reading ------------------------------------------------------------------------------------
     def made_by(self, name: str, op_type: str) -> Node | None:
@@ -97,19 +113,17 @@ class _View:
 
     # -- writing ------------------------------------------------------------------------------------
     def replace(self, chain: list[Node], fused: Node) -> bool:
-        """Replace ``chain`` by ``fused`` at the place of its last node; False (nothing changed) when an
-        intermediate of the chain is read elsewhere or is a graph output."""
+        """Replace ``chain`` by ``fused`` at the place of its last node (every input of the chain is made
+        before it, every reader of its result after); False (nothing changed) when an intermediate of
+        the chain is read elsewhere or is a graph output."""
         if not self.internal(chain, fused.outputs[0]):
             return False
-        last = max(i for i, node in enumerate(self.nodes) if _member(node, chain))
-        rewritten: list[Node] = []
-        for i, node in enumerate(self.nodes):
-            if i == last:
-                rewritten.append(fused)
-            elif not _member(node, chain):
-                rewritten.append(node)
-        self.nodes = rewritten
-        self.reindex()
+        slots = [self.position[id(node)] for node in chain]
+        for node, slot in zip(chain, slots, strict=True):
+            self._remove(node)
+            self.slots[slot] = None
+        self.slots[max(slots)] = fused
+        self._add(fused, max(slots))
         return True
 
 
@@ -443,13 +457,14 @@ def fuse(g: Graph, nodes: list[Node], outputs: set[str]) -> tuple[list[Node], di
         counts["identity_constant"] = len(nodes) - len(folded)
     view = _View(g, folded, outputs)
     for label, pattern in PATTERNS:
+        # Passes over the nodes until one matches nothing (a rewrite can make a new match further on).
         changed = True
         while changed:
             changed = False
-            for node in view.nodes:
-                match = pattern(view, node)
+            for slot in range(len(view.slots)):
+                node = view.slots[slot]
+                match = pattern(view, node) if node is not None else None
                 if match is not None and view.replace(*match):
                     counts[label] = counts.get(label, 0) + 1
                     changed = True
-                    break
     return view.nodes, counts
