@@ -173,6 +173,79 @@ def test_gelu_scalar_that_would_broadcast_the_input_is_left_alone():
     assert "gelu" not in _ops(model)
 
 
+# -- LayerNorm written out ---------------------------------------------------------------------------
+C = 8
+
+
+def _layer_norm(
+    rng, *, opset=13, square="pow", axes=(-1,), affine=("gamma", "beta"), eps=1e-5, param_shape=(C,), extra=()
+):
+    """nn.LayerNorm as PyTorch exports it before opset 17 (axes an attribute before 18, an input from 18)."""
+    init = {"two": _c(2.0), "eps": _c(eps)}
+    init.update({p: rng.standard_normal(param_shape).astype(F) for p in affine})
+
+    def mean(src, dst):
+        if opset >= 18:
+            init[f"axes_{dst}"] = np.array(axes, np.int64)
+            return _node("ReduceMean", [src, f"axes_{dst}"], [dst])
+        return _node("ReduceMean", [src], [dst], axes=list(axes))
+
+    nodes = [mean("x", "mu"), _node("Sub", ["x", "mu"], ["d"])]
+    nodes.append(_node("Pow", ["d", "two"], ["d2"]) if square == "pow" else _node("Mul", ["d", "d"], ["d2"]))
+    nodes += [
+        mean("d2", "var"),
+        _node("Add", ["var", "eps"], ["ve"]),
+        _node("Sqrt", ["ve"], ["std"]),
+        _node("Div", ["d", "std"], ["n"]),
+    ]
+    last = "n"
+    for op, p in zip(("Mul", "Add"), affine, strict=False):
+        nodes.append(_node(op, [last, p], [f"{last}_{p}"]))
+        last = f"{last}_{p}"
+    nodes.append(_node("Identity", [last], ["y"]))
+    outputs = [("y", [2, 3, C])] + [(o, None) for o in extra]
+    return om.make_model(nodes, [("x", [2, 3, C])], outputs, init, "layer_norm_case", opset=opset)
+
+
+@pytest.mark.parametrize(
+    ("kw", "n_inputs", "rest"),
+    [
+        ({}, 3, []),
+        ({"opset": 18}, 3, []),
+        ({"square": "mul", "axes": (2,)}, 3, []),
+        ({"affine": ("gamma",)}, 2, []),
+        ({"affine": ()}, 1, []),
+        ({"param_shape": (3, C)}, 1, ["mul", "add"]),  # a per-row gamma is not layer_norm's: kept
+    ],
+    ids=["opset13", "opset18", "mul_square_positive_axis", "gamma_only", "no_affine", "row_gamma"],
+)
+def test_written_out_layer_norm_becomes_one_stage(kw, n_inputs, rest, device, rng):
+    model = _layer_norm(rng, **kw)
+    stages = _stages(model)
+    assert [s["name"] for s in stages] == ["layer_norm", *rest, "identity"], stages
+    assert len(stages[0]["inputs"]) == n_inputs and stages[0]["inputs"][0] == "x"
+    assert stages[0]["attrs"] == {"axis": -1, "eps": 1e-05}
+    _check(model, _x(rng), device)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"axes": (1,)}, {"axes": (-2, -1)}, {"extra": ("d",)}, {"extra": ("std",)}],
+    ids=["other_axis", "two_axes", "centred_is_an_output", "std_is_an_output"],
+)
+def test_written_out_layer_norm_near_misses_are_left_alone(kw, device, rng):
+    model = _layer_norm(rng, **kw)
+    assert "layer_norm" not in _ops(model)
+    _check(model, _x(rng), device)
+
+
+def test_written_out_layer_norm_of_another_mean_is_left_alone(rng):
+    model = _layer_norm(rng)
+    model.graph.node[1].input[0] = "x2"  # (x2 - mean(x)): not centred on its own mean
+    model.graph.input.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, [2, 3, C]))
+    assert "layer_norm" not in _ops(model)
+
+
 # -- MatMul + bias, gemm epilogues --------------------------------------------------------------------
 K, N = 8, 6
 

@@ -1,9 +1,9 @@
 """ONNX import: an ONNX model becomes an ordinary PipeLink config plus its weights (bound constants).
 
-``import_model`` converts: ``fuse.py`` first rewrites the chains one PipeLink stage computes (a GELU
-written out in Mul/Pow/Tanh nodes, a MatMul and its bias, a gemm and its activation or residual), then
-``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node into a stage;
-``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
+``import_model`` converts: ``fuse.py`` first rewrites the chains one PipeLink stage computes (a GELU or a
+LayerNorm written out in elementwise nodes, a MatMul and its bias, a gemm and its activation or
+residual), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
+into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
 'pipelink[onnx]'``), imported only when a model is imported, so ``import pipelink`` works without it.
 """
 
@@ -150,8 +150,8 @@ def import_model(
         returned config then names the weights file.
     fuse : bool
         Rewrite the chains one PipeLink stage computes before converting (``pipelink.onnx.fuse``:
-        GELU chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op Casts, Identity
-        nodes of constants). False converts every node into its own stage.
+        GELU and LayerNorm chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op
+        Casts, Identity nodes of constants). False converts every node into its own stage.
 
     Returns
     -------

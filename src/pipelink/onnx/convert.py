@@ -30,6 +30,7 @@ __all__ = [
     "convert",
     "gemm_attrs",
     "onnx_dtype",
+    "float32_attr",
 ]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -183,7 +184,7 @@ def dim_symbol(text: str) -> str:
 Converter = Callable[[Graph, Node], None]
 
 
-def _float(value: Any) -> float:
+def float32_attr(value: Any) -> float:
     """An ONNX float attribute (float32) as the shortest decimal that reads back to it (1e-05, not
     9.999999747378752e-06)."""
     return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
@@ -254,7 +255,7 @@ def _layer_norm(g: Graph, node: Node) -> None:
         _inputs(node, 3),
         node.outputs[:3],
         axis=int(_attr(node, "axis", -1)),
-        eps=_float(_attr(node, "epsilon", 1e-5)),
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
 
 
@@ -424,7 +425,7 @@ def _resize(g: Graph, node: Node) -> None:
     if sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
     elif scales is not None and scales.size:
-        attrs["scales"] = [_float(s) for s in scales]
+        attrs["scales"] = [float32_attr(s) for s in scales]
     else:
         raise Unsupported("Resize needs scales or sizes")
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
@@ -451,7 +452,7 @@ def _batch_norm(g: Graph, node: Node) -> None:
         "batch_norm",
         [x, mean, var, scale, bias],
         node.outputs[:1],
-        eps=_float(_attr(node, "epsilon", 1e-5)),
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
 
 
@@ -489,8 +490,8 @@ def gemm_attrs(node: Node) -> dict[str, Any]:
     """The gemm attributes of an ONNX Gemm node (only those that differ from gemm's defaults)."""
     attrs: dict[str, Any] = {}
     for onnx_name, ours, default in (("alpha", "alpha", 1.0), ("beta", "beta", 1.0)):
-        if _float(_attr(node, onnx_name, default)) != default:
-            attrs[ours] = _float(_attr(node, onnx_name))
+        if float32_attr(_attr(node, onnx_name, default)) != default:
+            attrs[ours] = float32_attr(_attr(node, onnx_name))
     for onnx_name, ours in (("transA", "trans_a"), ("transB", "trans_b")):
         if _attr(node, onnx_name, 0):
             attrs[ours] = True

@@ -19,7 +19,16 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..ops._common import FLOATS
-from .convert import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Unsupported, gemm_attrs, onnx_dtype
+from .convert import (
+    FUSED_DOMAIN,
+    ONNX_DOMAINS,
+    Graph,
+    Node,
+    Unsupported,
+    gemm_attrs,
+    onnx_dtype,
+)
+from .convert import float32_attr as _float32
 
 __all__ = ["FUSED_DOMAIN", "CONST_RTOL", "PATTERNS", "fuse"]
 
@@ -251,6 +260,83 @@ def _gelu_chain(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     return chain, fused
 
 
+# -- LayerNorm written out (exports before opset 17) ---------------------------------------------------
+def _mean_over_last_axis(v: _View, name: str) -> str | None:
+    """The x of ``name = ReduceMean(x)`` over the last axis, keeping it; None when it is not that."""
+    node = v.made_by(name, "ReduceMean")
+    if node is None or not node.attrs.get("keepdims", 1) or node.attrs.get("noop_with_empty_axes", 0):
+        return None
+    x = node.inputs[0]
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+        value = v.g.constants.get(node.inputs[1])
+        axes = None if value is None else [int(a) for a in value.reshape(-1)]
+    shape = v.g.shapes.get(x)
+    last = {-1} if shape is None else {-1, len(shape) - 1}
+    return x if axes is not None and len(axes) == 1 and int(axes[0]) in last else None
+
+
+def _square_of(v: _View, name: str) -> str | None:
+    """The d of ``name = d**2`` (``Pow(d, 2)`` or ``Mul(d, d)``); None when it is not that."""
+    pow_node = v.made_by(name, "Pow")
+    if pow_node is not None:
+        d, exponent = pow_node.inputs[:2]
+        return d if v.scalar(exponent, 2.0, d, kinds="fiu") else None
+    mul = v.made_by(name, "Mul")
+    return mul.inputs[0] if mul is not None and mul.inputs[0] == mul.inputs[1] else None
+
+
+def _layer_norm_chain(v: _View, node: Node) -> tuple[list[Node], Node] | None:
+    """``(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) [* gamma [+ beta]]`` over the last axis ->
+    layer_norm (how PyTorch exports nn.LayerNorm before opset 17). gamma and beta must be constants of
+    shape [C], C being x's last dimension."""
+    if not _is_onnx(node, "Sqrt"):
+        return None
+    plus_eps = v.made_by(node.inputs[0], "Add")
+    if plus_eps is None:
+        return None
+    var, eps_name = plus_eps.inputs[:2]
+    if var in v.g.constants:
+        var, eps_name = eps_name, var
+    eps = v.g.constants.get(eps_name)
+    if eps is None or eps.size != 1 or eps.ndim != 0 or eps.dtype.kind != "f":
+        return None
+    reduce_var = v.made_by(var, "ReduceMean")
+    if reduce_var is None or _mean_over_last_axis(v, var) is None:
+        return None
+    d = _square_of(v, reduce_var.inputs[0])
+    if d is None:
+        return None
+    sub = v.made_by(d, "Sub")
+    if sub is None or _mean_over_last_axis(v, sub.inputs[1]) != sub.inputs[0]:
+        return None
+    x = sub.inputs[0]
+    div = v.only_reader(node.outputs[0], "Div")
+    if div is None or div.inputs[:2] != [d, node.outputs[0]]:
+        return None
+    square = v.producer[reduce_var.inputs[0]]
+    chain = [v.producer[sub.inputs[1]], sub, square, reduce_var, plus_eps, node, div]
+    inputs, last = [x], div
+    shape = v.g.shapes.get(x)
+    channels = shape[-1] if shape else None
+    dtype = v.g.dtypes.get(x)
+    for op in ("Mul", "Add"):  # * gamma, then + beta, each a constant [C] of x's dtype
+        nxt = v.only_reader(last.outputs[0], op)
+        param = _other(nxt, last.outputs[0]) if nxt is not None else None
+        value = v.g.constants.get(param or "")
+        if value is None or not isinstance(channels, int) or value.shape != (channels,):
+            break
+        if dtype is None or not _is_float(value) or get_dtype(value.dtype).name != dtype:
+            break
+        inputs.append(param)
+        chain.append(nxt)
+        last = nxt
+    attrs = {"axis": -1, "eps": _float32(float(eps.reshape(-1)[0]))}
+    prefix = _common_prefix([n.name for n in chain if n.name] or [""])
+    name = f"{prefix}LayerNormalization" if prefix else f"{last.name or 'layer_norm'}_layer_norm"
+    return chain, Node("layer_norm", name, FUSED_DOMAIN, inputs, last.outputs[:1], attrs)
+
+
 # -- gemm ---------------------------------------------------------------------------------------------
 def _gemm_parts(node: Node) -> tuple[list[str], dict[str, Any]] | None:
     """(inputs, PipeLink attributes) of a gemm-like node: a fused gemm or an ONNX Gemm."""
@@ -409,6 +495,7 @@ Pattern = Callable[[_View, Node], "tuple[list[Node], Node] | None"]
 #: the gemm patterns see one gelu node; the gemm's reshapes before its residual, whose shape is the 3-d one.
 PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("gelu", _gelu_chain),
+    ("layer_norm", _layer_norm_chain),
     ("matmul_bias", _matmul_bias),
     ("gemm_reshapes", _gemm_reshapes),
     ("gemm_activation", _gemm_activation),
