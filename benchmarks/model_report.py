@@ -115,7 +115,7 @@ def breakdown_lines(rec: dict[str, Any], top: int = TOP_STAGES) -> list[str]:
         how = (
             f"{stages['unfused']} without the import fusions"
             if stages["fused"]
-            else "import fusions off (--no-fuse)"
+            else "import fusions off: --no-fuse"
         )
         lines.append(f"  PipeLink stages: {stages['pipeline']} ({how})")
     staged = rec.get("staged", [])
