@@ -110,6 +110,14 @@ def breakdown_lines(rec: dict[str, Any], top: int = TOP_STAGES) -> list[str]:
     if slow:
         setup.append("timed in single calls (slow): " + ", ".join(f"{k} {v:.2f} s" for k, v in slow.items()))
     lines.append(f"  {'; '.join(setup)}")
+    stages = rec.get("stages")
+    if stages:
+        how = (
+            f"{stages['unfused']} without the import fusions"
+            if stages["fused"]
+            else "import fusions off: --no-fuse"
+        )
+        lines.append(f"  PipeLink stages: {stages['pipeline']} ({how})")
     staged = rec.get("staged", [])
     lines.append(f"  staged on host copies: {', '.join(staged) if staged else 'none'}")
     # Why the device variants were passed over, once per distinct reason.

@@ -60,6 +60,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="the onnx.helper twins (the CPU smoke run)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--trace", action="store_true", help="also write trace_MODEL_bBATCH.json per record")
+    p.add_argument(
+        "--no-fuse", action="store_true", help="import every ONNX node as its own stage (no import fusions)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="soft limit in seconds (0: none)")
     args = p.parse_args(argv)
@@ -200,10 +203,15 @@ def _profile(pipe: Any, sets: list[dict[str, Any]], runs: int) -> dict[str, Any]
     }
 
 
-def _race_pipelink(env: Env, rec: dict[str, Any], c: Contestant, trace_dir: Path | None) -> None:
+def _race_pipelink(
+    env: Env, rec: dict[str, Any], c: Contestant, trace_dir: Path | None, fuse: bool = True
+) -> None:
     t0 = time.perf_counter()
-    config, weights = pl.onnx.import_model(c.model)
+    config, weights = pl.onnx.import_model(c.model, fuse=fuse)
     rec["import_s"] = time.perf_counter() - t0
+    # The stages PipeLink runs, with and without the import fusions (pipelink.onnx.fuse).
+    unfused = len(pl.onnx.import_model(c.model, fuse=False)[0]["pipeline"]) if fuse else None
+    rec["stages"] = {"pipeline": len(config["pipeline"]), "fused": fuse, "unfused": unfused}
     pipes = {}
     try:
         t0 = time.perf_counter()
@@ -312,9 +320,12 @@ def _race_torch(env: Env, rec: dict[str, Any], c: Contestant) -> None:
     )
 
 
-def race(env: Env, name: str, batch: int, *, trace_dir: Path | None = None) -> dict[str, Any]:
+def race(
+    env: Env, name: str, batch: int, *, trace_dir: Path | None = None, fuse: bool = True
+) -> dict[str, Any]:
     """Check, then time, model ``name`` at ``batch``; returns its result record (``model_report.py``).
-    With ``trace_dir``, PipeLink's last profiled run is also written there as a Chrome trace."""
+    With ``trace_dir``, PipeLink's last profiled run is also written there as a Chrome trace; ``fuse``
+    is ``import_model``'s (False: one stage per ONNX node)."""
     spec = MODELS[name]
     rec: dict[str, Any] = {
         "model": name,
@@ -340,7 +351,7 @@ def race(env: Env, name: str, batch: int, *, trace_dir: Path | None = None) -> d
     try:
         # Each side is isolated: PipeLink failing to import or run the model still leaves the rivals' times.
         for side, run_side in (
-            ("pipelink", lambda e, r, c: _race_pipelink(e, r, c, trace_dir)),
+            ("pipelink", lambda e, r, c: _race_pipelink(e, r, c, trace_dir, fuse)),
             ("onnxruntime", _race_onnxruntime),
             ("torch", _race_torch),
         ):
@@ -439,7 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 env.log(f"{name} batch {batch}")
                 try:
-                    rec = race(env, name, batch, trace_dir=args.out if args.trace else None)
+                    rec = race(
+                        env, name, batch, trace_dir=args.out if args.trace else None, fuse=not args.no_fuse
+                    )
                 except Exception as e:  # noqa: BLE001 - every record is isolated
                     rec = {
                         "model": name,

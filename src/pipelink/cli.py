@@ -442,12 +442,15 @@ def import_cmd(
     out_dir: Annotated[
         Path, typer.Option("--output", "-o", help="directory for pipeline.json and weights.npz")
     ],
+    fuse: Annotated[
+        bool, typer.Option("--fuse/--no-fuse", help="fuse node chains into one stage (docs/onnx-import.md)")
+    ] = True,
 ) -> None:
     """Import an ONNX model: write DIR/pipeline.json and DIR/weights.npz (needs pipelink[onnx])."""
     from .onnx import import_model
 
     try:
-        config, weights = import_model(model, out_dir=out_dir)
+        config, weights = import_model(model, out_dir=out_dir, fuse=fuse)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
     console.print(

@@ -88,7 +88,8 @@ def test_tiny_race_profiles_every_stage_and_reports_variants(tiny_race):
     _, doc, _ = tiny_race
     for rec in doc["records"]:
         prof = rec["profile"]
-        n_nodes = sum(rec["onnx_ops"].values())
+        n_nodes = rec["stages"]["pipeline"]  # the stages of the imported pipeline (fused by default)
+        assert rec["stages"]["fused"] and n_nodes <= rec["stages"]["unfused"] <= sum(rec["onnx_ops"].values())
         assert len(prof["stages"]) == n_nodes, f"{rec['model']}: a stage is missing from the profile"
         times = [s["time_s"] for s in prof["stages"]]
         assert times == sorted(times, reverse=True), "the slowest stage must come first"
@@ -105,6 +106,8 @@ def test_tiny_race_markdown_holds_every_record(tiny_race):
     for rec in doc["records"]:
         assert f"| {rec['model']} | {rec['batch']} |" in md
         assert f"{rec['model']} batch {rec['batch']}:" in md, "the breakdown of a record is missing"
+        stages = rec["stages"]
+        assert f"PipeLink stages: {stages['pipeline']} ({stages['unfused']} without" in md, "no stage count"
     if HAS_ORT:
         assert "onnxruntime has only" in md, "the table must say which onnxruntime provider was timed"
 
@@ -187,7 +190,7 @@ def test_bad_arguments_exit_2(argv, capsys):
 def test_pipelink_failing_leaves_the_rivals_and_fails_the_run(tmp_path, monkeypatch, capsys):
     import pipelink as pl
 
-    def refuse(model):
+    def refuse(model, **options):
         raise pl.InvalidArgumentError("the ONNX model cannot be imported: 1 node PipeLink does not support")
 
     monkeypatch.setattr(pl.onnx, "import_model", refuse)

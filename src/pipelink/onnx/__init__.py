@@ -1,7 +1,9 @@
 """ONNX import: an ONNX model becomes an ordinary PipeLink config plus its weights (bound constants).
 
-``import_model`` converts (``convert.CONVERTERS`` is the one table of ONNX op types PipeLink imports);
-``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
+``import_model`` converts: ``fuse.py`` first rewrites the chains one PipeLink stage computes (a GELU or a
+LayerNorm written out in elementwise nodes, a MatMul and its bias, a gemm and its activation or
+residual), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
+into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
 'pipelink[onnx]'``), imported only when a model is imported, so ``import pipelink`` works without it.
 """
 
@@ -20,6 +22,7 @@ from ..modules.registry import registry
 from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
+from .fuse import fuse as fuse_nodes
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
 
@@ -75,6 +78,20 @@ def _known_dtypes(onnx, graph) -> dict[str, str]:
     return out
 
 
+def _known_shapes(graph) -> dict[str, tuple]:
+    """ONNX tensor name -> shape (ints, ``dim_param`` names, None for an unknown dim), for every value
+    shape inference gave a shape."""
+    out: dict[str, tuple] = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        ttype = info.type.tensor_type
+        if info.type.HasField("tensor_type") and ttype.HasField("shape"):
+            out[info.name] = tuple(
+                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+                for d in ttype.shape.dim
+            )
+    return out
+
+
 def _constant_value(onnx, node) -> np.ndarray:
     """The value of a Constant node (any of its value attributes)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -120,7 +137,7 @@ def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | Non
 
 
 def import_model(
-    model_or_path: Any, out_dir: str | Path | None = None
+    model_or_path: Any, out_dir: str | Path | None = None, *, fuse: bool = True
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Convert an ONNX model into a PipeLink config and its weights.
 
@@ -131,13 +148,18 @@ def import_model(
     out_dir : str or Path, optional
         Also write ``out_dir/pipeline.json`` and ``out_dir/weights.npz`` (see :func:`write_import`); the
         returned config then names the weights file.
+    fuse : bool
+        Rewrite the chains one PipeLink stage computes before converting (``pipelink.onnx.fuse``:
+        GELU and LayerNorm chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op
+        Casts, Identity nodes of constants). False converts every node into its own stage.
 
     Returns
     -------
     config : dict
         An ordinary config: graph inputs declared with their shapes (``dim_param`` names kept as
-        symbols) and dtypes, one stage per node, the graph outputs as ``outputs``. Tensor names that
-        are not valid PipeLink names are made so (``/conv/Conv_output_0`` -> ``conv_Conv_output_0``).
+        symbols) and dtypes, one stage per node or fused chain, the graph outputs as ``outputs``.
+        Tensor names that are not valid PipeLink names are made so (``/conv/Conv_output_0`` ->
+        ``conv_Conv_output_0``).
     weights : dict of name -> array
         The initializers and folded Constant nodes the stages read: bound constants
         (``pl.load(config, weights=weights)``).
@@ -152,14 +174,19 @@ def import_model(
     """
     onnx = _onnx()
     model = _read_model(onnx, model_or_path)
-    # Shape inference only adds dtypes (Pow's exponent); a model it cannot follow imports without them.
+    # Shape inference only adds dtypes (Pow's exponent) and the shapes fusions check; a model it cannot
+    # follow imports without them (and the fusions that need a shape do not match).
     with contextlib.suppress(Exception):
         model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     register_builtins(registry)
     g = Graph(
-        opset=_opset(model), constants=constants, dtypes=_known_dtypes(onnx, graph), operators=registry.get
+        opset=_opset(model),
+        constants=constants,
+        dtypes=_known_dtypes(onnx, graph),
+        operators=registry.get,
+        shapes=_known_shapes(graph),
     )
     rejected: list[Rejected] = []
     nodes: list[Node] = []
@@ -179,6 +206,8 @@ def import_model(
         decl = _declare_input(onnx, info, rejected)
         if decl is not None:
             inputs[g.name(info.name)] = decl
+    if fuse:
+        nodes, _ = fuse_nodes(g, nodes, {info.name for info in graph.output})
     rejected += convert(g, nodes)
     outputs = []
     for info in graph.output:
@@ -240,7 +269,9 @@ def write_import(
     return written
 
 
-def from_onnx(model_or_path: Any, *, device: str = "auto", **load_options: Any) -> Pipeline:
+def from_onnx(
+    model_or_path: Any, *, device: str = "auto", fuse: bool = True, **load_options: Any
+) -> Pipeline:
     """Import an ONNX model and load it: ``pl.load`` of the imported config with its weights bound.
 
     Parameters
@@ -248,8 +279,10 @@ def from_onnx(model_or_path: Any, *, device: str = "auto", **load_options: Any) 
     model_or_path : onnx.ModelProto, str or Path
     device : str
         As for :func:`pipelink.load`.
+    fuse : bool
+        As for :func:`import_model`: False imports every node as its own stage.
     **load_options
         Any other option of :func:`pipelink.load` (``cuda_graph``, ``tuned``, ...).
     """
-    config, weights = import_model(model_or_path)
+    config, weights = import_model(model_or_path, fuse=fuse)
     return load(config, device=device, weights=weights, **load_options)

@@ -19,11 +19,29 @@ from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..ops.shape import MAX_PARTS
 
-__all__ = ["CONVERTERS", "Graph", "Unsupported", "Rejected", "convert"]
+__all__ = [
+    "CONVERTERS",
+    "FUSED_DOMAIN",
+    "ONNX_DOMAINS",
+    "Graph",
+    "Node",
+    "Unsupported",
+    "Rejected",
+    "convert",
+    "gemm_attrs",
+    "onnx_dtype",
+    "float32_attr",
+]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 _SYMBOL_BAD = re.compile(r"[^A-Za-z0-9_]")
 _MAX_PORTS = MAX_PARTS  # the most tensors concat takes and split makes
+
+#: The domains of ONNX's standard operators.
+ONNX_DOMAINS = ("", "ai.onnx")
+#: The domain of a node the fusion pass made (``fuse.py``): its op type is a PipeLink operator, its
+#: attributes that operator's.
+FUSED_DOMAIN = "pipelink.fused"
 
 
 class Unsupported(Exception):
@@ -63,6 +81,7 @@ class Graph:
     constants: dict[str, np.ndarray]
     dtypes: dict[str, str]  # ONNX tensor name -> PipeLink dtype name, where known
     operators: Callable[[str], Any]  # PipeLink operator name -> its descriptor (the registry's get)
+    shapes: dict[str, tuple] = field(default_factory=dict)  # ONNX tensor name -> shape (None: unknown dim)
     names: dict[str, str] = field(default_factory=dict)  # ONNX tensor name -> PipeLink tensor name
     taken: set[str] = field(default_factory=set)
     stages: list[dict[str, Any]] = field(default_factory=list)
@@ -165,7 +184,7 @@ def dim_symbol(text: str) -> str:
 Converter = Callable[[Graph, Node], None]
 
 
-def _float(value: Any) -> float:
+def float32_attr(value: Any) -> float:
     """An ONNX float attribute (float32) as the shortest decimal that reads back to it (1e-05, not
     9.999999747378752e-06)."""
     return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
@@ -236,7 +255,7 @@ def _layer_norm(g: Graph, node: Node) -> None:
         _inputs(node, 3),
         node.outputs[:3],
         axis=int(_attr(node, "axis", -1)),
-        eps=_float(_attr(node, "epsilon", 1e-5)),
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
 
 
@@ -406,7 +425,7 @@ def _resize(g: Graph, node: Node) -> None:
     if sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
     elif scales is not None and scales.size:
-        attrs["scales"] = [_float(s) for s in scales]
+        attrs["scales"] = [float32_attr(s) for s in scales]
     else:
         raise Unsupported("Resize needs scales or sizes")
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
@@ -433,11 +452,12 @@ def _batch_norm(g: Graph, node: Node) -> None:
         "batch_norm",
         [x, mean, var, scale, bias],
         node.outputs[:1],
-        eps=_float(_attr(node, "epsilon", 1e-5)),
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
 
 
-def _dtype_of(elem_type: int) -> str:
+def onnx_dtype(elem_type: int) -> str:
+    """The PipeLink dtype name of an ONNX element type."""
     from onnx import helper
 
     try:
@@ -448,7 +468,7 @@ def _dtype_of(elem_type: int) -> str:
 
 def _cast(g: Graph, node: Node) -> None:
     _only(node, saturate=1, round_mode="up")
-    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=_dtype_of(int(_attr(node, "to"))))
+    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=onnx_dtype(int(_attr(node, "to"))))
 
 
 def _quantize(g: Graph, node: Node) -> None:
@@ -457,7 +477,7 @@ def _quantize(g: Graph, node: Node) -> None:
     if not _attr(node, "saturate", 1):
         attrs["saturate"] = False
     if _attr(node, "output_dtype", 0):
-        attrs["output_dtype"] = _dtype_of(int(_attr(node, "output_dtype")))
+        attrs["output_dtype"] = onnx_dtype(int(_attr(node, "output_dtype")))
     g.stage(node, "quantize_linear", _inputs(node, 3), node.outputs[:1], **attrs)
 
 
@@ -466,15 +486,20 @@ def _dequantize(g: Graph, node: Node) -> None:
     g.stage(node, "dequantize_linear", _inputs(node, 3), node.outputs[:1], axis=int(_attr(node, "axis", 1)))
 
 
-def _gemm(g: Graph, node: Node) -> None:
+def gemm_attrs(node: Node) -> dict[str, Any]:
+    """The gemm attributes of an ONNX Gemm node (only those that differ from gemm's defaults)."""
     attrs: dict[str, Any] = {}
     for onnx_name, ours, default in (("alpha", "alpha", 1.0), ("beta", "beta", 1.0)):
-        if _float(_attr(node, onnx_name, default)) != default:
-            attrs[ours] = _float(_attr(node, onnx_name))
+        if float32_attr(_attr(node, onnx_name, default)) != default:
+            attrs[ours] = float32_attr(_attr(node, onnx_name))
     for onnx_name, ours in (("transA", "trans_a"), ("transB", "trans_b")):
         if _attr(node, onnx_name, 0):
             attrs[ours] = True
-    g.stage(node, "gemm", _inputs(node, 3), node.outputs[:1], **attrs)
+    return attrs
+
+
+def _gemm(g: Graph, node: Node) -> None:
+    g.stage(node, "gemm", _inputs(node, 3), node.outputs[:1], **gemm_attrs(node))
 
 
 #: ONNX op type (default domain) -> converter. Every operator PipeLink imports is listed here once.
@@ -530,7 +555,13 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
     rejected: list[Rejected] = []
     for k, node in enumerate(nodes):
         label = node.name or f"#{k}"
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain == FUSED_DOMAIN:
+            try:
+                g.stage(node, node.op_type, node.inputs, node.outputs, **node.attrs)
+            except Unsupported as e:
+                rejected.append(Rejected(f"fused {node.op_type}", label, str(e)))
+            continue
+        if node.domain not in ONNX_DOMAINS:
             rejected.append(
                 Rejected(node.op_type, label, f"operator domain {node.domain!r} is not supported")
             )
