@@ -1,8 +1,8 @@
 """concat's one-launch CUDA plan (``plan_concat``, ``pl_concat`` in ops/shape/shape.cu) without a GPU: the
 plan's words, rows, per-part lengths and block ranges are replayed in NumPy exactly as the kernel walks
-them and compared with ``numpy.concatenate``; the bind drops empty and absent parts from the launch; bad
-plans are refused. The kernel compiles in tests/unit/test_cuda_sources.py; it runs on the H200 in
-tests/cuda/test_conv_gemm_cuda.py.
+them and compared with ``numpy.concatenate``; the bind drops empty and absent parts from the launch, and
+its launch replayed on its inputs gives the CPU variant's bytes; bad plans are refused. The kernel compiles
+in tests/unit/test_cuda_sources.py; it runs on the H200 in tests/cuda/test_conv_gemm_cuda.py.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import types
 import numpy as np
 import pytest
 
-from pipelink.descriptor import KernelContext
+from pipelink.descriptor import KernelContext, infer_outputs
 from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
+from pipelink.modules.registry import OperatorRegistry
+from pipelink.ops import register_builtins
 from pipelink.ops.shape.cuda import concat_bind, plan_concat
 from pipelink.ops.shape.rules import MAX_PARTS
+from tests.backend.ops_helpers import poison, rand
 
 
 def _replay(plan, parts: list[np.ndarray]) -> np.ndarray:
@@ -146,3 +149,29 @@ def test_bind_of_only_empty_parts_launches_nothing():
     )
     kernel = concat_bind(ctx)
     assert kernel([], [], None) is None and kernel.native_launches() == []
+
+
+@pytest.mark.parametrize(
+    ("shapes", "axis"),
+    [([(2, 3, 4), (2, 1, 4), (2, 0, 4), (2, 5, 4)], -2), ([(2, 3), (4, 3)], 0), ([(3, 8), (3, 8)], 1)],
+)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "int64", "bool"])
+def test_bound_launch_replays_the_cpu_reference(shapes, axis, dtype):
+    """The bind's launch (its slots and plan), replayed on the inputs, gives the CPU variant's bytes."""
+    registry = OperatorRegistry()
+    register_builtins(registry)
+    desc = registry.get("concat")
+    rng = np.random.default_rng(len(shapes))
+    parts = [rand(rng, s, dtype) for s in shapes]
+    inputs = parts + [None] * (MAX_PARTS - len(parts))
+    attrs = desc.resolve_attrs({"axis": axis}, where="stage 's'")
+    in_shapes = tuple(None if a is None else a.shape for a in inputs)
+    in_dtypes = tuple(None if a is None else dtype for a in inputs)
+    out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, attrs, stage="s")
+    ctx = KernelContext("s", attrs, in_shapes, in_dtypes, out_shapes, out_dtypes, _Backend())
+    launch = next(v for v in desc.variants if v.device == "cuda").bind(ctx)
+    count = int(launch.plan.macros["PL_PARTS"])
+    got = _replay(launch.plan, [inputs[launch._slots[f"src{j}"][1]] for j in range(count)])
+    ref = poison(out_shapes[0], dtype)
+    next(v for v in desc.variants if v.device == "cpu").bind(ctx)(inputs, [ref], None)
+    np.testing.assert_array_equal(got, ref.reshape(-1).view(np.uint8))
