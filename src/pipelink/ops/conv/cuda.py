@@ -5,7 +5,8 @@ nvidia-cudnn-frontend (``ops/cudnn_graph.py``).
   tap) is a batched GEMM: ``y[n] = w[M, C] @ x[n][C, H*W] (+ b[M] over H*W)``, w shared by the batch
   (batch stride 0). It runs the gemm family's cuBLASLt product (``gemm/cuda.py``: ``lt_product``,
   ``plan_batches``), the variant ``cuda:cublaslt``, ranked before cuDNN (whose NCHW plans transpose to
-  NHWC: 2.3x slower than PyTorch's GEMM on the H200 for 256->64 channels at 56x56). cuBLASLt's BIAS
+  NHWC: 91-98 us on the H200 for N=32, 256->64 channels at 56x56 in float16, where PyTorch's conv2d took
+  40 us and the bare batched product 22 us). cuBLASLt's BIAS
   epilogue adds a vector per row of column-major D, and y[n] row-major ``[M, HW]`` is column-major
   ``[HW, M]``: b over M is per column there. So the bias is first broadcast into y
   (``plan_bias_expand``) and the product accumulates onto it (beta = 1, C = D = y): one rounding, as the
