@@ -175,3 +175,27 @@ def test_bound_launch_replays_the_cpu_reference(shapes, axis, dtype):
     ref = poison(out_shapes[0], dtype)
     next(v for v in desc.variants if v.device == "cpu").bind(ctx)(inputs, [ref], None)
     np.testing.assert_array_equal(got, ref.reshape(-1).view(np.uint8))
+
+
+def test_native_launch_names_each_part_by_its_port():
+    """What the native core replays: one launch, y and each part's pointer by port, the rest null."""
+    backend = _Backend()
+    backend.compiler = types.SimpleNamespace(cubin_of=lambda kernel: b"cubin of " + kernel.encode())
+    shapes = ((2, 4), None, (2, 8)) + (None,) * (MAX_PARTS - 3)
+    ctx = KernelContext(
+        "cat",
+        {"axis": 1},
+        shapes,
+        ("float32", None, "float32") + (None,) * (MAX_PARTS - 3),
+        ((2, 12),),
+        ("float32",),
+        backend,
+    )
+    (launch,) = concat_bind(ctx).native_launches()
+    assert launch.name == "pl_concat" and launch.dims[:6] == (2, 1, 1, 256, 1, 1)
+    assert len(launch.params) == 3 + 3 * MAX_PARTS
+    pointers = [p for p in launch.params if p[0] == "ptr"]
+    assert pointers[:3] == [("ptr", ("out", 0), 16), ("ptr", ("in", 0), 16), ("ptr", ("in", 2), 16)]
+    assert all(p[1] is None for p in pointers[3:])
+    scalars = [p[1] for p in launch.params if p[0] == "i64"]
+    assert scalars[:8] == [2, 3, 1, 1, 2, 1, 0, 0]  # rows, row (16-byte words), len0, blocks0, len1, ...
