@@ -21,6 +21,7 @@ from pipelink.descriptor import KernelContext, VariantDeclined, infer_outputs
 from pipelink.dtypes import TOLERANCES, get_dtype
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import register_builtins
+from pipelink.ops.cudnn_graph import CUDNN_VARIANT
 from pipelink.runtime.staging import HostStaged
 
 __all__ = [
@@ -77,19 +78,25 @@ def run_op(
     stage: str = "stage0",
     device: str = "cpu",
     staged_ok: bool = False,
+    variant_name: str | None = None,
 ):
     """Bind the operator's variant for ``device`` to these inputs and run it once; returns the outputs as
     NumPy arrays. Skips the test when the device has no kernel for the input dtype (a float-only CUDA
     kernel asked for ints), or when cuDNN is not installed for a variant that needs it. A variant that
     declines the stage fails the test, unless ``staged_ok``: then the reference runs on staged copies, as
-    the runtime runs it."""
+    the runtime runs it. ``variant_name`` picks the variant to bind (default: the device's first built-in
+    one)."""
     desc = registry.get(name)
     inputs = list(inputs) + [None] * (len(desc.inputs) - len(inputs))  # absent trailing optional ports
     resolved = desc.resolve_attrs(attrs or {}, where=f"stage {stage!r}")
     in_shapes = tuple(None if a is None else a.shape for a in inputs)
     in_dtypes = tuple(None if a is None else get_dtype(a.dtype).name for a in inputs)
     out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, resolved, stage=stage)
-    variant = next(v for v in desc.variants if v.device == device and v.source == "builtin")
+    variant = next(
+        v
+        for v in desc.variants
+        if v.device == device and v.source == "builtin" and variant_name in (None, v.name)
+    )
     if variant.dtypes is not None and in_dtypes[0] not in variant.dtypes:
         pytest.skip(f"{name} has no {device} kernel for {in_dtypes[0]}")
     backend = get_backend(device)
@@ -112,7 +119,7 @@ def run_op(
     try:
         kernel = variant.bind(ctx)
     except VariantDeclined:
-        if importlib.util.find_spec("cudnn") is None:
+        if variant.name == CUDNN_VARIANT and importlib.util.find_spec("cudnn") is None:
             pytest.skip(f"{name}: nvidia-cudnn-frontend is not installed")
         if not staged_ok:
             raise

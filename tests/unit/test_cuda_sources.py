@@ -41,7 +41,7 @@ from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.cuda import plan_reduce
 from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
-from pipelink.ops.shape.cuda import plan_gather, plan_where
+from pipelink.ops.shape.cuda import plan_concat, plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_transpose
 
@@ -101,6 +101,10 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
+    for dt in ("bool", "float16", "float32", "float64"):  # words of 1, 2, 4 and 8 bytes
+        cases.append((f"concat-{dt}", plan_concat(dt, [(4, 3), (4, 5)], 1)))
+    cases.append(("concat-16B-64parts", plan_concat("float32", [(2, 4)] * 64, 1)))
+    cases.append(("concat-index64", plan_concat("int8", [(2**21, 1025), (2**21, 1)], 1)))
     win = window_2d(
         (17, 19),
         (3, 2),

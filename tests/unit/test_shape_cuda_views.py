@@ -1,9 +1,10 @@
-"""The CUDA binds of the copy-shaped operators (reshape, flatten, squeeze, unsqueeze, slice, expand, concat,
-split), checked without a GPU: they compute strided views of their inputs and outputs at bind and hand
+"""The CUDA binds of the copy-shaped operators (reshape, flatten, squeeze, unsqueeze, slice, expand, split),
+checked without a GPU: they compute strided views of their inputs and outputs at bind and hand
 each pair to ``backend.copy``. Here a stand-in backend performs those copies on host memory, element by
 element through the views' raw pointers and strides, so a wrong offset, stride or part size in a view
 gives a wrong result against the CPU reference. (The backend's strided-copy kernel itself is tested with
-the backend; the same tests run on the GPU in tests/backend/test_ops_shape.py.)
+the backend; the same tests run on the GPU in tests/backend/test_ops_shape.py. concat runs a kernel of its
+own: tests/unit/test_concat_plan.py.)
 """
 
 from __future__ import annotations
@@ -96,8 +97,6 @@ CASES = [
     ("slice", [(4, 5, 6)], {"starts": [1, 1, 1], "ends": [3, 4, 5], "steps": [1, 1, 1]}),
     ("expand", [(3, 1)], {"shape": [2, 1, 6]}),
     ("expand", [(1, 4)], {"shape": [3, 4]}),
-    ("concat", [(2, 3, 4), (2, 1, 4), (2, 0, 4), (2, 5, 4)], {"axis": -2}),
-    ("concat", [(2, 3), (4, 3)], {"axis": 0}),
     ("split", [(7, 2, 3)], {"num_outputs": 3}),
     ("split", [(2, 6, 3)], {"axis": 1, "split": [1, 0, 5]}),
 ]
@@ -112,30 +111,6 @@ def test_cuda_views_copy_what_the_cpu_reference_copies(reg, name, shapes, attrs,
     for got, ref in zip(cuda, cpu, strict=True):
         assert got.shape == ref.shape
         np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))  # every byte written
-
-
-def test_empty_parts_launch_no_copy(reg):
-    """A part with no element is dropped at bind, so no copy is launched for it."""
-    desc = reg.get("concat")
-    attrs = desc.resolve_attrs({"axis": 0}, where="s")
-    in_shapes = ((0, 3), (2, 3)) + (None,) * (len(desc.inputs) - 2)
-    in_dtypes = ("float32", "float32") + (None,) * (len(desc.inputs) - 2)
-    out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, attrs, stage="s")
-    backend = HostCopyBackend()
-    ctx = KernelContext(
-        stage="s",
-        attrs=attrs,
-        in_shapes=in_shapes,
-        in_dtypes=in_dtypes,
-        out_shapes=out_shapes,
-        out_dtypes=out_dtypes,
-        backend=backend,
-    )
-    a, b, out = np.zeros((0, 3), np.float32), np.ones((2, 3), np.float32), poison((2, 3), "float32")
-    next(v for v in desc.variants if v.device == "cuda").bind(ctx)(
-        [Tensor.from_numpy(a), Tensor.from_numpy(b)], [Tensor.from_numpy(out)], None
-    )
-    assert backend.copies == 1 and (out == 1).all()
 
 
 def _emulate(plan, prefix: str, src: np.ndarray) -> np.ndarray:

@@ -121,10 +121,16 @@ def _staging_notes(desc: OperatorDescriptor) -> list[str]:
     if host is None:
         return []
     lines = []
-    for v in desc.variants:
-        if v.device == "cpu":
-            continue
+    devices = sorted((v for v in desc.variants if v.device != "cpu"), key=lambda v: -v.priority)
+    for i, v in enumerate(devices):
         dtypes = ", ".join(_code(d) for d in sorted(v.dtypes)) if v.dtypes is not None else "every dtype"
+        later = [w.name for w in devices[i + 1 :] if w.device == v.device]
+        if later:  # tried first (selection is by priority): what it refuses goes to the next variant
+            lines.append(
+                f"On {v.device} ({v.name}, tried first): {dtypes}. Other dtypes, and stages the variant "
+                f"declines (see the family's `cuda.py`), go to {later[0]}."
+            )
+            continue
         lines.append(
             f"On {v.device} ({v.name}): {dtypes}. Other dtypes, and stages the variant declines (see the "
             "family's `cuda.py`), run the CPU reference on staged host copies; `load_report.staged` lists "

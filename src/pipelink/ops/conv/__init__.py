@@ -1,12 +1,16 @@
 """2-d convolution (ONNX Conv, ConvTranspose; NCHW): descriptors and NumPy reference kernels.
 
 Half types are computed in float32 and rounded once on the store; padded input and accumulator buffers
-are allocated in ``bind``, not per run. On CUDA both run cuDNN (``cuda.py``); where cuDNN is missing or
-declines a stage (and for float64), the reference runs on staged host copies and the load report says why.
+are allocated in ``bind``, not per run. On CUDA both run cuDNN (``cuda.py``), except a pointwise conv2d
+(kernel 1x1, strides 1, no pads, group 1), which runs cuBLASLt as a batched GEMM (variant
+``cuda:cublaslt``, ranked first; it declines every other stage); where cuDNN is missing or declines a stage
+(and for float64 outside the GEMM form), the reference runs on staged host copies and the load report
+says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -216,28 +220,37 @@ def _conv_transpose2d_bind(ctx: KernelContext):
     return kernel
 
 
+def _with_gemm_variant(desc: OperatorDescriptor) -> OperatorDescriptor:
+    """conv2d's pointwise GEMM variant, tried before cuDNN (priority 1); it declines the other stages."""
+    gemm = cuda_variant(cuda.bind_conv2d_gemm, cuda.GEMM_DTYPES, name=cuda.CUBLASLT_VARIANT)
+    desc.variants.append(dataclasses.replace(gemm, priority=1))
+    return desc
+
+
 def descriptors() -> list[OperatorDescriptor]:
     """Fresh descriptors of conv2d and conv_transpose2d (one set per registry)."""
     floats = {"T": FLOATS}
     group = Attr("group", "int", 1, doc="channel groups (C and M both split into group parts)")
     return [
-        builtin_operator(
-            "conv2d",
-            doc="2-d convolution (cross-correlation) of NCHW x with weights w, plus a bias.",
-            inputs=[
-                Port("x", shape=["N", "C", "H", "W"], dtype="T"),
-                Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
-                Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
-            ],
-            outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
-            attrs=window_attrs() + [group],
-            dtype_vars=floats,
-            variant_dtypes=FLOATS,
-            infer=infer_conv2d,
-            bind=_conv2d_bind,
-            cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
-            staged_fallback=True,
-            onnx="Conv",
+        _with_gemm_variant(
+            builtin_operator(
+                "conv2d",
+                doc="2-d convolution (cross-correlation) of NCHW x with weights w, plus a bias.",
+                inputs=[
+                    Port("x", shape=["N", "C", "H", "W"], dtype="T"),
+                    Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
+                    Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+                ],
+                outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
+                attrs=window_attrs() + [group],
+                dtype_vars=floats,
+                variant_dtypes=FLOATS,
+                infer=infer_conv2d,
+                bind=_conv2d_bind,
+                cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
+                staged_fallback=True,
+                onnx="Conv",
+            )
         ),
         builtin_operator(
             "conv_transpose2d",

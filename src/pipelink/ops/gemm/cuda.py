@@ -47,6 +47,7 @@ __all__ = [
     "plan_bias_expand",
     "bind_gemm",
     "bind_matmul",
+    "lt_product",
 ]
 
 log = logging.getLogger("pipelink")
@@ -335,7 +336,9 @@ class _LtMatmul:
 
     Row-major ``c[M, N] = op(a) @ op(b)`` is column-major ``c^T = op(b)^T op(a)^T``: cuBLASLt's "A" is
     our b and its "B" our a. ``c_source`` is the input read as C (None: C = D = c), scaled by ``beta``;
-    ``bias_input`` the input the BIAS epilogue reads; ``pre`` / ``post`` launches run around each call.
+    ``bias_input`` the input the BIAS epilogue reads; ``pre`` / ``post`` launches run around each call;
+    ``a_input`` / ``b_input`` the stage inputs read as a and b (another family's stage may order them
+    otherwise: conv2d's x is b).
     """
 
     def __init__(
@@ -355,6 +358,8 @@ class _LtMatmul:
         beta: float = 0.0,
         pre: list[PlanLaunch] | None = None,
         post: list[PlanLaunch] | None = None,
+        a_input: int = 0,
+        b_input: int = 1,
     ):
         import nvmath.bindings.cublasLt as lt
 
@@ -375,6 +380,7 @@ class _LtMatmul:
         self._set(lt.MatmulDescAttribute.EPILOGUE, np.array([int(lt.Epilogue[epilogue])], np.uint32))
         self.layout_specs: list[tuple[int, int, int, int, int]] = []  # what _layout made, for the core
         self.bias_input = bias_input
+        self.a_input, self.b_input = a_input, b_input
         self.bias_ptr = np.zeros(1, np.int64)
         self.c_source = c_source
         self.offsets = batch.offsets
@@ -432,7 +438,7 @@ class _LtMatmul:
             tuple(self.layout_specs),
             float(alpha),
             float(beta),
-            (("in", 1), ("in", 0), out if c_source is None else ("in", c_source), out),
+            (("in", b_input), ("in", a_input), out if c_source is None else ("in", c_source), out),
             None if bias_input is None else ("in", bias_input),
             tuple((ob, oa, oc) for oa, ob, oc in batch.offsets),
             size,
@@ -481,7 +487,7 @@ class _LtMatmul:
         return ptr
 
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
-        a, b = ins[0], ins[1]
+        a, b = ins[self.a_input], ins[self.b_input]
         c = outs[0]
         lt = self.lt
         if self.bias_input is not None and self.bias_ptr[0] != ins[self.bias_input].ptr:
@@ -531,6 +537,34 @@ class _LtMatmul:
                 lt.destroy(handle)
         except Exception:  # noqa: BLE001 - partially built, or at interpreter exit
             pass
+
+
+def lt_product(
+    ctx: KernelContext,
+    *,
+    m: int,
+    n: int,
+    k: int,
+    batch: BatchPlan,
+    a_input: int,
+    b_input: int,
+    beta: float = 0.0,
+    pre: list[PlanLaunch] | None = None,
+) -> Any:
+    """One cuBLASLt product ``c = a @ b (+ beta * c)`` for another family's stage, a and b read from its
+    inputs ``a_input`` and ``b_input`` (row-major, ``batch`` from :func:`plan_batches`), C = D = the
+    stage's output (``pre`` launches fill it first when beta is not 0). The kernel replays in the native
+    core (``native_launches``) and follows the stage's math policy (``"tf32"``) as gemm does.
+
+    Raises
+    ------
+    Exception
+        Whatever stops cuBLASLt (nvmath-python missing, libcublasLt not loadable, no algorithm): the
+        caller decides what falls back.
+    """
+    return _LtMatmul(
+        ctx, m=m, n=n, k=k, batch=batch, alpha=1.0, beta=beta, pre=pre, a_input=a_input, b_input=b_input
+    )
 
 
 def _torch_kernel(ctx: KernelContext, op: str) -> Any:

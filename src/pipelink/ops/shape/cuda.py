@@ -1,9 +1,10 @@
 """The shape family on CUDA: operators that move elements and compute nothing, for every dtype.
 
-reshape, flatten, squeeze and unsqueeze copy the bytes (one device memcpy); slice, expand, concat and
-split copy strided views of their inputs and outputs through the backend's one strided copy (negative
-strides for negative slice steps, zero strides for broadcast dims; one copy per part); gather and where
-run the kernels of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
+reshape, flatten, squeeze and unsqueeze copy the bytes (one device memcpy); slice, expand and split copy
+strided views of their inputs and outputs through the backend's one strided copy (negative strides for
+negative slice steps, zero strides for broadcast dims; one copy per part); concat copies every part in
+one launch of ``pl_concat`` (16-byte words when the parts' rows allow); gather and where run the kernels
+of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
 view is computed once, at bind. Pure Python + NumPy: nothing here imports a CUDA package.
 """
 
@@ -50,6 +51,7 @@ __all__ = [
     "INDEX_TYPES",
     "plan_gather",
     "plan_where",
+    "plan_concat",
     "reshaped_bind",
     "slice_bind",
     "expand_bind",
@@ -64,12 +66,17 @@ __all__ = [
 _SOURCE = Path(__file__).resolve().parent / "shape.cu"
 _ALL = tuple(sorted(DTYPES))
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
+_CONCAT_TUNABLES = {**_TUNABLES, "unroll": (4, (1, 2, 4, 8))}  # words in flight per thread (as the copies)
+_WORDS = (16, 8, 4, 2, 1)  # concat's word sizes in bytes, widest first
 INDEX_TYPES = {"int32": "int", "int64": "long long"}
 """gather's index dtypes -> their C type in shape.cu."""
 
 KERNELS: dict[str, KernelSource] = {
     "gather": KernelSource("gather", _SOURCE, "pl_gather", {"PL_GATHER": "1"}, dict(_TUNABLES), dtypes=_ALL),
     "where": KernelSource("where", _SOURCE, "pl_where", {"PL_WHERE": "1"}, dict(_TUNABLES), dtypes=_ALL),
+    "concat": KernelSource(
+        "concat", _SOURCE, "pl_concat", {"PL_CONCAT": "1"}, dict(_CONCAT_TUNABLES), dtypes=_ALL
+    ),
 }
 """The kernels of this family (the strided copies are the backend's, with nothing to tune)."""
 
@@ -195,6 +202,90 @@ def plan_where(
     )
 
 
+def plan_concat(
+    dtype: Any,
+    part_shapes: Any,
+    axis: int,
+    *,
+    alignment: int = 16,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan concat of the parts that have elements (``part_shapes``, in output order, 1 to ``MAX_PARTS``)
+    along ``axis``: one launch of ``pl_concat(y, rows, row, src0, len0, blocks0, ..., src63, ...)``.
+
+    The output is seen as ``[rows, row]`` words (rows: the product of the dims before the axis); part i
+    as ``[rows, len_i]``. A word is the widest of 16, 8, 4, 2, 1 bytes that divides every part's row
+    bytes and that the pointers' ``alignment`` allows (never below the element size). Each part gets
+    grid blocks in proportion to its words (at least one), the grid capped at
+    ``max_blocks_per_sm`` per SM.
+
+    Raises
+    ------
+    InvalidArgumentError
+        No part, more than ``MAX_PARTS``, an empty part, parts that do not match off the axis, a bad
+        axis or tunable.
+    """
+    source = KERNELS["concat"]
+    dt = get_dtype(dtype)
+    shapes = [shape_of(s, "concat") for s in part_shapes]
+    if not 1 <= len(shapes) <= MAX_PARTS:
+        raise InvalidArgumentError(
+            f"concat: a launch copies 1 to {MAX_PARTS} parts (got {len(shapes)})", op="concat"
+        )
+    ax = normalize_axis(int(axis), len(shapes[0]), op="concat")
+    for s in shapes:
+        if (
+            len(s) != len(shapes[0])
+            or s[:ax] + s[ax + 1 :] != shapes[0][:ax] + shapes[0][ax + 1 :]
+            or not prod(s)
+        ):
+            raise InvalidArgumentError(
+                f"concat: parts {shapes} must be non-empty and match off axis {ax}", op="concat"
+            )
+    rows = prod(shapes[0][:ax])
+    row_bytes = [prod(s[ax:]) * dt.itemsize for s in shapes]
+    limit = max(dt.itemsize, min(16, int(alignment)))
+    word = next(w for w in _WORDS if w <= limit and all(b % w == 0 for b in row_bytes))
+    lens = [b // word for b in row_bytes]
+    row = sum(lens)
+    t = tuned_values(source, tuned)
+    per_block = t["block"] * t["unroll"]
+    want = [-(-rows * n // per_block) for n in lens]
+    cap = sm_count * t["max_blocks_per_sm"]
+    total = sum(want)
+    blocks = want if total <= cap else [max(1, w * cap // total) for w in want]
+    index64 = int(rows * row >= I32_LIMIT)
+    macros = {
+        "PL_CONCAT": 1,
+        "PL_BYTES": word,
+        "PL_PARTS": len(shapes),
+        "PL_BLOCK": t["block"],
+        "PL_UNROLL": t["unroll"],
+        "PL_INDEX64": index64,
+    }
+    specs = [pointer("y", word), ArgSpec("rows", "i64"), ArgSpec("row", "i64")]
+    scalars: dict[str, int] = {"rows": rows, "row": row}
+    for i in range(MAX_PARTS):
+        specs += [
+            pointer(f"src{i}", word, optional=True),
+            ArgSpec(f"len{i}", "i64"),
+            ArgSpec(f"blocks{i}", "i64"),
+        ]
+        scalars[f"len{i}"] = lens[i] if i < len(lens) else 0
+        scalars[f"blocks{i}"] = blocks[i] if i < len(blocks) else 0
+    return make_plan(
+        source,
+        "pl_concat",
+        macros,
+        (sum(blocks), 1, 1),
+        t["block"],
+        specs,
+        scalars,
+        dict(t, word=word, parts=len(shapes), index64=index64),
+    )
+
+
 # -- strided views ----------------------------------------------------------------------------------
 View = tuple[int, tuple[int, ...], tuple[int, ...]]  # (offset in elements, shape, strides in elements)
 
@@ -266,14 +357,34 @@ def _parts(shape: tuple[int, ...], axis: int, sizes) -> list[View]:
 
 
 def concat_bind(ctx: KernelContext):
-    """concat: each present input copied into its part of the output."""
+    """concat: every input that has elements copied into its part of the output by one launch."""
     out = tuple(ctx.out_shapes[0])
     axis = normalize_axis(int(ctx.attrs["axis"]), len(out), op="concat")
-    present = [i for i, s in enumerate(ctx.in_shapes) if s is not None]
-    views = _parts(out, axis, [ctx.in_shapes[i][axis] for i in present])
-    return _copies(
-        ctx, [("in", i, _whole(ctx.in_shapes[i]), "out", 0, v) for i, v in zip(present, views, strict=True)]
+    parts = [i for i, s in enumerate(ctx.in_shapes) if s is not None and prod(s)]
+    if not parts:
+        return _NOTHING
+    dtype, shapes = ctx.in_dtypes[parts[0]], [tuple(ctx.in_shapes[i]) for i in parts]
+    tuned, sms = tuned_of(ctx, KERNELS["concat"]), sm_count_of(ctx)
+    slots = {f"src{j}": ("in", i) for j, i in enumerate(parts)}
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_concat(dtype, shapes, axis, alignment=a, tuned=tuned, sm_count=sms),
+        {"y": ("out", 0), **slots},
+        ctx.stage,
     )
+
+
+class _Nothing:
+    """The kernel of a stage with nothing to move (every part empty); no launch, for the native core too."""
+
+    def __call__(self, ins: list, outs: list, stream: Any) -> None:
+        return None
+
+    def native_launches(self) -> list:
+        return []
+
+
+_NOTHING = _Nothing()
 
 
 def split_bind(ctx: KernelContext):

@@ -1,13 +1,16 @@
-// PipeLink's shape kernels that are not plain strided copies: gather (embedding lookup) and where.
-// Pure data movement: elements are moved bit for bit as raw words of PL_BYTES bytes (any dtype).
+// PipeLink's shape kernels that are not plain strided copies: gather (embedding lookup), where, and
+// concat (every part in one launch).
+// Pure data movement: elements are moved bit for bit as raw words of PL_BYTES bytes (any dtype; concat
+// moves 16-byte words when every part's rows allow it).
 // Never allocate, never read outside the given tensors: gather skips an out-of-range index (its
 // output rows become zeros) instead of reading past `data`, and records where it met one when asked.
 //
 // Macros (chosen by pipelink/ops/shape/cuda.py):
 //   PL_BYTES     element size in bytes (1, 2, 4 or 8)
 //   PL_INDEX_T   gather's index type: int or long long
-//   PL_GATHER    defined -> pl_gather;  PL_WHERE defined -> pl_where
+//   PL_GATHER    defined -> pl_gather;  PL_WHERE defined -> pl_where;  PL_CONCAT defined -> pl_concat
 //   PL_BLOCK     threads per block (the launch must use exactly this many)
+//   PL_PARTS     concat's parts that have elements (1..64); PL_UNROLL words in flight per thread
 //   PL_NDIM      dims of where's broadcast index space (1..8); PL_INDEX64 0/1 index width
 //
 // Kernel signatures (sizes and strides in elements):
@@ -21,6 +24,12 @@
 //            long long sc0..sc7, long long sx0..sx7, long long sy0..sy7)
 //       z is contiguous with shape d[0..PL_NDIM-1]; each input is read with its strides (0 on
 //       broadcast dims): z[i] = c[...] ? x[...] : y[...]
+//   pl_concat(W* y, long long rows, long long row,
+//             const W* src0, long long len0, long long blocks0, ..., src63, len63, blocks63)
+//       (sizes in words) y is [rows, row]; part i < PL_PARTS is a contiguous [rows, len_i] block landing
+//       at column len_0 + ... + len_{i-1} of every row; it is copied by blocks_i blocks of the grid
+//       (the grid is their sum, parts in order), which walk it grid-stride. Slots from PL_PARTS on are
+//       unused (null, 0, 0): the signature always has the 64 the operator allows.
 // The outputs never alias the inputs (the planner gives every output its own buffer): __restrict__.
 #include "common.cuh"
 
@@ -31,7 +40,11 @@
 #define PL_NDIM 8
 #endif
 
+#if PL_BYTES == 16
+typedef uint4 W;  // concat's 16-byte words (vector loads and stores)
+#else
 typedef typename pl_word<PL_BYTES>::type W;
+#endif
 
 #if defined(PL_GATHER)
 #ifndef PL_INDEX_T
@@ -77,3 +90,62 @@ pl_where(const bool* __restrict__ c, const W* __restrict__ x, const W* __restric
     }
 }
 #endif  // PL_WHERE
+
+#if defined(PL_CONCAT)
+#ifndef PL_PARTS
+#define PL_PARTS 1
+#endif
+#if PL_PARTS < 1 || PL_PARTS > 64
+#error "PL_PARTS must be 1..64"
+#endif
+#define PL_CONCAT_SLOTS(M)                                                                          \
+    M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) M(16)      \
+    M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) M(30) M(31)       \
+    M(32) M(33) M(34) M(35) M(36) M(37) M(38) M(39) M(40) M(41) M(42) M(43) M(44) M(45) M(46)       \
+    M(47) M(48) M(49) M(50) M(51) M(52) M(53) M(54) M(55) M(56) M(57) M(58) M(59) M(60) M(61)       \
+    M(62) M(63)
+#define PL_CONCAT_PARAM(i) , const W* __restrict__ src##i, long long len##i, long long blocks##i
+// The part this block copies: the one whose block range [start, start + blocks_i) holds blockIdx.x
+// (slots past PL_PARTS compile away).
+#define PL_CONCAT_PICK(i)                                                          \
+    if (i < PL_PARTS) {                                                            \
+        if (bx >= start && bx < start + blocks##i) {                               \
+            src = src##i;                                                          \
+            len = len##i;                                                          \
+            col = ccol;                                                            \
+            first = start;                                                         \
+            nblocks = blocks##i;                                                   \
+        }                                                                          \
+        start += blocks##i;                                                        \
+        ccol += len##i;                                                            \
+    }
+
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_concat(W* __restrict__ y, long long rows, long long row PL_CONCAT_SLOTS(PL_CONCAT_PARAM)) {
+    const long long bx = blockIdx.x;
+    const W* src = nullptr;
+    long long len = 0, col = 0, first = 0, nblocks = 0;
+    long long start = 0, ccol = 0;
+    PL_CONCAT_SLOTS(PL_CONCAT_PICK)
+    if (src == nullptr || nblocks == 0) return;  // a block past the parts' ranges (none is launched)
+    const pl_idx n = (pl_idx)(rows * len);
+    const pl_idx plen = (pl_idx)len, prow = (pl_idx)row, pcol = (pl_idx)col;
+    const pl_idx step = (pl_idx)nblocks * PL_BLOCK;
+    for (pl_idx base = (pl_idx)(bx - first) * PL_BLOCK + threadIdx.x; base < n; base += PL_UNROLL * step) {
+        W v[PL_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PL_UNROLL; ++u) {  // every load issued before any store: in flight together
+            const pl_idx i = base + (pl_idx)u * step;
+            if (i < n) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < PL_UNROLL; ++u) {
+            const pl_idx i = base + (pl_idx)u * step;
+            if (i < n) {
+                const pl_idx r = i / plen;
+                y[r * prow + pcol + (i - r * plen)] = v[u];
+            }
+        }
+    }
+}
+#endif  // PL_CONCAT
