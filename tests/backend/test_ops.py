@@ -109,6 +109,7 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
         (desc,) = registry.versions(name)
         assert str(desc.version) == "1.0.0" and desc.source == "builtin"
         gpu = "cuda:cudnn" if name in STAGED_FALLBACK else "cuda:nvrtc"  # cuDNN's operators say so
+        gpu = "cuda:cublaslt" if name in ("gemm", "matmul") else gpu  # and cuBLASLt's
         expected = ["cpu:numpy"] + ([gpu] if name in WITH_CUDA else [])
         expected += ["cuda:nccl"] if name in WITH_NCCL else []
         expected += ["cuda:cublaslt"] if name == "conv2d" else []  # its pointwise GEMM, tried first

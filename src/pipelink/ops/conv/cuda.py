@@ -46,7 +46,7 @@ from ..cudnn_graph import (
     write_nothing,
 )
 from ..elementwise.cuda import plan_binary
-from ..gemm.cuda import lt_product, plan_batches, plan_bias_expand
+from ..gemm.cuda import CUBLASLT_VARIANT, lt_product, plan_batches, plan_bias_expand
 from ..kernel import FLOATS, PlanLaunch, contiguous_strides
 from .window import window_2d
 
@@ -68,7 +68,6 @@ KERNELS: dict = {}  # cuDNN chooses its own kernels: nothing to plan or tune her
 TUNED_AS: dict[str, str] = {}
 CONV_DTYPES = frozenset(IO_TYPES)
 GEMM_DTYPES = frozenset(FLOATS)  # cuBLASLt's: float64 too, which cuDNN lacks
-CUBLASLT_VARIANT = "cuda:cublaslt"
 
 # Graph tensor uids.
 X, W, B, Y = 1, 2, 3, 4

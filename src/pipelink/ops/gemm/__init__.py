@@ -61,7 +61,7 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_gemm,
             bind=gemm_bind,
-            cuda=cuda_variant(cuda.bind_gemm, FLOATS, supports_graphs=has_nvmath),
+            cuda=cuda_variant(cuda.bind_gemm, FLOATS, supports_graphs=has_nvmath, name=cuda.CUBLASLT_VARIANT),
             onnx="Gemm",
         ),
         builtin_operator(
@@ -77,7 +77,9 @@ def descriptors() -> list[OperatorDescriptor]:
             variant_dtypes=FLOATS,
             infer=infer_matmul,
             bind=matmul_bind,
-            cuda=cuda_variant(cuda.bind_matmul, FLOATS, supports_graphs=has_nvmath),
+            cuda=cuda_variant(
+                cuda.bind_matmul, FLOATS, supports_graphs=has_nvmath, name=cuda.CUBLASLT_VARIANT
+            ),
             onnx="MatMul",
         ),
     ]

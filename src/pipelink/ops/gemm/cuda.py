@@ -36,6 +36,7 @@ from ..transpose.cuda import plan_transpose
 from .reference import gemm_dims, matmul_dims
 
 __all__ = [
+    "CUBLASLT_VARIANT",
     "KERNELS",
     "TUNED_AS",
     "BatchPlan",
@@ -49,6 +50,8 @@ __all__ = [
     "bind_matmul",
     "lt_product",
 ]
+
+CUBLASLT_VARIANT = "cuda:cublaslt"  # the variant name of the operators cuBLASLt runs (gemm, matmul, 1x1 conv)
 
 log = logging.getLogger("pipelink")
 
