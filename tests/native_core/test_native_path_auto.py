@@ -238,6 +238,24 @@ def test_auto_compile_failures_are_silent_and_cached(runtime_lib, plans, monkeyp
         pipe.run(args)
 
 
+def test_auto_failures_in_the_core_are_the_python_executors_errors(runtime_lib, plans):
+    x = np.random.default_rng(14).uniform(0.25, 2.0, (4, 6)).astype(np.float32)
+    with pl.load(plans / "fail.json", device="cpu") as pipe:
+        np.testing.assert_array_equal(np.array(pipe.run(x=x)["a"]), x)
+        assert pipe.last_report.executor == "native"
+        bad = x.copy()
+        bad[0, 0] = -1.0  # core_flaky fails: the run is made again by the Python executor, which names it
+        with pytest.raises(pl.PipeLinkError) as info:
+            pipe.run(x=bad)
+        assert info.value.context.get("stage") == "boom"
+        assert pipe.last_report.stages["boom"].status == "failed"
+        assert "the native core refused the run" in pipe.last_report.executor_reason
+        with pytest.raises(InvalidArgumentError, match="overlaps input 'x'"):
+            pipe.run(x=x, out={"a": x})  # the core refuses the overlap; the Python executor says why
+        np.testing.assert_array_equal(np.array(pipe.run(x=x)["a"]), x)
+        assert pipe.last_report.executor == "native"
+
+
 def test_core_runs_take_no_pipeline_lock(runtime_lib, plans):
     args = _args(13)
     with pl.load(plans / "ln.json", device="cpu") as pipe:

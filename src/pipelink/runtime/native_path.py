@@ -268,13 +268,13 @@ class NativeRunner:
         t0 = time.perf_counter()
         backend, kind, device, index = self._backend, self._kind, self._device, self._index
         keep = None
+        capturing = False
         if self._cuda:
             values = [*given.values(), *out.values()] if isinstance(out, Mapping) else list(given.values())
             if keeps_inputs(stream, values):
                 keep = given
             stream = run_stream(backend, stream, values)
-            if not self._required and backend.is_capturing(stream):
-                return "the caller's stream is being captured (the Python executor records into captures)"
+            capturing = backend.is_capturing(stream)
         elif stream is not None:
             run_stream(backend, stream, ())  # raises: the CPU runs on no stream
         names = self._names
@@ -289,6 +289,12 @@ class NativeRunner:
             return self._decline(f"unknown input(s) {sorted(set(given) - set(names))}; takes {list(names)}")
         key = tuple([(name, p[1], p[2]) for name, p in zip(names, places, strict=True)])
         compiled = self._plans.get(key)
+        if capturing and not self._required:
+            # Inside the caller's capture the core records a plan it already ran (warm), writing out=
+            # buffers; anything else is the Python executor's, which refuses it naming what is wrong.
+            outputs = self._pipe.graph.outputs
+            if compiled.__class__ is not _Compiled or not isinstance(out, Mapping) or len(out) < len(outputs):
+                return "the caller's stream is being captured, and the core has no warm plan for this run"
         if compiled is None:
             compiled = self._compile(key)
         if compiled.__class__ is str:
@@ -323,8 +329,13 @@ class NativeRunner:
             compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle
         )
         if status:
-            raise _error(compiled.lib, status, f"running {self._pipe.name!r}")
-        if stream is not None:
+            error = _error(compiled.lib, status, f"running {self._pipe.name!r}")
+            if self._required:
+                raise error
+            # A run the core refused (the caller's tensors are checked before anything runs) or a module
+            # failed: the Python executor runs it again and raises its own error, with the stage reports.
+            return f"the native core refused the run ({error.message})"
+        if stream is not None and not capturing:
             # CUDA returns without waiting (the fence orders DLPack consumers and .numpy() after the run).
             backend.finish_run(stream, keepalive=(keep, results) if keep is not None else None)
         self._pipe._last_report = (compiled.text, time.perf_counter() - t0)
