@@ -25,10 +25,12 @@ def test_native_run_matches_the_python_executor(runtime_lib, plans):
         pl.load(plans / "ln.json", device="cpu", native=False) as ref,
         pl.load(plans / "ln.json", device="cpu", native=True) as nat,
     ):
+        assert nat.hot_path == "native"
         for seed in (1, 2):  # the second run reuses the signature's plan with new values
             args = _walkthrough_args(seed)
             want = {k: np.asarray(v) for k, v in ref.run(args).items()}
             got = {k: np.asarray(v) for k, v in nat.run(args).items()}
+            assert nat.last_report.executor == "native" and ref.last_report.executor == "python"
             assert got.keys() == want.keys()
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)  # same module, same bytes
