@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from ..errors import InvalidArgumentError, PipeLinkError, error_for_code
+from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for_code
 from ..modules.services import PipeLinkTensor
 from ..native import open_runtime
 from ..tensor import Tensor, contiguous_strides
@@ -404,6 +404,10 @@ class NativeRunner:
                 if self._required:
                     raise
                 found = f"the native core cannot run this signature: {e.message}"
+                if isinstance(e, ConfigError) and not self._cuda and not self._compiled_any():
+                    # A CPU plan refuses a stage whatever the shapes (it calls native modules only): no
+                    # signature of this pipeline can run in the core, so runs stop asking (one place).
+                    self._give_up(found.replace("this signature", "this pipeline"))
             except Exception as e:  # AUTO never fails a run because the core could not take it
                 if self._required:
                     raise
@@ -411,6 +415,14 @@ class NativeRunner:
             pipe.load_report.executors[text] = "native" if found.__class__ is _Compiled else found
             self._plans[key] = found
             return found
+
+    def _give_up(self, reason: str) -> None:
+        report = self._pipe.load_report
+        report.hot_path, report.hot_path_reason = "python", reason
+        self._pipe._native = None  # later runs go straight to the Python executor (no plan to close)
+
+    def _compiled_any(self) -> bool:
+        return any(v.__class__ is _Compiled for v in self._plans.values())
 
     def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> _Compiled:
         pipe = self._pipe
