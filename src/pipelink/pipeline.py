@@ -228,7 +228,8 @@ def load(
 
 
 class Pipeline:
-    """A loaded pipeline. Use ``run`` (thread-safe: runs of one pipeline are serialised)."""
+    """A loaded pipeline. Use ``run`` (thread-safe: runs through the native core run concurrently, runs on
+    the Python executor are serialised; :attr:`hot_path` says which takes them)."""
 
     def __init__(
         self,
@@ -399,13 +400,15 @@ class Pipeline:
         strict : bool
             Raise a stage's error even when its ``on_error`` policy would degrade it.
         profile : bool
-            Record per-stage device times (CUDA) in ``last_report``.
+            Record per-stage device times (CUDA) in ``last_report`` (the run goes to the Python executor).
 
         Returns
         -------
         dict of name -> pl.Tensor
             Fresh tensors (a later run never overwrites them), or views of the ``out`` buffers. Outputs
             of a failed ``skip`` stage are left out and listed in ``last_report.missing_outputs``.
+            ``last_report.executor`` says whether the native core or the Python executor made the run
+            (docs/run-time-contract.md, "Which executor runs").
         """
         given = (dict(inputs, **kwargs) if inputs else kwargs) if kwargs else inputs or {}
         native = self._native

@@ -342,7 +342,7 @@ class NativeRunner:
             else:
                 tensor = results[name] = empty(shape, dtype)
                 t.data = tensor.ptr
-        handle = backend.handle_of(stream) if stream is not None else None
+        handle = int(backend.handle_of(stream)) if stream is not None else None  # a CUstream: its address
         status = compiled.lib.pipeLinkExecuteAsync(
             compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle
         )
