@@ -410,7 +410,10 @@ class Pipeline:
             ``last_report.executor`` says whether the native core or the Python executor made the run
             (docs/run-time-contract.md, "Which executor runs").
         """
-        given = (dict(inputs, **kwargs) if inputs else kwargs) if kwargs else inputs or {}
+        if kwargs:
+            given = dict(inputs, **kwargs) if inputs else kwargs
+        else:
+            given = inputs if inputs.__class__ is dict else dict(inputs) if inputs else {}
         native = self._native
         if native is None:
             reason = self.load_report.hot_path_reason
