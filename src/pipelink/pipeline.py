@@ -38,7 +38,7 @@ from .modules.registry import registry as default_registry
 from .ops import register_builtins
 from .runtime import errorlog
 from .runtime.checked import is_checked
-from .runtime.declared import check_declared_shapes
+from .runtime.declared import check_declared_dtype, check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.external import check_capturable, check_outputs, import_outputs, plan_capturable, run_stream
 from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
@@ -635,13 +635,7 @@ class Pipeline:
             value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
         )
         _, got, _ = self._backend.signature_of(arg)
-        if decl is not None and decl.dtype and got != decl.dtype:
-            raise InvalidArgumentError(
-                f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
-                input=name,
-                expected=decl.dtype,
-                got=got,
-            )
+        check_declared_dtype(self._graph, name, got)
         # Declared shapes (and their symbols, across inputs) are checked once per signature, at plan time.
         return arg
 

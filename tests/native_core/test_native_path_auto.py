@@ -138,10 +138,23 @@ def test_auto_switches_signatures(runtime_lib, undeclared, compiles):
             assert auto.last_report.signature.startswith(f"input_tensor={args['input_tensor'].shape[0]}x")
         assert [c["input_tensor"][0] for c in compiles] == [(4, 256), (8, 1024)]  # once per signature
         assert list(auto.load_report.executors.values()) == ["native", "native"]
-        # A signature the declared shapes refuse is the Python executor's error, and is not cached.
+        # A signature the declared shapes or dtypes refuse is the Python executor's error, never cached.
         with pytest.raises(ShapeMismatchError):
             auto.run(dict(small, gamma_tensor=np.ones(3, np.float32)))
         assert len(auto.load_report.executors) == 2
+    with pl.load(undeclared, device="cpu", native=True) as pipe, pytest.raises(ShapeMismatchError):
+        pipe.run(dict(small, gamma_tensor=np.ones(3, np.float32)))
+
+
+def test_declared_dtypes_hold_on_every_path(runtime_lib, plans):
+    args = _args(15)
+    wrong = dict(args, gamma_tensor=args["gamma_tensor"].astype(np.float64))
+    for native in (None, True, False):
+        with (
+            pl.load(plans / "ln.json", device="cpu", native=native) as pipe,
+            pytest.raises(InvalidArgumentError, match="'gamma_tensor' has dtype float64, but the pipeline"),
+        ):
+            pipe.run(wrong)
 
 
 def test_auto_keeps_builtin_pipelines_on_the_python_executor(runtime_lib, compiles, private_tmp):

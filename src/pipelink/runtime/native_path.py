@@ -32,6 +32,7 @@ from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for
 from ..modules.services import PipeLinkTensor
 from ..native import open_runtime
 from ..tensor import Tensor, contiguous_strides
+from .declared import check_declared_dtype
 from .executor import preload_inputs
 from .external import import_outputs, run_stream
 from .planfile import write_plan
@@ -392,7 +393,9 @@ class NativeRunner:
                 raise InvalidArgumentError(f"pipeline {pipe.name!r} is closed")
             text = _signature_text(key)
             try:
-                # The outputs' shapes, and the user's shape errors, before anything is compiled.
+                # The user's dtype and shape errors, and the outputs' shapes, before anything is compiled.
+                for name, _, dtype in key:
+                    check_declared_dtype(pipe.graph, name, dtype)
                 specs = pipe.output_specs({name: (shape, dtype) for name, shape, dtype in key})
             except PipeLinkError as e:
                 if self._required:
