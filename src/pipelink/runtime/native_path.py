@@ -430,10 +430,10 @@ class NativeRunner:
     def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> _Compiled:
         pipe = self._pipe
         shapes = {name: (shape, dtype) for name, shape, dtype in key}
-        lib = _runtime()
         folder = Path(tempfile.mkdtemp(prefix="pipelink-native-"))
         try:
             path = write_plan(pipe, folder / "plan.plk", shapes)
+            lib = _runtime()  # opened once a plan exists: a pipeline the core refuses never loads it
             handle = ctypes.c_void_p()
             status = lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handle))
             if status:
