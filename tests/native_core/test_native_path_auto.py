@@ -5,6 +5,7 @@ module; NumPy built-ins stay on the Python executor."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -346,3 +347,13 @@ def test_close_while_runs_go_through_the_core(runtime_lib, plans):
     assert not unexpected, unexpected[:3]
     with pytest.raises(InvalidArgumentError, match="is closed"):
         pipe.run(feeds[0])
+
+
+def test_a_pipeline_dropped_without_close_gives_its_plans_back(runtime_lib, plans):
+    pipe = pl.load(plans / "ln.json", device="cpu")
+    pipe.run(_args(16))
+    (compiled,) = pipe._native._plans.values()  # noqa: SLF001 - the plan the core holds
+    destroy = compiled._destroy  # noqa: SLF001
+    del pipe, compiled
+    gc.collect()
+    assert not destroy.alive, "the core's plan outlived its pipeline"

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,8 @@ class _Compiled:
         "_keep",
         "_template",
         "_local",
+        "_destroy",
+        "__weakref__",
     )
 
     def __init__(self, lib, handle, device, inputs, outputs, text: str) -> None:
@@ -198,6 +201,10 @@ class _Compiled:
         self._keep: list = []  # the shape arrays every thread's DLTensors point at (read-only for the core)
         self._template = (self._array(inputs, device), self._array(outputs, device))
         self._local = threading.local()
+        # A pipeline dropped without close() still gives its plans back: once this object is unreachable,
+        # no run can be using the handle. Not at interpreter exit (the driver may be gone by then).
+        self._destroy = weakref.finalize(self, lib.pipeLinkDestroyPipeline, handle)
+        self._destroy.atexit = False
 
     def _array(self, specs, device) -> Any:
         kind, index = device
@@ -221,9 +228,8 @@ class _Compiled:
             return found
 
     def close(self) -> None:
-        if self.handle is not None:
-            self.lib.pipeLinkDestroyPipeline(self.handle)
-            self.handle = None
+        self._destroy()  # once: a finalizer runs at most one time
+        self.handle = None
 
 
 def native_report(text: str, total_time_s: float) -> RunReport:
