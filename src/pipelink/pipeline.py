@@ -37,11 +37,11 @@ from .modules.registry import registry as default_registry
 from .ops import register_builtins
 from .runtime import errorlog
 from .runtime.checked import is_checked
-from .runtime.declared import check_declared_shapes
+from .runtime.declared import check_declared_dtype, check_declared_shapes
 from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
 from .runtime.external import check_capturable, check_outputs, import_outputs, plan_capturable, run_stream
 from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
-from .runtime.native_path import NativeRunner
+from .runtime.native_path import NativeRunner, keeps_inputs, native_blockers, native_report
 from .runtime.plan import ExecutionPlan
 from .runtime.planfile import MAX_CONSTANT_BYTES, write_plan
 from .runtime.report import LoadReport, RunReport
@@ -157,7 +157,7 @@ def load(
     checked: bool | None = None,
     graph: bool | None = None,
     weights: Mapping[str, Any] | None = None,
-    native: bool = False,
+    native: bool | None = None,
 ) -> Pipeline:
     """Load, check and link a pipeline.
 
@@ -183,11 +183,15 @@ def load(
     weights : dict of name -> array, optional
         Bound constants, as a config's ``weights`` file gives them (not both): each binds the external
         input of its name once, here, and ``run()`` no longer takes it.
-    native : bool
-        Run through the native core (``runtime/native_path.py``): each input signature is compiled into a
-        plan that ``libpipelink_runtime`` runs with one C call per ``run()``. Inputs must be contiguous
-        tensors of the pipeline's device; bound weights are constants inside each plan. Not with
-        ``cuda_graph`` or checked mode; a stage the core cannot run fails the first run, naming the stage.
+    native : bool, optional
+        The hot path (``runtime/native_path.py``; docs/run-time-contract.md, "Which executor runs").
+        None (default, AUTO): each input signature the native core can run is compiled once into a plan
+        that ``libpipelink_runtime`` runs with one C call per ``run()``; the rest runs on the Python
+        executor, and ``last_report.executor_reason`` says why (``cuda_graph=True`` stays on the Python
+        executor's graphs). True: every run goes through the core (contiguous tensors of the pipeline's
+        device; bound weights are constants inside the plans; with ``cuda_graph=True`` the core captures
+        and replays CUDA graphs; not with checked mode; a stage the core cannot run fails the first run,
+        naming the stage). False: the Python executor runs everything.
 
     Raises
     ------
@@ -224,7 +228,8 @@ def load(
 
 
 class Pipeline:
-    """A loaded pipeline. Use ``run`` (thread-safe: runs of one pipeline are serialised)."""
+    """A loaded pipeline. Use ``run`` (thread-safe: runs through the native core run concurrently, runs on
+    the Python executor are serialised; :attr:`hot_path` says which takes them)."""
 
     def __init__(
         self,
@@ -236,7 +241,7 @@ class Pipeline:
         use_tuned: bool = True,
         static_outputs: bool = False,
         checked: bool = False,
-        native: bool = False,
+        native: bool | None = None,
     ):
         self._graph = graph
         self._backend = backend
@@ -252,7 +257,7 @@ class Pipeline:
         self.cuda_graph = bool(cuda_graph) and can_capture and not blockers
         self.static_outputs = static_outputs
         self.use_tuned = use_tuned
-        self.last_report: RunReport | None = None
+        self._last_report: RunReport | tuple | None = None
         self.load_report = LoadReport(device=backend.device)
         self._last_plan: ExecutionPlan | None = None
         self._keep_inputs = True  # the current run's inputs are held until its work is done (run())
@@ -275,7 +280,7 @@ class Pipeline:
                 "cuda_graph requested, but running eagerly: " + "; ".join(blockers)
             )
         self._select_variants_for_declared()
-        self._native = self._native_runner(cuda_graph) if native else None
+        self._native = self._native_runner(native, cuda_graph)
 
     # -- properties --------------------------------------------------------------------------------
     @property
@@ -287,6 +292,25 @@ class Pipeline:
     @property
     def device(self) -> str:
         return self._backend.device
+
+    @property
+    def hot_path(self) -> str:
+        """``"native"`` (every run through the native core), ``"python"`` (every run on the Python executor;
+        ``load_report.hot_path_reason`` says why in AUTO) or ``"auto"`` (decided per input signature, as
+        ``load_report.executors`` records)."""
+        return self.load_report.hot_path
+
+    @property
+    def last_report(self) -> RunReport | None:
+        """The report of the last run (of any thread)."""
+        report = self._last_report
+        if report.__class__ is tuple:  # a run of the core: built when read
+            report = self._last_report = native_report(*report)
+        return report
+
+    @last_report.setter
+    def last_report(self, report: RunReport | None) -> None:
+        self._last_report = report
 
     @property
     def inputs(self) -> list[str]:
@@ -376,17 +400,36 @@ class Pipeline:
         strict : bool
             Raise a stage's error even when its ``on_error`` policy would degrade it.
         profile : bool
-            Record per-stage device times (CUDA) in ``last_report``.
+            Record per-stage device times (CUDA) in ``last_report`` (the run goes to the Python executor).
 
         Returns
         -------
         dict of name -> pl.Tensor
             Fresh tensors (a later run never overwrites them), or views of the ``out`` buffers. Outputs
             of a failed ``skip`` stage are left out and listed in ``last_report.missing_outputs``.
+            ``last_report.executor`` says whether the native core or the Python executor made the run
+            (docs/run-time-contract.md, "Which executor runs").
         """
-        given = dict(inputs) if inputs else {}
         if kwargs:
-            given.update(kwargs)
+            given = dict(inputs, **kwargs) if inputs else kwargs
+        else:
+            given = inputs if inputs.__class__ is dict else dict(inputs) if inputs else {}
+        native = self._native
+        if native is None:
+            reason = self.load_report.hot_path_reason
+        else:
+            # The hot path: nothing before it but merging the inputs; no lock (the core runs concurrently).
+            reason = native.run(given, stream, out, profile=profile, strict=strict)
+            if reason.__class__ is not str:
+                return reason
+        return self._run_python(dict(given), stream, out, strict=strict, profile=profile, reason=reason)
+
+    __call__ = run
+
+    def _run_python(
+        self, given: dict[str, Any], stream: Any, out: Any, *, strict: bool, profile: bool, reason: str | None
+    ) -> dict[str, Any]:
+        """A run on the Python executor (``reason``: why the native core does not make it)."""
         if self._bound and not self._bound.keys().isdisjoint(given):
             check_inputs(self._graph, given, self._bound)  # raises: names the bound input
         with self._lock:
@@ -394,22 +437,10 @@ class Pipeline:
                 raise InvalidArgumentError(f"pipeline {self.name!r} is closed")
             backend = self._backend
             values = [*given.values(), *out.values()] if isinstance(out, Mapping) else given.values()
-            # PyTorch tensors run on PyTorch's current stream need no keep-alive: its caching allocator
-            # reuses their memory only after the work queued there (ours included) — and holding them
-            # would leak them out of a torch.compile / CUDA-graph memory pool.
-            self._keep_inputs = stream is not None or not all(
-                type(v).__module__.startswith("torch") for v in values
-            )
+            self._keep_inputs = keeps_inputs(stream, values)
             stream = run_stream(backend, stream, values)
-            if self._native is not None:
-                if profile:
-                    raise InvalidArgumentError(
-                        "profile=True needs the Python executor; this pipeline was loaded with native=True"
-                    )
-                outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
-                return self._native.run(given, stream, outs)
             if backend.is_capturing(stream):
-                return self._run_captured(given, out, stream, strict=strict, profile=profile)
+                return self._run_captured(given, out, stream, strict=strict, profile=profile, reason=reason)
             outs = import_outputs(backend, self._graph, out, stream) if out is not None else {}
             if self._bound:
                 given.update(self._bound)
@@ -421,8 +452,9 @@ class Pipeline:
                 key = backend.match_places(plan.signature, given, stream)
                 found = plan.bound_graphs.get(key) if key is not None else None
                 if found is not None:
-                    return self._replay_fast(plan, found, given, stream)
+                    return self._replay_fast(plan, found, given, stream, reason)
             report = RunReport()
+            report.executor_reason = reason
             preload_event = None
             # The fast path: inputs already in the form of the last plan's signature (device tensors of the
             # same shapes and dtypes, say) skip the import, the signature and the plan lookup.
@@ -468,8 +500,6 @@ class Pipeline:
             wrap = backend.wrap
             return {n: wrap(v) for n, v in produced.items()}
 
-    __call__ = run
-
     def _follow(self, plan: ExecutionPlan, stream: Any) -> None:
         """Order a run after the plan's previous run when that ran on another stream: both use the plan's
         one arena (and its graphs' static buffers). It waits for that run's fence, recorded when it ended,
@@ -479,7 +509,7 @@ class Pipeline:
         plan.last_stream = stream
 
     def _run_captured(
-        self, given: dict[str, Any], out: Any, stream: Any, *, strict: bool, profile: bool
+        self, given: dict[str, Any], out: Any, stream: Any, *, strict: bool, profile: bool, reason: str | None
     ) -> dict[str, Any]:
         """A run queued into the CUDA graph being captured on the caller's ``stream``: eager kernels (never
         a graph of ours inside theirs) writing the caller's ``out`` buffers, with no allocation, no
@@ -499,6 +529,7 @@ class Pipeline:
         plan_capturable(self.name, plan)
         check_outputs(backend, plan, outs, args)
         report = RunReport()
+        report.executor_reason = reason
         t0 = time.perf_counter()
         try:
             with backend.foreign_capture(), backend.run_context():
@@ -519,12 +550,15 @@ class Pipeline:
         wrap = backend.wrap
         return {n: wrap(v) for n, v in produced.items()}
 
-    def _replay_fast(self, plan: ExecutionPlan, found: Any, given: dict[str, Any], stream: Any) -> dict:
+    def _replay_fast(
+        self, plan: ExecutionPlan, found: Any, given: dict[str, Any], stream: Any, reason: str | None
+    ) -> dict:
         """Launch a captured graph that reads the inputs where they are; outputs as ``replay`` returns
         them (the static buffers, or fresh copies)."""
         t0 = time.perf_counter()
         backend = self._backend
         report = RunReport()
+        report.executor_reason = reason
         report.graph_replay = True
         self._follow(plan, stream)
         backend.launch_graph(found, stream)
@@ -601,13 +635,7 @@ class Pipeline:
             value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
         )
         _, got, _ = self._backend.signature_of(arg)
-        if decl is not None and decl.dtype and got != decl.dtype:
-            raise InvalidArgumentError(
-                f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
-                input=name,
-                expected=decl.dtype,
-                got=got,
-            )
+        check_declared_dtype(self._graph, name, got)
         # Declared shapes (and their symbols, across inputs) are checked once per signature, at plan time.
         return arg
 
@@ -694,6 +722,12 @@ class Pipeline:
         list of str
             The ids of stages whose operator changed (version or module file).
         """
+        changed = self._reload()
+        if changed and self._native is not None:
+            self._native.reset()  # outside the lock: a run inside the core may be compiling under it
+        return changed
+
+    def _reload(self) -> list[str]:
         with self._lock:
             old = self._graph
             libraries, problems = load_stage_libraries(old.config, self._registry)
@@ -768,25 +802,34 @@ class Pipeline:
             return write_plan(self, path, shapes, cuda_graph=graph, max_constant_bytes=max_constant_bytes)
 
     # -- lifetime ----------------------------------------------------------------------------------
-    def _native_runner(self, cuda_graph: bool) -> NativeRunner:
-        """The native core's runner for ``load(native=True)``, refusing what it cannot honour."""
-        refused = {"cuda_graph=True": cuda_graph, "checked mode": self.checked}
-        for what, on in refused.items():
-            if on:
-                raise InvalidArgumentError(
-                    f"pipeline {self.name!r}: native=True cannot run with {what} (the native core replays no "
-                    "CUDA graph and checks nothing); load with one of them"
-                )
-        return NativeRunner(self)
+    def _native_runner(self, native: bool | None, cuda_graph: bool) -> NativeRunner | None:
+        """The native core's runner (None when the Python executor runs everything), refusing for
+        ``native=True`` what the core cannot honour; the decision is recorded in ``load_report``."""
+        report = self.load_report
+        if native is False:
+            report.hot_path, report.hot_path_reason = "python", "loaded with native=False"
+            return None
+        blockers = native_blockers(self, cuda_graph=cuda_graph, auto=native is None)
+        if blockers and native:
+            raise InvalidArgumentError(
+                f"pipeline {self.name!r}: native=True cannot run with {'; '.join(blockers)}; load it without "
+                "native=True (the Python executor runs it), or without what the core cannot do"
+            )
+        if blockers:
+            report.hot_path, report.hot_path_reason = "python", "; ".join(blockers)
+            return None
+        report.hot_path = "native" if native else "auto"
+        return NativeRunner(self, required=bool(native), cuda_graph=cuda_graph)
 
     def close(self) -> None:
-        """Free the arenas of every plan. The pipeline refuses to run afterwards."""
+        """Free the arenas of every plan. The pipeline refuses to run afterwards; runs in progress on other
+        threads finish first."""
+        if self._native is not None:
+            self._native.close()  # not under the lock: a run inside the core may be compiling under it
         with self._lock:
             for plan in self._plans.values():
                 plan.release()
             self._plans.clear()
-            if self._native is not None:
-                self._native.close()
             self._closed = True
 
     def __enter__(self) -> Pipeline:

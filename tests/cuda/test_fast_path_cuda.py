@@ -51,7 +51,8 @@ def test_device_inputs_take_the_fast_path_and_stay_correct(monkeypatch, graph):
     monkeypatch.setattr(pipeline_module, "signature_of", lambda *a: general.append(1) or original(*a))
     gen = torch.Generator(device="cuda").manual_seed(1)
     sets = [feed(gen) for _ in range(3)]
-    with pl.load(CHAIN, device="cuda", cuda_graph=graph) as pipe:
+    # native=False: the Python executor's own fast path is under test (AUTO runs these eagerly in the core).
+    with pl.load(CHAIN, device="cuda", cuda_graph=graph, native=False) as pipe:
         for i in range(9):
             f = sets[i % 3]
             f["x"].normal_(generator=gen)  # fresh data at the same place, written on torch's stream

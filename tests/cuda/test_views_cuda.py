@@ -37,7 +37,9 @@ DOC = {
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
 def test_views_match_the_cpu_and_share_memory(cuda_graph):
     cpu = pl.load(DOC, device="cpu")
-    pipe = pl.load(DOC, device="cuda", cuda_graph=cuda_graph)
+    # native=False: the test inspects the Python executor's plan (its views); AUTO would hand eager runs
+    # of these device tensors to the native core, whose runs have no such plan.
+    pipe = pl.load(DOC, device="cuda", cuda_graph=cuda_graph, native=False)
     gen = torch.Generator(device="cuda").manual_seed(3)
     for i in range(6):  # new input memory each run: graphs per input place, then the copying graph
         x = torch.randn(8, 4, 32, device="cuda", generator=gen)

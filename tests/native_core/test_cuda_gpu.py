@@ -148,7 +148,7 @@ def _compiled(tmp_path, name: str, dtype: str):
     doc, spec = _case(name, dtype)
     config = tmp_path / f"{name}_{dtype}.json"
     config.write_text(json.dumps(doc))
-    pipe = pl.load(config, device="cuda")
+    pipe = pl.load(config, device="cuda", native=False)  # the Python executor is the core's reference
     plan = pipe.save(tmp_path / f"{name}_{dtype}.plk")
     return pipe, plan, spec
 
@@ -321,7 +321,8 @@ def test_the_walkthroughs_cuda_module_runs_in_a_cuda_plan(core, tmp_path):
     config = tmp_path / "ln_cuda_module.json"
     config.write_text(json.dumps(doc))
     # A registry of its own: another test of this process may have loaded the example's module already.
-    pipe = pl.load(config, device="cuda", registry=OperatorRegistry())
+    # native=False: the Python executor is the reference the core is compared with.
+    pipe = pl.load(config, device="cuda", registry=OperatorRegistry(), native=False)
     h = core.load(pipe.save(tmp_path / "ln_cuda_module.plk"))
     g = torch.Generator(device="cuda").manual_seed(9)
     ins = [
@@ -365,7 +366,7 @@ def test_runtime_allocated_outputs_follow_the_allocator_choice(core, tmp_path, a
 def test_run_through_the_core_matches_the_python_executor(runtime_lib, name, dtype):
     # pl.load(native=True): run() hands each signature's plan to the core (runtime/native_path.py).
     doc, spec = _case(name, dtype)
-    with pl.load(doc, device="cuda") as ref, pl.load(doc, device="cuda", native=True) as nat:
+    with pl.load(doc, device="cuda", native=False) as ref, pl.load(doc, device="cuda", native=True) as nat:
         for seed in (1, 2):
             feed = dict(zip(spec, _inputs(spec, dtype, seed), strict=True))
             want = {k: torch.from_dlpack(v).float() for k, v in ref.run(feed).items()}

@@ -65,7 +65,7 @@ def test_core_matches_python_on_the_policy_pipeline(runtime_lib, plans, negative
     x = rng.uniform(0.25, 2.0, (4, 6)).astype(np.float32)
     if negative:
         x[0, 0] = -1.0  # core_flaky fails and core_nanify writes a NaN: identity and fallback take over
-    with pl.load(plans / "ops.json", device="cpu") as pipe:
+    with pl.load(plans / "ops.json", device="cpu", native=False) as pipe:  # the Python executor's result
         expected = {k: np.asarray(v) for k, v in pipe.run(x=x).items()}
         names = pipe.outputs
     core = Core(runtime_lib)
@@ -86,7 +86,7 @@ def test_core_matches_python_on_the_walkthrough(runtime_lib, plans):
         "beta_tensor": rng.standard_normal(1024).astype(np.float32),
         "eps_scalar": np.array(1e-5, np.float32),
     }
-    with pl.load(plans / "ln.json", device="cpu") as pipe:
+    with pl.load(plans / "ln.json", device="cpu", native=False) as pipe:  # the Python executor's result
         expected = [np.asarray(v) for v in pipe.run(args).values()]
         order = pipe.inputs
     core = Core(runtime_lib)

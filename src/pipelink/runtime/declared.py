@@ -11,7 +11,25 @@ from ..errors import InvalidArgumentError, ShapeMismatchError
 from ..graph.linker import LinkedGraph
 from ..shapes import Bindings, match_pattern
 
-__all__ = ["check_declared_shapes"]
+__all__ = ["check_declared_shapes", "check_declared_dtype"]
+
+
+def check_declared_dtype(graph: LinkedGraph, name: str, got: str) -> None:
+    """Check input ``name``'s dtype (a dtype name) against its declaration, if it declares one.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming the input, both dtypes and what to do.
+    """
+    decl = (graph.config.inputs or {}).get(name)
+    if decl is not None and decl.dtype and got != decl.dtype:
+        raise InvalidArgumentError(
+            f"input {name!r} has dtype {got}, but the pipeline declares {decl.dtype}; convert it first",
+            input=name,
+            expected=decl.dtype,
+            got=got,
+        )
 
 
 def check_declared_shapes(graph: LinkedGraph, signature: tuple) -> None:

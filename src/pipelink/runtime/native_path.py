@@ -1,15 +1,17 @@
-"""``run()`` through the native core: ``pl.load(..., native=True)``.
+"""``run()`` through the native core, the default hot path (``pl.load(native=None | True | False)``).
 
 Each input signature is compiled once into a plan (``runtime/planfile.py``, the same ``.plk`` that
 ``Pipeline.save`` writes), loaded into ``libpipelink_runtime`` and run with one ``pipeLinkExecuteAsync``
 call per ``run()``: the core launches every kernel and cuBLASLt product of the plan on the run's stream from
 C (ctypes releases the GIL for the call). What Python still does per run is match the inputs to the
 signature, allocate the returned outputs (unless ``out=`` gives them) and fill two prebuilt ``DLTensor``
-arrays. Bound weights travel inside each plan as constants, loaded once by the core. A stage the core
-cannot run (a Python operator, a host-staged operator, process isolation, per-stage policies on CUDA) makes
-the first run fail with the compile's ``ConfigError`` naming it: load without ``native=True`` to run such
-a pipeline. docs/native-core.md describes the core; docs/architecture.md says
-which runs take this path.
+arrays (one pair per thread). Runs take no pipeline lock: the core's execution contexts run concurrently,
+and only compiling a new signature is serialised.
+
+AUTO (``native=None``) hands the core what it can run and leaves the rest to the Python executor, with the
+reason in ``last_report.executor_reason``; ``native=True`` refuses the rest naming it. The pipeline-wide
+decisions are made in :func:`native_blockers` alone; per-signature refusals are the plan compiler's.
+This module must never run a stage itself. docs/architecture.md ("One hot path") says which runs go where.
 """
 
 from __future__ import annotations
@@ -17,82 +19,146 @@ from __future__ import annotations
 import ctypes
 import shutil
 import tempfile
-from collections.abc import Mapping
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import get_dtype
-from ..errors import InvalidArgumentError, error_for_code
+from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for_code
 from ..modules.services import PipeLinkTensor
 from ..native import open_runtime
-from ..tensor import Tensor
+from ..tensor import Tensor, contiguous_strides
+from .declared import check_declared_dtype
+from .executor import preload_inputs
+from .external import import_outputs, run_stream
 from .planfile import write_plan
+from .report import RunReport
 
-__all__ = ["NativeRunner"]
+__all__ = ["NativeRunner", "native_blockers", "keeps_inputs"]
 
 _DEVICE_TYPE = {"cpu": 1, "cuda": 2}  # DLPack device types of the plans the core runs
+_LIB: ctypes.CDLL | None = None
+_LIB_LOCK = threading.Lock()
 
 
 def _runtime() -> ctypes.CDLL:
-    lib = open_runtime()
-    handle = ctypes.c_void_p
-    tensors = ctypes.POINTER(PipeLinkTensor)
-    lib.pipeLinkInitialize.restype = ctypes.c_int
-    lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(handle)]
-    lib.pipeLinkDestroyPipeline.argtypes = [handle]
-    lib.pipeLinkExecuteAsync.argtypes = [
-        handle,
-        tensors,
-        ctypes.c_int32,
-        tensors,
-        ctypes.c_int32,
-        ctypes.c_void_p,
-    ]
-    lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
-    return lib
+    """The runtime library, opened, typed and initialised once per process."""
+    global _LIB
+    with _LIB_LOCK:
+        if _LIB is None:
+            lib = open_runtime()
+            handle = ctypes.c_void_p
+            tensors = ctypes.POINTER(PipeLinkTensor)
+            lib.pipeLinkInitialize.restype = ctypes.c_int
+            lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(handle)]
+            lib.pipeLinkDestroyPipeline.argtypes = [handle]
+            lib.pipeLinkExecuteAsync.argtypes = [
+                handle,
+                tensors,
+                ctypes.c_int32,
+                tensors,
+                ctypes.c_int32,
+                handle,
+            ]
+            lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+            status = lib.pipeLinkInitialize()
+            if status:
+                raise _error(lib, status, "pipeLinkInitialize")
+            _LIB = lib
+        return _LIB
 
 
-class _Compiled:
-    """One loaded plan: its handle and the ``DLTensor`` arrays its runs fill in (shapes fixed)."""
-
-    def __init__(self, lib, handle, device, inputs, outputs) -> None:
-        self.lib, self.handle = lib, handle
-        self.inputs = inputs  # [(name, shape, dtype name)] in the plan's order
-        self.outputs = outputs
-        self.keep: list = []
-        self.in_array = self._array(inputs, device)
-        self.out_array = self._array(outputs, device)
-
-    def _array(self, specs, device) -> Any:
-        kind, index = device
-        array = (PipeLinkTensor * max(1, len(specs)))()
-        for t, (_, shape, dtype) in zip(array, specs, strict=False):
-            dt = get_dtype(dtype)
-            dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-            self.keep.append(dims)
-            t.device.device_type, t.device.device_id = _DEVICE_TYPE[kind], index
-            t.ndim, t.shape = len(shape), dims
-            t.dtype.code, t.dtype.bits, t.dtype.lanes = dt.dl_code, dt.bits, 1
-        return array
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.lib.pipeLinkDestroyPipeline(self.handle)
-            self.handle = None
+def _error(lib: ctypes.CDLL, status: int, what: str) -> PipeLinkError:
+    message = (lib.pipeLinkGetLastErrorMessage() or b"").decode(errors="replace")
+    return error_for_code(status)(f"native core: {what} failed: {message}")
 
 
-def _place(value: Any, kind: str, index: int) -> tuple[int, tuple[int, ...], str] | None:
+# -- what the core never runs for a pipeline (one place; the lead flips entries here) ----------------------
+def _cuda_graph_blocker(requested: bool, auto: bool) -> str | None:
+    # native=True with cuda_graph=True: the core captures and replays (plans with the cuda_graph flag). AUTO
+    # keeps the Python executor's graphs: the core's graphs are keyed by every external pointer (inputs and
+    # outputs, PLK_GRAPH_CACHE per context), so callers that keep their outputs or rotate many input sets
+    # would re-capture on most runs; the Python executor's graphs copy outputs out of static buffers.
+    if requested and auto:
+        return (
+            "cuda_graph=True in AUTO (the Python executor captures and replays CUDA graphs; load with "
+            "native=True to have the core capture them)"
+        )
+    return None
+
+
+def native_blockers(pipe, *, cuda_graph: bool, auto: bool) -> list[str]:
+    """Why the core can run no signature of ``pipe``: empty when it may run some.
+
+    Parameters
+    ----------
+    cuda_graph : bool
+        Whether ``load(cuda_graph=True)`` was asked.
+    auto : bool
+        AUTO (``native=None``) also leaves to the Python executor what the core could run but reports less
+        of: per-stage policies (the Python executor reports each degraded or skipped stage and honours
+        ``strict=True``) and ``async_preload`` inputs (its copy stream overlaps their upload).
+    """
+    blockers = []
+    kind = pipe._backend.info.kind
+    if kind not in _DEVICE_TYPE:
+        blockers.append(f"the native core runs CPU and CUDA plans, and this pipeline is on {pipe.device}")
+    found = _cuda_graph_blocker(cuda_graph, auto)
+    if found is not None:
+        blockers.append(found)
+    if pipe.checked:
+        blockers.append("checked mode (the Python executor poisons and guards every stage's outputs)")
+    if auto:
+        policies = [st.id for st in pipe.graph.stages if _has_policy(st)]
+        if policies:
+            blockers.append(
+                "per-stage policies (on_error, check_finite, timeout_ms) on "
+                f"{', '.join(map(repr, policies))}: "
+                "the Python executor reports each degraded or skipped stage in last_report"
+            )
+        if preload_inputs(pipe.graph):
+            blockers.append("async_preload inputs (the Python executor uploads them on a copy stream)")
+    return blockers
+
+
+def _has_policy(st) -> bool:
+    c = st.config
+    return c.on_error.kind != "fail" or bool(c.constraints.check_finite) or bool(c.constraints.timeout_ms)
+
+
+def keeps_inputs(stream: Any, values: Iterable[Any]) -> bool:
+    """Whether a run's inputs are held until its work is done: not when every tensor is PyTorch's and the run
+    is on PyTorch's current stream (its caching allocator reuses their memory only after the work queued
+    there, ours included; holding them would leak them out of a torch.compile / CUDA-graph memory pool)."""
+    return stream is not None or not all(type(v).__module__.startswith("torch") for v in values)
+
+
+_address_of, _bytes_of = ctypes.addressof, ctypes.c_char.from_buffer
+
+
+def _host_ptr(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first byte (``ctypes.data`` costs ~1 us, this ~0.15 us)."""
+    try:
+        return _address_of(_bytes_of(array))
+    except (TypeError, ValueError):  # read-only or empty
+        return array.__array_interface__["data"][0]
+
+
+def _place(value: Any, kind: str, device: str, index: int) -> tuple[int, tuple[int, ...], str] | None:
     """(pointer, shape, dtype name) of a contiguous tensor of the pipeline's device, else None."""
-    if isinstance(value, Tensor):
-        if value.device != (kind if kind == "cpu" else f"cuda:{index}") or not value.is_contiguous:
-            return None
-        return value.ptr, tuple(value.shape), value.dtype.name
     if isinstance(value, np.ndarray):
         if kind != "cpu" or not value.flags.c_contiguous:
             return None
-        return value.ctypes.data, value.shape, get_dtype(value.dtype).name
+        return _host_ptr(value), value.shape, get_dtype(value.dtype).name
+    if isinstance(value, Tensor):
+        if value.device != device or not value.is_contiguous:
+            return None
+        return value.ptr, tuple(value.shape), value.dtype.name
     if type(value).__module__.startswith("torch"):
         on_device = value.is_cuda and value.get_device() == index if kind == "cuda" else not value.is_cuda
         if not on_device or not value.is_contiguous():
@@ -101,96 +167,315 @@ def _place(value: Any, kind: str, index: int) -> tuple[int, tuple[int, ...], str
     return None
 
 
-class NativeRunner:
-    """The native core's side of one pipeline: a plan per input signature, compiled on first use."""
+def _signature_text(key: tuple) -> str:
+    return ", ".join(f"{n}={'x'.join(map(str, s)) or '()'}:{d}" for n, s, d in key)
 
-    def __init__(self, pipe) -> None:
-        self._pipe = pipe
-        self._lib = _runtime()
-        status = self._lib.pipeLinkInitialize()
-        if status:
-            raise self._error(status, "pipeLinkInitialize")
-        backend = pipe._backend
-        self._kind, self._index = backend.info.kind, backend.info.index
-        self._dir = Path(tempfile.mkdtemp(prefix="pipelink-native-"))
-        self._plans: dict[tuple, _Compiled] = {}
 
-    def _error(self, status: int, what: str):
-        message = (self._lib.pipeLinkGetLastErrorMessage() or b"").decode(errors="replace")
-        return error_for_code(status)(f"native core: {what} failed: {message}")
+class _Compiled:
+    """One loaded plan: its handle, and per thread the ``DLTensor`` arrays its runs fill (shapes fixed)."""
 
-    def _compile(self, key: tuple) -> _Compiled:
-        pipe = self._pipe
-        shapes = {name: (shape, dtype) for name, shape, dtype in key}
-        path = write_plan(pipe, self._dir / f"plan{len(self._plans)}.plk", shapes)
-        handle = ctypes.c_void_p()
-        status = self._lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handle))
-        if status:
-            raise self._error(status, f"loading the plan of {pipe.name!r}")
-        specs = pipe.output_specs({name: (shape, dtype) for name, shape, dtype in key})
-        outputs = [(n, tuple(int(d) for d in s), get_dtype(d).name) for n, (s, d) in specs.items()]
-        compiled = _Compiled(self._lib, handle, (self._kind, self._index), list(key), outputs)
-        self._plans[key] = compiled
-        return compiled
+    __slots__ = (
+        "lib",
+        "handle",
+        "inputs",
+        "outputs",
+        "made",
+        "n_in",
+        "n_out",
+        "text",
+        "_keep",
+        "_template",
+        "_local",
+        "_destroy",
+        "__weakref__",
+    )
 
-    def run(self, given: Mapping[str, Any], stream: Any, out: Mapping[str, Tensor]) -> dict[str, Any]:
-        """One run: ``given`` the inputs by name, ``out`` the caller's output buffers (imported)."""
-        pipe = self._pipe
-        backend = pipe._backend
-        names = pipe.inputs  # bound weights are constants inside the plan
-        places = []
-        for name in names:
-            if name not in given:
-                raise InvalidArgumentError(
-                    f"missing input {name!r}; the pipeline takes {list(names)}", input=name
-                )
-            place = _place(given[name], self._kind, self._index)
-            if place is None:
-                raise InvalidArgumentError(
-                    f"input {name!r}: a pipeline loaded with native=True takes contiguous tensors of its "
-                    f"device ({pipe.device}: pl.Tensor or PyTorch); got {type(given[name]).__name__}. Move "
-                    "it there first (pl.from_dlpack / torch .to(device).contiguous()), or load without "
-                    "native=True",
-                    input=name,
-                )
-            places.append(place)
-        if len(given) != len(names):
-            unknown = sorted(set(given) - set(names))
-            raise InvalidArgumentError(f"unknown input(s) {unknown}; the pipeline takes {list(names)}")
-        key = tuple((name, shape, dtype) for name, (_, shape, dtype) in zip(names, places, strict=True))
-        compiled = self._plans.get(key) or self._compile(key)
-        for t, (ptr, _, _) in zip(compiled.in_array, places, strict=False):
-            t.data = ptr
-        results = {}
-        for t, (name, shape, dtype) in zip(compiled.out_array, compiled.outputs, strict=False):
-            buffer = out.get(name)
-            if buffer is None:
-                buffer = backend.empty(shape, get_dtype(dtype))
-            place = _place(buffer, self._kind, self._index)
-            if place is None or place[1:] != (shape, dtype):
-                raise InvalidArgumentError(
-                    f"out= buffer {name!r} must be a contiguous {shape} {dtype} tensor of {pipe.device}",
-                    output=name,
-                )
-            t.data = place[0]
-            results[name] = buffer
-        handle = backend.handle_of(stream)
-        status = self._lib.pipeLinkExecuteAsync(
-            compiled.handle,
-            compiled.in_array,
-            len(compiled.inputs),
-            compiled.out_array,
-            len(compiled.outputs),
-            int(handle) if handle is not None else None,
-        )
-        if status:
-            raise self._error(status, f"running {pipe.name!r}")
-        if stream is not None:
-            backend.finish_run(stream, keepalive=(given, results))
-        return {n: backend.wrap(v) for n, v in results.items()}
+    def __init__(self, lib, handle, device, inputs, outputs, text: str) -> None:
+        self.lib, self.handle, self.text = lib, handle, text
+        self.inputs = inputs  # [(name, shape, dtype name)] in the plan's order
+        self.outputs = outputs
+        # What a run allocates for each output: (name, shape, DType, element strides).
+        self.made = [(n, s, get_dtype(d), contiguous_strides(s)) for n, s, d in outputs]
+        self.n_in, self.n_out = len(inputs), len(outputs)
+        self._keep: list = []  # the shape arrays every thread's DLTensors point at (read-only for the core)
+        self._template = (self._array(inputs, device), self._array(outputs, device))
+        self._local = threading.local()
+        # A pipeline dropped without close() still gives its plans back: once this object is unreachable,
+        # no run can be using the handle. Not at interpreter exit (the driver may be gone by then).
+        self._destroy = weakref.finalize(self, lib.pipeLinkDestroyPipeline, handle)
+        self._destroy.atexit = False
+
+    def _array(self, specs, device) -> Any:
+        kind, index = device
+        array = (PipeLinkTensor * max(1, len(specs)))()
+        for t, (_, shape, dtype) in zip(array, specs, strict=False):
+            dt = get_dtype(dtype)
+            dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+            self._keep.append(dims)
+            t.device.device_type, t.device.device_id = _DEVICE_TYPE[kind], index
+            t.ndim, t.shape = len(shape), dims
+            t.dtype.code, t.dtype.bits, t.dtype.lanes = dt.dl_code, dt.bits, 1
+        return array
+
+    def arrays(self) -> tuple[Any, Any]:
+        """This thread's (inputs, outputs) DLTensor arrays: copied from the template on its first run."""
+        try:
+            return self._local.arrays
+        except AttributeError:
+            ins, outs = self._template
+            found = self._local.arrays = (type(ins).from_buffer_copy(ins), type(outs).from_buffer_copy(outs))
+            return found
 
     def close(self) -> None:
-        for compiled in self._plans.values():
-            compiled.close()
-        self._plans.clear()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._destroy()  # once: a finalizer runs at most one time
+        self.handle = None
+
+
+def native_report(text: str, total_time_s: float) -> RunReport:
+    """``last_report`` of a run the core made, built when read: no stage detail (the core keeps none)."""
+    report = RunReport()
+    report.executor, report.signature, report.total_time_s = "native", text, total_time_s
+    return report
+
+
+class NativeRunner:
+    """The native core's side of one pipeline: a plan per input signature, compiled on first use.
+
+    Parameters
+    ----------
+    required : bool
+        ``native=True``: what the core cannot run is an error. Otherwise (AUTO) :meth:`run` returns the
+        reason as a string and the caller runs the Python executor.
+    """
+
+    def __init__(self, pipe, *, required: bool, cuda_graph: bool = False) -> None:
+        self._pipe = pipe
+        self._required = required
+        self._cuda_graph = cuda_graph and pipe._backend.info.kind == "cuda"  # plans the core captures
+        backend = pipe._backend
+        self._backend = backend
+        self._kind, self._index = backend.info.kind, backend.info.index
+        self._device = pipe.device
+        self._cuda = self._kind == "cuda"
+        self._names = tuple(pipe.inputs)  # bound weights are constants inside the plan
+        self._plans: dict[tuple, _Compiled | str] = {}  # signature -> plan, or why Python runs it
+        self._cond = threading.Condition()
+        self._active = 0  # runs inside the core now: close() and reset() wait for them
+        self._resetting = 0  # reset() in progress: new runs wait for it
+        self._closed = False
+
+    # -- the hot path ------------------------------------------------------------------------------
+    def run(
+        self, given: Mapping[str, Any], stream: Any, out: Any, *, profile: bool, strict: bool
+    ) -> dict[str, Any] | str:
+        """One run: the outputs by name, or (AUTO) why the Python executor must run it."""
+        if profile:
+            return self._decline("profile=True needs the Python executor (per-stage times)")
+        with self._cond:
+            while self._resetting:
+                self._cond.wait()
+            if self._closed:
+                raise InvalidArgumentError(f"pipeline {self._pipe.name!r} is closed")
+            self._active += 1
+        try:
+            return self._run(given, stream, out, strict)
+        finally:
+            with self._cond:
+                self._active -= 1
+                if self._closed and not self._active:
+                    self._cond.notify_all()
+
+    def _run(self, given: Mapping[str, Any], stream: Any, out: Any, strict: bool) -> dict[str, Any] | str:
+        t0 = time.perf_counter()
+        backend, kind, device, index = self._backend, self._kind, self._device, self._index
+        keep = None
+        capturing = False
+        if self._cuda:
+            values = [*given.values(), *out.values()] if isinstance(out, Mapping) else list(given.values())
+            if keeps_inputs(stream, values):
+                keep = given
+            stream = run_stream(backend, stream, values)
+            capturing = backend.is_capturing(stream)
+        elif stream is not None:
+            run_stream(backend, stream, ())  # raises: the CPU runs on no stream
+        names = self._names
+        places = []
+        for name in names:
+            value = given.get(name)
+            place = _place(value, kind, device, index) if value is not None else None
+            if place is None:
+                return self._bad_input(name, given)
+            places.append(place)
+        if len(given) != len(names):
+            return self._decline(f"unknown input(s) {sorted(set(given) - set(names))}; takes {list(names)}")
+        key = tuple([(name, p[1], p[2]) for name, p in zip(names, places, strict=True)])
+        compiled = self._plans.get(key)
+        if capturing and not self._required:
+            # Inside the caller's capture the core records a plan it already ran (warm), writing out=
+            # buffers; anything else is the Python executor's, which refuses it naming what is wrong.
+            outputs = self._pipe.graph.outputs
+            if compiled.__class__ is not _Compiled or not isinstance(out, Mapping) or len(out) < len(outputs):
+                return "the caller's stream is being captured, and the core has no warm plan for this run"
+        if compiled is None:
+            compiled = self._compile(key)
+        if compiled.__class__ is str:
+            return compiled
+        if strict and self._required and any(_has_policy(st) for st in self._pipe.graph.stages):
+            raise InvalidArgumentError(
+                f"pipeline {self._pipe.name!r} was loaded with native=True: strict=True needs the Python "
+                "executor, which raises a stage's error instead of applying its on_error policy"
+            )
+        in_array, out_array = compiled.arrays()
+        for t, place in zip(in_array, places, strict=False):
+            t.data = place[0]
+        outs = import_outputs(backend, self._pipe.graph, out, stream) if out is not None else None
+        results = {}
+        empty = backend.empty
+        for t, (name, shape, dtype, strides) in zip(out_array, compiled.made, strict=False):
+            buffer = outs.get(name) if outs else None
+            if buffer is not None:  # the caller's (imported): written in place
+                place = _place(buffer, kind, device, index)
+                if place is None or place[1:] != (shape, dtype.name):
+                    return self._decline(
+                        f"out= buffer {name!r} must be a contiguous {shape} {dtype.name} tensor of {device}"
+                    )
+                t.data = place[0]
+                results[name] = backend.wrap(buffer)
+            elif kind == "cpu":  # a fresh array, wrapped without the checks of Tensor.from_numpy
+                array = empty(shape, dtype)
+                t.data = _host_ptr(array)
+                tensor = results[name] = Tensor._trusted(t.data, shape, dtype, "cpu", strides, array, True)
+                tensor._array = array
+            else:
+                tensor = results[name] = empty(shape, dtype)
+                t.data = tensor.ptr
+        handle = int(backend.handle_of(stream)) if stream is not None else None  # a CUstream: its address
+        status = compiled.lib.pipeLinkExecuteAsync(
+            compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle
+        )
+        if status:
+            error = _error(compiled.lib, status, f"running {self._pipe.name!r}")
+            if self._required:
+                raise error
+            # A run the core refused (the caller's tensors are checked before anything runs) or a module
+            # failed: the Python executor runs it again and raises its own error, with the stage reports.
+            return f"the native core refused the run ({error.message})"
+        if stream is not None and not capturing:
+            # CUDA returns without waiting (the fence orders DLPack consumers and .numpy() after the run).
+            backend.finish_run(stream, keepalive=(keep, results) if keep is not None else None)
+        self._pipe._last_report = (compiled.text, time.perf_counter() - t0)
+        return results
+
+    def _decline(self, reason: str) -> str:
+        if self._required:
+            raise InvalidArgumentError(
+                f"pipeline {self._pipe.name!r} was loaded with native=True, but {reason}; load it without "
+                "native=True to run this through the Python executor"
+            )
+        return reason
+
+    def _bad_input(self, name: str, given: Mapping[str, Any]) -> str:
+        if name not in given:
+            if self._required:
+                raise InvalidArgumentError(
+                    f"missing input {name!r}; the pipeline takes {list(self._names)}", input=name
+                )
+            return f"missing input {name!r}"
+        value = given[name]
+        return self._decline(
+            f"input {name!r} is not a contiguous tensor of {self._device} (got {type(value).__name__}; "
+            "pl.Tensor, PyTorch, or NumPy on the CPU): move it there first (pl.from_dlpack / torch "
+            ".to(device).contiguous())"
+        )
+
+    # -- compiling a signature (once, under the pipeline's lock) ------------------------------------
+    def _compile(self, key: tuple) -> _Compiled | str:
+        pipe = self._pipe
+        with pipe._lock:
+            found = self._plans.get(key)
+            if found is not None:
+                return found
+            if self._closed:
+                raise InvalidArgumentError(f"pipeline {pipe.name!r} is closed")
+            text = _signature_text(key)
+            try:
+                # The user's dtype and shape errors, and the outputs' shapes, before anything is compiled.
+                for name, _, dtype in key:
+                    check_declared_dtype(pipe.graph, name, dtype)
+                specs = pipe.output_specs({name: (shape, dtype) for name, shape, dtype in key})
+            except PipeLinkError as e:
+                if self._required:
+                    raise
+                return f"the inputs do not fit: {e.message}"  # not cached: the Python executor raises it
+            try:
+                found = self._load(key, specs, text)
+            except PipeLinkError as e:
+                if self._required:
+                    raise
+                found = f"the native core cannot run this signature: {e.message}"
+                if isinstance(e, ConfigError) and not self._cuda and not self._compiled_any():
+                    # A CPU plan refuses a stage whatever the shapes (it calls native modules only): no
+                    # signature of this pipeline can run in the core, so runs stop asking (one place).
+                    self._give_up(found.replace("this signature", "this pipeline"))
+            except Exception as e:  # AUTO never fails a run because the core could not take it
+                if self._required:
+                    raise
+                found = f"compiling for the native core failed ({type(e).__name__}: {e})"
+            pipe.load_report.executors[text] = "native" if found.__class__ is _Compiled else found
+            self._plans[key] = found
+            return found
+
+    def _give_up(self, reason: str) -> None:
+        report = self._pipe.load_report
+        report.hot_path, report.hot_path_reason = "python", reason
+        self._pipe._native = None  # later runs go straight to the Python executor (no plan to close)
+
+    def _compiled_any(self) -> bool:
+        return any(v.__class__ is _Compiled for v in self._plans.values())
+
+    def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> _Compiled:
+        pipe = self._pipe
+        shapes = {name: (shape, dtype) for name, shape, dtype in key}
+        folder = Path(tempfile.mkdtemp(prefix="pipelink-native-"))
+        try:
+            path = write_plan(pipe, folder / "plan.plk", shapes, cuda_graph=self._cuda_graph)
+            lib = _runtime()  # opened once a plan exists: a pipeline the core refuses never loads it
+            handle = ctypes.c_void_p()
+            status = lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handle))
+            if status:
+                raise _error(lib, status, f"loading the plan of {pipe.name!r}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # the core keeps what it needs (modules: memfd copies)
+        outputs = [(n, tuple(int(d) for d in s), get_dtype(d).name) for n, (s, d) in specs.items()]
+        return _Compiled(lib, handle, (self._kind, self._index), list(key), outputs, text)
+
+    def _destroy_plans(self) -> None:
+        """Destroy every plan; called with no run inside the core (``self._cond`` held, ``_active`` 0)."""
+        plans, self._plans = self._plans, {}
+        for compiled in plans.values():
+            if compiled.__class__ is _Compiled:
+                compiled.close()
+
+    def reset(self) -> None:
+        """Drop every plan (``Pipeline.reload`` changed modules): runs inside the core finish on the old
+        plans, new runs wait, then compile against the pipeline's new graph. Call it without holding the
+        pipeline's lock (a run inside the core may be compiling under it)."""
+        with self._cond:
+            self._resetting += 1
+            try:
+                while self._active:
+                    self._cond.wait()
+                self._destroy_plans()
+                self._names = tuple(self._pipe.inputs)
+                self._pipe.load_report.executors.clear()
+            finally:
+                self._resetting -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Refuse new runs, wait for those inside the core, then destroy every plan."""
+        with self._cond:
+            self._closed = True
+            while self._active:
+                self._cond.wait()
+            self._destroy_plans()

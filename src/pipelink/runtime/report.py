@@ -45,9 +45,23 @@ class RunReport:
 
     A run in which every stage succeeded records only its clock readings; ``stages`` builds the stage
     reports from them when first read, so a run pays nothing for reports nobody looks at.
+
+    ``executor`` is ``"native"`` for a run the native core made (one C call: ``stages`` is empty, the core
+    keeps no per-stage detail; ``signature`` names the plan's input signature) or ``"python"`` for the
+    Python executor, with ``executor_reason`` saying why the core did not make it.
     """
 
-    __slots__ = ("_stages", "_lazy", "missing_outputs", "total_time_s", "new_signature", "graph_replay")
+    __slots__ = (
+        "_stages",
+        "_lazy",
+        "missing_outputs",
+        "total_time_s",
+        "new_signature",
+        "graph_replay",
+        "executor",
+        "executor_reason",
+        "signature",
+    )
 
     def __init__(self) -> None:
         self._stages: dict[str, StageReport] | None = None
@@ -56,6 +70,9 @@ class RunReport:
         self.total_time_s = 0.0
         self.new_signature = False
         self.graph_replay = False
+        self.executor = "python"
+        self.executor_reason: str | None = None
+        self.signature: str | None = None
 
     def record_ok(self, steps, clock: list[float]) -> None:
         """Stages ``steps[i]`` ran from ``clock[i]`` to ``clock[i + 1]`` and succeeded."""
@@ -82,7 +99,7 @@ class RunReport:
     def __repr__(self) -> str:
         return (
             f"RunReport(stages={list(self.stages)}, missing_outputs={self.missing_outputs}, "
-            f"graph_replay={self.graph_replay})"
+            f"graph_replay={self.graph_replay}, executor={self.executor!r})"
         )
 
     @property
@@ -99,12 +116,18 @@ class RunReport:
             "missing_outputs": self.missing_outputs,
             "total_time_s": self.total_time_s,
             "graph_replay": self.graph_replay,
+            "executor": self.executor,
+            "executor_reason": self.executor_reason,
         }
 
 
 @dataclass
 class LoadReport:
-    """What ``pl.load`` decided: the device, each stage's operator version and variant, warnings."""
+    """What ``pl.load`` decided: the device, each stage's operator version and variant, warnings, and the
+    hot path: ``hot_path`` is ``"native"`` (``load(native=True)``), ``"python"`` (``native=False``, or AUTO
+    with ``hot_path_reason`` saying why the core can run no signature) or ``"auto"``; ``executors`` maps each
+    input signature met so far (``"x=8x1024:float32, ..."``) to ``"native"`` or the reason the Python
+    executor runs it."""
 
     device: str
     variants: dict[str, str] = field(default_factory=dict)
@@ -113,3 +136,6 @@ class LoadReport:
     versions: dict[str, str] = field(default_factory=dict)
     tuned: dict[str, dict] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    hot_path: str = "python"
+    hot_path_reason: str | None = None
+    executors: dict[str, str] = field(default_factory=dict)
