@@ -455,7 +455,12 @@ def test_every_builtin_operator_declares_its_cuda_variant():
     """Each family with kernels registers its operators with a CUDA variant; operators tuned as another one
     find that kernel. The collectives have no kernels: their CUDA variant is NCCL (ops/collective)."""
     for family in FAMILIES:
-        library = {".collective": "cuda:nccl", ".conv": "cuda:cudnn", ".attention": "cuda:cudnn"}
+        library = {
+            ".collective": "cuda:nccl",
+            ".gemm": "cuda:cublaslt",
+            ".conv": "cuda:cudnn",
+            ".attention": "cuda:cudnn",
+        }
         variant = next((v for k, v in library.items() if family.__name__.endswith(k)), CUDA_VARIANT)
         assert hasattr(family, "cuda") == (variant != "cuda:nccl"), family.__name__
         for desc in family.descriptors():

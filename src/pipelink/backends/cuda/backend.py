@@ -395,8 +395,12 @@ class CUDABackend(Backend):
 
     def is_capturing(self, stream: Any) -> bool:
         """Whether a caller's stream is being captured (``cuStreamIsCapturing``); never our main stream,
-        which only our own captures use."""
-        return stream is not self._main and self._callers.is_capturing(stream)
+        which only our own captures use. Binds the thread's context first: a caller's legacy stream (0,
+        PyTorch's default) names the current context's, and a new thread has none yet."""
+        if stream is self._main:
+            return False
+        self._bind_thread()
+        return self._callers.is_capturing(stream)
 
     @contextlib.contextmanager
     def foreign_capture(self) -> Iterator[None]:
