@@ -55,11 +55,12 @@ def _chain(stages: int) -> dict:
     }
 
 
-def _compile(doc: dict, tmp: Path):
+def _compile(doc: dict, tmp: Path, *, cuda_graph: bool = False):
     config = tmp / f"{doc['name']}.json"
     config.write_text(json.dumps(doc))
     pipe = pl.load(config, device="cuda")
-    return pipe, pipe.save(tmp / f"{doc['name']}.plk")
+    suffix = "_graph" if cuda_graph else ""
+    return pipe, pipe.save(tmp / f"{doc['name']}{suffix}.plk", cuda_graph=cuda_graph)
 
 
 def _launch_lines(pipe, tmp: Path) -> Path:
@@ -122,11 +123,14 @@ def _tensor_array(tensors) -> tuple:
 
 
 def service(tmp: Path, seconds: float) -> dict[str, float]:
-    """Aggregate MLP runs/s: the core from 1 and 16 threads, PyTorch from 16 threads (each its own stream)."""
+    """Aggregate MLP runs/s: the core from 1 and 16 threads (an eager plan, and a plan with the cuda_graph
+    flag: one graph launch per run), PyTorch from 16 threads (each its own stream)."""
     import torch
 
     case = cases.mlp(T, D, "float32")
     pipe, plan = _compile(case.doc, tmp)
+    pipe.close()
+    pipe, graph_plan = _compile(case.doc, tmp, cuda_graph=True)
     pipe.close()
     core = open_runtime()
     core.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
@@ -134,15 +138,18 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
     core.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
     core.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
     assert core.pipeLinkInitialize() == 0
-    handle = ctypes.c_void_p()
-    assert core.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0
+    handles = {}
+    for mode, path in (("eager", plan), ("graph", graph_plan)):
+        handles[mode] = ctypes.c_void_p()
+        assert core.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handles[mode])) == 0
     mlp = case.torch_fn(torch)
 
     def inputs():
         return [torch.randn(s, device="cuda") * sc + off for s, sc, off in case.inputs.values()]
 
-    def core_worker(stop, counts, k):
-        ins, out = inputs(), [torch.empty((T, D), device="cuda")]
+    def core_worker(stop, counts, k, mode="eager"):
+        handle = handles[mode]
+        ins, out = inputs(), [torch.empty((T, D), device="cuda")]  # the same pointers every run
         (i_arr, _keep_i), (o_arr, _keep_o) = _tensor_array(ins), _tensor_array(out)  # shapes stay alive
         stream = torch.cuda.Stream()
         torch.cuda.synchronize()
@@ -162,9 +169,9 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
                 stream.synchronize()
                 counts[k] += 1
 
-    def rate(worker, threads: int) -> float:
+    def rate(worker, threads: int, *extra) -> float:
         stop, counts = threading.Event(), [0] * threads
-        pool = [threading.Thread(target=worker, args=(stop, counts, k)) for k in range(threads)]
+        pool = [threading.Thread(target=worker, args=(stop, counts, k, *extra)) for k in range(threads)]
         for t in pool:
             t.start()
         time.sleep(0.5)  # contexts, streams and handles made: then count
@@ -179,9 +186,12 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
     rates = {
         "core_1": rate(core_worker, 1),
         "core_16": rate(core_worker, 16),
+        "core_graph_1": rate(core_worker, 1, "graph"),
+        "core_graph_16": rate(core_worker, 16, "graph"),
         "torch_16": rate(torch_worker, 16),
     }
-    core.pipeLinkDestroyPipeline(handle)
+    for handle in handles.values():
+        core.pipeLinkDestroyPipeline(handle)
     return rates
 
 
@@ -278,6 +288,20 @@ def main() -> None:
     )
     _target(
         "16 threads: core vs PyTorch", rates["core_16"] / rates["torch_16"], 1.0, "x", higher_is_better=True
+    )
+    _target(
+        "16 threads vs 1 thread (core, cuda_graph plan)",
+        rates["core_graph_16"] / rates["core_graph_1"],
+        4.0,
+        "x",
+        higher_is_better=True,
+    )
+    _target(
+        "16 threads vs 1 eager thread (core: cuda_graph plan vs eager plan)",
+        rates["core_graph_16"] / rates["core_1"],
+        4.0,
+        "x",
+        higher_is_better=True,
     )
     _target("MLP plan load time", load, 5.0, "ms")
     _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
