@@ -213,6 +213,24 @@ def load_ms(tmp: Path) -> float:
     return statistics.median(samples[1:])  # the first also opens the driver and cuBLASLt
 
 
+def wall_us_per_call(fn, iterations: int) -> float:
+    """Microseconds per call of ``fn`` over back-to-back calls with one device sync at the end: the median of
+    5 loops of ``iterations // 10`` calls, after 200 warm-up calls."""
+    import torch
+
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(iterations // 10):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / (iterations // 10) * 1e6)
+    return statistics.median(times)
+
+
 def python_runs(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
     """Microseconds per eager call: {(stages, "native" | "auto" | "python" | "torch"): us}."""
     import torch
@@ -241,17 +259,7 @@ def python_runs(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
 
         runs["torch"] = torch_chain
         for mode, fn in runs.items():
-            for _ in range(200):
-                fn()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(iterations // 10):
-                    fn()
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) / (iterations // 10) * 1e6)
-            out[(stages, mode)] = statistics.median(times)
+            out[(stages, mode)] = wall_us_per_call(fn, iterations)
         for pipe in calls.values():
             pipe.close()
     return out

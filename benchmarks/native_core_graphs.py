@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pipelink as pl
@@ -26,7 +24,7 @@ from pipelink.modules.build import include_dir
 from pipelink.native import lib_dir, open_runtime
 from pipelink.native.build import find_compiler
 
-from .native_core import HARNESS, _chain, _launch_lines, _target, _tensor_array
+from .native_core import HARNESS, _chain, _launch_lines, _target, _tensor_array, wall_us_per_call
 
 
 def _plans(stages: int, tmp: Path) -> tuple:
@@ -96,20 +94,13 @@ def wall_times(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
             static_y = chain()
         runs["torch"], runs["torch_graph"] = chain, g.replay
         for mode, fn in runs.items():
-            for _ in range(200):
+            for _ in range(3):  # a cuda_graph plan runs eagerly once, captures on the second: check a replay
                 fn()
             torch.cuda.synchronize()
             if mode.startswith("core"):
                 assert torch.equal(y, torch.relu(x)), mode
                 assert rt.pipeLinkGetLastErrorMessage() == b"", rt.pipeLinkGetLastErrorMessage()
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(iterations // 10):
-                    fn()
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) / (iterations // 10) * 1e6)
-            out[(stages, mode)] = statistics.median(times)
+            out[(stages, mode)] = wall_us_per_call(fn, iterations)
         assert torch.equal(static_y, torch.relu(x))
         for h in handles:
             rt.pipeLinkDestroyPipeline(h)
