@@ -248,3 +248,55 @@ def test_a_graph_cudnn_cannot_plan_is_a_decline_with_its_reason(cudnn, monkeypat
         VariantDeclined, match="cuDNN has no plan for this stage: RuntimeError: .*head dim 72"
     ):
         bind_attention(ctx)
+
+
+class RawGraph(FakeGraph):
+    """A frontend with the raw-pointer entry: operands ascending by uid, plan 3 selected."""
+
+    selected_engine = None
+    _plans = ("plan",)
+    _plan_index = 0
+
+    def __init__(self, fake, **kwargs):
+        super().__init__(fake, **kwargs)
+        self.raw_calls = []
+        self._lowered_graph = types.SimpleNamespace(_execute_with_raw_ptrs=self._raw)
+
+    def _raw(self, address, count, workspace, handle, plan_index):
+        import ctypes
+
+        pointers = list((ctypes.c_void_p * count).from_address(address))
+        self.raw_calls.append((pointers, workspace, handle, plan_index))
+
+    def _variant_pack_uids(self):
+        return sorted(uid for uid, _ in self.operands)
+
+    def _materialize_backend_plan(self, index):
+        return types.SimpleNamespace(cpp_index=3)
+
+
+def test_warm_runs_take_the_frontends_raw_entry_in_its_operand_order(monkeypatch):
+    fake = fake_cudnn()
+    fake.create_handle = lambda: types.SimpleNamespace(backend_handle=0xC0DE)
+    fake.set_stream = lambda handle, stream: None
+    monkeypatch.setitem(__import__("sys").modules, "cudnn", fake)
+    ctx = _ctx([(2, 4, 8, 9), (6, 4, 3, 3), (6,)], (2, 6, 4, 5), CONV_ATTRS)
+    graph = RawGraph(fake)
+    operands = [(9, ("out", 0)), (2, ("in", 1)), (5, ("in", 0))]  # not in uid order
+    graph.operands = operands
+    kernel = CuDNNKernel(ctx, graph, operands, 4096)
+    stream = types.SimpleNamespace(handle=0x77)
+    kernel([_ptr(0x10), _ptr(0x20)], [_ptr(0x40)], stream)  # a stream's first run: the public execute
+    assert len(graph.executed) == 1 and graph.raw_calls == []
+    kernel([_ptr(0x11), _ptr(0x21)], [_ptr(0x41)], stream)
+    assert graph.raw_calls == [([0x21, 0x11, 0x41], 0xA000, 0xC0DE, 3)]  # uids 2, 5, 9
+    assert len(graph.executed) == 1
+
+
+def test_a_frontend_without_the_raw_entry_keeps_the_public_execute(cudnn):
+    ctx = _ctx([(2, 4, 8, 9), (6, 4, 3, 3), (6,)], (2, 6, 4, 5), CONV_ATTRS)
+    kernel = bind_conv2d(ctx)
+    stream = types.SimpleNamespace(handle=0x77)
+    for _ in range(3):
+        kernel([_ptr(0x10), _ptr(0x20), _ptr(0x30)], [_ptr(0x40)], stream)
+    assert len(cudnn.graphs[0].executed) == 3

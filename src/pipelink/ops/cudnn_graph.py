@@ -11,6 +11,7 @@ staged host copies and the load report says why.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ __all__ = [
     "tensor",
     "build_graph",
     "CuDNNKernel",
+    "raw_entry",
     "write_nothing",
 ]
 
@@ -137,7 +139,9 @@ class CuDNNKernel:
         Launches queued after the graph on the same stream (a bias add cuDNN could not fuse).
 
     Every stream the stage runs on gets the backend's cuDNN handle of that stream (:func:`handle_for`) and
-    the backend's workspace of that stream, both looked up once (the main stream's at bind).
+    the backend's workspace of that stream, both looked up once (the main stream's at bind). A stream's
+    first run goes through the frontend's public ``execute``; later runs through its raw-pointer entry
+    when :func:`raw_entry` finds one (the frontend's own fast path, without its per-call Python checks).
     """
 
     def __init__(
@@ -155,27 +159,67 @@ class CuDNNKernel:
         self.operands = tuple(operands)
         self.workspace_size = max(int(workspace_size), 1)
         self.post = tuple(post)
-        self.streams: dict[int, tuple[Any, int]] = {}  # stream handle -> (cuDNN handle, workspace address)
+        # stream handle -> (cuDNN handle, workspace address, raw backend handle once warm, else None)
+        self.streams: dict[int, tuple[Any, int, Any]] = {}
         self.uids = tuple(uid for uid, _ in self.operands)
+        self._raw: tuple | None = None  # raw_entry's answer, asked after the first public execute
         self._stream_state(self.backend.default_stream())  # at bind, as Backend.workspace asks
 
-    def _stream_state(self, stream: Any) -> tuple[Any, int]:
+    def _stream_state(self, stream: Any) -> tuple[Any, int, Any]:
         """``stream``'s cuDNN handle and workspace address (looked up on the stream's first run)."""
         key = int(stream.handle)
         state = self.streams.get(key)
         if state is None:
             workspace = self.backend.workspace(self.workspace_size, stream=stream).ptr
-            state = self.streams[key] = (handle_for(self.cudnn, self.backend, stream), workspace)
+            state = self.streams[key] = (handle_for(self.cudnn, self.backend, stream), workspace, None)
         return state
 
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
-        handle, workspace = self._stream_state(stream)
-        # The frontend's ordered form (buffers in the order of tensor_uids): its fast path, as its own
-        # PyTorch operators call it; bare addresses take the geometry the graph declared.
+        handle, workspace, raw_handle = self._stream_state(stream)
         pointers = [(outs if kind == "out" else ins)[pos].ptr for _, (kind, pos) in self.operands]
         try:
-            self.graph.execute(pointers, workspace, handle=handle, tensor_uids=self.uids)
+            if raw_handle is not None:
+                execute, order, plan_index = self._raw
+                array = (ctypes.c_void_p * len(order))(*[pointers[i] for i in order])
+                execute(ctypes.addressof(array), len(order), workspace, raw_handle, plan_index)
+            else:
+                # The frontend's ordered form (buffers in the order of tensor_uids), as its own PyTorch
+                # operators call it; bare addresses take the geometry the graph declared.
+                self.graph.execute(pointers, workspace, handle=handle, tensor_uids=self.uids)
+                self._warm(stream, handle, workspace)
         except Exception as e:  # noqa: BLE001 - a launch failure of cuDNN: PipeLink's CUDAError
             raise self.backend.raise_cuda(e, "cuDNN graph execute", self.stage) from e
         for launch in self.post:
             launch(ins, outs, stream)
+
+    def _warm(self, stream: Any, handle: Any, workspace: int) -> None:
+        """After a stream's first public execute (the frontend builds what it builds lazily there): its later
+        runs take the raw entry, when there is one."""
+        if self._raw is None:
+            self._raw = raw_entry(self.graph, self.uids) or ()
+        raw_handle = getattr(handle, "backend_handle", None)
+        if self._raw and isinstance(raw_handle, int) and raw_handle:
+            self.streams[int(stream.handle)] = (handle, workspace, raw_handle)
+
+
+def raw_entry(graph: Any, uids: Sequence[int]) -> tuple | None:
+    """The frontend's raw-pointer entry for a built graph: ``(execute, order, plan index)``, where
+    ``execute(void*[] address, count, workspace, backend handle, plan index)`` is what the frontend's own
+    ``execute`` reaches after normalising its arguments, and ``order`` lists the positions in ``uids`` in
+    the frontend's operand order (ascending uid). None when this frontend has no such entry, a Python engine
+    of the frontend serves the plan, or the frontend's operands are not exactly ``uids``: the stage then
+    keeps the public ``execute``."""
+    try:
+        if getattr(graph, "selected_engine", None) is not None:
+            return None
+        execute = graph._lowered_graph._execute_with_raw_ptrs  # noqa: SLF001 - the frontend's fast path
+        expected = graph._variant_pack_uids()  # noqa: SLF001 - ascending operand uids
+        plans = graph._plans  # noqa: SLF001
+        config = graph._materialize_backend_plan(graph._plan_index) if plans else None  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - another frontend version: its public execute serves
+        return None
+    if not callable(execute) or expected is None or sorted(expected) != sorted(set(uids)):
+        return None
+    plan_index = getattr(config, "cpp_index", None) if config is not None else None
+    order = tuple(list(uids).index(uid) for uid in expected)
+    return execute, order, -1 if plan_index is None else int(plan_index)
