@@ -135,6 +135,8 @@ _ALIASES = {
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
 }
+# The dtypes PyTorch tensors cross in (``getattr(torch, name)`` is the torch.dtype; not imported here).
+TORCH_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
 _BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}

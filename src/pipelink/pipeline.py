@@ -419,6 +419,12 @@ class Pipeline:
             reason = self.load_report.hot_path_reason
         else:
             # The hot path: nothing before it but merging the inputs; no lock (the core runs concurrently).
+            # Its common case is C (runtime/_hotpath.c); None means "not mine": the Python side decides.
+            fast = native.fast
+            if fast is not None and stream is None and out is None and not (profile or strict):
+                found = fast.run(given)
+                if found is not None:
+                    return found
             reason = native.run(given, stream, out, profile=profile, strict=strict)
             if reason.__class__ is not str:
                 return reason

@@ -197,6 +197,28 @@ def test_pool_holds_raw_frees_during_capture():
     assert dev.live == {}
 
 
+def test_pool_peak_counts_the_arenas_beside_it():
+    # Wrong if the device's peak (pl.memory.stats) missed the arenas held beside the pool, or forgot a
+    # peak once the blocks behind it were released.
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    pool.base_bytes = 10_000
+    block = pool.acquire(3000)  # a 4096-byte bin
+    assert pool.peak_bytes == 14_096
+    block.release()
+    pool.base_bytes = 2_000
+    assert pool.peak_bytes == 14_096 and pool.in_use_bytes == 0
+    assert pool.acquire(1 << 20).size == 1 << 20 and pool.peak_bytes == 2_000 + (1 << 20)
+
+
+def test_pool_refuses_a_negative_size_and_a_bad_raw_allocator():
+    dev = FakeDevice()
+    with pytest.raises(ValueError, match=">= 0"):
+        BinnedPool(dev.alloc, dev.free).acquire(-1)
+    with pytest.raises(TypeError, match=r"\(pointer, handle\)"):
+        BinnedPool(lambda size: 42, dev.free).acquire(100)
+
+
 def test_pool_reports_changes():
     dev = FakeDevice()
     deltas = []

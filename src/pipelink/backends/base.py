@@ -295,6 +295,11 @@ class Backend:
     def new_stream(self) -> Any:
         return None
 
+    def hot_path_parts(self) -> dict[str, Any]:
+        """What ``runtime/_hotpath.c`` needs of a device backend to run plans from C (its output pool, main
+        stream and run fence); nothing for a backend whose runs are synchronous (the CPU)."""
+        return {}
+
     def handle_of(self, stream: Any) -> Any:
         """The native handle of one of our streams (None on a backend without streams)."""
         return None

@@ -253,8 +253,10 @@ void plk_cuda_unload(Plan* plan);
 PipeLinkStatus plk_cuda_load_constants(Plan* plan); /* one device block, copied once; host copies freed */
 PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c);
 void plk_cuda_context_free(const Plan* plan, ExecContext* c);
+/* async: on `stream`, no wait; else on the context's stream, waited for. `join` (a stream, or NULL) waits for the
+ * run's end; `capturing` non-NULL: a `stream` being captured runs nothing and sets it to 1 (Python's run()). */
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream,
-                                int async); /* async: on `stream`, no wait; else on the context's stream, waited for */
+                                int async, void* join, int32_t* capturing);
 int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
 int plk_cuda_usable(void);                   /* the driver opens and has a device (opens it once; no message) */
@@ -271,5 +273,13 @@ int plk_pool_release(void* ptr); /* pipeLinkFree without touching the message: 0
 int plk_pool_track_device(void* ptr, uint64_t size); /* a device block the runtime allocated; 0 when tracked */
 int32_t plk_pool_allocator(void);                    /* PipeLinkAllocator in effect (default chosen on first use) */
 PipeLinkStatus plk_pool_malloc_host(void** ptr, size_t nbytes); /* a host block whatever the allocator */
+
+/* api.c: the entry of Python's run() (runtime/_hotpath.c), exported but not part of runtime.h's API: it is
+ * pipeLinkExecuteAsync, and then `join` (a CUstream, or NULL) waits for the run's end; when `capturing` is
+ * non-NULL, a stream being captured runs nothing, sets *capturing to 1 and returns success (the caller runs it
+ * its own way). */
+PIPELINK_API PipeLinkStatus plk_execute_joined(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
+                                               PipeLinkTensor* outputs, int32_t n_outputs, void* stream, void* join,
+                                               int32_t* capturing);
 
 #endif /* PIPELINK_CORE_H_ */

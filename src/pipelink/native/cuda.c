@@ -618,7 +618,8 @@ static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char*
     return r ? cuda_fail(r, "cuGraphLaunch", NULL) : PIPELINK_SUCCESS;
 }
 
-PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async) {
+PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async,
+                                void* join, int32_t* refuse_capture) {
     const Plan* plan = &p->plan;
     PipeLinkStatus st = PIPELINK_SUCCESS;
     for (int32_t i = 0; i < plan->n_inputs && !st; ++i) st = check_device_tensor(plan, &inputs[i], plan->inputs[i], "input", i);
@@ -632,6 +633,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         CUresult r = cu.StreamIsCapturing((CUstream)stream, &capturing);
         if (r) return cuda_fail(r, "cuStreamIsCapturing (is `stream` a stream of this device?)", NULL);
         capturing = capturing == CU_CAPTURE_ACTIVE;
+        if (capturing && refuse_capture != NULL) return *refuse_capture = 1, plk_ok();
     }
     for (int32_t i = 0; capturing && i < plan->n_outputs; ++i)
         if (outputs[i].data == NULL)
@@ -687,6 +689,9 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
      * waits for it. */
     if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
+    /* The joining stream waits for the event just recorded (its state now: the context's next run re-records it). */
+    if (!st && join != NULL && join != (void*)run && (r = cu.StreamWaitEvent((CUstream)join, c->done, 0)) != 0)
+        st = cuda_fail(r, "cuStreamWaitEvent (the joining stream)", NULL);
     if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!c->allocated[i]) continue;

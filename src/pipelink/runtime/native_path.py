@@ -1,12 +1,16 @@
 """``run()`` through the native core, the default hot path (``pl.load(native=None | True | False)``).
 
 Each input signature is compiled once into a plan (``runtime/planfile.py``, the same ``.plk`` that
-``Pipeline.save`` writes), loaded into ``libpipelink_runtime`` and run with one ``pipeLinkExecuteAsync``
-call per ``run()``: the core launches every kernel and cuBLASLt product of the plan on the run's stream from
-C (ctypes releases the GIL for the call). What Python still does per run is match the inputs to the
-signature, allocate the returned outputs (unless ``out=`` gives them) and fill two prebuilt ``DLTensor``
-arrays (one pair per thread). Runs take no pipeline lock: the core's execution contexts run concurrently,
-and only compiling a new signature is serialised.
+``Pipeline.save`` writes), loaded into ``libpipelink_runtime`` and run with one call into the core per
+``run()``: the core launches every kernel and cuBLASLt product of the plan on the run's stream from C, with
+the GIL released. Runs take no pipeline lock: the core's execution contexts run concurrently, and only
+compiling a new signature is serialised.
+
+Two ways in, one core. The common case - no ``stream=``/``out=``/``profile``/``strict``, inputs that are
+pl.Tensor or PyTorch tensors of the device (or NumPy arrays on the CPU), all PyTorch or none, a signature
+already compiled, a stream not being captured - is ``_hotpath.Runner.run`` in C (``_hotpath.c``): inputs
+matched, outputs from the backend's pool, the core called, no Python code run. Everything else, and the
+first run of each signature, is :meth:`NativeRunner.run` below, which compiles, decides and explains.
 
 AUTO (``native=None``) hands the core what it can run and leaves the rest to the Python executor, with the
 reason in ``last_report.executor_reason``; ``native=True`` refuses the rest naming it. The pipeline-wide
@@ -17,7 +21,9 @@ This module must never run a stage itself. docs/architecture.md ("One hot path")
 from __future__ import annotations
 
 import ctypes
+import math
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -28,11 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import get_dtype
+from ..dtypes import TORCH_DTYPE_NAMES, get_dtype
 from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for_code
 from ..modules.services import PipeLinkTensor
 from ..native import open_runtime
 from ..tensor import Tensor, contiguous_strides
+
+try:
+    from ._hotpath import Runner as _FastRunner
+except ImportError:  # not built (no C compiler at install): every run takes the Python path below
+    _FastRunner = None
 from .declared import check_declared_dtype
 from .executor import preload_inputs
 from .external import import_outputs, run_stream
@@ -66,6 +77,7 @@ def _runtime() -> ctypes.CDLL:
                 handle,
             ]
             lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
+            lib.plk_execute_joined.restype = ctypes.c_int  # the hot path's entry (_hotpath.c calls it)
             status = lib.pipeLinkInitialize()
             if status:
                 raise _error(lib, status, "pipeLinkInitialize")
@@ -167,6 +179,15 @@ def _place(value: Any, kind: str, device: str, index: int) -> tuple[int, tuple[i
     return None
 
 
+def _host_output(shape: tuple[int, ...], dtype, strides: tuple[int, ...]) -> tuple[Tensor, int]:
+    """A fresh host array for one output, wrapped without Tensor.from_numpy's checks: (tensor, address)."""
+    array = np.empty(shape, dtype.numpy)
+    ptr = _host_ptr(array)
+    tensor = Tensor._trusted(ptr, shape, dtype, "cpu", strides, array, True)
+    tensor._array = array
+    return tensor, ptr
+
+
 def _signature_text(key: tuple) -> str:
     return ", ".join(f"{n}={'x'.join(map(str, s)) or '()'}:{d}" for n, s, d in key)
 
@@ -259,6 +280,7 @@ class NativeRunner:
         self._cuda = self._kind == "cuda"
         self._names = tuple(pipe.inputs)  # bound weights are constants inside the plan
         self._plans: dict[tuple, _Compiled | str] = {}  # signature -> plan, or why Python runs it
+        self.fast: Any = None  # the C side (_hotpath.Runner), once a plan is loaded: Pipeline.run's first try
         self._cond = threading.Condition()
         self._active = 0  # runs inside the core now: close() and reset() wait for them
         self._resetting = 0  # reset() in progress: new runs wait for it
@@ -341,11 +363,8 @@ class NativeRunner:
                     )
                 t.data = place[0]
                 results[name] = backend.wrap(buffer)
-            elif kind == "cpu":  # a fresh array, wrapped without the checks of Tensor.from_numpy
-                array = empty(shape, dtype)
-                t.data = _host_ptr(array)
-                tensor = results[name] = Tensor._trusted(t.data, shape, dtype, "cpu", strides, array, True)
-                tensor._array = array
+            elif kind == "cpu":
+                results[name], t.data = _host_output(shape, dtype, strides)
             else:
                 tensor = results[name] = empty(shape, dtype)
                 t.data = tensor.ptr
@@ -423,7 +442,50 @@ class NativeRunner:
                 found = f"compiling for the native core failed ({type(e).__name__}: {e})"
             pipe.load_report.executors[text] = "native" if found.__class__ is _Compiled else found
             self._plans[key] = found
+            if found.__class__ is _Compiled:
+                self._give_fast(key, found)
             return found
+
+    # -- the C side (_hotpath.c) -------------------------------------------------------------------
+    def _give_fast(self, key: tuple, compiled: _Compiled) -> None:
+        """Hand a loaded plan to the C side, making it on the first (never when it was not built)."""
+        if _FastRunner is None or self._closed:
+            return
+        if self.fast is None:
+            backend = self._backend
+            parts = backend.hot_path_parts() if self._cuda else {"host_output": _host_output}  # CPU: NumPy
+            self.fast = _FastRunner(
+                self._names,
+                _DEVICE_TYPE[self._kind],
+                self._index,
+                self._device,
+                ctypes.cast(compiled.lib.plk_execute_joined, ctypes.c_void_p).value,
+                Tensor,
+                self._pipe,
+                ndarray_type=np.ndarray,
+                **parts,
+            )
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "Tensor"):
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) if self._cuda else None  # noqa: SLF001
+            dtypes = {getattr(torch, n): get_dtype(n) for n in TORCH_DTYPE_NAMES}
+            self.fast.set_torch(torch.Tensor, dtypes, raw)
+        ins = tuple((shape, get_dtype(d).dl_code, get_dtype(d).bits) for _, shape, d in key)
+        outs = tuple(
+            (name, shape, strides, dt, dt.dl_code, dt.bits, math.prod(shape) * dt.itemsize)
+            for name, shape, dt, strides in compiled.made
+        )
+        self.fast.add_plan(compiled.handle.value, ins, outs, compiled.text)
+
+    def _stop_fast(self) -> None:
+        """Send new runs to the Python path, wait for those inside the core from C, forget the C side."""
+        fast, self.fast = self.fast, None
+        if fast is None:
+            return
+        fast.closed = True  # under the GIL: no C run starts after this
+        while fast.active:
+            time.sleep(0.0002)
+        fast.drop_plans()
 
     def _give_up(self, reason: str) -> None:
         report = self._pipe.load_report
@@ -460,6 +522,7 @@ class NativeRunner:
         """Drop every plan (``Pipeline.reload`` changed modules): runs inside the core finish on the old
         plans, new runs wait, then compile against the pipeline's new graph. Call it without holding the
         pipeline's lock (a run inside the core may be compiling under it)."""
+        self._stop_fast()  # the input names may change: the C side is made anew with the next plan
         with self._cond:
             self._resetting += 1
             try:
@@ -474,6 +537,7 @@ class NativeRunner:
 
     def close(self) -> None:
         """Refuse new runs, wait for those inside the core, then destroy every plan."""
+        self._stop_fast()
         with self._cond:
             self._closed = True
             while self._active:

@@ -474,6 +474,16 @@ class CUDABackend(Backend):
             return self._fences.finish(self._main_handle, keepalive)
         return self._fences.finish(stream.handle, keepalive, join=self._main_handle)
 
+    def hot_path_parts(self) -> dict[str, Any]:
+        """What ``runtime/_hotpath.c`` runs with: the output pool, the main stream (its handle as an int and
+        as :meth:`finish_run` passes it) and the fence that holds a run's inputs until it is done."""
+        return {
+            "pool": self.memory.pool,
+            "main_stream": int(self._main_handle),
+            "main_handle": self._main_handle,
+            "finish": self._fences.finish,
+        }
+
     def handle_of(self, stream: Any) -> Any:
         """The driver handle of one of our streams (the main stream's is cached)."""
         return self._main_handle if stream is self._main else stream.handle

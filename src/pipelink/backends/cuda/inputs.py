@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ...dtypes import DType, get_dtype
+from ...dtypes import TORCH_DTYPE_NAMES, DType, get_dtype
 from ...errors import CUDAError, InvalidArgumentError
 from ...tensor import Tensor, asarray
 from ..cpu import host_array
 from .memory import CUDAMemory
 
 __all__ = ["CUDAInputs"]
-
-_TORCH_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
 
 class _TorchDTypes(dict):
@@ -30,7 +28,7 @@ class _TorchDTypes(dict):
         if not self:
             import torch
 
-            for n in _TORCH_DTYPE_NAMES:
+            for n in TORCH_DTYPE_NAMES:
                 self[getattr(torch, n)] = n
         return super().get(key, default)
 

@@ -133,9 +133,8 @@ class CUDAMemory:
         self._mr = DeviceMemoryResource(device, DeviceMemoryResourceOptions())
         self._keep_pool_memory()
         self._pinned_mr = LegacyPinnedMemoryResource()
-        self.pool = BinnedPool(self._raw_alloc, self._raw_free, on_change=self._pool_changed)
+        self.pool = BinnedPool(self._raw_alloc, self._raw_free)
         self.arena_bytes = 0  # bytes held by Backend.allocate (arenas, workspaces), kept by the backend
-        self._peak_total = 0
         self._staging: dict[int, list[list]] = {}
         self._staging_lock = threading.Lock()
         self._pinned_inputs: dict[str, list[_MappedBuffer]] = {}  # free mapped buffers per pin_memory input
@@ -216,12 +215,6 @@ class CUDAMemory:
             device_total=total,
         )
 
-    def _pool_changed(self, delta: int) -> None:
-        # No lock here (see BinnedPool): the peak is of arenas + pooled blocks together.
-        total = self.arena_bytes + self.pool.in_use_bytes
-        if total > self._peak_total:
-            self._peak_total = total
-
     # -- blocks for Backend.allocate -----------------------------------------------------------------
     def allocate(self, nbytes: int, alignment: int) -> tuple[int, Any]:
         """``(aligned pointer, raw handle)`` of a block of ``nbytes``; on running out, frees the pool's
@@ -243,12 +236,12 @@ class CUDAMemory:
     def accounted(self, arena_bytes: int) -> None:
         """Record the bytes the backend's allocations now hold (for the peak and OOM messages)."""
         self.arena_bytes = arena_bytes
-        self._pool_changed(0)
+        self.pool.base_bytes = arena_bytes  # the pool's peak_bytes is of arenas + pooled blocks together
 
     def fill_stats(self, stats: MemoryStats) -> None:
         pool = self.pool.stats()
         stats.allocated_bytes += pool["in_use_bytes"]
-        stats.peak_bytes = max(stats.peak_bytes, self._peak_total, stats.allocated_bytes)
+        stats.peak_bytes = max(stats.peak_bytes, self.pool.peak_bytes, stats.allocated_bytes)
         stats.bins = dict(pool["bins"])
         try:
             reserved = int(self._mr.attributes.reserved_mem_current)

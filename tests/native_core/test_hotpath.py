@@ -1,0 +1,162 @@
+"""run()'s common case in C (``runtime/_hotpath.c``): after the first run of a signature, runs go from
+``Pipeline.run`` straight to the core with no Python in between, give what the Python path gives, and hand
+back to the Python path everything they do not know. On the CPU with the walkthrough's native module (the
+CUDA side is tests/native_core/test_native_path_gpu.py's)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import pipelink as pl
+from pipelink.errors import InvalidArgumentError
+from pipelink.runtime import native_path
+from pipelink.runtime.native_path import NativeRunner
+
+from .test_native_run import _walkthrough_args
+
+# CI builds the extension (pip install): there a missing build fails these tests instead of skipping them.
+pytestmark = pytest.mark.skipif(
+    native_path._FastRunner is None and not os.environ.get("CI"), reason="runtime/_hotpath.c is not built"
+)
+
+
+@pytest.fixture
+def python_runs(monkeypatch):
+    """Counts the runs that reach the Python side of the native path (NativeRunner.run)."""
+    calls = []
+    original = NativeRunner.run
+
+    def counted(self, given, stream, out, **kwargs):
+        calls.append(sorted(given))
+        return original(self, given, stream, out, **kwargs)
+
+    monkeypatch.setattr(NativeRunner, "run", counted)
+    return calls
+
+
+def _same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(want[name]), err_msg=name)
+
+
+def test_a_compiled_signature_runs_from_c_with_the_python_paths_results(runtime_lib, plans, python_runs):
+    with (
+        pl.load(plans / "ln.json", device="cpu", native=False) as ref,
+        pl.load(plans / "ln.json", device="cpu") as pipe,
+    ):
+        first = pipe.run(_walkthrough_args(1))
+        assert len(python_runs) == 1, "the first run of a signature compiles it on the Python side"
+        assert pipe._native.fast is not None and pipe._native.fast.n_plans == 1
+        kept = {k: np.asarray(v).copy() for k, v in first.items()}
+        for seed in (2, 3, 4):
+            args = _walkthrough_args(seed)
+            got = pipe.run(args)
+            _same(got, ref.run(args))
+            assert pipe.last_report.executor == "native"
+            assert pipe.last_report.signature.startswith("input_tensor=8x1024:float32")
+        assert len(python_runs) == 1, "later runs of that signature must not reach the Python side"
+        _same(first, kept)  # a returned output is never overwritten by a later run
+
+
+def test_outputs_are_fresh_arrays_each_run(runtime_lib, plans):
+    with pl.load(plans / "ln.json", device="cpu") as pipe:
+        args = _walkthrough_args(5)
+        a, b = pipe.run(args), pipe.run(args)
+        for name in a:
+            assert not np.shares_memory(np.asarray(a[name]), np.asarray(b[name])), name
+            assert isinstance(b[name], pl.Tensor) and b[name].device == "cpu" and b[name].is_contiguous
+
+
+@pytest.mark.parametrize(
+    "change, python_side",
+    [
+        (lambda a: dict(a, input_tensor=np.asfortranarray(a["input_tensor"][:, :8])), True),  # strided
+        (lambda a: dict(a, input_tensor=a["input_tensor"][:4].copy()), True),  # a new signature: compiled
+        (lambda a: dict(a, input_tensor=pl.Tensor.from_numpy(a["input_tensor"])), False),  # pl.Tensor: C's
+        (lambda a: {**a, "extra": np.zeros(3, np.float32)}, True),  # an unknown input: Python declines it
+        (lambda a: dict(a, input_tensor=a["input_tensor"].astype(np.float64)), True),  # another dtype
+        (lambda a: dict(a, input_tensor=a["input_tensor"].tolist()), True),  # not a tensor
+    ],
+    ids=["strided", "new-shape", "pl-tensor", "extra-input", "other-dtype", "list"],
+)
+def test_what_c_does_not_know_goes_to_the_python_side(runtime_lib, plans, python_runs, change, python_side):
+    with (
+        pl.load(plans / "ln.json", device="cpu", native=False) as ref,
+        pl.load(plans / "ln.json", device="cpu") as pipe,
+    ):
+        pipe.run(_walkthrough_args(6))
+        python_runs.clear()
+        args = change(_walkthrough_args(7))
+        try:
+            want = ref.run(args)
+        except pl.PipeLinkError as e:
+            with pytest.raises(type(e)):
+                pipe.run(args)
+        else:
+            _same(pipe.run(args), want)
+        assert bool(python_runs) == python_side
+
+
+def test_a_missing_input_is_the_python_paths_error(runtime_lib, plans):
+    with pl.load(plans / "ln.json", device="cpu") as pipe:
+        args = _walkthrough_args(8)
+        pipe.run(args)
+        del args["gamma_tensor"]
+        with pytest.raises(InvalidArgumentError, match="gamma_tensor"):
+            pipe.run(args)
+
+
+def test_a_closed_pipeline_refuses_runs(runtime_lib, plans):
+    pipe = pl.load(plans / "ln.json", device="cpu")
+    args = _walkthrough_args(9)
+    pipe.run(args)
+    fast = pipe._native.fast
+    pipe.close()
+    assert fast.closed and fast.n_plans == 0, "closing must stop the C side and forget its plans"
+    assert fast.run(args) is None
+    with pytest.raises(pl.PipeLinkError, match="closed"):
+        pipe.run(args)
+
+
+def test_threads_share_one_pipeline(runtime_lib, plans):
+    with (
+        pl.load(plans / "ln.json", device="cpu", native=False) as ref,
+        pl.load(plans / "ln.json", device="cpu") as pipe,
+    ):
+        pipe.run(_walkthrough_args(10))
+        cases = [_walkthrough_args(20 + k) for k in range(8)]
+        wants = [{n: np.asarray(v) for n, v in ref.run(a).items()} for a in cases]
+        errors = []
+
+        def work(k):
+            try:
+                for _ in range(50):
+                    _same(pipe.run(cases[k]), wants[k])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+
+
+def test_the_runner_refuses_bad_construction():
+    runner_type = native_path._FastRunner
+    with pytest.raises(ValueError, match="kind"):
+        runner_type(("x",), 7, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
+    with pytest.raises(ValueError, match="host_output"):
+        runner_type(("x",), 1, 0, "cpu", 1, pl.Tensor, object())
+    runner = runner_type(("x",), 1, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
+    with pytest.raises(ValueError, match="inputs"):
+        runner.add_plan(1, (), (), "sig")  # one input named, none described
+    with pytest.raises(ValueError, match="shape"):
+        runner.add_plan(1, (((-1,), 2, 32),), (), "sig")
+    assert runner.run({"x": np.zeros(1, np.float32)}) is None  # no plan: not its run
