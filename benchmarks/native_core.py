@@ -5,8 +5,9 @@
 1. host time of ``pipeLinkExecuteAsync`` per stage over the bare launches it makes (target <= 1 us/stage):
    20-stage and 1-stage relu chains; a C harness (``native_core_harness.c``, built here) times the core and
    the same launches made directly with ``cuLaunchKernel`` from the plan's own cubins;
-2. the seed's service shape: 16 threads each running the T=8 MLP block on its own stream through the core,
-   aggregate runs/s against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x);
+2. the seed's service shape: 16 threads each running the T=8 MLP block (bf16, and fp32) on its own stream
+   through the core, from C threads (``native_core_service.c``) and from Python threads, aggregate runs/s
+   against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x);
 3. loading the MLP plan (target <= 5 ms); 4. the library's size (target <= 1 MB);
 5. Python's eager ``run()`` on PyTorch CUDA tensors, through the core (``native=True``, and the default
    AUTO) and through the Python executor (``native=False``), against PyTorch's eager ops: a 1-stage
@@ -122,77 +123,102 @@ def _tensor_array(tensors) -> tuple:
     return arr, keep
 
 
+SERVICE_C = Path(__file__).resolve().parent / "native_core_service.c"
+SERVICE_DTYPES = ("bfloat16", "float32")  # the suite's MLP block is bf16; fp32's products are device-bound
+
+
+def _service_exe(tmp: Path) -> Path:
+    exe = tmp / "native_core_service"
+    lib = str(lib_dir())
+    build = [*find_compiler(), "-std=c11", "-O2", f"-I{include_dir()}", str(SERVICE_C), "-o", str(exe)]
+    subprocess.run(
+        [*build, f"-L{lib}", "-lpipelink_runtime", "-ldl", "-lpthread", f"-Wl,-rpath,{lib}"], check=True
+    )
+    return exe
+
+
 def service(tmp: Path, seconds: float) -> dict[str, float]:
-    """Aggregate MLP runs/s: the core from 1 and 16 threads (an eager plan, and a plan with the cuda_graph
-    flag: one graph launch per run), PyTorch from 16 threads (each its own stream)."""
+    """Aggregate runs/s of the T=8 MLP block, per dtype: the core from 1 and 16 Python threads (eager plan;
+    ctypes, the GIL released in the call), from 1 and 16 C threads (``native_core_service.c``: eager and
+    cuda_graph plans, no Python in the loop), and PyTorch from 1 and 16 threads (each its own stream)."""
     import torch
 
-    case = cases.mlp(T, D, "float32")
-    pipe, plan = _compile(case.doc, tmp)
-    pipe.close()
-    pipe, graph_plan = _compile(case.doc, tmp, cuda_graph=True)
-    pipe.close()
+    exe = _service_exe(tmp)
     core = open_runtime()
     core.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
     args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
     core.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
     core.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
     assert core.pipeLinkInitialize() == 0
-    handles = {}
-    for mode, path in (("eager", plan), ("graph", graph_plan)):
-        handles[mode] = ctypes.c_void_p()
-        assert core.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handles[mode])) == 0
-    mlp = case.torch_fn(torch)
+    rates = {}
+    for dtype in SERVICE_DTYPES:
+        case = cases.mlp(T, D, dtype)
+        case.doc["name"] = f"mlp_{dtype}"
+        pipe, plan = _compile(case.doc, tmp)
+        pipe.close()
+        pipe, graph_plan = _compile(case.doc, tmp, cuda_graph=True)
+        pipe.close()
+        handle = ctypes.c_void_p()
+        assert core.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0
+        mlp = case.torch_fn(torch)
+        tdtype = getattr(torch, dtype)
 
-    def inputs():
-        return [torch.randn(s, device="cuda") * sc + off for s, sc, off in case.inputs.values()]
+        def inputs(case=case, tdtype=tdtype):
+            return [
+                (torch.randn(s, device="cuda") * sc + off).to(tdtype) for s, sc, off in case.inputs.values()
+            ]
 
-    def core_worker(stop, counts, k, mode="eager"):
-        handle = handles[mode]
-        ins, out = inputs(), [torch.empty((T, D), device="cuda")]  # the same pointers every run
-        (i_arr, _keep_i), (o_arr, _keep_o) = _tensor_array(ins), _tensor_array(out)  # shapes stay alive
-        stream = torch.cuda.Stream()
-        torch.cuda.synchronize()
-        while not stop.is_set():
-            rc = core.pipeLinkExecuteAsync(handle, i_arr, len(ins), o_arr, 1, stream.cuda_stream)
-            if rc != 0:
-                raise RuntimeError(core.pipeLinkGetLastErrorMessage().decode())
-            stream.synchronize()
-            counts[k] += 1
-
-    def torch_worker(stop, counts, k):
-        ins, stream = inputs(), torch.cuda.Stream()
-        torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
+        def core_worker(stop, counts, k, handle=handle, inputs=inputs, tdtype=tdtype):
+            ins, out = inputs(), [torch.empty((T, D), device="cuda", dtype=tdtype)]  # same pointers every run
+            (i_arr, _keep_i), (o_arr, _keep_o) = _tensor_array(ins), _tensor_array(out)  # shapes stay alive
+            stream = torch.cuda.Stream()
+            torch.cuda.synchronize()
             while not stop.is_set():
-                mlp(*ins)
+                rc = core.pipeLinkExecuteAsync(handle, i_arr, len(ins), o_arr, 1, stream.cuda_stream)
+                if rc != 0:
+                    raise RuntimeError(core.pipeLinkGetLastErrorMessage().decode())
                 stream.synchronize()
                 counts[k] += 1
 
-    def rate(worker, threads: int, *extra) -> float:
-        stop, counts = threading.Event(), [0] * threads
-        pool = [threading.Thread(target=worker, args=(stop, counts, k, *extra)) for k in range(threads)]
-        for t in pool:
-            t.start()
-        time.sleep(0.5)  # contexts, streams and handles made: then count
-        first, begin = sum(counts), time.perf_counter()
-        time.sleep(seconds)
-        last, end = sum(counts), time.perf_counter()
-        stop.set()
-        for t in pool:
-            t.join()
-        return (last - first) / (end - begin)
+        def torch_worker(stop, counts, k, inputs=inputs, mlp=mlp):
+            ins, stream = inputs(), torch.cuda.Stream()
+            torch.cuda.synchronize()
+            with torch.cuda.stream(stream), torch.inference_mode():
+                while not stop.is_set():
+                    mlp(*ins)
+                    stream.synchronize()
+                    counts[k] += 1
 
-    rates = {
-        "core_1": rate(core_worker, 1),
-        "core_16": rate(core_worker, 16),
-        "core_graph_1": rate(core_worker, 1, "graph"),
-        "core_graph_16": rate(core_worker, 16, "graph"),
-        "torch_16": rate(torch_worker, 16),
-    }
-    for handle in handles.values():
+        def c_threads(path: Path, threads: int) -> float:
+            proc = subprocess.run(
+                [str(exe), str(path), str(threads), str(seconds)], capture_output=True, text=True, check=True
+            )
+            fields = proc.stdout.split()
+            return float(fields[fields.index("runs_per_s") + 1])
+
+        for threads in (1, 16):
+            rates[f"{dtype}_core_py_{threads}"] = _rate(core_worker, threads, seconds)
+            rates[f"{dtype}_core_c_{threads}"] = c_threads(plan, threads)
+            rates[f"{dtype}_core_c_graph_{threads}"] = c_threads(graph_plan, threads)
+            rates[f"{dtype}_torch_{threads}"] = _rate(torch_worker, threads, seconds)
         core.pipeLinkDestroyPipeline(handle)
     return rates
+
+
+def _rate(worker, threads: int, seconds: float) -> float:
+    """Runs/s of ``threads`` threads of ``worker(stop, counts, k)`` over ``seconds``, after a warm-up."""
+    stop, counts = threading.Event(), [0] * threads
+    pool = [threading.Thread(target=worker, args=(stop, counts, k)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    time.sleep(0.5)  # contexts, streams and handles made: then count
+    first, begin = sum(counts), time.perf_counter()
+    time.sleep(seconds)
+    last, end = sum(counts), time.perf_counter()
+    stop.set()
+    for t in pool:
+        t.join()
+    return (last - first) / (end - begin)
 
 
 def load_ms(tmp: Path) -> float:
@@ -291,26 +317,37 @@ def main() -> None:
         "us",
     )
     _target("the same for a 1-stage plan", c1 - b1, 1.0, "us")
-    _target(
-        "16 threads vs 1 thread (core)", rates["core_16"] / rates["core_1"], 4.0, "x", higher_is_better=True
-    )
-    _target(
-        "16 threads: core vs PyTorch", rates["core_16"] / rates["torch_16"], 1.0, "x", higher_is_better=True
-    )
-    _target(
-        "16 threads vs 1 thread (core, cuda_graph plan)",
-        rates["core_graph_16"] / rates["core_graph_1"],
-        4.0,
-        "x",
-        higher_is_better=True,
-    )
-    _target(
-        "16 threads vs 1 eager thread (core: cuda_graph plan vs eager plan)",
-        rates["core_graph_16"] / rates["core_1"],
-        4.0,
-        "x",
-        higher_is_better=True,
-    )
+    for dtype in SERVICE_DTYPES:
+        r = {k.removeprefix(f"{dtype}_"): v for k, v in rates.items() if k.startswith(dtype)}
+        _target(
+            f"{dtype}: 16 threads vs 1 thread (core, C threads)",
+            r["core_c_16"] / r["core_c_1"],
+            4.0,
+            "x",
+            True,
+        )
+        _target(
+            f"{dtype}: 16 threads vs 1 thread (core, C threads, cuda_graph plan)",
+            r["core_c_graph_16"] / r["core_c_graph_1"],
+            4.0,
+            "x",
+            True,
+        )
+        _target(
+            f"{dtype}: 16 threads vs 1 thread (core, Python threads)",
+            r["core_py_16"] / r["core_py_1"],
+            4.0,
+            "x",
+            True,
+        )
+        _target(
+            f"{dtype}: 16 threads, core vs PyTorch (Python threads)",
+            r["core_py_16"] / r["torch_16"],
+            1.0,
+            "x",
+            True,
+        )
+        print(f"{dtype}: PyTorch 16 threads vs 1 thread: {r['torch_16'] / r['torch_1']:.2f}x")
     _target("MLP plan load time", load, 5.0, "ms")
     _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
     for stages, limit in ((1, 1.0), (20, 0.5)):
