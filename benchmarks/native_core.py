@@ -117,9 +117,10 @@ def _tensor_array(tensors) -> tuple:
     for t, x in zip(arr, tensors, strict=True):
         dims = (ctypes.c_int64 * x.dim())(*x.shape)
         keep.append(dims)
+        dt = pl.get_dtype(str(x.dtype).removeprefix("torch."))
         t.data, t.ndim, t.shape = x.data_ptr(), x.dim(), dims
         t.device.device_type, t.device.device_id = 2, 0
-        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = dt.dl_code, dt.bits, 1
     return arr, keep
 
 
