@@ -139,28 +139,20 @@ def _service_exe(tmp: Path) -> Path:
 
 
 def service(tmp: Path, seconds: float) -> dict[str, float]:
-    """Aggregate runs/s of the T=8 MLP block, per dtype: the core from 1 and 16 Python threads (eager plan;
-    ctypes, the GIL released in the call), from 1 and 16 C threads (``native_core_service.c``: eager and
-    cuda_graph plans, no Python in the loop), and PyTorch from 1 and 16 threads (each its own stream)."""
+    """Aggregate runs/s of the T=8 MLP block, per dtype: Python's ``run()`` from 1 and 16 threads (the
+    core through the C hot path, the GIL released in the call), the core from 1 and 16 C threads
+    (``native_core_service.c``: eager and cuda_graph plans, no Python in the loop), and PyTorch from 1 and
+    16 threads (each its own stream)."""
     import torch
 
     exe = _service_exe(tmp)
-    core = open_runtime()
-    core.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    args = [ctypes.c_void_p, ctypes.POINTER(PipeLinkTensor), ctypes.c_int32]
-    core.pipeLinkExecuteAsync.argtypes = args + args[1:] + [ctypes.c_void_p]
-    core.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
-    assert core.pipeLinkInitialize() == 0
     rates = {}
     for dtype in SERVICE_DTYPES:
         case = cases.mlp(T, D, dtype)
         case.doc["name"] = f"mlp_{dtype}"
-        pipe, plan = _compile(case.doc, tmp)
-        pipe.close()
         pipe, graph_plan = _compile(case.doc, tmp, cuda_graph=True)
         pipe.close()
-        handle = ctypes.c_void_p()
-        assert core.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(handle)) == 0
+        pipe, plan = _compile(case.doc, tmp)  # kept open: Python's run() from threads, the default path
         mlp = case.torch_fn(torch)
         tdtype = getattr(torch, dtype)
 
@@ -169,17 +161,15 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
                 (torch.randn(s, device="cuda") * sc + off).to(tdtype) for s, sc, off in case.inputs.values()
             ]
 
-        def core_worker(stop, counts, k, handle=handle, inputs=inputs, tdtype=tdtype):
-            ins, out = inputs(), [torch.empty((T, D), device="cuda", dtype=tdtype)]  # same pointers every run
-            (i_arr, _keep_i), (o_arr, _keep_o) = _tensor_array(ins), _tensor_array(out)  # shapes stay alive
-            stream = torch.cuda.Stream()
+        def run_worker(stop, counts, k, pipe=pipe, inputs=inputs, case=case):
+            # Python's run(): the C hot path (runtime/_hotpath.c), the GIL released inside the core.
+            feed, stream = dict(zip(case.inputs, inputs(), strict=True)), torch.cuda.Stream()
             torch.cuda.synchronize()
-            while not stop.is_set():
-                rc = core.pipeLinkExecuteAsync(handle, i_arr, len(ins), o_arr, 1, stream.cuda_stream)
-                if rc != 0:
-                    raise RuntimeError(core.pipeLinkGetLastErrorMessage().decode())
-                stream.synchronize()
-                counts[k] += 1
+            with torch.cuda.stream(stream):
+                while not stop.is_set():
+                    pipe.run(feed)
+                    stream.synchronize()
+                    counts[k] += 1
 
         def torch_worker(stop, counts, k, inputs=inputs, mlp=mlp):
             ins, stream = inputs(), torch.cuda.Stream()
@@ -198,11 +188,11 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
             return float(fields[fields.index("runs_per_s") + 1])
 
         for threads in (1, 16):
-            rates[f"{dtype}_core_py_{threads}"] = _rate(core_worker, threads, seconds)
+            rates[f"{dtype}_core_py_{threads}"] = _rate(run_worker, threads, seconds)
             rates[f"{dtype}_core_c_{threads}"] = c_threads(plan, threads)
             rates[f"{dtype}_core_c_graph_{threads}"] = c_threads(graph_plan, threads)
             rates[f"{dtype}_torch_{threads}"] = _rate(torch_worker, threads, seconds)
-        core.pipeLinkDestroyPipeline(handle)
+        pipe.close()
     return rates
 
 
@@ -335,14 +325,14 @@ def main() -> None:
             True,
         )
         _target(
-            f"{dtype}: 16 threads vs 1 thread (core, Python threads)",
+            f"{dtype}: 16 threads vs 1 thread (Python run())",
             r["core_py_16"] / r["core_py_1"],
             4.0,
             "x",
             True,
         )
         _target(
-            f"{dtype}: 16 threads, core vs PyTorch (Python threads)",
+            f"{dtype}: 16 threads, Python run() vs PyTorch",
             r["core_py_16"] / r["torch_16"],
             1.0,
             "x",
