@@ -160,3 +160,52 @@ def test_the_runner_refuses_bad_construction():
     with pytest.raises(ValueError, match="shape"):
         runner.add_plan(1, (((-1,), 2, 32),), (), "sig")
     assert runner.run({"x": np.zeros(1, np.float32)}) is None  # no plan: not its run
+
+
+def test_close_while_threads_run_from_c(runtime_lib, plans):
+    # Wrong (a crash, or a run on freed plans) if close() could free the C side's plans while a run on
+    # another thread was between reading its plan and entering the core.
+    pipe = pl.load(plans / "ln.json", device="cpu")
+    args = _walkthrough_args(30)
+    pipe.run(args)
+    start, errors, done = threading.Barrier(5), [], []
+
+    def work():
+        start.wait()
+        try:
+            while True:
+                pipe.run(args)
+                done.append(1)
+        except pl.PipeLinkError as e:
+            if "closed" not in str(e):
+                errors.append(e)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    start.wait()
+    while len(done) < 200:
+        pass
+    pipe.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors[0]
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_the_joined_entry_refuses_a_join_on_a_cpu_plan(runtime_lib, plans):
+    import ctypes
+
+    with pl.load(plans / "ln.json", device="cpu") as pipe:
+        pipe.run(_walkthrough_args(31))
+        lib = native_path._runtime()
+        (compiled,) = [c for c in pipe._native._plans.values() if isinstance(c, native_path._Compiled)]
+        ins, outs = compiled.arrays()
+        fn = lib.plk_execute_joined
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32]
+        fn.argtypes += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        status = fn(compiled.handle, ins, compiled.n_in, outs, compiled.n_out, None, 1, None)
+        assert status == int(pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT)
+        assert b"CPU plan" in lib.pipeLinkGetLastErrorMessage()

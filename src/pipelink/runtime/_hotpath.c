@@ -200,9 +200,11 @@ static void fill(PipeLinkTensor* t, const Sig* sig, uintptr_t ptr, int32_t kind,
     t->dtype.code = sig->code, t->dtype.bits = sig->bits, t->dtype.lanes = 1;
 }
 
-/* Runner.run(given) -> {name: Tensor}, or None: the Python path runs it. */
-static PyObject* Runner_run(Runner* r, PyObject* given) {
-    if (r->closed || !PyDict_Check(given)) Py_RETURN_NONE;
+/* The body of Runner.run, counted in r->active from before it reads a plan until it returns: the Python
+ * calls inside (a PyTorch stream query, Tensor._trusted) may let another thread close the runner, which
+ * then waits for `active` to drop before it frees the plans. */
+static PyObject* run(Runner* r, PyObject* given) {
+    if (!PyDict_Check(given)) Py_RETURN_NONE;
     const Py_ssize_t n_in = PyTuple_GET_SIZE(r->names);
     if (PyDict_GET_SIZE(given) != n_in || n_in > MAX_PORTS) Py_RETURN_NONE;
     const double t0 = now_s();
@@ -273,12 +275,10 @@ static PyObject* Runner_run(Runner* r, PyObject* given) {
     }
     int32_t capturing = 0;
     PipeLinkStatus st;
-    ++r->active;
     Py_BEGIN_ALLOW_THREADS
     st = r->execute(plan->handle, ins, (int32_t)n_in, outs, n_out, (void*)stream, (void*)join,
                     r->kind == PIPELINK_DEVICE_CUDA ? &capturing : NULL);
     Py_END_ALLOW_THREADS
-    --r->active;
     if (st != PIPELINK_SUCCESS || capturing) goto fail; /* refused, failed, or inside a capture: Python's */
     if (keep != NULL) {
         PyObject* done = PyObject_CallFunctionObjArgs(r->finish, r->main_handle, keep, NULL);
@@ -298,6 +298,15 @@ fail:
     for (int32_t j = 0; j < n_out; ++j) Py_XDECREF(made[j]);
     PyErr_Clear();
     Py_RETURN_NONE;
+}
+
+/* Runner.run(given) -> {name: Tensor}, or None: the Python path runs it. */
+static PyObject* Runner_run(Runner* r, PyObject* given) {
+    if (r->closed) Py_RETURN_NONE;
+    ++r->active;
+    PyObject* result = run(r, given);
+    --r->active;
+    return result;
 }
 
 static int sig_from(PyObject* item, Sig* sig) { /* (shape tuple, code, bits) */
