@@ -31,7 +31,8 @@ class BuildRuntime(build_ext):
         super().run()
 
     def get_ext_filename(self, fullname):
-        if fullname != RUNTIME:
+        # Called with the full dotted name, and (get_ext_fullpath) with its last part alone.
+        if fullname.rsplit(".", 1)[-1] != RUNTIME.rsplit(".", 1)[-1]:
             return super().get_ext_filename(fullname)
         return str(Path(*fullname.split(".")[:-1]) / native.LIBRARY_NAME)
 
