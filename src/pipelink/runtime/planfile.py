@@ -290,7 +290,9 @@ def plan_bytes(
     tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
     # Views of intermediates are arena tensors at their source's offset; the core binds only inputs and
     # outputs as external tensors, so a view of an input stays a copying stage (one device copy in the plan).
-    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena")
+    # No arena: the plan records arena tensors by offset and launches by port; each execution context of the
+    # core makes its own (allocating one here too would hold the plan's arena twice while compiling).
+    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena", allocate=False)
     try:
         return _serialise(pipe, plan, path, tuned, cuda, FLAG_CUDA_GRAPH if cuda_graph else 0)
     finally:
