@@ -1,12 +1,18 @@
 """What a run of the native core reports: ``last_report.stages`` lists every stage of its plan (status "ok",
-the variant it ran, no time: the core does not time stages), built only when read."""
+the variant it ran, no time: the core does not time stages), built only when read; and ``pipelink run``'s
+table says the core made the run and how to get per-stage times (``--profile``)."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import numpy as np
 
 import pipelink as pl
 import pipelink.pipeline as pipeline_module
+from pipelink import cli
+from pipelink.cli import main
 from pipelink.runtime.trace import trace_events
 
 from .conftest import SHAPE
@@ -81,3 +87,32 @@ def test_native_reports_are_built_when_read_not_on_the_hot_path(runtime_lib, pla
         assert list(first.stages) == ["double", "halve", "shift"]
     # Read after close: still the report of the run it was.
     assert list(first.stages) == ["double", "halve", "shift"]
+
+
+def test_pipelink_run_says_the_core_made_the_run_and_how_to_time_stages(
+    runtime_lib, plans, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(cli.console, "width", 120)  # rows on one line each, whatever the terminal
+    config = tmp_path / "chain3.json"
+    config.write_text(json.dumps(_chain(plans)))
+    assert main(["run", str(config), "--random", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "chain3 on cpu, native core" in flat
+    for sid, op in (("double", "core_scale"), ("halve", "core_scale"), ("shift", "core_offset")):
+        row = next(line for line in out.splitlines() if f" {sid} " in line)
+        cells = [c.strip() for c in re.split(r"[│┃]", row) if c.strip()]
+        assert cells[0] == sid and cells[1] == op and "ok" in cells[3], row
+        assert cells[4] == "-" and cells[5] == "-", row  # no host or device time: not measured
+    assert "run by the native core" in flat and "does not time stages" in flat
+    assert "--profile runs the Python executor, which times each stage" in flat
+    assert re.search(r"native core: \d+(\.\d)? (B|KiB|MiB) of arenas in 1 execution context", flat)
+
+    # --profile: the Python executor, every stage timed, no native note.
+    assert main(["run", str(config), "--random", "--device", "cpu", "--profile"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "native core" not in flat
+    row = next(line for line in out.splitlines() if " shift " in line)
+    cells = [c.strip() for c in re.split(r"[│┃]", row) if c.strip()]
+    assert re.fullmatch(r"\d+\.\d{3}", cells[4]), row
