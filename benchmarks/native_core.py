@@ -67,7 +67,7 @@ def _compile(doc: dict, tmp: Path, *, cuda_graph: bool = False):
 def _launch_lines(pipe, tmp: Path) -> Path:
     """The harness's description of the plan's launches, from the same compiled steps as the plan."""
     signature = _signature(pipe, None, contiguous=True)
-    plan = compile_plan(pipe.graph, pipe._registry, pipe._backend, {}, signature)
+    plan = compile_plan(pipe.graph, pipe._registry, pipe._backend, {}, signature, allocate=False)
     lines = []
     try:
         for step in plan.steps:

@@ -216,7 +216,8 @@ def _print_report(pipe, report, outs, totals: list[float]) -> None:
 
     world = launch_env()
     rank = f" (rank {world.rank} of {world.world_size})" if world.is_distributed else ""
-    table = Table(title=f"{pipe.name} on {pipe.device}{rank}")
+    by = ", native core" if report.executor == "native" else ""
+    table = Table(title=f"{pipe.name} on {pipe.device}{rank}{by}")
     for col in ("stage", "operator", "variant", "status", "host ms", "device ms"):
         table.add_column(col)
     for s in report.stages.values():
@@ -226,10 +227,16 @@ def _print_report(pipe, report, outs, totals: list[float]) -> None:
             s.operator,
             s.variant,
             f"[{colour}]{s.status}[/{colour}]" + (f" ({s.action})" if s.action else ""),
-            f"{s.time_s * 1e3:.3f}",
+            f"{s.time_s * 1e3:.3f}" if s.time_s is not None else "-",
             f"{s.device_time_s * 1e3:.3f}" if s.device_time_s is not None else "-",
         )
     console.print(table)
+    if report.executor == "native":
+        console.print(
+            "run by the native core (libpipelink_runtime): it runs every stage or fails the run and does "
+            "not time stages; --profile runs the Python executor, which times each stage",
+            highlight=False,
+        )
     for s in report.degraded:
         if s.error is not None:
             err_console.print(
@@ -249,6 +256,16 @@ def _print_report(pipe, report, outs, totals: list[float]) -> None:
     if plan is not None:
         console.print(
             f"memory plan: {format_bytes(plan.peak_bytes)} arena (no reuse: {format_bytes(plan.naive_bytes)})"
+        )
+    if report.executor == "native":
+        import pipelink as pl
+
+        held = pl.memory.stats(pipe.device)["native"]
+        console.print(
+            f"native core: {format_bytes(held['arena_bytes'])} of arenas in {held['n_contexts']} execution "
+            f"context(s), {format_bytes(held['workspace_bytes'] + held['constant_bytes'])} of workspaces "
+            "and constants",
+            highlight=False,
         )
     if len(totals) > 1:
         ms = np.asarray(totals) * 1e3

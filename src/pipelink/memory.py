@@ -6,6 +6,7 @@ from typing import Any
 
 from .backends import get_backend, loaded_backends
 from .errors import InvalidArgumentError
+from .native import arena_stats
 
 __all__ = ["stats", "clear_pool", "set_allocator", "get_allocator"]
 
@@ -14,13 +15,31 @@ _allocator = "async"
 
 
 def stats(device: str | None = None) -> dict[str, Any]:
-    """Allocated, peak and reserved bytes and per-bin block counts.
+    """Allocated, peak and reserved bytes and per-bin block counts, the native core's memory included.
 
     With ``device`` the stats of that device; otherwise a dict per loaded device.
+
+    ``"native"`` is what the native core's loaded plans hold on the device (``pipeLinkGetArenaStats``): the
+    arena of each execution context (``n_contexts``, ``arena_bytes``; one per thread running a plan at once,
+    kept until the plan is destroyed), their workspaces (``workspace_bytes``) and the plans' bound weights
+    (``constant_bytes``), with ``peak_bytes`` of their sum. These are counted into the device's totals:
+    ``allocated_bytes`` and ``reserved_bytes`` add what the core holds now, ``peak_bytes`` adds the core's
+    peak to the Python side's (an upper bound of the combined peak: the two may come at different times).
     """
     if device is not None:
-        return get_backend(device).memory_stats().to_dict()
-    return {b.device: b.memory_stats().to_dict() for b in loaded_backends()}
+        return _with_native(get_backend(device))
+    return {b.device: _with_native(b) for b in loaded_backends()}
+
+
+def _with_native(backend) -> dict[str, Any]:
+    found = backend.memory_stats().to_dict()
+    native = arena_stats(backend.info.kind, backend.info.index)
+    held = native["arena_bytes"] + native["workspace_bytes"] + native["constant_bytes"]
+    found["allocated_bytes"] += held
+    found["reserved_bytes"] += held
+    found["peak_bytes"] += native["peak_bytes"]
+    found["native"] = native
+    return found
 
 
 def clear_pool(device: str | None = None) -> None:

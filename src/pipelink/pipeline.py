@@ -38,7 +38,14 @@ from .ops import register_builtins
 from .runtime import errorlog
 from .runtime.checked import is_checked
 from .runtime.declared import check_declared_dtype, check_declared_shapes
-from .runtime.executor import check_inputs, compile_plan, execute, preload_inputs, signature_of
+from .runtime.executor import (
+    check_inputs,
+    compile_plan,
+    ensure_arena,
+    execute,
+    preload_inputs,
+    signature_of,
+)
 from .runtime.external import check_capturable, check_outputs, import_outputs, plan_capturable, run_stream
 from .runtime.graphs import capture_bound, graph_blockers, graph_outputs, replay
 from .runtime.native_path import NativeRunner, keeps_inputs, native_blockers, native_report
@@ -279,8 +286,11 @@ class Pipeline:
             self.load_report.warnings.append(
                 "cuda_graph requested, but running eagerly: " + "; ".join(blockers)
             )
-        self._select_variants_for_declared()
+        # Planned without an arena: when the native core takes the runs, the Python plan never needs one.
+        self._select_variants_for_declared(allocate=False)
         self._native = self._native_runner(native, cuda_graph)
+        if self._native is None and self._last_plan is not None:
+            ensure_arena(self._last_plan, backend)  # the Python executor runs: nothing left for the first run
 
     # -- properties --------------------------------------------------------------------------------
     @property
@@ -304,8 +314,9 @@ class Pipeline:
     def last_report(self) -> RunReport | None:
         """The report of the last run (of any thread)."""
         report = self._last_report
-        if report.__class__ is tuple:  # a run of the core: built when read
-            report = self._last_report = native_report(*report)
+        if report.__class__ is tuple:  # a run of the core: (signature text, seconds), built when read
+            stages = self._native.stages_of(report[0]) if self._native is not None else ()
+            report = self._last_report = native_report(*report, stages)
         return report
 
     @last_report.setter
@@ -344,7 +355,7 @@ class Pipeline:
     def memory_plan(self) -> MemoryPlan | None:
         """The memory plan of the last input signature (of the declared inputs before any run)."""
         if self._last_plan is None and self._declared_signature() is not None:
-            self._last_plan = self._plan_for({}, self._declared_signature())
+            self._last_plan = self._plan_for({}, self._declared_signature(), allocate=self._native is None)
         return self._last_plan.memory if self._last_plan else None
 
     def output_specs(self, inputs: Mapping[str, tuple[Any, str]]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -486,6 +497,8 @@ class Pipeline:
                 self._last_plan = plan
             if outs:
                 check_outputs(backend, plan, outs, args)
+            if plan.arena is None and plan.memory.buffers:
+                ensure_arena(plan, backend)  # planned for the core (AUTO): allocated at its first Python run
             self._follow(plan, stream)
             t0 = time.perf_counter()
             try:
@@ -645,12 +658,19 @@ class Pipeline:
         # Declared shapes (and their symbols, across inputs) are checked once per signature, at plan time.
         return arg
 
-    def _plan_for(self, args: Mapping[str, Any], signature: tuple) -> ExecutionPlan:
+    def _plan_for(self, args: Mapping[str, Any], signature: tuple, *, allocate: bool = True) -> ExecutionPlan:
         # Before anything reads the signature: one that breaks the declared shapes is never planned.
         check_declared_shapes(self._graph, signature)
         tuned = self._tuned_params(signature) if self.use_tuned else {}
         plan = compile_plan(
-            self._graph, self._registry, self._backend, args, signature, tuned=tuned, checked=self.checked
+            self._graph,
+            self._registry,
+            self._backend,
+            args,
+            signature,
+            tuned=tuned,
+            checked=self.checked,
+            allocate=allocate,
         )
         self._plans[signature] = plan
         report = self.load_report
@@ -707,11 +727,12 @@ class Pipeline:
             sig.append((name, tuple(d.shape), d.dtype, True))
         return tuple(sig)
 
-    def _select_variants_for_declared(self) -> None:
-        """With fully declared inputs the variants (and the plan) are chosen at load, not at run."""
+    def _select_variants_for_declared(self, *, allocate: bool) -> None:
+        """With fully declared inputs the variants (and the plan) are chosen at load, not at run; its arena
+        only when ``allocate`` (no native core to run it), else at its first run on the Python executor."""
         signature = self._declared_signature()
         if signature is not None:
-            self._last_plan = self._plan_for({}, signature)
+            self._last_plan = self._plan_for({}, signature, allocate=allocate)
 
     # -- hot reload --------------------------------------------------------------------------------
     def reload(self) -> list[str]:
@@ -765,7 +786,7 @@ class Pipeline:
                 plan.release()
             for st in graph.stages:
                 self.load_report.versions[st.id] = f"{st.desc.name}@{st.desc.version} ({st.desc.source})"
-            self._select_variants_for_declared()
+            self._select_variants_for_declared(allocate=self._native is None)
             return changed
 
     # -- compiled plans ----------------------------------------------------------------------------

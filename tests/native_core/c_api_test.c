@@ -354,6 +354,64 @@ static void test_constants(void) {
     EXPECT(pipeLinkDestroyPipeline(h), PIPELINK_SUCCESS); /* corrupt constants: test_constants.py */
 }
 
+/* ---- what loaded pipelines hold: pipeLinkGetArenaStats ---- */
+static PipeLinkArenaStats cpu_held(void) {
+    PipeLinkArenaStats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CPU, 0, &s), PIPELINK_SUCCESS);
+    return s;
+}
+
+static void test_arena_stats(void) {
+    PipeLinkArenaStats bad;
+    memset(&bad, 0, sizeof bad);
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CPU, 0, NULL), PIPELINK_ERR_INVALID_ARGUMENT);
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CPU, 0, &bad), PIPELINK_ERR_INVALID_ARGUMENT); /* size 0 */
+    CHECK(strstr(pipeLinkGetLastErrorMessage(), "sizeof(PipeLinkArenaStats)") != NULL, "the message says what to set");
+    bad.size = sizeof bad;
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CPU, 1, &bad), PIPELINK_ERR_INVALID_ARGUMENT);
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CUDA, 1025, &bad), PIPELINK_ERR_INVALID_ARGUMENT);
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CUDA, -1, &bad), PIPELINK_ERR_INVALID_ARGUMENT);
+    EXPECT(pipeLinkGetArenaStats(7, 0, &bad), PIPELINK_ERR_INVALID_ARGUMENT);
+    struct { PipeLinkArenaStats s; uint64_t later[4]; } newer; /* a caller built against a later header */
+    memset(&newer, 0xAB, sizeof newer);
+    newer.s.size = sizeof newer;
+    EXPECT(pipeLinkGetArenaStats(PIPELINK_DEVICE_CUDA, 0, &newer.s), PIPELINK_SUCCESS);
+    CHECK(newer.s.size == sizeof(PipeLinkArenaStats) && newer.later[0] == 0xABABABABABABABABull,
+          "the runtime fills the fields it knows and says how many bytes");
+
+    static LNCase k;
+    ln_case(&k, 12);
+    for (int j = 0; j < C; ++j) k.gamma[j] = (float)(j % 7) * 0.25f - 0.5f, k.beta[j] = (float)(j % 5) * 0.125f - 0.25f;
+    ln_reference(&k);
+    PipeLinkArenaStats s0 = cpu_held();
+    PipeLinkPipelineHandle h = NULL;
+    EXPECT(pipeLinkLoadPipeline(path_of("lnw.plk"), &h), PIPELINK_SUCCESS);
+    PipeLinkArenaStats s1 = cpu_held();
+    CHECK(s1.constant_bytes == s0.constant_bytes + 2 * C * sizeof(float), "the bound gamma and beta count from the load");
+    CHECK(s1.n_contexts == s0.n_contexts && s1.arena_bytes == s0.arena_bytes, "no context before the first run");
+    PipeLinkPipelineInfo info;
+    EXPECT(pipeLinkGetPipelineInfo(h, &info), PIPELINK_SUCCESS);
+    CHECK(info.arena_bytes > 0, "the walkthrough's plan has an arena (the test must be able to fail)");
+    PipeLinkTensor in[2] = {tensor(k.x, 2, x_shape, PIPELINK_DL_FLOAT, 32), tensor(&k.eps, 0, NULL, PIPELINK_DL_FLOAT, 32)};
+    static float y[N * C], mean[N], rstd[N];
+    for (int run = 0; run < 2; ++run) {
+        PipeLinkTensor out[3] = {tensor(y, 2, x_shape, PIPELINK_DL_FLOAT, 32), tensor(mean, 1, n_shape, PIPELINK_DL_FLOAT, 32),
+                                 tensor(rstd, 1, n_shape, PIPELINK_DL_FLOAT, 32)};
+        EXPECT(pipeLinkExecute(h, in, 2, out, 3), PIPELINK_SUCCESS);
+        PipeLinkArenaStats s2 = cpu_held();
+        CHECK(s2.n_contexts == s0.n_contexts + 1 && s2.arena_bytes == s0.arena_bytes + info.arena_bytes,
+              "one context and its arena from the first run on (run %d)", run);
+        CHECK(s2.peak_bytes >= s2.arena_bytes + s2.workspace_bytes + s2.constant_bytes, "the peak covers what is held");
+    }
+    CHECK(ln_matches(&k, y, mean, rstd), "the run is right");
+    EXPECT(pipeLinkDestroyPipeline(h), PIPELINK_SUCCESS);
+    PipeLinkArenaStats s3 = cpu_held();
+    CHECK(s3.n_contexts == s0.n_contexts && s3.arena_bytes == s0.arena_bytes && s3.constant_bytes == s0.constant_bytes &&
+          s3.workspace_bytes == s0.workspace_bytes, "destroy gives everything back");
+}
+
 /* ---- plan files that must be refused ---- */
 static PipeLinkStatus load_bytes(const uint8_t* b, size_t n, const char* name) {
     const char* p = path_of(name);
@@ -567,6 +625,7 @@ static int run_api(void) {
     test_policies();
     test_skip_and_fail();
     test_constants();
+    test_arena_stats();
     test_bad_plans();
     test_memory_and_hardware();
 

@@ -109,15 +109,8 @@ class Backend:
                 f"the {self.kind} backend cannot share memory with worker processes "
                 f"(its isolation is {self.capabilities.isolation!r})"
             )
-        # More than the device has in all can never succeed: say so with the numbers, allocating nothing.
+        self.check_fits(nbytes, tag=tag)
         what = f"the {tag} allocation" if tag else "an allocation"
-        check_fits(
-            int(nbytes),
-            what,
-            self.info.kind,
-            self.info.features,
-            limit=total_bytes(self.info.kind, self.info.features),
-        )
         try:
             alloc = self._allocate(max(int(nbytes), 1), alignment, stream, shared=shared)
         except MemoryError as e:  # NumPy's raw error on the host; a PipeLinkError passes through
@@ -135,6 +128,19 @@ class Backend:
             s.peak_bytes = max(s.peak_bytes, s.allocated_bytes)
             s.allocations += 1
         return alloc
+
+    def check_fits(self, nbytes: int, *, tag: str = "") -> None:
+        """Refuse, allocating nothing, ``nbytes`` that is more than the device has in all (what
+        :meth:`allocate` checks first; a plan whose arena is allocated later checks it when planned).
+
+        Raises
+        ------
+        OutOfMemoryError
+            With the numbers.
+        """
+        what = f"the {tag} allocation" if tag else "an allocation"
+        limit = total_bytes(self.info.kind, self.info.features)
+        check_fits(int(nbytes), what, self.info.kind, self.info.features, limit=limit)
 
     def free(self, alloc: Allocation) -> None:
         with self._stats_lock:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import ModuleLoadError
 
-__all__ = ["library_path", "lib_dir", "cublaslt_path", "open_runtime"]
+__all__ = ["library_path", "lib_dir", "cublaslt_path", "open_runtime", "ArenaStats", "arena_stats"]
 
 CUBLASLT = "libcublasLt.so.13"
 
@@ -71,3 +71,59 @@ def open_runtime() -> ctypes.CDLL:
     if found is not None and not os.environ.get("PIPELINK_CUBLASLT"):
         os.environ["PIPELINK_CUBLASLT"] = str(found)
     return ctypes.CDLL(str(library_path()))
+
+
+class ArenaStats(ctypes.Structure):
+    """``PipeLinkArenaStats`` of ``pipelink/runtime.h`` (its ``size`` field versions it)."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("n_contexts", ctypes.c_int32),
+        ("arena_bytes", ctypes.c_uint64),
+        ("workspace_bytes", ctypes.c_uint64),
+        ("constant_bytes", ctypes.c_uint64),
+        ("peak_bytes", ctypes.c_uint64),
+    ]
+
+
+_stats_function = None
+
+
+def _loaded_stats_function():
+    """``pipeLinkGetArenaStats`` of the runtime library once it is loaded in this process, else None."""
+    global _stats_function
+    if _stats_function is None:
+        try:
+            # RTLD_NOLOAD: a handle only if the library is already loaded (the same file: the same counters).
+            lib = ctypes.CDLL(str(library_path()), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            fn = lib.pipeLinkGetArenaStats
+        except (OSError, ModuleLoadError, AttributeError):  # not loaded (or a build from before the function)
+            return None
+        fn.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ArenaStats)]
+        fn.restype = ctypes.c_int
+        _stats_function = fn
+    return _stats_function
+
+
+_DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types of the plans the core runs
+_ARENA_FIELDS = ("n_contexts", "arena_bytes", "workspace_bytes", "constant_bytes", "peak_bytes")
+
+
+def arena_stats(kind: str, index: int = 0) -> dict[str, int]:
+    """What the core's loaded pipelines hold on a device (``pipeLinkGetArenaStats``): ``n_contexts``,
+    ``arena_bytes``, ``workspace_bytes``, ``constant_bytes`` and ``peak_bytes`` (of their sum).
+
+    All zeros when the runtime library is not loaded in this process (no plan was ever loaded, so nothing is
+    held): this never loads it, and never fails for a device the core does not run plans on.
+    """
+    found = dict.fromkeys(_ARENA_FIELDS, 0)
+    device_type = _DEVICE_TYPES.get(kind)
+    if device_type is None or (kind == "cpu" and index != 0):
+        return found
+    fn = _loaded_stats_function()
+    if fn is None:
+        return found
+    stats = ArenaStats(size=ctypes.sizeof(ArenaStats))
+    if fn(device_type, index, ctypes.byref(stats)) == 0:
+        found.update({name: int(getattr(stats, name)) for name in _ARENA_FIELDS})
+    return found

@@ -104,6 +104,7 @@ static void destroy_slot(Slot* s, uint64_t live_state) {
     s->pipeline = NULL;
     atomic_store(&s->state, ((live_state >> 1) + 1) << 1); /* the next generation, free */
     plk_pipeline_free_contexts(p);
+    plk_held_add(p->plan.device_type, p->plan.device_id, PLK_HELD_CONSTANT, -(int64_t)p->held_constants);
     pthread_mutex_destroy(&p->pool_lock);
     plk_cuda_unload(&p->plan);
     plk_plan_free(&p->plan);
@@ -291,6 +292,13 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
         plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkLoadPipeline: %d pipelines are loaded already; destroy some", MAX_PIPELINES);
     }
+    /* The constants stay loaded with the plan: a CUDA plan's device block (256-byte aligned offsets), a CPU
+     * plan's host copies. Counted for pipeLinkGetArenaStats until destroy_slot. */
+    for (int32_t i = 0; i < p->plan.n_tensors; ++i)
+        if (p->plan.tensors[i].storage == PLK_STORAGE_CONSTANT)
+            p->held_constants += device_type == PIPELINK_DEVICE_CUDA ? (p->plan.tensors[i].nbytes + 255) / 256 * 256
+                                                                     : p->plan.tensors[i].nbytes;
+    plk_held_add(device_type, device_id, PLK_HELD_CONSTANT, (int64_t)p->held_constants);
     slots[index].pipeline = p;
     uint64_t state = atomic_load(&slots[index].state) | 1;
     atomic_store(&slots[index].state, state);

@@ -202,6 +202,9 @@ typedef struct ExecContext {
     uint64_t* graph_key; /* this run's external pointers (the keys live in the same block) */
     uint64_t graph_clock;
     uint64_t graph_runs; /* runs of this context in graph mode: the first is eager (warm-up) */
+    /* accounting.c: what this context added to its device's counts, taken back when it is freed */
+    uint64_t held_arena, held_workspace; /* its arena; its cuBLASLt workspace (modules' are in the slots) */
+    int32_t counted;                     /* counted in the device's n_contexts */
 } ExecContext;
 
 typedef struct Pipeline {
@@ -214,6 +217,7 @@ typedef struct Pipeline {
                                       get a context of their own that is freed after the run */
     int32_t n_contexts;
     _Atomic int graph_off; /* PLK_FLAG_CUDA_GRAPH plans: a capture failed, every run is eager from then on */
+    uint64_t held_constants; /* the constants' bytes counted for its device (accounting.c) while it is loaded */
 } Pipeline;
 
 /* errors.c */
@@ -266,6 +270,12 @@ PipeLinkStatus plk_cuda_pool_device(int32_t* device);
 PipeLinkStatus plk_cuda_pool_alloc(int32_t device, uint64_t size, int legacy, void** ptr);
 /* Whether the driver is open and says `ptr` is device (not managed) memory; never opens the driver. */
 int plk_cuda_is_device_memory(const void* ptr);
+
+/* accounting.c: what loaded pipelines hold per device beside the pool (pipeLinkGetArenaStats). Counted where
+ * the memory is allocated and freed: contexts (arenas, workspaces) and plans (constants), never per run. */
+enum { PLK_HELD_ARENA = 0, PLK_HELD_WORKSPACE = 1, PLK_HELD_CONSTANT = 2, PLK_HELD_KINDS = 3 };
+void plk_held_add(int32_t device_type, int32_t device_id, int kind, int64_t bytes); /* bytes < 0: freed */
+void plk_held_contexts(int32_t device_type, int32_t device_id, int32_t delta);
 
 /* pool.c */
 void plk_pool_clear(void);

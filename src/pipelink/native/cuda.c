@@ -403,11 +403,15 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a device arena of %llu bytes for an execution context (%s)",
                         (unsigned long long)plan->arena_bytes, cu_name(r));
     }
+    if (c->device_arena) c->held_arena = plan->arena_bytes; /* counted in pipeLinkGetArenaStats until freed */
+    plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_ARENA, (int64_t)c->held_arena);
     if (plan->workspace_bytes && (r = cu.MemAlloc(&c->workspace, (size_t)plan->workspace_bytes)) != 0) {
         c->workspace = 0;
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a cuBLASLt workspace of %llu bytes (%s)",
                         (unsigned long long)plan->workspace_bytes, cu_name(r));
     }
+    if (c->workspace) c->held_workspace = plan->workspace_bytes;
+    plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_WORKSPACE, (int64_t)c->held_workspace);
     if ((r = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) return c->stream = NULL, cuda_fail(r, "cuStreamCreate", NULL);
     if ((r = cu.EventCreate(&c->done, CU_EVENT_DISABLE_TIMING)) != 0) return c->done = NULL, cuda_fail(r, "cuEventCreate", NULL);
     if (plan->flags & PLK_FLAG_CUDA_GRAPH) { /* the graph cache's keys and this run's, in one block */
@@ -451,6 +455,9 @@ void plk_cuda_context_free(const Plan* plan, ExecContext* c) {
     free(c->graph_key);
     if (c->device_arena) cu.MemFree(c->device_arena);
     if (c->workspace) cu.MemFree(c->workspace);
+    plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_ARENA, -(int64_t)c->held_arena);
+    plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_WORKSPACE, -(int64_t)c->held_workspace);
+    c->held_arena = c->held_workspace = 0;
     for (int32_t i = 0; i < plan->n_stages; ++i) {
         if (c->descs && c->descs[i]) lt.MatmulDescDestroy(c->descs[i]);
         if (c->kernel_values) free(c->kernel_values[i]);

@@ -21,6 +21,7 @@ static void* workspace_service(uint64_t size) {
         void* grown = NULL;
         if (posix_memalign(&grown, 256, (size_t)size) != 0) return NULL;
         free(slot->workspace);
+        plk_held_add(PIPELINK_DEVICE_CPU, 0, PLK_HELD_WORKSPACE, (int64_t)(size - slot->workspace_size));
         slot->workspace = grown, slot->workspace_size = size;
     }
     return slot->workspace;
@@ -63,7 +64,10 @@ static void free_context(const Plan* plan, ExecContext* c) {
         free(s->in), free(s->out);
         if (plan->device_type == PIPELINK_DEVICE_CUDA) plk_cuda_free_device((uint64_t)(uintptr_t)s->workspace);
         else free(s->workspace);
+        if (s->workspace) plk_held_add(plan->device_type, plan->device_id, PLK_HELD_WORKSPACE, -(int64_t)s->workspace_size);
     }
+    if (c->arena) plk_held_add(plan->device_type, plan->device_id, PLK_HELD_ARENA, -(int64_t)c->held_arena);
+    if (c->counted) plk_held_contexts(plan->device_type, plan->device_id, -1);
     free(c->slots), free(c->data), free(c->missing), free(c->allocated), free(c->arena), free(c);
 }
 
@@ -77,9 +81,14 @@ static PipeLinkStatus prepare_call(const Plan* plan, const CallTarget* call, Sta
     services->cublas_handle = cuda ? pipeLinkGetCublasHandle : no_cublas;
     if (call->workspace_size && cuda) {
         int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
-        PipeLinkStatus st = need > (int64_t)slot->workspace_size ? plk_cuda_alloc_device((uint64_t)need, &slot->workspace) : 0;
-        if (st) return st;
-        if (need > (int64_t)slot->workspace_size) slot->workspace_size = (uint64_t)need;
+        if (need > (int64_t)slot->workspace_size) { /* a fallback needing more than its call replaces its block */
+            void* grown = NULL;
+            PipeLinkStatus st = plk_cuda_alloc_device((uint64_t)need, &grown);
+            if (st) return st;
+            if (slot->workspace) plk_cuda_free_device((uint64_t)(uintptr_t)slot->workspace);
+            plk_held_add(plan->device_type, plan->device_id, PLK_HELD_WORKSPACE, need - (int64_t)slot->workspace_size);
+            slot->workspace = grown, slot->workspace_size = (uint64_t)need;
+        }
     } else if (call->workspace_size) {
         int64_t need = call->workspace_size(slot->in, call->n_in, slot->out, call->n_out, call->attrs, call->n_attrs);
         running_slot = slot;
@@ -106,6 +115,7 @@ PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
     c->slots = calloc((size_t)plan->n_stages + 1, sizeof(StageSlot));
     const int host_arena = plan->arena_bytes && plan->device_type == PIPELINK_DEVICE_CPU;
     if (host_arena && posix_memalign(&c->arena, plan->arena_alignment, (size_t)plan->arena_bytes) != 0) c->arena = NULL;
+    if (c->arena) c->held_arena = plan->arena_bytes, plk_held_add(PIPELINK_DEVICE_CPU, 0, PLK_HELD_ARENA, (int64_t)plan->arena_bytes);
     if (!c->data || !c->missing || !c->allocated || !c->slots || (host_arena && !c->arena)) {
         free_context(plan, c);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "an execution context with an arena of %llu bytes",
@@ -139,6 +149,7 @@ PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
         free_context(plan, c);
         return st;
     }
+    c->counted = 1, plk_held_contexts(plan->device_type, plan->device_id, 1);
     *out = c;
     return PIPELINK_SUCCESS;
 }

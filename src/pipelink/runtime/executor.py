@@ -31,7 +31,15 @@ from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_ker
 from .report import RunReport, StageReport
 from .staging import HostStaged
 
-__all__ = ["ExecutionPlan", "Step", "compile_plan", "copy_passthrough", "execute", "plan_views"]
+__all__ = [
+    "ExecutionPlan",
+    "Step",
+    "compile_plan",
+    "copy_passthrough",
+    "ensure_arena",
+    "execute",
+    "plan_views",
+]
 
 log = logging.getLogger("pipelink")
 
@@ -51,6 +59,7 @@ def compile_plan(
     services: Any = None,
     checked: bool = False,
     views: str = "all",
+    allocate: bool = True,
 ) -> ExecutionPlan:
     """Infer concrete shapes, choose variants, plan memory, allocate the arena and bind kernels.
 
@@ -58,6 +67,12 @@ def compile_plan(
     (``runtime.checked``). Declared input shapes are the caller's to check first (``runtime.declared``).
     ``views`` says which stages may run as views (``plan_views``): ``"all"``, ``"arena"`` (views of
     intermediates only, not of inputs) or ``"none"``; a checked plan runs none.
+
+    ``allocate=False`` plans the memory but allocates no arena: kernels bind to tensors given per call
+    (a native launch refers to them by port), so binding never needs the arena's memory. Such a plan is
+    written as a ``.plk`` for the native core (``runtime/planfile.py``), or gets its arena from
+    :func:`ensure_arena` before its first execution. Checked plans and plans with process-isolated stages
+    (their workers map the arena when they are bound) are allocated regardless.
     """
     inputs = {name: (tuple(shape), dtype) for name, shape, dtype, _ in signature}
     known = infer_signature(graph, inputs)
@@ -118,23 +133,13 @@ def compile_plan(
     memory = plan_memory(requests, guard_bytes=GUARD_BYTES if checked else 0)
     # Worker processes of isolated stages map a shared-memory arena: intermediates cross without copies
     # (IPC workers use a device staging block of their own instead).
-    shared = backend.capabilities.isolation == "shared_memory" and any(
-        st.config.isolation == "process" for st in graph.stages
-    )
-    arena = (
-        backend.allocate(
-            memory.peak_bytes,
-            alignment=max([r.alignment for r in requests] + [256]),
-            tag="arena",
-            shared=shared,
-        )
-        if requests
-        else None
-    )
-    static = {
-        b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
-        for b in memory.buffers.values()
-    }
+    isolated_stages = any(st.config.isolation == "process" for st in graph.stages)
+    shared = backend.capabilities.isolation == "shared_memory" and isolated_stages
+    arena, static = None, {}
+    if allocate or checked or isolated_stages:
+        arena, static = _allocate_arena(backend, memory, shapes, dtypes, shared=shared)
+    elif memory.buffers:
+        backend.check_fits(memory.peak_bytes, tag="arena")  # checked at load all the same
 
     steps: list[Step] = []
     uncapturable: list[str] = []  # stages whose kernel must run on the host each time (no graph)
@@ -175,7 +180,7 @@ def compile_plan(
         for name in st.inputs:
             if name in relayout_of and name not in relayout_done:
                 relayout_done.add(name)
-                step.relayouts.append((name, static[relayout_of[name]]))
+                step.relayouts.append((name, relayout_of[name]))
             t = graph.tensors.get(name) if name else None
             if t is not None and t.producer >= 0:
                 producer = order[t.producer]
@@ -232,6 +237,32 @@ def compile_plan(
         checks=checks,
         input_views=tuple((n, src) for n, src in view_of.items() if graph.tensors[src].producer < 0),
     )
+
+
+def _allocate_arena(backend, memory: MemoryPlan, shapes, dtypes, *, shared: bool = False) -> tuple[Any, dict]:
+    """The arena of a memory plan (None when it has no buffer) and a view of each buffer in it."""
+    if not memory.buffers:
+        return None, {}
+    arena = backend.allocate(
+        memory.peak_bytes,
+        alignment=max([b.alignment for b in memory.buffers.values()] + [256]),
+        tag="arena",
+        shared=shared,
+    )
+    static = {
+        b.name: backend.view(arena, b.offset, shapes[b.name], get_dtype(dtypes[b.name]))
+        for b in memory.buffers.values()
+    }
+    return arena, static
+
+
+def ensure_arena(plan: ExecutionPlan, backend) -> None:
+    """Allocate the arena of a plan compiled with ``allocate=False`` (and its buffers' views) before it first
+    runs on the Python executor; nothing when it has one or needs none. Call it under the lock that
+    serialises the plan's runs."""
+    if plan.arena is None and plan.memory.buffers:
+        plan.arena, static = _allocate_arena(backend, plan.memory, plan.shapes, plan.dtypes)
+        plan.static.update(static)
 
 
 VIEW_VARIANT = "view"  # the variant the load and run reports name for a stage run as a view
@@ -478,7 +509,7 @@ def execute(
             for producer in step.waits:
                 backend.wait_event(stream, events[producer])
         for source, buffer in step.relayouts:
-            backend.copy(buffer, values[source], stream=stream)
+            backend.copy(values[buffer], values[source], stream=stream)
         ins = [values[n] if n is not None else None for n in step.in_names]
         outs = [values[n] for n in step.out_names]
         if checks is not None:

@@ -252,10 +252,13 @@ class _Compiled:
         self.handle = None
 
 
-def native_report(text: str, total_time_s: float) -> RunReport:
-    """``last_report`` of a run the core made, built when read: no stage detail (the core keeps none)."""
+def native_report(text: str, total_time_s: float, stages: Iterable[tuple[str, str, str]] = ()) -> RunReport:
+    """``last_report`` of a run the core made, built when read (the hot path stores only ``text`` and the
+    time): ``stages`` are the plan's ``(stage id, operator, variant)`` (:meth:`NativeRunner.stages_of`), each
+    reported ``"ok"`` (the core runs every stage or fails the run) with no time (it does not time stages)."""
     report = RunReport()
     report.executor, report.signature, report.total_time_s = "native", text, total_time_s
+    report.record_native(stages)
     return report
 
 
@@ -285,6 +288,7 @@ class NativeRunner:
         self._active = 0  # runs inside the core now: close() and reset() wait for them
         self._resetting = 0  # reset() in progress: new runs wait for it
         self._closed = False
+        self._stages: dict[str, tuple] = {}  # signature text -> its plan's stages, for native_report
 
     # -- the hot path ------------------------------------------------------------------------------
     def run(
@@ -495,12 +499,20 @@ class NativeRunner:
     def _compiled_any(self) -> bool:
         return any(v.__class__ is _Compiled for v in self._plans.values())
 
+    def stages_of(self, text: str) -> tuple[tuple[str, str, str], ...]:
+        """``(stage id, operator, variant)`` of each stage of the plan of signature ``text``, in plan order
+        (for :func:`native_report`); empty for a signature never compiled for the core."""
+        return self._stages.get(text, ())
+
     def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> _Compiled:
         pipe = self._pipe
         shapes = {name: (shape, dtype) for name, shape, dtype in key}
         folder = Path(tempfile.mkdtemp(prefix="pipelink-native-"))
+        variants: dict[str, str] = {}
         try:
-            path = write_plan(pipe, folder / "plan.plk", shapes, cuda_graph=self._cuda_graph)
+            path = write_plan(
+                pipe, folder / "plan.plk", shapes, cuda_graph=self._cuda_graph, variants=variants
+            )
             lib = _runtime()  # opened once a plan exists: a pipeline the core refuses never loads it
             handle = ctypes.c_void_p()
             status = lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handle))
@@ -509,6 +521,9 @@ class NativeRunner:
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the core keeps what it needs (modules: memfd copies)
         outputs = [(n, tuple(int(d) for d in s), get_dtype(d).name) for n, (s, d) in specs.items()]
+        # What its runs' reports list (kept past reset(): a report read later describes the run it was).
+        stages = pipe.graph.stages
+        self._stages[text] = tuple((st.id, st.desc.name, variants.get(st.id, "")) for st in stages)
         return _Compiled(lib, handle, (self._kind, self._index), list(key), outputs, text)
 
     def _destroy_plans(self) -> None:

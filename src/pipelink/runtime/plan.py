@@ -21,7 +21,7 @@ class Step:
     in_names: tuple[str | None, ...]
     out_names: tuple[str, ...]
     stream_id: int = 0
-    relayouts: list[tuple[str, Any]] = field(default_factory=list)  # (source input name, contiguous buffer)
+    relayouts: list[tuple[str, str]] = field(default_factory=list)  # (source input, its contiguous buffer)
     waits: list[int] = field(default_factory=list)  # producer step indices on other streams
     fallback_kernel: Any = None
     fallback_variant: str = ""
@@ -40,7 +40,7 @@ class ExecutionPlan:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
     memory: MemoryPlan
-    arena: Any
+    arena: Any  # None: no buffer, or compiled with allocate=False (executor.ensure_arena allocates it)
     static: dict[str, Any]  # tensor name -> kernel argument living in the arena
     steps: list[Step]
     outputs: list[tuple[str, tuple[int, ...], str]]  # returned tensors allocated per run

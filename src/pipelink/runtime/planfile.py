@@ -264,8 +264,10 @@ def plan_bytes(
     *,
     cuda_graph: bool = False,
     max_constant_bytes: int = MAX_CONSTANT_BYTES,
+    variants: dict[str, str] | None = None,
 ) -> bytes:
-    """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``."""
+    """The ``.plk`` file of ``pipe`` for one input signature, with library paths relative to ``path``
+    (``variants``: see :func:`write_plan`)."""
     _check_constant_bytes(pipe, max_constant_bytes)
     backend = pipe._backend
     cuda = backend.info.kind == "cuda"  # the plan's device (DLPack device type), not a capability question
@@ -290,9 +292,11 @@ def plan_bytes(
     tuned = pipe._tuned_params(signature) if pipe.use_tuned else {}
     # Views of intermediates are arena tensors at their source's offset; the core binds only inputs and
     # outputs as external tensors, so a view of an input stays a copying stage (one device copy in the plan).
-    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena")
+    # No arena: the plan records arena tensors by offset and launches by port; each execution context of the
+    # core makes its own (allocating one here too would hold the plan's arena twice while compiling).
+    plan = compile_plan(graph, registry, backend, {}, signature, tuned=tuned, views="arena", allocate=False)
     try:
-        return _serialise(pipe, plan, path, tuned, cuda, FLAG_CUDA_GRAPH if cuda_graph else 0)
+        return _serialise(pipe, plan, path, tuned, cuda, FLAG_CUDA_GRAPH if cuda_graph else 0, variants)
     finally:
         plan.release()
 
@@ -372,9 +376,16 @@ def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
 
 
 def _serialise(
-    pipe, plan, path: Path, tuned: Mapping[str, Mapping[str, Any]], cuda: bool, flags: int = 0
+    pipe,
+    plan,
+    path: Path,
+    tuned: Mapping[str, Mapping[str, Any]],
+    cuda: bool,
+    flags: int = 0,
+    variants: dict[str, str] | None = None,
 ) -> bytes:
     graph, registry = pipe.graph, pipe._registry
+    ran = variants if variants is not None else {}  # stage id -> what the core runs for it
     tensors: list[tuple[str, str, tuple, int, int]] = []  # name, dtype, shape, storage, offset
     index: dict[str, int] = {}
 
@@ -411,6 +422,7 @@ def _serialise(
     cubins = _Cubins() if cuda else None
     for step in plan.steps:
         st = step.stage
+        ran[st.id] = step.variant
         if step.view:  # no stage: its output is a tensor at its source's arena offset
             continue
         for source, name in zip(st.inputs, step.in_names, strict=True):
@@ -424,6 +436,7 @@ def _serialise(
                 stages.refs([index[name]])
                 n_stages += 1
         if cuda and st.desc.view:  # a view kept as a copy (of an input, or into an output): one device copy
+            ran[st.id] = "copy"
             stages.u8(STAGE_RELAYOUT)
             stages.str(st.id)
             stages.u8(0)
@@ -570,6 +583,7 @@ def write_plan(
     *,
     cuda_graph: bool = False,
     max_constant_bytes: int = MAX_CONSTANT_BYTES,
+    variants: dict[str, str] | None = None,
 ) -> Path:
     """Compile ``pipe`` for the native core and write the plan to ``path`` (atomically).
 
@@ -584,6 +598,10 @@ def write_plan(
     cuda_graph : bool
         Set the plan's ``cuda_graph`` flag: the core captures each execution context's launches into CUDA
         graphs and replays them (docs/native-core.md). CUDA plans only.
+    variants : dict, optional
+        Filled with each stage's id -> the variant the plan runs for it, named as the Python executor's
+        reports name it (``"cuda:nvrtc"``, ``"cuda:cublaslt"``, a native module's variant...), ``"view"``
+        for a stage that is an arena alias, ``"copy"`` for a view stage a CUDA plan keeps as a device copy.
 
     Raises
     ------
@@ -597,7 +615,9 @@ def write_plan(
         The pipeline is loaded on a device without native plans.
     """
     out = Path(path)
-    data = plan_bytes(pipe, out, shapes, cuda_graph=cuda_graph, max_constant_bytes=max_constant_bytes)
+    data = plan_bytes(
+        pipe, out, shapes, cuda_graph=cuda_graph, max_constant_bytes=max_constant_bytes, variants=variants
+    )
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, out)

@@ -22,7 +22,7 @@ class StageReport:
     operator: str
     status: str = "ok"
     error: PipeLinkError | None = None
-    time_s: float = 0.0  # host time around the stage
+    time_s: float | None = 0.0  # host time around the stage; None where not measured (runs of the core)
     device_time_s: float | None = None  # filled with profile=True on a device backend
     variant: str = ""
     action: str = ""  # what the policy did: "identity", "fallback:<op>", "skip"
@@ -46,9 +46,12 @@ class RunReport:
     A run in which every stage succeeded records only its clock readings; ``stages`` builds the stage
     reports from them when first read, so a run pays nothing for reports nobody looks at.
 
-    ``executor`` is ``"native"`` for a run the native core made (one C call: ``stages`` is empty, the core
-    keeps no per-stage detail; ``signature`` names the plan's input signature) or ``"python"`` for the
-    Python executor, with ``executor_reason`` saying why the core did not make it.
+    ``executor`` is ``"native"`` for a run the native core made (one C call; ``signature`` names the plan's
+    input signature) or ``"python"`` for the Python executor, with ``executor_reason`` saying why the core
+    did not make it. A native run lists every stage with the variant its plan runs, status ``"ok"`` (the
+    core runs every stage or fails the run; with ``native=True`` a stage whose ``on_error`` policy the core
+    applied is reported ``"ok"`` too) and ``time_s`` None: the core does not time stages (run with
+    ``profile=True``, which goes through the Python executor, for per-stage times).
     """
 
     __slots__ = (
@@ -73,6 +76,14 @@ class RunReport:
         self.executor = "python"
         self.executor_reason: str | None = None
         self.signature: str | None = None
+
+    def record_native(self, stages) -> None:
+        """The stages a run of the native core ran, ``(stage id, operator, variant)`` in plan order: each
+        ``"ok"``, with no time (the core does not time stages)."""
+        self._lazy = None
+        self._stages = {
+            sid: StageReport(sid, op, variant=variant, time_s=None) for sid, op, variant in stages
+        }
 
     def record_ok(self, steps, clock: list[float]) -> None:
         """Stages ``steps[i]`` ran from ``clock[i]`` to ``clock[i + 1]`` and succeeded."""

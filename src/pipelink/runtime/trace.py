@@ -16,7 +16,23 @@ def trace_events(pipe, report) -> list[dict]:
         {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": f"device {pipe.device}"}},
     ]
     host_t, dev_t = 0.0, 0.0
+    untimed = [s.stage for s in report.stages.values() if s.time_s is None]
+    if untimed:  # a run of the native core: it times the run, not its stages
+        events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": 1,
+                "name": f"{pipe.name} (native core)",
+                "cat": "run",
+                "ts": 0.0,
+                "dur": report.total_time_s * 1e6,
+                "args": {"stages": untimed, "note": "the core does not time stages: run with profile=True"},
+            }
+        )
     for s in report.stages.values():
+        if s.time_s is None:
+            continue
         args = {"operator": s.operator, "variant": s.variant, "status": s.status}
         if s.error is not None:
             args["error"] = s.error.message

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PIPELINK_RUNTIME_VERSION_MAJOR 0
-#define PIPELINK_RUNTIME_VERSION_MINOR 1
+#define PIPELINK_RUNTIME_VERSION_MINOR 2 /* 2: pipeLinkGetArenaStats */
 
 /* Exported from libpipelink_runtime (built with hidden visibility: only these functions are its ABI). */
 #if defined(__GNUC__)
@@ -92,6 +92,22 @@ typedef struct PipeLinkPoolStats {
     int32_t allocator;        /* PipeLinkAllocator */
 } PipeLinkPoolStats;
 
+/* What the loaded pipelines hold on one device besides the pool above: the arena of every execution context
+ * (one per context, PipeLinkPipelineInfo.arena_bytes each, made on a context's first run and kept until its
+ * pipeline is destroyed), the contexts' workspaces (CUDA plans' cuBLASLt workspace, native modules' workspace
+ * hook or service) and the plans' constants (bound weights: a CUDA plan's device block, a CPU plan's host
+ * copies). PipeLinkPoolStats has no size field, so these come in a struct of their own that has one: set
+ * `size` to sizeof(PipeLinkArenaStats) before the call; the runtime fills the fields it knows that fit in
+ * `size` and writes back how many bytes it filled. Fields are only ever added at the end. */
+typedef struct PipeLinkArenaStats {
+    uint32_t size;            /* in: sizeof(PipeLinkArenaStats) as the caller was built; out: bytes filled */
+    int32_t n_contexts;       /* execution contexts alive on the device (each holds one arena) */
+    uint64_t arena_bytes;     /* their arenas */
+    uint64_t workspace_bytes; /* their workspaces */
+    uint64_t constant_bytes;  /* loaded plans' constants */
+    uint64_t peak_bytes;      /* the most arena + workspace + constant bytes held at once on the device */
+} PipeLinkArenaStats;
+
 /* Reference-counted: each Initialize needs one Finalize. The last Finalize destroys the pipelines still
  * loaded and empties the pool cache. Every other call except the memory functions needs it first. */
 PIPELINK_API PipeLinkStatus pipeLinkInitialize(void);
@@ -145,6 +161,11 @@ PIPELINK_API PipeLinkStatus pipeLinkFree(void* ptr);
 PIPELINK_API PipeLinkStatus pipeLinkGetMemoryPoolStats(PipeLinkPoolStats* stats);
 PIPELINK_API PipeLinkStatus pipeLinkClearMemoryPool(void);
 PIPELINK_API PipeLinkStatus pipeLinkSetMemoryAllocator(PipeLinkAllocator kind);
+/* The memory loaded pipelines hold on a device (PipeLinkArenaStats): device_type PIPELINK_DEVICE_CPU with
+ * device_id 0, or PIPELINK_DEVICE_CUDA with the device's number (0 to 1024). Another device, a NULL `stats` or
+ * a `size` below the first version's struct is PIPELINK_ERR_INVALID_ARGUMENT. Counters are read without a
+ * lock: each is exact, a read racing a context being made may see one field updated and not the next. */
+PIPELINK_API PipeLinkStatus pipeLinkGetArenaStats(int32_t device_type, int32_t device_id, PipeLinkArenaStats* stats);
 
 /* Requirements separated by commas or spaces: "compute_capability>=8.0", "device=cuda", "device=cpu".
  * Operators: >= > <= < == !=. Without an NVIDIA driver (libcuda.so.1) a CUDA requirement is
