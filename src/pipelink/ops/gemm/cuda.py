@@ -256,7 +256,10 @@ class NativeMatmul:
     In cuBLASLt's order (its "A" is our b): ``layouts`` are (rows, cols, ld, batch count, batch stride)
     of A, B and C = D; ``operands`` the slots of A, B, C and D (``("in" | "out", position)``), ``bias``
     the BIAS epilogue's slot or None; ``offsets`` the (A, B, C/D) element offsets of each call;
-    ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D.
+    ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D; ``algo_rank`` the
+    chosen algorithm's place in the heuristic's list for this product (its query, with this workspace
+    limit and these alignments, gives the core the same list) and ``algo_workspace`` the workspace bytes
+    that candidate needs (the core checks it to see that its list is the same).
     """
 
     data_type: int
@@ -273,6 +276,8 @@ class NativeMatmul:
     itemsize: int
     max_workspace: int
     min_alignment: tuple[int, int, int, int]
+    algo_rank: int = 0
+    algo_workspace: int = 0
 
 
 def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
@@ -447,6 +452,8 @@ class _LtMatmul:
             size,
             int(ws[0]),
             (aligns[0], aligns[1], aligns[2], aligns[3]),
+            0,  # the heuristic's first
+            int(self.heuristic["workspace_size"][0]),
         )
 
     def _layout(
