@@ -17,7 +17,10 @@
  * captures end with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (a module that synchronized, say).
  * Host-to-device copies are counted (fake_htod_copies()), as are live device blocks (fake_live_blocks()).
  * cuBLASLt: column-major fp32 D = alpha op(A) op(B) + beta C (+ the bias vector for epilogue BIAS = 4),
- * strided batches included; the heuristic always finds one algorithm needing no workspace. */
+ * strided batches included. The heuristic answers min(requested, $FAKE_LT_ALGOS or 4) candidates: candidate i
+ * is algorithm 42 + i needing i * 4096 bytes of workspace; cublasLtMatmul takes any of them and
+ * fake_lt_last(out) reports the algorithm of the last product and the count the last heuristic query asked for
+ * (so a test sees which rank the core took). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -403,12 +406,26 @@ EXPORT int cublasLtMatmulPreferenceSetAttribute(void* p, int attr, const void* b
     return (attr == 1 && n == 8) || (attr >= 5 && attr <= 8 && n == 4) ? 0 : 7;
 }
 typedef struct { uint64_t algo[8]; size_t workspace_size; int state; float waves; int reserved[4]; } Heuristic;
+enum { FAKE_ALGO_FIRST = 42, FAKE_ALGO_MAX = 32 };
+static uint64_t last_algo;
+static int last_want;
+EXPORT void fake_lt_last(uint64_t out[2]) {
+    out[0] = __atomic_load_n(&last_algo, __ATOMIC_SEQ_CST), out[1] = (uint64_t)__atomic_load_n(&last_want, __ATOMIC_SEQ_CST);
+}
 EXPORT int cublasLtMatmulAlgoGetHeuristic(void* h, void* d, void* a, void* b, void* c, void* dd, void* p, int want,
                                           Heuristic* out, int* count) {
-    (void)h, (void)d, (void)a, (void)b, (void)c, (void)dd, (void)p, (void)want;
-    memset(out, 0, sizeof *out);
-    out->algo[0] = 42;
-    *count = 1;
+    (void)h, (void)d, (void)a, (void)b, (void)c, (void)dd, (void)p;
+    const char* env = getenv("FAKE_LT_ALGOS");
+    int have = env && env[0] ? atoi(env) : 4;
+    if (have > FAKE_ALGO_MAX) have = FAKE_ALGO_MAX;
+    if (want < 1) return 7; /* CUBLAS_STATUS_INVALID_VALUE */
+    __atomic_store_n(&last_want, want, __ATOMIC_SEQ_CST);
+    *count = want < have ? want : have;
+    for (int i = 0; i < *count; ++i) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].algo[0] = FAKE_ALGO_FIRST + (uint64_t)i;
+        out[i].workspace_size = (size_t)i * 4096;
+    }
     return 0;
 }
 static float at(const float* m, const Layout* l, int trans, uint64_t i, uint64_t j) { /* op(M)[i, j] */
@@ -428,7 +445,9 @@ EXPORT int cublasLtMatmul(void* h, void* d, const void* alpha, const void* A, vo
                           const void* beta, const void* C, void* lc, void* D, void* ld, const void* algo, void* ws,
                           size_t ws_size, void* stream) {
     (void)h, (void)ld, (void)ws, (void)ws_size;
-    if (((const uint64_t*)algo)[0] != 42) return 7;
+    const uint64_t id = ((const uint64_t*)algo)[0];
+    if (id < FAKE_ALGO_FIRST || id >= FAKE_ALGO_FIRST + FAKE_ALGO_MAX) return 7; /* not one the heuristic gave */
+    __atomic_store_n(&last_algo, id, __ATOMIC_SEQ_CST);
     Product p = {sizeof p, *(const Desc*)d, *(const Layout*)la, *(const Layout*)lb, *(const Layout*)lc,
                  *(const float*)alpha, *(const float*)beta, A, B, C, D};
     /* The fake driver records it during a capture of `stream`, else runs it now. */

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from pipelink.native.build import find_compiler
 from pipelink.runtime.planfile import DEVICE_CPU, DEVICE_CUDA, FLAG_CUDA_GRAPH
 
 from .conftest import host_env
-from .test_cuda_plans import _kernel, cuda_plan
+from .test_cuda_plans import _kernel, _matmul, cuda_plan
 
 HERE = Path(__file__).parent
 FAKE_CUBIN = b"FAKECUBIN: fake_scale and fake_add, run on the host by fake_cuda.c"
@@ -172,10 +173,13 @@ def fake_dir(tmp_path_factory) -> Path:
 
 
 def _run(
-    fake_dir: Path, runtime_lib: Path, plan: Path, script: str = CHILD, *more: Path
+    fake_dir: Path, runtime_lib: Path, plan: Path, script: str = CHILD, *more: Path, env_extra=None
 ) -> subprocess.CompletedProcess:
     env = dict(
-        host_env(), LD_LIBRARY_PATH=str(fake_dir), PIPELINK_CUBLASLT=str(fake_dir / "libfakecublaslt.so")
+        host_env(),
+        LD_LIBRARY_PATH=str(fake_dir),
+        PIPELINK_CUBLASLT=str(fake_dir / "libfakecublaslt.so"),
+        **(env_extra or {}),
     )
     run = [sys.executable, "-c", script, str(runtime_lib), str(plan), *map(str, more)]
     return subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
@@ -224,6 +228,58 @@ def with_flags(plan: bytes, flags: int) -> bytes:
     """A plan with header flags set (the high half of the device-id word; the checksum covers the payload)."""
     device_id = struct.unpack_from("<I", plan, 20)[0] & 0xFFFF
     return plan[:20] + struct.pack("<I", device_id | flags << 16) + plan[24:]
+
+
+RANK = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
+import os
+lt = ctypes.CDLL(os.environ["PIPELINK_CUBLASLT"])  # the core's cuBLASLt: the same loaded library
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 0, msg()
+check(y, x_out, "the product with the plan's algorithm")
+last = (ctypes.c_uint64 * 2)()
+lt.fake_lt_last(last)
+assert rt.pipeLinkDestroyPipeline(h) == 0 and rt.pipeLinkFinalize() == 0
+print("ALGO", last[0] - 42, "ASKED", last[1])
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "rank, workspace, version, algos, taken",
+    [
+        (0, 0, 4, "4", 0),
+        (2, 2 * 4096, 4, "4", 2),  # the plan's rank, its workspace as recorded: that candidate
+        (3, 3 * 4096, 4, "", 3),  # the last of the fake's default four
+        (2, 2 * 4096, 4, "2", 0),  # this cuBLASLt answers fewer: the heuristic's first
+        (2, 12345, 4, "4", 0),  # the candidate at that rank needs another workspace: another list, the first
+        (2, 2 * 4096, 3, "4", 0),  # a format 3 plan has no rank: the first, as before
+    ],
+    ids=["rank 0", "rank 2", "rank 3", "fewer results", "another workspace", "format 3"],
+)
+def test_the_core_runs_the_algorithm_the_plan_names(
+    fake_dir, runtime_lib, tmp_path, rank, workspace, version, algos, taken
+):
+    # The fake heuristic's candidate i is algorithm 42 + i (needing i * 4096 workspace bytes) and its
+    # cublasLtMatmul records which one it ran; the product's result is right with any of them.
+    plan = tmp_path / "rank.plk"
+    product = replace(_matmul(), algo_rank=rank, algo_workspace=workspace)
+    plan.write_bytes(
+        cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, matmul=product, version=version)
+    )
+    proc = _run(fake_dir, runtime_lib, plan, RANK, env_extra={"FAKE_LT_ALGOS": algos})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    asked = rank + 1 if version >= 4 else 1
+    assert proc.stdout.split() == ["ALGO", str(taken), "ASKED", str(asked)], proc.stdout + proc.stderr
+
+
+def test_a_product_cublaslt_has_no_algorithm_for_is_refused_at_load(fake_dir, runtime_lib, tmp_path):
+    plan = tmp_path / "none.plk"
+    plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90))
+    proc = _run(fake_dir, runtime_lib, plan, LOAD_ONLY, env_extra={"FAKE_LT_ALGOS": "0"})
+    code, _, message = proc.stdout.partition(" ")
+    assert int(code) == 8 and "has no algorithm for this product" in message, proc.stdout + proc.stderr
 
 
 GRAPHS = (

@@ -25,6 +25,7 @@ from pipelink.runtime.plan import Step
 from pipelink.runtime.planfile import (
     DEVICE_CPU,
     DEVICE_CUDA,
+    FORMAT_VERSION,
     STAGE_RELAYOUT,
     STORAGE_ARENA,
     STORAGE_EXTERNAL,
@@ -75,8 +76,11 @@ def _matmul(**change) -> NativeMatmul:
     return replace(base, **change)
 
 
-def cuda_plan(*, kernel=None, matmul=None, device=DEVICE_CUDA, cubin=CUBIN, digest=None, cc=0) -> bytes:
-    """x[M, K] -relu-> h (arena) -gemm(w, bias)-> y; x is also returned as the output 'x_out'."""
+def cuda_plan(
+    *, kernel=None, matmul=None, device=DEVICE_CUDA, cubin=CUBIN, digest=None, cc=0, version=FORMAT_VERSION
+) -> bytes:
+    """x[M, K] -relu-> h (arena) -gemm(w, bias)-> y; x is also returned as the output 'x_out'. ``version`` 3
+    writes the product as format 3 did (no algorithm rank and workspace)."""
     tensors = [
         ("x", "float32", (M, K), STORAGE_EXTERNAL, 0),
         ("w", "float32", (K, N), STORAGE_EXTERNAL, 0),
@@ -92,6 +96,8 @@ def cuda_plan(*, kernel=None, matmul=None, device=DEVICE_CUDA, cubin=CUBIN, dige
 
     _kernel_stage(stages, "relu", kernel or _kernel(), _Cubins(), ports([0], [5]))
     _matmul_stage(stages, "gemm", matmul or _matmul(), ports([5, 1, 2], [3]))
+    if version < 4:
+        del stages.parts[-2:]  # the record's last two fields: u32 algorithm rank, u64 its workspace
     stages.u8(STAGE_RELAYOUT)
     stages.str("output.x")
     stages.u8(0)
@@ -111,7 +117,8 @@ def cuda_plan(*, kernel=None, matmul=None, device=DEVICE_CUDA, cubin=CUBIN, dige
         stages=stages.bytes(),
         device=(device, 0),
     )
-    return assemble(parts)
+    plan = assemble(parts)
+    return plan if version == FORMAT_VERSION else plan[:8] + struct.pack("<I", version) + plan[12:]
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +164,10 @@ BAD = {
     "a matmul of an unknown data type": dict(matmul=_matmul(data_type=99)),
     "a matmul whose item size is not its operands'": dict(matmul=_matmul(data_type=14, itemsize=2)),
     "a matmul writing an input": dict(matmul=_matmul(operands=(("in", 1), ("in", 0), ("out", 0), ("in", 1)))),
+    "a matmul algorithm rank past the heuristic lists the core asks for": dict(matmul=_matmul(algo_rank=32)),
+    "a matmul algorithm needing more than the workspace limit": dict(
+        matmul=_matmul(algo_rank=1, algo_workspace=(1 << 20) + 1)
+    ),
 }
 
 
@@ -169,17 +180,43 @@ def test_a_malformed_cuda_plan_is_an_integrity_status(core, tmp_path, why):
     assert "recompile" in message or "malformed" in message, message
 
 
-def test_fuzzed_cuda_plans_are_statuses_never_crashes(c_api_test, tmp_path):
+def test_the_product_record_ends_with_the_algorithm_rank_and_its_workspace():
+    # docs/plan-format.md, kind 3: ... 4 x u32 minimum alignments, then [v4] u32 rank, u64 workspace.
+    mm = _matmul(algo_rank=5, algo_workspace=12288)
+    p = _Payload()
+    _matmul_stage(p, "gemm", mm, lambda: None)
+    record = p.bytes()
+    assert struct.unpack_from("<4IIQ", record, len(record) - 28) == (256, 256, 256, 256, 5, 12288)
+    p3 = _Payload()
+    _matmul_stage(p3, "gemm", _matmul(), lambda: None)
+    assert len(p3.bytes()) == len(record)  # the same record shape whatever the rank
+
+
+@pytest.mark.parametrize("version", [3, FORMAT_VERSION])
+def test_a_well_formed_product_of_format_3_or_4_parses(core, tmp_path, version):
+    # Format 3 products carry no rank (the core takes the heuristic's first); both parse, and a
+    # well-formed plan then needs a GPU of its compute capability, like any other.
+    path = tmp_path / f"v{version}.plk"
+    path.write_bytes(cuda_plan(version=version, matmul=_matmul(algo_rank=3, algo_workspace=4096)))
+    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == version
+    status, message = load(core, path)
+    assert status == ErrorCode.PIPELINK_ERR_HARDWARE_UNSUPPORTED, message
+
+
+@pytest.mark.parametrize("version", [3, FORMAT_VERSION])
+def test_fuzzed_cuda_plans_are_statuses_never_crashes(c_api_test, tmp_path, version):
     path = tmp_path / "synthetic.plk"
-    path.write_bytes(cuda_plan())
+    path.write_bytes(cuda_plan(version=version, matmul=_matmul(algo_rank=2, algo_workspace=8192)))
     proc = subprocess.run([c_api_test, "fuzz", path, "300", "7"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}{proc.stderr}"
     assert "integrity" in proc.stdout
 
 
 def _as_version(plan: bytes, version: int) -> bytes:
-    """A format-3 CPU plan without constants rewritten as format 2 (no constant section) or 1 (no compute
-    capability and no cubin section either)."""
+    """A CPU plan without constants rewritten as format 3 (the same bytes: formats 3 and 4 differ in CUDA
+    products only), 2 (no constant section) or 1 (no compute capability and no cubin section either)."""
+    if version == 3:
+        return plan[:8] + struct.pack("<I", 3) + plan[12:]
     payload = bytearray(plan[64:])
     pos = 4 + struct.unpack_from("<I", payload, 0)[0] + 8 + 4
     assert struct.unpack_from("<I", payload, pos)[0] == 0
@@ -217,7 +254,7 @@ def _as_version(plan: bytes, version: int) -> bytes:
     return bytes(header + payload)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_older_cpu_plans_still_load(core, plans, version):
     old = plans / f"ln_v{version}.plk"  # beside ln.plk: the plan names its module relative to its folder
     old.write_bytes(_as_version((plans / "ln.plk").read_bytes(), version))

@@ -356,6 +356,12 @@ class Backend:
         """Whether work queued on a caller's ``stream`` goes into a CUDA graph being captured now."""
         return False
 
+    @property
+    def is_capture_active(self) -> bool:
+        """Whether a capture this backend takes part in (one of its own, or a caller's it is recording a
+        run into) is in progress: what waits on the device (timing at bind) must not run now."""
+        return False
+
     def foreign_capture(self) -> contextlib.AbstractContextManager:
         """A context for a run queued into someone else's capture: frees are held, allocations stay off the
         captured stream, and the thread's capture mode is relaxed while it lasts."""

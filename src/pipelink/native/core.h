@@ -11,7 +11,8 @@
 #include "../include/pipelink/runtime.h"
 
 #define PLK_MAGIC "PLKPLAN"     /* 8 bytes with the NUL */
-#define PLK_FORMAT_VERSION 3u     /* written; versions 1 (CPU plans, no cubins) and 2 (no constants) are still read */
+#define PLK_FORMAT_VERSION 4u     /* written; versions 1 (CPU plans, no cubins), 2 (no constants) and 3 (no
+                                     algorithm ranks) are still read */
 #define PLK_FORMAT_VERSION_MIN 1u
 #define PLK_HEADER_SIZE 64u
 #define PLK_MAX_NDIM 32
@@ -19,6 +20,8 @@
 #define PLK_FLAG_CUDA_GRAPH 1u    /* header flags: CUDA plans run as CUDA graphs captured by the core */
 #define PLK_FLAGS_KNOWN PLK_FLAG_CUDA_GRAPH
 #define PLK_GRAPH_CACHE 8         /* instantiated graphs per execution context, keyed by external pointers */
+#define PLK_MAX_ALGO_RANK 32      /* a product's algorithm rank is below this (the heuristic's list, format 4) */
+#define PLK_ALGO_WORKSPACE_ANY UINT64_MAX /* format 3 products: the rank-0 candidate, whatever it needs */
 
 enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1, PLK_STORAGE_CONSTANT = 2 /* format 3 */ };
 enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3 };
@@ -105,7 +108,10 @@ typedef struct MatmulCall {
     uint32_t itemsize;
     uint64_t max_workspace;
     uint32_t min_align[4];
+    uint32_t algo_rank;      /* format 4: the chosen candidate's place in the heuristic's list (0 before) */
+    uint64_t algo_workspace; /* format 4: the workspace it needs (PLK_ALGO_WORKSPACE_ANY before) */
     /* made at load (cuda.c) */
+    uint32_t algo_used; /* the rank taken: algo_rank, or 0 when this cuBLASLt's list differs (fallback) */
     void* layouts[3];
     uint64_t algo[8]; /* cublasLtMatmulAlgo_t */
     uint64_t workspace;
@@ -161,6 +167,7 @@ typedef struct Plan {
     void* cuda_context; /* CUcontext: the device's primary context, retained while loaded */
     uint64_t workspace_bytes; /* the largest cuBLASLt workspace a stage needs */
     uint32_t flags;           /* PLK_FLAG_*, from the header (docs/plan-format.md) */
+    uint32_t version;         /* the file's format version (what a record holds depends on it) */
     int32_t n_constants;        /* tensors of PLK_STORAGE_CONSTANT (bound weights), loaded once */
     uint64_t constants_device;  /* CUDA plans: the one device block holding every constant (cuMemAlloc) */
 } Plan;

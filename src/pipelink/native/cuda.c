@@ -267,12 +267,15 @@ static PipeLinkStatus load_matmul(Stage* s, void* handle) {
     if (!st) st = lt.MatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WORKSPACE, &m->max_workspace, sizeof m->max_workspace);
     for (int i = 0; i < 4 && !st; ++i)
         st = lt.MatmulPreferenceSetAttribute(pref, LT_PREF_MIN_ALIGN_A + i, &m->min_align[i], sizeof m->min_align[i]);
-    LtHeuristic found;
+    /* The plan's rank is the candidate's place in this very query's answer (the front end timed the
+     * candidates and kept the fastest, docs/plan-format.md): ask for rank + 1 results. */
+    LtHeuristic found[PLK_MAX_ALGO_RANK];
+    const int want = (int)m->algo_rank + 1;
     int count = 0;
-    memset(&found, 0, sizeof found);
+    memset(found, 0, sizeof found);
     if (!st)
-        st = lt.MatmulAlgoGetHeuristic(handle, desc, m->layouts[0], m->layouts[1], m->layouts[2], m->layouts[2], pref, 1,
-                                       &found, &count);
+        st = lt.MatmulAlgoGetHeuristic(handle, desc, m->layouts[0], m->layouts[1], m->layouts[2], m->layouts[2], pref, want,
+                                       found, &count);
     if (pref) lt.MatmulPreferenceDestroy(pref);
     if (desc) lt.MatmulDescDestroy(desc);
     if (st) return plk_fail(PIPELINK_ERR_CUDA, "stage '%s': cuBLASLt refused the product's descriptors (status %d)", s->id, st);
@@ -281,8 +284,16 @@ static PipeLinkStatus load_matmul(Stage* s, void* handle) {
                         "(%llux%llux%llu, epilogue %u) on this GPU; recompile the plan here", s->id,
                         (unsigned long long)m->layout[2].cols, (unsigned long long)m->layout[2].rows,
                         (unsigned long long)(m->trans[0] ? m->layout[0].rows : m->layout[0].cols), m->epilogue);
-    memcpy(m->algo, found.algo, sizeof m->algo);
-    m->workspace = found.workspace_size < m->max_workspace ? found.workspace_size : m->max_workspace;
+    /* A shorter answer, or a candidate at that rank that failed or needs another workspace than the plan
+     * recorded, means this cuBLASLt's list is not the one the plan was compiled against (another version):
+     * the heuristic's first, as without a rank. Correct either way; only the speed differs. */
+    const uint32_t rank = m->algo_rank;
+    const int same = count > (int)rank && found[rank].state == 0 &&
+                     (m->algo_workspace == PLK_ALGO_WORKSPACE_ANY || found[rank].workspace_size == m->algo_workspace);
+    m->algo_used = same ? rank : 0;
+    const LtHeuristic* pick = &found[m->algo_used];
+    memcpy(m->algo, pick->algo, sizeof m->algo);
+    m->workspace = pick->workspace_size < m->max_workspace ? pick->workspace_size : m->max_workspace;
     float af = (float)m->alpha, bf = (float)m->beta;
     if (m->scale_type == 0) memcpy(m->alpha_bytes, &af, 4), memcpy(m->beta_bytes, &bf, 4);
     else memcpy(m->alpha_bytes, &m->alpha, 8), memcpy(m->beta_bytes, &m->beta, 8);

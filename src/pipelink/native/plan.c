@@ -256,7 +256,15 @@ static int read_matmul(Reader* r, Stage* s, const Plan* plan) {
     m->itemsize = rd_u32(r, "an item size");
     m->max_workspace = rd_u64(r, "a workspace limit");
     for (int i = 0; i < 4; ++i) m->min_align[i] = rd_u32(r, "an operand alignment");
+    m->algo_rank = 0, m->algo_workspace = PLK_ALGO_WORKSPACE_ANY; /* format 3: the heuristic's first */
+    if (plan->version >= 4) {
+        m->algo_rank = rd_u32(r, "an algorithm rank");
+        m->algo_workspace = rd_u64(r, "an algorithm's workspace");
+    }
     if (r->what != NULL) return 0;
+    if (m->algo_rank >= PLK_MAX_ALGO_RANK) return r->what = "an algorithm rank below 32", 0;
+    if (plan->version >= 4 && m->algo_workspace > m->max_workspace)
+        return r->what = "an algorithm workspace within the workspace limit", 0;
     /* cudaDataType: 0 f32, 1 f64, 2 f16, 14 bf16; scale types 0 f32, 1 f64 */
     uint32_t want = m->data_type == 0 ? 4 : m->data_type == 1 ? 8 : m->data_type == 2 || m->data_type == 14 ? 2 : 0;
     if (want == 0 || want != m->itemsize) return r->what = "a known cuBLASLt data type and its item size", 0;
@@ -361,7 +369,7 @@ PipeLinkStatus plk_plan_parse(const uint8_t* bytes, size_t n, const char* where,
                               int32_t device_id, Plan* plan) {
     Reader r = {bytes, n, 0, NULL};
     memset(plan, 0, sizeof *plan);
-    plan->device_type = device_type, plan->device_id = device_id;
+    plan->device_type = device_type, plan->device_id = device_id, plan->version = version;
     plan->name = rd_str(&r, "the pipeline name");
     plan->arena_bytes = rd_u64(&r, "the arena size");
     plan->arena_alignment = rd_u32(&r, "the arena alignment");

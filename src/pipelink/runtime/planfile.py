@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 MAGIC = b"PLKPLAN\0"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 HEADER_SIZE = 64
 DEVICE_CPU, DEVICE_CUDA = 1, 2
 FLAG_CUDA_GRAPH = 1  # header flags (the high 16 bits of the device-id word): the core captures CUDA graphs
@@ -373,6 +373,8 @@ def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
     p.u64(mm.max_workspace)
     for align in mm.min_alignment:
         p.u32(align)
+    p.u32(mm.algo_rank)  # [v4] the candidate the bind timed fastest, and what it needs
+    p.u64(mm.algo_workspace)
 
 
 def _serialise(

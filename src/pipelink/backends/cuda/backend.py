@@ -402,6 +402,10 @@ class CUDABackend(Backend):
         self._bind_thread()
         return self._callers.is_capturing(stream)
 
+    @property
+    def is_capture_active(self) -> bool:
+        return self._capturing > 0
+
     @contextlib.contextmanager
     def foreign_capture(self) -> Iterator[None]:
         """A run queued into someone else's capture: frees held, raw allocations on the side stream, the

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from ...errors import HardwareUnsupportedError
 from ..elementwise.cuda import plan_binary, plan_unary
 from ..kernel import KernelSource, LaunchPlan, NativeKernel, PlanLaunch, contiguous_strides
 from ..transpose.cuda import plan_transpose
+from . import algos
 from .reference import gemm_dims, matmul_dims
 
 __all__ = [
@@ -256,7 +257,10 @@ class NativeMatmul:
     In cuBLASLt's order (its "A" is our b): ``layouts`` are (rows, cols, ld, batch count, batch stride)
     of A, B and C = D; ``operands`` the slots of A, B, C and D (``("in" | "out", position)``), ``bias``
     the BIAS epilogue's slot or None; ``offsets`` the (A, B, C/D) element offsets of each call;
-    ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D.
+    ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D; ``algo_rank`` the
+    chosen algorithm's place in the heuristic's list for this product (its query, with this workspace
+    limit and these alignments, gives the core the same list) and ``algo_workspace`` the workspace bytes
+    that candidate needs (the core checks it to see that its list is the same).
     """
 
     data_type: int
@@ -273,6 +277,8 @@ class NativeMatmul:
     itemsize: int
     max_workspace: int
     min_alignment: tuple[int, int, int, int]
+    algo_rank: int = 0
+    algo_workspace: int = 0
 
 
 def _gemm_lt(ctx: KernelContext) -> _LtMatmul:
@@ -342,6 +348,11 @@ class _LtMatmul:
     ``bias_input`` the input the BIAS epilogue reads; ``pre`` / ``post`` launches run around each call;
     ``a_input`` / ``b_input`` the stage inputs read as a and b (another family's stage may order them
     otherwise: conv2d's x is b).
+
+    The algorithm: up to :data:`algos.CANDIDATES` heuristic results; a product of at least
+    :data:`algos.TIMING_MIN_FLOPS` with several candidates times each on scratch operands of the stage's
+    shapes (:meth:`_time_candidates`) and keeps the fastest (``self.algo``, an :class:`algos.AlgoChoice`;
+    remembered per process in :data:`algos.CHOICES`), else takes the heuristic's first.
     """
 
     def __init__(
@@ -392,45 +403,22 @@ class _LtMatmul:
         self.c_layout = self._layout(data_type, (n, m, n), batch, 2)
         self.alpha = np.array([alpha], scalar)
         self.beta = np.array([beta], scalar)
-        pref = lt.matmul_preference_create()
-        ws = np.array([workspace_limit(m, n, batch.count, get_dtype(dtype).itemsize)], np.uint64)
-        lt.matmul_preference_set_attribute(
-            pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, ws.itemsize
-        )
+        self.itemsize = size = get_dtype(dtype).itemsize
+        self.max_workspace = workspace_limit(m, n, batch.count, size)
         # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
         # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
-        size = get_dtype(dtype).itemsize
-        aligns = []
-        for name, which in (("A", 1), ("B", 0), ("C", 2), ("D", 2)):
-            align = np.array([offset_alignment([o[which] * size for o in batch.offsets])], np.uint32)
-            aligns.append(int(align[0]))
-            attr = lt.MatmulPreferenceAttribute[f"MIN_ALIGNMENT_{name}_BYTES"]
-            lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
-        self.heuristic = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
-        found = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(
-            self.handle_for(backend.default_stream()),
-            self.desc,
-            self.a_layout,
-            self.b_layout,
-            self.c_layout,
-            self.c_layout,
-            pref,
-            1,
-            self.heuristic.ctypes.data,
-            found.ctypes.data,
+        self.min_alignment = tuple(
+            offset_alignment([o[which] * size for o in batch.offsets]) for which in (1, 0, 2, 2)
         )
-        lt.matmul_preference_destroy(pref)
-        if found[0] < 1:
+        results = self.candidates(algos.CANDIDATES)
+        if len(results) < 1:
             raise RuntimeError(
                 f"cuBLASLt has no algorithm for {dtype} {m}x{n}x{k} (batch {batch.count}) "
                 f"with epilogue {epilogue}"
             )
-        self.workspace_size = min(int(self.heuristic["workspace_size"][0]) or 0, WORKSPACE_BYTES)
         self.workspaces: dict[int, int] = {}  # stream handle -> the backend's workspace of that stream
         self.pre = pre or []
         self.post = post or []
-        self.itemsize = size
         out = ("out", 0)
         self.native = NativeMatmul(
             data_type,
@@ -445,9 +433,14 @@ class _LtMatmul:
             None if bias_input is None else ("in", bias_input),
             tuple((ob, oa, oc) for oa, ob, oc in batch.offsets),
             size,
-            int(ws[0]),
-            (aligns[0], aligns[1], aligns[2], aligns[3]),
+            int(self.max_workspace),
+            self.min_alignment,  # type: ignore[arg-type]
         )
+        flops = 2.0 * m * n * k * batch.count * len(batch.offsets)
+        self.algo = self._choose(ctx, results, flops)
+        self.heuristic = results[self.algo.rank : self.algo.rank + 1].copy()  # what every call passes
+        self.workspace_size = min(self.algo.workspace, WORKSPACE_BYTES)
+        self.native = replace(self.native, algo_rank=self.algo.rank, algo_workspace=self.algo.workspace)
 
     def _layout(
         self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan, which: int
@@ -467,6 +460,124 @@ class _LtMatmul:
                 layout, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, stride.ctypes.data, stride.itemsize
             )
         return layout
+
+    def candidates(self, count: int, *, max_workspace: int | None = None) -> np.ndarray:
+        """Up to ``count`` heuristic results for this product, cuBLASLt's best guess first (an array of
+        ``matmul_heuristic_result_dtype``). The query is the one the native core repeats at load (the same
+        descriptor attributes, layouts, workspace limit and alignments), so a rank names the same
+        candidate there. ``max_workspace`` overrides the limit (experiments only: the core uses the
+        plan's)."""
+        lt = self.lt
+        pref = lt.matmul_preference_create()
+        try:
+            ws = np.array([self.max_workspace if max_workspace is None else max_workspace], np.uint64)
+            lt.matmul_preference_set_attribute(
+                pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, ws.itemsize
+            )
+            for name, value in zip("ABCD", self.min_alignment, strict=True):
+                align = np.array([value], np.uint32)
+                attr = lt.MatmulPreferenceAttribute[f"MIN_ALIGNMENT_{name}_BYTES"]
+                lt.matmul_preference_set_attribute(pref, attr, align.ctypes.data, align.itemsize)
+            results = np.zeros(max(int(count), 1), dtype=lt.matmul_heuristic_result_dtype)
+            found = np.zeros(1, np.int32)
+            lt.matmul_algo_get_heuristic(
+                self.handle_for(self.backend.default_stream()),
+                self.desc,
+                self.a_layout,
+                self.b_layout,
+                self.c_layout,
+                self.c_layout,
+                pref,
+                len(results),
+                results.ctypes.data,
+                found.ctypes.data,
+            )
+        finally:
+            lt.matmul_preference_destroy(pref)
+        return results[: max(0, min(int(found[0]), len(results)))]
+
+    def _choose(self, ctx: KernelContext, results: np.ndarray, flops: float) -> algos.AlgoChoice:
+        """The candidate this product runs: the memo's, else the fastest when worth timing, else the
+        heuristic's first. Timing never fails the bind: whatever goes wrong keeps the first."""
+        first = algos.AlgoChoice(0, int(results[0]["workspace_size"]))
+        if not algos.worth_timing(flops, len(results)):
+            return first
+        key = (getattr(self.backend, "device", None), replace(self.native, algo_rank=0, algo_workspace=0))
+        known = algos.CHOICES.get(key)
+        if known is not None and known.rank < len(results):
+            return replace(known, source="memo")
+        try:
+            rank, times = self._time_candidates(ctx, results, flops)
+        except Exception as e:  # noqa: BLE001 - no scratch memory, a capture in progress, ...: keep the first
+            log.info("pipelink: stage %r: cuBLASLt candidates not timed (%s); using the heuristic's first",
+                     self.stage, e)  # fmt: skip
+            return replace(first, why=f"not timed: {e}")
+        choice = algos.AlgoChoice(
+            rank,
+            int(results[rank]["workspace_size"]),
+            "timed",
+            tuple(times),
+            f"rank {rank} of {len(results)}: {times[rank] * 1e6:.1f} us"
+            + (f" vs {times[0] * 1e6:.1f} us for the first" if rank else ""),
+        )
+        algos.CHOICES.put(key, choice)
+        log.debug("pipelink: stage %r: cuBLASLt algorithm %s", self.stage, choice.why)
+        return choice
+
+    def _time_candidates(
+        self, ctx: KernelContext, results: np.ndarray, flops: float
+    ) -> tuple[int, list[float]]:
+        """Time each candidate on scratch operands of the stage's shapes (random values, freed after) on
+        a stream of its own, and pick with :func:`algos.choose_fastest`. Only the cuBLASLt calls are
+        timed: the launches around them do not depend on the algorithm."""
+        backend = self.backend
+        if backend.is_capture_active:  # timing waits on the device: never inside a capture
+            raise RuntimeError("a CUDA graph capture is in progress")
+        main = backend.default_stream()
+        size = self.itemsize
+        sizes = {"a": _numel(ctx.in_shapes[self.a_input]), "b": _numel(ctx.in_shapes[self.b_input])}
+        sizes["d"] = _numel(ctx.out_shapes[0])
+        if self.c_source is not None:
+            sizes["c"] = _numel(ctx.in_shapes[self.c_source])
+        if self.bias_input is not None:
+            sizes["bias"] = _numel(ctx.in_shapes[self.bias_input])
+        spans = {name: -(-max(n, 1) * size // 256) * 256 for name, n in sizes.items()}  # 256-byte aligned
+        workspace = max([min(int(r["workspace_size"]), WORKSPACE_BYTES) for r in results] + [256])
+        total = sum(spans.values()) + workspace
+        scratch = backend.allocate(total, tag="cuBLASLt timing")
+        try:
+            at, ptr = {}, scratch.ptr
+            for name, span in spans.items():
+                at[name], ptr = ptr, ptr + span
+            at["workspace"] = ptr  # the tail
+            stream = backend.new_stream()
+            backend.wait_event(stream, backend.record_event(main))  # the block is ordered on main
+            pattern = _fill_random(backend, scratch.ptr, total - workspace, ctx.in_dtypes[0], stream)
+            if self.bias_input is not None:
+                self.bias_ptr[0] = at["bias"]
+                self._set(self.lt.MatmulDescAttribute.BIAS_POINTER, self.bias_ptr)
+            handle, raw = self.handle_for(main), int(stream.handle)
+            reps = algos.calls_per_sample(flops)
+            c_ptr = at.get("c", at["d"])
+
+            def measure(rank: int) -> float:
+                algo = results[rank : rank + 1]
+                if int(algo["state"][0]) != 0:
+                    raise RuntimeError(f"candidate {rank} has status {int(algo['state'][0])}")
+                ws = min(int(algo["workspace_size"][0]), WORKSPACE_BYTES)
+                start = backend.record_event(stream, timing=True)
+                for _ in range(reps):
+                    self._launch(handle, algo, at["a"], at["b"], c_ptr, at["d"], at["workspace"], ws, raw)
+                end = backend.record_event(stream, timing=True)
+                return backend.elapsed(start, end) / reps
+
+            try:
+                return algos.choose_fastest(len(results), measure)
+            finally:
+                backend.synchronize(stream)  # all of it done before the block goes back
+                del pattern
+        finally:
+            backend.free(scratch)
 
     def native_launches(self) -> list[NativeKernel | NativeMatmul]:
         """The launches around the product and the product itself, for the native core."""
@@ -489,6 +600,41 @@ class _LtMatmul:
         self.workspaces[int(stream.handle)] = ptr
         return ptr
 
+    def _launch(
+        self,
+        handle: int,
+        algo: np.ndarray,
+        a: int,
+        b: int,
+        c_in: int,
+        c: int,
+        workspace: int,
+        workspace_size: int,
+        stream: int,
+    ) -> None:
+        """The product's cuBLASLt calls with ``algo`` (one heuristic result) on raw addresses: a and b
+        as read by the stage, C read (c_in) and D written (c)."""
+        size = self.itemsize
+        for oa, ob, oc in self.offsets:
+            self.lt.matmul(
+                handle,
+                self.desc,
+                self.alpha.ctypes.data,
+                b + ob * size,
+                self.a_layout,
+                a + oa * size,
+                self.b_layout,
+                self.beta.ctypes.data,
+                c_in + oc * size,
+                self.c_layout,
+                c + oc * size,
+                self.c_layout,
+                algo.ctypes.data,
+                workspace,
+                workspace_size,
+                stream,
+            )
+
     def __call__(self, ins: list, outs: list, stream: Any) -> None:
         a, b = ins[self.a_input], ins[self.b_input]
         c = outs[0]
@@ -499,33 +645,17 @@ class _LtMatmul:
         for launch in self.pre:
             launch(ins, outs, stream)
         c_in = c.ptr if self.c_source is None else ins[self.c_source].ptr
-        size = self.itemsize
         handle = self.handle_for(stream)
         workspace = self.workspaces.get(int(stream.handle))
         if workspace is None:  # one per stream, shared by every kernel on it (not one per stage)
             workspace = self.workspace_for(stream)
-        for oa, ob, oc in self.offsets:
-            try:
-                lt.matmul(
-                    handle,
-                    self.desc,
-                    self.alpha.ctypes.data,
-                    b.ptr + ob * size,
-                    self.a_layout,
-                    a.ptr + oa * size,
-                    self.b_layout,
-                    self.beta.ctypes.data,
-                    c_in + oc * size,
-                    self.c_layout,
-                    c.ptr + oc * size,
-                    self.c_layout,
-                    self.heuristic.ctypes.data,
-                    workspace,
-                    self.workspace_size,
-                    int(stream.handle),
-                )
-            except lt.cuBLASLtError as e:
-                raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
+        try:
+            self._launch(
+                handle, self.heuristic, a.ptr, b.ptr, c_in, c.ptr, workspace, self.workspace_size,
+                int(stream.handle),
+            )  # fmt: skip
+        except lt.cuBLASLtError as e:
+            raise self.backend.raise_cuda(e, "cublasLtMatmul", self.stage) from e
         for launch in self.post:
             launch(ins, outs, stream)
 
@@ -540,6 +670,26 @@ class _LtMatmul:
                 lt.destroy(handle)
         except Exception:  # noqa: BLE001 - partially built, or at interpreter exit
             pass
+
+
+def _numel(shape: Any) -> int:
+    return math.prod(shape) if shape is not None else 0
+
+
+def _fill_random(backend: Any, ptr: int, nbytes: int, dtype: str, stream: Any) -> np.ndarray:
+    """Fill ``nbytes`` at ``ptr`` with uniform values in [-1, 1) of ``dtype`` on ``stream``: one 64 KiB
+    random block uploaded, then copied onto itself doubling (a few device copies, whatever the size).
+    Returns the host block, to be kept until the stream is done with it."""
+    pattern = np.random.default_rng(0).uniform(-1.0, 1.0, 1 << 14).astype(get_dtype(dtype).numpy)
+    block = pattern.reshape(-1).view(np.uint8)
+    first = min(nbytes, block.nbytes)
+    backend.memcpy(ptr, block.ctypes.data, first, stream=stream)
+    filled = first
+    while filled < nbytes:
+        step = min(filled, nbytes - filled)
+        backend.memcpy(ptr + filled, ptr, step, stream=stream)
+        filled += step
+    return block
 
 
 def lt_product(
