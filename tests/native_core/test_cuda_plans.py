@@ -72,6 +72,7 @@ def _matmul(**change) -> NativeMatmul:
         itemsize=4,
         max_workspace=1 << 20,
         min_alignment=(256, 256, 256, 256),
+        algo_asked=4,  # as a bind asks: several candidates (the fake cuBLASLt offers four)
     )
     return replace(base, **change)
 
@@ -97,7 +98,7 @@ def cuda_plan(
     _kernel_stage(stages, "relu", kernel or _kernel(), _Cubins(), ports([0], [5]))
     _matmul_stage(stages, "gemm", matmul or _matmul(), ports([5, 1, 2], [3]))
     if version < 4:
-        del stages.parts[-2:]  # the record's last two fields: u32 algorithm rank, u64 its workspace
+        del stages.parts[-3:]  # the record's last fields: u32 rank, u32 candidates asked, u64 workspace
     stages.u8(STAGE_RELAYOUT)
     stages.str("output.x")
     stages.u8(0)
@@ -164,7 +165,9 @@ BAD = {
     "a matmul of an unknown data type": dict(matmul=_matmul(data_type=99)),
     "a matmul whose item size is not its operands'": dict(matmul=_matmul(data_type=14, itemsize=2)),
     "a matmul writing an input": dict(matmul=_matmul(operands=(("in", 1), ("in", 0), ("out", 0), ("in", 1)))),
-    "a matmul algorithm rank past the heuristic lists the core asks for": dict(matmul=_matmul(algo_rank=32)),
+    "a matmul algorithm rank past the candidates asked": dict(matmul=_matmul(algo_rank=4)),
+    "a matmul asking for no candidate": dict(matmul=_matmul(algo_asked=0)),
+    "a matmul asking for more candidates than the core takes": dict(matmul=_matmul(algo_asked=33)),
     "a matmul algorithm needing more than the workspace limit": dict(
         matmul=_matmul(algo_rank=1, algo_workspace=(1 << 20) + 1)
     ),
@@ -181,12 +184,13 @@ def test_a_malformed_cuda_plan_is_an_integrity_status(core, tmp_path, why):
 
 
 def test_the_product_record_ends_with_the_algorithm_rank_and_its_workspace():
-    # docs/plan-format.md, kind 3: ... 4 x u32 minimum alignments, then [v4] u32 rank, u64 workspace.
-    mm = _matmul(algo_rank=5, algo_workspace=12288)
+    # docs/plan-format.md, kind 3: ... 4 x u32 minimum alignments, then [v4] u32 rank, u32 candidates asked,
+    # u64 workspace.
+    mm = _matmul(algo_rank=5, algo_asked=8, algo_workspace=12288)
     p = _Payload()
     _matmul_stage(p, "gemm", mm, lambda: None)
     record = p.bytes()
-    assert struct.unpack_from("<4IIQ", record, len(record) - 28) == (256, 256, 256, 256, 5, 12288)
+    assert struct.unpack_from("<4IIIQ", record, len(record) - 32) == (256, 256, 256, 256, 5, 8, 12288)
     p3 = _Payload()
     _matmul_stage(p3, "gemm", _matmul(), lambda: None)
     assert len(p3.bytes()) == len(record)  # the same record shape whatever the rank

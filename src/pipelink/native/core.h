@@ -109,6 +109,7 @@ typedef struct MatmulCall {
     uint64_t max_workspace;
     uint32_t min_align[4];
     uint32_t algo_rank;      /* format 4: the chosen candidate's place in the heuristic's list (0 before) */
+    uint32_t algo_asked;     /* format 4: how many results the query that ranked it asked for (1 before) */
     uint64_t algo_workspace; /* format 4: the workspace it needs (PLK_ALGO_WORKSPACE_ANY before) */
     /* made at load (cuda.c) */
     uint32_t algo_used; /* the rank taken: algo_rank, or 0 when this cuBLASLt's list differs (fallback) */

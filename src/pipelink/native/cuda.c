@@ -268,9 +268,10 @@ static PipeLinkStatus load_matmul(Stage* s, void* handle) {
     for (int i = 0; i < 4 && !st; ++i)
         st = lt.MatmulPreferenceSetAttribute(pref, LT_PREF_MIN_ALIGN_A + i, &m->min_align[i], sizeof m->min_align[i]);
     /* The plan's rank is the candidate's place in this very query's answer (the front end timed the
-     * candidates and kept the fastest, docs/plan-format.md): ask for rank + 1 results. */
+     * candidates and kept the fastest, docs/plan-format.md): ask for as many results as it did (a shorter
+     * answer is not always a prefix of a longer one). */
     LtHeuristic found[PLK_MAX_ALGO_RANK];
-    const int want = (int)m->algo_rank + 1;
+    const int want = (int)m->algo_asked;
     int count = 0;
     memset(found, 0, sizeof found);
     if (!st)

@@ -256,13 +256,15 @@ static int read_matmul(Reader* r, Stage* s, const Plan* plan) {
     m->itemsize = rd_u32(r, "an item size");
     m->max_workspace = rd_u64(r, "a workspace limit");
     for (int i = 0; i < 4; ++i) m->min_align[i] = rd_u32(r, "an operand alignment");
-    m->algo_rank = 0, m->algo_workspace = PLK_ALGO_WORKSPACE_ANY; /* format 3: the heuristic's first */
+    m->algo_rank = 0, m->algo_asked = 1, m->algo_workspace = PLK_ALGO_WORKSPACE_ANY; /* format 3: the first */
     if (plan->version >= 4) {
         m->algo_rank = rd_u32(r, "an algorithm rank");
+        m->algo_asked = rd_u32(r, "the number of candidates asked");
         m->algo_workspace = rd_u64(r, "an algorithm's workspace");
     }
     if (r->what != NULL) return 0;
-    if (m->algo_rank >= PLK_MAX_ALGO_RANK) return r->what = "an algorithm rank below 32", 0;
+    if (m->algo_asked < 1 || m->algo_asked > PLK_MAX_ALGO_RANK || m->algo_rank >= m->algo_asked)
+        return r->what = "an algorithm rank below the candidates asked, at most 32", 0;
     if (plan->version >= 4 && m->algo_workspace > m->max_workspace)
         return r->what = "an algorithm workspace within the workspace limit", 0;
     /* cudaDataType: 0 f32, 1 f64, 2 f16, 14 bf16; scale types 0 f32, 1 f64 */

@@ -373,7 +373,8 @@ def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
     p.u64(mm.max_workspace)
     for align in mm.min_alignment:
         p.u32(align)
-    p.u32(mm.algo_rank)  # [v4] the candidate the bind timed fastest, and what it needs
+    p.u32(mm.algo_rank)  # [v4] the candidate the bind timed fastest, of how many asked, and what it needs
+    p.u32(mm.algo_asked)
     p.u64(mm.algo_workspace)
 
 

@@ -259,8 +259,10 @@ class NativeMatmul:
     the BIAS epilogue's slot or None; ``offsets`` the (A, B, C/D) element offsets of each call;
     ``min_alignment`` the alignments (bytes) the heuristic may assume for A, B, C, D; ``algo_rank`` the
     chosen algorithm's place in the heuristic's list for this product (its query, with this workspace
-    limit and these alignments, gives the core the same list) and ``algo_workspace`` the workspace bytes
-    that candidate needs (the core checks it to see that its list is the same).
+    limit and these alignments, gives the core the same list), ``algo_asked`` how many results that query
+    asked for (cuBLASLt's shorter answers are not always prefixes of its longer ones: measured on the H200,
+    scripts/gemm_algos.py) and ``algo_workspace`` the workspace bytes that candidate needs (the core checks
+    it to see that its list is the same).
     """
 
     data_type: int
@@ -278,6 +280,7 @@ class NativeMatmul:
     max_workspace: int
     min_alignment: tuple[int, int, int, int]
     algo_rank: int = 0
+    algo_asked: int = 1
     algo_workspace: int = 0
 
 
@@ -440,7 +443,9 @@ class _LtMatmul:
         self.algo = self._choose(ctx, results, flops)
         self.heuristic = results[self.algo.rank : self.algo.rank + 1].copy()  # what every call passes
         self.workspace_size = min(self.algo.workspace, WORKSPACE_BYTES)
-        self.native = replace(self.native, algo_rank=self.algo.rank, algo_workspace=self.algo.workspace)
+        self.native = replace(
+            self.native, algo_rank=self.algo.rank, algo_asked=len(results), algo_workspace=self.algo.workspace
+        )
 
     def _layout(
         self, data_type: int, rows_cols_ld: tuple[int, int, int], batch: BatchPlan, which: int
@@ -502,7 +507,8 @@ class _LtMatmul:
         first = algos.AlgoChoice(0, int(results[0]["workspace_size"]))
         if not algos.worth_timing(flops, len(results)):
             return first
-        key = (getattr(self.backend, "device", None), replace(self.native, algo_rank=0, algo_workspace=0))
+        unranked = replace(self.native, algo_rank=0, algo_asked=1, algo_workspace=0)
+        key = (getattr(self.backend, "device", None), unranked)
         known = algos.CHOICES.get(key)
         if known is not None and known.rank < len(results):
             return replace(known, source="memo")
