@@ -332,3 +332,13 @@ def test_the_workspace_a_run_uses_is_the_chosen_candidates(timed):
     assert kernel.workspace_size == 512 <= WORKSPACE_BYTES
     kernel([_T((M, K)), _T((K, N)), None, None], [_T((M, N))], _Stream(9))
     assert "workspace 512" in backend.log
+
+
+def test_the_workspace_cap_opens_for_products_worth_timing():
+    # Wrong if a small product (the T=8 MLP block's) could ask for more scratch than its own output, or a
+    # large one stayed capped at its output (the heuristic then withholds its faster split-K algorithms).
+    from pipelink.ops.gemm.cuda import WORKSPACE_BYTES, workspace_limit
+
+    assert workspace_limit(8, 1024, 1, 2, k=1024) == 8 * 1024 * 2
+    assert workspace_limit(4096, 768, 1, 4, k=3072) == WORKSPACE_BYTES > 4096 * 768 * 4
+    assert workspace_limit(64, 64, 1, 4) == 64 * 64 * 4  # k unknown: the small product's rule

@@ -61,9 +61,14 @@ TUNED_AS: dict[str, str] = {}
 WORKSPACE_BYTES = 32 << 20
 
 
-def workspace_limit(m: int, n: int, batch: int, itemsize: int) -> int:
-    """The most workspace a product may ask cuBLASLt for: 32 MiB, and never more than its own output (a
-    small product's split-K scratch would otherwise outweigh the whole plan: the T=8 MLP block)."""
+def workspace_limit(m: int, n: int, batch: int, itemsize: int, k: int = 0) -> int:
+    """The most workspace a product may ask cuBLASLt for: 32 MiB. A product too small to be timed at bind
+    (``algos.TIMING_MIN_FLOPS``) asks for no more than its own output (its split-K scratch would otherwise
+    outweigh the whole plan: the T=8 MLP block); a larger one gets all 32 MiB, since the cap changes which
+    algorithms the heuristic offers (H200, scripts/gemm_algos.py: GPT-2's 4096x3072 -> 768 fp32 product
+    with bias and residual ran 447.6 us at its output's 12 MiB, 416.7 us with more)."""
+    if 2 * m * n * k * max(batch, 1) >= algos.TIMING_MIN_FLOPS:
+        return WORKSPACE_BYTES
     return min(WORKSPACE_BYTES, m * n * max(batch, 1) * itemsize)
 
 
@@ -407,7 +412,7 @@ class _LtMatmul:
         self.alpha = np.array([alpha], scalar)
         self.beta = np.array([beta], scalar)
         self.itemsize = size = get_dtype(dtype).itemsize
-        self.max_workspace = workspace_limit(m, n, batch.count, size)
+        self.max_workspace = workspace_limit(m, n, batch.count, size, k)
         # Calls at offsets into the operands: only algorithms that accept those pointers' alignment
         # (cuBLASLt assumes 256 bytes unless told). "A" is our b, "B" our a; C and D are c.
         self.min_alignment = tuple(
