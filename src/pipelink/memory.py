@@ -6,7 +6,7 @@ from typing import Any
 
 from .backends import get_backend, loaded_backends
 from .errors import InvalidArgumentError
-from .native import arena_stats
+from .native import arena_stats, held_bytes
 
 __all__ = ["stats", "clear_pool", "set_allocator", "get_allocator"]
 
@@ -23,8 +23,11 @@ def stats(device: str | None = None) -> dict[str, Any]:
     arena of each execution context (``n_contexts``, ``arena_bytes``; one per thread running a plan at once,
     kept until the plan is destroyed), their workspaces (``workspace_bytes``) and the plans' bound weights
     (``constant_bytes``), with ``peak_bytes`` of their sum. These are counted into the device's totals:
-    ``allocated_bytes`` and ``reserved_bytes`` add what the core holds now, ``peak_bytes`` adds the core's
-    peak to the Python side's (an upper bound of the combined peak: the two may come at different times).
+    ``allocated_bytes`` and ``reserved_bytes`` add what the core holds now. On a CUDA device ``peak_bytes``
+    is the most the two held together: the backend hears what the core holds whenever a plan is loaded or
+    first run and whenever these stats are read, and its peak follows Python's and the core's bytes
+    together (never below the core's own peak). On the CPU it adds the core's peak to the Python side's
+    (an upper bound: the two may come at different times).
     """
     if device is not None:
         return _with_native(get_backend(device))
@@ -32,12 +35,16 @@ def stats(device: str | None = None) -> dict[str, Any]:
 
 
 def _with_native(backend) -> dict[str, Any]:
-    found = backend.memory_stats().to_dict()
     native = arena_stats(backend.info.kind, backend.info.index)
-    held = native["arena_bytes"] + native["workspace_bytes"] + native["constant_bytes"]
+    held = held_bytes(native)
+    follows = backend.note_native_bytes(held)  # before reading: the peak then includes what is held now
+    found = backend.memory_stats().to_dict()
     found["allocated_bytes"] += held
     found["reserved_bytes"] += held
-    found["peak_bytes"] += native["peak_bytes"]
+    if follows:
+        found["peak_bytes"] = max(found["peak_bytes"], native["peak_bytes"], found["allocated_bytes"])
+    else:
+        found["peak_bytes"] += native["peak_bytes"]
     found["native"] = native
     return found
 

@@ -292,3 +292,35 @@ def test_memory_stats_without_the_core_loaded_report_zeros(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=host_env())
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("follows", [True, False], ids=["timeline", "upper-bound"])
+def test_the_peak_combines_the_core_with_the_python_side(monkeypatch, follows):
+    # Wrong if a device whose backend follows the core's bytes over time (CUDA) still added the two peaks
+    # (the MLP's 4096x4096 run read 480 MiB against PyTorch's 288 that way: bind-time scratch and the core's
+    # arena came at different times), or if a backend that cannot follow them (the CPU) lost the core's peak.
+    from types import SimpleNamespace
+
+    from pipelink import memory
+    from pipelink.backends.base import MemoryStats
+
+    class Stub:
+        info = SimpleNamespace(kind="cuda", index=0)
+        told = None
+
+        def note_native_bytes(self, held):
+            self.told = held
+            return follows
+
+        def memory_stats(self):
+            return MemoryStats(device="cuda:0", allocated_bytes=10, peak_bytes=500, reserved_bytes=20)
+
+    native = dict(n_contexts=1, arena_bytes=100, workspace_bytes=20, constant_bytes=30, peak_bytes=150)
+    monkeypatch.setattr(memory, "arena_stats", lambda kind, index: dict(native))
+    backend = Stub()
+    got = memory._with_native(backend)
+    assert backend.told == 150, "the backend must hear what the core holds before its stats are read"
+    assert got["allocated_bytes"] == 160 and got["reserved_bytes"] == 170
+    assert got["peak_bytes"] == (500 if follows else 650)
+    native["peak_bytes"] = 900  # the core alone once held more than the Python side's timeline shows
+    assert memory._with_native(Stub())["peak_bytes"] == (900 if follows else 1400)

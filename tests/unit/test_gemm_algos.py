@@ -263,9 +263,19 @@ def test_the_scratch_operands_hold_values_not_zeros(timed):
     fake, backend = timed([2e-6, 1e-6])
     bind_gemm(_gemm_ctx(backend, bias=True))
     block = backend.allocations[0].array
-    as_floats = block[:-256].view(np.float32)  # a, b, d and bias, each padded to 256 bytes; then workspace
+    as_floats = block[:-256].view(np.float32)  # a, b, d in one span, the bias padded to 256 bytes, workspace
     assert np.isfinite(as_floats).all() and np.count_nonzero(as_floats) > 0.99 * as_floats.size
     assert np.abs(as_floats).max() <= 1.0
+
+
+def test_the_operands_share_one_scratch_span(timed):
+    # Wrong if timing took a block per operand (the sum of A, B and D beside the plan: the 4096x4096 ->
+    # 16384 bf16 MLP's first product needed 320 MiB, above PyTorch's whole peak) instead of the largest.
+    fake, backend = timed([2e-6, 1e-6])
+    bind_gemm(_gemm_ctx(backend, bias=True))
+    largest = max(M * K, K * N, M * N) * 4  # float32 operands, already multiples of 256 bytes here
+    bias = -(-N * 4 // 256) * 256
+    assert backend.allocations[0].nbytes == largest + bias + 256  # the tail: the candidates' workspace
 
 
 def test_a_second_bind_of_the_same_product_reuses_the_choice_without_timing(timed):

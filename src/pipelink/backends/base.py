@@ -301,6 +301,12 @@ class Backend:
     def new_stream(self) -> Any:
         return None
 
+    def note_native_bytes(self, held: int) -> bool:
+        """Tell the backend what the native core's plans hold on its device now (``held`` bytes), so its peak
+        follows the two together over time. Returns whether it does; a backend that does not (the CPU) has
+        ``pl.memory.stats`` add the core's own peak to its peak instead (an upper bound)."""
+        return False
+
     def hot_path_parts(self) -> dict[str, Any]:
         """What ``runtime/_hotpath.c`` needs of a device backend to run plans from C (its output pool, main
         stream and run fence); nothing for a backend whose runs are synchronous (the CPU)."""

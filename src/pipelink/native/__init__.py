@@ -12,7 +12,15 @@ from pathlib import Path
 
 from ..errors import ModuleLoadError
 
-__all__ = ["library_path", "lib_dir", "cublaslt_path", "open_runtime", "ArenaStats", "arena_stats"]
+__all__ = [
+    "library_path",
+    "lib_dir",
+    "cublaslt_path",
+    "open_runtime",
+    "ArenaStats",
+    "arena_stats",
+    "held_bytes",
+]
 
 CUBLASLT = "libcublasLt.so.13"
 
@@ -107,6 +115,11 @@ def _loaded_stats_function():
 
 _DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types of the plans the core runs
 _ARENA_FIELDS = ("n_contexts", "arena_bytes", "workspace_bytes", "constant_bytes", "peak_bytes")
+
+
+def held_bytes(stats: dict[str, int]) -> int:
+    """What an :func:`arena_stats` answer says the core holds now: arenas, workspaces and constants."""
+    return stats["arena_bytes"] + stats["workspace_bytes"] + stats["constant_bytes"]
 
 
 def arena_stats(kind: str, index: int = 0) -> dict[str, int]:

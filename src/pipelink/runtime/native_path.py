@@ -37,7 +37,7 @@ import numpy as np
 from ..dtypes import TORCH_DTYPE_NAMES, get_dtype
 from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for_code
 from ..modules.services import PipeLinkTensor
-from ..native import open_runtime
+from ..native import arena_stats, held_bytes, open_runtime
 from ..tensor import Tensor, contiguous_strides
 
 try:
@@ -208,6 +208,7 @@ class _Compiled:
         "_template",
         "_local",
         "_destroy",
+        "ran",
         "__weakref__",
     )
 
@@ -218,6 +219,7 @@ class _Compiled:
         # What a run allocates for each output: (name, shape, DType, element strides).
         self.made = [(n, s, get_dtype(d), contiguous_strides(s)) for n, s, d in outputs]
         self.n_in, self.n_out = len(inputs), len(outputs)
+        self.ran = False  # a run made its first execution context (the memory it holds is then told)
         self._keep: list = []  # the shape arrays every thread's DLTensors point at (read-only for the core)
         self._template = (self._array(inputs, device), self._array(outputs, device))
         self._local = threading.local()
@@ -383,6 +385,9 @@ class NativeRunner:
             # A run the core refused (the caller's tensors are checked before anything runs) or a module
             # failed: the Python executor runs it again and raises its own error, with the stage reports.
             return f"the native core refused the run ({error.message})"
+        if not compiled.ran:  # its first context now exists: the backend's peak hears of its arena
+            compiled.ran = True
+            self._note_native()
         if stream is not None and not capturing:
             # CUDA returns without waiting (the fence orders DLPack consumers and .numpy() after the run).
             backend.finish_run(stream, keepalive=(keep, results) if keep is not None else None)
@@ -447,6 +452,7 @@ class NativeRunner:
             pipe.load_report.executors[text] = "native" if found.__class__ is _Compiled else found
             self._plans[key] = found
             if found.__class__ is _Compiled:
+                self._note_native()  # its constants are on the device now
                 self._give_fast(key, found)
             return found
 
@@ -480,6 +486,10 @@ class NativeRunner:
             for name, shape, dt, strides in compiled.made
         )
         self.fast.add_plan(compiled.handle.value, ins, outs, compiled.text)
+
+    def _note_native(self) -> None:
+        """Tell the backend what the core's plans hold on this device now (pl.memory.stats' peak)."""
+        self._backend.note_native_bytes(held_bytes(arena_stats(self._kind, self._index)))
 
     def _stop_fast(self) -> None:
         """Send new runs to the Python path, wait for those inside the core from C, forget the C side."""

@@ -478,6 +478,10 @@ class CUDABackend(Backend):
             return self._fences.finish(self._main_handle, keepalive)
         return self._fences.finish(stream.handle, keepalive, join=self._main_handle)
 
+    def note_native_bytes(self, held: int) -> bool:
+        self.memory.note_native(held)
+        return True
+
     def hot_path_parts(self) -> dict[str, Any]:
         """What ``runtime/_hotpath.c`` runs with: the output pool, the main stream (its handle as an int and
         as :meth:`finish_run` passes it) and the fence that holds a run's inputs until it is done."""

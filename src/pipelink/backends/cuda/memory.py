@@ -135,6 +135,7 @@ class CUDAMemory:
         self._pinned_mr = LegacyPinnedMemoryResource()
         self.pool = BinnedPool(self._raw_alloc, self._raw_free)
         self.arena_bytes = 0  # bytes held by Backend.allocate (arenas, workspaces), kept by the backend
+        self.native_bytes = 0  # what the native core's plans held on this device when last told (note_native)
         self._staging: dict[int, list[list]] = {}
         self._staging_lock = threading.Lock()
         self._pinned_inputs: dict[str, list[_MappedBuffer]] = {}  # free mapped buffers per pin_memory input
@@ -236,7 +237,13 @@ class CUDAMemory:
     def accounted(self, arena_bytes: int) -> None:
         """Record the bytes the backend's allocations now hold (for the peak and OOM messages)."""
         self.arena_bytes = arena_bytes
-        self.pool.base_bytes = arena_bytes  # the pool's peak_bytes is of arenas + pooled blocks together
+        self.pool.base_bytes = arena_bytes + self.native_bytes  # the pool's peak: of everything together
+
+    def note_native(self, held: int) -> None:
+        """What the native core's plans hold on this device now (their arenas, workspaces, constants): the
+        peak follows it with the arenas and pooled blocks, as they change over time (not added up)."""
+        self.native_bytes = held
+        self.pool.base_bytes = self.arena_bytes + held
 
     def fill_stats(self, stats: MemoryStats) -> None:
         pool = self.pool.stats()
