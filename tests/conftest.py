@@ -3,6 +3,8 @@ skip."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,25 @@ def assert_close(got, ref, dtype: str, what: str = "") -> None:
     err = rel_error(got, ref)
     tol = tolerance(dtype)[0]
     assert err <= tol, f"{what}: relative error {err:.3g} above {tol:g} for {dtype}"
+
+
+def run_in_threads(work, count: int) -> None:
+    """Run ``work(k)`` for k in range(count) on that many threads at once; raise the first failure."""
+    errors = []
+
+    def guarded(k):
+        try:
+            work(k)
+        except BaseException as e:  # noqa: BLE001 - reported below, on the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def pytest_collection_modifyitems(config, items):

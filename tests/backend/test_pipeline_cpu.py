@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pipelink as pl
-from tests.conftest import assert_close
+from tests.conftest import assert_close, run_in_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "transformer_mlp" / "pipeline.json"
@@ -220,21 +219,12 @@ def test_concurrent_runs_from_eight_threads():
     rng = np.random.default_rng(11)
     feeds = [mlp_inputs(rng, t=5 + i) for i in range(8)]
     refs = [mlp_reference(**f) for f in feeds]
-    errors = []
 
     def worker(i):
-        try:
-            for _ in range(5):
-                assert_close(np.asarray(pipe.run(feeds[i])["y"]), refs[i], "float32", f"thread {i}")
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(5):
+            assert_close(np.asarray(pipe.run(feeds[i])["y"]), refs[i], "float32", f"thread {i}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(worker, 8)
 
 
 def test_seed_layernorm_config_runs(tmp_path):

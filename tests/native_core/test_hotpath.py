@@ -15,6 +15,7 @@ import pipelink as pl
 from pipelink.errors import InvalidArgumentError
 from pipelink.runtime import native_path
 from pipelink.runtime.native_path import NativeRunner
+from tests.conftest import run_in_threads
 
 from .test_native_run import _walkthrough_args
 
@@ -131,21 +132,12 @@ def test_threads_share_one_pipeline(runtime_lib, plans):
         pipe.run(_walkthrough_args(10))
         cases = [_walkthrough_args(20 + k) for k in range(8)]
         wants = [{n: np.asarray(v) for n, v in ref.run(a).items()} for a in cases]
-        errors = []
 
         def work(k):
-            try:
-                for _ in range(50):
-                    _same(pipe.run(cases[k]), wants[k])
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+            for _ in range(50):
+                _same(pipe.run(cases[k]), wants[k])
 
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors[0]
+        run_in_threads(work, 8)
 
 
 def test_the_runner_refuses_bad_construction():

@@ -8,13 +8,11 @@ Run on the H200: ``python -m pytest -q -p no:cacheprovider tests/native_core/tes
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import pipelink as pl
 from pipelink.runtime.native_path import NativeRunner
-from tests.conftest import assert_close
+from tests.conftest import assert_close, run_in_threads
 
 from .test_native_path_gpu import MLP, _mlp_feed
 
@@ -105,22 +103,13 @@ def test_sixteen_threads_run_from_c():
         feeds = [_mlp_feed(gen) for _ in range(16)]
         wants = [_host(ref.run(f)) for f in feeds]
         pipe.run(feeds[0])
-        errors = []
 
         def work(k):
-            try:
-                stream = torch.cuda.Stream()
-                with torch.cuda.stream(stream):
-                    for _ in range(20):
-                        got = pipe.run(feeds[k])
-                    stream.synchronize()
-                    assert_close(_host(got)["y"], wants[k]["y"], "float32", what=f"thread {k}")
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(20):
+                    got = pipe.run(feeds[k])
+                stream.synchronize()
+                assert_close(_host(got)["y"], wants[k]["y"], "float32", what=f"thread {k}")
 
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors[0]
+        run_in_threads(work, 16)
