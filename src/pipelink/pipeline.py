@@ -650,9 +650,18 @@ class Pipeline:
         decl = (self._graph.config.inputs or {}).get(name)
         dtype = get_dtype(decl.dtype) if decl is not None and decl.dtype else None
         pinned = name if decl is not None and decl.pin_memory else None
-        arg = self._backend.import_input(
-            value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
-        )
+        try:
+            arg = self._backend.import_input(
+                value, stream=stream, dtype=dtype, pinned_key=pinned, producers=producers
+            )
+        except PipeLinkError:
+            raise
+        except Exception as e:  # the caller's object failed when asked what it holds: say which input
+            raise InvalidArgumentError(
+                f"input {name!r} could not be read as a tensor ({type(value).__name__}: "
+                f"{type(e).__name__}: {e}); pass a NumPy array, a pl.Tensor or a DLPack tensor",
+                input=name,
+            ) from e
         _, got, _ = self._backend.signature_of(arg)
         check_declared_dtype(self._graph, name, got)
         # Declared shapes (and their symbols, across inputs) are checked once per signature, at plan time.

@@ -201,3 +201,53 @@ def test_the_joined_entry_refuses_a_join_on_a_cpu_plan(runtime_lib, plans):
         status = fn(compiled.handle, ins, compiled.n_in, outs, compiled.n_out, None, 1, None)
         assert status == int(pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT)
         assert b"CPU plan" in lib.pipeLinkGetLastErrorMessage()
+
+
+class _Liar:
+    """Claims to be a tensor and raises on every question."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        3,
+        2.5,
+        "text",
+        b"bytes",
+        memoryview(bytearray(8 * 1024 * 4)),
+        np.zeros((8, 1024), dtype=object),
+        np.zeros((8, 1024), dtype=[("a", np.float32)]),
+        np.zeros((8, 1024), np.float32)[:, ::2],
+        np.zeros((0, 1024), np.float32),
+        np.zeros([1] * 33, np.float32) if np.__version__ >= "2" else np.zeros([1] * 32, np.float32),
+        _Liar(),
+    ],
+    ids=[
+        "none",
+        "int",
+        "float",
+        "str",
+        "bytes",
+        "memoryview",
+        "object",
+        "structured",
+        "strided",
+        "empty",
+        "many-dims",
+        "liar",
+    ],
+)
+def test_hostile_inputs_never_crash_the_c_side(runtime_lib, plans, value):
+    # Wrong (a crash, a traceback other than a PipeLinkError, or a result) if the C side trusted a value it
+    # could not read: each goes to the Python side, which refuses it clearly.
+    with pl.load(plans / "ln.json", device="cpu") as pipe:
+        args = _walkthrough_args(40)
+        pipe.run(args)
+        args["input_tensor"] = value
+        assert pipe._native.fast.run(args) is None
+        with pytest.raises(pl.PipeLinkError):
+            pipe.run(args)

@@ -210,11 +210,13 @@ static PyObject* run(Runner* r, PyObject* given) {
     const double t0 = now_s();
     Sig sigs[MAX_PORTS];
     uintptr_t ptrs[MAX_PORTS];
+    PyObject* values[MAX_PORTS]; /* borrowed from `given` */
     int n_torch = 0;
     for (Py_ssize_t i = 0; i < n_in; ++i) {
         PyObject* v = PyDict_GetItemWithError(given, PyTuple_GET_ITEM(r->names, i)); /* borrowed */
         int rc = -1;
         if (v == NULL) return PyErr_Clear(), Py_NewRef(Py_None);
+        values[i] = v;
         if (Py_TYPE(v) == (PyTypeObject*)r->tensor_type) rc = read_pl_tensor(r, v, &ptrs[i], &sigs[i]);
         else if (r->torch_type != NULL && PyObject_TypeCheck(v, (PyTypeObject*)r->torch_type))
             rc = read_torch_tensor(r, v, &ptrs[i], &sigs[i]), n_torch += rc == 0;
@@ -231,7 +233,7 @@ static PyObject* run(Runner* r, PyObject* given) {
     }
     if (plan == NULL) Py_RETURN_NONE; /* a new signature: Python compiles it */
     uintptr_t stream = 0, join = 0;
-    PyObject* keep = NULL;
+    int keep = 0;
     if (r->kind == PIPELINK_DEVICE_CUDA) {
         if (n_torch > 0 && n_torch < n_in) Py_RETURN_NONE; /* mixed: the Python path orders both */
         if (n_torch > 0) { /* PyTorch's current stream, and our main stream joins it after the run */
@@ -242,7 +244,7 @@ static PyObject* run(Runner* r, PyObject* given) {
             if (stream != r->main_stream) join = r->main_stream;
         } else {
             stream = r->main_stream;
-            if (n_in > 0) keep = given; /* pl.Tensor inputs: held until the run is done (their blocks) */
+            keep = n_in > 0; /* pl.Tensor inputs: held until the run is done (their blocks) */
         }
     }
     PipeLinkTensor ins[MAX_PORTS], outs[MAX_PORTS];
@@ -280,8 +282,11 @@ static PyObject* run(Runner* r, PyObject* given) {
                     r->kind == PIPELINK_DEVICE_CUDA ? &capturing : NULL);
     Py_END_ALLOW_THREADS
     if (st != PIPELINK_SUCCESS || capturing) goto fail; /* refused, failed, or inside a capture: Python's */
-    if (keep != NULL) {
-        PyObject* done = PyObject_CallFunctionObjArgs(r->finish, r->main_handle, keep, NULL);
+    if (keep) { /* the inputs themselves, not the caller's dict (which it may refill before the run ends) */
+        PyObject* held = PyTuple_New(n_in);
+        for (Py_ssize_t i = 0; held != NULL && i < n_in; ++i) PyTuple_SET_ITEM(held, i, Py_NewRef(values[i]));
+        PyObject* done = held ? PyObject_CallFunctionObjArgs(r->finish, r->main_handle, held, NULL) : NULL;
+        Py_XDECREF(held);
         if (done == NULL) goto fail;
         Py_DECREF(done);
     }

@@ -321,7 +321,7 @@ class NativeRunner:
         if self._cuda:
             values = [*given.values(), *out.values()] if isinstance(out, Mapping) else list(given.values())
             if keeps_inputs(stream, values):
-                keep = given
+                keep = tuple(given.values())  # not the caller's dict: it may be refilled before the run ends
             stream = run_stream(backend, stream, values)
             capturing = backend.is_capturing(stream)
         elif stream is not None:
