@@ -200,23 +200,36 @@ static void fill(PipeLinkTensor* t, const Sig* sig, uintptr_t ptr, int32_t kind,
     t->dtype.code = sig->code, t->dtype.bits = sig->bits, t->dtype.lanes = 1;
 }
 
+static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in);
+
 /* The body of Runner.run, counted in r->active from before it reads a plan until it returns: the Python
  * calls inside (a PyTorch stream query, Tensor._trusted) may let another thread close the runner, which
- * then waits for `active` to drop before it frees the plans. */
+ * then waits for `active` to drop before it frees the plans. The inputs are held for the whole call:
+ * reading them may run Python code (a tensor subclass's attributes), which may change the caller's dict. */
 static PyObject* run(Runner* r, PyObject* given) {
     if (!PyDict_Check(given)) Py_RETURN_NONE;
     const Py_ssize_t n_in = PyTuple_GET_SIZE(r->names);
     if (PyDict_GET_SIZE(given) != n_in || n_in > MAX_PORTS) Py_RETURN_NONE;
+    PyObject* values[MAX_PORTS];
+    Py_ssize_t held = 0;
+    for (; held < n_in; ++held) {
+        PyObject* v = PyDict_GetItemWithError(given, PyTuple_GET_ITEM(r->names, held)); /* borrowed */
+        if (v == NULL) break;
+        values[held] = Py_NewRef(v);
+    }
+    PyObject* result = held == n_in ? run_values(r, values, n_in) : (PyErr_Clear(), Py_NewRef(Py_None));
+    for (Py_ssize_t i = 0; i < held; ++i) Py_DECREF(values[i]);
+    return result;
+}
+
+static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
     const double t0 = now_s();
     Sig sigs[MAX_PORTS];
     uintptr_t ptrs[MAX_PORTS];
-    PyObject* values[MAX_PORTS]; /* borrowed from `given` */
     int n_torch = 0;
     for (Py_ssize_t i = 0; i < n_in; ++i) {
-        PyObject* v = PyDict_GetItemWithError(given, PyTuple_GET_ITEM(r->names, i)); /* borrowed */
+        PyObject* v = values[i];
         int rc = -1;
-        if (v == NULL) return PyErr_Clear(), Py_NewRef(Py_None);
-        values[i] = v;
         if (Py_TYPE(v) == (PyTypeObject*)r->tensor_type) rc = read_pl_tensor(r, v, &ptrs[i], &sigs[i]);
         else if (r->torch_type != NULL && PyObject_TypeCheck(v, (PyTypeObject*)r->torch_type))
             rc = read_torch_tensor(r, v, &ptrs[i], &sigs[i]), n_torch += rc == 0;
