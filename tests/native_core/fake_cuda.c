@@ -155,7 +155,14 @@ static int launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
 static int stream_create(void** s, unsigned flags) { (void)flags; *s = malloc(1); return 0; }
 static int stream_destroy(void* s) { free(s); return 0; }
 static int ok_stream(void* s) { (void)s; return 0; }
-static int wait_event(void* s, void* e, unsigned f) { (void)s, (void)e, (void)f; return 0; }
+static void* last_wait[3]; /* the stream and event of the last cuStreamWaitEvent, and a count (fake_last_wait) */
+static int wait_event(void* s, void* e, unsigned f) {
+    (void)f;
+    pthread_mutex_lock(&lock);
+    last_wait[0] = s, last_wait[1] = e, last_wait[2] = (char*)last_wait[2] + 1;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
 static int is_capturing(void* s, int* status) {
     pthread_mutex_lock(&lock);
     *status = capturing || capturing_graph(s) != NULL;
@@ -342,6 +349,11 @@ EXPORT int fake_owns(uint64_t ptr) { /* a live block of the fake's device memory
 }
 EXPORT void fake_alloc_counts(int out[2]) { out[0] = alloc_counts[0], out[1] = alloc_counts[1]; }
 EXPORT int fake_launches(void) { return __atomic_load_n(&launches, __ATOMIC_SEQ_CST); }
+EXPORT void fake_last_wait(void* out[3]) {
+    pthread_mutex_lock(&lock);
+    out[0] = last_wait[0], out[1] = last_wait[1], out[2] = last_wait[2];
+    pthread_mutex_unlock(&lock);
+}
 EXPORT void fake_graph_counts(int out[5]) {
     for (int i = 0; i < 5; ++i) out[i] = __atomic_load_n(&graph_counts[i], __ATOMIC_SEQ_CST);
 }

@@ -274,6 +274,58 @@ def test_the_core_runs_the_algorithm_the_plan_names(
     assert proc.stdout.split() == ["ALGO", str(taken), "ASKED", str(asked)], proc.stdout + proc.stderr
 
 
+JOINED = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
+# plk_execute_joined, the entry of Python's run() (runtime/_hotpath.c): pipeLinkExecuteAsync, then the joining
+# stream waits for the run; a stream being captured runs nothing and says so.
+fn = rt.plk_execute_joined
+fn.argtypes = args + args[1:] + [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
+fake.fake_last_wait.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+last = (ctypes.c_void_p * 3)()
+capturing = ctypes.c_int32(7)
+run, side = ctypes.c_void_p(0x5000), ctypes.c_void_p(0x7000)
+def waits():
+    fake.fake_last_wait(last)
+    return last[2] or 0
+y, x_out, outs = outputs()
+n = waits()
+assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing)) == 0, msg()
+check(y, x_out, "joined run")
+assert capturing.value == 0, "a stream not being captured runs"
+assert waits() == n + 2 and last[0] == 0x7000, ("the run's own wait, then the joining stream's", waits() - n)
+n = waits()
+y, x_out, outs = outputs()
+assert fn(h, ins, 3, outs, 2, run, run, None) == 0, msg()
+assert waits() == n + 1, "a run's own stream is not joined to itself"
+check(y, x_out, "joined to its own stream")
+
+fake.fake_set_capturing(1)
+before = fake.fake_launches()
+poison = np.full((M, N), np.nan, np.float32)
+y, x_out, outs = outputs()
+ctypes.memmove(y, poison.ctypes.data, poison.nbytes)
+assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing)) == 0, msg()
+assert capturing.value == 1 and fake.fake_launches() == before, "a captured stream must run nothing"
+assert np.isnan(read(y, (M, N))).all(), "nothing may be written when the run is refused for a capture"
+fake.fake_set_capturing(0)
+
+assert fn(h, ins, 3, outs, 2, run, None, None) == 0, msg()  # no join, no capture check: ExecuteAsync
+check(y, x_out, "as pipeLinkExecuteAsync")
+assert rt.pipeLinkDestroyPipeline(h) == 0
+assert fn(h, ins, 3, outs, 2, None, None, ctypes.byref(capturing)) == 2 and "not live" in msg(), msg()
+print("JOINED OK")
+"""
+)
+
+
+def test_the_joined_entry_waits_on_the_run_and_refuses_captured_streams(fake_dir, runtime_lib, tmp_path):
+    plan = tmp_path / "joined.plk"
+    plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90))
+    proc = _run(fake_dir, runtime_lib, plan, JOINED)
+    assert proc.returncode == 0 and "JOINED OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_a_product_cublaslt_has_no_algorithm_for_is_refused_at_load(fake_dir, runtime_lib, tmp_path):
     plan = tmp_path / "none.plk"
     plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90))
