@@ -13,7 +13,7 @@ import pytest
 
 import pipelink as pl
 from pipelink.errors import InvalidArgumentError
-from pipelink.runtime import native_path
+from pipelink.runtime import native_path, native_plan
 from pipelink.runtime.native_path import NativeRunner
 from tests.conftest import run_in_threads
 
@@ -192,8 +192,8 @@ def test_the_joined_entry_refuses_a_join_on_a_cpu_plan(runtime_lib, plans):
 
     with pl.load(plans / "ln.json", device="cpu") as pipe:
         pipe.run(_walkthrough_args(31))
-        lib = native_path._runtime()
-        (compiled,) = [c for c in pipe._native._plans.values() if isinstance(c, native_path._Compiled)]
+        lib = native_plan.runtime()
+        (compiled,) = [c for c in pipe._native._plans.values() if isinstance(c, native_plan.LoadedPlan)]
         ins, outs = compiled.arrays()
         fn = lib.plk_execute_joined
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32]

@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import TORCH_DTYPE_NAMES, get_dtype
-from ..errors import ConfigError, InvalidArgumentError, PipeLinkError, error_for_code
-from ..modules.services import PipeLinkTensor
-from ..native import arena_stats, held_bytes, open_runtime
-from ..tensor import Tensor, contiguous_strides
+from ..errors import ConfigError, InvalidArgumentError, PipeLinkError
+from ..native import arena_stats, held_bytes
+from ..tensor import Tensor
 
 try:
     from ._hotpath import Runner as _FastRunner
@@ -47,47 +45,19 @@ except ImportError:  # not built (no C compiler at install): every run takes the
 from .declared import check_declared_dtype
 from .executor import preload_inputs
 from .external import import_outputs, run_stream
+from .native_plan import (
+    DEVICE_TYPE,
+    LoadedPlan,
+    core_error,
+    host_output,
+    native_report,
+    place_tensor,
+    runtime,
+    signature_text,
+)
 from .planfile import write_plan
-from .report import RunReport
 
-__all__ = ["NativeRunner", "native_blockers", "keeps_inputs"]
-
-_DEVICE_TYPE = {"cpu": 1, "cuda": 2}  # DLPack device types of the plans the core runs
-_LIB: ctypes.CDLL | None = None
-_LIB_LOCK = threading.Lock()
-
-
-def _runtime() -> ctypes.CDLL:
-    """The runtime library, opened, typed and initialised once per process."""
-    global _LIB
-    with _LIB_LOCK:
-        if _LIB is None:
-            lib = open_runtime()
-            handle = ctypes.c_void_p
-            tensors = ctypes.POINTER(PipeLinkTensor)
-            lib.pipeLinkInitialize.restype = ctypes.c_int
-            lib.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(handle)]
-            lib.pipeLinkDestroyPipeline.argtypes = [handle]
-            lib.pipeLinkExecuteAsync.argtypes = [
-                handle,
-                tensors,
-                ctypes.c_int32,
-                tensors,
-                ctypes.c_int32,
-                handle,
-            ]
-            lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
-            lib.plk_execute_joined.restype = ctypes.c_int  # the hot path's entry (_hotpath.c calls it)
-            status = lib.pipeLinkInitialize()
-            if status:
-                raise _error(lib, status, "pipeLinkInitialize")
-            _LIB = lib
-        return _LIB
-
-
-def _error(lib: ctypes.CDLL, status: int, what: str) -> PipeLinkError:
-    message = (lib.pipeLinkGetLastErrorMessage() or b"").decode(errors="replace")
-    return error_for_code(status)(f"native core: {what} failed: {message}")
+__all__ = ["NativeRunner", "native_blockers", "keeps_inputs", "native_report"]
 
 
 # -- what the core never runs for a pipeline (one place; the lead flips entries here) ----------------------
@@ -118,7 +88,7 @@ def native_blockers(pipe, *, cuda_graph: bool, auto: bool) -> list[str]:
     """
     blockers = []
     kind = pipe._backend.info.kind
-    if kind not in _DEVICE_TYPE:
+    if kind not in DEVICE_TYPE:
         blockers.append(f"the native core runs CPU and CUDA plans, and this pipeline is on {pipe.device}")
     found = _cuda_graph_blocker(cuda_graph, auto)
     if found is not None:
@@ -150,120 +120,6 @@ def keeps_inputs(stream: Any, values: Iterable[Any]) -> bool:
     return stream is not None or not all(type(v).__module__.startswith("torch") for v in values)
 
 
-_address_of, _bytes_of = ctypes.addressof, ctypes.c_char.from_buffer
-
-
-def _host_ptr(array: np.ndarray) -> int:
-    """The address of a C-contiguous array's first byte (``ctypes.data`` costs ~1 us, this ~0.15 us)."""
-    try:
-        return _address_of(_bytes_of(array))
-    except (TypeError, ValueError):  # read-only or empty
-        return array.__array_interface__["data"][0]
-
-
-def _place(value: Any, kind: str, device: str, index: int) -> tuple[int, tuple[int, ...], str] | None:
-    """(pointer, shape, dtype name) of a contiguous tensor of the pipeline's device, else None."""
-    if isinstance(value, np.ndarray):
-        if kind != "cpu" or not value.flags.c_contiguous:
-            return None
-        return _host_ptr(value), value.shape, get_dtype(value.dtype).name
-    if isinstance(value, Tensor):
-        if value.device != device or not value.is_contiguous:
-            return None
-        return value.ptr, tuple(value.shape), value.dtype.name
-    if type(value).__module__.startswith("torch"):
-        on_device = value.is_cuda and value.get_device() == index if kind == "cuda" else not value.is_cuda
-        if not on_device or not value.is_contiguous():
-            return None
-        return value.data_ptr(), tuple(value.shape), str(value.dtype).removeprefix("torch.")
-    return None
-
-
-def _host_output(shape: tuple[int, ...], dtype, strides: tuple[int, ...]) -> tuple[Tensor, int]:
-    """A fresh host array for one output, wrapped without Tensor.from_numpy's checks: (tensor, address)."""
-    array = np.empty(shape, dtype.numpy)
-    ptr = _host_ptr(array)
-    tensor = Tensor._trusted(ptr, shape, dtype, "cpu", strides, array, True)
-    tensor._array = array
-    return tensor, ptr
-
-
-def _signature_text(key: tuple) -> str:
-    return ", ".join(f"{n}={'x'.join(map(str, s)) or '()'}:{d}" for n, s, d in key)
-
-
-class _Compiled:
-    """One loaded plan: its handle, and per thread the ``DLTensor`` arrays its runs fill (shapes fixed)."""
-
-    __slots__ = (
-        "lib",
-        "handle",
-        "inputs",
-        "outputs",
-        "made",
-        "n_in",
-        "n_out",
-        "text",
-        "_keep",
-        "_template",
-        "_local",
-        "_destroy",
-        "ran",
-        "__weakref__",
-    )
-
-    def __init__(self, lib, handle, device, inputs, outputs, text: str) -> None:
-        self.lib, self.handle, self.text = lib, handle, text
-        self.inputs = inputs  # [(name, shape, dtype name)] in the plan's order
-        self.outputs = outputs
-        # What a run allocates for each output: (name, shape, DType, element strides).
-        self.made = [(n, s, get_dtype(d), contiguous_strides(s)) for n, s, d in outputs]
-        self.n_in, self.n_out = len(inputs), len(outputs)
-        self.ran = False  # a run made its first execution context (the memory it holds is then told)
-        self._keep: list = []  # the shape arrays every thread's DLTensors point at (read-only for the core)
-        self._template = (self._array(inputs, device), self._array(outputs, device))
-        self._local = threading.local()
-        # A pipeline dropped without close() still gives its plans back: once this object is unreachable,
-        # no run can be using the handle. Not at interpreter exit (the driver may be gone by then).
-        self._destroy = weakref.finalize(self, lib.pipeLinkDestroyPipeline, handle)
-        self._destroy.atexit = False
-
-    def _array(self, specs, device) -> Any:
-        kind, index = device
-        array = (PipeLinkTensor * max(1, len(specs)))()
-        for t, (_, shape, dtype) in zip(array, specs, strict=False):
-            dt = get_dtype(dtype)
-            dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-            self._keep.append(dims)
-            t.device.device_type, t.device.device_id = _DEVICE_TYPE[kind], index
-            t.ndim, t.shape = len(shape), dims
-            t.dtype.code, t.dtype.bits, t.dtype.lanes = dt.dl_code, dt.bits, 1
-        return array
-
-    def arrays(self) -> tuple[Any, Any]:
-        """This thread's (inputs, outputs) DLTensor arrays: copied from the template on its first run."""
-        try:
-            return self._local.arrays
-        except AttributeError:
-            ins, outs = self._template
-            found = self._local.arrays = (type(ins).from_buffer_copy(ins), type(outs).from_buffer_copy(outs))
-            return found
-
-    def close(self) -> None:
-        self._destroy()  # once: a finalizer runs at most one time
-        self.handle = None
-
-
-def native_report(text: str, total_time_s: float, stages: Iterable[tuple[str, str, str]] = ()) -> RunReport:
-    """``last_report`` of a run the core made, built when read (the hot path stores only ``text`` and the
-    time): ``stages`` are the plan's ``(stage id, operator, variant)`` (:meth:`NativeRunner.stages_of`), each
-    reported ``"ok"`` (the core runs every stage or fails the run) with no time (it does not time stages)."""
-    report = RunReport()
-    report.executor, report.signature, report.total_time_s = "native", text, total_time_s
-    report.record_native(stages)
-    return report
-
-
 class NativeRunner:
     """The native core's side of one pipeline: a plan per input signature, compiled on first use.
 
@@ -284,7 +140,7 @@ class NativeRunner:
         self._device = pipe.device
         self._cuda = self._kind == "cuda"
         self._names = tuple(pipe.inputs)  # bound weights are constants inside the plan
-        self._plans: dict[tuple, _Compiled | str] = {}  # signature -> plan, or why Python runs it
+        self._plans: dict[tuple, LoadedPlan | str] = {}  # signature -> plan, or why Python runs it
         self.fast: Any = None  # the C side (_hotpath.Runner), once a plan is loaded: Pipeline.run's first try
         self._cond = threading.Condition()
         self._active = 0  # runs inside the core now: close() and reset() wait for them
@@ -330,7 +186,7 @@ class NativeRunner:
         places = []
         for name in names:
             value = given.get(name)
-            place = _place(value, kind, device, index) if value is not None else None
+            place = place_tensor(value, kind, device, index) if value is not None else None
             if place is None:
                 return self._bad_input(name, given)
             places.append(place)
@@ -342,7 +198,8 @@ class NativeRunner:
             # Inside the caller's capture the core records a plan it already ran (warm), writing out=
             # buffers; anything else is the Python executor's, which refuses it naming what is wrong.
             outputs = self._pipe.graph.outputs
-            if compiled.__class__ is not _Compiled or not isinstance(out, Mapping) or len(out) < len(outputs):
+            warm = compiled.__class__ is LoadedPlan
+            if not warm or not isinstance(out, Mapping) or len(out) < len(outputs):
                 return "the caller's stream is being captured, and the core has no warm plan for this run"
         if compiled is None:
             compiled = self._compile(key)
@@ -362,7 +219,7 @@ class NativeRunner:
         for t, (name, shape, dtype, strides) in zip(out_array, compiled.made, strict=False):
             buffer = outs.get(name) if outs else None
             if buffer is not None:  # the caller's (imported): written in place
-                place = _place(buffer, kind, device, index)
+                place = place_tensor(buffer, kind, device, index)
                 if place is None or place[1:] != (shape, dtype.name):
                     return self._decline(
                         f"out= buffer {name!r} must be a contiguous {shape} {dtype.name} tensor of {device}"
@@ -370,7 +227,7 @@ class NativeRunner:
                 t.data = place[0]
                 results[name] = backend.wrap(buffer)
             elif kind == "cpu":
-                results[name], t.data = _host_output(shape, dtype, strides)
+                results[name], t.data = host_output(shape, dtype, strides)
             else:
                 tensor = results[name] = empty(shape, dtype)
                 t.data = tensor.ptr
@@ -379,7 +236,7 @@ class NativeRunner:
             compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle
         )
         if status:
-            error = _error(compiled.lib, status, f"running {self._pipe.name!r}")
+            error = core_error(compiled.lib, status, f"running {self._pipe.name!r}")
             if self._required:
                 raise error
             # A run the core refused (the caller's tensors are checked before anything runs) or a module
@@ -417,7 +274,7 @@ class NativeRunner:
         )
 
     # -- compiling a signature (once, under the pipeline's lock) ------------------------------------
-    def _compile(self, key: tuple) -> _Compiled | str:
+    def _compile(self, key: tuple) -> LoadedPlan | str:
         pipe = self._pipe
         with pipe._lock:
             found = self._plans.get(key)
@@ -425,7 +282,7 @@ class NativeRunner:
                 return found
             if self._closed:
                 raise InvalidArgumentError(f"pipeline {pipe.name!r} is closed")
-            text = _signature_text(key)
+            text = signature_text(key)
             try:
                 # The user's dtype and shape errors, and the outputs' shapes, before anything is compiled.
                 for name, _, dtype in key:
@@ -449,24 +306,24 @@ class NativeRunner:
                 if self._required:
                     raise
                 found = f"compiling for the native core failed ({type(e).__name__}: {e})"
-            pipe.load_report.executors[text] = "native" if found.__class__ is _Compiled else found
+            pipe.load_report.executors[text] = "native" if found.__class__ is LoadedPlan else found
             self._plans[key] = found
-            if found.__class__ is _Compiled:
+            if found.__class__ is LoadedPlan:
                 self._note_native()  # its constants are on the device now
                 self._give_fast(key, found)
             return found
 
     # -- the C side (_hotpath.c) -------------------------------------------------------------------
-    def _give_fast(self, key: tuple, compiled: _Compiled) -> None:
+    def _give_fast(self, key: tuple, compiled: LoadedPlan) -> None:
         """Hand a loaded plan to the C side, making it on the first (never when it was not built)."""
         if _FastRunner is None or self._closed:
             return
         if self.fast is None:
             backend = self._backend
-            parts = backend.hot_path_parts() if self._cuda else {"host_output": _host_output}  # CPU: NumPy
+            parts = backend.hot_path_parts() if self._cuda else {"host_output": host_output}  # CPU: NumPy
             self.fast = _FastRunner(
                 self._names,
-                _DEVICE_TYPE[self._kind],
+                DEVICE_TYPE[self._kind],
                 self._index,
                 self._device,
                 ctypes.cast(compiled.lib.plk_execute_joined, ctypes.c_void_p).value,
@@ -507,14 +364,14 @@ class NativeRunner:
         self._pipe._native = None  # later runs go straight to the Python executor (no plan to close)
 
     def _compiled_any(self) -> bool:
-        return any(v.__class__ is _Compiled for v in self._plans.values())
+        return any(v.__class__ is LoadedPlan for v in self._plans.values())
 
     def stages_of(self, text: str) -> tuple[tuple[str, str, str], ...]:
         """``(stage id, operator, variant)`` of each stage of the plan of signature ``text``, in plan order
         (for :func:`native_report`); empty for a signature never compiled for the core."""
         return self._stages.get(text, ())
 
-    def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> _Compiled:
+    def _load(self, key: tuple, specs: Mapping[str, tuple], text: str) -> LoadedPlan:
         pipe = self._pipe
         shapes = {name: (shape, dtype) for name, shape, dtype in key}
         folder = Path(tempfile.mkdtemp(prefix="pipelink-native-"))
@@ -523,24 +380,24 @@ class NativeRunner:
             path = write_plan(
                 pipe, folder / "plan.plk", shapes, cuda_graph=self._cuda_graph, variants=variants
             )
-            lib = _runtime()  # opened once a plan exists: a pipeline the core refuses never loads it
+            lib = runtime()  # opened once a plan exists: a pipeline the core refuses never loads it
             handle = ctypes.c_void_p()
             status = lib.pipeLinkLoadPipeline(str(path).encode(), ctypes.byref(handle))
             if status:
-                raise _error(lib, status, f"loading the plan of {pipe.name!r}")
+                raise core_error(lib, status, f"loading the plan of {pipe.name!r}")
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the core keeps what it needs (modules: memfd copies)
         outputs = [(n, tuple(int(d) for d in s), get_dtype(d).name) for n, (s, d) in specs.items()]
         # What its runs' reports list (kept past reset(): a report read later describes the run it was).
         stages = pipe.graph.stages
         self._stages[text] = tuple((st.id, st.desc.name, variants.get(st.id, "")) for st in stages)
-        return _Compiled(lib, handle, (self._kind, self._index), list(key), outputs, text)
+        return LoadedPlan(lib, handle, (self._kind, self._index), list(key), outputs, text)
 
     def _destroy_plans(self) -> None:
         """Destroy every plan; called with no run inside the core (``self._cond`` held, ``_active`` 0)."""
         plans, self._plans = self._plans, {}
         for compiled in plans.values():
-            if compiled.__class__ is _Compiled:
+            if compiled.__class__ is LoadedPlan:
                 compiled.close()
 
     def reset(self) -> None:
