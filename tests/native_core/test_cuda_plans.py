@@ -19,7 +19,7 @@ import pytest
 
 import pipelink as pl
 from pipelink.errors import ConfigError, ErrorCode
-from pipelink.ops.gemm.cuda import NativeMatmul
+from pipelink.ops.gemm.lt import NativeMatmul
 from pipelink.ops.kernel import NativeKernel
 from pipelink.runtime.plan import Step
 from pipelink.runtime.planfile import (

@@ -21,7 +21,7 @@ from pipelink.hardware import HardwareInfo
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import register_builtins
 from pipelink.ops.conv.cuda import CUBLASLT_VARIANT, PointwiseGemm, bind_conv2d_gemm, pointwise_gemm
-from pipelink.ops.gemm.cuda import NativeMatmul
+from pipelink.ops.gemm.lt import NativeMatmul
 from tests.unit.test_cuda_sources import _emulate_strided
 
 GPU = HardwareInfo(kind="cuda", name="FakeGPU", compute_capability=(9, 0), features={"fp32": 1, "bf16": 1})

@@ -1,7 +1,8 @@
 """Choosing a product's cuBLASLt algorithm by timing the heuristic's candidates at bind, without a GPU.
 
 The choice itself is a pure function (``ops/gemm/algos.py``: fake timings in, a rank out). The bind
-(``_LtMatmul``) runs on a stand-in for nvmath's cuBLASLt whose heuristic offers several candidates and whose
+(``LtMatmul``, ops/gemm/lt.py) runs on a stand-in for nvmath's cuBLASLt whose heuristic offers several
+candidates and whose
 ``matmul`` advances a fake device clock by a cost per algorithm, and on a backend whose timing events read
 that clock: so the test knows which candidate is fastest and checks that the bind keeps it, passes it on
 every call and writes it into the plan (``NativeMatmul.algo_rank``). What the native core does with the rank
@@ -19,7 +20,8 @@ import pytest
 
 from pipelink.descriptor import KernelContext
 from pipelink.ops.gemm import algos
-from pipelink.ops.gemm.cuda import WORKSPACE_BYTES, bind_gemm
+from pipelink.ops.gemm.cuda import bind_gemm
+from pipelink.ops.gemm.lt import WORKSPACE_BYTES
 from tests.unit.test_conv_gemm_route import FakeLt, lt  # noqa: F401 - the fixture installing the stand-in
 
 
@@ -347,7 +349,7 @@ def test_the_workspace_a_run_uses_is_the_chosen_candidates(timed):
 def test_the_workspace_cap_opens_for_products_worth_timing():
     # Wrong if a small product (the T=8 MLP block's) could ask for more scratch than its own output, or a
     # large one stayed capped at its output (the heuristic then withholds its faster split-K algorithms).
-    from pipelink.ops.gemm.cuda import WORKSPACE_BYTES, workspace_limit
+    from pipelink.ops.gemm.lt import workspace_limit
 
     assert workspace_limit(8, 1024, 1, 2, k=1024) == 8 * 1024 * 2
     assert workspace_limit(4096, 768, 1, 4, k=3072) == WORKSPACE_BYTES > 4096 * 768 * 4

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelink.ops.gemm.cuda import offset_alignment, plan_batches
+from pipelink.ops.gemm.lt import offset_alignment, plan_batches
 from pipelink.ops.gemm.reference import matmul_dims
 
 CASES = [

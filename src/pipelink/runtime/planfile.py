@@ -27,7 +27,7 @@ from ..errors import ConfigError, ErrorCode, HardwareUnsupportedError, InvalidAr
 from ..graph.linker import LinkedStage
 from ..modules.native import load_library
 from ..modules.services import ATTR_FLOATS, ATTR_INTS, ATTR_STR, AttrArray
-from ..ops.gemm.cuda import NativeMatmul
+from ..ops.gemm.lt import NativeMatmul
 from ..ops.kernel import NativeKernel
 from .executor import compile_plan
 

@@ -3,7 +3,7 @@ nvidia-cudnn-frontend (``ops/cudnn_graph.py``).
 
 - A *pointwise* ``conv2d`` (kernel 1x1, strides 1, no pads, one group; dilations do not matter for one
   tap) is a batched GEMM: ``y[n] = w[M, C] @ x[n][C, H*W] (+ b[M] over H*W)``, w shared by the batch
-  (batch stride 0). It runs the gemm family's cuBLASLt product (``gemm/cuda.py``: ``lt_product``,
+  (batch stride 0). It runs the gemm family's cuBLASLt product (``gemm/lt.py``: ``lt_product``,
   ``plan_batches``), the variant ``cuda:cublaslt``, ranked before cuDNN (whose NCHW plans transpose to
   NHWC: 91-98 us on the H200 for N=32, 256->64 channels at 56x56 in float16, where PyTorch's conv2d took
   40 us and the bare batched product 22 us). cuBLASLt's BIAS
@@ -46,7 +46,8 @@ from ..cudnn_graph import (
     write_nothing,
 )
 from ..elementwise.cuda import plan_binary
-from ..gemm.cuda import CUBLASLT_VARIANT, lt_product, plan_batches, plan_bias_expand
+from ..gemm.cuda import CUBLASLT_VARIANT, plan_bias_expand
+from ..gemm.lt import lt_product, plan_batches
 from ..kernel import FLOATS, PlanLaunch, contiguous_strides
 from .window import window_2d
 

@@ -4,7 +4,7 @@ Pure Python, no device: when timing is worth it (:func:`worth_timing`), how cand
 fastest kept (:func:`choose_fastest`: a failure scores ``inf``, as in Triton's autotuner), and the
 process's memory of choices (:data:`CHOICES`), so a second bind of the same product (a second load, the
 plan a ``.plk`` compile makes, the native path's compile) takes the same algorithm without timing again.
-``gemm/cuda.py`` does the timing on the device; nothing here may ever run during a run or a capture.
+``gemm/lt.py`` does the timing on the device; nothing here may ever run during a run or a capture.
 """
 
 from __future__ import annotations
@@ -174,5 +174,5 @@ class ChoiceMemo:
             return len(self._choices)
 
 
-#: The process's memo of timed choices (ops/gemm/cuda.py reads and fills it).
+#: The process's memo of timed choices (ops/gemm/lt.py reads and fills it).
 CHOICES = ChoiceMemo()
