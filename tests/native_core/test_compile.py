@@ -121,6 +121,25 @@ def test_a_failing_compiler_is_reported(tmp_path):
     assert not (tmp_path / "lib.so").exists()
 
 
+def test_run_extensions_build_and_say_why_not(tmp_path, monkeypatch):
+    # Wrong if a failing compiler or missing Python headers left a half-written extension, or built one
+    # silently without the other (run() then takes its Python path: setup.py and native.build warn).
+    import sysconfig
+
+    from pipelink.native.build import EXTENSIONS, compile_extension
+
+    assert set(EXTENSIONS) == {"pipelink.runtime._hotpath", "pipelink.backends.cuda._pool"}
+    for name in EXTENSIONS:
+        with pytest.raises(RuntimeError, match="failed"):
+            compile_extension(name, tmp_path / f"{name}.so", compiler=["false"])
+        built = compile_extension(name, tmp_path / f"{name}.so")
+        assert built.is_file() and built.stat().st_size > 0
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path / "no-headers")})
+    with pytest.raises(RuntimeError, match=r"Python\.h is not in"):
+        compile_extension("pipelink.runtime._hotpath", tmp_path / "missing.so")
+    assert not (tmp_path / "missing.so").exists()
+
+
 def test_the_build_script_takes_no_option_for_an_output_path(tmp_path, capsys, monkeypatch):
     # `python -m pipelink.native.build --help` once wrote the library to a file named "--help".
     from pipelink.native.build import main as build_main
