@@ -7,6 +7,8 @@ import gc
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelink.backends.cuda import compiler as cuda_kernels
 from pipelink.backends.cuda import device as cuda_device
@@ -306,3 +308,56 @@ def test_a_sticky_cuda_error_corrupts_the_context_for_good():
     assert info.value.cuda_code == 700 and info.value.device_uuid == "GPU-test"
     wrapped = health.wrap(ValueError("boom"), "launch", "s")
     assert isinstance(wrapped, CUDAError) and "ValueError: boom" in wrapped.message
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("acquire"), st.integers(0, 3 * MAX_BIN)),
+            st.tuples(st.just("release"), st.integers(0, 63)),
+            st.tuples(st.just("drop"), st.integers(0, 63)),
+            st.tuples(st.just("hold"), st.booleans()),
+            st.tuples(st.just("clear"), st.just(0)),
+            st.tuples(st.just("flush"), st.just(0)),
+        ),
+        max_size=60,
+    )
+)
+def test_the_pool_keeps_its_books_whatever_the_order(ops):
+    # Wrong if the C pool (_pool.c) ever handed out one address twice, lost a raw block (neither live,
+    # cached nor handed out), freed a raw block while frees were held, or reported bytes it does not hold.
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    live = []
+    for op, arg in ops:
+        if op == "acquire":
+            live.append(pool.acquire(arg))  # no other name holds it: dropping it from `live` releases it
+            assert live[-1].size >= arg and live[-1].size == (bin_size(arg) or arg)
+        elif op == "release" and live:
+            live.pop(arg % len(live)).release()
+        elif op == "drop" and live:
+            del live[arg % len(live)]  # garbage: back to the pool from its finalizer
+        elif op == "hold":
+            pool.hold_frees = arg
+        elif op == "clear":
+            before = dict(dev.live)
+            pool.clear()
+            if pool.hold_frees:
+                assert all(p in dev.live for p in before), "a raw free while frees are held"
+        elif op == "flush":
+            pool.flush()
+        pointers = [b.ptr for b in live]
+        assert len(set(pointers)) == len(pointers), "one address handed out twice"
+        assert all(p in dev.live for p in pointers), "a live block's raw memory was freed"
+        st_ = pool.stats()
+        assert st_["in_use_bytes"] == sum(b.size for b in live) == pool.in_use_bytes
+        assert st_["in_use_blocks"] == len(live)
+        cached = sum(size * n for size, n in st_["bins"].items())
+        assert st_["cached_bytes"] == cached
+        assert st_["raw_bytes"] >= st_["in_use_bytes"] + cached
+        assert sum(dev.live.values()) >= st_["raw_bytes"]  # held frees still count as device memory
+    pool.hold_frees = False
+    live.clear()
+    pool.clear()
+    assert dev.live == {} and pool.stats()["raw_bytes"] == 0, "every raw block goes back"
