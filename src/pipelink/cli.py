@@ -383,7 +383,10 @@ def compile(
     device: Annotated[str, typer.Option(help="device of the plan: cpu | cuda | cuda:N")] = "cpu",
     shape: Annotated[
         list[str] | None,
-        typer.Option(help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input)"),
+        typer.Option(
+            help="an input's shape and dtype: NAME=AxB[:dtype] (NAME=:dtype for a 0-d input); an input given "
+            "N times compiles N signatures into one plan file"
+        ),
     ] = None,
     cuda_graph: Annotated[
         bool, typer.Option("--cuda-graph", help="the core captures and replays CUDA graphs (CUDA plans)")
@@ -394,9 +397,12 @@ def compile(
     ] = None,
 ) -> None:
     """Compile a config into a plan the native core runs (pipeLinkLoadPipeline)."""
-    from .runtime.planfile import MAX_CONSTANT_BYTES, parse_shape
+    from .runtime.planfile import MAX_CONSTANT_BYTES, signatures_of
 
-    shapes = dict(parse_shape(s) for s in shape or [])
+    try:
+        shapes = signatures_of(shape or [])
+    except InvalidArgumentError as e:  # a malformed --shape is a usage error
+        raise UsageFailure(e) from e
     limit = MAX_CONSTANT_BYTES if max_constant_bytes is None else max_constant_bytes
     pipe = _load(config, device)
     with pipe:

@@ -803,7 +803,7 @@ class Pipeline:
         self,
         path: str | Path,
         *,
-        shapes: Mapping[str, tuple] | None = None,
+        shapes: Mapping[str, tuple] | list[Mapping[str, tuple]] | None = None,
         cuda_graph: bool | None = None,
         max_constant_bytes: int = MAX_CONSTANT_BYTES,
     ) -> Path:
@@ -818,7 +818,9 @@ class Pipeline:
             The ``.plk`` file to write. Native module paths are stored relative to its folder.
         shapes : dict of name -> (shape, dtype), optional
             The input signature to compile for (default: the config's declared ``inputs``; a dtype of
-            None takes the declared one). Bound weights keep their arrays' shapes.
+            None takes the declared one). Bound weights keep their arrays' shapes. A list of signatures
+            writes them all into one plan file (a bundle, at most 64); the core runs the one whose input
+            shapes a call's tensors have.
         max_constant_bytes : int
             The most bytes of bound weights the plan may embed (default 2 GiB, at most 4 GiB).
         cuda_graph : bool, optional

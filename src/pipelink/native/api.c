@@ -96,6 +96,8 @@ static Slot* pin(PipeLinkPipelineHandle h, const char* fn) {
 
 static void unpin(Slot* s) { atomic_fetch_sub(&s->pins, 1); }
 
+static void free_pipeline(Pipeline* p);
+
 /* Called with registry_lock held and the slot live. */
 static void destroy_slot(Slot* s, uint64_t live_state) {
     atomic_store(&s->state, live_state & ~(uint64_t)1); /* dead: new pins fail */
@@ -103,12 +105,7 @@ static void destroy_slot(Slot* s, uint64_t live_state) {
     Pipeline* p = s->pipeline;
     s->pipeline = NULL;
     atomic_store(&s->state, ((live_state >> 1) + 1) << 1); /* the next generation, free */
-    plk_pipeline_free_contexts(p);
-    plk_held_add(p->plan.device_type, p->plan.device_id, PLK_HELD_CONSTANT, -(int64_t)p->held_constants);
-    pthread_mutex_destroy(&p->pool_lock);
-    plk_cuda_unload(&p->plan);
-    plk_plan_free(&p->plan);
-    free(p->input_info), free(p->output_info), free(p);
+    free_pipeline(p);
 }
 
 PipeLinkStatus pipeLinkDestroyPipeline(PipeLinkPipelineHandle h) {
@@ -236,6 +233,140 @@ static void make_info(const Plan* plan, const int32_t* refs, int32_t n, PipeLink
     }
 }
 
+/* Free a loaded pipeline (not registered, or detached from its slot), the other plans of its bundle too. */
+static void free_pipeline(Pipeline* p) {
+    if (p == NULL) return;
+    for (int32_t i = 0; i < p->n_more; ++i) free_pipeline(p->more[i]);
+    free(p->more), free(p->bundle_shapes);
+    plk_pipeline_free_contexts(p);
+    plk_held_add(p->plan.device_type, p->plan.device_id, PLK_HELD_CONSTANT, -(int64_t)p->held_constants);
+    pthread_mutex_destroy(&p->pool_lock);
+    plk_cuda_unload(&p->plan);
+    plk_plan_free(&p->plan);
+    free(p->input_info), free(p->output_info), free(p);
+}
+
+/* One plan from its bytes (a whole .plk: envelope and payload), loaded: libraries from `dir`, a CUDA plan's
+ * cubins, products and constants on its device. */
+static PipeLinkStatus load_plan(const uint8_t* bytes, size_t n, const char* path, const char* dir, Pipeline** out) {
+    *out = NULL;
+    Pipeline* p = calloc(1, sizeof *p);
+    int32_t device_type = 0, device_id = 0;
+    uint32_t version = 0, flags = 0;
+    PipeLinkStatus st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id, &flags)
+                          : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
+    if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
+    if (st) return free(p), st;
+    p->plan.flags = flags;
+    pthread_mutex_init(&p->pool_lock, NULL);
+    st = plk_plan_open_libraries(&p->plan, dir);
+    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load(&p->plan);
+    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load_constants(&p->plan);
+    p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
+    p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
+    if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");
+    if (st) return free_pipeline(p), st;
+    make_info(&p->plan, p->plan.inputs, p->plan.n_inputs, p->input_info);
+    make_info(&p->plan, p->plan.outputs, p->plan.n_outputs, p->output_info);
+    /* The constants stay loaded with the plan: a CUDA plan's device block (256-byte aligned offsets), a CPU
+     * plan's host copies. Counted for pipeLinkGetArenaStats until it is freed. */
+    for (int32_t i = 0; i < p->plan.n_tensors; ++i)
+        if (p->plan.tensors[i].storage == PLK_STORAGE_CONSTANT)
+            p->held_constants += device_type == PIPELINK_DEVICE_CUDA ? (p->plan.tensors[i].nbytes + 255) / 256 * 256
+                                                                     : p->plan.tensors[i].nbytes;
+    plk_held_add(device_type, device_id, PLK_HELD_CONSTANT, (int64_t)p->held_constants);
+    *out = p;
+    return PIPELINK_SUCCESS;
+}
+
+/* Whether two plans of a bundle take and give the same tensors (names, dtypes, ranks, in order) on the same
+ * device: the signatures of one pipeline. */
+static int same_ports(const Plan* a, const Plan* b) {
+    if (a->device_type != b->device_type || a->device_id != b->device_id || a->n_inputs != b->n_inputs ||
+        a->n_outputs != b->n_outputs)
+        return 0;
+    for (int32_t i = 0; i < a->n_inputs + a->n_outputs; ++i) {
+        const PlanTensor* x = &a->tensors[i < a->n_inputs ? a->inputs[i] : a->outputs[i - a->n_inputs]];
+        const PlanTensor* y = &b->tensors[i < b->n_inputs ? b->inputs[i] : b->outputs[i - b->n_inputs]];
+        if (strcmp(x->name, y->name) != 0 || x->dtype_id != y->dtype_id || x->ndim != y->ndim) return 0;
+    }
+    return 1;
+}
+
+/* A bundle (docs/plan-format.md, "Several signatures"): its first plan, holding the others in `more`, with
+ * the info of dimensions that differ between them reported as -1. */
+static PipeLinkStatus load_bundle(const uint8_t* b, size_t n, const char* path, const char* dir, Pipeline** out) {
+    *out = NULL;
+    if (n < PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s is truncated: %zu bytes, shorter than its header", path, n);
+    uint32_t version = le32(b + 8), header = le32(b + 12), count = le32(b + 16);
+    if (version != PLK_BUNDLE_VERSION)
+        return plk_fail(PIPELINK_ERR_VERSION_MISMATCH, "plan bundle %s has format version %u; this runtime reads "
+                        "version %u: recompile it with the PipeLink that ships this runtime", path, version,
+                        PLK_BUNDLE_VERSION);
+    if (header != PLK_HEADER_SIZE || le32(b + 20) != 0)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s: a malformed header", path);
+    if (count < 1 || count > PLK_MAX_SIGNATURES)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s holds %u plans; a bundle holds 1 to %d", path, count,
+                        PLK_MAX_SIGNATURES);
+    uint64_t payload = le64(b + 24);
+    if (payload != n - PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s is truncated or padded: its header announces %llu "
+                        "payload bytes, the file holds %zu", path, (unsigned long long)payload, n - PLK_HEADER_SIZE);
+    uint8_t digest[32];
+    plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
+    if (memcmp(digest, b + 32, 32) != 0)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s is corrupt: the payload's sha256 differs from its "
+                        "header's", path);
+    Pipeline* members[PLK_MAX_SIGNATURES] = {NULL};
+    PipeLinkStatus st = PIPELINK_SUCCESS;
+    size_t at = PLK_HEADER_SIZE;
+    for (uint32_t k = 0; k < count && !st; ++k) {
+        uint64_t len = n - at >= 8 ? le64(b + at) : UINT64_MAX;
+        if (len == UINT64_MAX || len > n - at - 8) {
+            st = plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s: plan %u runs past the end of the file", path, k);
+            break;
+        }
+        st = load_plan(b + at + 8, (size_t)len, path, dir, &members[k]);
+        at += 8 + (size_t)len;
+        if (!st && k > 0 && !same_ports(&members[0]->plan, &members[k]->plan))
+            st = plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s: plan %u takes or gives other tensors than plan 0 "
+                          "(the plans of a bundle are signatures of one pipeline)", path, k);
+    }
+    if (!st && at != n) st = plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s: bytes after its last plan", path);
+    Pipeline* first = members[0];
+    if (!st && count > 1) {
+        first->more = calloc(count - 1, sizeof *first->more);
+        size_t dims = 0;
+        for (int32_t i = 0; i < first->plan.n_inputs + first->plan.n_outputs; ++i)
+            dims += (size_t)(i < first->plan.n_inputs ? first->input_info[i] : first->output_info[i - first->plan.n_inputs]).ndim;
+        first->bundle_shapes = calloc(dims + 1, sizeof *first->bundle_shapes);
+        if (first->more == NULL || first->bundle_shapes == NULL) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a plan bundle");
+    }
+    if (st) {
+        for (uint32_t k = 0; k < count; ++k) free_pipeline(members[k]);
+        return st;
+    }
+    if (count > 1) {
+        for (uint32_t k = 1; k < count; ++k) first->more[first->n_more++] = members[k];
+        int64_t* dim = first->bundle_shapes;
+        for (int32_t i = 0; i < first->plan.n_inputs + first->plan.n_outputs; ++i) {
+            PipeLinkTensorInfo* info = i < first->plan.n_inputs ? &first->input_info[i] : &first->output_info[i - first->plan.n_inputs];
+            for (int32_t d = 0; d < info->ndim; ++d) {
+                dim[d] = info->shape[d];
+                for (int32_t k = 0; k < first->n_more; ++k) {
+                    const PipeLinkTensorInfo* other = i < first->plan.n_inputs ? &first->more[k]->input_info[i]
+                                                                               : &first->more[k]->output_info[i - first->plan.n_inputs];
+                    if (other->shape[d] != dim[d]) dim[d] = -1;
+                }
+            }
+            info->shape = dim, dim += info->ndim;
+        }
+    }
+    *out = first;
+    return PIPELINK_SUCCESS;
+}
+
 PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* out) {
     if (out == NULL) return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeLinkLoadPipeline: out is NULL; pass the address of a handle");
     *out = NULL;
@@ -253,52 +384,25 @@ PipeLinkStatus pipeLinkLoadPipeline(const char* path, PipeLinkPipelineHandle* ou
     st = read_file(file, &bytes, &n);
     if (compiled[0]) unlink(compiled);
     if (st) return st;
-    Pipeline* p = calloc(1, sizeof *p);
-    int32_t device_type = 0, device_id = 0;
-    uint32_t version = 0, flags = 0;
-    st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id, &flags)
-           : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
-    if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
-    if (!st) p->plan.flags = flags;
-    free(bytes);
-    if (st) { free(p); return st; }
     /* Libraries resolve against the plan's folder (the writer stored them relative to it). */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", file);
     char* slash = strrchr(dir, '/');
     if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
-    if (!st) st = plk_plan_open_libraries(&p->plan, dir[0] ? dir : "/");
-    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load(&p->plan);
-    if (!st && device_type == PIPELINK_DEVICE_CUDA) st = plk_cuda_load_constants(&p->plan);
-    p->input_info = calloc((size_t)p->plan.n_inputs + 1, sizeof(PipeLinkTensorInfo));
-    p->output_info = calloc((size_t)p->plan.n_outputs + 1, sizeof(PipeLinkTensorInfo));
-    if (!st && (!p->input_info || !p->output_info)) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeline info");
-    if (st) {
-        plk_cuda_unload(&p->plan);
-        plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
-        return st;
-    }
-    make_info(&p->plan, p->plan.inputs, p->plan.n_inputs, p->input_info);
-    make_info(&p->plan, p->plan.outputs, p->plan.n_outputs, p->output_info);
-    pthread_mutex_init(&p->pool_lock, NULL);
+    Pipeline* p = NULL;
+    if (n >= 8 && memcmp(bytes, PLK_BUNDLE_MAGIC, 8) == 0) st = load_bundle(bytes, n, path, dir[0] ? dir : "/", &p);
+    else st = load_plan(bytes, n, path, dir[0] ? dir : "/", &p);
+    free(bytes);
+    if (st) return st;
     pthread_mutex_lock(&registry_lock);
     int index = -1;
     for (int i = 0; i < MAX_PIPELINES && index < 0; ++i)
         if (!(atomic_load(&slots[i].state) & 1)) index = i;
     if (index < 0) {
         pthread_mutex_unlock(&registry_lock);
-        pthread_mutex_destroy(&p->pool_lock);
-        plk_cuda_unload(&p->plan);
-        plk_plan_free(&p->plan), free(p->input_info), free(p->output_info), free(p);
+        free_pipeline(p);
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "pipeLinkLoadPipeline: %d pipelines are loaded already; destroy some", MAX_PIPELINES);
     }
-    /* The constants stay loaded with the plan: a CUDA plan's device block (256-byte aligned offsets), a CPU
-     * plan's host copies. Counted for pipeLinkGetArenaStats until destroy_slot. */
-    for (int32_t i = 0; i < p->plan.n_tensors; ++i)
-        if (p->plan.tensors[i].storage == PLK_STORAGE_CONSTANT)
-            p->held_constants += device_type == PIPELINK_DEVICE_CUDA ? (p->plan.tensors[i].nbytes + 255) / 256 * 256
-                                                                     : p->plan.tensors[i].nbytes;
-    plk_held_add(device_type, device_id, PLK_HELD_CONSTANT, (int64_t)p->held_constants);
     slots[index].pipeline = p;
     uint64_t state = atomic_load(&slots[index].state) | 1;
     atomic_store(&slots[index].state, state);
@@ -321,13 +425,54 @@ PipeLinkStatus pipeLinkGetPipelineInfo(PipeLinkPipelineHandle h, PipeLinkPipelin
 
 /* ---- execution ---- */
 
+static int takes(const Plan* plan, const PipeLinkTensor* inputs) {
+    for (int32_t i = 0; i < plan->n_inputs; ++i) {
+        const PlanTensor* want = &plan->tensors[plan->inputs[i]];
+        const PipeLinkTensor* t = &inputs[i];
+        if (t->ndim != want->ndim || (t->ndim > 0 && t->shape == NULL)) return 0;
+        for (int32_t d = 0; d < t->ndim; ++d)
+            if (t->shape[d] != want->shape[d]) return 0;
+    }
+    return 1;
+}
+
+/* The plan of a bundle whose input shapes these are (a single plan: itself; its own checks follow). */
+static Pipeline* signature_for(Pipeline* p, const PipeLinkTensor* inputs, int32_t n_inputs, PipeLinkStatus* st) {
+    if (p->n_more == 0 || inputs == NULL || n_inputs != p->plan.n_inputs) return p;
+    if (takes(&p->plan, inputs)) return p;
+    for (int32_t k = 0; k < p->n_more; ++k)
+        if (takes(&p->more[k]->plan, inputs)) return p->more[k];
+    char shapes[512] = ""; /* each plan's input shapes: "(8x1024 1024), (16x1024 1024)" */
+    for (int32_t k = -1; k < p->n_more; ++k) {
+        const Plan* plan = k < 0 ? &p->plan : &p->more[k]->plan;
+        size_t at = strlen(shapes);
+        snprintf(shapes + at, sizeof shapes - at, "%s(", k < 0 ? "" : ", ");
+        for (int32_t i = 0; i < plan->n_inputs; ++i) {
+            const PlanTensor* t = &plan->tensors[plan->inputs[i]];
+            for (int32_t d = 0; d < t->ndim; ++d) {
+                at = strlen(shapes);
+                snprintf(shapes + at, sizeof shapes - at, "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+            }
+            at = strlen(shapes);
+            snprintf(shapes + at, sizeof shapes - at, "%s", t->ndim == 0 ? "()" : "");
+            if (i + 1 < plan->n_inputs) at = strlen(shapes), snprintf(shapes + at, sizeof shapes - at, " ");
+        }
+        at = strlen(shapes);
+        snprintf(shapes + at, sizeof shapes - at, ")");
+    }
+    *st = plk_fail(PIPELINK_ERR_SHAPE_MISMATCH, "pipeline '%s' has no signature for these input shapes; its plans take "
+                   "%s; compile one for them (pipelink compile --shape)", p->plan.name, shapes);
+    return NULL;
+}
+
 static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                               PipeLinkTensor* outputs, int32_t n_outputs, void* stream, int async, void* join,
                               int32_t* capturing) {
     Slot* s = pin(h, fn);
     if (s == NULL) return PIPELINK_ERR_INVALID_ARGUMENT;
-    Pipeline* p = s->pipeline;
     PipeLinkStatus st = PIPELINK_SUCCESS;
+    Pipeline* p = signature_for(s->pipeline, inputs, n_inputs, &st);
+    if (p == NULL) return unpin(s), st;
     if (n_inputs != p->plan.n_inputs || n_outputs != p->plan.n_outputs)
         st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline '%s' takes %d inputs and %d outputs (got %d and %d); "
                       "pipeLinkGetPipelineInfo lists them", fn, p->plan.name, p->plan.n_inputs, p->plan.n_outputs, n_inputs, n_outputs);

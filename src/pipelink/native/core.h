@@ -15,6 +15,9 @@
                                      algorithm ranks) are still read */
 #define PLK_FORMAT_VERSION_MIN 1u
 #define PLK_HEADER_SIZE 64u
+#define PLK_BUNDLE_MAGIC "PLKBNDL" /* 8 bytes with the NUL: several signatures of one pipeline, one plan each */
+#define PLK_BUNDLE_VERSION 1u
+#define PLK_MAX_SIGNATURES 64      /* plans in one bundle */
 #define PLK_MAX_NDIM 32
 #define PLK_MAX_COUNT (1u << 20) /* any count in a plan: tensors, stages, attrs, ... */
 #define PLK_FLAG_CUDA_GRAPH 1u    /* header flags: CUDA plans run as CUDA graphs captured by the core */
@@ -226,6 +229,9 @@ typedef struct Pipeline {
     int32_t n_contexts;
     _Atomic int graph_off; /* PLK_FLAG_CUDA_GRAPH plans: a capture failed, every run is eager from then on */
     uint64_t held_constants; /* the constants' bytes counted for its device (accounting.c) while it is loaded */
+    struct Pipeline** more;  /* a bundle's other signatures (this is its first); execute picks by shapes */
+    int32_t n_more;
+    int64_t* bundle_shapes;  /* a bundle's info shapes: -1 where its signatures differ */
 } Pipeline;
 
 /* errors.c */

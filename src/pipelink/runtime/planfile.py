@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,9 @@ __all__ = [
 MAGIC = b"PLKPLAN\0"
 FORMAT_VERSION = 4
 HEADER_SIZE = 64
+BUNDLE_MAGIC = b"PLKBNDL\0"  # several signatures of one pipeline: one plan each (docs/plan-format.md)
+BUNDLE_VERSION = 1
+MAX_SIGNATURES = 64
 DEVICE_CPU, DEVICE_CUDA = 1, 2
 FLAG_CUDA_GRAPH = 1  # header flags (the high 16 bits of the device-id word): the core captures CUDA graphs
 STORAGE_EXTERNAL, STORAGE_ARENA, STORAGE_CONSTANT = 0, 1, 2
@@ -579,10 +582,20 @@ def assemble(parts: PlanParts) -> bytes:
     return header + hashlib.sha256(payload).digest() + payload
 
 
+def bundle(plans: Sequence[bytes]) -> bytes:
+    """Several plans of one pipeline (whole ``.plk`` files, one per input signature) as one bundle: a 64-byte
+    header (magic, version, count, payload size, its SHA-256), then each plan's length (u64) and bytes."""
+    if not 1 <= len(plans) <= MAX_SIGNATURES:
+        raise InvalidArgumentError(f"a plan bundle holds 1 to {MAX_SIGNATURES} signatures (got {len(plans)})")
+    payload = b"".join(struct.pack("<Q", len(p)) + bytes(p) for p in plans)
+    header = BUNDLE_MAGIC + struct.pack("<IIIIQ", BUNDLE_VERSION, HEADER_SIZE, len(plans), 0, len(payload))
+    return header + hashlib.sha256(payload).digest() + payload
+
+
 def write_plan(
     pipe,
     path: str | os.PathLike,
-    shapes: Mapping[str, tuple] | None = None,
+    shapes: Mapping[str, tuple] | Sequence[Mapping[str, tuple]] | None = None,
     *,
     cuda_graph: bool = False,
     max_constant_bytes: int = MAX_CONSTANT_BYTES,
@@ -592,9 +605,11 @@ def write_plan(
 
     Parameters
     ----------
-    shapes : dict of name -> (shape, dtype), optional
+    shapes : dict of name -> (shape, dtype), or a list of them, optional
         The input signature to compile for; by default the config's declared ``inputs``. A dtype of None
-        takes the declared one. Bound weights are not inputs: the plan holds them as constants.
+        takes the declared one. Bound weights are not inputs: the plan holds them as constants. A list of
+        several signatures writes a bundle: one plan each, the core running the one whose input shapes a
+        call's tensors have (at most 64).
     max_constant_bytes : int
         The most bytes of bound weights the plan may embed (default 2 GiB; below 4 GiB, the largest plan
         file the native core reads).
@@ -618,13 +633,45 @@ def write_plan(
         The pipeline is loaded on a device without native plans.
     """
     out = Path(path)
-    data = plan_bytes(
-        pipe, out, shapes, cuda_graph=cuda_graph, max_constant_bytes=max_constant_bytes, variants=variants
-    )
+    several = isinstance(shapes, Sequence) and not isinstance(shapes, str | bytes)
+    signatures = list(shapes) if several else [shapes]
+    if several and not 1 <= len(signatures) <= MAX_SIGNATURES:
+        raise InvalidArgumentError(f"a plan holds 1 to {MAX_SIGNATURES} signatures (got {len(signatures)})")
+    plans = [
+        plan_bytes(
+            pipe, out, s, cuda_graph=cuda_graph, max_constant_bytes=max_constant_bytes, variants=variants
+        )
+        for s in signatures
+    ]
+    data = bundle(plans) if len(plans) > 1 else plans[0]
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, out)
     return out
+
+
+def signatures_of(options: Sequence[str]) -> dict | list[dict]:
+    """``--shape`` options as the signature(s) to compile: one per value of a repeated input (an input
+    given once is the same in every signature), e.g. ``x=8x1024 x=16x1024`` -> two signatures.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A malformed option, or inputs repeated different numbers of times.
+    """
+    per_name: dict[str, list] = {}
+    for text in options:
+        name, spec = parse_shape(text)
+        per_name.setdefault(name, []).append(spec)
+    counts = {len(v) for v in per_name.values() if len(v) > 1}
+    if len(counts) > 1:
+        raise InvalidArgumentError(
+            "--shape: every input given more than once must be given as many times (one value per signature; "
+            f"got {', '.join(f'{n} {len(v)}x' for n, v in per_name.items())})"
+        )
+    n = counts.pop() if counts else 1
+    found = [{name: specs[k if len(specs) > 1 else 0] for name, specs in per_name.items()} for k in range(n)]
+    return found if n > 1 else found[0]
 
 
 def parse_shape(text: str) -> tuple[str, tuple[tuple[int, ...], str | None]]:
