@@ -148,6 +148,21 @@ static PipeLinkStatus read_file(const char* path, uint8_t** out, size_t* n) {
 static uint32_t le32(const uint8_t* p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint64_t le64(const uint8_t* p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
+/* The payload after a 64-byte header (a plan's or a bundle's): its announced size, then its SHA-256. `what`
+ * names the file in messages ("plan", "plan bundle"). */
+static PipeLinkStatus check_payload(const uint8_t* b, size_t n, const char* what, const char* path) {
+    uint64_t payload = le64(b + 24);
+    if (payload != n - PLK_HEADER_SIZE)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "%s %s is truncated or padded: its header announces %llu payload "
+                        "bytes, the file holds %zu", what, path, (unsigned long long)payload, n - PLK_HEADER_SIZE);
+    uint8_t digest[32];
+    plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
+    if (memcmp(digest, b + 32, 32) != 0)
+        return plk_fail(PIPELINK_ERR_INTEGRITY, "%s %s is corrupt: the payload's sha256 differs from its header's",
+                        what, path);
+    return PIPELINK_SUCCESS;
+}
+
 /* Check the envelope (docs/plan-format.md): magic, version, device, size, checksum. */
 static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* path, uint32_t* version_out,
                                      int32_t* device_type, int32_t* device_id, uint32_t* flags) {
@@ -166,14 +181,8 @@ static PipeLinkStatus check_envelope(const uint8_t* b, size_t n, const char* pat
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: header size %u, expected %u", path, header, PLK_HEADER_SIZE);
     /* Offset 20: u16 device id, u16 flags (an i32 device id before flags existed: the same bytes when 0). */
     *device_type = (int32_t)le32(b + 16), *device_id = (int32_t)(le32(b + 20) & 0xffffu), *flags = le32(b + 20) >> 16;
-    uint64_t payload = le64(b + 24);
-    if (payload != n - PLK_HEADER_SIZE)
-        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is truncated or padded: its header announces %llu payload "
-                        "bytes, the file holds %zu", path, (unsigned long long)payload, n - PLK_HEADER_SIZE);
-    uint8_t digest[32];
-    plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
-    if (memcmp(digest, b + 32, 32) != 0)
-        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is corrupt: the payload's sha256 differs from its header's", path);
+    PipeLinkStatus st = check_payload(b, n, "plan", path);
+    if (st) return st;
     if (*device_type == PIPELINK_DEVICE_CUDA && version < 2)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s: a version 1 plan cannot be a CUDA plan", path);
     if (*device_type == PIPELINK_DEVICE_CUDA && (*device_id < 0 || *device_id > 1024))
@@ -309,17 +318,9 @@ static PipeLinkStatus load_bundle(const uint8_t* b, size_t n, const char* path, 
     if (count < 1 || count > PLK_MAX_SIGNATURES)
         return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s holds %u plans; a bundle holds 1 to %d", path, count,
                         PLK_MAX_SIGNATURES);
-    uint64_t payload = le64(b + 24);
-    if (payload != n - PLK_HEADER_SIZE)
-        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s is truncated or padded: its header announces %llu "
-                        "payload bytes, the file holds %zu", path, (unsigned long long)payload, n - PLK_HEADER_SIZE);
-    uint8_t digest[32];
-    plk_sha256(b + PLK_HEADER_SIZE, (size_t)payload, digest);
-    if (memcmp(digest, b + 32, 32) != 0)
-        return plk_fail(PIPELINK_ERR_INTEGRITY, "plan bundle %s is corrupt: the payload's sha256 differs from its "
-                        "header's", path);
+    PipeLinkStatus st = check_payload(b, n, "plan bundle", path);
+    if (st) return st;
     Pipeline* members[PLK_MAX_SIGNATURES] = {NULL};
-    PipeLinkStatus st = PIPELINK_SUCCESS;
     size_t at = PLK_HEADER_SIZE;
     for (uint32_t k = 0; k < count && !st; ++k) {
         uint64_t len = n - at >= 8 ? le64(b + at) : UINT64_MAX;
