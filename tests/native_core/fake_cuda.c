@@ -152,8 +152,38 @@ static int launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
     enqueue(stream, &op);
     return 0;
 }
-static int stream_create(void** s, unsigned flags) { (void)flags; *s = malloc(1); return 0; }
-static int stream_destroy(void* s) { free(s); return 0; }
+/* Stream ids as CUDA gives them: unique for the process's life, even when a destroyed stream's address is
+ * reused by the next one; a handle the fake never made (a test's constant) is its own id. */
+static struct { void* stream; unsigned long long id; } made_streams[256];
+static unsigned long long next_stream_id = 1ull << 40;
+static int stream_create(void** s, unsigned flags) {
+    (void)flags;
+    *s = malloc(1);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < 256; ++i)
+        if (made_streams[i].stream == NULL) {
+            made_streams[i].stream = *s, made_streams[i].id = next_stream_id++;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+static int stream_destroy(void* s) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < 256; ++i)
+        if (made_streams[i].stream == s) made_streams[i].stream = NULL;
+    pthread_mutex_unlock(&lock);
+    free(s);
+    return 0;
+}
+static int stream_id(void* s, unsigned long long* id) {
+    pthread_mutex_lock(&lock);
+    *id = (unsigned long long)(uintptr_t)s + 1;
+    for (int i = 0; i < 256; ++i)
+        if (made_streams[i].stream == s && s != NULL) *id = made_streams[i].id;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
 static int ok_stream(void* s) { (void)s; return 0; }
 static void* last_wait[3]; /* the stream and event of the last cuStreamWaitEvent, and a count (fake_last_wait) */
 static int wait_event(void* s, void* e, unsigned f) {
@@ -316,7 +346,7 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
         {"cuCtxGetDevice", ctx_get_device}, {"cuCtxPushCurrent", push_current}, {"cuCtxPopCurrent", pop_current}, {"cuModuleLoadData", module_load},
         {"cuModuleUnload", module_unload}, {"cuModuleGetFunction", module_function}, {"cuLaunchKernel", launch},
         {"cuStreamCreate", stream_create}, {"cuStreamDestroy", stream_destroy}, {"cuStreamSynchronize", ok_stream},
-        {"cuStreamWaitEvent", wait_event}, {"cuStreamIsCapturing", is_capturing}, {"cuEventCreate", event_create},
+        {"cuStreamWaitEvent", wait_event}, {"cuStreamIsCapturing", is_capturing}, {"cuStreamGetId", stream_id}, {"cuEventCreate", event_create},
         {"cuEventDestroy", event_destroy}, {"cuEventRecord", event_record}, {"cuEventSynchronize", event_sync},
         {"cuMemAlloc", mem_alloc_legacy}, {"cuMemFree", mem_free}, {"cuMemAllocAsync", mem_alloc_async},
         {"cuMemFreeAsync", mem_free_async}, {"cuMemcpyDtoDAsync", memcpy_async},

@@ -293,11 +293,19 @@ n = waits()
 assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing)) == 0, msg()
 check(y, x_out, "joined run")
 assert capturing.value == 0, "a stream not being captured runs"
-assert waits() == n + 2 and last[0] == 0x7000, ("the run's own wait, then the joining stream's", waits() - n)
+assert waits() > n and last[0] == 0x7000, "the joining stream waits for the run"
+n = waits()
+y, x_out, outs = outputs()
+assert fn(h, ins, 3, outs, 2, run, side, None) == 0, msg()
+assert waits() == n + 1, ("the same stream again: its context needs no wait, only the join", waits() - n)
+n = waits()
+y, x_out, outs = outputs()
+assert fn(h, ins, 3, outs, 2, side, None, None) == 0, msg()
+assert waits() == n + 1 and last[0] == 0x7000, "another stream waits for the context's last run"
 n = waits()
 y, x_out, outs = outputs()
 assert fn(h, ins, 3, outs, 2, run, run, None) == 0, msg()
-assert waits() == n + 1, "a run's own stream is not joined to itself"
+assert waits() == n + 1, "a run's own stream is not joined to itself (its context last ran on another)"
 check(y, x_out, "joined to its own stream")
 
 fake.fake_set_capturing(1)

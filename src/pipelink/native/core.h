@@ -198,6 +198,7 @@ typedef struct ExecContext {
     uint64_t device_arena;
     void* stream;  /* CUstream: pipeLinkExecute's */
     void* done;    /* CUevent: recorded after each run; waited on by the next run using this context */
+    uint64_t stream_id; /* cuStreamGetId of its last run's stream: 0 never ran, UINT64_MAX unknown (cuda.c) */
     void* lt;      /* cublasLtHandle_t */
     void** descs;  /* per stage: its cublasLtMatmulDesc_t (the bias pointer differs per context) */
     uint64_t* bias_set; /* per stage: the bias pointer its desc holds */
@@ -259,7 +260,10 @@ PipeLinkStatus plk_check_tensor(const PipeLinkTensor* t, const PlanTensor* want,
                                 int contiguous, int32_t device_type);
 PipeLinkStatus plk_check_overlaps(const Plan* plan, const PipeLinkTensor* inputs, const PipeLinkTensor* outputs);
 PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out);
-ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st);
+/* An idle context (made when none is): preferably the one whose last run was on the stream `stream_id`
+ * (cuStreamGetId; 0: none named), so one thread's runs on its own stream keep their context and never wait
+ * for another stream's work. */
+ExecContext* plk_take_context(Pipeline* p, uint64_t stream_id, PipeLinkStatus* st);
 void plk_give_context(Pipeline* p, ExecContext* c);
 /* One native call stage with its checks and policy (degraded: what a policy rescued, appended). */
 PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,

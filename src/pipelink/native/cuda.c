@@ -62,6 +62,7 @@ static struct Driver {
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
     CUresult (*StreamIsCapturing)(CUstream, int*);
+    CUresult (*StreamGetId)(CUstream, unsigned long long*);
     CUresult (*EventCreate)(CUevent*, unsigned);
     CUresult (*EventDestroy)(CUevent);
     CUresult (*EventRecord)(CUevent, CUstream);
@@ -148,7 +149,7 @@ static void open_driver(void) {
         F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxSetCurrent), F(CtxPushCurrent), F(CtxPopCurrent),
         F(CtxGetDevice), F(ModuleLoadData), F(ModuleUnload),
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
-        F(StreamWaitEvent), F(StreamIsCapturing), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
+        F(StreamWaitEvent), F(StreamIsCapturing), F(StreamGetId), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
         F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
         F(GetErrorName), F(StreamBeginCapture), F(StreamEndCapture), F(GraphInstantiateWithFlags), F(GraphExecUpdate),
         F(GraphLaunch), F(GraphExecDestroy), F(GraphDestroy),
@@ -672,12 +673,18 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
             return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeline '%s' has no idle execution context to capture: "
                             "run it once (and synchronize) before capturing, and capture it no more often than it "
                             "was run concurrently before", plan->name);
-    } else if ((c = plk_take_context(p, &st)) == NULL) {
-        return st;
     }
+    /* The stream's id (unique for the process's life, unlike a handle a destroyed stream's successor may
+     * reuse): a context whose last run was on this very stream needs no wait, stream order covers it. */
+    unsigned long long id = 0;
+    if (!capturing && async && cu.StreamGetId((CUstream)stream, &id) != 0) id = 0;
+    if (!capturing && (c = plk_take_context(p, id, &st)) == NULL) return st;
     CUstream run = async ? (CUstream)stream : c->stream;
     CUresult r = 0;
-    if (!capturing && (r = cu.StreamWaitEvent(run, c->done, 0)) != 0) st = cuda_fail(r, "cuStreamWaitEvent", NULL);
+    if (!capturing && !async && cu.StreamGetId(run, &id) != 0) id = 0; /* pipeLinkExecute: the context's stream */
+    const int ordered = c->stream_id == 0 || (id != 0 && c->stream_id == id); /* never ran, or ran on `run` */
+    if (!capturing && !ordered && (r = cu.StreamWaitEvent(run, c->done, 0)) != 0) st = cuda_fail(r, "cuStreamWaitEvent", NULL);
+    if (!capturing) c->stream_id = id != 0 ? id : UINT64_MAX;
     for (int32_t i = 0; i < plan->n_inputs; ++i)
         c->data[plan->inputs[i]] = (char*)inputs[i].data + inputs[i].byte_offset;
     memset(c->allocated, 0, (size_t)plan->n_outputs);

@@ -154,10 +154,16 @@ PipeLinkStatus plk_new_context(const Plan* plan, ExecContext** out) {
     return PIPELINK_SUCCESS;
 }
 
-ExecContext* plk_take_context(Pipeline* p, PipeLinkStatus* st) {
+ExecContext* plk_take_context(Pipeline* p, uint64_t stream_id, PipeLinkStatus* st) {
     pthread_mutex_lock(&p->pool_lock);
-    ExecContext* c = p->free_contexts;
-    if (c != NULL) p->free_contexts = c->next;
+    ExecContext** at = &p->free_contexts; /* the idle context that last ran on this stream, else the newest idle */
+    for (ExecContext** k = at; stream_id != 0 && *k != NULL; k = &(*k)->next)
+        if ((*k)->stream_id == stream_id) {
+            at = k;
+            break;
+        }
+    ExecContext* c = *at;
+    if (c != NULL) *at = c->next;
     pthread_mutex_unlock(&p->pool_lock);
     if (c != NULL) return c;
     if ((*st = plk_new_context(&p->plan, &c)) != PIPELINK_SUCCESS) return NULL;
@@ -427,7 +433,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     }
     if ((st = plk_check_overlaps(plan, inputs, outputs))) return st;
     st = PIPELINK_SUCCESS;
-    ExecContext* c = plk_take_context(p, &st);
+    ExecContext* c = plk_take_context(p, 0, &st);
     if (c == NULL) return st;
     memset(c->missing, 0, (size_t)plan->n_tensors);
     uint8_t* allocated = c->allocated;
