@@ -251,3 +251,19 @@ def test_hostile_inputs_never_crash_the_c_side(runtime_lib, plans, value):
         assert pipe._native.fast.run(args) is None
         with pytest.raises(pl.PipeLinkError):
             pipe.run(args)
+
+
+def test_outputs_are_built_in_c_as_tensor_trusted_builds_them():
+    # run() makes each CUDA output pl.Tensor in C, setting the type's __slots__ as Tensor._trusted does;
+    # a field missed or swapped there would be a wrong tensor handed to every caller.
+    runner = native_path._FastRunner(("x",), 1, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
+    owner, dtype = object(), pl.get_dtype("bfloat16")
+    args = (0x7F00, (4, 3), dtype, "cuda:0", (3, 1), owner, True)
+    got, want = runner._make_tensor(*args), pl.Tensor._trusted(*args)
+    assert type(got) is pl.Tensor
+    for name in pl.Tensor.__slots__:
+        if name != "__weakref__":
+            assert getattr(got, name) is getattr(want, name), name
+    assert got.is_contiguous and got.nbytes == 24 and got.dtype is dtype
+    with pytest.raises(TypeError, match="7 arguments"):
+        runner._make_tensor(1, 2)

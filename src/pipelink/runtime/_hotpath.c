@@ -23,6 +23,11 @@
 #define MAX_DIMS 32
 #define DTYPE_CACHE 32
 
+/* An output pl.Tensor is built here as Tensor._trusted builds it (its __slots__ set, no __init__), without
+ * the Python call; the slots' order is make_tensor's. */
+#define N_SLOTS 8
+static const char* const SLOT_NAMES[N_SLOTS] = {"ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "_contig"};
+
 typedef PipeLinkStatus (*ExecuteFn)(void*, const PipeLinkTensor*, int32_t, PipeLinkTensor*, int32_t, void*, void*,
                                     int32_t*);
 typedef struct { /* backends/cuda/_pool.c's capsule "pipelink.backends.cuda._pool.api" */
@@ -58,6 +63,7 @@ typedef struct {
     ExecuteFn execute;
     PyObject* tensor_type; /* pl.Tensor */
     PyObject* trusted;     /* pl.Tensor._trusted */
+    PyObject* slots[N_SLOTS]; /* pl.Tensor's slot descriptors (SLOT_NAMES), or all NULL: outputs via _trusted */
     PyObject* sink;        /* the pipeline: its _last_report */
     PyObject* pool;        /* CUDA: the backend's BinnedPool */
     const PoolAPI* pool_api;
@@ -202,6 +208,17 @@ static void fill(PipeLinkTensor* t, const Sig* sig, uintptr_t ptr, int32_t kind,
 
 static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in);
 
+/* A pl.Tensor of (ptr, shape, dtype, device, strides, owner, contiguous): _trusted's arguments. */
+static PyObject* make_tensor(Runner* r, PyObject* const* a) {
+    if (r->slots[0] == NULL) return PyObject_Vectorcall(r->trusted, a, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyTypeObject* type = (PyTypeObject*)r->tensor_type;
+    PyObject* t = type->tp_alloc(type, 0);
+    PyObject* values[N_SLOTS] = {a[0], a[1], a[4], a[2], a[3], a[5], Py_None, a[6]};
+    for (int i = 0; t != NULL && i < N_SLOTS; ++i)
+        if (Py_TYPE(r->slots[i])->tp_descr_set(r->slots[i], t, values[i]) != 0) Py_CLEAR(t);
+    return t;
+}
+
 /* The body of Runner.run, counted in r->active from before it reads a plan until it returns: the Python
  * calls inside (a PyTorch stream query, Tensor._trusted) may let another thread close the runner, which
  * then waits for `active` to drop before it frees the plans. The inputs are held for the whole call:
@@ -273,7 +290,7 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
             ptr = (uintptr_t)r->pool_api->ptr_of(block);
             PyObject* args[] = {NULL, PyLong_FromUnsignedLongLong(ptr), plan->out_shape[j], plan->out_dtype[j], r->device,
                                 plan->out_strides[j], block, Py_True};
-            made[j] = args[1] ? PyObject_Vectorcall(r->trusted, args + 1, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL) : NULL;
+            made[j] = args[1] ? make_tensor(r, args + 1) : NULL;
             Py_XDECREF(args[1]);
             Py_DECREF(block);
         } else {
@@ -429,6 +446,14 @@ static int Runner_init(Runner* r, PyObject* args, PyObject* kwargs) {
     }
     PyObject* trusted = PyObject_GetAttrString(tensor_type, "_trusted");
     if (trusted == NULL) return -1;
+    for (int i = 0; i < N_SLOTS; ++i) Py_CLEAR(r->slots[i]);
+    int slotted = 1; /* every name a member descriptor (a __slots__ entry) of the type itself */
+    for (int i = 0; i < N_SLOTS && slotted; ++i) {
+        PyObject* d = PyDict_GetItemString(((PyTypeObject*)tensor_type)->tp_dict, SLOT_NAMES[i]); /* borrowed */
+        slotted = d != NULL && Py_TYPE(d) == &PyMemberDescr_Type;
+        r->slots[i] = slotted ? Py_NewRef(d) : NULL;
+    }
+    for (int i = 0; i < N_SLOTS && !slotted; ++i) Py_CLEAR(r->slots[i]);
     r->kind = kind, r->device_id = device_id, r->execute = (ExecuteFn)(uintptr_t)execute;
     r->main_stream = (uintptr_t)main_stream;
     Py_XSETREF(r->names, Py_NewRef(names));
@@ -451,6 +476,7 @@ static int Runner_traverse(Runner* r, visitproc visit, void* arg) {
     Py_VISIT(r->host_output);
     Py_VISIT(r->main_handle);
     Py_VISIT(r->trusted);
+    for (int i = 0; i < N_SLOTS; ++i) Py_VISIT(r->slots[i]);
     return 0;
 }
 
@@ -459,6 +485,7 @@ static int Runner_clear(Runner* r) {
     Py_CLEAR(r->pool); Py_CLEAR(r->main_handle); Py_CLEAR(r->finish); Py_CLEAR(r->host_output);
     Py_CLEAR(r->ndarray_type); Py_CLEAR(r->torch_type); Py_CLEAR(r->torch_dtypes); Py_CLEAR(r->torch_stream);
     for (int i = 0; i < r->n_dtypes; ++i) Py_CLEAR(r->dtypes[i].dtype);
+    for (int i = 0; i < N_SLOTS; ++i) Py_CLEAR(r->slots[i]);
     r->n_dtypes = 0;
     return 0;
 }
@@ -470,7 +497,15 @@ static void Runner_dealloc(Runner* r) {
     Py_TYPE(r)->tp_free((PyObject*)r);
 }
 
+/* _make_tensor(ptr, shape, dtype, device, strides, owner, contiguous): the outputs' constructor, for tests. */
+static PyObject* Runner_make_tensor(Runner* r, PyObject* const* args, Py_ssize_t n) {
+    if (n != 7) return PyErr_SetString(PyExc_TypeError, "_make_tensor takes Tensor._trusted's 7 arguments"), NULL;
+    return make_tensor(r, args);
+}
+
 static PyMethodDef Runner_methods[] = {
+    {"_make_tensor", (PyCFunction)(void (*)(void))Runner_make_tensor, METH_FASTCALL,
+     "_make_tensor(ptr, shape, dtype, device, strides, owner, contiguous): an output pl.Tensor, as run() makes it."},
     {"run", (PyCFunction)Runner_run, METH_O, "run(given) -> {name: Tensor}, or None: the Python path runs it."},
     {"add_plan", (PyCFunction)Runner_add_plan, METH_VARARGS, "add_plan(handle, inputs, outputs, text)"},
     {"drop_plans", (PyCFunction)Runner_drop_plans, METH_NOARGS, "Forget every plan (none may be running)."},
