@@ -548,7 +548,9 @@ def shape_of(shape: Any, op: str) -> tuple[int, ...]:
 SMALL_BLOCK = 256  # threads per block of a vectorised flat kernel over small work (spread_small)
 
 
-def spread_small(t: dict[str, int], tuned: Mapping[str, int] | None, work: int, sm_count: int) -> dict[str, int]:
+def spread_small(
+    t: dict[str, int], tuned: Mapping[str, int] | None, work: int, sm_count: int
+) -> dict[str, int]:
     """The tunables of a vectorised flat kernel over ``work`` vectors: when neither ``block`` nor ``unroll``
     was tuned and the work fits one :data:`SMALL_BLOCK`-thread block per SM at one vector per thread, those
     (block 256, unroll 1); else ``t`` unchanged. Small kernels are latency-bound: spread over more SMs with
