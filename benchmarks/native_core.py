@@ -7,7 +7,8 @@
    the same launches made directly with ``cuLaunchKernel`` from the plan's own cubins;
 2. the seed's service shape: 16 threads each running the T=8 MLP block (bf16, and fp32) on its own stream
    through the core, from C threads (``native_core_service.c``) and from Python threads, aggregate runs/s
-   against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x);
+   against 1 thread (target >= 4x) and against PyTorch from 16 threads (target >= 1x); Python threads also
+   at 4, and calling the bare core through ctypes (the control: the interpreter's own limit);
 3. loading the MLP plan (target <= 5 ms); 4. the library's size (target <= 1 MB);
 5. Python's eager ``run()`` on PyTorch CUDA tensors, through the core (``native=True``, and the default
    AUTO) and through the Python executor (``native=False``), against PyTorch's eager ops: a 1-stage
@@ -171,6 +172,24 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
                     stream.synchronize()
                     counts[k] += 1
 
+        def ctypes_worker(stop, counts, k, plan=plan, inputs=inputs, mlp=mlp):
+            # The control: Python threads calling pipeLinkExecuteAsync straight through ctypes (which
+            # releases the GIL around the call) with outputs made once - no PipeLink Python or C-API code
+            # in the loop, so what it cannot reach is the interpreter's own limit on threads.
+            rt, h, ins = _service_runtime(plan), ctypes.c_void_p(), inputs()
+            assert rt.pipeLinkLoadPipeline(str(plan).encode(), ctypes.byref(h)) == 0
+            outs = [torch.empty_like(mlp(*ins))]
+            (in_arr, keep_in), (out_arr, keep_out) = _tensor_array(ins), _tensor_array(outs)
+            stream = torch.cuda.Stream()
+            handle = ctypes.c_void_p(stream.cuda_stream)
+            torch.cuda.synchronize()
+            while not stop.is_set():
+                rt.pipeLinkExecuteAsync(h, in_arr, len(ins), out_arr, 1, handle)
+                stream.synchronize()
+                counts[k] += 1
+            rt.pipeLinkDestroyPipeline(h)
+            del keep_in, keep_out
+
         def torch_worker(stop, counts, k, inputs=inputs, mlp=mlp):
             ins, stream = inputs(), torch.cuda.Stream()
             torch.cuda.synchronize()
@@ -187,13 +206,23 @@ def service(tmp: Path, seconds: float) -> dict[str, float]:
             fields = proc.stdout.split()
             return float(fields[fields.index("runs_per_s") + 1])
 
-        for threads in (1, 16):
+        for threads in (1, 4, 16):
             rates[f"{dtype}_core_py_{threads}"] = _rate(run_worker, threads, seconds)
-            rates[f"{dtype}_core_c_{threads}"] = c_threads(plan, threads)
-            rates[f"{dtype}_core_c_graph_{threads}"] = c_threads(graph_plan, threads)
-            rates[f"{dtype}_torch_{threads}"] = _rate(torch_worker, threads, seconds)
+            rates[f"{dtype}_core_ctypes_{threads}"] = _rate(ctypes_worker, threads, seconds)
+            if threads != 4:
+                rates[f"{dtype}_core_c_{threads}"] = c_threads(plan, threads)
+                rates[f"{dtype}_core_c_graph_{threads}"] = c_threads(graph_plan, threads)
+                rates[f"{dtype}_torch_{threads}"] = _rate(torch_worker, threads, seconds)
         pipe.close()
     return rates
+
+
+def _service_runtime(plan: Path) -> ctypes.CDLL:
+    rt = open_runtime()
+    rt.pipeLinkLoadPipeline.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    rt.pipeLinkDestroyPipeline.argtypes = [ctypes.c_void_p]
+    assert rt.pipeLinkInitialize() == 0, plan
+    return rt
 
 
 def _rate(worker, threads: int, seconds: float) -> float:
@@ -339,6 +368,12 @@ def main() -> None:
             True,
         )
         print(f"{dtype}: PyTorch 16 threads vs 1 thread: {r['torch_16'] / r['torch_1']:.2f}x")
+        py, bare = (r["core_py_4"], r["core_py_16"]), (r["core_ctypes_4"], r["core_ctypes_16"])
+        print(
+            f"{dtype}: Python threads, 4 and 16 vs 1: run() {py[0] / r['core_py_1']:.2f}x, "
+            f"{py[1] / r['core_py_1']:.2f}x; the bare core through ctypes (the interpreter's limit) "
+            f"{bare[0] / r['core_ctypes_1']:.2f}x, {bare[1] / r['core_ctypes_1']:.2f}x"
+        )
     _target("MLP plan load time", load, 5.0, "ms")
     _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
     for stages, limit in ((1, 1.0), (20, 0.5)):

@@ -280,7 +280,8 @@ JOINED = (
 # plk_execute_joined, the entry of Python's run() (runtime/_hotpath.c): pipeLinkExecuteAsync, then the joining
 # stream waits for the run; a stream being captured runs nothing and says so.
 fn = rt.plk_execute_joined
-fn.argtypes = args + args[1:] + [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
+flag = ctypes.POINTER(ctypes.c_int32)
+fn.argtypes = args + args[1:] + [ctypes.c_void_p, ctypes.c_void_p, flag, flag]
 fake.fake_last_wait.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
 last = (ctypes.c_void_p * 3)()
 capturing = ctypes.c_int32(7)
@@ -290,21 +291,21 @@ def waits():
     return last[2] or 0
 y, x_out, outs = outputs()
 n = waits()
-assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing)) == 0, msg()
+assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing), None) == 0, msg()
 check(y, x_out, "joined run")
 assert capturing.value == 0, "a stream not being captured runs"
 assert waits() > n and last[0] == 0x7000, "the joining stream waits for the run"
 n = waits()
 y, x_out, outs = outputs()
-assert fn(h, ins, 3, outs, 2, run, side, None) == 0, msg()
+assert fn(h, ins, 3, outs, 2, run, side, None, None) == 0, msg()
 assert waits() == n + 1, ("the same stream again: its context needs no wait, only the join", waits() - n)
 n = waits()
 y, x_out, outs = outputs()
-assert fn(h, ins, 3, outs, 2, side, None, None) == 0, msg()
+assert fn(h, ins, 3, outs, 2, side, None, None, None) == 0, msg()
 assert waits() == n + 1 and last[0] == 0x7000, "another stream waits for the context's last run"
 n = waits()
 y, x_out, outs = outputs()
-assert fn(h, ins, 3, outs, 2, run, run, None) == 0, msg()
+assert fn(h, ins, 3, outs, 2, run, run, None, None) == 0, msg()
 assert waits() == n + 1, "a run's own stream is not joined to itself (its context last ran on another)"
 check(y, x_out, "joined to its own stream")
 
@@ -313,15 +314,15 @@ before = fake.fake_launches()
 poison = np.full((M, N), np.nan, np.float32)
 y, x_out, outs = outputs()
 ctypes.memmove(y, poison.ctypes.data, poison.nbytes)
-assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing)) == 0, msg()
+assert fn(h, ins, 3, outs, 2, run, side, ctypes.byref(capturing), None) == 0, msg()
 assert capturing.value == 1 and fake.fake_launches() == before, "a captured stream must run nothing"
 assert np.isnan(read(y, (M, N))).all(), "nothing may be written when the run is refused for a capture"
 fake.fake_set_capturing(0)
 
-assert fn(h, ins, 3, outs, 2, run, None, None) == 0, msg()  # no join, no capture check: ExecuteAsync
+assert fn(h, ins, 3, outs, 2, run, None, None, None) == 0, msg()  # no join, no capture check: ExecuteAsync
 check(y, x_out, "as pipeLinkExecuteAsync")
 assert rt.pipeLinkDestroyPipeline(h) == 0
-assert fn(h, ins, 3, outs, 2, None, None, ctypes.byref(capturing)) == 2 and "not live" in msg(), msg()
+assert fn(h, ins, 3, outs, 2, None, None, ctypes.byref(capturing), None) == 2 and "not live" in msg(), msg()
 print("JOINED OK")
 """
 )
@@ -411,6 +412,15 @@ run_and_check(sets[9], "most recent")  # a hit
 assert graph_counts()["captures"] == 10
 run_and_check(sets[0], "evicted")  # the least recently used two were evicted: a miss
 assert graph_counts()["captures"] == 11 and graph_counts()["live"] == 8
+
+# plk_execute_joined says whether a run launched a captured graph (run()'s last_report.graph_replay).
+joined, flag = rt.plk_execute_joined, ctypes.POINTER(ctypes.c_int32)
+joined.argtypes = args + args[1:] + [ctypes.c_void_p, ctypes.c_void_p, flag, flag]
+replayed = ctypes.c_int32(7)
+assert joined(h, ins, 3, sets[0], 2, None, None, None, ctypes.byref(replayed)) == 0, msg()
+assert replayed.value == 1 and graph_counts()["captures"] == 11, "a hit replays"
+assert joined(he, ins, 3, sets[0], 2, None, None, None, ctypes.byref(replayed)) == 0, msg()
+assert replayed.value == 0, "an eager plan replays nothing"
 
 # Runtime-allocated outputs: fresh pointers, each a miss, results right, freed by pipeLinkFree.
 before = graph_counts()["captures"]

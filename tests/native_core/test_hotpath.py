@@ -195,10 +195,11 @@ def test_the_joined_entry_refuses_a_join_on_a_cpu_plan(runtime_lib, plans):
         lib = native_plan.runtime()
         (compiled,) = [c for c in pipe._native._plans.values() if isinstance(c, native_plan.LoadedPlan)]
         ins, outs = compiled.arrays()
-        fn = lib.plk_execute_joined
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32]
-        fn.argtypes += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        status = fn(compiled.handle, ins, compiled.n_in, outs, compiled.n_out, None, 1, None)
+        replayed = ctypes.c_int32(7)
+        status = lib.plk_execute_joined(
+            compiled.handle, ins, compiled.n_in, outs, compiled.n_out, None, 1, None, replayed
+        )
+        assert replayed.value == 0, "nothing was replayed"
         assert status == int(pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT)
         assert b"CPU plan" in lib.pipeLinkGetLastErrorMessage()
 
@@ -267,3 +268,14 @@ def test_outputs_are_built_in_c_as_tensor_trusted_builds_them():
     assert got.is_contiguous and got.nbytes == 24 and got.dtype is dtype
     with pytest.raises(TypeError, match="7 arguments"):
         runner._make_tensor(1, 2)
+
+
+def test_static_outputs_must_be_one_pl_tensor_per_output():
+    runner = native_path._FastRunner(("x",), 1, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
+    ins, outs = (((4,), 2, 32),), (("y", (4,), (1,), pl.get_dtype("float32"), 2, 32, 16),)
+    with pytest.raises(ValueError, match="one pl.Tensor per output"):
+        runner.add_plan(1, ins, outs, "sig", ())
+    with pytest.raises(TypeError, match="must be a pl.Tensor"):
+        runner.add_plan(1, ins, outs, "sig", (np.zeros(4, np.float32),))
+    runner.add_plan(1, ins, outs, "sig", (pl.Tensor.from_numpy(np.zeros(4, np.float32)),))
+    assert runner.n_plans == 1

@@ -86,7 +86,7 @@ def test_auto_leaves_host_inputs_profile_graphs_and_python_ops_to_the_python_exe
         assert_close(pipe.run(x=xt)["y"].numpy(), y, "float32", "device input")
         assert pipe.last_report.executor == "native"
     with pl.load(CHAIN, device="cuda", cuda_graph=True) as pipe:
-        assert pipe.hot_path == "python" and "cuda_graph=True" in pipe.load_report.hot_path_reason
+        assert pipe.hot_path == "python" and "without static_outputs" in pipe.load_report.hot_path_reason
 
     @pl.operator("test_hot_path_cuda_copy", inputs=["x"], outputs=["y"], device="cuda")
     def copy(x, y, *, stream=None):
@@ -99,6 +99,37 @@ def test_auto_leaves_host_inputs_profile_graphs_and_python_ops_to_the_python_exe
         torch.testing.assert_close(got, xt)
         assert "stage 'dbl'" in pipe.last_report.executor_reason
         assert "Python operator" in pipe.last_report.executor_reason
+
+
+@pytest.mark.parametrize("doc", [CHAIN, MLP], ids=["chain", "mlp"])
+def test_graph_mode_with_static_outputs_replays_in_the_core(doc, monkeypatch):
+    # AUTO + cuda_graph + static_outputs: the core captures and replays; every run writes and returns the
+    # plan's own output buffers (the same tensors), from C after the first run, for rotating input sets.
+    from pipelink.runtime.native_path import NativeRunner
+
+    calls = []
+    original = NativeRunner.run
+    monkeypatch.setattr(NativeRunner, "run", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    feeds = [_mlp_feed(gen) if doc is MLP else {"x": torch.randn(64, 1024, device="cuda", generator=gen)}]
+    feeds += [{k: torch.randn_like(v) * v.std() + v.mean() for k, v in feeds[0].items()} for _ in range(2)]
+    with (
+        pl.load(doc, device="cuda", native=False) as ref,
+        pl.load(doc, device="cuda", cuda_graph=True, static_outputs=True) as pipe,
+    ):
+        assert pipe.hot_path == "auto", pipe.load_report.hot_path_reason
+        wants = [{k: v.numpy() for k, v in ref.run(f).items()} for f in feeds]
+        first = pipe.run(feeds[0])
+        assert pipe.last_report.executor == "native", pipe.last_report.executor_reason
+        for rounds in range(3):  # eager warm-up, capture, then replays of one graph per input set
+            for feed, want in zip(feeds, wants, strict=True):
+                for v in first.values():
+                    torch.from_dlpack(v).fill_(float("nan"))
+                got = pipe.run(feed)
+                assert all(got[k] is first[k] for k in first), "static outputs: the same buffers every run"
+                for k in want:
+                    assert_close(got[k].numpy(), want[k], "float32", what=f"{k} (round {rounds})")
+        assert len(calls) == 1, "after the first run of the signature, graph runs go from C to the core"
 
 
 def test_auto_inside_a_torch_cuda_graph_records_the_warm_plan_of_the_core():

@@ -73,9 +73,9 @@ def test_native_reports_are_built_when_read_not_on_the_hot_path(runtime_lib, pla
     built = []
     real = pipeline_module.native_report
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         built.append(args)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(pipeline_module, "native_report", counted)
     with pl.load(_chain(plans), device="cpu") as pipe:

@@ -468,7 +468,7 @@ static Pipeline* signature_for(Pipeline* p, const PipeLinkTensor* inputs, int32_
 
 static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                               PipeLinkTensor* outputs, int32_t n_outputs, void* stream, int async, void* join,
-                              int32_t* capturing) {
+                              int32_t* capturing, int32_t* replayed) {
     Slot* s = pin(h, fn);
     if (s == NULL) return PIPELINK_ERR_INVALID_ARGUMENT;
     PipeLinkStatus st = PIPELINK_SUCCESS;
@@ -481,7 +481,7 @@ static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const Pi
         st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: %s is NULL, but the pipeline has %d of them", fn,
                       inputs == NULL && n_inputs > 0 ? "inputs" : "outputs", inputs == NULL && n_inputs > 0 ? n_inputs : n_outputs);
     else if (p->plan.device_type == PIPELINK_DEVICE_CUDA)
-        st = plk_cuda_execute(p, inputs, outputs, stream, async, join, capturing);
+        st = plk_cuda_execute(p, inputs, outputs, stream, async, join, capturing, replayed);
     else if (stream != NULL || join != NULL)
         st = plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "%s: pipeline '%s' is a CPU plan; pass a NULL stream", fn, p->plan.name);
     else
@@ -492,18 +492,20 @@ static PipeLinkStatus execute(const char* fn, PipeLinkPipelineHandle h, const Pi
 
 PipeLinkStatus pipeLinkExecute(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                PipeLinkTensor* outputs, int32_t n_outputs) {
-    return execute("pipeLinkExecute", h, inputs, n_inputs, outputs, n_outputs, NULL, 0, NULL, NULL);
+    return execute("pipeLinkExecute", h, inputs, n_inputs, outputs, n_outputs, NULL, 0, NULL, NULL, NULL);
 }
 
 PipeLinkStatus pipeLinkExecuteAsync(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                     PipeLinkTensor* outputs, int32_t n_outputs, void* stream) {
-    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream, 1, NULL, NULL);
+    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream, 1, NULL, NULL, NULL);
 }
 
 PipeLinkStatus plk_execute_joined(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
-                                  PipeLinkTensor* outputs, int32_t n_outputs, void* stream, void* join, int32_t* capturing) {
+                                  PipeLinkTensor* outputs, int32_t n_outputs, void* stream, void* join, int32_t* capturing,
+                                  int32_t* replayed) {
     if (capturing != NULL) *capturing = 0;
-    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream, 1, join, capturing);
+    if (replayed != NULL) *replayed = 0;
+    return execute("pipeLinkExecuteAsync", h, inputs, n_inputs, outputs, n_outputs, stream, 1, join, capturing, replayed);
 }
 
 /* ---- operators ---- */

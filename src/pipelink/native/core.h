@@ -276,9 +276,10 @@ PipeLinkStatus plk_cuda_load_constants(Plan* plan); /* one device block, copied 
 PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c);
 void plk_cuda_context_free(const Plan* plan, ExecContext* c);
 /* async: on `stream`, no wait; else on the context's stream, waited for. `join` (a stream, or NULL) waits for the
- * run's end; `capturing` non-NULL: a `stream` being captured runs nothing and sets it to 1 (Python's run()). */
+ * run's end; `capturing` non-NULL: a `stream` being captured runs nothing and sets it to 1 (Python's run());
+ * `replayed` non-NULL: set to 1 when the run launched a graph the core captured (cuda_graph plans), else 0. */
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream,
-                                int async, void* join, int32_t* capturing);
+                                int async, void* join, int32_t* capturing, int32_t* replayed);
 int plk_cuda_free_device(uint64_t ptr); /* 0 when freed (0 is a no-op) */
 PipeLinkStatus plk_cuda_alloc_device(uint64_t size, void** ptr); /* device memory of the current context */
 int plk_cuda_usable(void);                   /* the driver opens and has a device (opens it once; no message) */
@@ -305,9 +306,9 @@ PipeLinkStatus plk_pool_malloc_host(void** ptr, size_t nbytes); /* a host block 
 /* api.c: the entry of Python's run() (runtime/_hotpath.c), exported but not part of runtime.h's API: it is
  * pipeLinkExecuteAsync, and then `join` (a CUstream, or NULL) waits for the run's end; when `capturing` is
  * non-NULL, a stream being captured runs nothing, sets *capturing to 1 and returns success (the caller runs it
- * its own way). */
+ * its own way); when `replayed` is non-NULL, it says whether the run launched a graph the core captured. */
 PIPELINK_API PipeLinkStatus plk_execute_joined(PipeLinkPipelineHandle h, const PipeLinkTensor* inputs, int32_t n_inputs,
                                                PipeLinkTensor* outputs, int32_t n_outputs, void* stream, void* join,
-                                               int32_t* capturing);
+                                               int32_t* capturing, int32_t* replayed);
 
 #endif /* PIPELINK_CORE_H_ */

@@ -617,7 +617,7 @@ static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size
 }
 
 /* The stages of one run in graph mode, on `run` (c->data holds this run's pointers). */
-static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char* why, size_t cap) {
+static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char* why, size_t cap, int32_t* launched) {
     const Plan* plan = &p->plan;
     const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs;
     if (c->graph_runs++ == 0) return run_stages(plan, c, run); /* the warm-up */
@@ -635,11 +635,13 @@ static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char*
     }
     c->graphs[hit].used = ++c->graph_clock;
     CUresult r = cu.GraphLaunch(c->graphs[hit].exec, run);
-    return r ? cuda_fail(r, "cuGraphLaunch", NULL) : PIPELINK_SUCCESS;
+    if (r) return cuda_fail(r, "cuGraphLaunch", NULL);
+    if (launched != NULL) *launched = 1;
+    return PIPELINK_SUCCESS;
 }
 
 PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeLinkTensor* outputs, void* stream, int async,
-                                void* join, int32_t* refuse_capture) {
+                                void* join, int32_t* refuse_capture, int32_t* replayed) {
     const Plan* plan = &p->plan;
     PipeLinkStatus st = PIPELINK_SUCCESS;
     for (int32_t i = 0; i < plan->n_inputs && !st; ++i) st = check_device_tensor(plan, &inputs[i], plan->inputs[i], "input", i);
@@ -709,7 +711,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     char degraded[768];
     degraded[0] = '\0';
     if (!st && (plan->flags & PLK_FLAG_CUDA_GRAPH) && !capturing && !atomic_load(&p->graph_off))
-        st = run_graph(p, c, run, degraded, sizeof degraded);
+        st = run_graph(p, c, run, degraded, sizeof degraded, replayed);
     else if (!st)
         st = run_stages(plan, c, run); /* inside the caller's capture: launches go into the caller's graph */
     /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user

@@ -29,7 +29,7 @@
 static const char* const SLOT_NAMES[N_SLOTS] = {"ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "_contig"};
 
 typedef PipeLinkStatus (*ExecuteFn)(void*, const PipeLinkTensor*, int32_t, PipeLinkTensor*, int32_t, void*, void*,
-                                    int32_t*);
+                                    int32_t*, int32_t*);
 typedef struct { /* backends/cuda/_pool.c's capsule "pipelink.backends.cuda._pool.api" */
     PyObject* (*acquire)(PyObject* pool, long long nbytes);
     unsigned long long (*ptr_of)(PyObject* block);
@@ -50,6 +50,8 @@ typedef struct {
     PyObject* out_strides[MAX_PORTS]; /* tuple of int */
     PyObject* out_dtype[MAX_PORTS];   /* pl DType */
     long long out_nbytes[MAX_PORTS];
+    PyObject* out_static[MAX_PORTS]; /* static_outputs: the pl.Tensor every run writes and returns; else NULL */
+    uintptr_t out_static_ptr[MAX_PORTS];
     PyObject* text; /* the signature, for last_report */
 } Plan;
 
@@ -284,7 +286,10 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
     int32_t n_out = plan->n_out;
     for (int32_t j = 0; j < n_out; ++j) {
         uintptr_t ptr = 0;
-        if (r->kind == PIPELINK_DEVICE_CUDA) {
+        if (plan->out_static[j] != NULL) {
+            ptr = plan->out_static_ptr[j];
+            made[j] = Py_NewRef(plan->out_static[j]);
+        } else if (r->kind == PIPELINK_DEVICE_CUDA) {
             PyObject* block = r->pool_api->acquire(r->pool, plan->out_nbytes[j]);
             if (block == NULL) goto fail; /* out of memory: the Python path raises it with its context */
             ptr = (uintptr_t)r->pool_api->ptr_of(block);
@@ -305,11 +310,11 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
         if (made[j] == NULL) goto fail;
         fill(&outs[j], &plan->outs[j], ptr, r->kind, r->device_id);
     }
-    int32_t capturing = 0;
+    int32_t capturing = 0, replayed = 0;
     PipeLinkStatus st;
     Py_BEGIN_ALLOW_THREADS
     st = r->execute(plan->handle, ins, (int32_t)n_in, outs, n_out, (void*)stream, (void*)join,
-                    r->kind == PIPELINK_DEVICE_CUDA ? &capturing : NULL);
+                    r->kind == PIPELINK_DEVICE_CUDA ? &capturing : NULL, &replayed);
     Py_END_ALLOW_THREADS
     if (st != PIPELINK_SUCCESS || capturing) goto fail; /* refused, failed, or inside a capture: Python's */
     if (keep) { /* the inputs themselves, not the caller's dict (which it may refill before the run ends) */
@@ -325,7 +330,7 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
         if (PyDict_SetItem(result, plan->out_name[j], made[j]) != 0) Py_CLEAR(result);
     for (int32_t j = 0; j < n_out; ++j) Py_XDECREF(made[j]);
     if (result == NULL) return NULL;
-    PyObject* report = Py_BuildValue("(Od)", plan->text, now_s() - t0);
+    PyObject* report = Py_BuildValue("(OdO)", plan->text, now_s() - t0, replayed ? Py_True : Py_False);
     if (report == NULL || PyObject_SetAttr(r->sink, s_last_report, report) != 0) Py_CLEAR(result);
     Py_XDECREF(report);
     return result;
@@ -355,17 +360,22 @@ static int sig_from(PyObject* item, Sig* sig) { /* (shape tuple, code, bits) */
 
 static void plan_free(Plan* p) {
     for (int32_t j = 0; j < p->n_out; ++j)
-        Py_XDECREF(p->out_name[j]), Py_XDECREF(p->out_shape[j]), Py_XDECREF(p->out_strides[j]), Py_XDECREF(p->out_dtype[j]);
+        Py_XDECREF(p->out_name[j]), Py_XDECREF(p->out_shape[j]), Py_XDECREF(p->out_strides[j]), Py_XDECREF(p->out_dtype[j]),
+            Py_XDECREF(p->out_static[j]);
     Py_XDECREF(p->text);
     PyMem_Free(p);
 }
 
-/* add_plan(handle, inputs, outputs, text): inputs ((shape, code, bits), ...) in the names' order; outputs
- * ((name, shape, strides, DType, code, bits, nbytes), ...) in the plan's order. */
+/* add_plan(handle, inputs, outputs, text, static=None): inputs ((shape, code, bits), ...) in the names' order;
+ * outputs ((name, shape, strides, DType, code, bits, nbytes), ...) in the plan's order; static, for
+ * static_outputs, the pl.Tensor of each output that every run writes and returns. */
 static PyObject* Runner_add_plan(Runner* r, PyObject* args) {
     unsigned long long handle;
-    PyObject *ins, *outs, *text;
-    if (!PyArg_ParseTuple(args, "KO!O!U", &handle, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &text)) return NULL;
+    PyObject *ins, *outs, *text, *statics = Py_None;
+    if (!PyArg_ParseTuple(args, "KO!O!U|O", &handle, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &text, &statics))
+        return NULL;
+    if (statics != Py_None && (!PyTuple_Check(statics) || PyTuple_GET_SIZE(statics) != PyTuple_GET_SIZE(outs)))
+        return PyErr_SetString(PyExc_ValueError, "static must be None or one pl.Tensor per output"), NULL;
     if (PyTuple_GET_SIZE(ins) != PyTuple_GET_SIZE(r->names) || PyTuple_GET_SIZE(outs) > MAX_PORTS)
         return PyErr_Format(PyExc_ValueError, "a plan of %zd inputs (the runner takes %zd) and %zd outputs (at most %d)",
                             PyTuple_GET_SIZE(ins), PyTuple_GET_SIZE(r->names), PyTuple_GET_SIZE(outs), MAX_PORTS);
@@ -389,6 +399,17 @@ static PyObject* Runner_add_plan(Runner* r, PyObject* args) {
         p->outs[j].code = (uint8_t)code, p->outs[j].bits = (uint8_t)bits;
         p->out_name[j] = Py_NewRef(name), p->out_shape[j] = Py_NewRef(shape), p->out_strides[j] = Py_NewRef(strides);
         p->out_dtype[j] = Py_NewRef(dtype), p->out_nbytes[j] = nbytes, p->n_out = (int32_t)j + 1;
+        if (statics != Py_None) {
+            PyObject* t = PyTuple_GET_ITEM(statics, j);
+            PyObject* ptr = Py_TYPE(t) == (PyTypeObject*)r->tensor_type ? PyObject_GetAttr(t, s_ptr) : NULL;
+            p->out_static_ptr[j] = ptr ? (uintptr_t)PyLong_AsUnsignedLongLong(ptr) : 0;
+            Py_XDECREF(ptr);
+            if (ptr == NULL || PyErr_Occurred()) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a static output must be a pl.Tensor");
+                return plan_free(p), NULL;
+            }
+            p->out_static[j] = Py_NewRef(t);
+        }
     }
     p->text = Py_NewRef(text);
     r->plans[r->n_plans++] = p;
@@ -507,7 +528,7 @@ static PyMethodDef Runner_methods[] = {
     {"_make_tensor", (PyCFunction)(void (*)(void))Runner_make_tensor, METH_FASTCALL,
      "_make_tensor(ptr, shape, dtype, device, strides, owner, contiguous): an output pl.Tensor, as run() makes it."},
     {"run", (PyCFunction)Runner_run, METH_O, "run(given) -> {name: Tensor}, or None: the Python path runs it."},
-    {"add_plan", (PyCFunction)Runner_add_plan, METH_VARARGS, "add_plan(handle, inputs, outputs, text)"},
+    {"add_plan", (PyCFunction)Runner_add_plan, METH_VARARGS, "add_plan(handle, inputs, outputs, text, static=None)"},
     {"drop_plans", (PyCFunction)Runner_drop_plans, METH_NOARGS, "Forget every plan (none may be running)."},
     {"set_torch", (PyCFunction)Runner_set_torch, METH_VARARGS, "set_torch(torch.Tensor, dtypes, raw_stream)"},
     {NULL}};

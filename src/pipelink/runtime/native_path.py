@@ -61,15 +61,17 @@ __all__ = ["NativeRunner", "native_blockers", "keeps_inputs", "native_report"]
 
 
 # -- what the core never runs for a pipeline (one place; the lead flips entries here) ----------------------
-def _cuda_graph_blocker(requested: bool, auto: bool) -> str | None:
-    # native=True with cuda_graph=True: the core captures and replays (plans with the cuda_graph flag). AUTO
-    # keeps the Python executor's graphs: the core's graphs are keyed by every external pointer (inputs and
-    # outputs, PLK_GRAPH_CACHE per context), so callers that keep their outputs or rotate many input sets
-    # would re-capture on most runs; the Python executor's graphs copy outputs out of static buffers.
-    if requested and auto:
+def _cuda_graph_blocker(requested: bool, auto: bool, static: bool) -> str | None:
+    # With cuda_graph=True the core captures and replays (plans with the cuda_graph flag), keying its graphs
+    # by every external pointer (inputs and outputs, PLK_GRAPH_CACHE per context). With static_outputs the
+    # outputs are the plan's own buffers, so only the inputs' places vary, as for the Python executor's
+    # graphs. Without, AUTO keeps the Python executor's graphs (they copy outputs out of static buffers):
+    # fresh outputs would give the core a new key on most runs of a caller that keeps them.
+    if requested and auto and not static:
         return (
-            "cuda_graph=True in AUTO (the Python executor captures and replays CUDA graphs; load with "
-            "native=True to have the core capture them)"
+            "cuda_graph=True without static_outputs in AUTO (the Python executor captures and replays, "
+            "copying each output out of the graph; load with static_outputs=True, or native=True, to have "
+            "the core capture and replay them)"
         )
     return None
 
@@ -90,7 +92,7 @@ def native_blockers(pipe, *, cuda_graph: bool, auto: bool) -> list[str]:
     kind = pipe._backend.info.kind
     if kind not in DEVICE_TYPE:
         blockers.append(f"the native core runs CPU and CUDA plans, and this pipeline is on {pipe.device}")
-    found = _cuda_graph_blocker(cuda_graph, auto)
+    found = _cuda_graph_blocker(cuda_graph, auto, pipe.static_outputs)
     if found is not None:
         blockers.append(found)
     if pipe.checked:
@@ -134,6 +136,8 @@ class NativeRunner:
         self._pipe = pipe
         self._required = required
         self._cuda_graph = cuda_graph and pipe._backend.info.kind == "cuda"  # plans the core captures
+        # static_outputs (graph mode): each plan's outputs are buffers of its own, overwritten by every run
+        self._static = self._cuda_graph and pipe.static_outputs
         backend = pipe._backend
         self._backend = backend
         self._kind, self._index = backend.info.kind, backend.info.index
@@ -228,12 +232,16 @@ class NativeRunner:
                 results[name] = backend.wrap(buffer)
             elif kind == "cpu":
                 results[name], t.data = host_output(shape, dtype, strides)
+            elif compiled.static is not None:
+                tensor = results[name] = compiled.static[name]
+                t.data = tensor.ptr
             else:
                 tensor = results[name] = empty(shape, dtype)
                 t.data = tensor.ptr
         handle = int(backend.handle_of(stream)) if stream is not None else None  # a CUstream: its address
-        status = compiled.lib.pipeLinkExecuteAsync(
-            compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle
+        replayed = ctypes.c_int32(0)
+        status = compiled.lib.plk_execute_joined(
+            compiled.handle, in_array, compiled.n_in, out_array, compiled.n_out, handle, None, None, replayed
         )
         if status:
             error = core_error(compiled.lib, status, f"running {self._pipe.name!r}")
@@ -248,7 +256,7 @@ class NativeRunner:
         if stream is not None and not capturing:
             # CUDA returns without waiting (the fence orders DLPack consumers and .numpy() after the run).
             backend.finish_run(stream, keepalive=(keep, results) if keep is not None else None)
-        self._pipe._last_report = (compiled.text, time.perf_counter() - t0)
+        self._pipe._last_report = (compiled.text, time.perf_counter() - t0, bool(replayed.value))
         return results
 
     def _decline(self, reason: str) -> str:
@@ -309,6 +317,8 @@ class NativeRunner:
             pipe.load_report.executors[text] = "native" if found.__class__ is LoadedPlan else found
             self._plans[key] = found
             if found.__class__ is LoadedPlan:
+                if self._static:
+                    found.static = {n: self._backend.empty(s, dt) for n, s, dt, _ in found.made}
                 self._note_native()  # its constants are on the device now
                 self._give_fast(key, found)
             return found
@@ -342,7 +352,8 @@ class NativeRunner:
             (name, shape, strides, dt, dt.dl_code, dt.bits, math.prod(shape) * dt.itemsize)
             for name, shape, dt, strides in compiled.made
         )
-        self.fast.add_plan(compiled.handle.value, ins, outs, compiled.text)
+        static = tuple(compiled.static[name] for name, *_ in compiled.made) if compiled.static else None
+        self.fast.add_plan(compiled.handle.value, ins, outs, compiled.text, static)
 
     def _note_native(self) -> None:
         """Tell the backend what the core's plans hold on this device now (pl.memory.stats' peak)."""

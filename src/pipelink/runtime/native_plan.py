@@ -58,7 +58,12 @@ def runtime() -> ctypes.CDLL:
                 handle,
             ]
             lib.pipeLinkGetLastErrorMessage.restype = ctypes.c_char_p
-            lib.plk_execute_joined.restype = ctypes.c_int  # the hot path's entry (_hotpath.c calls it)
+            # The entry of both sides of the hot path: pipeLinkExecuteAsync, with a join stream, the
+            # capture refusal (_hotpath.c's) and whether a captured graph was launched.
+            flag = ctypes.POINTER(ctypes.c_int32)
+            lib.plk_execute_joined.argtypes = [handle, tensors, ctypes.c_int32, tensors, ctypes.c_int32]
+            lib.plk_execute_joined.argtypes += [handle, handle, flag, flag]
+            lib.plk_execute_joined.restype = ctypes.c_int
             status = lib.pipeLinkInitialize()
             if status:
                 raise core_error(lib, status, "pipeLinkInitialize")
@@ -130,6 +135,7 @@ class LoadedPlan:
         "_local",
         "_destroy",
         "ran",
+        "static",
         "__weakref__",
     )
 
@@ -141,6 +147,7 @@ class LoadedPlan:
         self.made = [(n, s, get_dtype(d), contiguous_strides(s)) for n, s, d in outputs]
         self.n_in, self.n_out = len(inputs), len(outputs)
         self.ran = False  # a run made its first execution context (the memory it holds is then told)
+        self.static: dict | None = None  # static_outputs: {name: Tensor} every run writes and returns
         self._keep: list = []  # the shape arrays every thread's DLTensors point at (read-only for the core)
         self._template = (self._array(inputs, device), self._array(outputs, device))
         self._local = threading.local()
@@ -175,11 +182,15 @@ class LoadedPlan:
         self.handle = None
 
 
-def native_report(text: str, total_time_s: float, stages: Iterable[tuple[str, str, str]] = ()) -> RunReport:
-    """``last_report`` of a run the core made, built when read (the hot path stores only ``text`` and the
-    time): ``stages`` are the plan's ``(stage id, operator, variant)`` (:meth:`NativeRunner.stages_of`), each
-    reported ``"ok"`` (the core runs every stage or fails the run) with no time (it does not time stages)."""
+def native_report(
+    text: str, total_time_s: float, graph_replay: bool = False, stages: Iterable[tuple[str, str, str]] = ()
+) -> RunReport:
+    """``last_report`` of a run the core made, built when read (the hot path stores only ``text``, the time
+    and whether the core launched a graph it captured): ``stages`` are the plan's ``(stage id, operator,
+    variant)`` (:meth:`NativeRunner.stages_of`), each reported ``"ok"`` (the core runs every stage or fails
+    the run) with no time (it does not time stages)."""
     report = RunReport()
     report.executor, report.signature, report.total_time_s = "native", text, total_time_s
+    report.graph_replay = graph_replay
     report.record_native(stages)
     return report
