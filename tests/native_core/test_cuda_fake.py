@@ -7,6 +7,7 @@ process whose LD_LIBRARY_PATH puts the fake libcuda.so.1 first (the real driver,
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import pipelink as pl
 from pipelink.native.build import find_compiler
 from pipelink.runtime.planfile import DEVICE_CPU, DEVICE_CUDA, FLAG_CUDA_GRAPH
 
@@ -399,26 +401,27 @@ assert run_and_check(outs, "async", ctypes.c_void_p(0x5000)) == ""
 assert graph_counts()["captures"] == 1 and graph_counts()["launched"] == 4
 
 # A new output pointer is a miss: captured again, into a free slot of the cache.
-sets = [outs] + [outputs()[2] for _ in range(9)]
+CACHE = int(sys.argv[4])  # PLK_GRAPH_CACHE, read from core.h by the test
+sets = [outs] + [outputs()[2] for _ in range(CACHE + 1)]
 run_and_check(sets[1], "second pointer set")
 c = graph_counts()
 assert (c["captures"], c["instantiated"], c["live"]) == (2, 2, 2), c
-# Ten pointer sets: at most PLK_GRAPH_CACHE (8) graphs live; the least recently used is updated in place.
-for k in range(2, 10):
+# CACHE + 2 pointer sets: at most CACHE graphs live; the least recently used is updated in place.
+for k in range(2, CACHE + 2):
     run_and_check(sets[k], f"pointer set {k}")
 c = graph_counts()
-assert c["captures"] == 10 and c["live"] == 8 and c["instantiated"] == 8 and c["updated"] == 2, c
-run_and_check(sets[9], "most recent")  # a hit
-assert graph_counts()["captures"] == 10
+assert (c["captures"], c["live"], c["instantiated"], c["updated"]) == (CACHE + 2, CACHE, CACHE, 2), c
+run_and_check(sets[CACHE + 1], "most recent")  # a hit
+assert graph_counts()["captures"] == CACHE + 2
 run_and_check(sets[0], "evicted")  # the least recently used two were evicted: a miss
-assert graph_counts()["captures"] == 11 and graph_counts()["live"] == 8
+assert graph_counts()["captures"] == CACHE + 3 and graph_counts()["live"] == CACHE
 
 # plk_execute_joined says whether a run launched a captured graph (run()'s last_report.graph_replay).
 joined, flag = rt.plk_execute_joined, ctypes.POINTER(ctypes.c_int32)
 joined.argtypes = args + args[1:] + [ctypes.c_void_p, ctypes.c_void_p, flag, flag]
 replayed = ctypes.c_int32(7)
 assert joined(h, ins, 3, sets[0], 2, None, None, None, ctypes.byref(replayed)) == 0, msg()
-assert replayed.value == 1 and graph_counts()["captures"] == 11, "a hit replays"
+assert replayed.value == 1 and graph_counts()["captures"] == CACHE + 3, "a hit replays"
 assert joined(he, ins, 3, sets[0], 2, None, None, None, ctypes.byref(replayed)) == 0, msg()
 assert replayed.value == 0, "an eager plan replays nothing"
 
@@ -483,7 +486,9 @@ def test_cuda_graph_plans_capture_once_replay_and_recapture_on_new_pointers(fake
     graph_path, eager_path = tmp_path / "graph.plk", tmp_path / "eager.plk"
     graph_path.write_bytes(with_flags(plan, FLAG_CUDA_GRAPH))
     eager_path.write_bytes(plan)
-    proc = _run(fake_dir, runtime_lib, graph_path, GRAPHS, eager_path)
+    core_h = (Path(pl.__file__).parent / "native" / "core.h").read_text()
+    cache = re.search(r"#define PLK_GRAPH_CACHE (\d+)", core_h).group(1)
+    proc = _run(fake_dir, runtime_lib, graph_path, GRAPHS, eager_path, cache)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
 

@@ -22,7 +22,7 @@
 #define PLK_MAX_COUNT (1u << 20) /* any count in a plan: tensors, stages, attrs, ... */
 #define PLK_FLAG_CUDA_GRAPH 1u    /* header flags: CUDA plans run as CUDA graphs captured by the core */
 #define PLK_FLAGS_KNOWN PLK_FLAG_CUDA_GRAPH
-#define PLK_GRAPH_CACHE 8         /* instantiated graphs per execution context, keyed by external pointers */
+#define PLK_GRAPH_CACHE 32        /* instantiated graphs per execution context, keyed by external pointers */
 #define PLK_MAX_ALGO_RANK 32      /* a product's algorithm rank is below this (the heuristic's list, format 4) */
 #define PLK_ALGO_WORKSPACE_ANY UINT64_MAX /* format 3 products: the rank-0 candidate, whatever it needs */
 
