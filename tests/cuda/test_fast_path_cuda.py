@@ -71,7 +71,9 @@ def test_past_the_limit_moving_inputs_are_copied_and_weights_read_in_place(monke
     gen = torch.Generator(device="cuda").manual_seed(2)
     weights = feed(gen)
     xs = [torch.randn(64, 1024, device="cuda", generator=gen) for _ in range(6)]  # all alive: 6 places
-    with pl.load(CHAIN, device="cuda", cuda_graph=True, static_outputs=True) as pipe:
+    # native=False: the Python executor's graphs are under test (AUTO replays the core's graphs here,
+    # one per place: tests/native_core/test_native_path_gpu.py).
+    with pl.load(CHAIN, device="cuda", cuda_graph=True, static_outputs=True, native=False) as pipe:
         for i, x in enumerate(xs):
             f = dict(weights, x=x)
             out = pipe.run(f)["y"]
