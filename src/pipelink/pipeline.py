@@ -180,7 +180,9 @@ def load(
         checks, it runs eagerly and ``load_report.warnings`` says why).
     static_outputs : bool
         CUDA-graph mode only: return the graph's own output buffers instead of fresh copies. They are
-        overwritten by the next ``run()``.
+        overwritten by the next ``run()``, from any thread: runs from several threads at once all write
+        the same buffers, so load without it for that. With it, AUTO replays the native core's graphs
+        (``cuda_graph`` without it stays on the Python executor's, which copy each output out).
     checked : bool, optional
         Checked mode (a debugging mode, slow): outputs are poisoned before each stage and guard bytes
         follow every buffer; a stage that leaves an output unwritten or writes past it fails with
