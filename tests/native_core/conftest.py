@@ -39,6 +39,13 @@ def _library() -> Path:
     return path
 
 
+def graph_cache_size() -> int:
+    """PLK_GRAPH_CACHE: the graphs each execution context of a cuda_graph plan keeps (core.h)."""
+    import re
+
+    return int(re.search(r"#define PLK_GRAPH_CACHE (\d+)", (NATIVE_SRC / "core.h").read_text()).group(1))
+
+
 def host_env() -> dict[str, str]:
     """The environment of a C host: pipeLinkLoadPipeline("x.json") compiles through this very package."""
     path = os.pathsep.join(p for p in sys.path if p)

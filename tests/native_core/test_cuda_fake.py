@@ -7,7 +7,6 @@ process whose LD_LIBRARY_PATH puts the fake libcuda.so.1 first (the real driver,
 
 from __future__ import annotations
 
-import re
 import struct
 import subprocess
 import sys
@@ -16,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import pipelink as pl
 from pipelink.native.build import find_compiler
 from pipelink.runtime.planfile import DEVICE_CPU, DEVICE_CUDA, FLAG_CUDA_GRAPH
 
-from .conftest import host_env
+from .conftest import graph_cache_size, host_env
 from .test_cuda_plans import _kernel, _matmul, cuda_plan
 
 HERE = Path(__file__).parent
@@ -486,9 +484,7 @@ def test_cuda_graph_plans_capture_once_replay_and_recapture_on_new_pointers(fake
     graph_path, eager_path = tmp_path / "graph.plk", tmp_path / "eager.plk"
     graph_path.write_bytes(with_flags(plan, FLAG_CUDA_GRAPH))
     eager_path.write_bytes(plan)
-    core_h = (Path(pl.__file__).parent / "native" / "core.h").read_text()
-    cache = re.search(r"#define PLK_GRAPH_CACHE (\d+)", core_h).group(1)
-    proc = _run(fake_dir, runtime_lib, graph_path, GRAPHS, eager_path, cache)
+    proc = _run(fake_dir, runtime_lib, graph_path, GRAPHS, eager_path, graph_cache_size())
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
 
 

@@ -24,6 +24,8 @@ from pipelink.modules.services import PipeLinkTensor
 from pipelink.native import open_runtime
 from tests.conftest import assert_close
 
+from .conftest import graph_cache_size
+
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
@@ -395,8 +397,8 @@ def _relu_chain(n: int = 20) -> dict:
 @pytest.mark.parametrize("name", ["mlp", "relu_chain"])
 def test_cuda_graph_plans_replay_what_eager_plans_compute(core, tmp_path, name):
     # The plan's cuda_graph flag: each context runs eagerly once, then captures, then replays; a new
-    # pointer set is a miss (re-captured), more than 8 evict the least recently used. Same results as the
-    # eager plan of the same pipeline, for every input set, through Execute and ExecuteAsync.
+    # pointer set is a miss (re-captured), more than PLK_GRAPH_CACHE evict the least recently used. Same
+    # results as the eager plan of the same pipeline, for every input set, through Execute and ExecuteAsync.
     if name == "mlp":
         doc, spec = _case("mlp", "float32")
     else:
@@ -408,21 +410,25 @@ def test_cuda_graph_plans_replay_what_eager_plans_compute(core, tmp_path, name):
     graph = core.load(pipe.save(tmp_path / f"{name}_graph.plk", cuda_graph=True))
     stream = torch.cuda.Stream()
     try:
-        sets = [_inputs(spec, "float32", seed=20 + k) for k in range(11)]
-        for rnd in range(3):  # 11 input sets (past the cache of 8) three times: hits, misses, evictions
-            for k, ins in enumerate(sets):
-                ref = _python_run(pipe, spec, ins)
-                want = _poisoned(ref, "float32")
-                y = _poisoned(ref, "float32")
-                torch.cuda.synchronize()
-                assert core.execute(eager, ins, [want]) == 0, core.message()
-                async_run = k % 2 == 1
-                rc = core.execute(graph, ins, [y], stream=stream.cuda_stream if async_run else None)
-                assert rc == 0 and core.message() == "", core.message()  # captured, not degraded
-                stream.synchronize()
-                got = y.cpu().numpy()
-                assert np.array_equal(got, want.cpu().numpy()), f"{name} set {k} round {rnd}: graph != eager"
-                assert_close(got, ref, "float32", f"{name} set {k} round {rnd}")
+        cache = graph_cache_size()
+        sets = [_inputs(spec, "float32", seed=20 + k) for k in range(cache + 3)]
+        # Fill the cache (misses), run the same sets again (hits), go past it (evictions), then back to the
+        # first sets (evicted: misses again).
+        order = [*range(cache), *range(cache), *range(cache, cache + 3), 0, 1, 2]
+        for step, k in enumerate(order):
+            ins = sets[k]
+            ref = _python_run(pipe, spec, ins)
+            want = _poisoned(ref, "float32")
+            y = _poisoned(ref, "float32")
+            torch.cuda.synchronize()
+            assert core.execute(eager, ins, [want]) == 0, core.message()
+            async_run = step % 2 == 1
+            rc = core.execute(graph, ins, [y], stream=stream.cuda_stream if async_run else None)
+            assert rc == 0 and core.message() == "", core.message()  # captured, not degraded
+            stream.synchronize()
+            got = y.cpu().numpy()
+            assert np.array_equal(got, want.cpu().numpy()), f"{name} set {k} (step {step}): graph != eager"
+            assert_close(got, ref, "float32", f"{name} set {k} (step {step})")
     finally:
         assert core.lib.pipeLinkDestroyPipeline(graph) == 0
         assert core.lib.pipeLinkDestroyPipeline(eager) == 0
