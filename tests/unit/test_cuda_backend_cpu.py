@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipelink.backends.cuda import compiler as cuda_kernels
 from pipelink.backends.cuda import device as cuda_device
-from pipelink.backends.cuda.pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size
+from pipelink.backends.cuda.pool import BIN_SIZES, MAX_BIN, MIN_BIN, BinnedPool, bin_size, stream_tag
 
 
 # -- cache keys -------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def test_a_sticky_cuda_error_corrupts_the_context_for_good():
 @given(
     ops=st.lists(
         st.one_of(
-            st.tuples(st.just("acquire"), st.integers(0, 3 * MAX_BIN)),
+            st.tuples(st.just("acquire"), st.tuples(st.integers(0, 3 * MAX_BIN), st.integers(0, 2))),
             st.tuples(st.just("release"), st.integers(0, 63)),
             st.tuples(st.just("drop"), st.integers(0, 63)),
             st.tuples(st.just("hold"), st.booleans()),
@@ -326,14 +326,19 @@ def test_a_sticky_cuda_error_corrupts_the_context_for_good():
 )
 def test_the_pool_keeps_its_books_whatever_the_order(ops):
     # Wrong if the C pool (_pool.c) ever handed out one address twice, lost a raw block (neither live,
-    # cached nor handed out), freed a raw block while frees were held, or reported bytes it does not hold.
+    # cached nor handed out), freed a raw block while frees were held, reported bytes it does not hold, or
+    # gave a block last handed out for one stream to another.
     dev = FakeDevice()
     pool = BinnedPool(dev.alloc, dev.free)
-    live = []
+    live, last_stream = [], {}
     for op, arg in ops:
         if op == "acquire":
-            live.append(pool.acquire(arg))  # no other name holds it: dropping it from `live` releases it
-            assert live[-1].size >= arg and live[-1].size == (bin_size(arg) or arg)
+            size, stream = arg
+            live.append(pool.acquire(size, stream))  # no other name holds it: dropping it releases it
+            assert live[-1].size >= size and live[-1].size == (bin_size(size) or size)
+            # FakeDevice never hands out an address twice: a reused address is a cached block
+            assert live[-1].stream == stream
+            assert last_stream.setdefault(live[-1].ptr, stream) == stream, "a block reused for another stream"
         elif op == "release" and live:
             live.pop(arg % len(live)).release()
         elif op == "drop" and live:
@@ -361,3 +366,22 @@ def test_the_pool_keeps_its_books_whatever_the_order(ops):
     live.clear()
     pool.clear()
     assert dev.live == {} and pool.stats()["raw_bytes"] == 0, "every raw block goes back"
+
+
+def test_a_cached_block_is_reused_only_for_its_stream():
+    # A run on stream B must not get the block of an output that a run on stream A may still be writing.
+    dev = FakeDevice()
+    pool = BinnedPool(dev.alloc, dev.free)
+    a = pool.acquire(1000, stream=stream_tag(0x5000))
+    ptr, first = a.ptr, a.stream
+    del a
+    gc.collect()
+    b = pool.acquire(1000, stream=stream_tag(0x7000))
+    assert b.ptr != ptr and len(dev.live) == 2, "another stream takes a new block"
+    c = pool.acquire(900, stream=first)
+    assert c.ptr == ptr and c.stream == first and len(dev.live) == 2, "the same stream reuses it"
+    d = pool.acquire(900)  # the backend's main stream (tag 0)
+    assert d.stream == 0 and d.ptr not in (ptr, b.ptr)
+    assert stream_tag(0) == 1 and stream_tag(0) != 0, "the legacy default stream is not the main stream"
+    with pytest.raises(OverflowError):
+        pool.acquire(100, stream=-1)

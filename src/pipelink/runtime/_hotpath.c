@@ -31,7 +31,7 @@ static const char* const SLOT_NAMES[N_SLOTS] = {"ptr", "shape", "strides", "dtyp
 typedef PipeLinkStatus (*ExecuteFn)(void*, const PipeLinkTensor*, int32_t, PipeLinkTensor*, int32_t, void*, void*,
                                     int32_t*, int32_t*);
 typedef struct { /* backends/cuda/_pool.c's capsule "pipelink.backends.cuda._pool.api" */
-    PyObject* (*acquire)(PyObject* pool, long long nbytes);
+    PyObject* (*acquire)(PyObject* pool, long long nbytes, unsigned long long stream_tag);
     unsigned long long (*ptr_of)(PyObject* block);
 } PoolAPI;
 
@@ -290,7 +290,9 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
             ptr = plan->out_static_ptr[j];
             made[j] = Py_NewRef(plan->out_static[j]);
         } else if (r->kind == PIPELINK_DEVICE_CUDA) {
-            PyObject* block = r->pool_api->acquire(r->pool, plan->out_nbytes[j]);
+            /* cached for the run's stream: the tag of pool.py (0 for the main stream, else the handle + 1) */
+            unsigned long long tag = stream == r->main_stream ? 0 : (unsigned long long)stream + 1;
+            PyObject* block = r->pool_api->acquire(r->pool, plan->out_nbytes[j], tag);
             if (block == NULL) goto fail; /* out of memory: the Python path raises it with its context */
             ptr = (uintptr_t)r->pool_api->ptr_of(block);
             PyObject* args[] = {NULL, PyLong_FromUnsignedLongLong(ptr), plan->out_shape[j], plan->out_dtype[j], r->device,

@@ -235,8 +235,8 @@ class NativeRunner:
             elif compiled.static is not None:
                 tensor = results[name] = compiled.static[name]
                 t.data = tensor.ptr
-            else:
-                tensor = results[name] = empty(shape, dtype)
+            else:  # cached for the run's stream: another stream's run never gets it while this one runs
+                tensor = results[name] = empty(shape, dtype, stream=stream)
                 t.data = tensor.ptr
         handle = int(backend.handle_of(stream)) if stream is not None else None  # a CUstream: its address
         replayed = ctypes.c_int32(0)

@@ -19,7 +19,8 @@
 
 typedef struct {
     unsigned long long ptr;
-    PyObject* raw; /* owned */
+    PyObject* raw;          /* owned */
+    unsigned long long tag; /* cached blocks: the stream they were last handed out for (0: the backend's) */
 } Entry;
 
 typedef struct {
@@ -48,13 +49,14 @@ typedef struct {
     long long nbytes, size;
     PyObject* raw;
     Pool* pool;
+    unsigned long long tag; /* the stream it was handed out for: it is cached for that stream alone */
     int released;
     PyObject* weakrefs;
 } Block;
 
 static PyTypeObject PoolType, BlockType;
 
-static int push(EntryList* list, unsigned long long ptr, PyObject* raw) {
+static int push(EntryList* list, unsigned long long ptr, PyObject* raw, unsigned long long tag) {
     if (list->n == list->cap) {
         Py_ssize_t cap = list->cap ? 2 * list->cap : 8;
         Entry* items = PyMem_Realloc(list->items, (size_t)cap * sizeof *items);
@@ -62,7 +64,7 @@ static int push(EntryList* list, unsigned long long ptr, PyObject* raw) {
         list->items = items, list->cap = cap;
     }
     Py_INCREF(raw);
-    list->items[list->n++] = (Entry){ptr, raw};
+    list->items[list->n++] = (Entry){ptr, raw, tag};
     return 0;
 }
 
@@ -84,7 +86,7 @@ static int free_raw(Pool* p, PyObject* raw, long long size) {
             p->deferred_size = sizes, p->deferred_size_cap = cap;
         }
         p->deferred_size[p->deferred.n] = size;
-        if (push(&p->deferred, 0, raw) != 0) return PyErr_NoMemory(), -1;
+        if (push(&p->deferred, 0, raw, 0) != 0) return PyErr_NoMemory(), -1;
         return 0;
     }
     p->raw_bytes -= size;
@@ -130,10 +132,10 @@ static void block_release(Block* b) {
     if (b->nbytes <= MAX_BIN) {
         long long size;
         int bin = bin_of(b->size, &size);
-        if (push(&p->bins[bin], b->ptr, b->raw) == 0) return;
+        if (push(&p->bins[bin], b->ptr, b->raw, b->tag) == 0) return;
         PyErr_Clear(); /* no room to cache it: free it with the large ones */
     }
-    if (push(&p->large, (unsigned long long)b->size, b->raw) != 0) PyErr_Clear(); /* leaks one block: no memory */
+    if (push(&p->large, (unsigned long long)b->size, b->raw, 0) != 0) PyErr_Clear(); /* leaks one block: no memory */
 }
 
 static void Block_dealloc(Block* b) {
@@ -169,6 +171,7 @@ static PyMemberDef Block_members[] = {
     {"size", T_LONGLONG, offsetof(Block, size), READONLY, "what the block holds (its bin, or its own size)"},
     {"raw", T_OBJECT, offsetof(Block, raw), READONLY, "the raw allocator's handle"},
     {"pool", T_OBJECT, offsetof(Block, pool), READONLY, NULL},
+    {"stream", T_ULONGLONG, offsetof(Block, tag), READONLY, "the stream tag it was handed out for (acquire)"},
     {NULL}};
 
 static PyGetSetDef Block_getset[] = {
@@ -189,10 +192,12 @@ static PyTypeObject BlockType = {
     .tp_getset = Block_getset,
 };
 
-static Block* new_block(Pool* p, unsigned long long ptr, long long nbytes, long long size, PyObject* raw) {
+static Block* new_block(Pool* p, unsigned long long ptr, long long nbytes, long long size, PyObject* raw,
+                        unsigned long long tag) {
     Block* b = PyObject_New(Block, &BlockType);
     if (b == NULL) return NULL;
     b->ptr = ptr, b->nbytes = nbytes, b->size = size, b->raw = raw, b->released = 0, b->weakrefs = NULL;
+    b->tag = tag;
     Py_INCREF(p);
     b->pool = p;
     p->in_use_bytes += size, p->in_use_blocks += 1, p->pending_delta += size;
@@ -237,8 +242,10 @@ static PyObject* raw_block(Pool* p, long long size, unsigned long long* ptr) {
     return raw;
 }
 
-/* The hot path's acquire (also the method's body): a new block, or NULL with an exception. */
-static PyObject* pool_acquire(Pool* p, long long nbytes) {
+/* The hot path's acquire (also the method's body): a new block for work queued on stream `tag`, or NULL with an
+ * exception. A cached block is reused only for the stream it was last handed out for: that stream's order puts
+ * its new work after the old, which another stream's would not (the run that wrote it may still be running). */
+static PyObject* pool_acquire(Pool* p, long long nbytes, unsigned long long tag) {
     if (nbytes < 0) return PyErr_Format(PyExc_ValueError, "a block size must be >= 0 (got %lld)", nbytes);
     if ((p->large.n || p->pending_delta) && drain(p) != 0) return NULL;
     long long size = nbytes;
@@ -246,9 +253,12 @@ static PyObject* pool_acquire(Pool* p, long long nbytes) {
     if (nbytes <= MAX_BIN) {
         bin = bin_of(nbytes, &size);
         EntryList* cached = &p->bins[bin];
-        if (cached->n > 0) {
-            Entry e = cached->items[--cached->n];
-            Block* b = new_block(p, e.ptr, nbytes, size, e.raw); /* takes the list's reference */
+        Py_ssize_t i = cached->n - 1; /* the most recently released of this stream's: one stream, the last */
+        while (i >= 0 && cached->items[i].tag != tag) --i;
+        if (i >= 0) {
+            Entry e = cached->items[i];
+            cached->items[i] = cached->items[--cached->n];
+            Block* b = new_block(p, e.ptr, nbytes, size, e.raw, tag); /* takes the list's reference */
             if (b == NULL) cached->items[cached->n++] = e;
             else if (p->on_change != NULL && drain(p) != 0) return Py_DECREF(b), NULL;
             return (PyObject*)b;
@@ -257,16 +267,20 @@ static PyObject* pool_acquire(Pool* p, long long nbytes) {
     unsigned long long ptr = 0;
     PyObject* raw = raw_block(p, size, &ptr);
     if (raw == NULL) return NULL;
-    Block* b = new_block(p, ptr, nbytes, size, raw);
+    Block* b = new_block(p, ptr, nbytes, size, raw, tag);
     if (b == NULL) return Py_DECREF(raw), NULL;
     if (p->on_change != NULL && drain(p) != 0) return Py_DECREF(b), NULL;
     return (PyObject*)b;
 }
 
-static PyObject* Pool_acquire(Pool* p, PyObject* arg) {
-    long long nbytes = PyLong_AsLongLong(arg);
-    if (nbytes == -1 && PyErr_Occurred()) return NULL;
-    return pool_acquire(p, nbytes);
+static PyObject* Pool_acquire(Pool* p, PyObject* args, PyObject* kwargs) {
+    static char* kw[] = {"nbytes", "stream", NULL};
+    long long nbytes;
+    PyObject* stream = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L|O", kw, &nbytes, &stream)) return NULL;
+    unsigned long long tag = stream != NULL ? PyLong_AsUnsignedLongLong(stream) : 0; /* a negative: OverflowError */
+    if (tag == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    return pool_acquire(p, nbytes, tag);
 }
 
 /* Free every cached block (raw frees held while hold_frees is set). Returns the bytes freed. */
@@ -402,7 +416,9 @@ static int Pool_set_base(Pool* p, PyObject* v, void* c) {
 }
 
 static PyMethodDef Pool_methods[] = {
-    {"acquire", (PyCFunction)Pool_acquire, METH_O, "A block of at least nbytes bytes (0: a 512 B block)."},
+    {"acquire", (PyCFunction)(void (*)(void))Pool_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(nbytes, stream=0): a block of at least nbytes bytes (0: a 512 B block) for work on `stream` (a tag: "
+     "the raw handle of the stream, 0 for the backend's own); cached blocks are reused for their stream only."},
     {"clear", (PyCFunction)Pool_clear, METH_NOARGS,
      "Free every cached block (and the held frees unless frees are held); returns the bytes freed."},
     {"flush", (PyCFunction)Pool_flush, METH_NOARGS, "Perform the raw frees held while hold_frees was set."},
@@ -442,13 +458,14 @@ static PyTypeObject PoolType = {
 /* The C entries the hot path uses (runtime/_hotpath.c), through the capsule "pipelink.backends.cuda._pool.api";
  * _hotpath.c declares the same struct. */
 typedef struct {
-    PyObject* (*acquire)(PyObject* pool, long long nbytes); /* a new block, or NULL with an exception */
+    /* a new block for work on stream `tag` (0: the backend's), or NULL with an exception */
+    PyObject* (*acquire)(PyObject* pool, long long nbytes, unsigned long long tag);
     unsigned long long (*ptr_of)(PyObject* block);
 } PoolAPI;
 
-static PyObject* api_acquire(PyObject* pool, long long nbytes) {
+static PyObject* api_acquire(PyObject* pool, long long nbytes, unsigned long long tag) {
     if (!PyObject_TypeCheck(pool, &PoolType)) return PyErr_SetString(PyExc_TypeError, "not a BinnedPool"), NULL;
-    return pool_acquire((Pool*)pool, nbytes);
+    return pool_acquire((Pool*)pool, nbytes, tag);
 }
 static unsigned long long api_ptr_of(PyObject* block) { return ((Block*)block)->ptr; }
 static const PoolAPI api = {api_acquire, api_ptr_of};

@@ -31,6 +31,7 @@ from .graphs import CUDAGraph, begin_capture, end_capture
 from .helpers import CopyPlan, NonFiniteCounter, StridedCopy, max_threads, plan_copy
 from .inputs import CUDAInputs
 from .memory import CUDAMemory
+from .pool import stream_tag
 from .streams import CallerStreams, RunFences, stream_handle
 
 __all__ = ["CUDABackend", "unavailable_reason"]
@@ -201,9 +202,12 @@ class CUDABackend(Backend):
         """Free every cached block, then trim the stream-ordered pool to what is in use."""
         self.memory.clear()
 
-    def empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
-        """A contiguous device tensor from the pool; its block returns to the pool when it is dropped."""
-        return self.memory.empty(shape, dtype)
+    def empty(self, shape: tuple[int, ...], dtype: DType, *, stream: Any = None) -> Tensor:
+        """A contiguous device tensor from the pool; its block returns to the pool when it is dropped. With
+        ``stream`` (a run's stream), the block is reused later only for work on that stream (pool.py)."""
+        if stream is None or stream is self._main:
+            return self.memory.empty(shape, dtype)
+        return self.memory.empty(shape, dtype, stream_tag(self.handle_of(stream)))
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A NumPy array in page-locked host memory (fast, asynchronous host <-> device copies)."""

@@ -278,10 +278,11 @@ class CUDAMemory:
             self.pool.flush()
 
     # -- tensors and host buffers ------------------------------------------------------------------
-    def empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:
-        """A contiguous device tensor from the pool; its block returns to the pool when it is dropped."""
+    def empty(self, shape: tuple[int, ...], dtype: DType, stream_tag: int = 0) -> Tensor:
+        """A contiguous device tensor from the pool; its block returns to the pool when it is dropped, cached
+        for the stream it was made for (``stream_tag``: :func:`pool.stream_tag`, 0 for the backend's own)."""
         dtype, shape = get_dtype(dtype), tuple(int(d) for d in shape)
-        block = self.pool.acquire(math.prod(shape) * dtype.itemsize)
+        block = self.pool.acquire(math.prod(shape) * dtype.itemsize, stream_tag)
         return Tensor._trusted(block.ptr, shape, dtype, self._name, contiguous_strides(shape), block, True)
 
     def mapped_empty(self, shape: tuple[int, ...], dtype: DType) -> Tensor:

@@ -10,6 +10,10 @@ calls CUDA itself and never returns a block to the raw allocator while a live te
 
 - A request of up to 16 MiB is rounded up to a power-of-two bin (512 B .. 16 MiB) and served from that
   bin's free list, or by a new raw block of the bin's size; a released block goes back to its bin at once.
+- Blocks are handed out for a stream (``acquire(nbytes, stream=tag)``, :func:`stream_tag`; 0, the default,
+  is the backend's main stream) and a cached block is reused only for the stream it was last handed out
+  for: that stream's order queues the new work after the old, which another stream's would not (a run
+  whose output was dropped may still be writing it). PyTorch's caching allocator does the same.
 - A larger request gets a raw block of its own size; once released, it goes back to the raw allocator at
   the pool's next call (a finalizer never calls the raw allocator; the raw allocator, a stream-ordered
   pool, does its own caching).
@@ -22,19 +26,26 @@ calls CUDA itself and never returns a block to the raw allocator while a live te
 
 ``BinnedPool(raw_alloc, raw_free, *, on_change=None)``: ``raw_alloc(size) -> (pointer, handle)`` raises
 ``MemoryError`` when out of memory; ``raw_free(handle)``. A :class:`PoolBlock` has ``ptr``, ``nbytes`` (what
-was asked), ``size`` (what it holds), ``raw``, ``released`` and ``release()``; a ``pl.Tensor`` returned to
-the user holds its block as ``_owner``, so dropping the last tensor (and view) of a block releases it.
+was asked), ``size`` (what it holds), ``raw``, ``stream`` (its tag), ``released`` and ``release()``; a
+``pl.Tensor`` returned to the user holds its block as ``_owner``, so dropping the last tensor (and view) of a
+block releases it.
 """
 
 from __future__ import annotations
 
 from ...errors import ModuleLoadError
 
-__all__ = ["MIN_BIN", "MAX_BIN", "BIN_SIZES", "bin_size", "PoolBlock", "BinnedPool"]
+__all__ = ["MIN_BIN", "MAX_BIN", "BIN_SIZES", "bin_size", "stream_tag", "PoolBlock", "BinnedPool"]
 
 MIN_BIN = 512
 MAX_BIN = 16 << 20
 BIN_SIZES: tuple[int, ...] = tuple(1 << k for k in range(MIN_BIN.bit_length() - 1, MAX_BIN.bit_length()))
+
+
+def stream_tag(handle: int) -> int:
+    """The pool's tag of a stream other than the backend's main stream (whose tag is 0): its raw handle + 1,
+    so the legacy default stream (handle 0) has a tag of its own. ``runtime/_hotpath.c`` computes the same."""
+    return int(handle) + 1
 
 
 def bin_size(nbytes: int) -> int | None:
