@@ -316,9 +316,8 @@ class Pipeline:
     def last_report(self) -> RunReport | None:
         """The report of the last run (of any thread)."""
         report = self._last_report
-        if (
-            report.__class__ is tuple
-        ):  # a run of the core: (signature, seconds, graph replayed), built when read
+        # a run of the core: (signature, seconds, graph replayed), built when read
+        if report.__class__ is tuple:
             stages = self._native.stages_of(report[0]) if self._native is not None else ()
             report = self._last_report = native_report(*report, stages=stages)
         return report

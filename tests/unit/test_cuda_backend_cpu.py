@@ -385,3 +385,5 @@ def test_a_cached_block_is_reused_only_for_its_stream():
     assert stream_tag(0) == 1 and stream_tag(0) != 0, "the legacy default stream is not the main stream"
     with pytest.raises(OverflowError):
         pool.acquire(100, stream=-1)
+    with pytest.raises(OverflowError):
+        stream_tag(-1)

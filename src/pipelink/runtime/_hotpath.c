@@ -33,6 +33,7 @@ typedef PipeLinkStatus (*ExecuteFn)(void*, const PipeLinkTensor*, int32_t, PipeL
 typedef struct { /* backends/cuda/_pool.c's capsule "pipelink.backends.cuda._pool.api" */
     PyObject* (*acquire)(PyObject* pool, long long nbytes, unsigned long long stream_tag);
     unsigned long long (*ptr_of)(PyObject* block);
+    unsigned long long (*stream_tag)(unsigned long long handle);
 } PoolAPI;
 
 typedef struct {
@@ -290,8 +291,8 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
             ptr = plan->out_static_ptr[j];
             made[j] = Py_NewRef(plan->out_static[j]);
         } else if (r->kind == PIPELINK_DEVICE_CUDA) {
-            /* cached for the run's stream: the tag of pool.py (0 for the main stream, else the handle + 1) */
-            unsigned long long tag = stream == r->main_stream ? 0 : (unsigned long long)stream + 1;
+            /* cached for the run's stream (pool.py): tag 0 is the backend's main stream */
+            unsigned long long tag = stream == r->main_stream ? 0 : r->pool_api->stream_tag(stream);
             PyObject* block = r->pool_api->acquire(r->pool, plan->out_nbytes[j], tag);
             if (block == NULL) goto fail; /* out of memory: the Python path raises it with its context */
             ptr = (uintptr_t)r->pool_api->ptr_of(block);

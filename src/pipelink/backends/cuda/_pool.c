@@ -68,6 +68,10 @@ static int push(EntryList* list, unsigned long long ptr, PyObject* raw, unsigned
     return 0;
 }
 
+/* The tag of a stream other than the backend's main stream (whose tag is 0): its raw handle + 1, so the legacy
+ * default stream (handle 0) has a tag of its own. The one definition: pool.py's stream_tag and _hotpath.c call it. */
+static unsigned long long stream_tag(unsigned long long handle) { return handle + 1; }
+
 static int bin_of(long long nbytes, long long* size) {
     long long s = 1LL << MIN_SHIFT;
     int b = 0;
@@ -461,6 +465,7 @@ typedef struct {
     /* a new block for work on stream `tag` (0: the backend's), or NULL with an exception */
     PyObject* (*acquire)(PyObject* pool, long long nbytes, unsigned long long tag);
     unsigned long long (*ptr_of)(PyObject* block);
+    unsigned long long (*stream_tag)(unsigned long long handle);
 } PoolAPI;
 
 static PyObject* api_acquire(PyObject* pool, long long nbytes, unsigned long long tag) {
@@ -468,9 +473,21 @@ static PyObject* api_acquire(PyObject* pool, long long nbytes, unsigned long lon
     return pool_acquire((Pool*)pool, nbytes, tag);
 }
 static unsigned long long api_ptr_of(PyObject* block) { return ((Block*)block)->ptr; }
-static const PoolAPI api = {api_acquire, api_ptr_of};
+static const PoolAPI api = {api_acquire, api_ptr_of, stream_tag};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pool", "The CUDA backend's binned pool (pool.py).", -1};
+static PyObject* module_stream_tag(PyObject* m, PyObject* arg) {
+    unsigned long long handle = PyLong_AsUnsignedLongLong(arg); /* a negative handle: OverflowError */
+    if (handle == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromUnsignedLongLong(stream_tag(handle));
+}
+
+static PyMethodDef module_methods[] = {
+    {"stream_tag", module_stream_tag, METH_O,
+     "stream_tag(handle): the pool's tag of a stream other than the backend's main stream (whose tag is 0)."},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pool", "The CUDA backend's binned pool (pool.py).", -1,
+                                    module_methods};
 
 PyMODINIT_FUNC PyInit__pool(void) {
     if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&BlockType) < 0) return NULL;

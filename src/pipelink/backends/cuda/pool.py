@@ -10,10 +10,11 @@ calls CUDA itself and never returns a block to the raw allocator while a live te
 
 - A request of up to 16 MiB is rounded up to a power-of-two bin (512 B .. 16 MiB) and served from that
   bin's free list, or by a new raw block of the bin's size; a released block goes back to its bin at once.
-- Blocks are handed out for a stream (``acquire(nbytes, stream=tag)``, :func:`stream_tag`; 0, the default,
-  is the backend's main stream) and a cached block is reused only for the stream it was last handed out
-  for: that stream's order queues the new work after the old, which another stream's would not (a run
-  whose output was dropped may still be writing it). PyTorch's caching allocator does the same.
+- Blocks are handed out for a stream (``acquire(nbytes, stream=tag)``; ``stream_tag(handle)`` is the tag of a
+  stream by its raw handle, and 0, the default, the backend's main stream's), and a cached block is reused
+  only for the stream it was last handed out for: that stream's order queues the new work after the old,
+  which another stream's would not (a run whose output was dropped may still be writing it). PyTorch's
+  caching allocator does the same.
 - A larger request gets a raw block of its own size; once released, it goes back to the raw allocator at
   the pool's next call (a finalizer never calls the raw allocator; the raw allocator, a stream-ordered
   pool, does its own caching).
@@ -42,12 +43,6 @@ MAX_BIN = 16 << 20
 BIN_SIZES: tuple[int, ...] = tuple(1 << k for k in range(MIN_BIN.bit_length() - 1, MAX_BIN.bit_length()))
 
 
-def stream_tag(handle: int) -> int:
-    """The pool's tag of a stream other than the backend's main stream (whose tag is 0): its raw handle + 1,
-    so the legacy default stream (handle 0) has a tag of its own. ``runtime/_hotpath.c`` computes the same."""
-    return int(handle) + 1
-
-
 def bin_size(nbytes: int) -> int | None:
     """The bin a request of ``nbytes`` is served from: the smallest power of two >= ``nbytes`` (at least
     512 B), or None when it is larger than 16 MiB (such a block is allocated and freed on its own).
@@ -67,7 +62,7 @@ def bin_size(nbytes: int) -> int | None:
 try:
     from ._pool import MAX_BIN as _C_MAX_BIN
     from ._pool import MIN_BIN as _C_MIN_BIN
-    from ._pool import BinnedPool, PoolBlock
+    from ._pool import BinnedPool, PoolBlock, stream_tag
 except ImportError as _e:  # not built: no C compiler when PipeLink was installed
     _MISSING = str(_e)
 
@@ -82,6 +77,7 @@ except ImportError as _e:  # not built: no C compiler when PipeLink was installe
             )
 
     PoolBlock = None  # type: ignore[assignment,misc]
+    stream_tag = None  # type: ignore[assignment]  # no pool, no tags: the backend cannot start without it
 else:
     if (_C_MIN_BIN, _C_MAX_BIN) != (MIN_BIN, MAX_BIN):
         raise ImportError(f"_pool.c's bins {(_C_MIN_BIN, _C_MAX_BIN)} are not pool.py's: rebuild PipeLink")
