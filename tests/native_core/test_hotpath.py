@@ -146,6 +146,8 @@ def test_the_runner_refuses_bad_construction():
         runner_type(("x",), 7, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
     with pytest.raises(ValueError, match="host_output"):
         runner_type(("x",), 1, 0, "cpu", 1, pl.Tensor, object())
+    with pytest.raises(ValueError, match="capturing="):  # CUDA: the capture check before outputs are taken
+        runner_type(("x",), 2, 0, "cuda:0", 1, pl.Tensor, object(), pool=object(), finish=print)
     runner = runner_type(("x",), 1, 0, "cpu", 1, pl.Tensor, object(), host_output=print)
     with pytest.raises(ValueError, match="inputs"):
         runner.add_plan(1, (), (), "sig")  # one input named, none described

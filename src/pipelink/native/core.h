@@ -311,4 +311,9 @@ PIPELINK_API PipeLinkStatus plk_execute_joined(PipeLinkPipelineHandle h, const P
                                                PipeLinkTensor* outputs, int32_t n_outputs, void* stream, void* join,
                                                int32_t* capturing, int32_t* replayed);
 
+/* cuda.c: whether work queued on `stream` (a CUstream) now goes into a CUDA graph being captured: 1, 0, or -1
+ * when the driver refuses the question (not a stream of this process). 0 while the driver is not open. The hot
+ * path (runtime/_hotpath.c) asks it before taking output blocks from the pool: a capture must allocate nothing. */
+PIPELINK_API int32_t plk_stream_capturing(void* stream);
+
 #endif /* PIPELINK_CORE_H_ */

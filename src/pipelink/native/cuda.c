@@ -743,6 +743,13 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     return PIPELINK_SUCCESS;
 }
 
+int32_t plk_stream_capturing(void* stream) {
+    if (!atomic_load(&driver_ready)) return 0; /* no driver open yet: nothing of ours is being captured */
+    int status = 0;
+    if (cu.StreamIsCapturing((CUstream)stream, &status) != 0) return -1;
+    return status == CU_CAPTURE_ACTIVE;
+}
+
 /* A device block the runtime allocated (pipeLinkFree, pipeLinkClearMemoryPool), in its own context whatever
  * the calling thread's is: the context the driver names, else (stream-ordered memory may name none) the
  * primary context of its device. cuMemFree waits for work using it. */

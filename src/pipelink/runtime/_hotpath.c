@@ -28,6 +28,7 @@
 #define N_SLOTS 8
 static const char* const SLOT_NAMES[N_SLOTS] = {"ptr", "shape", "strides", "dtype", "device", "_owner", "_array", "_contig"};
 
+typedef int32_t (*CapturingFn)(void*); /* plk_stream_capturing */
 typedef PipeLinkStatus (*ExecuteFn)(void*, const PipeLinkTensor*, int32_t, PipeLinkTensor*, int32_t, void*, void*,
                                     int32_t*, int32_t*);
 typedef struct { /* backends/cuda/_pool.c's capsule "pipelink.backends.cuda._pool.api" */
@@ -64,6 +65,7 @@ typedef struct {
     Plan** plans;
     int n_plans;
     ExecuteFn execute;
+    CapturingFn capturing; /* CUDA: is a caller's stream being captured (asked before output blocks are taken) */
     PyObject* tensor_type; /* pl.Tensor */
     PyObject* trusted;     /* pl.Tensor._trusted */
     PyObject* slots[N_SLOTS]; /* pl.Tensor's slot descriptors (SLOT_NAMES), or all NULL: outputs via _trusted */
@@ -275,6 +277,11 @@ static PyObject* run_values(Runner* r, PyObject** values, Py_ssize_t n_in) {
             Py_XDECREF(s);
             if (PyErr_Occurred()) return PyErr_Clear(), Py_NewRef(Py_None);
             if (stream != r->main_stream) join = r->main_stream;
+            /* A capture allocates nothing: the pool would take a new block for the capturing stream (its first
+             * use), which invalidates the capture. The Python path records the run with out= buffers, or
+             * refuses it. Our main stream is never captured by anyone else. */
+            if (stream != r->main_stream && plan->n_out > 0 && plan->out_static[0] == NULL && r->capturing((void*)stream) != 0)
+                Py_RETURN_NONE;
         } else {
             stream = r->main_stream;
             keep = n_in > 0; /* pl.Tensor inputs: held until the run is done (their blocks) */
@@ -443,14 +450,14 @@ static PyObject* Runner_set_torch(Runner* r, PyObject* args) {
 
 static int Runner_init(Runner* r, PyObject* args, PyObject* kwargs) {
     static char* kw[] = {"names", "kind", "device_id", "device", "execute", "tensor_type", "sink", "pool", "main_stream",
-                         "main_handle", "finish", "host_output", "ndarray_type", NULL};
+                         "main_handle", "finish", "host_output", "ndarray_type", "capturing", NULL};
     PyObject *names, *device, *tensor_type, *sink, *pool = Py_None, *main_handle = Py_None, *finish = Py_None;
     PyObject *host_output = Py_None, *ndarray_type = Py_None;
     int kind, device_id;
-    unsigned long long execute, main_stream = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!iiUKOO|$OKOOOO", kw, &PyTuple_Type, &names, &kind, &device_id,
+    unsigned long long execute, main_stream = 0, capturing = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!iiUKOO|$OKOOOOK", kw, &PyTuple_Type, &names, &kind, &device_id,
                                      &device, &execute, &tensor_type, &sink, &pool, &main_stream, &main_handle, &finish,
-                                     &host_output, &ndarray_type))
+                                     &host_output, &ndarray_type, &capturing))
         return -1;
     if (PyTuple_GET_SIZE(names) > MAX_PORTS) return PyErr_Format(PyExc_ValueError, "at most %d inputs", MAX_PORTS), -1;
     if (execute == 0 || !PyType_Check(tensor_type)) return PyErr_SetString(PyExc_ValueError, "execute and tensor_type"), -1;
@@ -461,8 +468,8 @@ static int Runner_init(Runner* r, PyObject* args, PyObject* kwargs) {
         r->pool_api = capsule ? PyCapsule_GetPointer(capsule, "pipelink.backends.cuda._pool.api") : NULL;
         Py_XDECREF(capsule);
         if (r->pool_api == NULL) return -1;
-        if (pool == Py_None || finish == Py_None)
-            return PyErr_SetString(PyExc_ValueError, "a CUDA runner needs pool= and finish="), -1;
+        if (pool == Py_None || finish == Py_None || capturing == 0)
+            return PyErr_SetString(PyExc_ValueError, "a CUDA runner needs pool=, finish= and capturing="), -1;
     } else if (kind == PIPELINK_DEVICE_CPU) {
         if (host_output == Py_None) return PyErr_SetString(PyExc_ValueError, "a CPU runner needs host_output="), -1;
     } else {
@@ -479,6 +486,7 @@ static int Runner_init(Runner* r, PyObject* args, PyObject* kwargs) {
     }
     for (int i = 0; i < N_SLOTS && !slotted; ++i) Py_CLEAR(r->slots[i]);
     r->kind = kind, r->device_id = device_id, r->execute = (ExecuteFn)(uintptr_t)execute;
+    r->capturing = (CapturingFn)(uintptr_t)capturing;
     r->main_stream = (uintptr_t)main_stream;
     Py_XSETREF(r->names, Py_NewRef(names));
     Py_XSETREF(r->device, Py_NewRef(device));

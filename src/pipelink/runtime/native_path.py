@@ -110,6 +110,11 @@ def native_blockers(pipe, *, cuda_graph: bool, auto: bool) -> list[str]:
     return blockers
 
 
+def _address(function: Any) -> int:
+    """The address of one of the core's exported C functions (handed to ``_hotpath.c``)."""
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _has_policy(st) -> bool:
     c = st.config
     return c.on_error.kind != "fail" or bool(c.constraints.check_finite) or bool(c.constraints.timeout_ms)
@@ -330,13 +335,17 @@ class NativeRunner:
             return
         if self.fast is None:
             backend = self._backend
-            parts = backend.hot_path_parts() if self._cuda else {"host_output": host_output}  # CPU: NumPy
+            lib = compiled.lib
+            if self._cuda:  # the pool, the main stream, and the capture check asked before outputs are taken
+                parts = dict(backend.hot_path_parts(), capturing=_address(lib.plk_stream_capturing))
+            else:
+                parts = {"host_output": host_output}  # CPU: NumPy
             self.fast = _FastRunner(
                 self._names,
                 DEVICE_TYPE[self._kind],
                 self._index,
                 self._device,
-                ctypes.cast(compiled.lib.plk_execute_joined, ctypes.c_void_p).value,
+                _address(lib.plk_execute_joined),
                 Tensor,
                 self._pipe,
                 ndarray_type=np.ndarray,

@@ -207,7 +207,7 @@ class CUDABackend(Backend):
         ``stream`` (a run's stream), the block is reused later only for work on that stream (pool.py)."""
         if stream is None or stream is self._main:
             return self.memory.empty(shape, dtype)
-        return self.memory.empty(shape, dtype, stream_tag(self.handle_of(stream)))
+        return self.memory.empty(shape, dtype, stream_tag(int(self.handle_of(stream))))
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A NumPy array in page-locked host memory (fast, asynchronous host <-> device copies)."""
