@@ -718,7 +718,12 @@ class Pipeline:
             if found is None:
                 continue
             params, source, reason = found
-            out[st.id] = params
+            if source == "default" and st.desc.source == "builtin":
+                # No tuned entry: the kernel's plan chooses, shape-aware (a small flat kernel spreads over the
+                # SMs, ops/kernel.py:spread_small), which handing it the defaults as if tuned would prevent.
+                params, reason = {}, f"{reason}; the kernel's defaults for the shape"
+            else:
+                out[st.id] = params
             self.load_report.tuned[st.id] = {"params": params, "source": source, "reason": reason}
         return out
 

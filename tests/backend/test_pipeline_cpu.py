@@ -379,3 +379,28 @@ def test_async_preload_marks_the_stages_that_wait_for_the_copy_stream():
     np.testing.assert_array_equal(np.asarray(pipe.run(x=x, late=late)["y"]), x + late)
     plan = pipe._last_plan  # noqa: SLF001
     assert [s.reads_preloaded for s in plan.steps] == [False, True]  # 'x' is not preloaded; 'late' is
+
+
+def test_a_builtin_stage_without_a_tuned_entry_leaves_its_launch_to_the_kernels_plan(monkeypatch):
+    # The defaults handed over as if tuned would stop a plan's shape-aware choice (ops/kernel.py:
+    # spread_small); a tuned entry is applied as it is.
+    import pipelink.pipeline as pipeline_module
+
+    answer = {"source": "default"}
+
+    def lookup(desc, info, shapes, dtypes):
+        return {"block": 512, "unroll": 4}, answer["source"], "no tuned entry in CACHE"
+
+    monkeypatch.setattr(pipeline_module, "lookup_tuned", lookup)
+    doc = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "relu", "id": "r", "inputs": ["x"], "outputs": ["y"]}],
+    }
+    with pl.load(doc, device="cpu") as pipe:
+        signature = pipe._declared_signature()
+        assert pipe._tuned_params(signature) == {}
+        used = pipe.load_report.tuned["r"]
+        assert used["source"] == "default" and used["params"] == {}
+        assert "the kernel's defaults for the shape" in used["reason"]
+        answer["source"] = "tuned"
+        assert pipe._tuned_params(signature) == {"r": {"block": 512, "unroll": 4}}

@@ -499,6 +499,7 @@ def test_flat_kernels_keep_their_vectors_in_registers():
     nvrtc = _nvrtc()
     plans = [
         plan_unary("gelu", "bfloat16", (1 << 20,), tuned={"unroll": 4}),
+        plan_unary("scale", "float32", (4099,), sm_count=132),  # one pass (and a tail)
         plan_binary("add", "float32", (1 << 20,), (1 << 20,)),
         plan_bias_add("float16", (64, 1024)),
         plan_cast("float32", "bfloat16", (1 << 20,)),
@@ -571,8 +572,11 @@ def test_small_flat_work_is_spread_over_more_sms_unless_tuned():
     # kernel.spread_small: up to one 256-thread block per SM of vectors, one vector per thread
     small = plan_unary("relu", "float32", (4096,), sm_count=132)
     assert small.block == (256, 1, 1) and small.macros["PL_UNROLL"] == "1" and small.grid == (4, 1, 1)
+    assert small.macros["PL_ONE_PASS"] == "1", "the grid covers every vector once: no grid-stride loop"
     big = plan_unary("relu", "float32", (1 << 20,), sm_count=132)
-    assert big.block == (512, 1, 1) and big.macros["PL_UNROLL"] == "4"
+    assert big.block == (512, 1, 1) and big.macros["PL_UNROLL"] == "4" and big.macros["PL_ONE_PASS"] == "0"
+    covered = plan_unary("relu", "float32", (1 << 20,), sm_count=132, tuned={"unroll": 1, "block": 1024})
+    assert covered.grid[0] * 1024 >= (1 << 18) and covered.macros["PL_ONE_PASS"] == "1"
     tuned = plan_unary("relu", "float32", (4096,), sm_count=132, tuned={"block": 128})
     assert tuned.block == (128, 1, 1) and tuned.macros["PL_UNROLL"] == "4", "a tuned block is kept"
     pair = plan_binary("add", "bfloat16", (8, 1024), (8, 1024), sm_count=132)

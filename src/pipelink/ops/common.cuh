@@ -44,6 +44,9 @@ __device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
 #ifndef PL_UNROLL
 #define PL_UNROLL 1  // vectors in flight per thread per grid-stride step
 #endif
+#ifndef PL_ONE_PASS
+#define PL_ONE_PASS 0  // 1 when the grid covers every vector once at PL_UNROLL 1 and n < 2^31 (pl_vector_loop)
+#endif
 #ifndef PL_INDEX64
 #define PL_INDEX64 1  // 0 when the plan proved every index and offset of a strided walk is below 2^31
 #endif
@@ -255,9 +258,21 @@ typedef unsigned int pl_idx;
 // thread to the first threads. load(u, j) loads vector j into the caller's slot u; apply(u, j) computes
 // and stores slot u as vector j; tail(t) handles element t. Called with lambdas that capture the
 // caller's slot array by reference: after inlining and unrolling, u is a constant and the slots stay
-// in registers.
+// in registers. With PL_ONE_PASS each thread has at most one vector, indexed in 32 bits, and no loop:
+// a small kernel finishes sooner (ops/kernel.py:flat_launch says when a plan sets it).
 template <class Load, class Apply, class Tail>
 __device__ __forceinline__ void pl_vector_loop(long long n, Load load, Apply apply, Tail tail) {
+#if PL_ONE_PASS
+    static_assert(PL_UNROLL == 1, "PL_ONE_PASS launches one vector per thread");
+    const int nv = (int)(n / PL_VEC);
+    const int j = (int)blockIdx.x * PL_BLOCK + (int)threadIdx.x;
+    if (j < nv) {
+        load(0, j);
+        apply(0, j);
+    }
+    const int t = nv * PL_VEC + j;
+    if (t < (int)n) tail(t);
+#else
     const long long nv = n / PL_VEC;
     const long long step = (long long)gridDim.x * (PL_BLOCK * PL_UNROLL);
     for (long long base = (long long)blockIdx.x * (PL_BLOCK * PL_UNROLL) + threadIdx.x; base < nv;
@@ -275,6 +290,7 @@ __device__ __forceinline__ void pl_vector_loop(long long n, Load load, Apply app
     }
     const long long t = nv * PL_VEC + (long long)blockIdx.x * PL_BLOCK + threadIdx.x;
     if (t < n) tail(t);
+#endif
 }
 
 // Stride decoding: the offsets, in elements, of logical element i of a row-major walk over the dims

@@ -564,6 +564,18 @@ def spread_small(
     return dict(t, block=SMALL_BLOCK, unroll=1)
 
 
+def flat_launch(t: Mapping[str, int], n: int, vec: int, sm_count: int) -> tuple[dict[str, int], tuple]:
+    """The launch of a vectorised flat kernel (``common.cuh: pl_vector_loop``) over ``n`` elements in
+    vectors of ``vec``: its launch macros (``PL_BLOCK``, ``PL_UNROLL``, ``PL_ONE_PASS``) and its grid.
+    ``PL_ONE_PASS`` when the grid covers every vector once at unroll 1 and ``n < 2**31``: no grid-stride
+    loop, 32-bit indices (H200, a CUDA graph of 20 such kernels on 4,096 floats: 22.7 us with the loop,
+    20.6 us without, PyTorch's graph of the same ops 20.7 us)."""
+    work = n // vec
+    grid = flat_grid(work, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+    one_pass = t["unroll"] == 1 and grid[0] * t["block"] >= work and n < 2**31
+    return {"PL_BLOCK": t["block"], "PL_UNROLL": t["unroll"], "PL_ONE_PASS": int(one_pass)}, grid
+
+
 def flat_grid(
     work: int, block: int, unroll: int, max_blocks_per_sm: int, sm_count: int
 ) -> tuple[int, int, int]:

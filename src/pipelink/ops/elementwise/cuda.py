@@ -28,6 +28,7 @@ from ..kernel import (
     broadcast_strides,
     collapse,
     flat_grid,
+    flat_launch,
     float_dtype,
     make_plan,
     pick_vec,
@@ -149,11 +150,10 @@ def plan_unary(
         "PL_T": dt.cuda_type,
         "PL_UNARY_OP": UNARY[op],
         "PL_VEC": vec,
-        "PL_BLOCK": t["block"],
-        "PL_UNROLL": t["unroll"],
         "PL_FAST_ACT": int(dt.itemsize == 2) + int(dt.name == "bfloat16"),  # elementwise.cu says why
     }
-    grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+    launch, grid = flat_launch(t, n, vec, sm_count)
+    macros.update(launch)
     a = vec * dt.itemsize
     specs = [pointer("x", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("alpha", acc_kind(dt))]
     return make_plan(
@@ -220,10 +220,9 @@ def plan_binary(
             "PL_T": dt.cuda_type,
             "PL_BINARY_OP": BINARY[op],
             "PL_VEC": vec,
-            "PL_BLOCK": t["block"],
-            "PL_UNROLL": t["unroll"],
         }
-        grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+        launch, grid = flat_launch(t, n, vec, sm_count)
+        macros.update(launch)
         a = vec * dt.itemsize
         specs = [pointer("a", a), pointer("b", a), pointer("y", a), ArgSpec("n", "i64")]
         return make_plan(source, "pl_binary", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
@@ -285,11 +284,10 @@ def plan_bias_add(
         "PL_T": dt.cuda_type,
         "PL_BIAS_ADD": 1,
         "PL_VEC": vec,
-        "PL_BLOCK": t["block"],
-        "PL_UNROLL": t["unroll"],
         "PL_INDEX64": index64,
     }
-    grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+    launch, grid = flat_launch(t, n, vec, sm_count)
+    macros.update(launch)
     a = vec * dt.itemsize
     specs = [pointer("x", a), pointer("bias", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("N", "i64")]
     return make_plan(
@@ -329,10 +327,9 @@ def plan_cast(
         "PL_TIN": di.cuda_type,
         "PL_TOUT": do.cuda_type,
         "PL_VEC": vec,
-        "PL_BLOCK": t["block"],
-        "PL_UNROLL": t["unroll"],
     }
-    grid = flat_grid(n // vec, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+    launch, grid = flat_launch(t, n, vec, sm_count)
+    macros.update(launch)
     specs = [pointer("x", vec * di.itemsize), pointer("y", vec * do.itemsize), ArgSpec("n", "i64")]
     return make_plan(KERNELS[op], "pl_cast", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
 
