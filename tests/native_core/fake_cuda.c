@@ -309,6 +309,11 @@ static int memcpy_async(uint64_t dst, uint64_t src, size_t n, void* s) {
     enqueue(s, &op);
     return 0;
 }
+static int memcpy_dtoh_async(void* dst, uint64_t src, size_t n, void* s) { /* page-locked memory is host memory */
+    return memcpy_async((uint64_t)(uintptr_t)dst, src, n, s);
+}
+static int mem_alloc_host(void** p, size_t n) { return (*p = malloc(n ? n : 1)) == NULL ? 2 : 0; }
+static int mem_free_host(void* p) { free(p); return 0; }
 static int pointer_attribute(void* out, int attr, uint64_t ptr) {
     int found = 0;
     pthread_mutex_lock(&lock);
@@ -350,6 +355,7 @@ EXPORT int cuGetProcAddress_v2(const char* name, void** fn, int version, uint64_
         {"cuEventDestroy", event_destroy}, {"cuEventRecord", event_record}, {"cuEventSynchronize", event_sync},
         {"cuMemAlloc", mem_alloc_legacy}, {"cuMemFree", mem_free}, {"cuMemAllocAsync", mem_alloc_async},
         {"cuMemFreeAsync", mem_free_async}, {"cuMemcpyDtoDAsync", memcpy_async},
+        {"cuMemcpyDtoHAsync", memcpy_dtoh_async}, {"cuMemAllocHost", mem_alloc_host}, {"cuMemFreeHost", mem_free_host},
         {"cuPointerGetAttribute", pointer_attribute}, {"cuGetErrorName", error_name},
         {"cuStreamBeginCapture", begin_capture}, {"cuStreamEndCapture", end_capture},
         {"cuGraphInstantiateWithFlags", graph_instantiate}, {"cuGraphExecUpdate", graph_exec_update},

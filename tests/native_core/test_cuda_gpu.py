@@ -556,3 +556,100 @@ def test_a_module_that_synchronizes_turns_graph_mode_off_with_a_message(core, tm
         assert messages[2:] == ["", ""], messages
     finally:
         assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+def _policy_doc(lib: Path) -> dict:
+    def stage(op, sid, src, dst, **extra):
+        return {"name": op, "id": sid, "library": str(lib), "inputs": [src], "outputs": [dst], **extra}
+
+    return {
+        "name": "policies_cuda",
+        "inputs": {"x": {"shape": [64, 256], "dtype": "float32"}},
+        "outputs": ["y", "a", "c", "d"],
+        "pipeline": [
+            stage("pol_scale", "double", "x", "h", attrs={"alpha": 2.0}),
+            stage("pol_scale", "halve", "h", "y", attrs={"alpha": 0.5}),
+            stage("pol_flaky", "ident", "h", "a", attrs={"alpha": 1.0}, on_error="identity"),
+            stage("pol_flaky", "fb", "h", "c", attrs={"alpha": 3.0}, on_error={"fallback": "pol_scale"}),
+            stage("pol_nanify", "finite", "h", "d", constraints={"check_finite": True}, on_error="identity"),
+        ],
+    }
+
+
+def test_native_modules_on_error_and_check_finite_apply_in_the_core_on_the_device(core, tmp_path):
+    # The CUDA twins of the CPU policy plan: clean runs, then runs where every policy rescues its stage
+    # (identity, a fallback, check_finite catching a NaN), each equal to the Python executor's outputs; a
+    # skip leaves its outputs and its readers' (a built-in kernel's too) missing, which fails the run.
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    lib = build_module([Path(__file__).parent / "modules" / "policy_ops.cu"], tmp_path / "lib" / "libpol.so")
+    doc = _policy_doc(lib)
+    config = tmp_path / "policies_cuda.json"
+    config.write_text(json.dumps(doc))
+    pipe = pl.load(config, device="cuda", registry=OperatorRegistry())
+    ref = pl.load(config, device="cuda", native=False, registry=OperatorRegistry())
+    with pytest.raises(pl.ConfigError, match="a CUDA graph cannot replay"):
+        pipe.save(tmp_path / "graph.plk", cuda_graph=True)
+    h = core.load(pipe.save(tmp_path / "policies_cuda.plk"))
+    try:
+        for sign, degraded in ((1.0, False), (-1.0, True)):
+            x = torch.rand((64, 256), device="cuda") + 0.5
+            x[0, 0] *= sign
+            outs = [torch.full_like(x, float("nan")) for _ in doc["outputs"]]
+            torch.cuda.synchronize()
+            assert core.execute(h, [x], outs) == 0, core.message()
+            message = core.message()
+            want = ref.run(x=x)
+            for name, got in zip(doc["outputs"], outs, strict=True):
+                torch.testing.assert_close(got, torch.from_dlpack(want[name]), rtol=0, atol=0, equal_nan=True)
+            if degraded:
+                assert message.startswith("PIPELINK_SUCCESS: run degraded:"), message
+                assert "'ident' identity" in message and "'fb' fallback:pol_scale" in message, message
+                assert "'finite' identity (produced 1 non-finite values" in message, message
+                torch.testing.assert_close(outs[1], 2 * x)  # identity: its input, h
+            else:
+                assert message == "", message
+                torch.testing.assert_close(outs[1], 2 * x + 1)
+        # Inside a capture the policies cannot decide: a clear refusal, and the capture goes on.
+        x = torch.rand((64, 256), device="cuda")
+        outs = [torch.empty_like(x) for _ in doc["outputs"]]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            stream = torch.cuda.current_stream().cuda_stream
+            assert core.execute(h, [x], outs, ctypes.c_void_p(stream)) == 2
+            assert "cannot run inside a stream capture" in core.message(), core.message()
+            outs[0].copy_(x)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], x)
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0
+        pipe.close()
+        ref.close()
+
+    skip = {
+        "name": "skip_cuda",
+        "inputs": doc["inputs"],
+        "outputs": ["h", "r"],
+        "pipeline": [
+            doc["pipeline"][0],
+            {**doc["pipeline"][2], "id": "skipped", "on_error": "skip"},
+            {"name": "relu", "id": "after", "inputs": ["a"], "outputs": ["r"]},
+        ],
+    }
+    config = tmp_path / "skip_cuda.json"
+    config.write_text(json.dumps(skip))
+    with pl.load(config, device="cuda", registry=OperatorRegistry()) as pipe:
+        h = core.load(pipe.save(tmp_path / "skip_cuda.plk"))
+    try:
+        x = torch.rand((64, 256), device="cuda") + 0.5
+        outs = [torch.empty_like(x), torch.empty_like(x)]
+        assert core.execute(h, [x], outs) == 0, core.message()
+        torch.testing.assert_close(outs[1], torch.relu(2 * x + 1))
+        x[0, 0] = -1.0
+        assert core.execute(h, [x], outs) == 9  # PIPELINK_ERR_MODULE_CRASH
+        message = core.message()
+        assert "outputs 'r' are missing" in message and "'skipped' skipped" in message, message
+        assert "'after' skipped (input 'a' missing)" in message, message
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0

@@ -276,8 +276,9 @@ def _stage(doc: dict, sid: str):
 @pytest.mark.parametrize(
     "extra, why",
     [
-        ({"on_error": "identity"}, "on_error, check_finite and timeout_ms"),
-        ({"constraints": {"check_finite": True}}, "on_error, check_finite and timeout_ms"),
+        ({"on_error": "identity"}, "to native modules only"),
+        ({"constraints": {"check_finite": True}}, "to native modules only"),
+        ({"constraints": {"timeout_ms": 5}}, "timeout_ms is not applied"),
         ({"isolation": "process"}, "isolation 'process'"),
     ],
 )
@@ -290,6 +291,16 @@ def test_cuda_plans_refuse_what_the_core_does_not_apply(extra, why):
     with pipe, pytest.raises(ConfigError) as e:
         _check_stage(st, pipe._registry, cuda=True)
     assert e.value.errors[0].path == "/pipeline/0" and why in e.value.message
+
+
+def test_cuda_graph_plans_refuse_policies_decided_on_the_host():
+    doc = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [{"name": "relu", "id": "act", "inputs": ["x"], "outputs": ["y"], "on_error": "skip"}],
+    }
+    pipe, st = _stage(doc, "act")
+    with pipe, pytest.raises(ConfigError, match="a CUDA graph cannot replay"):
+        _check_stage(st, pipe._registry, cuda=True, cuda_graph=True)
 
 
 def test_cuda_plans_refuse_native_modules_without_a_cuda_entry_point(plans):

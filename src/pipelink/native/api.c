@@ -265,6 +265,14 @@ static PipeLinkStatus load_plan(const uint8_t* bytes, size_t n, const char* path
     PipeLinkStatus st = p ? check_envelope(bytes, n, path, &version, &device_type, &device_id, &flags)
                           : plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "a pipeline");
     if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
+    for (int32_t i = 0; !st && (flags & PLK_FLAG_CUDA_GRAPH) && i < p->plan.n_stages; ++i) {
+        const Stage* s = &p->plan.stages[i];
+        if (s->kind == PLK_STAGE_CALL && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite)) {
+            st = plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is corrupt: a cuda_graph plan has a stage with an on_error "
+                          "policy or check_finite ('%s'), which decide on the host after the stage runs", path, s->id);
+            plk_plan_free(&p->plan);
+        }
+    }
     if (st) return free(p), st;
     p->plan.flags = flags;
     pthread_mutex_init(&p->pool_lock, NULL);

@@ -205,6 +205,8 @@ typedef struct ExecContext {
     uint64_t workspace;
     uint64_t** kernel_values; /* per kernel stage: parameter values; kernel_ptrs points at them */
     void*** kernel_ptrs;
+    void* check_host;     /* page-locked host memory: check_finite stages' outputs are counted there (cuda.c) */
+    uint64_t check_bytes; /* its size: the largest output of a check_finite stage */
     /* CUDA plans with PLK_FLAG_CUDA_GRAPH (cuda.c): an LRU cache of graphs this context captured */
     struct {
         uint64_t* key; /* the external pointers (inputs, then outputs) the graph bakes in */
@@ -268,8 +270,18 @@ void plk_give_context(Pipeline* p, ExecContext* c);
 /* One native call stage with its checks and policy (degraded: what a policy rescued, appended). */
 PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
                             size_t cap, void* stream);
+/* Non-finite elements (NaN/Inf) of a float tensor in host memory; 0 for other dtypes. */
+int64_t plk_count_nonfinite(const PipeLinkTensor* t);
+/* A stage whose input an earlier skip left missing: its outputs are missing too, and `degraded` says so.
+ * Returns 1 when the stage must not run. */
+int plk_skip_if_missing(const Plan* plan, const Stage* s, ExecContext* c, char* degraded, size_t cap);
 
 /* cuda.c: the CUDA path (driver and cuBLASLt opened at run time) */
+/* The on_error and check_finite of a native call on the device (execute.c's plk_run_call): a device copy
+ * queued on `stream` (identity), and the non-finite count of a device tensor, copied to the context's
+ * page-locked buffer and counted there (synchronizes `stream`). */
+PipeLinkStatus plk_cuda_copy(void* dst, const void* src, uint64_t nbytes, void* stream);
+PipeLinkStatus plk_cuda_count_nonfinite(ExecContext* c, const PipeLinkTensor* t, void* stream, int64_t* bad);
 PipeLinkStatus plk_cuda_load(Plan* plan);   /* context, modules, functions, cuBLASLt descriptors */
 void plk_cuda_unload(Plan* plan);
 PipeLinkStatus plk_cuda_load_constants(Plan* plan); /* one device block, copied once; host copies freed */

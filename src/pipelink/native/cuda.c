@@ -72,6 +72,9 @@ static struct Driver {
     CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream); /* check_finite's count */
+    CUresult (*MemAllocHost)(void**, size_t);
+    CUresult (*MemFreeHost)(void*);
     CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr);
     CUresult (*GetErrorName)(CUresult, const char**);
     /* CUDA graphs inside the core (plans with the cuda_graph flag) */
@@ -150,7 +153,8 @@ static void open_driver(void) {
         F(CtxGetDevice), F(ModuleLoadData), F(ModuleUnload),
         F(ModuleGetFunction), F(LaunchKernel), F(StreamCreate), F(StreamDestroy), F(StreamSynchronize),
         F(StreamWaitEvent), F(StreamIsCapturing), F(StreamGetId), F(EventCreate), F(EventDestroy), F(EventRecord), F(EventSynchronize),
-        F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(PointerGetAttribute),
+        F(MemAlloc), F(MemFree), F(MemAllocAsync), F(MemFreeAsync), F(MemcpyDtoDAsync), F(MemcpyDtoHAsync),
+        F(MemAllocHost), F(MemFreeHost), F(PointerGetAttribute),
         F(GetErrorName), F(StreamBeginCapture), F(StreamEndCapture), F(GraphInstantiateWithFlags), F(GraphExecUpdate),
         F(GraphLaunch), F(GraphExecDestroy), F(GraphDestroy),
         F(MemcpyHtoD), F(CtxSynchronize),
@@ -425,6 +429,14 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
     }
     if (c->workspace) c->held_workspace = plan->workspace_bytes;
     plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_WORKSPACE, (int64_t)c->held_workspace);
+    for (int32_t i = 0; i < plan->n_stages; ++i) /* check_finite counts a stage's outputs in host memory */
+        for (int32_t j = 0; plan->stages[i].kind == PLK_STAGE_CALL && plan->stages[i].check_finite && j < plan->stages[i].n_out; ++j)
+            if (plan->tensors[plan->stages[i].out[j]].nbytes > c->check_bytes) c->check_bytes = plan->tensors[plan->stages[i].out[j]].nbytes;
+    if (c->check_bytes && (r = cu.MemAllocHost(&c->check_host, (size_t)c->check_bytes)) != 0) {
+        c->check_host = NULL;
+        return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "%llu bytes of page-locked host memory for check_finite (%s)",
+                        (unsigned long long)c->check_bytes, cu_name(r));
+    }
     if ((r = cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING)) != 0) return c->stream = NULL, cuda_fail(r, "cuStreamCreate", NULL);
     if ((r = cu.EventCreate(&c->done, CU_EVENT_DISABLE_TIMING)) != 0) return c->done = NULL, cuda_fail(r, "cuEventCreate", NULL);
     if (plan->flags & PLK_FLAG_CUDA_GRAPH) { /* the graph cache's keys and this run's, in one block */
@@ -468,6 +480,7 @@ void plk_cuda_context_free(const Plan* plan, ExecContext* c) {
     free(c->graph_key);
     if (c->device_arena) cu.MemFree(c->device_arena);
     if (c->workspace) cu.MemFree(c->workspace);
+    if (c->check_host) cu.MemFreeHost(c->check_host), c->check_host = NULL;
     plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_ARENA, -(int64_t)c->held_arena);
     plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_WORKSPACE, -(int64_t)c->held_workspace);
     c->held_arena = c->held_workspace = 0;
@@ -538,14 +551,36 @@ static PipeLinkStatus run_matmul(const Stage* s, ExecContext* c, int32_t i, CUst
     return PIPELINK_SUCCESS;
 }
 
-static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stream) {
+PipeLinkStatus plk_cuda_copy(void* dst, const void* src, uint64_t nbytes, void* stream) {
+    CUresult r = nbytes ? cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, (size_t)nbytes, (CUstream)stream) : 0;
+    return r ? cuda_fail(r, "cuMemcpyDtoDAsync (on_error 'identity')", NULL) : PIPELINK_SUCCESS;
+}
+
+PipeLinkStatus plk_cuda_count_nonfinite(ExecContext* c, const PipeLinkTensor* t, void* stream, int64_t* bad) {
+    *bad = 0;
+    const int floating = t->dtype.code == PIPELINK_DL_FLOAT || t->dtype.code == PIPELINK_DL_BFLOAT;
+    const uint64_t nbytes = (uint64_t)pipelink_numel(t) * (t->dtype.bits / 8u);
+    if (!floating || nbytes == 0) return PIPELINK_SUCCESS;
+    if (nbytes > c->check_bytes) /* sized at context creation from the plan's own tensors: never here */
+        return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "check_finite: %llu bytes exceed the context's %llu", (unsigned long long)nbytes,
+                        (unsigned long long)c->check_bytes);
+    CUresult r = cu.MemcpyDtoHAsync(c->check_host, (CUdeviceptr)(uintptr_t)t->data, (size_t)nbytes, (CUstream)stream);
+    if (!r) r = cu.StreamSynchronize((CUstream)stream);
+    if (r) return cuda_fail(r, "check_finite (copying a stage's output to the host)", NULL);
+    PipeLinkTensor host = *t;
+    host.data = c->check_host;
+    *bad = plk_count_nonfinite(&host);
+    return PIPELINK_SUCCESS;
+}
+
+/* The stages of one run, eagerly, on `stream`; `degraded` collects what on_error policies rescued. */
+static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stream, char* degraded, size_t cap) {
     PipeLinkStatus st = PIPELINK_SUCCESS;
-    char degraded[8]; /* CUDA plans carry no on_error policy: nothing is ever degraded */
     for (int32_t i = 0; i < plan->n_stages && !st; ++i) {
         const Stage* s = &plan->stages[i];
-        degraded[0] = '\0';
+        if (s->kind != PLK_STAGE_CALL && plk_skip_if_missing(plan, s, c, degraded, cap)) continue;
         if (s->kind == PLK_STAGE_KERNEL) st = run_kernel(s, c, i, stream);
-        else if (s->kind == PLK_STAGE_CALL) st = plk_run_call(plan, s, c, &c->slots[i], degraded, sizeof degraded, stream);
+        else if (s->kind == PLK_STAGE_CALL) st = plk_run_call(plan, s, c, &c->slots[i], degraded, cap, stream);
         else if (s->kind == PLK_STAGE_MATMUL) st = run_matmul(s, c, i, stream);
         else if (s->alias_if_contiguous) c->data[s->out[0]] = c->data[s->in[0]]; /* device inputs are contiguous */
         else if (plan->tensors[s->in[0]].nbytes) {
@@ -587,7 +622,8 @@ static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size
         }
     CUresult r = cu.StreamBeginCapture(cs, CU_CAPTURE_MODE_THREAD_LOCAL);
     if (r) return graph_give_up(p, why, cap, "cuStreamBeginCapture", cu_name(r)), 1;
-    PipeLinkStatus st = run_stages(plan, c, cs);
+    char none[8] = ""; /* graph plans carry no on_error policy (plan.c): nothing is degraded */
+    PipeLinkStatus st = run_stages(plan, c, cs, none, sizeof none);
     char stage_error[512];
     snprintf(stage_error, sizeof stage_error, "%s", st ? pipeLinkGetLastErrorMessage() : "");
     r = cu.StreamEndCapture(cs, &graph); /* always: the stream leaves capture mode whatever happened */
@@ -620,7 +656,7 @@ static int capture(Pipeline* p, ExecContext* c, int g, const uint64_t* key, size
 static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char* why, size_t cap, int32_t* launched) {
     const Plan* plan = &p->plan;
     const size_t n = (size_t)plan->n_inputs + (size_t)plan->n_outputs;
-    if (c->graph_runs++ == 0) return run_stages(plan, c, run); /* the warm-up */
+    if (c->graph_runs++ == 0) return run_stages(plan, c, run, why, cap); /* the warm-up */
     uint64_t* key = c->graph_key;
     for (int32_t i = 0; i < plan->n_inputs; ++i) key[i] = (uint64_t)(uintptr_t)c->data[plan->inputs[i]];
     for (int32_t i = 0; i < plan->n_outputs; ++i) key[plan->n_inputs + i] = (uint64_t)(uintptr_t)c->data[plan->outputs[i]];
@@ -630,7 +666,7 @@ static PipeLinkStatus run_graph(Pipeline* p, ExecContext* c, CUstream run, char*
         else if (c->graphs[victim].exec && (!c->graphs[g].exec || c->graphs[g].used < c->graphs[victim].used)) victim = g;
     }
     if (hit < 0) {
-        if (capture(p, c, victim, key, n, why, cap)) return run_stages(plan, c, run);
+        if (capture(p, c, victim, key, n, why, cap)) return run_stages(plan, c, run, why + strlen(why), cap - strlen(why));
         hit = victim;
     }
     c->graphs[hit].used = ++c->graph_clock;
@@ -656,6 +692,13 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
         if (r) return cuda_fail(r, "cuStreamIsCapturing (is `stream` a stream of this device?)", NULL);
         capturing = capturing == CU_CAPTURE_ACTIVE;
         if (capturing && refuse_capture != NULL) return *refuse_capture = 1, plk_ok();
+    }
+    for (int32_t i = 0; capturing && i < plan->n_stages; ++i) {
+        const Stage* s = &plan->stages[i];
+        if (s->kind == PLK_STAGE_CALL && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite))
+            return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeline '%s' cannot run inside a stream capture: stage '%s' "
+                            "has %s, decided on the host after the stage runs; run it outside the capture", plan->name,
+                            s->id, s->check_finite ? "check_finite" : "an on_error policy");
     }
     for (int32_t i = 0; capturing && i < plan->n_outputs; ++i)
         if (outputs[i].data == NULL)
@@ -690,6 +733,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     for (int32_t i = 0; i < plan->n_inputs; ++i)
         c->data[plan->inputs[i]] = (char*)inputs[i].data + inputs[i].byte_offset;
     memset(c->allocated, 0, (size_t)plan->n_outputs);
+    memset(c->missing, 0, (size_t)plan->n_tensors);
     int legacy = 0; /* read only when an output is allocated: the pool's lock stays off the common path */
     for (int32_t i = 0; i < plan->n_outputs && !st; ++i) {
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
@@ -713,7 +757,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     if (!st && (plan->flags & PLK_FLAG_CUDA_GRAPH) && !capturing && !atomic_load(&p->graph_off))
         st = run_graph(p, c, run, degraded, sizeof degraded, replayed);
     else if (!st)
-        st = run_stages(plan, c, run); /* inside the caller's capture: launches go into the caller's graph */
+        st = run_stages(plan, c, run, degraded, sizeof degraded); /* inside the caller's capture: into the caller's graph */
     /* Recorded even after a failure: what was enqueued still uses the arena, and the context's next user
      * waits for it. */
     if (!capturing && (r = cu.EventRecord(c->done, run)) != 0 && !st) st = cuda_fail(r, "cuEventRecord", NULL);
@@ -721,6 +765,13 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     if (!st && join != NULL && join != (void*)run && (r = cu.StreamWaitEvent((CUstream)join, c->done, 0)) != 0)
         st = cuda_fail(r, "cuStreamWaitEvent (the joining stream)", NULL);
     if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
+    char missing[512];
+    missing[0] = '\0';
+    for (int32_t i = 0; !st && i < plan->n_outputs; ++i)
+        if (c->missing[plan->outputs[i]])
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'", missing[0] ? ", " : "",
+                     plan->tensors[plan->outputs[i]].name);
+    if (missing[0]) st = plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!c->allocated[i]) continue;
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
@@ -739,7 +790,8 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     if (!capturing) plk_give_context(p, c);
     if (st) return st;
     plk_ok();
-    if (degraded[0]) plk_fail(PIPELINK_SUCCESS, "run degraded: %s", degraded); /* the message, on a success status */
+    if (degraded[0]) /* the message, on a success status; policies' entries start with a space */
+        plk_fail(PIPELINK_SUCCESS, "run degraded:%s%s", degraded[0] == ' ' ? "" : " ", degraded);
     return PIPELINK_SUCCESS;
 }
 

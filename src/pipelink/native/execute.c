@@ -284,7 +284,7 @@ static void strided_copy(void* dst, const PipeLinkTensor* src, uint32_t itemsize
 }
 
 /* Non-finite elements of a float tensor (NaN/Inf: all exponent bits set for 16-bit floats). */
-static int64_t count_nonfinite(const PipeLinkTensor* t) {
+int64_t plk_count_nonfinite(const PipeLinkTensor* t) {
     int64_t n = pipelink_numel(t), bad = 0;
     if (t->dtype.code == PIPELINK_DL_FLOAT && t->dtype.bits == 32)
         for (int64_t i = 0; i < n; ++i) bad += !isfinite(((const float*)t->data)[i]);
@@ -307,15 +307,21 @@ static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services
 }
 
 /* One call stage with its checks and policy. Returns 0, or the failure the caller must report. */
-PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
-                            size_t cap, void* stream) {
+int plk_skip_if_missing(const Plan* plan, const Stage* s, ExecContext* c, char* degraded, size_t cap) {
     for (int32_t j = 0; j < s->n_in; ++j)
         if (s->in[j] >= 0 && c->missing[s->in[j]]) { /* an earlier skip: this stage cannot run */
             for (int32_t k = 0; k < s->n_out; ++k) c->missing[s->out[k]] = 1;
             snprintf(degraded + strlen(degraded), cap - strlen(degraded), " '%s' skipped (input '%s' missing);",
                      s->id, plan->tensors[s->in[j]].name);
-            return PIPELINK_SUCCESS;
+            return 1;
         }
+    return 0;
+}
+
+PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
+                            size_t cap, void* stream) {
+    if (plk_skip_if_missing(plan, s, c, degraded, cap)) return PIPELINK_SUCCESS;
+    const int device = plan->device_type == PIPELINK_DEVICE_CUDA;
     for (int32_t j = 0; j < s->n_in; ++j) slot->in[j].data = s->in[j] >= 0 ? c->data[s->in[j]] : NULL;
     for (int32_t j = 0; j < s->n_out; ++j) slot->out[j].data = c->data[s->out[j]];
     struct timespec t0, t1;
@@ -335,7 +341,13 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
         snprintf(why, sizeof why, "took %.1f ms, over its timeout_ms of %g; its outputs were discarded", ms, s->timeout_ms);
     } else if (s->check_finite) {
         for (int32_t j = 0; j < s->n_out && status == 0; ++j) {
-            int64_t bad = count_nonfinite(&slot->out[j]);
+            int64_t bad = 0;
+            if (!device) {
+                bad = plk_count_nonfinite(&slot->out[j]);
+            } else {
+                PipeLinkStatus counted = plk_cuda_count_nonfinite(c, &slot->out[j], stream, &bad);
+                if (counted) return counted; /* the device failed: no policy rescues that */
+            }
             if (bad) {
                 status = PIPELINK_ERR_MODULE_CRASH;
                 snprintf(why, sizeof why, "produced %lld non-finite values (NaN/Inf) in output '%s'", (long long)bad,
@@ -354,7 +366,12 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
                 return plk_fail(code, "stage '%s' (operator %s) %s; its on_error 'identity' cannot copy input '%s' "
                                 "(%llu bytes) to output '%s' (%llu bytes)", s->id, s->call.op_name, why, a->name,
                                 (unsigned long long)a->nbytes, b->name, (unsigned long long)b->nbytes);
-            memmove(slot->out[k].data, slot->in[j].data, (size_t)a->nbytes);
+            if (!device) {
+                memmove(slot->out[k].data, slot->in[j].data, (size_t)a->nbytes);
+            } else {
+                PipeLinkStatus copied = plk_cuda_copy(slot->out[k].data, slot->in[j].data, a->nbytes, stream);
+                if (copied) return copied;
+            }
             ++k;
         }
         snprintf(degraded + strlen(degraded), cap - strlen(degraded), " '%s' identity (%s);", s->id, why);

@@ -135,7 +135,7 @@ def _native_spec(desc, registry, st: LinkedStage, what: str = "its operator", de
     return module, spec
 
 
-def _check_stage(st: LinkedStage, registry, cuda: bool) -> None:
+def _check_stage(st: LinkedStage, registry, cuda: bool, cuda_graph: bool = False) -> None:
     c = st.config
     if c.isolation == "process":
         raise _refuse(st, "isolation 'process' runs only in the Python executor; remove it to compile")
@@ -144,8 +144,9 @@ def _check_stage(st: LinkedStage, registry, cuda: bool) -> None:
         if st.fallback is not None:
             _native_spec(st.fallback, registry, st, what="its fallback")
         return
-    # CUDA plans replay the launches of built-in kernels and call native modules' CUDA entry points; a
-    # failure fails the run (docs/plan-format.md).
+    # CUDA plans replay the launches of built-in kernels and call native modules' CUDA entry points. A
+    # native module's on_error policy and check_finite apply in the core; a built-in launch that fails
+    # fails the run (docs/plan-format.md).
     if st.desc.source == "python":
         raise _refuse(
             st,
@@ -154,11 +155,26 @@ def _check_stage(st: LinkedStage, registry, cuda: bool) -> None:
         )
     if st.desc.source != "builtin":
         _native_spec(st.desc, registry, st, device="cuda")
-    if c.on_error.kind != "fail" or c.constraints.check_finite or c.constraints.timeout_ms:
+        if st.fallback is not None:
+            _native_spec(st.fallback, registry, st, what="its fallback", device="cuda")
+    if c.constraints.timeout_ms:
         raise _refuse(
             st,
-            "on_error, check_finite and timeout_ms are not applied by the native core's CUDA path (a failed "
-            "launch fails the run); remove them to compile, or run this pipeline from Python",
+            "timeout_ms is not applied by the native core's CUDA path (a stage's work is asynchronous: the "
+            "host cannot time it); remove it to compile, or run this pipeline from Python",
+        )
+    policy = c.on_error.kind != "fail" or c.constraints.check_finite
+    if policy and cuda_graph:
+        raise _refuse(
+            st,
+            "on_error and check_finite decide on the host after the stage runs, which a CUDA graph cannot "
+            "replay; compile without cuda_graph, or remove them",
+        )
+    if policy and st.desc.source == "builtin":
+        raise _refuse(
+            st,
+            "on_error and check_finite apply in the native core's CUDA path to native modules only (a built-in "
+            "launch that fails fails the run); remove them to compile, or run this pipeline from Python",
         )
 
 
@@ -287,7 +303,7 @@ def plan_bytes(
         )
     graph, registry = pipe.graph, pipe._registry
     for st in graph.stages:
-        _check_stage(st, registry, cuda)
+        _check_stage(st, registry, cuda, cuda_graph)
     # CPU inputs are marked non-contiguous so the plan reserves a relayout buffer for each input a
     # contiguous port reads (the core uses it only when a caller's tensor is strided); a CUDA plan takes
     # contiguous device inputs.
@@ -480,7 +496,7 @@ def _serialise(
         stages.refs([index[n] if n is not None else -1 for n in step.in_names])
         stages.refs([index[n] for n in step.out_names])
         if c.on_error.kind == "fallback":
-            fb_module, fb_spec = _native_spec(st.fallback, registry, st, what="its fallback")
+            fb_module, fb_spec = _native_spec(st.fallback, registry, st, what="its fallback", device=device)
             _call(stages, fb_spec, library(fb_module), st.fallback_attrs, f"stage {st.id!r} fallback", device)
             stages.u32(len(st.fallback.inputs))
             stages.u32(len(st.fallback.outputs))
