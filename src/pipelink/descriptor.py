@@ -274,6 +274,9 @@ def infer_outputs(
     ShapeMismatchError, DTypeMismatchError
         Naming the stage, the port, the dimension symbol and both values.
     """
+    # Trailing optional ports may be left out of both tuples: they are absent.
+    missing = len(desc.inputs) - len(in_shapes)
+    in_shapes, in_dtypes = tuple(in_shapes) + (None,) * missing, tuple(in_dtypes) + (None,) * missing
     bindings = Bindings()
     types: dict[str, str] = {}
     type_origin: dict[str, str] = {}

@@ -236,22 +236,47 @@ def espcn(batch: int = 1, upscale: int = 3, height: int = 12, width: int = 10):
     return model, {"lr": _rand(rng, batch, 1, height, width)}
 
 
-def _attention_nodes(rng, init: dict, src: str, dst: str, t: int, d: int, heads: int, masking: str) -> list:
-    """Causal self-attention from ``src`` to ``dst`` (its weights and constants go into ``init``)."""
+def _attention_nodes(
+    rng, init: dict, src: str, dst: str, t: int, d: int, heads: int, masking: str, qkv: str = "separate"
+) -> list:
+    """Causal self-attention from ``src`` to ``dst`` (its weights and constants go into ``init``).
+
+    ``qkv`` "separate": three MatMuls, one per projection; "split": GPT-2's c_attn, one MatMul and bias to
+    3d split into q, k and v (``Split`` along the last axis), then GPT-2's float32 Cast of the
+    probabilities and c_proj with its bias. ``masking`` "where" (``Where`` with -inf), "add" (``Add`` of a
+    0 / -inf mask [1, 1, T, T]) or "lowest" (the same with float32's lowest value for -inf, GPT-2's)."""
     dh = d // heads
-    init.update({f"w{k}": _rand(rng, d, d, scale=d**-0.5) for k in "qkvo"})
+    if qkv == "split":
+        init["w_qkv"] = _rand(rng, d, 3 * d, scale=d**-0.5)
+        init["b_qkv"] = _rand(rng, 3 * d, scale=0.1)
+        init["wo"] = _rand(rng, d, d, scale=d**-0.5)
+        init["bo"] = _rand(rng, d, scale=0.1)
+        init["qkv_sizes"] = np.array([d, d, d], dtype=np.int64)
+    else:
+        init.update({f"w{k}": _rand(rng, d, d, scale=d**-0.5) for k in "qkvo"})
     init["heads_shape"] = np.array([0, 0, heads, dh], dtype=np.int64)
     init["merge_shape"] = np.array([0, 0, d], dtype=np.int64)
     init["scale"] = np.array(dh**-0.5, dtype=np.float32)
     causal = np.tril(np.ones((t, t), dtype=bool))
     nodes = []
-    for k in "qkv":
+    if qkv == "split":
         nodes += [
-            helper.make_node("MatMul", [src, f"w{k}"], [f"{k}_proj"], name=f"/attn/{k}_proj/MatMul"),
+            helper.make_node("MatMul", [src, "w_qkv"], ["qkv_mm"], name="/attn/c_attn/MatMul"),
+            helper.make_node("Add", ["qkv_mm", "b_qkv"], ["qkv"], name="/attn/c_attn/Add"),
             helper.make_node(
-                "Reshape", [f"{k}_proj", "heads_shape"], [f"{k}_heads"], name=f"/attn/Reshape_{k}"
+                "Split", ["qkv", "qkv_sizes"], ["q_proj", "k_proj", "v_proj"], name="/attn/Split", axis=2
             ),
         ]
+    for k in "qkv":
+        if qkv != "split":
+            nodes.append(
+                helper.make_node("MatMul", [src, f"w{k}"], [f"{k}_proj"], name=f"/attn/{k}_proj/MatMul")
+            )
+        nodes.append(
+            helper.make_node(
+                "Reshape", [f"{k}_proj", "heads_shape"], [f"{k}_heads"], name=f"/attn/Reshape_{k}"
+            )
+        )
     nodes += [
         helper.make_node("Transpose", ["q_heads"], ["q"], name="/attn/Transpose_q", perm=[0, 2, 1, 3]),
         helper.make_node("Transpose", ["k_heads"], ["kT"], name="/attn/Transpose_k", perm=[0, 2, 3, 1]),
@@ -266,28 +291,49 @@ def _attention_nodes(rng, init: dict, src: str, dst: str, t: int, d: int, heads:
             helper.make_node("Where", ["causal", "scores", "neg_inf"], ["masked"], name="/attn/Where")
         )
     else:
-        init["mask"] = np.where(causal, 0.0, -np.inf).astype(np.float32)
+        fill = -np.inf if masking == "add" else np.finfo(np.float32).min
+        init["mask"] = np.where(causal, 0.0, fill).astype(np.float32).reshape(1, 1, t, t)
         nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"], name="/attn/Add_mask"))
+    probs = "probs"
+    nodes.append(helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1))
+    if qkv == "split":
+        nodes.append(helper.make_node("Cast", ["probs"], ["probs_f32"], name="/attn/Cast", to=F32))
+        probs = "probs_f32"
     nodes += [
-        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
-        helper.make_node("MatMul", ["probs", "v"], ["ctx_heads"], name="/attn/MatMul_pv"),
+        helper.make_node("MatMul", [probs, "v"], ["ctx_heads"], name="/attn/MatMul_pv"),
         helper.make_node(
             "Transpose", ["ctx_heads"], ["ctx_t"], name="/attn/Transpose_ctx", perm=[0, 2, 1, 3]
         ),
         helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx"], name="/attn/Reshape_merge"),
-        helper.make_node("MatMul", ["ctx", "wo"], [dst], name="/attn/o_proj/MatMul"),
     ]
+    if qkv == "split":
+        nodes += [
+            helper.make_node("MatMul", ["ctx", "wo"], ["o_mm"], name="/attn/c_proj/MatMul"),
+            helper.make_node("Add", ["o_mm", "bo"], [dst], name="/attn/c_proj/Add"),
+        ]
+    else:
+        nodes.append(helper.make_node("MatMul", ["ctx", "wo"], [dst], name="/attn/o_proj/MatMul"))
     return nodes
 
 
-def causal_attention(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, masking: str = "where"):
-    """Single-block causal self-attention: Q/K/V projections, Reshape/Transpose into heads, scaled
-    scores, a causal mask (``Where`` with -inf, or ``Add`` of a -inf mask), Softmax, the weighted sum,
-    heads merged back and an output projection."""
+def causal_attention(
+    batch: int = 2,
+    t: int = 8,
+    d: int = 16,
+    heads: int = 2,
+    masking: str = "where",
+    qkv: str = "separate",
+    symbolic_batch: bool = True,
+):
+    """Single-block causal self-attention: Q/K/V projections (or one projection split in three, ``qkv``),
+    Reshape/Transpose into heads, scaled scores, a causal mask (``masking``: ``Where`` with -inf, or
+    ``Add`` of a -inf mask), Softmax, the weighted sum, heads merged back and an output projection.
+    ``symbolic_batch`` False declares the batch as ``batch`` itself (a fixed-shape export)."""
     rng = np.random.default_rng(4)
     init: dict = {}
-    nodes = _attention_nodes(rng, init, "x", "y", t, d, heads, masking)
-    model = make_model(nodes, [("x", ["batch", t, d])], [("y", ["batch", t, d])], init, "causal_attention")
+    nodes = _attention_nodes(rng, init, "x", "y", t, d, heads, masking, qkv)
+    b = "batch" if symbolic_batch else batch
+    model = make_model(nodes, [("x", [b, t, d])], [("y", [b, t, d])], init, "causal_attention")
     return model, {"x": _rand(rng, batch, t, d)}
 
 
@@ -304,10 +350,13 @@ def _layer_norm(rng, init: dict, name: str, src: str, dst: str, d: int):
     )
 
 
-def gpt2_block(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2):
-    """A GPT-2 decoder block (pre-norm): LayerNormalization, causal self-attention, residual Add,
-    LayerNormalization, MatMul/Add, Gelu (tanh approximation, as GPT-2's ``gelu_new``), MatMul/Add,
-    residual Add: the onnx.helper twin of the block ``benchmarks/model_zoo.py`` exports from PyTorch."""
+def gpt2_block(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2, symbolic_batch: bool = True):
+    """A GPT-2 decoder block (pre-norm): LayerNormalization, causal self-attention as GPT-2 exports it
+    (c_attn split into q, k and v, heads by Reshape and Transpose, scaled scores plus GPT-2's additive causal
+    mask, Softmax, a float32 Cast, c_proj with its bias), residual Add, LayerNormalization, MatMul/Add, Gelu
+    (tanh approximation, as GPT-2's ``gelu_new``), MatMul/Add, residual Add: the onnx.helper twin of the
+    block ``benchmarks/model_zoo.py`` exports from PyTorch. ``symbolic_batch`` False declares the batch as
+    ``batch`` itself (the race's fixed-shape exports)."""
     rng = np.random.default_rng(5)
     hidden = 4 * d
     init: dict = {
@@ -317,7 +366,7 @@ def gpt2_block(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2):
         "mlp.proj.bias": _rand(rng, d, scale=0.1),
     }
     nodes = [_layer_norm(rng, init, "ln_1", "x", "h1", d)]
-    nodes += _attention_nodes(rng, init, "h1", "attn_out", t, d, heads, "where")
+    nodes += _attention_nodes(rng, init, "h1", "attn_out", t, d, heads, "lowest", qkv="split")
     nodes += [
         helper.make_node("Add", ["x", "attn_out"], ["res1"], name="/Add_attn"),
         _layer_norm(rng, init, "ln_2", "res1", "h2", d),
@@ -328,5 +377,6 @@ def gpt2_block(batch: int = 2, t: int = 8, d: int = 16, heads: int = 2):
         helper.make_node("Add", ["proj", "mlp.proj.bias"], ["proj_b"], name="/mlp/c_proj/Add"),
         helper.make_node("Add", ["res1", "proj_b"], ["y"], name="/Add_mlp"),
     ]
-    model = make_model(nodes, [("x", ["batch", t, d])], [("y", ["batch", t, d])], init, "gpt2_block")
+    b = "batch" if symbolic_batch else batch
+    model = make_model(nodes, [("x", [b, t, d])], [("y", [b, t, d])], init, "gpt2_block")
     return model, {"x": _rand(rng, batch, t, d)}

@@ -442,6 +442,254 @@ def test_fuse_false_imports_one_stage_per_node(rng):
     assert len(_stages(model)) == 1
 
 
+# -- attention: the scaled, masked softmax ------------------------------------------------------------
+S = (2, 3, 8, 8)  # scores [B, H, T, T]
+
+
+def _masked_softmax(
+    *,
+    scale="mul",
+    mask="const",
+    order="scores_first",
+    c=0.125,
+    mask_shape=(1, 1, 8, 8),
+    axis=-1,
+    fill=-np.inf,
+):
+    """Softmax(Add(Mul(s, c), mask)) on scores s (a graph input), with knobs: ``scale`` "mul", "mul_c_first",
+    "div" or None; ``mask`` "const" (causal, ``fill`` above the diagonal), "input" (a computed tensor) or
+    None; the Add's operand ``order``."""
+    init: dict = {}
+    nodes, inputs, last = [], [("s", list(S))], "s"
+    if scale is not None:
+        init["c"] = _c(c) if np.ndim(c) == 0 else np.asarray(c, F)
+        ins = ["c", last] if scale == "mul_c_first" else [last, "c"]
+        nodes.append(_node("Div" if scale == "div" else "Mul", ins, ["scaled"], name="/attn/Scale"))
+        last = "scaled"
+    if mask is not None:
+        causal = np.tril(np.ones((8, 8), bool))
+        value = np.broadcast_to(np.where(causal, 0.0, fill), mask_shape).astype(F)
+        if mask == "const":
+            init["mask"] = np.ascontiguousarray(value)
+        else:
+            inputs.append(("mask", list(mask_shape)))
+        ins = [last, "mask"] if order == "scores_first" else ["mask", last]
+        nodes.append(_node("Add", ins, ["masked"], name="/attn/Add_mask"))
+        last = "masked"
+    nodes.append(_node("Softmax", [last], ["y"], name="/attn/Softmax", axis=axis))
+    return _model(nodes, inputs, [("y", list(S))], init)
+
+
+def _mask_feeds(model, rng):
+    feeds = {"s": (rng.standard_normal(S) * 4).astype(F)}
+    if any(i.name == "mask" for i in model.graph.input):
+        shape = [
+            d.dim_value
+            for d in next(i for i in model.graph.input if i.name == "mask").type.tensor_type.shape.dim
+        ]
+        causal = np.tril(np.ones((8, 8), bool))
+        feeds["mask"] = np.ascontiguousarray(np.broadcast_to(np.where(causal, 0.0, -np.inf), shape)).astype(F)
+    return feeds
+
+
+@pytest.mark.parametrize(
+    ("kw", "inputs", "attrs"),
+    [
+        ({}, ["s", "mask"], {"axis": -1, "scale": 0.125}),
+        ({"scale": "mul_c_first", "order": "mask_first"}, ["s", "mask"], {"axis": -1, "scale": 0.125}),
+        ({"scale": "div", "c": 8.0}, ["s", "mask"], {"axis": -1, "scale": 0.125}),  # / 8 -> * 1/8
+        ({"scale": "div", "c": 3.0}, ["s", "mask"], {"axis": -1, "scale": 0.33333334}),
+        ({"scale": None}, ["s", "mask"], {"axis": -1}),
+        ({"mask": None, "c": 0.5}, ["s"], {"axis": -1, "scale": 0.5}),
+        ({"mask": "input"}, ["s", "mask"], {"axis": -1, "scale": 0.125}),  # a computed mask
+        ({"mask_shape": (8, 8), "axis": 2}, ["s", "mask"], {"axis": 2, "scale": 0.125}),
+        ({"mask_shape": S}, ["s", "mask"], {"axis": -1, "scale": 0.125}),
+    ],
+    ids=[
+        "mul_add",
+        "c_first_mask_first",
+        "div_exact",
+        "div_rounded",
+        "add_only",
+        "mul_only",
+        "mask_input",
+        "mask_2d_axis2",
+        "mask_full",
+    ],
+)
+def test_scaled_masked_softmax_becomes_one_softmax_stage(kw, inputs, attrs, device, rng):
+    model = _masked_softmax(**kw)
+    stages = _stages(model)
+    assert [s["name"] for s in stages] == ["softmax"], stages
+    assert stages[0]["inputs"] == inputs and stages[0]["attrs"] == attrs
+    assert stages[0]["id"] == "attn_Softmax" and stages[0]["outputs"] == ["y"]
+    _check(model, _mask_feeds(model, rng), device)
+
+
+def test_scaled_masked_softmax_near_misses_are_left_alone(device, rng):
+    # a per-column scale is not a scalar: the Mul stays, the mask still joins the softmax
+    model = _masked_softmax(c=np.linspace(0.1, 0.8, 8))
+    assert [(s["name"], s.get("attrs")) for s in _stages(model)] == [("mul", None), ("softmax", {"axis": -1})]
+    _check(model, _mask_feeds(model, rng), device)
+    # dividing by zero, or a constant by the scores, is no scale (the mask still joins the softmax)
+    assert _ops(_masked_softmax(scale="div", c=0.0)) == ["div", "softmax"]
+    model = _masked_softmax(scale="div")
+    model.graph.node[0].input[:] = ["c", "s"]  # c / s
+    assert _ops(model) == ["div", "softmax"]
+    _check(model, _mask_feeds(model, rng), device)
+    # a scale of another dtype than the scores (a double constant; ONNX would refuse the model) is no scale
+    model = _masked_softmax()
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array(0.125, np.float64), "c"))
+    assert _ops(model) == ["mul", "softmax"]
+
+
+@pytest.mark.parametrize("intermediate", ["scaled", "masked"])
+def test_scaled_masked_softmax_keeps_an_intermediate_read_elsewhere(intermediate, device, rng):
+    """An intermediate that is also a graph output (or read by another node) must survive: the nodes that
+    make it stay, and only what follows it joins the softmax."""
+    model = _masked_softmax(fill=-1e4)  # a finite mask: the masked scores are compared too
+    model.graph.output.append(helper.make_tensor_value_info(intermediate, TensorProto.FLOAT, list(S)))
+    expected = {"scaled": ["mul", "softmax"], "masked": ["mul", "add", "softmax"]}[intermediate]
+    assert _ops(model) == expected
+    _check(model, _mask_feeds(model, rng), device)
+    model = _masked_softmax()
+    model.graph.node.append(_node("Relu", [intermediate], ["other"]))
+    model.graph.output.append(helper.make_tensor_value_info("other", TensorProto.FLOAT, list(S)))
+    assert _ops(model) == expected + ["relu"]
+
+
+def test_a_bias_that_would_broadcast_the_scores_up_is_left_alone(device, rng):
+    nodes = [_node("Add", ["a", "b"], ["t"]), _node("Softmax", ["t"], ["y"], axis=-1)]
+    model = _model(nodes, [("a", [8, 1]), ("b", [1, 8])], [("y", [8, 8])], {})
+    assert _ops(model) == ["add", "softmax"], "neither operand has the sum's shape: no bias of either"
+    _check(
+        model,
+        {"a": rng.standard_normal((8, 1)).astype(F), "b": rng.standard_normal((1, 8)).astype(F)},
+        device,
+    )
+
+
+# -- attention: heads out of a split, as strided views ---------------------------------------------------
+def _heads_views(stages) -> dict[str, dict]:
+    return {s["id"]: s["attrs"] for s in stages if s["name"] == "as_strided"}
+
+
+def test_split_reshape_transpose_become_three_strided_views(device):
+    model, feeds = om.causal_attention(batch=3, masking="add", qkv="split", symbolic_batch=False)
+    stages = _stages(model)
+    ops = [s["name"] for s in stages]
+    assert ops.count("as_strided") == 3 and "split" not in ops and ops.count("transpose") == 1  # the merge
+    views = _heads_views(stages)
+    t, d = 8, 16
+    assert views == {
+        "attn_Transpose_q": {"shape": [3, 2, t, 8], "strides": [t * 3 * d, 8, 3 * d, 1], "offset": 0},
+        "attn_Transpose_k": {"shape": [3, 2, 8, t], "strides": [t * 3 * d, 8, 1, 3 * d], "offset": d},
+        "attn_Transpose_v": {"shape": [3, 2, t, 8], "strides": [t * 3 * d, 8, 3 * d, 1], "offset": 2 * d},
+    }
+    assert all(s["inputs"] == ["qkv"] for s in stages if s["name"] == "as_strided")
+    _check(model, feeds, device)
+
+
+def test_split_views_need_the_input_shape_known():
+    model, _ = om.causal_attention(masking="add", qkv="split")  # a symbolic batch: no element strides
+    ops = _ops(model)
+    assert "as_strided" not in ops and ops.count("split") == 1 and ops.count("transpose") == 4
+
+
+def _split_parts(*, tail=("heads", "transpose"), axis=-1, extra_reader=None, opset=21, sizes=(16, 16, 16)):
+    """x [2, 8, 48] split along ``axis`` into 3 parts, each through ``tail``: "heads" (Reshape [0, 0, 2, 8]),
+    "rows" (Reshape [-1, 16]), "flat" (Reshape [2, -1]), "transpose" (the last two dims of a 2-d or 3-d
+    tensor, or [0, 2, 1, 3] of a 4-d one)."""
+    init = {
+        "heads": np.array([0, 0, 2, 8], np.int64),
+        "rows": np.array([-1, 16], np.int64),
+        "flat": np.array([2, -1], np.int64),
+    }
+    split_in, attrs = ["x"], {"axis": axis}
+    if sizes is None:
+        attrs["num_outputs"] = 3
+    else:
+        init["sizes"] = np.array(sizes, np.int64)
+        split_in.append("sizes")
+    parts = ["p0", "p1", "p2"]
+    nodes = [_node("Split", split_in, parts, name="/attn/Split", **attrs)]
+    outs = []
+    for p in parts:
+        last, rank = p, 3
+        for step in tail:
+            out = f"{p}_{step}"
+            if step == "transpose":
+                perm = {2: [1, 0], 3: [0, 2, 1], 4: [0, 2, 1, 3]}[rank]
+                nodes.append(_node("Transpose", [last], [out], name=f"/{out}", perm=perm))
+            else:
+                nodes.append(_node("Reshape", [last, step], [out], name=f"/{out}"))
+                rank = len(init[step])
+            last = out
+        outs.append((last, None))
+    if extra_reader is not None:
+        nodes.append(_node("Relu", [extra_reader], ["extra"]))
+        outs.append(("extra", None))
+    return om.make_model(nodes, [("x", [2, 8, 48])], outs, init, "split_case", opset=opset)
+
+
+def test_a_split_part_read_elsewhere_is_copied_out_as_it_is(device, rng):
+    model = _split_parts(extra_reader="p1")
+    stages = _stages(model)
+    assert [s["name"] for s in stages] == [
+        "as_strided",
+        "as_strided",
+        "as_strided",
+        "reshape",
+        "transpose",
+        "relu",
+    ]
+    views = _heads_views(stages)
+    assert views["attn_Split_part1"] == {"shape": [2, 8, 16], "strides": [384, 48, 1], "offset": 16}
+    assert stages[3]["inputs"] == ["p1"] and stages[5]["inputs"] == ["p1"]
+    _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
+
+
+def test_a_reshape_that_needs_a_copy_stays_after_the_view(device, rng):
+    """[2, 8, 16] parts transposed to [2, 16, 8], then flattened: merging a transposed pair of dims is no
+    view, so the reshape stays a stage (its input the view's copy)."""
+    model = _split_parts(tail=("transpose", "flat"))
+    stages = _stages(model)
+    assert [s["name"] for s in stages] == ["as_strided"] * 3 + ["reshape"] * 3
+    assert _heads_views(stages)["p0_transpose"] == {"shape": [2, 16, 8], "strides": [384, 1, 48], "offset": 0}
+    _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
+
+
+def test_reshapes_that_are_views_compose(device, rng):
+    """A part's [2, 8] rows merged into 16 rows of 16 (their strides chain: 384 = 8 * 48), transposed,
+    then split into heads: each step is a view, so the whole chain is one copy."""
+    model = _split_parts(tail=("rows", "transpose"))
+    stages = _stages(model)
+    assert [s["name"] for s in stages] == ["as_strided"] * 3
+    assert _heads_views(stages)["p2_transpose"] == {"shape": [16, 16], "strides": [1, 48], "offset": 32}
+    _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
+
+
+@pytest.mark.parametrize(
+    ("kw", "views"),
+    [
+        ({"axis": 1, "sizes": (2, 2, 4), "tail": ("transpose",)}, [[2, 48, 2], [2, 48, 2], [2, 48, 4]]),
+        ({"opset": 18, "sizes": None, "axis": 2, "tail": ("transpose",)}, [[2, 16, 8]] * 3),
+    ],
+    ids=["middle_axis", "num_outputs"],
+)
+def test_split_views_of_other_axes_and_even_splits(kw, views, device, rng):
+    model = _split_parts(**kw)
+    stages = _stages(model)
+    assert [s["attrs"]["shape"] for s in stages if s["name"] == "as_strided"] == views
+    _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
+
+
+def test_a_split_with_nothing_to_take_is_left_alone(device, rng):
+    model = _split_parts(tail=())
+    assert _ops(model) == ["split"]
+    _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
+
+
 # -- whole models -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gpt2_block", "resnet18", "espcn"])
 def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):
@@ -452,7 +700,7 @@ def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):
     _check(model, feeds, device)
 
 
-def test_tiny_gpt2_twin_fuses_its_mlp(device):
+def test_tiny_gpt2_twin_fuses_its_mlp_and_attention(device):
     model, feeds = om.gpt2_block()
     fused, unfused = _stages(model), _stages(model, fuse=False)
     mlp = [s for s in fused if s["id"].startswith("mlp_c_")]
@@ -461,7 +709,24 @@ def test_tiny_gpt2_twin_fuses_its_mlp(device):
         ("gemm", None),
     ]
     assert mlp[1]["inputs"][-1] == "res1", "the residual Add is the second gemm's residual"
-    assert len(fused) == len(unfused) - 4
+    (softmax,) = [s for s in fused if s["name"] == "softmax"]
+    assert softmax["inputs"] == ["scores_raw", "mask"] and softmax["attrs"] == {
+        "axis": -1,
+        "scale": 0.35355338,
+    }
+    # a symbolic batch: the split and the heads' reshapes and transposes stay (their strides need it)
+    ops = [s["name"] for s in fused]
+    assert "mul" not in ops and "add" not in ops and ops.count("split") == 1
+    assert len(unfused) == 28 and len(fused) == 19
+    _check(model, feeds, device)
+
+
+def test_tiny_gpt2_twin_of_a_fixed_batch_takes_its_heads_as_views(device):
+    model, feeds = om.gpt2_block(batch=3, symbolic_batch=False)
+    fused = _ops(model)
+    assert fused.count("as_strided") == 3 and "split" not in fused
+    assert fused.count("transpose") == 1 and fused.count("reshape") == 1  # the heads merged back
+    assert len(fused) == 15
     _check(model, feeds, device)
 
 
@@ -478,9 +743,12 @@ def test_real_gpt2_block_export_fuses_and_matches_onnxruntime(device):
     assert len(unfused) == len([n for n in model.graph.node if n.op_type != "Constant"])
     # gelu_new's 8 nodes fold into c_fc's gemm; the 8 Reshapes around the 4 Gemms go; both residual Adds
     # join their gemm; the Identity copies of weights are the weights; the float32->float32 Cast is a view.
-    assert sorted(set(unfused) - set(fused)) == ["cast", "pow", "tanh"]
-    assert fused.count("gemm") == 4 and fused.count("reshape") == 4 and fused.count("add") == 1
-    assert fused.count("mul") == 1 and len(fused) == len(unfused) - 22
+    # The attention: the scaling Mul and the mask Add join the softmax (scale and bias); the Split, the
+    # heads' 3 Reshapes and 3 Transposes are 3 as_strided copies out of c_attn's output.
+    assert sorted(set(unfused) - set(fused)) == ["add", "cast", "mul", "pow", "split", "tanh"]
+    assert fused.count("gemm") == 4 and fused.count("reshape") == 1 and fused.count("transpose") == 1
+    assert fused.count("as_strided") == 3 and fused.count("softmax") == 1
+    assert len(fused) == len(unfused) - 28
     _check(model, {"x": x.numpy()}, device)
 
 

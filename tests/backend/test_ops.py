@@ -51,6 +51,7 @@ WITH_CUDA = {
     "gemm",
     "matmul",
     "transpose",
+    "as_strided",
     "precision_cast",
     "sigmoid",
     "tanh",

@@ -202,6 +202,111 @@ def test_softmax_axis_is_checked_at_inference(reg):
         infer_outputs(desc, ((3, 7),), ("float32",), {"axis": 2}, stage="s")
 
 
+def _scaled_softmax_ref(x, bias, scale, axis, dtype):
+    """float64 softmax of x * scale + bias, scale rounded as the kernels take it (float32 below float64)."""
+    s = float(np.float64(scale) if dtype == "float64" else np.float32(scale))
+    t = as64(x) * s + (0.0 if bias is None else as64(bias))
+    with np.errstate(invalid="ignore"):  # a row of all -inf: -inf - (-inf) is NaN, as in every softmax
+        e = np.exp(t - t.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+# x shape, bias shape (None: no bias), axis, scale; the CUDA kernels' paths: a mask [1, 1, T, T] read in
+# vectors; a full-shape bias on odd rows (scalar loads); one bias value per row; long rows (the _big
+# kernel); another axis (moved last, the bias's strides permuted); the scale alone.
+SCALED_SOFTMAX = [
+    ((2, 3, 8, 8), (1, 1, 8, 8), -1, 0.125),
+    ((2, 3, 16, 16), (16, 16), -1, 1.0),
+    ((2, 5, 33), (2, 5, 33), -1, -0.5),
+    ((2, 5, 33), (5, 1), -1, 2.0),
+    ((3, 4099), (1, 4099), -1, 0.3),
+    ((2, 40000), (40000,), -1, 0.75),
+    ((3, 7), (3, 1), 0, 1.5),
+    ((6, 9, 11), (9, 11), 0, 0.7),
+    ((6, 9, 11), (6, 1, 11), 1, 1.0),
+    ((2, 5, 33), None, 1, 0.25),
+    ((4, 1024), None, -1, 3.0),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("shape", "bias_shape", "axis", "scale"), SCALED_SOFTMAX)
+def test_softmax_of_scaled_scores_plus_a_broadcast_bias(
+    reg, device, rng, dtype, shape, bias_shape, axis, scale
+):
+    """softmax(x * scale + bias): a broadcast bias with -inf entries (a mask) gives exact zeros there."""
+    x = rand(rng, shape, dtype, -8.0, 8.0)
+    bias = None
+    if bias_shape is not None:
+        bias = rand(rng, bias_shape, dtype, -4.0, 4.0)
+        along = axis % len(shape) - (len(shape) - len(bias_shape))  # the bias's dim along the axis
+        if along >= 0 and bias_shape[along] > 1:  # a mask: -inf entries, none on a row's first (next test)
+            bias[rng.random(bias_shape) < 0.3] = -np.inf
+            first = np.zeros_like(bias.take([0], axis=along), dtype=np.int64)
+            np.put_along_axis(bias, first, 0.0, axis=along)
+    (y,) = run_op(reg, "softmax", [x, bias], {"axis": axis, "scale": scale}, device=device)
+    ref = _scaled_softmax_ref(x, bias, scale, axis, dtype)
+    check_close(y, ref, dtype)
+    if bias is not None:
+        zero = np.broadcast_to(np.isneginf(as64(bias)), shape)
+        assert (as64(y)[zero] == 0.0).all(), "a -inf bias entry must give a probability of exactly 0"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_softmax_of_a_row_whose_bias_is_all_minus_inf_is_nan(reg, device, rng, dtype):
+    """NumPy's x * scale + bias then softmax gives NaN on a row of all -inf; the other rows are finite."""
+    x = rand(rng, (2, 3, 8, 8), dtype, -4.0, 4.0)
+    mask = np.where(np.tril(np.ones((8, 8), bool)), 0.0, -np.inf).astype(x.dtype).reshape(1, 1, 8, 8)
+    mask[0, 0, 5, :] = -np.inf
+    (y,) = run_op(reg, "softmax", [x, mask], {"scale": 0.5}, device=device)
+    ref = _scaled_softmax_ref(x, mask, 0.5, -1, dtype)
+    nan = np.isnan(ref)
+    assert nan[:, :, 5, :].all() and nan.sum() == 2 * 3 * 8
+    np.testing.assert_array_equal(np.isnan(as64(y)), nan)
+    check_close(y[~nan], ref[~nan], dtype)
+
+
+def test_softmax_scale_one_without_bias_is_the_plain_softmax(reg, device, rng):
+    x = rand(rng, (3, 33), "float32", -8.0, 8.0)
+    (plain,) = run_op(reg, "softmax", [x], device=device)
+    (same,) = run_op(reg, "softmax", [x], {"scale": 1.0}, device=device)
+    np.testing.assert_array_equal(plain, same)
+
+
+@pytest.mark.parametrize(
+    ("x", "bias", "ok"),
+    [
+        ((3, 7), (7,), True),
+        ((3, 7), (3, 1), True),
+        (("B", 4, 7), (1, 4, 7), True),
+        (("B", 4, 7), ("B", 1, 1), True),
+        ((3, 7), (2, 7), False),  # not 1 and not x's
+        ((3, 7), (1, 3, 7), False),  # more dims: would broadcast x up
+        ((3, 1), (3, 7), False),  # would stretch x's size-1 dim
+        (("B", 7), ("S", 7), True),  # symbols unify: checked again when the shapes are known
+        (("B", 7), (3, 7), True),  # B may be 3
+        (("B", 1), ("B", 7), False),  # would stretch x's size-1 dim
+    ],
+)
+def test_softmax_bias_must_broadcast_to_x_without_changing_it(reg, x, bias, ok):
+    desc = reg.get("softmax")
+    attrs = desc.resolve_attrs({"scale": 0.5}, where="s")
+    if ok:
+        assert infer_outputs(desc, (x, bias), ("float32",) * 2, attrs, stage="s") == ((x,), ("float32",))
+        return
+    with pytest.raises(ShapeMismatchError, match=r"stage 's'.*'bias'.*broadcast") as info:
+        infer_outputs(desc, (x, bias), ("float32",) * 2, attrs, stage="s")
+    assert info.value.port == "bias" and info.value.stage == "s"
+
+
+def test_softmax_bias_has_the_dtype_of_x(reg):
+    desc = reg.get("softmax")
+    with pytest.raises(DTypeMismatchError, match="bias"):
+        infer_outputs(
+            desc, ((3, 7), (7,)), ("float32", "float16"), desc.resolve_attrs({}, where="s"), stage="s"
+        )
+
+
 # ---------------------------------------------------------------------------------------------- batch_norm
 
 

@@ -1,7 +1,7 @@
 """ONNX import fusions on the GPU: the fused gemm stages (bias, gelu_tanh, residual as cuBLASLt
-epilogues and C matrix, a 3-d a folded into M) run their CUDA variant, nothing is staged on host copies,
-and the outputs match the same pipeline on the CPU, eagerly and replayed from a captured CUDA graph (new
-inputs each run)."""
+epilogues and C matrix, a 3-d a folded into M), the attention's scaled, masked softmax and its heads as
+strided views run their CUDA variant, nothing is staged on host copies, and the outputs match the same
+pipeline on the CPU, eagerly and replayed from a captured CUDA graph (new inputs each run)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def _real_gpt2(batch: int):
 BUILDERS = {
     "mlp_block": lambda: om.mlp_block(batch=7),
     "gpt2_twin": lambda: om.gpt2_block(batch=3),
+    "gpt2_twin_fixed": lambda: om.gpt2_block(batch=3, symbolic_batch=False),  # heads as as_strided views
     "gpt2_real": lambda: _real_gpt2(batch=4),
 }
 
@@ -45,6 +46,10 @@ def test_fused_gemms_run_on_the_gpu_and_match_the_cpu(name, cuda_graph):
     model, feeds = BUILDERS[name]()
     config, weights = import_model(model)
     gemms = {s["id"]: s.get("attrs", {}) for s in config["pipeline"] if s["name"] == "gemm"}
+    fused = {s["id"] for s in config["pipeline"] if s["name"] in ("softmax", "as_strided")}
+    if name.startswith("gpt2"):
+        softmax = [s for s in config["pipeline"] if s["name"] == "softmax"]
+        assert len(softmax) == 1 and len(softmax[0]["inputs"]) == 2, f"{name}: the mask was not fused"
     assert any(a.get("activation", "").startswith("gelu") for a in gemms.values()), f"{name}: no GELU fused"
     assert any(len(s["inputs"]) == 4 for s in config["pipeline"] if s["name"] == "gemm"), "no residual"
     rng = np.random.default_rng(7)
@@ -63,6 +68,8 @@ def test_fused_gemms_run_on_the_gpu_and_match_the_cpu(name, cuda_graph):
             if cuda_graph and k > 0 and not gpu.load_report.staged:  # a staged stage may keep it eager
                 assert gpu.last_report.graph_replay, f"{name}: run {k} did not replay the captured graph"
         report = gpu.load_report
-        assert not set(report.staged) & set(gemms), f"{name}: gemm stages on host copies: {report.staged}"
-        for sid in gemms:
+        assert not set(report.staged) & (set(gemms) | fused), (
+            f"{name}: stages on host copies: {report.staged}"
+        )
+        for sid in [*gemms, *fused]:
             assert report.variants[sid].startswith("cuda"), f"{name}: {sid} runs {report.variants[sid]}"

@@ -43,7 +43,7 @@ from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
 from pipelink.ops.shape.cuda import plan_concat, plan_gather, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
-from pipelink.ops.transpose.cuda import plan_transpose
+from pipelink.ops.transpose.cuda import plan_as_strided, plan_transpose
 
 FLOATS = ("float32", "float16", "bfloat16")
 ALL_FLOATS = FLOATS + ("float64",)
@@ -88,6 +88,13 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
                 plan_layer_norm(dt, (9, 64), tuned={"group": 8, "block": 64}, eps=EPS),
             )
         )
+        for bias in (None, (0, 4096, 1), (0, 1, 0), (1, 0, 4)):  # scale only, vector, per row, strided
+            cases.append(
+                (f"softmax-scaled-{dt}-{bias}", plan_softmax(dt, (3, 4, 4096), scale=0.5, bias_strides=bias))
+            )
+        cases.append(
+            (f"softmax-scaled-big-{dt}", plan_softmax(dt, (3, 100_000), scale=0.5, bias_strides=(0, 1)))
+        )
         cases.append((f"transpose-{dt}", plan_transpose(dt, (3, 37, 41))))
         cases.append((f"transpose64-{dt}", plan_transpose(dt, (37, 41), tuned={"tile": 64, "tile_rows": 16})))
         cases.append((f"permute-{dt}", plan_transpose(dt, (2, 3, 4, 5), (3, 1, 0, 2))))
@@ -96,6 +103,16 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
     cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for dt in ("bool", "float16", "float32", "float64"):  # element words of 1, 2, 4 and 8 bytes
+        cases.append((f"as_strided-{dt}", plan_as_strided(dt, (2, 8, 48), (2, 2, 8, 8), (384, 8, 48, 1), 1)))
+        cases.append(
+            (f"as_strided-tiled-{dt}", plan_as_strided(dt, (2, 8, 48), (2, 2, 8, 8), (384, 8, 1, 48), 16))
+        )
+    cases.append(
+        ("as_strided-16B", plan_as_strided("float32", (2, 8, 48), (2, 2, 8, 8), (384, 8, 48, 1), 16))
+    )
+    cases.append(("as_strided-8B", plan_as_strided("float16", (4, 12), (4, 8), (12, 1), 4)))
+    cases.append(("as_strided-index64", plan_as_strided("int8", (2**31 + 8,), (8, 4), (2**28, 1), 0)))
     for dt in ("bool", "float16", "float32", "int64", "float8_e4m3fn"):  # element sizes 1, 2, 4, 8
         for it in ("int32", "int64"):
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
@@ -495,7 +512,8 @@ def test_eps_is_a_required_plan_argument():
 
 def test_flat_kernels_keep_their_vectors_in_registers():
     """pl_vector_loop's lambdas capture the slot arrays by reference: after inlining they must stay in
-    registers (a .local array would spill every vector to memory and halve the bandwidth)."""
+    registers (a .local array would spill every vector to memory and halve the bandwidth); so must the
+    scaled softmax's rows (its row transform is a functor) and as_strided's words in flight."""
     nvrtc = _nvrtc()
     plans = [
         plan_unary("gelu", "bfloat16", (1 << 20,), tuned={"unroll": 4}),
@@ -504,6 +522,8 @@ def test_flat_kernels_keep_their_vectors_in_registers():
         plan_bias_add("float16", (64, 1024)),
         plan_cast("float32", "bfloat16", (1 << 20,)),
         plan_batch_norm("float32", (8, 16, 32, 32), eps=EPS),
+        plan_softmax("float32", (32, 12, 128, 128), scale=0.125, bias_strides=(0, 0, 128, 1)),
+        plan_as_strided("float32", (32, 128, 2304), (32, 12, 128, 64), (294912, 64, 2304, 1), 768),
     ]
     for plan in plans:
         ptx = _nvrtc_ptx(nvrtc, plan)
@@ -583,3 +603,104 @@ def test_small_flat_work_is_spread_over_more_sms_unless_tuned():
     assert pair.block == (256, 1, 1) and pair.macros["PL_UNROLL"] == "1"
     assert plan_cast("float32", "bfloat16", (4096,), sm_count=132).block == (256, 1, 1)
     assert plan_bias_add("float16", (8, 1024), sm_count=132).block == (256, 1, 1)
+
+
+# (x shape, view shape, strides, offset): 16-byte words (GPT-2's q heads), the tiled transpose (its keys,
+# with a batch dim and ragged tiles), element words (misaligned offset, overlapping and broadcast reads).
+AS_STRIDED_VIEWS = [
+    ((2, 8, 48), (2, 2, 8, 8), (384, 8, 48, 1), 0),
+    ((2, 8, 48), (2, 2, 8, 8), (384, 8, 1, 48), 16),
+    ((3, 37, 41), (3, 41, 37), (1517, 1, 41), 0),
+    ((2, 40, 33), (2, 30, 20), (1320, 1, 33), 5),
+    ((4, 64), (4, 60), (64, 1), 1),
+    ((60,), (12, 8), (4, 1), 3),
+    ((4, 5), (6, 4, 5), (0, 5, 1), 0),
+    ((3, 4), (), (), 7),
+]
+
+
+def _emulate_as_strided(plan: LaunchPlan, x: np.ndarray, shape) -> np.ndarray:
+    """What pl_as_strided / pl_as_strided_tiled write, from the plan's scalars, in x's words."""
+    s, word = plan.scalars, int(plan.macros["PL_BYTES"])
+    words = x.reshape(-1).view(np.dtype((np.void, word)))
+    ndim = int(plan.macros["PL_NDIM"])
+    idx = np.indices([s[f"d{k}"] for k in range(ndim)]).reshape(ndim, -1)
+    if plan.kernel == "pl_as_strided":
+        y = words[s["offset"] + sum(idx[k] * s[f"s{k}"] for k in range(ndim))]
+        assert y.size == s["n"]
+    else:  # y[t(b) + c * yc + r] = x[offset + s(b) + r * xr + c]
+        bx = sum(idx[k] * s[f"s{k}"] for k in range(ndim))[:, None, None]
+        by = sum(idx[k] * s[f"t{k}"] for k in range(ndim))[:, None, None]
+        r, c = np.arange(s["rows"])[None, None, :], np.arange(s["cols"])[None, :, None]
+        dst = (by + c * s["yc"] + r).reshape(-1)
+        y = np.empty(int(np.prod(shape)), words.dtype)
+        assert np.array_equal(np.sort(dst), np.arange(y.size)), "every element of y written once"
+        y[dst] = words[(s["offset"] + bx + r * s["xr"] + c).reshape(-1)]
+    return np.frombuffer(y.tobytes(), x.dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("alignment", [16, 1])
+@pytest.mark.parametrize(("x_shape", "shape", "strides", "offset"), AS_STRIDED_VIEWS)
+def test_as_strided_plan_index_math(x_shape, shape, strides, offset, alignment):
+    """The merged dims, words and strides an as_strided plan hands its kernel read exactly the view."""
+    x = np.random.default_rng(3).standard_normal(x_shape).astype(np.float32)
+    plan = plan_as_strided("float32", x_shape, shape, strides, offset, alignment=alignment)
+    want = np.lib.stride_tricks.as_strided(x.reshape(-1)[offset:], shape, [4 * v for v in strides])
+    np.testing.assert_array_equal(_emulate_as_strided(plan, x, shape), want)
+    assert int(plan.macros["PL_BYTES"]) <= max(4, alignment)
+
+
+def test_as_strided_plans_pick_their_path():
+    q = plan_as_strided("float32", (32, 128, 2304), (32, 12, 128, 64), (294912, 64, 2304, 1), 768)
+    assert q.kernel == "pl_as_strided" and q.macros["PL_BYTES"] == "16" and q.macros["PL_INDEX64"] == "0"
+    assert q.scalars["offset"] == 192 and q.scalars["d3"] == 16, "16-byte words: 64 floats are 16 words"
+    assert [a.align for a in q.arg_specs[:2]] == [16, 16]
+    k = plan_as_strided("float32", (32, 128, 2304), (32, 12, 64, 128), (294912, 64, 1, 2304), 768)
+    assert k.kernel == "pl_as_strided_tiled" and (k.scalars["cols"], k.scalars["rows"]) == (768, 128)
+    short = plan_as_strided("float32", (2, 4099), (4099, 2), (1, 4099), 0)  # 2 rows: the tile would idle
+    assert short.kernel == "pl_as_strided" and short.macros["PL_BYTES"] == "4"
+    with pytest.raises(InvalidArgumentError, match="reads element"):
+        plan_as_strided("float32", (4, 4), (4, 4), (4, 2), 0)
+    with pytest.raises(InvalidArgumentError, match="nothing to launch"):
+        plan_as_strided("float32", (4, 4), (0, 4), (4, 1), 0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "bias_shape", "mode"),
+    [
+        ((2, 3, 16, 16), (1, 1, 16, 16), 1),
+        ((2, 3, 16, 16), (16, 16), 1),
+        ((2, 5, 33), (2, 5, 33), 1),
+        ((2, 5, 33), (5, 1), 2),
+        ((4, 6, 8), (4, 1, 8), 1),
+        ((6, 4), (6, 4), 1),
+    ],
+)
+def test_scaled_softmax_plan_reads_the_broadcast_bias(shape, bias_shape, mode):
+    """The bias each row of pl_softmax_scaled reads (its offset decoded from the plan's dims and strides,
+    then bc along the row) is NumPy's broadcast of the bias; vector reads only at aligned offsets."""
+    from pipelink.ops.kernel import broadcast_strides
+
+    rng = np.random.default_rng(4)
+    bias = rng.standard_normal(bias_shape)
+    plan = plan_softmax("float32", shape, scale=0.5, bias_strides=broadcast_strides(shape, bias_shape))
+    s = plan.scalars
+    assert plan.kernel == "pl_softmax_scaled" and int(plan.macros["PL_SOFTMAX_BIAS"]) == mode
+    ndim = int(plan.macros["PL_BIAS_NDIM"])
+    idx = np.indices([s[f"d{k}"] for k in range(ndim)]).reshape(ndim, -1)
+    rows = sum(idx[k] * s[f"bs{k}"] for k in range(ndim))
+    assert rows.size == s["rows"] and s["scale"] == 0.5
+    if mode == 1:
+        assert s["bc"] == 1 and (rows % int(plan.macros["PL_VEC"]) == 0).all()
+    got = bias.reshape(-1)[rows[:, None] + np.arange(s["C"])[None, :] * s["bc"]]
+    np.testing.assert_array_equal(got.reshape(shape), np.broadcast_to(bias, shape))
+
+
+def test_plain_softmax_plan_is_kept_for_scale_one_without_bias():
+    plain = plan_softmax("bfloat16", (8, 4096))
+    assert plan_softmax("bfloat16", (8, 4096), scale=1.0) == plain and plain.kernel == "pl_softmax"
+    assert [a.name for a in plain.arg_specs] == ["x", "y", "rows", "C"]
+    scaled = plan_softmax("bfloat16", (8, 4096), scale=2.0)
+    assert scaled.kernel == "pl_softmax_scaled" and scaled.macros["PL_SOFTMAX_BIAS"] == "0"
+    assert scaled.arg_specs[1].optional and scaled.arg_specs[5].kind == "f32"
+    assert plan_softmax("float64", (8, 64), scale=2.0).arg_specs[5].kind == "f64"

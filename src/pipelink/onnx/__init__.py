@@ -2,7 +2,8 @@
 
 ``import_model`` converts: ``fuse.py`` first rewrites the chains one PipeLink stage computes (a GELU or a
 LayerNorm written out in elementwise nodes, a MatMul and its bias, a gemm and its activation or
-residual), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
+residual, attention's scaled and masked softmax, heads split off by Split, Reshape and Transpose as strided
+copies), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
 into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
 'pipelink[onnx]'``), imported only when a model is imported, so ``import pipelink`` works without it.
 """
@@ -151,7 +152,8 @@ def import_model(
     fuse : bool
         Rewrite the chains one PipeLink stage computes before converting (``pipelink.onnx.fuse``:
         GELU and LayerNorm chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op
-        Casts, Identity nodes of constants). False converts every node into its own stage.
+        Casts, Identity nodes of constants, Softmax of scaled scores plus a mask, Split parts reshaped and
+        transposed). False converts every node into its own stage.
 
     Returns
     -------

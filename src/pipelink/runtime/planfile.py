@@ -173,8 +173,9 @@ def _check_stage(st: LinkedStage, registry, cuda: bool, cuda_graph: bool = False
     if policy and st.desc.source == "builtin":
         raise _refuse(
             st,
-            "on_error and check_finite apply in the native core's CUDA path to native modules only (a built-in "
-            "launch that fails fails the run); remove them to compile, or run this pipeline from Python",
+            "on_error and check_finite apply in the native core's CUDA path to native modules only (a "
+            "built-in launch that fails fails the run); remove them to compile, or run this pipeline from "
+            "Python",
         )
 
 

@@ -1,5 +1,6 @@
-"""The softmax family: numerically stable softmax along one axis, with its NumPy reference
-(``reference.py``) and CUDA kernel (``cuda.py``, ``softmax.cu``)."""
+"""The softmax family: numerically stable softmax along one axis of ``x * scale + bias`` (the scaled,
+masked scores of attention in one pass), with its NumPy reference (``reference.py``) and CUDA kernel
+(``cuda.py``, ``softmax.cu``)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,27 @@ def descriptors() -> list[OperatorDescriptor]:
     return [
         builtin_operator(
             "softmax",
-            doc="Numerically stable softmax along one axis.",
-            inputs=[Port("x", dtype="T", doc="at least 1-d")],
+            doc="Numerically stable softmax along one axis of x * scale + bias (bias optional, broadcast).",
+            inputs=[
+                Port("x", dtype="T", doc="at least 1-d"),
+                Port(
+                    "bias",
+                    dtype="T",
+                    optional=True,
+                    doc="added after the scaling; broadcasts to x (NumPy rules) without changing its shape, "
+                    "e.g. a causal mask [1, 1, T, T] of 0 and -inf for scores [B, H, T, T]",
+                ),
+            ],
             outputs=[Port("y", shape="x", dtype="T")],
-            attrs=[Attr("axis", "int", -1, doc="the axis to normalise; negative counts from the end")],
+            attrs=[
+                Attr("axis", "int", -1, doc="the axis to normalise; negative counts from the end"),
+                Attr(
+                    "scale",
+                    "float",
+                    1.0,
+                    doc="x is multiplied by it (in the compute dtype) before the bias is added",
+                ),
+            ],
             dtype_vars={"T": FLOATS},
             variant_dtypes=FLOATS,
             infer=infer_softmax,

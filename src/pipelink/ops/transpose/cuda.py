@@ -1,5 +1,7 @@
 """The transpose family on CUDA: a tiled transpose of the last two dims and a general permute of up to 8
-dims (``transpose.cu``), their tunables, launch plan and bind. Pure Python + NumPy."""
+dims (``transpose.cu``), and as_strided's copies of a strided view (``as_strided.cu``: a walk in words of
+up to 16 bytes, or a tiled transpose when the view's innermost dim is not the input's contiguous one);
+their tunables, launch plans and binds. Pure Python + NumPy."""
 
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ from ..kernel import (
     tuned_of,
     tuned_values,
 )
-from .reference import resolve_perm
+from .reference import check_as_strided, resolve_perm
 
-__all__ = ["KERNELS", "TUNED_AS", "plan_transpose", "transpose_bind"]
+__all__ = ["KERNELS", "TUNED_AS", "plan_transpose", "transpose_bind", "plan_as_strided", "as_strided_bind"]
 
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 KERNELS: dict[str, KernelSource] = {
@@ -51,8 +53,24 @@ KERNELS: dict[str, KernelSource] = {
         },
         dtypes=_ALL,
     ),
+    "as_strided": KernelSource(
+        "as_strided",
+        Path(__file__).resolve().parent / "as_strided.cu",
+        "pl_as_strided",
+        {},
+        {
+            "block": (256, BLOCKS),
+            "unroll": (4, (1, 2, 4, 8)),  # words in flight per thread, as the backend's strided copy
+            "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32)),
+            "tile": (32, (16, 32, 64)),  # the transposing walk's tile (pl_as_strided_tiled)
+            "tile_rows": (8, (4, 8, 16)),
+        },
+        dtypes=_ALL,
+    ),
 }
 TUNED_AS: dict[str, str] = {}
+_WORDS = (16, 8, 4, 2)  # as_strided's word sizes in bytes above one element, widest first
+_TILE_MIN = 8  # both sides of a transposing view at least this long: tiled (shorter ones waste the tile)
 
 
 def plan_transpose(
@@ -165,6 +183,173 @@ def transpose_bind(ctx: KernelContext):
     return PlanLaunch(
         ctx.backend,
         lambda a: plan_transpose(dtype, shape, perm, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )
+
+
+def plan_as_strided(
+    dtype: Any,
+    in_shape: Any,
+    shape: Any,
+    strides: Any,
+    offset: int,
+    *,
+    alignment: int = 16,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = as_strided(x, shape, strides, offset)`` (strides and offset in elements of x's contiguous
+    storage) into a contiguous y of ``shape``, after merging the dims the view walks contiguously.
+
+    When the view's innermost dim is not x's contiguous one but another dim is (a transpose: GPT-2's
+    keys, [B, H, dh, T] out of [B, T, 3d]) and both are at least 8 long: ``pl_as_strided_tiled`` (x read
+    along that dim, y written along its innermost, through a shared tile). Otherwise ``pl_as_strided``,
+    in words of 16, 8, 4 or 2 bytes where the innermost dim is contiguous and its length, the offset and
+    every other stride divide evenly and ``alignment`` (the pointers') allows: [B, H, T, dh] slices of a
+    split are rows of 64 floats, 16 words of 16 bytes.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An empty view (nothing to launch), a view that reads outside x (:func:`check_as_strided`), more
+        than 8 dims after merging, or a bad tunable.
+    """
+    source = KERNELS["as_strided"]
+    op = source.op
+    dt = get_dtype(dtype)
+    in_shp, shp = shape_of(in_shape, op), shape_of(shape, op)
+    st, off = tuple(int(v) for v in strides), int(offset)
+    check_as_strided(in_shp, shp, st, off)
+    n = prod(shp)
+    if n == 0:
+        raise InvalidArgumentError("as_strided: an empty view has nothing to launch", op=op)
+    dims, (sts,) = collapse(list(shp) or [1], [list(st) or [0]])
+    if len(dims) > MAX_NDIM:
+        raise InvalidArgumentError(f"as_strided: {len(dims)} dims after merging (max {MAX_NDIM})", op=op)
+    t = tuned_values(source, tuned)
+    unit_dims = [k for k in range(len(dims) - 1) if sts[k] == 1]
+    if sts[-1] != 1 and unit_dims and min(dims[-1], dims[unit_dims[-1]]) >= _TILE_MIN:
+        return _plan_as_strided_tiled(source, dt, dims, sts, off, unit_dims[-1], t)
+    item = dt.itemsize
+    unit = item
+    if sts[-1] == 1:
+        unit = next(
+            (
+                w
+                for w in _WORDS
+                if item < w <= max(item, int(alignment))
+                and dims[-1] % (w // item) == 0
+                and off % (w // item) == 0
+                and all(v % (w // item) == 0 for v in sts[:-1])
+            ),
+            item,
+        )
+    k = unit // item
+    dims = dims[:-1] + [dims[-1] // k]
+    sts = [v // k for v in sts[:-1]] + [sts[-1] if k == 1 else 1]
+    off //= k
+    words = n // k
+    span = off + sum((d - 1) * v for d, v in zip(dims, sts, strict=True)) + 1
+    index64 = int(words >= I32_LIMIT or span >= I32_LIMIT)
+    macros = {
+        "PL_BYTES": unit,
+        "PL_BLOCK": t["block"],
+        "PL_UNROLL": t["unroll"],
+        "PL_NDIM": len(dims),
+        "PL_INDEX64": index64,
+    }
+    specs = [pointer("x", unit), pointer("y", unit), ArgSpec("n", "i64"), ArgSpec("offset", "i64")]
+    specs += strided_specs(("s",))
+    grid = flat_grid(words, t["block"], t["unroll"], t["max_blocks_per_sm"], sm_count)
+    return make_plan(
+        source,
+        "pl_as_strided",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        {"n": words, "offset": off, **strided_scalars(dims, {"s": sts})},
+        {
+            "block": t["block"],
+            "unroll": t["unroll"],
+            "max_blocks_per_sm": t["max_blocks_per_sm"],
+            "word": unit,
+            "ndim": len(dims),
+            "index64": index64,
+        },
+    )
+
+
+def _plan_as_strided_tiled(
+    source: KernelSource, dt, dims: list[int], sts: list[int], off: int, b: int, t: dict[str, int]
+) -> LaunchPlan:
+    """pl_as_strided_tiled over merged ``dims`` / ``sts``: tile rows are the innermost dim, tile columns
+    dim ``b`` (x stride 1); the other dims are batches."""
+    last = len(dims) - 1
+    out_st = contiguous_strides(tuple(dims))
+    batch = [k for k in range(len(dims)) if k not in (b, last)]
+    bd = [dims[k] for k in batch] or [1]
+    bs = [sts[k] for k in batch] or [0]
+    bt = [out_st[k] for k in batch] or [0]
+    nbatch, rows, cols = prod(bd), dims[last], dims[b]
+    tile, tile_rows = t["tile"], t["tile_rows"]
+    span = off + sum((d - 1) * v for d, v in zip(dims, sts, strict=True)) + 1
+    index64 = int(max(nbatch, span, prod(dims)) >= I32_LIMIT)
+    macros = {
+        "PL_BYTES": dt.itemsize,
+        "PL_TILE": tile,
+        "PL_TILE_ROWS": tile_rows,
+        "PL_BLOCK": tile * tile_rows,
+        "PL_NDIM": len(bd),
+        "PL_INDEX64": index64,
+    }
+    specs = [pointer("x", dt.itemsize), pointer("y", dt.itemsize)]
+    specs += [ArgSpec(name, "i64") for name in ("offset", "cols", "rows", "xr", "yc", "nbatch")]
+    specs += strided_specs(("s", "t"))
+    grid = (
+        min(-(-cols // tile), 2**31 - 1),
+        min(-(-rows // tile), GRID_YZ_MAX),
+        min(nbatch, GRID_YZ_MAX),
+    )
+    scalars = {
+        "offset": off,
+        "cols": cols,
+        "rows": rows,
+        "xr": sts[last],
+        "yc": out_st[b],
+        "nbatch": nbatch,
+        **strided_scalars(bd, {"s": bs, "t": bt}),
+    }
+    params = {"tile": tile, "tile_rows": tile_rows, "ndim": len(bd), "index64": index64, "tiled": 1}
+    return make_plan(
+        source, "pl_as_strided_tiled", macros, grid, (tile, tile_rows, 1), specs, scalars, params
+    )
+
+
+class _NoLaunch:
+    """The kernel of an empty view: nothing to move, no launch (for the native core either)."""
+
+    def __call__(self, ins: list, outs: list, stream: Any) -> None:
+        return None
+
+    def native_launches(self) -> list:
+        return []
+
+
+def as_strided_bind(ctx: KernelContext):
+    dtype, in_shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    shape, strides = tuple(ctx.attrs["shape"]), tuple(ctx.attrs["strides"])
+    offset = int(ctx.attrs["offset"])
+    check_as_strided(in_shape, shape, strides, offset)
+    if prod(shape) == 0:
+        return _NoLaunch()
+    tuned, sms = tuned_of(ctx, KERNELS["as_strided"]), sm_count_of(ctx)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_as_strided(
+            dtype, in_shape, shape, strides, offset, alignment=a, tuned=tuned, sm_count=sms
+        ),
         {"x": ("in", 0), "y": ("out", 0)},
         ctx.stage,
     )
