@@ -272,6 +272,9 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
                             size_t cap, void* stream);
 /* Non-finite elements (NaN/Inf) of a float tensor in host memory; 0 for other dtypes. */
 int64_t plk_count_nonfinite(const PipeLinkTensor* t);
+/* After a run: PIPELINK_ERR_MODULE_CRASH naming the pipeline outputs an on_error skip left missing (with what
+ * `degraded` says), else PIPELINK_SUCCESS. */
+PipeLinkStatus plk_missing_outputs(const Plan* plan, const ExecContext* c, const char* degraded);
 /* A stage whose input an earlier skip left missing: its outputs are missing too, and `degraded` says so.
  * Returns 1 when the stage must not run. */
 int plk_skip_if_missing(const Plan* plan, const Stage* s, ExecContext* c, char* degraded, size_t cap);

@@ -765,21 +765,17 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     if (!st && join != NULL && join != (void*)run && (r = cu.StreamWaitEvent((CUstream)join, c->done, 0)) != 0)
         st = cuda_fail(r, "cuStreamWaitEvent (the joining stream)", NULL);
     if (!st && !async && (r = cu.StreamSynchronize(run)) != 0) st = cuda_fail(r, "the run (cuStreamSynchronize)", NULL);
-    char missing[512];
-    missing[0] = '\0';
-    for (int32_t i = 0; !st && i < plan->n_outputs; ++i)
-        if (c->missing[plan->outputs[i]])
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'", missing[0] ? ", " : "",
-                     plan->tensors[plan->outputs[i]].name);
-    if (missing[0]) st = plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);
+    /* Outputs a skip left missing fail the run; those made are still returned (the caller frees them). */
+    const PipeLinkStatus lost = st ? PIPELINK_SUCCESS : plk_missing_outputs(plan, c, degraded);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!c->allocated[i]) continue;
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
         void* mem = c->data[plan->outputs[i]];
-        if (st || plk_pool_track_device(mem, t->nbytes) != 0) {
+        if (st || c->missing[plan->outputs[i]] || plk_pool_track_device(mem, t->nbytes) != 0) {
             if (legacy) cu.MemFree((CUdeviceptr)(uintptr_t)mem);
             else cu.MemFreeAsync((CUdeviceptr)(uintptr_t)mem, run);
-            if (!st) st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "tracking output %d's device block", i);
+            if (!st && !c->missing[plan->outputs[i]])
+                st = plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "tracking output %d's device block", i);
             continue;
         }
         PipeLinkTensor* o = &outputs[i];
@@ -789,6 +785,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     }
     if (!capturing) plk_give_context(p, c);
     if (st) return st;
+    if (lost) return lost;
     plk_ok();
     if (degraded[0]) /* the message, on a success status; policies' entries start with a space */
         plk_fail(PIPELINK_SUCCESS, "run degraded:%s%s", degraded[0] == ' ' ? "" : " ", degraded);

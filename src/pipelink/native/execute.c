@@ -307,6 +307,17 @@ static int call(const CallTarget* c, StageSlot* slot, PipeLinkServices* services
 }
 
 /* One call stage with its checks and policy. Returns 0, or the failure the caller must report. */
+PipeLinkStatus plk_missing_outputs(const Plan* plan, const ExecContext* c, const char* degraded) {
+    char missing[512];
+    missing[0] = '\0';
+    for (int32_t i = 0; i < plan->n_outputs; ++i)
+        if (c->missing[plan->outputs[i]])
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'", missing[0] ? ", " : "",
+                     plan->tensors[plan->outputs[i]].name);
+    if (missing[0] == '\0') return PIPELINK_SUCCESS;
+    return plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);
+}
+
 int plk_skip_if_missing(const Plan* plan, const Stage* s, ExecContext* c, char* degraded, size_t cap) {
     for (int32_t j = 0; j < s->n_in; ++j)
         if (s->in[j] >= 0 && c->missing[s->in[j]]) { /* an earlier skip: this stage cannot run */
@@ -471,12 +482,8 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     char degraded[1024];
     degraded[0] = '\0'; /* not zero-filled: this is the hot path */
     if (!st) st = run_stages(plan, c, inputs, degraded, sizeof degraded);
-    char missing[512];
-    missing[0] = '\0';
-    for (int32_t i = 0; !st && i < plan->n_outputs; ++i)
-        if (c->missing[plan->outputs[i]])
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'", missing[0] ? ", " : "",
-                     plan->tensors[plan->outputs[i]].name);
+    /* Outputs a skip left missing fail the run; those made are still returned (the caller frees them). */
+    const PipeLinkStatus lost = st ? PIPELINK_SUCCESS : plk_missing_outputs(plan, c, degraded);
     for (int32_t i = 0; i < plan->n_outputs; ++i) {
         if (!allocated[i]) continue;
         const PlanTensor* t = &plan->tensors[plan->outputs[i]];
@@ -491,8 +498,7 @@ PipeLinkStatus plk_pipeline_execute(Pipeline* p, const PipeLinkTensor* inputs, P
     }
     plk_give_context(p, c);
     if (st) return st;
-    if (missing[0])
-        return plk_fail(PIPELINK_ERR_MODULE_CRASH, "outputs %s are missing: stages degraded:%s", missing, degraded);
+    if (lost) return lost;
     if (degraded[0]) {
         plk_ok();
         plk_fail(PIPELINK_SUCCESS, "run degraded:%s", degraded); /* the message, with a success status */
