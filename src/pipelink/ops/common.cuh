@@ -293,6 +293,36 @@ __device__ __forceinline__ void pl_vector_loop(long long n, Load load, Apply app
 #endif
 }
 
+// The tiled transpose of one rows x cols block through shared memory: yb[c * y_row + r] = xb[r * x_row + c],
+// read along c (x's stride-1 dim) and written along r (y's), each thread block looping over the tiles of its
+// grid position (blockIdx.x over column tiles, blockIdx.y over row tiles; block TILE x ROWS threads).
+// tile is the caller's __shared__ [TILE][TILE + pad] array (pad 1: a column of the tile spans every bank).
+template <int TILE, int ROWS, class W, int COLS>
+__device__ __forceinline__ void pl_tile_transpose(const W* xb, W* yb, long long rows, long long cols, long long x_row,
+                                                  long long y_row, W (&tile)[TILE][COLS]) {
+    const long long tiles_c = (cols + TILE - 1) / TILE;
+    const long long tiles_r = (rows + TILE - 1) / TILE;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (long long tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+        for (long long tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+            const long long c = tc * TILE + tx;
+#pragma unroll
+            for (int i = ty; i < TILE; i += ROWS) {
+                const long long r = tr * TILE + i;
+                if (r < rows && c < cols) tile[i][tx] = xb[r * x_row + c];
+            }
+            __syncthreads();
+            const long long r = tr * TILE + tx;
+#pragma unroll
+            for (int i = ty; i < TILE; i += ROWS) {
+                const long long cc = tc * TILE + i;
+                if (cc < cols && r < rows) yb[cc * y_row + r] = tile[tx][i];
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // Stride decoding: the offsets, in elements, of logical element i of a row-major walk over the dims
 // d[0..NDIM-1], in each of NOPS operands with element strides s[op][0..NDIM-1].
 template <int NDIM, int NOPS>

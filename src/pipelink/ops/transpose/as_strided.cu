@@ -87,33 +87,10 @@ pl_as_strided_tiled(const W* __restrict__ x, W* __restrict__ y, long long offset
     __shared__ W tile[PL_TILE][PL_TILE + 1];  // +1: a column of the tile spans every bank
     const long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
     const long long st[2][8] = {{s0, s1, s2, s3, s4, s5, s6, s7}, {t0, t1, t2, t3, t4, t5, t6, t7}};
-    const long long tiles_c = (cols + PL_TILE - 1) / PL_TILE;
-    const long long tiles_r = (rows + PL_TILE - 1) / PL_TILE;
-    const int tx = threadIdx.x, ty = threadIdx.y;
     for (long long b = blockIdx.z; b < nbatch; b += gridDim.z) {
         pl_idx off[2];
         pl_strided_offsets<PL_NDIM, 2>((pl_idx)b, d, st, off);
-        const W* xb = x + offset + (long long)off[0];
-        W* yb = y + (long long)off[1];
-        for (long long tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
-            for (long long tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
-                // read along c (x's stride-1 dim): a warp's row of the tile is one run of x
-                const long long c = tc * PL_TILE + tx;
-#pragma unroll
-                for (int i = ty; i < PL_TILE; i += PL_TILE_ROWS) {
-                    const long long r = tr * PL_TILE + i;
-                    if (r < rows && c < cols) tile[i][tx] = xb[r * xr + c];
-                }
-                __syncthreads();
-                // write along r (y's innermost dim): a warp's row is one run of y
-                const long long r = tr * PL_TILE + tx;
-#pragma unroll
-                for (int i = ty; i < PL_TILE; i += PL_TILE_ROWS) {
-                    const long long cc = tc * PL_TILE + i;
-                    if (cc < cols && r < rows) yb[cc * yc + r] = tile[tx][i];
-                }
-                __syncthreads();
-            }
-        }
+        pl_tile_transpose<PL_TILE, PL_TILE_ROWS>(x + offset + (long long)off[0], y + (long long)off[1], rows, cols, xr, yc,
+                                                 tile);
     }
 }

@@ -40,33 +40,8 @@ pl_transpose(const PL_T* __restrict__ x_, PL_T* __restrict__ y_, long long batch
     __shared__ W tile[PL_TILE][PL_TILE + PL_TILE_PAD];
     const W* __restrict__ x = reinterpret_cast<const W*>(x_);
     W* __restrict__ y = reinterpret_cast<W*>(y_);
-    const long long tiles_c = (C + PL_TILE - 1) / PL_TILE;
-    const long long tiles_r = (R + PL_TILE - 1) / PL_TILE;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    for (long long b = blockIdx.z; b < batch; b += gridDim.z) {
-        const W* xb = x + b * R * C;
-        W* yb = y + b * R * C;
-        for (long long tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
-            for (long long tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
-                // coalesced read of a TILE x TILE block of x (rows r, columns c)
-                const long long c = tc * PL_TILE + tx;
-#pragma unroll
-                for (int i = ty; i < PL_TILE; i += PL_TILE_ROWS) {
-                    const long long r = tr * PL_TILE + i;
-                    if (r < R && c < C) tile[i][tx] = xb[r * C + c];
-                }
-                __syncthreads();
-                // coalesced write of the transposed block (rows of y are columns of x)
-                const long long r = tr * PL_TILE + tx;
-#pragma unroll
-                for (int i = ty; i < PL_TILE; i += PL_TILE_ROWS) {
-                    const long long cc = tc * PL_TILE + i;
-                    if (cc < C && r < R) yb[cc * R + r] = tile[tx][i];
-                }
-                __syncthreads();
-            }
-        }
-    }
+    for (long long b = blockIdx.z; b < batch; b += gridDim.z)
+        pl_tile_transpose<PL_TILE, PL_TILE_ROWS>(x + b * R * C, y + b * R * C, R, C, C, R, tile);
 }
 
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
