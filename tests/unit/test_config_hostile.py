@@ -8,6 +8,7 @@ import copy
 import json
 import re
 
+import numpy as np
 import pytest
 
 import pipelink as pl
@@ -160,6 +161,39 @@ def test_broadcast_to_a_petabyte_is_out_of_memory_at_run():
     a = np.ones((2**25, 1), np.float32)
     with pytest.raises(pl.OutOfMemoryError, match="PiB"):
         pipe.run({"a": a, "b": a.reshape(1, -1)})
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [
+        {"name": "expand", "attrs": {"shape": [2**40]}},  # 4 TiB from one float
+        {"name": "as_strided", "attrs": {"shape": [2**62, 4], "strides": [0, 0]}},  # past any address space
+    ],
+)
+def test_an_output_past_the_device_memory_is_out_of_memory_before_anything_runs(stage):
+    # Pipeline outputs are made per run, outside the arena: the plan (made at load, the input being
+    # declared) refuses them as it does the arena, not NumPy's MemoryError or its ValueError past the
+    # address space.
+    doc = {
+        "inputs": {"x": {"shape": [1], "dtype": "float32"}},
+        "pipeline": [{**stage, "inputs": ["x"], "outputs": ["y"]}],
+    }
+    with pytest.raises(pl.OutOfMemoryError, match=r"output 'y' .* but cpu"):
+        pl.load(doc, device="cpu")
+    del doc["inputs"]  # planned at the first run instead
+    with (
+        pl.load(doc, device="cpu") as pipe,
+        pytest.raises(pl.OutOfMemoryError, match=r"output 'y' .* but cpu"),
+    ):
+        pipe.run(x=np.ones(1, np.float32))
+
+
+def test_the_cpu_backend_turns_numpys_allocation_errors_into_out_of_memory():
+    from pipelink.backends import get_backend
+    from pipelink.dtypes import get_dtype
+
+    with pytest.raises(pl.OutOfMemoryError, match="use smaller shapes"):
+        get_backend("cpu").empty((2**62, 8), get_dtype("float32"))
 
 
 def test_timeout_is_bounded():

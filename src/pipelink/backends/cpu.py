@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType, get_dtype
-from ..errors import DTypeMismatchError, InvalidArgumentError
+from ..errors import DTypeMismatchError, InvalidArgumentError, OutOfMemoryError
 from ..hardware import cpu_info
+from ..limits import format_bytes, shape_nbytes
 from ..tensor import Tensor, asarray
 from .base import Allocation, Backend, Capabilities, MemoryStats
 
@@ -113,7 +114,17 @@ class CPUBackend(Backend):
         return np.reshape(arg, shape, copy=False)  # raises rather than copy
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
-        return np.empty(shape, dtype=dtype.numpy)
+        try:
+            return np.empty(shape, dtype=dtype.numpy)
+        except (MemoryError, ValueError) as e:  # NumPy's raw errors: more than the host has, or can address
+            nbytes = shape_nbytes(shape, dtype.itemsize)
+            self.check_fits(nbytes, tag="output")
+            raise OutOfMemoryError(
+                f"an array of {format_bytes(nbytes)} ({list(shape)} {dtype.name}) cannot be allocated on the "
+                f"host ({e}); use smaller shapes",
+                requested=nbytes,
+                device="cpu",
+            ) from e
 
     def wrap(self, arg: np.ndarray) -> Tensor:
         return Tensor.from_numpy(arg)

@@ -140,6 +140,9 @@ def compile_plan(
         arena, static = _allocate_arena(backend, memory, shapes, dtypes, shared=shared)
     elif memory.buffers:
         backend.check_fits(memory.peak_bytes, tag="arena")  # checked at load all the same
+    for name in graph.outputs:  # made per run, outside the arena: refused here, before any kernel is bound
+        if name in shapes and name not in graph.external_inputs:
+            backend.check_fits(_nbytes(shapes[name], dtypes[name]), tag=f"output {name!r}")
 
     steps: list[Step] = []
     uncapturable: list[str] = []  # stages whose kernel must run on the host each time (no graph)
