@@ -202,6 +202,17 @@ def test_softmax_axis_is_checked_at_inference(reg):
         infer_outputs(desc, ((3, 7),), ("float32",), {"axis": 2}, stage="s")
 
 
+@pytest.mark.parametrize(("dtype", "ok"), [("float32", False), ("float16", False), ("float64", True)])
+def test_softmax_scale_must_be_finite_in_the_compute_dtype(reg, dtype, ok):
+    desc = reg.get("softmax")
+    attrs = {"axis": -1, "scale": 1e308}  # inf in float32 arithmetic (16-bit inputs compute in float32)
+    if ok:
+        assert infer_outputs(desc, ((3, 7), None), (dtype, None), attrs, stage="s")[0] == ((3, 7),)
+        return
+    with pytest.raises(InvalidArgumentError, match=r"'scale' \(1e\+308\) is not finite in float32"):
+        infer_outputs(desc, ((3, 7), None), (dtype, None), attrs, stage="s")
+
+
 def _scaled_softmax_ref(x, bias, scale, axis, dtype):
     """float64 softmax of x * scale + bias, scale rounded as the kernels take it (float32 below float64)."""
     s = float(np.float64(scale) if dtype == "float64" else np.float32(scale))

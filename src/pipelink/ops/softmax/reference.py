@@ -23,12 +23,22 @@ def infer_softmax(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) 
     Raises
     ------
     InvalidArgumentError
-        ``axis`` is outside ``[-ndim, ndim)``.
+        ``axis`` is outside ``[-ndim, ndim)``; ``scale`` overflows x's compute dtype.
     ShapeMismatchError
         ``bias`` does not broadcast to x's shape (it has more dims, or a dim that is neither 1 nor x's).
     """
     shape = tuple(in_shapes[0])
     normalize_axis(attrs["axis"], len(shape))
+    if in_dtypes[0] is not None:
+        with np.errstate(over="ignore"):
+            rounded = compute_dtype(in_dtypes[0]).type(attrs.get("scale", 1.0))
+        if not np.isfinite(rounded):
+            raise InvalidArgumentError(
+                f"softmax: attribute 'scale' ({attrs['scale']}) is not finite in {rounded.dtype}, the "
+                f"arithmetic of a {in_dtypes[0]} input; give a smaller scale",
+                attr="scale",
+                got=attrs["scale"],
+            )
     if has_bias(in_shapes):
         bias = tuple(in_shapes[1])
         result = broadcast_shapes(shape, bias)
