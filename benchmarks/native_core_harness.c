@@ -90,11 +90,13 @@ int main(int argc, char** argv) {
     char cubin_path[4096], kernel[512];
     while (f && n_launches < 256 && fscanf(f, "%4095s %511s", cubin_path, kernel) == 2) {
         Launch* l = &launches[n_launches++];
-        for (int d = 0; d < 7; ++d) fscanf(f, "%u", &l->dims[d]);
-        fscanf(f, "%d", &l->n);
-        for (int j = 0; j < l->n && j < 64; ++j) {
+        int ok = 1;
+        for (int d = 0; d < 7; ++d) ok = ok && fscanf(f, "%u", &l->dims[d]) == 1;
+        ok = ok && fscanf(f, "%d", &l->n) == 1 && l->n >= 0 && l->n <= 64;
+        if (!ok) return fprintf(stderr, "%s: a malformed launch record for %s\n", argv[2], kernel), 1;
+        for (int j = 0; j < l->n; ++j) {
             char p[64];
-            fscanf(f, "%63s", p);
+            if (fscanf(f, "%63s", p) != 1) return fprintf(stderr, "%s: a launch record ends early\n", argv[2]), 1;
             l->values[j] = 0;
             if (p[0] == 'p') l->values[j] = scratch;
             else if (strncmp(p, "i32:", 4) == 0) { int32_t v = (int32_t)strtol(p + 4, NULL, 10); memcpy(&l->values[j], &v, 4); }
