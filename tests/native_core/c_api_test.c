@@ -435,7 +435,7 @@ static void test_bad_plans(void) {
     EXPECT(load_bytes((const uint8_t*)"hello, world\n", 13, "bad.plk"), PIPELINK_ERR_INVALID_CONFIG);
     EXPECT(load_bytes(plan, 40, "bad.plk"), PIPELINK_ERR_INTEGRITY);
     EXPECT(load_bytes(plan, n - 1, "bad.plk"), PIPELINK_ERR_INTEGRITY);
-    memcpy(b, plan, n), b[8] = 5; /* a version after this runtime's (4) */
+    memcpy(b, plan, n), b[8] = 6; /* a version after this runtime's (5) */
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);
     memcpy(b, plan, n), b[8] = 0;
     EXPECT(load_bytes(b, n, "bad.plk"), PIPELINK_ERR_VERSION_MISMATCH);

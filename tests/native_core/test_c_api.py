@@ -44,6 +44,6 @@ def test_plan_envelope_is_as_documented(plans):
     data = (plans / "ln.plk").read_bytes()
     assert data[:8] == MAGIC
     version, header, device, device_id, size = struct.unpack_from("<IIiiQ", data, 8)
-    assert (version, header, device, device_id) == (FORMAT_VERSION, HEADER_SIZE, 1, 0) and FORMAT_VERSION == 4
+    assert (version, header, device, device_id) == (FORMAT_VERSION, HEADER_SIZE, 1, 0) and FORMAT_VERSION == 5
     assert size == len(data) - HEADER_SIZE
     assert data[32:64] == hashlib.sha256(data[HEADER_SIZE:]).digest()

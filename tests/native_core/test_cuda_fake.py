@@ -626,3 +626,57 @@ def test_pipelinkmalloc_serves_device_memory_from_a_cached_pool(fake_dir, runtim
     # refuses device memory labelled CPU.
     proc = _run(fake_dir, runtime_lib, plans / "ln.plk", POOL)
     assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+CHECKED = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
+policy = sys.argv[3]
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 0 and msg() == "", msg()  # finite: nothing to say
+check(y, x_out, "a clean run")
+bad = host["x"].copy()
+bad[0, 0] = np.nan  # h = 0.5 x has one NaN: the relu's check_finite sees it
+x_bad = device(bad.shape)
+ctypes.memmove(x_bad, bad.ctypes.data, bad.nbytes)
+ins_bad = tensors([(x_bad, bad.shape), (inputs["w"], (K, N)), (inputs["bias"], (N,))])
+y, x_out, outs = outputs()
+status = rt.pipeLinkExecute(h, ins_bad, 3, outs, 2)
+why = "stage 'relu' (a built-in kernel) produced 1 non-finite values (NaN/Inf) in output 'h'"
+if policy == "fail":
+    assert status == 9 and why in msg(), msg()
+elif policy == "identity":  # h = x: the product reads x itself
+    assert status == 0 and msg().startswith("PIPELINK_SUCCESS: run degraded: 'relu' identity"), msg()
+    want = bad @ host["w"] + host["bias"]
+    got = read(y, (M, N))
+    assert np.allclose(got[1:], want[1:], rtol=1e-4, atol=1e-4) and np.isnan(got[0]).all()
+else:  # skip: h is missing, so is the product's y, which fails the run; x_out is still returned
+    assert status == 9 and "outputs 'y' are missing" in msg(), msg()
+    assert "'gemm' skipped (input 'h' missing)" in msg(), msg()
+    assert np.array_equal(read(x_out, (M, K)), bad, equal_nan=True)
+assert rt.pipeLinkDestroyPipeline(h) == 0 and rt.pipeLinkFinalize() == 0
+print("OK")
+"""
+)
+
+
+@pytest.mark.parametrize("policy", ["fail", "identity", "skip"])
+def test_a_builtin_stages_check_finite_and_its_on_error_run_in_the_core(
+    fake_dir, runtime_lib, tmp_path, policy
+):
+    # Format 5's check record after a built-in kernel: its output counted on the host after the launch, then
+    # its on_error (the same code as a native module's: plk_apply_policy).
+    plan = tmp_path / "checked.plk"
+    plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, check=policy))
+    proc = _run(fake_dir, runtime_lib, plan, CHECKED, policy)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
+
+
+def test_a_check_record_needs_a_cuda_plan_of_format_5(fake_dir, runtime_lib, tmp_path):
+    plan = tmp_path / "old.plk"
+    plan.write_bytes(
+        cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, check="skip", version=4)
+    )
+    proc = _run(fake_dir, runtime_lib, plan, LOAD_ONLY)
+    code, _, message = proc.stdout.partition(" ")
+    assert int(code) == 5 and "check stages in CUDA plans of format 5" in message, proc.stdout + proc.stderr

@@ -30,6 +30,7 @@ from pipelink.runtime.planfile import (
     STORAGE_ARENA,
     STORAGE_EXTERNAL,
     PlanParts,
+    _check_record,
     _check_stage,
     _kernel_stage,
     _launches,
@@ -78,10 +79,19 @@ def _matmul(**change) -> NativeMatmul:
 
 
 def cuda_plan(
-    *, kernel=None, matmul=None, device=DEVICE_CUDA, cubin=CUBIN, digest=None, cc=0, version=FORMAT_VERSION
+    *,
+    kernel=None,
+    matmul=None,
+    device=DEVICE_CUDA,
+    cubin=CUBIN,
+    digest=None,
+    cc=0,
+    version=FORMAT_VERSION,
+    check: str | None = None,
 ) -> bytes:
     """x[M, K] -relu-> h (arena) -gemm(w, bias)-> y; x is also returned as the output 'x_out'. ``version`` 3
-    writes the product as format 3 did (no algorithm rank and workspace)."""
+    writes the product as format 3 did (no algorithm rank and workspace). ``check``: the relu's
+    check_finite with that on_error, a check record after its launch (format 5)."""
     tensors = [
         ("x", "float32", (M, K), STORAGE_EXTERNAL, 0),
         ("w", "float32", (K, N), STORAGE_EXTERNAL, 0),
@@ -96,6 +106,8 @@ def cuda_plan(
         return lambda: (stages.refs(ins), stages.refs(outs))
 
     _kernel_stage(stages, "relu", kernel or _kernel(), _Cubins(), ports([0], [5]))
+    if check is not None:
+        _check_record(stages, "relu", check, ports([0], [5]))
     _matmul_stage(stages, "gemm", matmul or _matmul(), ports([5, 1, 2], [3]))
     if version < 4:
         del stages.parts[-3:]  # the record's last fields: u32 rank, u32 candidates asked, u64 workspace
@@ -114,7 +126,7 @@ def cuda_plan(
         outputs=[3, 4],
         libraries=[],
         cubins=[(digest or hashlib.sha256(cubin).digest(), cubin)],
-        n_stages=3,
+        n_stages=3 if check is None else 4,
         stages=stages.bytes(),
         device=(device, 0),
     )
@@ -210,7 +222,9 @@ def test_a_well_formed_product_of_format_3_or_4_parses(core, tmp_path, version):
 @pytest.mark.parametrize("version", [3, FORMAT_VERSION])
 def test_fuzzed_cuda_plans_are_statuses_never_crashes(c_api_test, tmp_path, version):
     path = tmp_path / "synthetic.plk"
-    path.write_bytes(cuda_plan(version=version, matmul=_matmul(algo_rank=2, algo_workspace=8192)))
+    check = "identity" if version == FORMAT_VERSION else None  # format 5's check record fuzzed too
+    product = _matmul(algo_rank=2, algo_workspace=8192)
+    path.write_bytes(cuda_plan(version=version, matmul=product, check=check))
     proc = subprocess.run([c_api_test, "fuzz", path, "300", "7"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}{proc.stderr}"
     assert "integrity" in proc.stdout
@@ -276,8 +290,11 @@ def _stage(doc: dict, sid: str):
 @pytest.mark.parametrize(
     "extra, why",
     [
-        ({"on_error": "identity"}, "to native modules only"),
-        ({"constraints": {"check_finite": True}}, "to native modules only"),
+        ({"on_error": "identity"}, "only with check_finite"),
+        (
+            {"on_error": {"fallback": "gelu"}, "constraints": {"check_finite": True}},
+            "a built-in kernel's fallback",
+        ),
         ({"constraints": {"timeout_ms": 5}}, "timeout_ms is not applied"),
         ({"isolation": "process"}, "isolation 'process'"),
     ],
@@ -291,6 +308,26 @@ def test_cuda_plans_refuse_what_the_core_does_not_apply(extra, why):
     with pipe, pytest.raises(ConfigError) as e:
         _check_stage(st, pipe._registry, cuda=True)
     assert e.value.errors[0].path == "/pipeline/0" and why in e.value.message
+
+
+@pytest.mark.parametrize("on_error", ["fail", "identity", "skip"])
+def test_a_builtin_stage_keeps_check_finite_in_cuda_plans(on_error):
+    doc = {
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "pipeline": [
+            {
+                "name": "relu",
+                "id": "act",
+                "inputs": ["x"],
+                "outputs": ["y"],
+                "on_error": on_error,
+                "constraints": {"check_finite": True},
+            }
+        ],
+    }
+    pipe, st = _stage(doc, "act")
+    with pipe:
+        _check_stage(st, pipe._registry, cuda=True)  # a check record after its launches (format 5)
 
 
 def test_cuda_graph_plans_refuse_policies_decided_on_the_host():

@@ -267,7 +267,7 @@ static PipeLinkStatus load_plan(const uint8_t* bytes, size_t n, const char* path
     if (!st) st = plk_plan_parse(bytes + PLK_HEADER_SIZE, n - PLK_HEADER_SIZE, path, version, device_type, device_id, &p->plan);
     for (int32_t i = 0; !st && (flags & PLK_FLAG_CUDA_GRAPH) && i < p->plan.n_stages; ++i) {
         const Stage* s = &p->plan.stages[i];
-        if (s->kind == PLK_STAGE_CALL && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite)) {
+        if ((s->kind == PLK_STAGE_CALL || s->kind == PLK_STAGE_CHECK) && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite)) {
             st = plk_fail(PIPELINK_ERR_INTEGRITY, "plan %s is corrupt: a cuda_graph plan has a stage with an on_error "
                           "policy or check_finite ('%s'), which decide on the host after the stage runs", path, s->id);
             plk_plan_free(&p->plan);

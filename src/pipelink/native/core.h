@@ -11,8 +11,8 @@
 #include "../include/pipelink/runtime.h"
 
 #define PLK_MAGIC "PLKPLAN"     /* 8 bytes with the NUL */
-#define PLK_FORMAT_VERSION 4u     /* written; versions 1 (CPU plans, no cubins), 2 (no constants) and 3 (no
-                                     algorithm ranks) are still read */
+#define PLK_FORMAT_VERSION 5u     /* written; versions 1 (CPU plans, no cubins), 2 (no constants), 3 (no
+                                     algorithm ranks) and 4 (no check stages) are still read */
 #define PLK_FORMAT_VERSION_MIN 1u
 #define PLK_HEADER_SIZE 64u
 #define PLK_BUNDLE_MAGIC "PLKBNDL" /* 8 bytes with the NUL: several signatures of one pipeline, one plan each */
@@ -27,7 +27,7 @@
 #define PLK_ALGO_WORKSPACE_ANY UINT64_MAX /* format 3 products: the rank-0 candidate, whatever it needs */
 
 enum { PLK_STORAGE_EXTERNAL = 0, PLK_STORAGE_ARENA = 1, PLK_STORAGE_CONSTANT = 2 /* format 3 */ };
-enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3 };
+enum { PLK_STAGE_CALL = 0, PLK_STAGE_RELAYOUT = 1, PLK_STAGE_KERNEL = 2, PLK_STAGE_MATMUL = 3, PLK_STAGE_CHECK = 4 };
 enum { PLK_PARAM_PTR = 0, PLK_PARAM_I32 = 1, PLK_PARAM_I64 = 2, PLK_PARAM_F32 = 3, PLK_PARAM_F64 = 4 };
 enum { PLK_ON_ERROR_FAIL = 0, PLK_ON_ERROR_IDENTITY = 1, PLK_ON_ERROR_SKIP = 2, PLK_ON_ERROR_FALLBACK = 3 };
 
@@ -128,8 +128,8 @@ typedef struct Stage {
     /* PLK_STAGE_CALL */
     char* op_version;
     char* op_json; /* the operator's manifest entry */
-    int32_t on_error;
-    int32_t check_finite;
+    int32_t on_error;     /* PLK_STAGE_CALL and PLK_STAGE_CHECK (a built-in's check_finite, after its launches) */
+    int32_t check_finite; /* the same */
     double timeout_ms; /* 0: none */
     CallTarget call;
     CallTarget fallback; /* on_error == FALLBACK */
@@ -270,6 +270,11 @@ void plk_give_context(Pipeline* p, ExecContext* c);
 /* One native call stage with its checks and policy (degraded: what a policy rescued, appended). */
 PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, StageSlot* slot, char* degraded,
                             size_t cap, void* stream);
+/* A stage's on_error identity or skip after its failure `why` (`what` names the stage), else the failure
+ * `code`: identity copies its inputs to its outputs (a device copy on `stream` in CUDA plans), skip leaves its
+ * outputs missing; `degraded` says what was rescued. Fallbacks are plk_run_call's (they call a module). */
+PipeLinkStatus plk_apply_policy(const Plan* plan, const Stage* s, ExecContext* c, PipeLinkStatus code, const char* what,
+                                const char* why, char* degraded, size_t cap, void* stream);
 /* Non-finite elements (NaN/Inf) of a float tensor in host memory; 0 for other dtypes. */
 int64_t plk_count_nonfinite(const PipeLinkTensor* t);
 /* After a run: PIPELINK_ERR_MODULE_CRASH naming the pipeline outputs an on_error skip left missing (with what

@@ -429,9 +429,12 @@ PipeLinkStatus plk_cuda_context_init(const Plan* plan, ExecContext* c) {
     }
     if (c->workspace) c->held_workspace = plan->workspace_bytes;
     plk_held_add(PIPELINK_DEVICE_CUDA, plan->device_id, PLK_HELD_WORKSPACE, (int64_t)c->held_workspace);
-    for (int32_t i = 0; i < plan->n_stages; ++i) /* check_finite counts a stage's outputs in host memory */
-        for (int32_t j = 0; plan->stages[i].kind == PLK_STAGE_CALL && plan->stages[i].check_finite && j < plan->stages[i].n_out; ++j)
-            if (plan->tensors[plan->stages[i].out[j]].nbytes > c->check_bytes) c->check_bytes = plan->tensors[plan->stages[i].out[j]].nbytes;
+    for (int32_t i = 0; i < plan->n_stages; ++i) { /* check_finite counts a stage's outputs in host memory */
+        const Stage* s = &plan->stages[i];
+        const int checked = (s->kind == PLK_STAGE_CALL || s->kind == PLK_STAGE_CHECK) && s->check_finite;
+        for (int32_t j = 0; checked && j < s->n_out; ++j)
+            if (plan->tensors[s->out[j]].nbytes > c->check_bytes) c->check_bytes = plan->tensors[s->out[j]].nbytes;
+    }
     if (c->check_bytes && (r = cu.MemAllocHost(&c->check_host, (size_t)c->check_bytes)) != 0) {
         c->check_host = NULL;
         return plk_fail(PIPELINK_ERR_OUT_OF_MEMORY, "%llu bytes of page-locked host memory for check_finite (%s)",
@@ -573,6 +576,26 @@ PipeLinkStatus plk_cuda_count_nonfinite(ExecContext* c, const PipeLinkTensor* t,
     return PIPELINK_SUCCESS;
 }
 
+/* A built-in stage's check_finite (PLK_STAGE_CHECK, after its launches): its outputs counted on the host, and
+ * its on_error (fail, identity, skip) when one holds a NaN or an Inf. */
+static PipeLinkStatus run_check(const Plan* plan, const Stage* s, ExecContext* c, CUstream stream, char* degraded, size_t cap) {
+    for (int32_t j = 0; j < s->n_out; ++j) {
+        PipeLinkTensor t;
+        plk_fill_tensor(&t, plan, s->out[j]);
+        t.data = c->data[s->out[j]];
+        int64_t bad = 0;
+        PipeLinkStatus st = plk_cuda_count_nonfinite(c, &t, stream, &bad);
+        if (st) return st;
+        if (bad == 0) continue;
+        char what[160], why[320];
+        snprintf(what, sizeof what, "stage '%s' (a built-in kernel)", s->id);
+        snprintf(why, sizeof why, "produced %lld non-finite values (NaN/Inf) in output '%s'", (long long)bad,
+                 plan->tensors[s->out[j]].name);
+        return plk_apply_policy(plan, s, c, PIPELINK_ERR_MODULE_CRASH, what, why, degraded, cap, stream);
+    }
+    return PIPELINK_SUCCESS;
+}
+
 /* The stages of one run, eagerly, on `stream`; `degraded` collects what on_error policies rescued. */
 static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stream, char* degraded, size_t cap) {
     PipeLinkStatus st = PIPELINK_SUCCESS;
@@ -582,6 +605,7 @@ static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, CUstream stre
         if (s->kind == PLK_STAGE_KERNEL) st = run_kernel(s, c, i, stream);
         else if (s->kind == PLK_STAGE_CALL) st = plk_run_call(plan, s, c, &c->slots[i], degraded, cap, stream);
         else if (s->kind == PLK_STAGE_MATMUL) st = run_matmul(s, c, i, stream);
+        else if (s->kind == PLK_STAGE_CHECK) st = run_check(plan, s, c, stream, degraded, cap);
         else if (s->alias_if_contiguous) c->data[s->out[0]] = c->data[s->in[0]]; /* device inputs are contiguous */
         else if (plan->tensors[s->in[0]].nbytes) {
             CUresult r = cu.MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)c->data[s->out[0]], (CUdeviceptr)(uintptr_t)c->data[s->in[0]],
@@ -695,7 +719,7 @@ PipeLinkStatus plk_cuda_execute(Pipeline* p, const PipeLinkTensor* inputs, PipeL
     }
     for (int32_t i = 0; capturing && i < plan->n_stages; ++i) {
         const Stage* s = &plan->stages[i];
-        if (s->kind == PLK_STAGE_CALL && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite))
+        if ((s->kind == PLK_STAGE_CALL || s->kind == PLK_STAGE_CHECK) && (s->on_error != PLK_ON_ERROR_FAIL || s->check_finite))
             return plk_fail(PIPELINK_ERR_INVALID_ARGUMENT, "pipeline '%s' cannot run inside a stream capture: stage '%s' "
                             "has %s, decided on the host after the stage runs; run it outside the capture", plan->name,
                             s->id, s->check_finite ? "check_finite" : "an on_error policy");

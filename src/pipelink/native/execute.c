@@ -368,19 +368,37 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
     }
     if (status == 0) return PIPELINK_SUCCESS;
     PipeLinkStatus code = status > 0 && status <= 13 ? (PipeLinkStatus)status : PIPELINK_ERR_MODULE_CRASH;
+    if (s->on_error == PLK_ON_ERROR_FALLBACK) {
+        int fb = call(&s->fallback, slot, &slot->fallback_services, stream);
+        if (fb != 0)
+            return plk_fail(PIPELINK_ERR_MODULE_CRASH, "stage '%s': fallback %s failed too (status %d, %s); original "
+                            "error: operator %s %s", s->id, s->fallback.op_name, fb, plk_status_name(fb), s->call.op_name, why);
+        for (int32_t k = s->fallback.n_out; k < s->n_out; ++k) c->missing[s->out[k]] = 1;
+        snprintf(degraded + strlen(degraded), cap - strlen(degraded), " '%s' fallback:%s (%s);", s->id,
+                 s->fallback.op_name, why);
+        return PIPELINK_SUCCESS;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "stage '%s' (operator %s %s)", s->id, s->call.op_name, s->op_version);
+    return plk_apply_policy(plan, s, c, code, what, why, degraded, cap, device ? stream : NULL);
+}
+
+PipeLinkStatus plk_apply_policy(const Plan* plan, const Stage* s, ExecContext* c, PipeLinkStatus code, const char* what,
+                                const char* why, char* degraded, size_t cap, void* stream) {
+    const int device = plan->device_type == PIPELINK_DEVICE_CUDA;
     if (s->on_error == PLK_ON_ERROR_IDENTITY) {
         int32_t k = 0;
         for (int32_t j = 0; j < s->n_in && k < s->n_out; ++j) {
             if (s->in[j] < 0) continue;
             const PlanTensor *a = &plan->tensors[s->in[j]], *b = &plan->tensors[s->out[k]];
             if (a->nbytes != b->nbytes)
-                return plk_fail(code, "stage '%s' (operator %s) %s; its on_error 'identity' cannot copy input '%s' "
-                                "(%llu bytes) to output '%s' (%llu bytes)", s->id, s->call.op_name, why, a->name,
-                                (unsigned long long)a->nbytes, b->name, (unsigned long long)b->nbytes);
+                return plk_fail(code, "%s %s; its on_error 'identity' cannot copy input '%s' (%llu bytes) to output "
+                                "'%s' (%llu bytes)", what, why, a->name, (unsigned long long)a->nbytes, b->name,
+                                (unsigned long long)b->nbytes);
             if (!device) {
-                memmove(slot->out[k].data, slot->in[j].data, (size_t)a->nbytes);
+                memmove(c->data[s->out[k]], c->data[s->in[j]], (size_t)a->nbytes);
             } else {
-                PipeLinkStatus copied = plk_cuda_copy(slot->out[k].data, slot->in[j].data, a->nbytes, stream);
+                PipeLinkStatus copied = plk_cuda_copy(c->data[s->out[k]], c->data[s->in[j]], a->nbytes, stream);
                 if (copied) return copied;
             }
             ++k;
@@ -393,17 +411,7 @@ PipeLinkStatus plk_run_call(const Plan* plan, const Stage* s, ExecContext* c, St
         snprintf(degraded + strlen(degraded), cap - strlen(degraded), " '%s' skipped (%s);", s->id, why);
         return PIPELINK_SUCCESS;
     }
-    if (s->on_error == PLK_ON_ERROR_FALLBACK) {
-        int fb = call(&s->fallback, slot, &slot->fallback_services, stream);
-        if (fb != 0)
-            return plk_fail(PIPELINK_ERR_MODULE_CRASH, "stage '%s': fallback %s failed too (status %d, %s); original "
-                            "error: operator %s %s", s->id, s->fallback.op_name, fb, plk_status_name(fb), s->call.op_name, why);
-        for (int32_t k = s->fallback.n_out; k < s->n_out; ++k) c->missing[s->out[k]] = 1;
-        snprintf(degraded + strlen(degraded), cap - strlen(degraded), " '%s' fallback:%s (%s);", s->id,
-                 s->fallback.op_name, why);
-        return PIPELINK_SUCCESS;
-    }
-    return plk_fail(code, "stage '%s' (operator %s %s) %s", s->id, s->call.op_name, s->op_version, why);
+    return plk_fail(code, "%s %s", what, why);
 }
 
 static PipeLinkStatus run_stages(const Plan* plan, ExecContext* c, const PipeLinkTensor* inputs, char* degraded, size_t cap) {

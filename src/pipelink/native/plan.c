@@ -310,6 +310,19 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
         if (s->alias_if_contiguous && b->storage != PLK_STORAGE_ARENA) return r->what = "an aliasing relayout into the arena", 0;
         return 1;
     }
+    if (s->kind == PLK_STAGE_CHECK) { /* a built-in stage's check_finite, after its launches (format 5) */
+        if (plan->device_type != PIPELINK_DEVICE_CUDA || plan->version < 5)
+            return r->what = "check stages in CUDA plans of format 5 or later", 0;
+        if (!read_refs(r, &s->n_in, &s->in, plan->n_tensors, 1) || !read_refs(r, &s->n_out, &s->out, plan->n_tensors, 0))
+            return 0;
+        s->on_error = rd_u8(r, "an on_error policy");
+        s->check_finite = rd_u8(r, "a check_finite flag");
+        if (r->what != NULL) return 0;
+        if (s->n_out < 1 || s->check_finite != 1) return r->what = "a check of one output or more, check_finite set", 0;
+        if (s->on_error != PLK_ON_ERROR_FAIL && s->on_error != PLK_ON_ERROR_IDENTITY && s->on_error != PLK_ON_ERROR_SKIP)
+            return r->what = "a check stage's on_error: fail, identity or skip", 0;
+        return 1;
+    }
     if (s->kind != PLK_STAGE_CALL) return r->what = "a known stage kind", 0;
     s->op_version = rd_str(r, "an operator version");
     s->op_json = rd_str(r, "an operator manifest");

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 MAGIC = b"PLKPLAN\0"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 HEADER_SIZE = 64
 BUNDLE_MAGIC = b"PLKBNDL\0"  # several signatures of one pipeline: one plan each (docs/plan-format.md)
 BUNDLE_VERSION = 1
@@ -55,7 +55,7 @@ STORAGE_EXTERNAL, STORAGE_ARENA, STORAGE_CONSTANT = 0, 1, 2
 # The embedded constants (bound weights) a plan holds by default; the core reads plan files below 4 GiB.
 MAX_CONSTANT_BYTES = 2 << 30
 _PLAN_FILE_LIMIT = 4 << 30
-STAGE_CALL, STAGE_RELAYOUT, STAGE_KERNEL, STAGE_MATMUL = 0, 1, 2, 3
+STAGE_CALL, STAGE_RELAYOUT, STAGE_KERNEL, STAGE_MATMUL, STAGE_CHECK = 0, 1, 2, 3, 4
 ON_ERROR = {"fail": 0, "identity": 1, "skip": 2, "fallback": 3}
 PARAM_KINDS = {"ptr": 0, "i32": 1, "i64": 2, "f32": 3, "f64": 4}
 PORT_NONE, PORT_IN, PORT_OUT = 0, 1, 2
@@ -170,12 +170,18 @@ def _check_stage(st: LinkedStage, registry, cuda: bool, cuda_graph: bool = False
             "on_error and check_finite decide on the host after the stage runs, which a CUDA graph cannot "
             "replay; compile without cuda_graph, or remove them",
         )
-    if policy and st.desc.source == "builtin":
+    if st.desc.source == "builtin" and c.on_error.kind != "fail" and not c.constraints.check_finite:
         raise _refuse(
             st,
-            "on_error and check_finite apply in the native core's CUDA path to native modules only (a "
-            "built-in launch that fails fails the run); remove them to compile, or run this pipeline from "
+            "on_error on a built-in kernel applies in the native core's CUDA path only with check_finite (a "
+            "launch that fails fails the run); add check_finite, remove on_error, or run this pipeline from "
             "Python",
+        )
+    if st.desc.source == "builtin" and c.on_error.kind == "fallback":
+        raise _refuse(
+            st,
+            "the native core does not run a built-in kernel's fallback; use on_error 'identity' or 'skip' "
+            "with check_finite, or run this pipeline from Python",
         )
 
 
@@ -367,6 +373,21 @@ def _kernel_stage(p: _Payload, sid: str, launch: NativeKernel, cubins: _Cubins, 
             p.f64s([float(param[1])])
 
 
+def _checks_finite(st: LinkedStage) -> bool:
+    """Whether a stage has ``constraints.check_finite``."""
+    return bool(st.config.constraints.check_finite)
+
+
+def _check_record(p: _Payload, sid: str, on_error: str, ports) -> None:
+    """A built-in stage's check_finite after its launches (format 5): its ports, its on_error (fail,
+    identity or skip) and the check_finite flag."""
+    p.u8(STAGE_CHECK)
+    p.str(sid)
+    ports()
+    p.u8(ON_ERROR[on_error])
+    p.u8(1)
+
+
 def _matmul_stage(p: _Payload, sid: str, mm: NativeMatmul, ports) -> None:
     p.u8(STAGE_MATMUL)
     p.str(sid)
@@ -446,6 +467,13 @@ def _serialise(
     for step in plan.steps:
         st = step.stage
         ran[st.id] = step.variant
+        if cuda and st.desc.source == "builtin" and _checks_finite(st) and (step.view or st.desc.view):
+            raise _refuse(
+                st,
+                "check_finite on a stage that runs as a view (its output is its input's memory) is not "
+                "applied by the native core; put it on the stage that makes the tensor, or run this pipeline "
+                "from Python",
+            )
         if step.view:  # no stage: its output is a tensor at its source's arena offset
             continue
         for source, name in zip(st.inputs, step.in_names, strict=True):
@@ -478,6 +506,9 @@ def _serialise(
                     _matmul_stage(stages, st.id, launch, ports)
                 else:
                     _kernel_stage(stages, st.id, launch, cubins, ports)
+                n_stages += 1
+            if _checks_finite(st):  # its outputs counted after its last launch, and its on_error applied
+                _check_record(stages, st.id, st.config.on_error.kind, ports)
                 n_stages += 1
             continue
         device = "cuda" if cuda else "cpu"
