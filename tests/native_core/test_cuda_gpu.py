@@ -653,3 +653,49 @@ def test_native_modules_on_error_and_check_finite_apply_in_the_core_on_the_devic
         assert "'after' skipped (input 'a' missing)" in message, message
     finally:
         assert core.lib.pipeLinkDestroyPipeline(h) == 0
+
+
+@pytest.mark.parametrize("policy", ["fail", "identity", "skip"])
+def test_a_builtin_stages_check_finite_applies_in_the_core_on_the_device(core, tmp_path, policy):
+    # Format 5's check record after a built-in kernel, written from a config: a NaN in the scale's output is
+    # caught after its launch and its on_error applied; a clean input runs with no message.
+    doc = {
+        "name": f"checked_{policy}",
+        "inputs": {"x": {"shape": [64, 256], "dtype": "float32"}},
+        "outputs": ["y", "z"],
+        "pipeline": [
+            {
+                "name": "scale",
+                "id": "s",
+                "inputs": ["x"],
+                "outputs": ["y"],
+                "attrs": {"factor": 2.0},
+                "on_error": policy,
+                "constraints": {"check_finite": True},
+            },
+            {"name": "relu", "id": "r", "inputs": ["x"], "outputs": ["z"]},
+        ],
+    }
+    with pl.load(doc, device="cuda", native=False) as pipe:
+        h = core.load(pipe.save(tmp_path / "checked.plk"))
+    try:
+        x = torch.rand((64, 256), device="cuda") - 0.5
+        outs = [torch.full_like(x, 7.0), torch.full_like(x, 7.0)]
+        assert core.execute(h, [x], outs) == 0 and core.message() == "", core.message()
+        torch.testing.assert_close(outs[0], 2 * x)
+        x[3, 5] = float("nan")
+        outs = [torch.full_like(x, 7.0), torch.full_like(x, 7.0)]
+        status = core.execute(h, [x], outs)
+        message = core.message()
+        why = "stage 's' (a built-in kernel) produced 1 non-finite values (NaN/Inf) in output 'y'"
+        if policy == "fail":
+            assert status == 9 and why in message, message
+        elif policy == "identity":
+            assert status == 0 and "run degraded: 's' identity" in message, message
+            torch.testing.assert_close(outs[0], x, equal_nan=True)  # its input
+        else:
+            assert status == 9 and "outputs 'y' are missing" in message, message
+        if status == 0 or policy == "skip":  # the other stage ran
+            torch.testing.assert_close(outs[1], torch.relu(x), equal_nan=True)
+    finally:
+        assert core.lib.pipeLinkDestroyPipeline(h) == 0
