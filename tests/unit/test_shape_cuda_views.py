@@ -1,9 +1,11 @@
 """The CUDA binds of the copy-shaped operators (reshape, flatten, squeeze, unsqueeze, slice, expand, split),
-checked without a GPU: they compute strided views of their inputs and outputs at bind and hand
-each pair to ``backend.copy``. Here a stand-in backend performs those copies on host memory, element by
-element through the views' raw pointers and strides, so a wrong offset, stride or part size in a view
-gives a wrong result against the CPU reference. (The backend's strided-copy kernel itself is tested with
-the backend; the same tests run on the GPU in tests/backend/test_ops_shape.py. concat runs a kernel of its
+checked without a GPU: they compute strided views of their inputs at bind and hand each to a prebuilt
+``as_strided`` launch (slice, expand, split) or, for a reshape or a slice's negative step, to
+``backend.copy``. Here a stand-in backend performs those copies on host memory, element by element through
+the views' raw pointers and strides, and a stand-in launch runs each ``as_strided`` plan by emulating its
+kernel from the plan's scalars (tests/unit/test_cuda_sources.py's emulator), so a wrong offset, stride,
+part size or word in a view gives a wrong result against the CPU reference. (The kernels themselves run
+on the GPU in tests/backend/test_ops_shape.py and test_ops_as_strided.py. concat runs a kernel of its
 own: tests/unit/test_concat_plan.py.)
 """
 
@@ -14,12 +16,14 @@ import ctypes
 import numpy as np
 import pytest
 
+import pipelink.ops.shape.cuda as shape_cuda
 from pipelink.descriptor import KernelContext, infer_outputs
 from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops.shape.cuda import plan_gather, plan_where
 from pipelink.tensor import Tensor
 from tests.backend.ops_helpers import make_registry, poison, rand
+from tests.unit.test_cuda_sources import _emulate_as_strided
 
 
 def _host_view(t: Tensor) -> np.ndarray:
@@ -37,6 +41,7 @@ class HostCopyBackend:
 
     def __init__(self):
         self.copies = 0
+        self.info = type("Info", (), {"features": {"sm_count": 132}})()  # what sm_count_of reads
 
     def copy(self, dst: Tensor, src: Tensor, *, stream=None) -> None:
         if tuple(dst.shape) != tuple(src.shape) or dst.dtype != src.dtype:
@@ -44,6 +49,32 @@ class HostCopyBackend:
         self.copies += 1
         if src.size:
             _host_view(dst)[...] = _host_view(src)
+
+
+class EmulatedLaunch:
+    """PlanLaunch's stand-in: the plan the bind makes (at 16-byte alignment, as the pointers of these tests
+    allow), run by emulating its kernel on host memory."""
+
+    made: list = []
+
+    def __init__(self, backend, make_plan, slots, stage, alignment=16):
+        self.plan, self.slots = make_plan(alignment), dict(slots)
+        EmulatedLaunch.made.append(self.plan)
+
+    def __call__(self, ins, outs, stream) -> None:
+        x, y = ins[self.slots["x"][1]], outs[self.slots["y"][1]]
+        _host_view(y)[...] = _emulate_as_strided(
+            self.plan, np.ascontiguousarray(_host_view(x)), tuple(y.shape)
+        )
+
+    def native_launches(self) -> list:
+        return [self.plan.kernel]
+
+
+@pytest.fixture(autouse=True)
+def emulated_launches(monkeypatch):
+    EmulatedLaunch.made = []
+    monkeypatch.setattr(shape_cuda, "PlanLaunch", EmulatedLaunch)
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +142,31 @@ def test_cuda_views_copy_what_the_cpu_reference_copies(reg, name, shapes, attrs,
     for got, ref in zip(cuda, cpu, strict=True):
         assert got.shape == ref.shape
         np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))  # every byte written
+    negative = name == "slice" and any(s < 0 for s in attrs.get("steps", ()))
+    launched = name in ("slice", "expand", "split") and not negative and any(o.size for o in cuda)
+    assert bool(EmulatedLaunch.made) == launched, "as_strided launches for slice, expand and split"
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "attrs", "kernels"),
+    [
+        ("split", [(4, 8, 96)], {"axis": 2, "num_outputs": 3}, ["pl_as_strided"] * 3),
+        ("split", [(2, 3, 4)], {"axis": 0, "split": [1, 1]}, ["pl_as_strided"] * 2),
+        ("expand", [(1, 64)], {"shape": [32, 64]}, ["pl_as_strided"]),
+        ("slice", [(64, 64)], {"starts": [0], "ends": [64], "axes": [1], "steps": [2]}, ["pl_as_strided"]),
+    ],
+)
+def test_slice_expand_and_split_are_prebuilt_launches_the_core_replays(reg, name, shapes, attrs, kernels):
+    # One as_strided launch per non-empty part; a stage of such launches is what a CUDA plan holds.
+    inputs = [rand(np.random.default_rng(1), s, "float32") for s in shapes]
+    cuda, cpu = _run_both(reg, name, inputs, attrs)
+    for got, ref in zip(cuda, cpu, strict=True):
+        np.testing.assert_array_equal(got, ref)
+    assert [p.kernel for p in EmulatedLaunch.made] == kernels
+    words = [int(p.macros["PL_BYTES"]) for p in EmulatedLaunch.made]
+    assert name != "split" or shapes[0][-1] % 12 or words[0] == 16, (
+        "a split's rows are copied in 16-byte words"
+    )
 
 
 def _emulate(plan, prefix: str, src: np.ndarray) -> np.ndarray:

@@ -1,10 +1,11 @@
 """The shape family on CUDA: operators that move elements and compute nothing, for every dtype.
 
 reshape, flatten, squeeze and unsqueeze copy the bytes (one device memcpy); slice, expand and split copy
-strided views of their inputs and outputs through the backend's one strided copy (negative strides for
-negative slice steps, zero strides for broadcast dims; one copy per part); concat copies every part in
-one launch of ``pl_concat`` (16-byte words when the parts' rows allow); gather and where run the kernels
-of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
+strided views of their inputs, one prebuilt ``as_strided`` launch per part (the transpose family's word
+copies: zero strides for broadcast dims; the native core replays them), or, for a slice's negative step,
+through the backend's strided copy (negative strides), which the core does not run; concat copies every
+part in one launch of ``pl_concat`` (16-byte words when the parts' rows allow); gather and where run the
+kernels of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
 view is computed once, at bind. Pure Python + NumPy: nothing here imports a CUDA package.
 """
 
@@ -43,6 +44,7 @@ from ..kernel import (
     tuned_of,
     tuned_values,
 )
+from ..transpose.cuda import plan_as_strided
 from .rules import MAX_PARTS, index_out_of_range, slice_plan, split_sizes
 
 __all__ = [
@@ -323,6 +325,49 @@ def _copies(ctx: KernelContext, moves: list[tuple[str, int, View, str, int, View
     return kernel
 
 
+def _strided(ctx: KernelContext, moves: list[tuple[int, View]]):
+    """Each ``(output position, view of input 0)`` copied out by one prebuilt ``as_strided`` launch (word
+    copies; the native core replays them), empty parts dropped. A view with a negative stride (a slice's
+    negative step), or one ``plan_as_strided`` cannot plan, makes the stage the backend's strided copies
+    (:func:`_copies`), which the core does not run."""
+    moves = [m for m in moves if prod(m[1][1])]
+    if not moves:
+        return _NOTHING
+    copies = [("in", 0, view, "out", i, _whole(view[1])) for i, view in moves]
+    if any(s < 0 for _, view in moves for s in view[2]):
+        return _copies(ctx, copies)
+    dtype, in_shape, sms = ctx.in_dtypes[0], tuple(ctx.in_shapes[0]), sm_count_of(ctx)
+    try:
+        for _, (offset, shape, strides) in moves:  # every part plannable, or none launched this way
+            plan_as_strided(dtype, in_shape, shape, strides, offset, sm_count=sms)
+    except InvalidArgumentError:
+        return _copies(ctx, copies)
+    launches = [
+        PlanLaunch(
+            ctx.backend,
+            lambda a, v=view: plan_as_strided(dtype, in_shape, v[1], v[2], v[0], alignment=a, sm_count=sms),
+            {"x": ("in", 0), "y": ("out", i)},
+            ctx.stage,
+        )
+        for i, view in moves
+    ]
+    return launches[0] if len(launches) == 1 else _Launches(launches)
+
+
+class _Launches:
+    """A stage's prebuilt launches run in order (a split's parts), replayed as they are by the native core."""
+
+    def __init__(self, launches: list[PlanLaunch]):
+        self.launches = launches
+
+    def __call__(self, ins: list, outs: list, stream: Any) -> None:
+        for launch in self.launches:
+            launch(ins, outs, stream)
+
+    def native_launches(self) -> list:
+        return [native for launch in self.launches for native in launch.native_launches()]
+
+
 def _whole(shape) -> View:
     shape = tuple(int(d) for d in shape)
     return 0, shape, contiguous_strides(shape)
@@ -335,15 +380,14 @@ def reshaped_bind(ctx: KernelContext):
 
 
 def slice_bind(ctx: KernelContext):
-    return _copies(
-        ctx, [("in", 0, slice_view(tuple(ctx.in_shapes[0]), ctx.attrs), "out", 0, _whole(ctx.out_shapes[0]))]
-    )
+    """slice: its view of x copied out (a negative step: the backend's strided copy)."""
+    return _strided(ctx, [(0, slice_view(tuple(ctx.in_shapes[0]), ctx.attrs))])
 
 
 def expand_bind(ctx: KernelContext):
     """expand: x read with stride 0 along the dims it is broadcast over."""
     out, shape = tuple(ctx.out_shapes[0]), tuple(ctx.in_shapes[0])
-    return _copies(ctx, [("in", 0, (0, out, tuple(broadcast_strides(out, shape))), "out", 0, _whole(out))])
+    return _strided(ctx, [(0, (0, out, tuple(broadcast_strides(out, shape))))])
 
 
 def _parts(shape: tuple[int, ...], axis: int, sizes) -> list[View]:
@@ -393,7 +437,7 @@ def split_bind(ctx: KernelContext):
     axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="split")
     sizes = split_sizes(shape[axis], tuple(ctx.attrs["split"]), int(ctx.attrs["num_outputs"]))
     views = _parts(shape, axis, sizes)[:MAX_PARTS]
-    return _copies(ctx, [("in", 0, v, "out", i, _whole(v[1])) for i, v in enumerate(views)])
+    return _strided(ctx, list(enumerate(views)))
 
 
 def gather_bind(ctx: KernelContext):
