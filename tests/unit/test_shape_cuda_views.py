@@ -63,9 +63,10 @@ class EmulatedLaunch:
 
     def __call__(self, ins, outs, stream) -> None:
         x, y = ins[self.slots["x"][1]], outs[self.slots["y"][1]]
-        _host_view(y)[...] = _emulate_as_strided(
-            self.plan, np.ascontiguousarray(_host_view(x)), tuple(y.shape)
-        )
+        flat = np.ascontiguousarray(_host_view(x)).reshape(-1)
+        pad = -flat.nbytes % 16 // flat.itemsize  # the emulator views all of x in words, the kernel the view
+        flat = np.concatenate([flat, np.zeros(pad, flat.dtype)])
+        _host_view(y)[...] = _emulate_as_strided(self.plan, flat, tuple(y.shape))
 
     def native_launches(self) -> list:
         return [self.plan.kernel]
@@ -228,3 +229,33 @@ def test_gather_plan_index_math(shape, index_shape, axis):
 def test_gather_plan_refuses_float_indices():
     with pytest.raises(InvalidArgumentError, match="indices must be int32 or int64"):
         plan_gather("float32", (4, 2), "float32", (3,), 0)
+
+
+def _random_case(rng):
+    """A random slice (positive steps), expand or split of a random 1- to 4-d tensor."""
+    shape = tuple(int(d) for d in rng.integers(1, 9, rng.integers(1, 5)))
+    kind = ("slice", "expand", "split")[int(rng.integers(3))]
+    if kind == "slice":
+        axes = sorted(rng.choice(len(shape), rng.integers(1, len(shape) + 1), replace=False).tolist())
+        starts = [int(rng.integers(-shape[a], shape[a])) for a in axes]
+        ends = [int(rng.integers(-shape[a], shape[a] + 3)) for a in axes]
+        steps = [int(rng.integers(1, 4)) for _ in axes]
+        return kind, shape, {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
+    if kind == "expand":
+        small = tuple(1 if rng.random() < 0.5 else d for d in shape)
+        lead = [int(d) for d in rng.integers(1, 4, rng.integers(0, 2))]
+        return kind, small, {"shape": lead + list(shape)}
+    axis = int(rng.integers(len(shape)))
+    cuts = sorted(rng.integers(0, shape[axis] + 1, rng.integers(1, 4)).tolist())
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, shape[axis]], strict=True)]
+    return kind, shape, {"axis": axis, "split": sizes}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_views_launch_what_the_cpu_reference_copies(reg, seed):
+    rng = np.random.default_rng(seed)
+    name, shape, attrs = _random_case(rng)
+    dtype = ("float32", "float16", "int8", "float64")[seed % 4]
+    cuda, cpu = _run_both(reg, name, [rand(rng, shape, dtype)], attrs)
+    for got, ref in zip(cuda, cpu, strict=True):
+        np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8), f"{name} {shape} {attrs}")
