@@ -680,3 +680,38 @@ def test_a_check_record_needs_a_cuda_plan_of_format_5(fake_dir, runtime_lib, tmp
     proc = _run(fake_dir, runtime_lib, plan, LOAD_ONLY)
     code, _, message = proc.stdout.partition(" ")
     assert int(code) == 5 and "check stages in CUDA plans of format 5" in message, proc.stdout + proc.stderr
+
+
+def test_a_cuda_graph_plan_with_a_check_record_is_refused_as_corrupt(fake_dir, runtime_lib, tmp_path):
+    # The check decides on the host after the launch, which a CUDA graph cannot replay: the writer never
+    # makes such a plan, and the loader refuses one.
+    plan = cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, check="identity")
+    path = tmp_path / "graph_checked.plk"
+    path.write_bytes(with_flags(plan, FLAG_CUDA_GRAPH))
+    proc = _run(fake_dir, runtime_lib, path, LOAD_ONLY)
+    code, _, message = proc.stdout.partition(" ")
+    assert int(code) == 5 and "a cuda_graph plan has a stage with an on_error" in message, (
+        proc.stdout + proc.stderr
+    )
+
+
+CAPTURED_CHECK = (
+    CHILD.split("# Execute and ExecuteAsync")[0]
+    + r"""
+y, x_out, outs = outputs()
+assert rt.pipeLinkExecute(h, ins, 3, outs, 2) == 0, msg()  # warm: an idle context exists
+fake.fake_set_capturing(1)
+assert rt.pipeLinkExecuteAsync(h, ins, 3, outs, 2, None) == 2, msg()
+assert "cannot run inside a stream capture: stage 'relu' has check_finite" in msg(), msg()
+fake.fake_set_capturing(0)
+assert rt.pipeLinkDestroyPipeline(h) == 0 and rt.pipeLinkFinalize() == 0
+print("OK")
+"""
+)
+
+
+def test_a_plan_with_a_check_record_refuses_a_callers_capture(fake_dir, runtime_lib, tmp_path):
+    plan = tmp_path / "checked.plk"
+    plan.write_bytes(cuda_plan(kernel=_kernel(name="fake_scale"), cubin=FAKE_CUBIN, cc=90, check="skip"))
+    proc = _run(fake_dir, runtime_lib, plan, CAPTURED_CHECK)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr
