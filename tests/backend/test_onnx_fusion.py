@@ -690,6 +690,41 @@ def test_a_split_with_nothing_to_take_is_left_alone(device, rng):
     _check(model, {"x": rng.standard_normal((2, 8, 48)).astype(F)}, device)
 
 
+# -- Conv -> Relu ---------------------------------------------------------------------------------------
+def _conv_relu(extra_reader: bool = False, bias: bool = True):
+    rng = np.random.default_rng(7)
+    init = {"w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3}
+    inputs = ["x", "w"]
+    if bias:
+        init["b"] = rng.standard_normal(6).astype(F)
+        inputs.append("b")
+    nodes = [
+        helper.make_node("Conv", inputs, ["c"], name="/conv/Conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["y"], name="/relu/Relu"),
+    ]
+    outputs = [("y", [2, 6, 4, 4])]
+    if extra_reader:  # the conv's own output is read too: nothing to fuse
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["z"], name="/sigmoid"))
+        outputs.append(("z", [2, 6, 4, 4]))
+    model = om.make_model(nodes, [("x", [2, 3, 8, 8])], outputs, init, "conv_relu")
+    return model, {"x": rng.standard_normal((2, 3, 8, 8)).astype(F)}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_then_relu_is_one_conv2d_with_its_activation(bias, device):
+    model, feeds = _conv_relu(bias=bias)
+    (stage,) = _stages(model)
+    assert stage["name"] == "conv2d" and stage["attrs"]["activation"] == "relu"
+    assert stage["attrs"]["pads"] == [1, 1, 1, 1] and stage["attrs"]["strides"] == [2, 2]
+    assert stage["outputs"] == ["y"] and len(stage["inputs"]) == (3 if bias else 2)
+    _check(model, feeds, device)
+
+
+def test_a_conv_read_elsewhere_keeps_its_relu():
+    model, _ = _conv_relu(extra_reader=True)
+    assert _ops(model)[:2] == ["conv2d", "relu"]
+
+
 # -- whole models -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gpt2_block", "resnet18", "espcn"])
 def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):

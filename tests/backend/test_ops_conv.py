@@ -317,3 +317,30 @@ def test_pipeline_conv_block_plans_and_runs():
         y = np.asarray(pipe.run(x=x, w1=w1, w2=w2)["y"])
     h = np.maximum(_conv_ref(x, w1, None, [2, 2], [0, 0, 1, 1], [1, 1], 1, (8, 8)), 0)
     check_close(y, _conv_transpose_ref(h, w2, None, [2, 2], [0] * 4, [0, 0], [1, 1], 2))
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs"),
+    [
+        ((2, 8, 9, 9), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # cuDNN's conv + bias + relu graph
+        ((4, 16, 6, 6), (8, 16, 1, 1), {}),  # pointwise: cuBLASLt with the RELU epilogue
+        ((1, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ],
+)
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv2d_relu_activation(reg, device, xs, ws, attrs, dtype, with_bias):
+    # activation 'relu' is relu(conv + bias), as the Conv -> Relu pair the import fuses into it
+    rng = np.random.default_rng(37)
+    x, w = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1)
+    b = rand(rng, (ws[0],), dtype) if with_bias else None
+    (y,) = run_op(reg, "conv2d", [x, w, b], {**attrs, "activation": "relu"}, device=device, staged_ok=True)
+    full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1, **attrs}
+    ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], full["group"], y.shape[2:])
+    check_close(y, np.maximum(ref, 0.0), dtype)
+    assert (as64(y) >= 0).all()
+
+
+def test_conv2d_refuses_an_unknown_activation(reg):
+    with pytest.raises(pl.PipeLinkError, match="activation"):
+        reg.get("conv2d").resolve_attrs({"activation": "gelu"}, where="t")

@@ -28,6 +28,7 @@ __all__ = [
     "Unsupported",
     "Rejected",
     "convert",
+    "conv2d_stage",
     "gemm_attrs",
     "onnx_dtype",
     "float32_attr",
@@ -366,14 +367,27 @@ def _window(node: Node, *names: str) -> dict[str, Any]:
     return attrs
 
 
-def _conv(g: Graph, node: Node) -> None:
+def conv2d_stage(g: Graph, node: Node) -> tuple[list[str], dict[str, Any]]:
+    """The inputs and attributes of the conv2d stage of an ONNX Conv node (also for the import's Conv +
+    Relu fusion, onnx/fuse.py).
+
+    Raises
+    ------
+    Unsupported
+        A window other than 2-d, an absent input before a present one.
+    """
     attrs = _window(node, "strides", "pads", "dilations", "auto_pad")
-    weight = g.constants.get(node.inputs[1])
+    weight = g.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
     if weight is not None and weight.ndim != 4:
         raise Unsupported(f"a {weight.ndim - 2}-d convolution; PipeLink's conv2d is 2-d")
     if int(_attr(node, "group", 1)) != 1:
         attrs["group"] = int(_attr(node, "group"))
-    g.stage(node, "conv2d", _inputs(node, 3), node.outputs[:1], **attrs)
+    return _inputs(node, 3), attrs
+
+
+def _conv(g: Graph, node: Node) -> None:
+    inputs, attrs = conv2d_stage(g, node)
+    g.stage(node, "conv2d", inputs, node.outputs[:1], **attrs)
 
 
 def _conv_transpose(g: Graph, node: Node) -> None:

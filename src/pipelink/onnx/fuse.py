@@ -27,6 +27,7 @@ from .convert import (
     Graph,
     Node,
     Unsupported,
+    conv2d_stage,
     gemm_attrs,
     onnx_dtype,
 )
@@ -454,6 +455,24 @@ def _gemm_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     return [node, readers[0]], _gemm(node, inputs, {**attrs, "activation": activation}, readers[0].outputs[0])
 
 
+def _conv_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
+    """Conv -> Relu -> one conv2d with activation relu (on CUDA: cuDNN's conv + bias + relu graph, or the
+    pointwise GEMM form's RELU epilogue; ResNet's convolutions but the last of each block)."""
+    if not _is_onnx(node, "Conv"):
+        return None
+    readers = v.readers.get(node.outputs[0], [])
+    if len(readers) != 1 or not _is_onnx(readers[0], "Relu"):
+        return None
+    try:
+        inputs, attrs = conv2d_stage(v.g, node)
+    except Unsupported:
+        return None  # left to the Conv converter, which names what is wrong
+    fused = Node(
+        "conv2d", node.name, FUSED_DOMAIN, inputs, [readers[0].outputs[0]], {**attrs, "activation": "relu"}
+    )
+    return [node, readers[0]], fused
+
+
 def _gemm_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     """gemm + r (an Add of a tensor of the gemm's exact shape) -> one gemm with r as its residual (with no
     bias and no activation, r becomes the bias: the same sum). cuBLASLt reads r as its C matrix."""
@@ -747,6 +766,7 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("gemm_reshapes", _gemm_reshapes),
     ("gemm_activation", _gemm_activation),
     ("gemm_residual", _gemm_residual),
+    ("conv_activation", _conv_activation),
     ("cast_to_same", _cast_to_same),
     ("softmax_scale_bias", _softmax_scale_bias),
     ("split_views", _split_views),

@@ -159,6 +159,7 @@ def _conv2d_bind(ctx: KernelContext):
     m, cg = w_shape[0], w_shape[1]
     group = int(ctx.attrs["group"])
     mg = m // group
+    relu = ctx.attrs["activation"] == "relu"
     win = window_2d((h, w), w_shape[2:], ctx.attrs, op="conv2d")
     (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
     cdt = compute_dtype(ctx.in_dtypes[0])
@@ -179,6 +180,8 @@ def _conv2d_bind(ctx: KernelContext):
             acc[:, g * mg : (g + 1) * mg] = part.transpose(0, 3, 1, 2)
         if bias is not None:
             np.add(acc, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=acc)
+        if relu:
+            np.maximum(acc, 0, out=acc)  # NaN stays NaN, as the relu operator
         np.copyto(outputs[0], acc, casting="unsafe")
 
     return kernel
@@ -242,7 +245,17 @@ def descriptors() -> list[OperatorDescriptor]:
                     Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
                 ],
                 outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
-                attrs=window_attrs() + [group],
+                attrs=window_attrs()
+                + [
+                    group,
+                    Attr(
+                        "activation",
+                        "str",
+                        "none",
+                        choices=cuda.CONV_ACTIVATIONS,
+                        doc="applied after the bias (the import fuses a Relu that reads a Conv)",
+                    ),
+                ],
                 dtype_vars=floats,
                 variant_dtypes=FLOATS,
                 infer=infer_conv2d,

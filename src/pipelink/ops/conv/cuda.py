@@ -45,7 +45,7 @@ from ..cudnn_graph import (
     tensor,
     write_nothing,
 )
-from ..elementwise.cuda import plan_binary
+from ..elementwise.cuda import plan_binary, plan_unary
 from ..gemm.cuda import CUBLASLT_VARIANT, plan_bias_expand
 from ..gemm.lt import lt_product, plan_batches
 from ..kernel import FLOATS, PlanLaunch, contiguous_strides
@@ -55,6 +55,7 @@ __all__ = [
     "KERNELS",
     "TUNED_AS",
     "CONV_DTYPES",
+    "CONV_ACTIVATIONS",
     "GEMM_DTYPES",
     "CUBLASLT_VARIANT",
     "PointwiseGemm",
@@ -68,6 +69,7 @@ __all__ = [
 KERNELS: dict = {}  # cuDNN chooses its own kernels: nothing to plan or tune here
 TUNED_AS: dict[str, str] = {}
 CONV_DTYPES = frozenset(IO_TYPES)
+CONV_ACTIVATIONS = ("none", "relu")  # conv2d's activation attribute: applied after the bias
 GEMM_DTYPES = frozenset(FLOATS)  # cuBLASLt's: float64 too, which cuDNN lacks
 
 # Graph tensor uids.
@@ -111,13 +113,27 @@ def _bias_add(ctx: KernelContext) -> PlanLaunch:
     )
 
 
+def _relu(ctx: KernelContext) -> PlanLaunch:
+    """``y = relu(y)`` in place (the elementwise family's kernel): conv2d's activation when cuDNN has no
+    plan with it fused."""
+    dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
+    return PlanLaunch(
+        ctx.backend,
+        lambda al: plan_unary("relu", dtype, out_shape, alignment=al),
+        {"x": ("out", 0), "y": ("out", 0)},
+        ctx.stage,
+    )
+
+
 def _output(t: Any, shape: tuple, io: Any) -> None:
     """Mark ``t`` as the stage's output ``y``: dense NCHW, io dtype."""
     t.set_output(True).set_uid(Y).set_dim(list(shape)).set_stride(list(contiguous_strides(shape)))
     t.set_data_type(io)
 
 
-def _conv_graph(cudnn: Any, ctx: KernelContext, geometry: dict, *, fuse_bias: bool) -> tuple[Any, int]:
+def _conv_graph(
+    cudnn: Any, ctx: KernelContext, geometry: dict, *, fuse_bias: bool, fuse_relu: bool = False
+) -> tuple[Any, int]:
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
     graph = new_graph(cudnn, ctx)
     x = tensor(graph, "x", ctx.in_shapes[0], X)
@@ -126,6 +142,8 @@ def _conv_graph(cudnn: Any, ctx: KernelContext, geometry: dict, *, fuse_bias: bo
     if fuse_bias:
         b = tensor(graph, "b", (1, out_shape[1], 1, 1), B)
         y = graph.add(a=y, b=b, name="bias")
+    if fuse_relu:
+        y = graph.relu(input=y, name="relu")
     _output(y, out_shape, getattr(cudnn.data_type, IO_TYPES[dtype]))
     policy = dict(ctx.params or {}).get("math")
     return graph, build_graph(cudnn, graph, numeric_notes_off=numeric_notes_off(dtype, policy))
@@ -208,6 +226,7 @@ def bind_conv2d_gemm(ctx: KernelContext) -> Any:
             b_input=0,
             beta=1.0 if pre else 0.0,
             pre=pre,
+            epilogue="RELU" if ctx.attrs["activation"] == "relu" else "DEFAULT",  # relu(w x + b)
         )
     except Exception as e:  # noqa: BLE001 - nvmath missing, libcublasLt not loadable, no algorithm
         raise VariantDeclined(f"cuBLASLt unavailable for this pointwise convolution ({e})") from e
@@ -228,16 +247,27 @@ def bind_conv2d(ctx: KernelContext) -> Any:
     win = window_2d(tuple(ctx.in_shapes[0])[2:], w_shape[2:], ctx.attrs, op="conv2d")
     geometry = _geometry(win.pads_begin, win.pads_end, win.strides, win.dilations)
     operands = [(X, ("in", 0)), (W, ("in", 1)), (Y, ("out", 0))]
-    if ctx.in_shapes[2] is None:
-        graph, workspace = _conv_graph(cudnn, ctx, geometry, fuse_bias=False)
-        return CuDNNKernel(ctx, graph, operands, workspace)
-    try:
-        graph, workspace = _conv_graph(cudnn, ctx, geometry, fuse_bias=True)
-        return CuDNNKernel(ctx, graph, operands + [(B, ("in", 2))], workspace)
-    except VariantDeclined:
-        pass  # no fused conv + bias plan for this geometry: the bias is its own launch
-    graph, workspace = _conv_graph(cudnn, ctx, geometry, fuse_bias=False)
-    return CuDNNKernel(ctx, graph, operands, workspace, post=[_bias_add(ctx)])
+    relu = ctx.attrs["activation"] == "relu"
+    # The most fused graph cuDNN has a plan for: conv (+ bias) (+ relu); what it cannot fuse runs after it
+    # on the stream (the bias add, then the relu, in place).
+    bias = ctx.in_shapes[2] is not None
+    tries = [(bias, relu), (bias, False)] if relu else [(bias, False)]
+    if bias:
+        tries.append((False, False))
+    for k, (fuse_bias, fuse_relu) in enumerate(tries):
+        try:
+            graph, workspace = _conv_graph(cudnn, ctx, geometry, fuse_bias=fuse_bias, fuse_relu=fuse_relu)
+        except VariantDeclined:
+            if k == len(tries) - 1:
+                raise
+            continue
+        post = ([_bias_add(ctx)] if bias and not fuse_bias else []) + (
+            [_relu(ctx)] if relu and not fuse_relu else []
+        )
+        return CuDNNKernel(
+            ctx, graph, operands + ([(B, ("in", 2))] if fuse_bias else []), workspace, post=post
+        )
+    raise AssertionError("unreachable: the last try raises")
 
 
 def bind_conv_transpose2d(ctx: KernelContext) -> Any:

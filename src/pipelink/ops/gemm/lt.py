@@ -522,8 +522,10 @@ def lt_product(
     b_input: int,
     beta: float = 0.0,
     pre: list[PlanLaunch] | None = None,
+    epilogue: str = "DEFAULT",
 ) -> Any:
-    """One cuBLASLt product ``c = a @ b (+ beta * c)`` for another family's stage, a and b read from its
+    """One cuBLASLt product ``c = a @ b (+ beta * c)`` (then ``epilogue``, e.g. ``"RELU"``: cuBLASLt's
+    epilogue after the beta term) for another family's stage, a and b read from its
     inputs ``a_input`` and ``b_input`` (row-major, ``batch`` from :func:`plan_batches`), C = D = the
     stage's output (``pre`` launches fill it first when beta is not 0). The kernel replays in the native
     core (``native_launches``) and follows the stage's math policy (``"tf32"``) as gemm does.
@@ -535,5 +537,15 @@ def lt_product(
         caller decides what falls back.
     """
     return LtMatmul(
-        ctx, m=m, n=n, k=k, batch=batch, alpha=1.0, beta=beta, pre=pre, a_input=a_input, b_input=b_input
+        ctx,
+        m=m,
+        n=n,
+        k=k,
+        batch=batch,
+        alpha=1.0,
+        beta=beta,
+        pre=pre,
+        a_input=a_input,
+        b_input=b_input,
+        epilogue=epilogue,
     )
