@@ -725,6 +725,57 @@ def test_a_conv_read_elsewhere_keeps_its_relu():
     assert _ops(model)[:2] == ["conv2d", "relu"]
 
 
+# -- Conv -> Add (-> Relu): the residual --------------------------------------------------------------
+def _conv_add(*, relu: bool = True, bias: bool = True, r_shape=(2, 6, 4, 4), conv_read_elsewhere=False):
+    rng = np.random.default_rng(11)
+    init = {"w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3}
+    inputs = ["x", "w"]
+    if bias:
+        init["b"] = rng.standard_normal(6).astype(F)
+        inputs.append("b")
+    nodes = [
+        helper.make_node("Conv", inputs, ["c"], name="/conv/Conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Add", ["r", "c"], ["s"], name="/add/Add"),  # the shortcut first: either slot
+    ]
+    outputs = [("y" if relu else "s", [2, 6, 4, 4])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["s"], ["y"], name="/relu/Relu"))
+    if conv_read_elsewhere:
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["z"], name="/sigmoid"))
+        outputs.append(("z", [2, 6, 4, 4]))
+    model = om.make_model(nodes, [("x", [2, 3, 8, 8]), ("r", list(r_shape))], outputs, init, "conv_add")
+    feeds = {
+        "x": rng.standard_normal((2, 3, 8, 8)).astype(F),
+        "r": rng.standard_normal(r_shape).astype(F),
+    }
+    return model, feeds
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_conv_add_relu_is_one_conv2d_with_a_residual(relu, device):
+    model, feeds = _conv_add(relu=relu)
+    (stage,) = _stages(model)
+    assert stage["name"] == "conv2d" and stage["inputs"][3:] == ["r"]
+    assert stage.get("attrs", {}).get("activation", "none") == ("relu" if relu else "none")
+    assert stage["outputs"] == ["y" if relu else "s"]
+    _check(model, feeds, device)
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        {"bias": False},  # conv2d's ports are positional: the residual follows the bias
+        {"r_shape": (1, 6, 1, 1)},  # a broadcast add is not a residual
+        {"conv_read_elsewhere": True},  # the conv's own output is read too
+    ],
+)
+def test_a_conv_add_that_is_no_residual_is_left_to_the_other_patterns(why):
+    model, feeds = _conv_add(**why)
+    ops = _ops(model)
+    assert "add" in ops and all(len(s["inputs"]) <= 3 for s in _stages(model) if s["name"] == "conv2d")
+    _check(model, feeds, "cpu")
+
+
 # -- whole models -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gpt2_block", "resnet18", "espcn"])
 def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):

@@ -344,3 +344,39 @@ def test_conv2d_relu_activation(reg, device, xs, ws, attrs, dtype, with_bias):
 def test_conv2d_refuses_an_unknown_activation(reg):
     with pytest.raises(pl.PipeLinkError, match="activation"):
         reg.get("conv2d").resolve_attrs({"activation": "gelu"}, where="t")
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs"),
+    [
+        ((2, 8, 9, 9), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # ResNet's second conv of a block
+        ((4, 16, 6, 6), (8, 16, 1, 1), {}),  # pointwise: the residual is put in y before the product
+        ((1, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ],
+)
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "none"])
+def test_conv2d_residual_is_added_before_the_activation(
+    reg, device, xs, ws, attrs, dtype, with_bias, activation
+):
+    rng = np.random.default_rng(41)
+    x, w = rand(rng, xs, dtype, -1, 1), rand(rng, ws, dtype, -1, 1)
+    b = rand(rng, (ws[0],), dtype) if with_bias else None
+    full = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1, **attrs}
+    ho = (xs[2] + full["pads"][0] + full["pads"][2] - ws[2]) // full["strides"][0] + 1
+    wo = (xs[3] + full["pads"][1] + full["pads"][3] - ws[3]) // full["strides"][1] + 1
+    r = rand(rng, (xs[0], ws[0], ho, wo), dtype, -1, 1)
+    (y,) = run_op(
+        reg, "conv2d", [x, w, b, r], {**attrs, "activation": activation}, device=device, staged_ok=True
+    )
+    ref = _conv_ref(x, w, b, full["strides"], full["pads"], full["dilations"], full["group"], y.shape[2:])
+    ref = ref + as64(r)
+    check_close(y, np.maximum(ref, 0.0) if activation == "relu" else ref, dtype)
+
+
+def test_conv2d_refuses_a_residual_of_another_shape(reg):
+    x, w = np.zeros((1, 2, 5, 5), np.float32), np.zeros((3, 2, 3, 3), np.float32)
+    r = np.zeros((1, 3, 5, 5), np.float32)  # the output is [1, 3, 3, 3]
+    with pytest.raises(ShapeMismatchError, match="residual.*output.s shape"):
+        run_op(reg, "conv2d", [x, w, None, r], {})

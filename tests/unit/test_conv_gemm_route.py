@@ -25,7 +25,14 @@ from pipelink.ops.gemm.lt import NativeMatmul
 from tests.unit.test_cuda_sources import _emulate_strided
 
 GPU = HardwareInfo(kind="cuda", name="FakeGPU", compute_capability=(9, 0), features={"fp32": 1, "bf16": 1})
-BASE = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1, "auto_pad": "NOTSET"}
+BASE = {
+    "strides": (1, 1),
+    "pads": (0, 0, 0, 0),
+    "dilations": (1, 1),
+    "group": 1,
+    "auto_pad": "NOTSET",
+    "activation": "none",
+}
 
 
 def _attrs(**kw):
@@ -159,7 +166,8 @@ class FakeLt(types.ModuleType):
         dsc = self.objects[desc]
         scale = _CTYPES[dsc["scale"]]
         al, be = scale.from_address(alpha).value, scale.from_address(beta).value
-        assert dsc.get("EPILOGUE", 1) == 1, "a pointwise conv needs no epilogue"
+        epilogue = dsc.get("EPILOGUE", 1)
+        assert epilogue in (1, 2), "a pointwise conv's only epilogue is RELU"
         lay = [self.objects[x] for x in (la, lb, lc, ld_)]
         for i in range(lay[0]["count"]):
             mats = []
@@ -168,6 +176,8 @@ class FakeLt(types.ModuleType):
             op_a = mats[0].T if dsc.get("TRANSA") else mats[0]
             op_b = mats[1].T if dsc.get("TRANSB") else mats[1]
             result = al * (op_a @ op_b) + (be * mats[2] if be else 0.0)
+            if epilogue == 2:
+                result = np.maximum(result, 0.0)
             _colmajor(d, lay[3], i)[...] = result
 
 
@@ -224,50 +234,79 @@ def lt(monkeypatch):
 
 
 def _replayed(launch):
-    """A pre launch run as its plan says (the strided copy of the bias into y), in NumPy."""
+    """A pre launch run as its plan says, in NumPy: the strided copy of the bias (or of the residual) into
+    y, or the residual's add onto it."""
 
     def run(ins, outs, stream):
-        (src_kind, src_pos), (_, dst_pos) = launch._slots["x"], launch._slots["y"]
-        assert (src_kind, src_pos) == ("in", 2)
-        y = outs[dst_pos].array
-        y.reshape(-1)[:] = _emulate_strided(launch.plan, "s", ins[src_pos].array)
+        def array(slot):
+            kind, pos = slot
+            return (ins if kind == "in" else outs)[pos].array
+
+        slots = launch._slots
+        y = array(slots["y"])
+        assert slots["y"] == ("out", 0)
+        if "x" in slots:
+            assert slots["x"] in (("in", 2), ("in", 3))
+            y.reshape(-1)[:] = _emulate_strided(launch.plan, "s", array(slots["x"]))
+        else:
+            assert launch.plan.kernel == "pl_binary" and slots == {
+                "a": ("out", 0),
+                "b": ("in", 3),
+                "y": ("out", 0),
+            }
+            np.add(array(slots["a"]), array(slots["b"]), out=y)
 
     return run
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize(("with_residual", "activation"), [(False, "none"), (True, "none"), (True, "relu")])
 @pytest.mark.parametrize(("n", "c", "h", "w", "m"), [(3, 5, 3, 7, 4), (1, 3, 1, 1, 2), (2, 16, 5, 5, 9)])
-def test_the_cublaslt_call_computes_the_convolution(lt, dtype, with_bias, n, c, h, w, m):
+def test_the_cublaslt_call_computes_the_convolution(
+    lt, dtype, with_bias, with_residual, activation, n, c, h, w, m
+):
     rng = np.random.default_rng(5)
     x, wt = rng.standard_normal((n, c, h, w)).astype(dtype), rng.standard_normal((m, c, 1, 1)).astype(dtype)
     bias = rng.standard_normal(m).astype(dtype) if with_bias else None
+    res = rng.standard_normal((n, m, h, w)).astype(dtype) if with_residual else None
     ctx = KernelContext(
         stage="pw",
-        attrs=_attrs(),
-        in_shapes=(x.shape, wt.shape, None if bias is None else bias.shape),
-        in_dtypes=(dtype, dtype, None if bias is None else dtype),
+        attrs=_attrs(activation=activation),
+        in_shapes=(
+            x.shape,
+            wt.shape,
+            None if bias is None else bias.shape,
+            None if res is None else res.shape,
+        ),
+        in_dtypes=(dtype, dtype, None if bias is None else dtype, None if res is None else dtype),
         out_shapes=((n, m, h, w),),
         out_dtypes=(dtype,),
         backend=FakeBackend(),
     )
     kernel = bind_conv2d_gemm(ctx)
-    assert len(kernel.pre) == int(with_bias) and not kernel.post
+    # y = b broadcast and/or the residual first (one launch each), then the product accumulates onto it
+    assert len(kernel.pre) == int(with_bias) + int(with_residual) and not kernel.post
     kernel.pre = [_replayed(p) for p in kernel.pre]
     y = np.full((n, m, h, w), np.nan, dtype)
-    ins = [_Tensor(x), _Tensor(wt), None if bias is None else _Tensor(bias)]
+    ins = [_Tensor(x), _Tensor(wt)] + [None if t is None else _Tensor(t) for t in (bias, res)]
     kernel(ins, [_Tensor(y)], FakeBackend._Stream())
     assert lt.calls == 1, "one strided-batched call for the whole batch"
     want = np.einsum("mc,nchw->nmhw", wt[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
     if bias is not None:
         want += bias.astype(np.float64)[None, :, None, None]
+    if res is not None:
+        want += res.astype(np.float64)
+    if activation == "relu":
+        want = np.maximum(want, 0.0)
     tol = 1e-12 if dtype == "float64" else 1e-5  # float32: the call's own float32 rounding
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
     # what the native core replays: the same call, x as cuBLASLt's A, w as its B (batch stride 0)
     native = kernel.native
     assert isinstance(native, NativeMatmul)
     assert native.operands == (("in", 0), ("in", 1), ("out", 0), ("out", 0)) and native.bias is None
-    assert native.beta == (1.0 if with_bias else 0.0) and native.epilogue == int(lt.Epilogue.DEFAULT)
+    assert native.beta == (1.0 if with_bias or with_residual else 0.0)
+    assert native.epilogue == int(lt.Epilogue.RELU if activation == "relu" else lt.Epilogue.DEFAULT)
     a_layout, b_layout, c_layout = native.layouts
     assert a_layout == (h * w, c, h * w, n, c * h * w if n > 1 else 0)
     assert b_layout == (c, m, c, n, 0)  # w: the same matrix for every image

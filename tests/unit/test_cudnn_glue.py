@@ -66,14 +66,18 @@ class FakeGraph:
     def add(self, a, b, name):
         return self._node("add", a=a, b=b)
 
+    def relu(self, input, name):  # noqa: A002 - cuDNN's keyword
+        return self._node("relu", input=input)
+
     def sdpa(self, name, **kwargs):
         return self._node("sdpa", **kwargs), None
 
     def __getattr__(self, step):  # validate, build_operation_graph, create_execution_plans, ...
         def record(*args):
             self.steps.append((step, args))
-            if step == "build_plans" and self.fake.refuse and any(n[0] == "add" for n in self.nodes):
-                raise RuntimeError("no engine for conv + add")
+            pointwise = sum(n[0] in ("add", "relu") for n in self.nodes)
+            if step == "build_plans" and pointwise > self.fake.fuses:
+                raise RuntimeError(f"no engine for conv + {pointwise} pointwise ops")
 
         return record
 
@@ -85,8 +89,10 @@ class FakeGraph:
         self.executed.append((dict(zip(tensor_uids, buffers, strict=True)), workspace, handle))
 
 
-def fake_cudnn(*, refuse_fusion: bool = False) -> types.SimpleNamespace:
-    fake = types.SimpleNamespace(refuse=refuse_fusion, graphs=[], handles=[])
+def fake_cudnn(*, refuse_fusion: bool = False, fuses: int = 99) -> types.SimpleNamespace:
+    """A stand-in ``cudnn``: it plans graphs of a conv and at most ``fuses`` pointwise ops (0 with
+    ``refuse_fusion``)."""
+    fake = types.SimpleNamespace(fuses=0 if refuse_fusion else fuses, graphs=[], handles=[])
     names = ("FLOAT", "HALF", "BFLOAT16")
     fake.data_type = types.SimpleNamespace(**{n: n for n in names})
     fake.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
@@ -146,6 +152,7 @@ CONV_ATTRS = {
     "dilations": [1, 2],
     "auto_pad": "SAME_UPPER",
     "group": 1,
+    "activation": "none",
 }
 
 
@@ -199,6 +206,41 @@ def test_a_bias_cudnn_cannot_fuse_is_its_own_launch(monkeypatch):
     kernel = bind_conv2d(ctx)
     assert kernel.post == ("add-launch",) and made == [ctx]
     assert [n[0] for n in fake.graphs[-1].nodes] == ["conv_fprop"]
+
+
+RESIDUAL_SHAPES = [(2, 4, 8, 9), (6, 4, 3, 3), (6,), (2, 6, 4, 5)]
+
+
+def test_bias_residual_and_relu_fuse_into_one_graph_in_the_reference_order(cudnn):
+    ctx = _ctx(RESIDUAL_SHAPES, (2, 6, 4, 5), {**CONV_ATTRS, "activation": "relu"})
+    kernel = bind_conv2d(ctx)
+    assert not kernel.post
+    (graph,) = cudnn.graphs
+    (conv, _, c), (bias, b_args, yb), (res, r_args, yr), (relu, relu_args, _) = graph.nodes
+    assert (conv, bias, res, relu) == ("conv_fprop", "add", "add", "relu")
+    assert b_args["a"] is c and b_args["b"].dim == [1, 6, 1, 1]
+    assert r_args["a"] is yb and r_args["b"].dim == [2, 6, 4, 5] and r_args["b"].stride == [120, 20, 5, 1]
+    assert relu_args["input"] is yr
+    assert dict(kernel.operands)[r_args["b"].uid] == ("in", 3)
+    kernel([_ptr(0x10), _ptr(0x20), _ptr(0x30), _ptr(0x50)], [_ptr(0x40)], types.SimpleNamespace(handle=9))
+    assert graph.executed[-1][0] == {1: 0x10, 2: 0x20, 3: 0x30, 4: 0x40, r_args["b"].uid: 0x50}
+
+
+@pytest.mark.parametrize(
+    ("fuses", "after"),
+    [(2, ["relu"]), (1, ["residual", "relu"]), (0, ["bias", "residual", "relu"])],
+)
+def test_what_cudnn_cannot_fuse_runs_after_it_in_order(monkeypatch, fuses, after):
+    fake = fake_cudnn(fuses=fuses)
+    monkeypatch.setitem(__import__("sys").modules, "cudnn", fake)
+    for part in ("bias_add", "residual_add", "relu"):
+        monkeypatch.setattr(f"pipelink.ops.conv.cuda._{part}", lambda ctx, p=part: p.removesuffix("_add"))
+    ctx = _ctx(RESIDUAL_SHAPES, (2, 6, 4, 5), {**CONV_ATTRS, "activation": "relu"})
+    kernel = bind_conv2d(ctx)
+    assert list(kernel.post) == after
+    fused = ["conv_fprop"] + ["add", "add", "relu"][:fuses]
+    assert [n[0] for n in fake.graphs[-1].nodes] == fused
+    assert (5 in kernel.uids) is (fuses >= 2) and (3 in kernel.uids) is (fuses >= 1)
 
 
 def test_conv_transpose2d_is_the_data_gradient_with_its_pads_and_output_dims(cudnn):

@@ -473,6 +473,33 @@ def _conv_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     return [node, readers[0]], fused
 
 
+def _conv_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
+    """Conv (with a bias) -> Add of a tensor of its output's exact shape (-> Relu) -> one conv2d with that
+    tensor as its residual (and activation relu): ResNet's ``relu(bn(conv(h)) + shortcut)`` once BN is
+    folded into the Conv. On CUDA, cuDNN's conv + bias + add + relu graph where it has a plan. A Conv
+    without a bias is left alone: conv2d's ports are positional, and the residual follows the bias."""
+    if not _is_onnx(node, "Conv") or len(node.inputs) < 3 or not node.inputs[2]:
+        return None
+    out = node.outputs[0]
+    add = v.only_reader(out, "Add")
+    if add is None:
+        return None
+    r = _other(add, out)
+    if not r or r == out or v.shape(r) is None or v.shape(r) != v.shape(out):
+        return None
+    if v.g.dtypes.get(r) is None or v.g.dtypes.get(r) != v.g.dtypes.get(out):
+        return None
+    try:
+        inputs, attrs = conv2d_stage(v.g, node)
+    except Unsupported:
+        return None  # left to the Conv converter, which names what is wrong
+    chain, result = [node, add], add.outputs[0]
+    relu = v.only_reader(result, "Relu")
+    if relu is not None:
+        chain, result, attrs = [*chain, relu], relu.outputs[0], {**attrs, "activation": "relu"}
+    return chain, Node("conv2d", node.name, FUSED_DOMAIN, [*inputs, r], [result], attrs)
+
+
 def _gemm_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     """gemm + r (an Add of a tensor of the gemm's exact shape) -> one gemm with r as its residual (with no
     bias and no activation, r becomes the bias: the same sum). cuBLASLt reads r as its C matrix."""
@@ -766,6 +793,7 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("gemm_reshapes", _gemm_reshapes),
     ("gemm_activation", _gemm_activation),
     ("gemm_residual", _gemm_residual),
+    ("conv_residual", _conv_residual),
     ("conv_activation", _conv_activation),
     ("cast_to_same", _cast_to_same),
     ("softmax_scale_bias", _softmax_scale_bias),

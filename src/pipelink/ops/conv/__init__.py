@@ -71,9 +71,25 @@ def infer_conv2d(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     (n, c, h, w), (m, cg, kh, kw) = tuple(in_shapes[0]), tuple(in_shapes[1])
     _check_groups("conv2d", c, int(attrs["group"]), cg, m, w_layout="[M, C/group, kH, kW]")
     if not is_known(kh, kw):
-        return ((n, m, derived("conv2d", h), derived("conv2d", w)),), (in_dtypes[0],)
-    win = window_2d((h, w), (kh, kw), attrs, op="conv2d")
-    return ((n, m) + win.out,), (in_dtypes[0],)
+        out = (n, m, derived("conv2d", h), derived("conv2d", w))
+    else:
+        out = (n, m) + window_2d((h, w), (kh, kw), attrs, op="conv2d").out
+    if len(in_shapes) > 3 and in_shapes[3] is not None:
+        _check_residual(tuple(in_shapes[3]), out)
+    return (out,), (in_dtypes[0],)
+
+
+def _check_residual(shape: tuple, out: tuple) -> None:
+    """conv2d's ``residual`` has the output's shape exactly (it is added before the activation)."""
+    same = len(shape) == len(out) and all(unify(a, b) is not None for a, b in zip(shape, out, strict=True))
+    if not same:
+        raise ShapeMismatchError(
+            f"conv2d: input 'residual' has shape {list(shape)}, but the output is {list(out)}; the residual "
+            "is added to the output element by element, so give it the output's shape",
+            port="residual",
+            expected=list(out),
+            got=list(shape),
+        )
 
 
 def transpose_geometry(in_hw: tuple, kernel: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
@@ -170,7 +186,7 @@ def _conv2d_bind(ctx: KernelContext):
     windows = sliding_window_view(padded, win.extent, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
 
     def kernel(inputs, outputs, stream):
-        x, weight, bias = inputs
+        x, weight, bias, residual = inputs
         np.copyto(inner, x, casting="unsafe")
         wt = weight.astype(cdt, copy=False)
         for g in range(group):
@@ -180,6 +196,8 @@ def _conv2d_bind(ctx: KernelContext):
             acc[:, g * mg : (g + 1) * mg] = part.transpose(0, 3, 1, 2)
         if bias is not None:
             np.add(acc, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=acc)
+        if residual is not None:
+            np.add(acc, residual.astype(cdt, copy=False), out=acc)
         if relu:
             np.maximum(acc, 0, out=acc)  # NaN stays NaN, as the relu operator
         np.copyto(outputs[0], acc, casting="unsafe")
@@ -238,11 +256,18 @@ def descriptors() -> list[OperatorDescriptor]:
         _with_gemm_variant(
             builtin_operator(
                 "conv2d",
-                doc="2-d convolution (cross-correlation) of NCHW x with weights w, plus a bias.",
+                doc="2-d convolution (cross-correlation) of NCHW x with weights w: "
+                "y = activation(conv(x, w) + b + residual).",
                 inputs=[
                     Port("x", shape=["N", "C", "H", "W"], dtype="T"),
                     Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
                     Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+                    Port(
+                        "residual",
+                        dtype="T",
+                        optional=True,
+                        doc="[N, M, H_out, W_out], added before the activation (ResNet's shortcut)",
+                    ),
                 ],
                 outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
                 attrs=window_attrs()
@@ -253,7 +278,8 @@ def descriptors() -> list[OperatorDescriptor]:
                         "str",
                         "none",
                         choices=cuda.CONV_ACTIVATIONS,
-                        doc="applied after the bias (the import fuses a Relu that reads a Conv)",
+                        doc="applied after the bias and the residual (the import fuses a Relu that reads "
+                        "a Conv, or a Conv's Add)",
                     ),
                 ],
                 dtype_vars=floats,

@@ -16,6 +16,11 @@ nvidia-cudnn-frontend (``ops/cudnn_graph.py``).
   the group count from w. Begin and end pads are passed apart (asymmetric pads, auto_pad resolved by
   ``window_2d``). The bias is added in the same graph (a pointwise add of b seen as ``[1, M, 1, 1]``)
   when cuDNN has a fused plan, else by the elementwise family's add kernel right after, on the stream.
+  So are the ``residual`` (a second pointwise add, of a full ``[N, M, H_out, W_out]`` tensor) and the
+  relu ``activation`` after both: the most fused graph cuDNN has a plan for runs, and the parts it cannot
+  fuse follow as kernels, in the reference's order (bias, residual, relu). In the pointwise GEMM form the
+  bias and the residual are put in y before the product accumulates onto it, and the relu is cuBLASLt's
+  RELU epilogue.
 - ``conv_transpose2d`` is ``conv_dgrad``: the transposed convolution of x by w ``[C, M/group, kH, kW]``
   is the data gradient of the convolution of y by w whose output is x; the pads are that convolution's
   pads and output_padding only lengthens y (the output dims are given to cuDNN). Its bias is the add
@@ -69,11 +74,11 @@ __all__ = [
 KERNELS: dict = {}  # cuDNN chooses its own kernels: nothing to plan or tune here
 TUNED_AS: dict[str, str] = {}
 CONV_DTYPES = frozenset(IO_TYPES)
-CONV_ACTIVATIONS = ("none", "relu")  # conv2d's activation attribute: applied after the bias
+CONV_ACTIVATIONS = ("none", "relu")  # conv2d's activation attribute: applied after bias and residual
 GEMM_DTYPES = frozenset(FLOATS)  # cuBLASLt's: float64 too, which cuDNN lacks
 
 # Graph tensor uids.
-X, W, B, Y = 1, 2, 3, 4
+X, W, B, Y, R = 1, 2, 3, 4, 5
 _REDUCED = ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
 _NOT_FP32 = (
     "TENSOR_CORE",
@@ -113,6 +118,17 @@ def _bias_add(ctx: KernelContext) -> PlanLaunch:
     )
 
 
+def _residual_add(ctx: KernelContext) -> PlanLaunch:
+    """``y += residual`` (same shape; the elementwise family's add, in place)."""
+    dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
+    return PlanLaunch(
+        ctx.backend,
+        lambda al: plan_binary("add", dtype, out_shape, out_shape, alignment=al),
+        {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)},
+        ctx.stage,
+    )
+
+
 def _relu(ctx: KernelContext) -> PlanLaunch:
     """``y = relu(y)`` in place (the elementwise family's kernel): conv2d's activation when cuDNN has no
     plan with it fused."""
@@ -132,7 +148,13 @@ def _output(t: Any, shape: tuple, io: Any) -> None:
 
 
 def _conv_graph(
-    cudnn: Any, ctx: KernelContext, geometry: dict, *, fuse_bias: bool, fuse_relu: bool = False
+    cudnn: Any,
+    ctx: KernelContext,
+    geometry: dict,
+    *,
+    fuse_bias: bool,
+    fuse_residual: bool = False,
+    fuse_relu: bool = False,
 ) -> tuple[Any, int]:
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
     graph = new_graph(cudnn, ctx)
@@ -142,6 +164,9 @@ def _conv_graph(
     if fuse_bias:
         b = tensor(graph, "b", (1, out_shape[1], 1, 1), B)
         y = graph.add(a=y, b=b, name="bias")
+    if fuse_residual:
+        r = tensor(graph, "residual", out_shape, R)
+        y = graph.add(a=y, b=r, name="residual")
     if fuse_relu:
         y = graph.relu(input=y, name="relu")
     _output(y, out_shape, getattr(cudnn.data_type, IO_TYPES[dtype]))
@@ -205,16 +230,19 @@ def bind_conv2d_gemm(ctx: KernelContext) -> Any:
     # a = w [M, C] shared by the batch, b = x[n] [C, HW], c = y[n] [M, HW]
     batch = plan_batches((), (geo.batch,), (geo.batch,), geo.m, geo.k, geo.n)
     dtype, pre = ctx.in_dtypes[0], []
-    if ctx.in_shapes[2] is not None:
-        bias_shape = (geo.m, 1, 1)
+    bias, residual = ctx.in_shapes[2] is not None, len(ctx.in_shapes) > 3 and ctx.in_shapes[3] is not None
+    if bias or residual:  # y = b broadcast, or the residual, then (both) += the residual
+        source, shape = (2, (geo.m, 1, 1)) if bias else (3, out_shape)
         pre.append(
             PlanLaunch(
                 ctx.backend,
-                lambda _a: plan_bias_expand(dtype, bias_shape, out_shape),
-                {"x": ("in", 2), "y": ("out", 0)},
+                lambda _a: plan_bias_expand(dtype, shape, out_shape),
+                {"x": ("in", source), "y": ("out", 0)},
                 ctx.stage,
             )
         )
+    if bias and residual:
+        pre.append(_residual_add(ctx))
     try:
         return lt_product(
             ctx,
@@ -248,25 +276,30 @@ def bind_conv2d(ctx: KernelContext) -> Any:
     geometry = _geometry(win.pads_begin, win.pads_end, win.strides, win.dilations)
     operands = [(X, ("in", 0)), (W, ("in", 1)), (Y, ("out", 0))]
     relu = ctx.attrs["activation"] == "relu"
-    # The most fused graph cuDNN has a plan for: conv (+ bias) (+ relu); what it cannot fuse runs after it
-    # on the stream (the bias add, then the relu, in place).
     bias = ctx.in_shapes[2] is not None
-    tries = [(bias, relu), (bias, False)] if relu else [(bias, False)]
-    if bias:
-        tries.append((False, False))
-    for k, (fuse_bias, fuse_relu) in enumerate(tries):
+    residual = len(ctx.in_shapes) > 3 and ctx.in_shapes[3] is not None
+    # The most fused graph cuDNN has a plan for: conv (+ bias) (+ residual) (+ relu), each part fused only
+    # if the parts before it are; what it cannot fuse runs after it on the stream, in place, in order.
+    parts = [p for p, wanted in (("bias", bias), ("residual", residual), ("relu", relu)) if wanted]
+    for k in range(len(parts), -1, -1):
+        fused = parts[:k]
         try:
-            graph, workspace = _conv_graph(cudnn, ctx, geometry, fuse_bias=fuse_bias, fuse_relu=fuse_relu)
+            graph, workspace = _conv_graph(
+                cudnn,
+                ctx,
+                geometry,
+                fuse_bias="bias" in fused,
+                fuse_residual="residual" in fused,
+                fuse_relu="relu" in fused,
+            )
         except VariantDeclined:
-            if k == len(tries) - 1:
+            if k == 0:
                 raise
             continue
-        post = ([_bias_add(ctx)] if bias and not fuse_bias else []) + (
-            [_relu(ctx)] if relu and not fuse_relu else []
-        )
-        return CuDNNKernel(
-            ctx, graph, operands + ([(B, ("in", 2))] if fuse_bias else []), workspace, post=post
-        )
+        later = {"bias": _bias_add, "residual": _residual_add, "relu": _relu}
+        post = [later[p](ctx) for p in parts[k:]]
+        extra = [(B, ("in", 2))] * ("bias" in fused) + [(R, ("in", 3))] * ("residual" in fused)
+        return CuDNNKernel(ctx, graph, operands + extra, workspace, post=post)
     raise AssertionError("unreachable: the last try raises")
 
 
