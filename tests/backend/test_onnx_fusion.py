@@ -776,6 +776,112 @@ def test_a_conv_add_that_is_no_residual_is_left_to_the_other_patterns(why):
     _check(model, feeds, "cpu")
 
 
+# -- Conv -> BatchNormalization: folded into the conv's weights ---------------------------------------
+def _conv_bn(*, bias=True, after="Relu", bn_mean_computed=False, training=False, conv_read_elsewhere=False):
+    rng = np.random.default_rng(13)
+    init = {
+        "w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3,
+        "scale": rng.uniform(0.5, 1.5, 6).astype(F),
+        "shift": rng.standard_normal(6).astype(F),
+        "var": rng.uniform(0.2, 2.0, 6).astype(F),
+    }
+    inputs = ["x", "w"]
+    if bias:
+        init["b"] = rng.standard_normal(6).astype(F)
+        inputs.append("b")
+    graph_inputs = [("x", [2, 3, 8, 8])]
+    if bn_mean_computed:  # the mean is a graph input: nothing to fold
+        graph_inputs.append(("mean", [6]))
+    else:
+        init["mean"] = rng.standard_normal(6).astype(F)
+    bn_attrs = {"epsilon": 1e-3}
+    if training:
+        bn_attrs["training_mode"] = 1
+    nodes = [
+        helper.make_node("Conv", inputs, ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], name="/bn", **bn_attrs
+        ),
+    ]
+    feeds = {"x": rng.standard_normal((2, 3, 8, 8)).astype(F)}
+    graph_outputs = [("y", [2, 6, 8, 8])]
+    if after == "Relu":
+        nodes.append(helper.make_node("Relu", ["n"], ["y"], name="/relu"))
+    elif after == "Add":
+        graph_inputs.append(("r", [2, 6, 8, 8]))
+        feeds["r"] = rng.standard_normal((2, 6, 8, 8)).astype(F)
+        nodes += [
+            helper.make_node("Add", ["n", "r"], ["s"], name="/add"),
+            helper.make_node("Relu", ["s"], ["y"], name="/relu"),
+        ]
+    else:
+        graph_outputs = [("n", [2, 6, 8, 8])]
+    if conv_read_elsewhere:
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["z"], name="/sigmoid"))
+        graph_outputs.append(("z", [2, 6, 8, 8]))
+    if bn_mean_computed:
+        feeds["mean"] = rng.standard_normal(6).astype(F)
+    model = om.make_model(nodes, graph_inputs, graph_outputs, init, "conv_bn")
+    return model, feeds
+
+
+@pytest.mark.parametrize(
+    ("bias", "after", "want"),
+    [
+        (True, "Relu", {"activation": "relu", "inputs": 3}),
+        (False, "Relu", {"activation": "relu", "inputs": 3}),  # the fold gives the conv a bias
+        (True, "Add", {"activation": "relu", "inputs": 4}),  # ResNet's block end, exported unfolded
+        (True, None, {"activation": "none", "inputs": 3}),
+    ],
+)
+def test_a_batch_norm_after_a_conv_is_folded_into_its_weights(bias, after, want, device):
+    model, feeds = _conv_bn(bias=bias, after=after)
+    (stage,) = _stages(model)
+    assert stage["name"] == "conv2d" and len(stage["inputs"]) == want["inputs"]
+    assert stage.get("attrs", {}).get("activation", "none") == want["activation"]
+    config, weights = import_model(model)
+    w = weights[config["pipeline"][0]["inputs"][1]]
+    s = _conv_bn_scale(model)
+    init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    np.testing.assert_allclose(w, init["w"] * s[:, None, None, None], rtol=1e-6)
+    _check(model, feeds, device)
+
+
+def _conv_bn_scale(model):
+    init = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
+    return init["scale"] / np.sqrt(init["var"] + np.float64(np.float32(1e-3)))
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        {"bn_mean_computed": True},  # a parameter the graph computes
+        {"conv_read_elsewhere": True},  # the conv's own output is read too
+    ],
+)
+def test_a_batch_norm_that_cannot_be_folded_stays_a_stage(why):
+    model, feeds = _conv_bn(**why)
+    assert "batch_norm" in _ops(model)
+    _check(model, feeds, "cpu")
+
+
+def test_a_training_batch_norm_is_not_folded():
+    model, _ = _conv_bn(training=True)
+    with pytest.raises(pl.PipeLinkError, match="training_mode"):
+        import_model(model)
+
+
+def test_the_helper_built_resnet_folds_its_batch_norms():
+    from benchmarks.model_zoo import tiny_model
+
+    model, feeds = tiny_model("resnet18", 1)
+    ops = _ops(model)
+    assert "batch_norm" not in ops and ops.count("conv2d") == sum(
+        n.op_type == "Conv" for n in model.graph.node
+    )
+    _check(model, feeds, "cpu")
+
+
 # -- whole models -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gpt2_block", "resnet18", "espcn"])
 def test_model_zoo_twins_fused_and_unfused_match_onnxruntime(name, device):

@@ -71,7 +71,7 @@ def test_symbolic_dims_stay_symbolic(name, batches, device):
 
 def test_imported_config_declares_inputs_outputs_and_reads_weights():
     model, _ = om.resnet_block()
-    config, weights = import_model(model)
+    config, weights = import_model(model, fuse=False)  # one stage per node (the fused import: below)
     assert config["inputs"] == {"input": {"dtype": "float32", "shape": ["batch_size", 3, 16, 16]}}
     assert config["outputs"] == ["logits"]
     assert "weights" not in config  # the arrays are returned, not written
@@ -83,6 +83,11 @@ def test_imported_config_declares_inputs_outputs_and_reads_weights():
     tensors = [t for s in config["pipeline"] for t in s["inputs"] + s["outputs"]]
     assert "stem_Conv_output_0" in tensors and not any(t.startswith("/") for t in tensors)
     assert pl.validate(config, device="cpu") != []  # without the weights, the constants are unknown inputs
+    # Fused, each BatchNormalization is folded into its Conv: new weights replace the conv's and BN's.
+    config, weights = import_model(model)
+    ops = [s["name"] for s in config["pipeline"]]
+    assert ops.count("conv2d") == 3 and "batch_norm" not in ops
+    assert sum(name.endswith("_bn_folded") for name in weights) == 6 and not any(".bn." in n for n in weights)
 
 
 # -- one node per mapped op type ----------------------------------------------------------------------
@@ -369,7 +374,7 @@ def test_cli_import_round_trip(tmp_path, capsys, rng):
     written = json.loads((out / "pipeline.json").read_text())
     assert written["weights"] == "weights.npz"
     with np.load(out / "weights.npz", allow_pickle=False) as archive:
-        assert set(archive.files) == {t.name for t in model.graph.initializer}
+        assert set(archive.files) == set(import_model(model)[1])  # the weights the stages read
     # An ordinary config: moved elsewhere, it still finds its weights next to it.
     moved = tmp_path / "moved"
     shutil.copytree(out, moved)

@@ -5,7 +5,9 @@ Each pattern is one small function that matches exactly or leaves the nodes alon
 (within :data:`CONST_RTOL`), shapes and dtypes where they matter, and every intermediate tensor of a chain
 must be read by the chain alone and not be a graph output. A fusion must never change what a model
 computes beyond the rounding of the fused operator. The result of a match is a node of
-:data:`FUSED_DOMAIN`: its op type is a PipeLink operator and its attributes are that operator's.
+:data:`FUSED_DOMAIN`: its op type is a PipeLink operator and its attributes are that operator's. A fold of
+constants (a BatchNormalization into the Conv before it) gives an ONNX node instead, reading new constants,
+so that the patterns after it still see a Conv.
 """
 
 from __future__ import annotations
@@ -473,6 +475,65 @@ def _conv_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     return [node, readers[0]], fused
 
 
+def _batch_norm_constants(v: _View, bn: Node, channels: int, dtype: str) -> tuple | None:
+    """scale, B, mean and var of an inference BatchNormalization: constants [channels] of ``dtype``."""
+    if bn.attrs.get("training_mode", 0) or bn.attrs.get("spatial", 1) != 1 or len(bn.inputs) < 5:
+        return None
+    if any(out for out in bn.outputs[1:]):
+        return None  # the running mean and var outputs are training's
+    arrays = [v.g.constants.get(name) for name in bn.inputs[1:5]]
+    if any(a is None or a.shape != (channels,) or not _is_float(a) for a in arrays):
+        return None
+    if any(get_dtype(a.dtype).name != dtype for a in arrays):
+        return None
+    return tuple(a.astype(np.float64) for a in arrays)
+
+
+def _new_constant(v: _View, base: str, array: np.ndarray) -> str:
+    """Add ``array`` to the graph's constants under a new ONNX name made from ``base``."""
+    name, k = f"{base}_bn_folded", 0
+    while name in v.g.constants or name in v.producer or name in v.readers:
+        k += 1
+        name = f"{base}_bn_folded_{k}"
+    v.g.constants[name] = array
+    v.g.dtypes[name] = get_dtype(array.dtype).name
+    return name
+
+
+def _conv_batch_norm(v: _View, node: Node) -> tuple[list[Node], Node] | None:
+    """Conv -> BatchNormalization (inference, constant parameters) -> one Conv with the normalisation
+    folded into its weights and bias: ``w' = w * s``, ``b' = (b - mean) * s + B`` per output channel, with
+    ``s = scale / sqrt(var + epsilon)``, computed in float64 and rounded once to the weights' dtype (a
+    model exported without constant folding, or in training mode then set to eval, keeps the BN nodes)."""
+    if not _is_onnx(node, "Conv") or len(node.inputs) < 2:
+        return None
+    w = v.g.constants.get(node.inputs[1])
+    if w is None or w.ndim != 4 or not _is_float(w):
+        return None
+    dtype = get_dtype(w.dtype).name
+    b = v.g.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if len(node.inputs) > 2 and node.inputs[2] and (b is None or b.shape != (w.shape[0],)):
+        return None  # a computed or malformed bias: left to the converters
+    bn = v.only_reader(node.outputs[0], "BatchNormalization")
+    if bn is None or bn.inputs[0] != node.outputs[0] or not v.internal([node, bn], bn.outputs[0]):
+        return None
+    params = _batch_norm_constants(v, bn, w.shape[0], dtype)
+    if params is None:
+        return None
+    scale, shift, mean, var = params
+    s = scale / np.sqrt(var + float(_float32(bn.attrs.get("epsilon", 1e-5))))
+    w_folded = (w.astype(np.float64) * s[:, None, None, None]).astype(w.dtype)
+    b_folded = ((0.0 if b is None else b.astype(np.float64)) - mean) * s + shift
+    inputs = [
+        node.inputs[0],
+        _new_constant(v, node.inputs[1], w_folded),
+        _new_constant(
+            v, node.inputs[2] if b is not None else node.inputs[1] + "_bias", b_folded.astype(w.dtype)
+        ),
+    ]
+    return [node, bn], Node("Conv", node.name, node.domain, inputs, [bn.outputs[0]], dict(node.attrs))
+
+
 def _conv_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     """Conv (with a bias) -> Add of a tensor of its output's exact shape (-> Relu) -> one conv2d with that
     tensor as its residual (and activation relu): ResNet's ``relu(bn(conv(h)) + shortcut)`` once BN is
@@ -785,7 +846,8 @@ Pattern = Callable[[_View, Node], "tuple[list[Node], Node | list[Node]] | None"]
 
 #: The patterns, in the order they run (each until it matches no more): the GELU chains first, so that
 #: the gemm patterns see one gelu node; the gemm's reshapes before its residual, whose shape is the 3-d one;
-#: the split views after the gemm's reshapes, which give c_attn's output its 3-d shape.
+#: the split views after the gemm's reshapes, which give c_attn's output its 3-d shape; the BatchNormalization
+#: fold before the conv patterns, which then see one Conv.
 PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("gelu", _gelu_chain),
     ("layer_norm", _layer_norm_chain),
@@ -793,6 +855,7 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
     ("gemm_reshapes", _gemm_reshapes),
     ("gemm_activation", _gemm_activation),
     ("gemm_residual", _gemm_residual),
+    ("conv_batch_norm", _conv_batch_norm),
     ("conv_residual", _conv_residual),
     ("conv_activation", _conv_activation),
     ("cast_to_same", _cast_to_same),
