@@ -6,6 +6,8 @@ reduce_scatter that does not divide, a peer that does not exist) would surface o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,34 @@ def test_the_benchmark_overlap_composition_is_layer_norm_of_the_all_reduce(strea
     y = np.asarray(pl.load(cfg, device="cpu").run(x=x, gamma=gamma, beta=beta)["y"])
     mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-5) * gamma + beta, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("comm", "compute", "share"),
+    [
+        ([(0, 4)], [(0, 4)], 1.0),
+        ([(0, 4)], [(4, 8)], 0.0),  # touching is not overlapping
+        ([(0, 4), (4, 8)], [(2, 6)], 0.5),
+        ([(0, 2), (1, 3)], [(2, 10)], 1 / 3),  # overlapping comm spans count once
+        ([(0, 10)], [(1, 2), (3, 4), (5, 9)], 0.6),
+        ([(5, 6), (0, 1)], [(0.5, 5.5)], 0.5),  # any order
+    ],
+)
+def test_the_hidden_share_is_comm_time_under_compute_over_comm_time(comm, compute, share):
+    from benchmarks.distributed import hidden_fraction
+
+    assert hidden_fraction(comm, compute) == pytest.approx(share)
+    assert math.isnan(hidden_fraction([], compute))
+
+
+def test_the_overlap_spans_come_from_a_profiled_runs_device_timestamps():
+    from benchmarks.distributed import stage_spans
+    from pipelink.runtime.report import RunReport, StageReport
+
+    report = RunReport()
+    for sid, start, dur in (("ar0", 0.0, 2.0), ("ln0", 2.0, 3.0), ("ar1", 2.0, 2.0), ("split", None, None)):
+        report.stages[sid] = StageReport(sid, "op", device_start_s=start, device_time_s=dur)
+    assert stage_spans(report, "ar") == [(0.0, 2.0), (2.0, 4.0)] and stage_spans(report, "ln") == [(2.0, 5.0)]
 
 
 def test_an_aborted_communicator_fails_every_later_call():

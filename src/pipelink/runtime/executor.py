@@ -27,7 +27,15 @@ from ..modules.registry import OperatorRegistry
 from .checked import GUARD_BYTES, CheckedPlan
 from .isolate import isolate
 from .plan import ExecutionPlan, Step
-from .policies import _NVTX_ENV, apply_policy, nvtx_module, post_checks, run_kernel, stage_error
+from .policies import (
+    _NVTX_ENV,
+    apply_policy,
+    nvtx_module,
+    post_checks,
+    resolve_timeline,
+    run_kernel,
+    stage_error,
+)
 from .report import RunReport, StageReport
 from .staging import HostStaged
 
@@ -479,6 +487,9 @@ def execute(
     missing: set[str] = set()
     events: dict[int, Any] = {}
     multi_stream = len(streams) > 1
+    # Profiling on a device: each stage between two timing events, read once everything is queued.
+    timeline = [] if profile and backend.capabilities.asynchronous else None
+    origin = backend.record_event(streams[0], timing=True) if timeline is not None else None
     if multi_stream:
         # Side streams start after what is queued on the main stream (the inputs, the caller's work) and,
         # in a capture, join it through this event.
@@ -503,7 +514,7 @@ def execute(
             missing.update(step.out_names)
             continue
         if step.view:  # no kernel: its output is its input's memory (and so costs nothing)
-            rep.device_time_s = 0.0 if profile and backend.capabilities.asynchronous else None
+            rep.device_time_s = 0.0 if timeline is not None else None
             continue
         stream = streams[step.stream_id]
         if preload_event is not None and step.reads_preloaded:
@@ -520,7 +531,7 @@ def execute(
         if nvtx is not None:
             nvtx.push_range(f"{st.id} ({st.desc.name})", domain="pipelink")
         t0 = clock()
-        error = run_kernel(step, ins, outs, stream, backend, profile, rep)
+        error = run_kernel(step, ins, outs, stream, backend, rep, timeline)
         rep.time_s = clock() - t0
         if nvtx is not None:
             nvtx.pop_range(domain="pipelink")
@@ -537,6 +548,8 @@ def execute(
         for index, step in enumerate(plan.steps):
             if step.stream_id != 0 and index in events:
                 backend.wait_event(main, events[index])
+    if timeline:
+        resolve_timeline(backend, origin, timeline)
     report.missing_outputs = [n for n in graph.outputs if n in missing]
     if fresh_passthrough:  # a graph capture's caller copies them (never inside the capture)
         copy_passthrough(plan, backend, values, streams[0], given)

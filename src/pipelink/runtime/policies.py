@@ -5,13 +5,14 @@ and the stage's ``on_error`` policy when it fails. Never lets a stage's exceptio
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..errors import CUDAError, ModuleCrashError, PipeLinkError, PipeLinkTimeoutError
 from ..graph.linker import LinkedGraph
 from .plan import Step
 from .report import StageReport
 
-__all__ = ["run_kernel", "stage_error", "post_checks", "apply_policy", "nvtx_module"]
+__all__ = ["run_kernel", "resolve_timeline", "stage_error", "post_checks", "apply_policy", "nvtx_module"]
 
 
 _NVTX_ENV = os.environ.get("PIPELINK_NVTX") == "1"
@@ -27,19 +28,29 @@ def nvtx_module():
 
 
 def run_kernel(
-    step: Step, ins, outs, stream, backend, profile: bool, rep: StageReport
+    step: Step, ins, outs, stream, backend, rep: StageReport, timeline: list | None = None
 ) -> PipeLinkError | None:
+    """Run one stage's kernel; with a ``timeline`` (profiling on a device backend) the stage's work is
+    bracketed by two timing events, appended as ``(rep, start, end)`` and read after the run's last launch
+    (:func:`resolve_timeline`), so profiling waits for nothing between stages and streams still overlap."""
     try:
-        if profile and backend.capabilities.asynchronous:
+        if timeline is not None:
             start = backend.record_event(stream, timing=True)
             step.kernel(ins, outs, stream)
-            end = backend.record_event(stream, timing=True)
-            rep.device_time_s = backend.elapsed(start, end)
+            timeline.append((rep, start, backend.record_event(stream, timing=True)))
         else:
             step.kernel(ins, outs, stream)
         return None
     except Exception as e:  # noqa: BLE001 - any failure of user code is this stage's failure
         return stage_error(step, e)
+
+
+def resolve_timeline(backend, origin: Any, timeline: list) -> None:
+    """Fill each profiled stage's device times from its events: ``device_start_s`` from ``origin`` (an
+    event recorded on the main stream when the run started) and ``device_time_s`` (waits for the last)."""
+    for rep, start, end in timeline:
+        rep.device_time_s = backend.elapsed(start, end)
+        rep.device_start_s = backend.elapsed(origin, start)
 
 
 def stage_error(step: Step, e: Exception) -> PipeLinkError:
@@ -131,7 +142,6 @@ def apply_policy(
             outs[:n_out],
             stream,
             backend,
-            False,
             rep,
         )
         if fb_error is not None:

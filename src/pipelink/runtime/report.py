@@ -24,6 +24,9 @@ class StageReport:
     error: PipeLinkError | None = None
     time_s: float | None = 0.0  # host time around the stage; None where not measured (runs of the core)
     device_time_s: float | None = None  # filled with profile=True on a device backend
+    # profile=True on a device backend: when the stage's work started on its stream, in seconds after the
+    # run's first event on the main stream (stages on several streams overlap where these intervals do)
+    device_start_s: float | None = None
     variant: str = ""
     action: str = ""  # what the policy did: "identity", "fallback:<op>", "skip"
 
@@ -35,6 +38,7 @@ class StageReport:
             "error": self.error.to_dict() if self.error else None,
             "time_s": self.time_s,
             "device_time_s": self.device_time_s,
+            "device_start_s": self.device_start_s,
             "variant": self.variant,
             "action": self.action,
         }

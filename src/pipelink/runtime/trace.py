@@ -1,4 +1,5 @@
-"""Chrome/Perfetto trace of one run: a host span per stage, and a device span where it was profiled."""
+"""Chrome/Perfetto trace of one run: a host span per stage, and a device span where it was profiled, at
+the time the device ran it (stages that overlapped on several streams go on lanes of their own)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def trace_events(pipe, report) -> list[dict]:
         {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": f"device {pipe.device}"}},
     ]
     host_t, dev_t = 0.0, 0.0
+    lanes: list[float] = []  # profiled device spans: the end of the last span on each lane
     untimed = [s.stage for s in report.stages.values() if s.time_s is None]
     if untimed:  # a run of the native core: it times the run, not its stages
         events.append(
@@ -49,21 +51,37 @@ def trace_events(pipe, report) -> list[dict]:
             }
         )
         host_t += s.time_s * 1e6
-        if s.device_time_s is not None:
-            dev_t = max(dev_t, host_t - s.time_s * 1e6)
-            events.append(
-                {
-                    "ph": "X",
-                    "pid": 1,
-                    "tid": 2,
-                    "name": s.stage,
-                    "cat": "kernel",
-                    "ts": dev_t,
-                    "dur": s.device_time_s * 1e6,
-                    "args": {"operator": s.operator},
-                }
-            )
-            dev_t += s.device_time_s * 1e6
+        if s.device_time_s is None:
+            continue
+        if s.device_start_s is not None:  # where the device ran it (a lane per overlapping stage)
+            ts = s.device_start_s * 1e6
+            lane = next((k for k, end in enumerate(lanes) if end <= ts), len(lanes))
+            lanes[lane : lane + 1] = [ts + s.device_time_s * 1e6]
+        else:
+            ts, lane = max(dev_t, host_t - s.time_s * 1e6), 0
+            dev_t = ts + s.device_time_s * 1e6
+        events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": 2 + lane,
+                "name": s.stage,
+                "cat": "kernel",
+                "ts": ts,
+                "dur": s.device_time_s * 1e6,
+                "args": {"operator": s.operator},
+            }
+        )
+    for lane in range(1, len(lanes)):
+        events.append(
+            {
+                "ph": "M",
+                "pid": 1,
+                "tid": 2 + lane,
+                "name": "thread_name",
+                "args": {"name": f"device, lane {lane + 1}"},
+            }
+        )
     return events
 
 
