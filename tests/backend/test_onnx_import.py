@@ -262,6 +262,33 @@ def test_table_covers_the_brief():
     assert wanted <= set(CONVERTERS)
 
 
+def _softmax_rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """Softmax before opset 13, as its spec defines it: x seen as [prod(dims before axis), prod(dims from
+    axis)], each row normalised (not the reference evaluator's, which uses opset 13's one-axis rule)."""
+    rows = x.reshape(int(np.prod(x.shape[:axis])), -1).astype(np.float64)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((2, 5, 3), 0), ((2, 5, 3), 1), ((1, 4, 4, 4), -2), ((3, 4), 1)])
+@pytest.mark.parametrize("dims", ["fixed", "symbolic batch"])
+def test_softmax_before_opset_13_normalises_the_flattened_rows(rng, shape, axis, dims):
+    x = _r(rng, *shape)
+    node = onnx.helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=axis)
+    declared = list(shape) if dims == "fixed" else ["N", *shape[1:]]
+    model = om.make_model([node], [("x", declared)], [("y", declared)], {}, "softmax11", opset=11)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    np.testing.assert_allclose(got, _softmax_rows(x, axis % len(shape)), rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_before_opset_13_without_the_inputs_rank_is_refused_clearly():
+    node = onnx.helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)
+    model = om.make_model([node], [("x", None)], [("y", None)], {}, "softmax11", opset=11)
+    with pytest.raises(pl.PipeLinkError, match="Softmax before opset 13 with axis=1 .*rank"):
+        import_model(model)
+
+
 def test_constant_nodes_fold_into_weights(rng):
     x = _r(rng, 2, 6)
     nodes = [

@@ -241,11 +241,25 @@ def _pow(g: Graph, node: Node) -> None:
 
 def _softmax(g: Graph, node: Node) -> None:
     axis = int(_attr(node, "axis", -1 if g.opset >= 13 else 1))
-    if g.opset < 13 and axis != -1:
+    shape = g.shapes.get(node.inputs[0])
+    rank = len(shape) if shape is not None else None
+    if g.opset >= 13 or axis == -1 or (rank is not None and axis in (rank - 1, -1)):
+        g.stage(node, "softmax", node.inputs[:1], node.outputs[:1], axis=axis)
+        return
+    # Before opset 13 the input is seen as 2-d, [prod(dims before axis), prod(dims from axis)], and each row
+    # is normalised: flatten at the axis, softmax over the last axis, reshape back (both views, no copy).
+    if rank is None or sum(not isinstance(d, int) for d in shape) > 1:  # None or a symbol: unknown here
         raise Unsupported(
-            f"Softmax before opset 13 with axis={axis} flattens the input; only axis=-1 is supported"
+            f"Softmax before opset 13 with axis={axis} normalises over every dim from the axis on; that "
+            "needs the input's rank and at most one unknown dim (re-export at opset 13+ or with fixed shapes)"
         )
-    g.stage(node, "softmax", node.inputs[:1], node.outputs[:1], axis=axis)
+    if not -rank <= axis <= rank:
+        raise Unsupported(f"Softmax axis {axis} is out of range for a rank-{rank} input")
+    flat, probs = f"{node.outputs[0]}__flat", f"{node.outputs[0]}__rows"
+    g.stage(node, "flatten", node.inputs[:1], [flat], axis=axis)
+    g.stage(node, "softmax", [flat], [probs], axis=-1)
+    back = [int(d) if isinstance(d, int) else -1 for d in shape]
+    g.stage(node, "reshape", [probs], node.outputs[:1], shape=back, allowzero=False)
 
 
 def _layer_norm(g: Graph, node: Node) -> None:

@@ -677,7 +677,7 @@ def _softmax_scale_bias(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     if not _is_onnx(node, "Softmax"):
         return None
     axis = int(node.attrs.get("axis", -1 if v.g.opset >= 13 else 1))
-    if v.g.opset < 13 and axis != -1:  # older Softmax flattens from axis: the converter refuses it
+    if v.g.opset < 13 and axis != -1:  # older Softmax flattens from axis: the converter handles it
         return None
     scores, bias, chain = node.inputs[0], None, [node]
     add = v.made_by(scores, "Add")
