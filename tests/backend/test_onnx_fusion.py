@@ -691,13 +691,17 @@ def test_a_split_with_nothing_to_take_is_left_alone(device, rng):
 
 
 # -- Conv -> Relu ---------------------------------------------------------------------------------------
-def _conv_relu(extra_reader: bool = False, bias: bool = True):
-    rng = np.random.default_rng(7)
+def _conv_weights(rng, bias: bool) -> tuple[dict, list[str]]:
+    """A Conv's initializers (w [6, 3, 3, 3], and b [6] with ``bias``) and its input names."""
     init = {"w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3}
-    inputs = ["x", "w"]
     if bias:
         init["b"] = rng.standard_normal(6).astype(F)
-        inputs.append("b")
+    return init, ["x", "w", "b"] if bias else ["x", "w"]
+
+
+def _conv_relu(extra_reader: bool = False, bias: bool = True):
+    rng = np.random.default_rng(7)
+    init, inputs = _conv_weights(rng, bias)
     nodes = [
         helper.make_node("Conv", inputs, ["c"], name="/conv/Conv", pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c"], ["y"], name="/relu/Relu"),
@@ -728,11 +732,7 @@ def test_a_conv_read_elsewhere_keeps_its_relu():
 # -- Conv -> Add (-> Relu): the residual --------------------------------------------------------------
 def _conv_add(*, relu: bool = True, bias: bool = True, r_shape=(2, 6, 4, 4), conv_read_elsewhere=False):
     rng = np.random.default_rng(11)
-    init = {"w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3}
-    inputs = ["x", "w"]
-    if bias:
-        init["b"] = rng.standard_normal(6).astype(F)
-        inputs.append("b")
+    init, inputs = _conv_weights(rng, bias)
     nodes = [
         helper.make_node("Conv", inputs, ["c"], name="/conv/Conv", pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Add", ["r", "c"], ["s"], name="/add/Add"),  # the shortcut first: either slot
@@ -779,16 +779,10 @@ def test_a_conv_add_that_is_no_residual_is_left_to_the_other_patterns(why):
 # -- Conv -> BatchNormalization: folded into the conv's weights ---------------------------------------
 def _conv_bn(*, bias=True, after="Relu", bn_mean_computed=False, training=False, conv_read_elsewhere=False):
     rng = np.random.default_rng(13)
-    init = {
-        "w": rng.standard_normal((6, 3, 3, 3)).astype(F) * 0.3,
-        "scale": rng.uniform(0.5, 1.5, 6).astype(F),
-        "shift": rng.standard_normal(6).astype(F),
-        "var": rng.uniform(0.2, 2.0, 6).astype(F),
-    }
-    inputs = ["x", "w"]
-    if bias:
-        init["b"] = rng.standard_normal(6).astype(F)
-        inputs.append("b")
+    init, inputs = _conv_weights(rng, bias)
+    init["scale"] = rng.uniform(0.5, 1.5, 6).astype(F)
+    init["shift"] = rng.standard_normal(6).astype(F)
+    init["var"] = rng.uniform(0.2, 2.0, 6).astype(F)
     graph_inputs = [("x", [2, 3, 8, 8])]
     if bn_mean_computed:  # the mean is a graph input: nothing to fold
         graph_inputs.append(("mean", [6]))

@@ -11,19 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelink.backends.base import Capabilities
-from pipelink.backends.cpu import CPUBackend
 from pipelink.config import build_config
 from pipelink.descriptor import OperatorDescriptor, Port, Variant
-from pipelink.dtypes import get_dtype
 from pipelink.graph.linker import link
-from pipelink.hardware import HardwareInfo
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.pipeline import Pipeline
 from pipelink.runtime.trace import trace_events
-from pipelink.tensor import Tensor
-
-GPU = HardwareInfo(kind="cuda", name="FakeGPU", compute_capability=(9, 0), features={"fp32": 1})
+from tests.unit.test_variant_choice import FakeDevice
 
 
 class _Stream:
@@ -36,40 +30,14 @@ class _Event:
         self.t = t
 
 
-class ClockedDevice(CPUBackend):
-    """Host memory dressed as an asynchronous device with a clock per stream; logs launches and reads."""
-
-    kind = "fake"
-    capabilities = Capabilities(host_access=False, asynchronous=True, cuda_graphs=False, isolation="none")
+class ClockedDevice(FakeDevice):
+    """test_variant_choice's fake device (host memory dressed as a device) with a clock per stream; logs
+    launches and event reads."""
 
     def __init__(self):
         super().__init__()
-        self.info = GPU
-        self.device = "cpu"
-        self.log: list[str] = []
         self.main = _Stream("main")
         self.side: list[_Stream] = []
-
-    def view(self, alloc, offset, shape, dtype, strides=None):
-        return Tensor.from_numpy(super().view(alloc, offset, shape, dtype))
-
-    def empty(self, shape, dtype):
-        return Tensor.from_numpy(np.empty(shape, dtype=get_dtype(dtype).numpy))
-
-    def wrap(self, arg):
-        return arg
-
-    def import_input(self, value, **kwargs):
-        return Tensor.from_numpy(np.ascontiguousarray(super().import_input(value, **kwargs)))
-
-    def match_inputs(self, signature, given, stream):
-        return None
-
-    def signature_of(self, arg):
-        return arg.shape, arg.dtype.name, arg.is_contiguous
-
-    def copy(self, dst, src, *, stream=None):
-        np.copyto(dst.numpy(), src.numpy())
 
     def default_stream(self):
         return self.main

@@ -475,6 +475,20 @@ def _conv_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     return [node, readers[0]], fused
 
 
+def _residual_of(v: _View, out: str) -> tuple[Node, str] | None:
+    """The Add that alone reads ``out`` and the other tensor it adds, r, when r has ``out``'s exact shape
+    and dtype (a residual; a broadcast add is not one)."""
+    add = v.only_reader(out, "Add")
+    if add is None:
+        return None
+    r = _other(add, out)
+    if not r or r == out or v.shape(r) is None or v.shape(r) != v.shape(out):
+        return None
+    if v.g.dtypes.get(r) is None or v.g.dtypes.get(r) != v.g.dtypes.get(out):
+        return None
+    return add, r
+
+
 def _batch_norm_constants(v: _View, bn: Node, channels: int, dtype: str) -> tuple | None:
     """scale, B, mean and var of an inference BatchNormalization: constants [channels] of ``dtype``."""
     if bn.attrs.get("training_mode", 0) or bn.attrs.get("spatial", 1) != 1 or len(bn.inputs) < 5:
@@ -541,15 +555,10 @@ def _conv_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     without a bias is left alone: conv2d's ports are positional, and the residual follows the bias."""
     if not _is_onnx(node, "Conv") or len(node.inputs) < 3 or not node.inputs[2]:
         return None
-    out = node.outputs[0]
-    add = v.only_reader(out, "Add")
-    if add is None:
+    found = _residual_of(v, node.outputs[0])
+    if found is None:
         return None
-    r = _other(add, out)
-    if not r or r == out or v.shape(r) is None or v.shape(r) != v.shape(out):
-        return None
-    if v.g.dtypes.get(r) is None or v.g.dtypes.get(r) != v.g.dtypes.get(out):
-        return None
+    add, r = found
     try:
         inputs, attrs = conv2d_stage(v.g, node)
     except Unsupported:
@@ -570,18 +579,10 @@ def _gemm_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     inputs, attrs = parts
     if len(inputs) > 3:
         return None
-    out = node.outputs[0]
-    add = v.only_reader(out, "Add")
-    if add is None:
+    found = _residual_of(v, node.outputs[0])
+    if found is None:
         return None
-    r = _other(add, out)
-    if not r or r == out:
-        return None
-    r_shape, out_shape = v.shape(r), v.shape(out)
-    if r_shape is None or r_shape != out_shape:
-        return None
-    if v.g.dtypes.get(r) is None or v.g.dtypes.get(r) != v.g.dtypes.get(out):
-        return None
+    add, r = found
     if len(inputs) == 3:
         return [node, add], _gemm(node, [*inputs, r], attrs, add.outputs[0])
     if attrs.get("activation", "none") != "none":
