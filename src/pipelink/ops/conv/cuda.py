@@ -106,27 +106,25 @@ def _geometry(begin, end, strides, dilations) -> dict[str, list[int]]:
     }
 
 
-def _bias_add(ctx: KernelContext) -> PlanLaunch:
-    """``y += b`` with b read as ``[M, 1, 1]`` (the elementwise family's broadcast add, in place)."""
+def _add_into_y(ctx: KernelContext, port: int) -> PlanLaunch:
+    """``y += b`` (``port`` 2, read as ``[M, 1, 1]``) or ``y += residual`` (``port`` 3, y's shape): the
+    elementwise family's add, in place."""
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
-    bias_shape = (out_shape[1], 1, 1)
+    other = (out_shape[1], 1, 1) if port == 2 else out_shape
     return PlanLaunch(
         ctx.backend,
-        lambda al: plan_binary("add", dtype, out_shape, bias_shape, alignment=al),
-        {"a": ("out", 0), "b": ("in", 2), "y": ("out", 0)},
+        lambda al: plan_binary("add", dtype, out_shape, other, alignment=al),
+        {"a": ("out", 0), "b": ("in", port), "y": ("out", 0)},
         ctx.stage,
     )
+
+
+def _bias_add(ctx: KernelContext) -> PlanLaunch:
+    return _add_into_y(ctx, 2)
 
 
 def _residual_add(ctx: KernelContext) -> PlanLaunch:
-    """``y += residual`` (same shape; the elementwise family's add, in place)."""
-    dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
-    return PlanLaunch(
-        ctx.backend,
-        lambda al: plan_binary("add", dtype, out_shape, out_shape, alignment=al),
-        {"a": ("out", 0), "b": ("in", 3), "y": ("out", 0)},
-        ctx.stage,
-    )
+    return _add_into_y(ctx, 3)
 
 
 def _relu(ctx: KernelContext) -> PlanLaunch:
