@@ -119,6 +119,14 @@ def _case(rng, op):
         "Exp": ({"x": x}, {}, {}),
         "Sqrt": ({"x": np.abs(x)}, {}, {}),
         "HardSwish": ({"x": 4 * x}, {}, {}),
+        "Neg": ({"x": x}, {}, {}),
+        "Abs": ({"x": x}, {}, {}),
+        "Log": ({"x": np.abs(x) + 0.05}, {}, {}),
+        "Reciprocal": ({"x": np.sign(x) * (np.abs(x) + 0.25)}, {}, {}),
+        "LeakyRelu": ({"x": x}, {}, {"alpha": 0.3}),
+        "Max": ({"a": x, "b": _r(rng, 5)}, {"c": _r(rng, 4, 1)}, {}),  # three inputs: a chain of two
+        "Min": ({"a": x}, {"b": _r(rng, 3, 1, 1)}, {}),
+        "Clip": ({"x": 3 * x}, {"lo": np.array(-1.0, F), "hi": np.array(2.5, F)}, {}),
         "Softmax": ({"x": x}, {}, {"axis": 1}),
         "LayerNormalization": (
             {"x": x},
@@ -260,6 +268,42 @@ def test_table_covers_the_brief():
         "DequantizeLinear",
     }
     assert wanted <= set(CONVERTERS)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "inits", "attrs", "opset", "want"),
+    [
+        (["x", "lo", "hi"], {"lo": -1.0, "hi": 2.0}, {}, 21, lambda x: np.clip(x, -1.0, 2.0)),
+        (["x", "", "hi"], {"hi": 0.5}, {}, 21, lambda x: np.minimum(x, 0.5)),
+        (["x", "lo"], {"lo": 0.0}, {}, 21, lambda x: np.maximum(x, 0.0)),
+        (["x"], {}, {}, 21, lambda x: x),
+        (["x", "lo", "hi"], {"lo": 2.0, "hi": -1.0}, {}, 21, lambda x: np.full_like(x, -1.0)),  # lo > hi
+        (["x"], {}, {"min": 0.0, "max": 6.0}, 6, lambda x: np.clip(x, 0.0, 6.0)),  # ReLU6, before opset 11
+        (["x"], {}, {"max": 1.0}, 6, lambda x: np.minimum(x, 1.0)),
+    ],
+)
+def test_clip_is_max_then_min_of_its_bounds(rng, inputs, inits, attrs, opset, want):
+    x = 4 * _r(rng, 3, 5)
+    x[0, 0] = np.nan  # NaN stays NaN, as numpy.clip
+    node = onnx.helper.make_node("Clip", inputs, ["y"], name="clip", **attrs)
+    init = {k: np.array(v, F) for k, v in inits.items()}
+    model = om.make_model([node], [("x", [3, 5])], [("y", [3, 5])], init, "clip", opset=opset)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    expected = want(x)
+    expected[0, 0] = np.nan
+    np.testing.assert_array_equal(got, expected.astype(F))
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+def test_max_and_min_of_one_input_are_a_copy(rng, op):
+    x = _r(rng, 2, 3)
+    model = om.make_model(
+        [onnx.helper.make_node(op, ["x"], ["y"], name="m")], [("x", [2, 3])], [("y", [2, 3])], {}, op
+    )
+    assert [s["name"] for s in import_model(model)[0]["pipeline"]] == ["identity"]
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x)
 
 
 def _softmax_rows(x: np.ndarray, axis: int) -> np.ndarray:

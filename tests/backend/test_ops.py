@@ -59,9 +59,16 @@ WITH_CUDA = {
     "erf",
     "exp",
     "sqrt",
+    "neg",
+    "abs",
+    "log",
+    "reciprocal",
+    "leaky_relu",
     "sub",
     "div",
     "pow",
+    "max",
+    "min",
     "reshape",
     "flatten",
     "squeeze",
@@ -185,6 +192,10 @@ UNARY = [
     ("hardswish", {}, lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
     ("erf", {}, ref_erf),
     ("exp", {}, lambda x: np.exp(x)),
+    ("neg", {}, lambda x: -x),
+    ("abs", {}, np.abs),
+    ("leaky_relu", {}, lambda x: np.where(x < 0, 0.01 * x, x)),
+    ("leaky_relu", {"alpha": 0.25}, lambda x: np.where(x < 0, 0.25 * x, x)),
 ]
 
 
@@ -309,7 +320,10 @@ def _wrap(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.vectorize(one, otypes=[object])(values)
 
 
-@pytest.mark.parametrize(("name", "op"), [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)])
+@pytest.mark.parametrize(
+    ("name", "op"),
+    [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("max", np.maximum), ("min", np.minimum)],
+)
 @pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES)
 @pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
 def test_binary_ops_broadcast(reg, device, rng, name, op, dtype, sa, sb):
@@ -348,13 +362,48 @@ def test_div_by_zero_and_pow_of_a_negative_base_follow_ieee(reg, device, dtype):
     assert np.isnan(as64(p)[3]) and as64(p)[4] == -512.0
 
 
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_log_reciprocal_max_min_and_leaky_relu_follow_ieee(reg, device, dtype):
+    """log(0) = -inf, log(-1) = NaN, 1/0 = inf, 1/-0 = -inf; max and min give NaN when either side is
+    NaN (as numpy.maximum, the ONNX reference); leaky_relu keeps NaN and -0."""
+    npd = get_dtype(dtype).numpy
+    x = np.array([0.0, -1.0, 4.0, np.nan, -0.0, 0.5]).astype(npd)
+    (lg,) = run_op(reg, "log", [x], device=device)
+    (rc,) = run_op(reg, "reciprocal", [x], device=device)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(np.isnan(as64(lg)), np.isnan(np.log(as64(x))))
+        check_close(lg[[2, 5]], np.log(as64(x)[[2, 5]]), dtype)
+    assert as64(lg)[0] == -np.inf and as64(rc)[0] == np.inf and as64(rc)[4] == -np.inf
+    check_close(rc[[1, 2, 5]], 1.0 / as64(x)[[1, 2, 5]], dtype)
+    y = np.array([1.0, np.nan, 3.0, 0.0, 2.0, -7.0]).astype(npd)
+    (mx,) = run_op(reg, "max", [x, y], device=device)
+    (mn,) = run_op(reg, "min", [x, y], device=device)
+    np.testing.assert_array_equal(np.isnan(as64(mx)), [False, True, False, True, False, False])
+    np.testing.assert_array_equal(np.isnan(as64(mn)), [False, True, False, True, False, False])
+    assert list(as64(mx)[[0, 2, 5]]) == [1.0, 4.0, 0.5] and list(as64(mn)[[0, 2, 5]]) == [0.0, 3.0, -7.0]
+    (lr,) = run_op(reg, "leaky_relu", [x], {"alpha": 0.5}, device=device)
+    assert np.isnan(as64(lr)[3]) and np.signbit(as64(lr)[4]) and as64(lr)[1] == -0.5
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_log_and_reciprocal_away_from_their_poles(reg, device, rng, dtype, shape):
+    x = rand(rng, shape, dtype, 0.25, 8.0)
+    (lg,) = run_op(reg, "log", [x], device=device)
+    check_close(lg, np.log(as64(x)), dtype)
+    x = np.where(rng.random(shape) < 0.5, -1, 1) * as64(x)
+    x = x.astype(get_dtype(dtype).numpy)
+    (rc,) = run_op(reg, "reciprocal", [x], device=device)
+    check_close(rc, 1.0 / as64(x), dtype)
+
+
 def test_cuda_variants_of_add_sub_mul_cover_8_bit_integers(reg):
     """Issue 13: int8 / uint8 add and mul on CUDA (wrap-around); div and pow stay float-only."""
-    for name in ("add", "sub", "mul", "div", "pow"):
+    for name in ("add", "sub", "mul", "max", "min", "div", "pow"):
         (cuda,) = [v for v in reg.get(name).variants if v.device == "cuda"]
         assert (
             {"int8", "uint8"} <= cuda.dtypes
-            if name in ("add", "sub", "mul")
+            if name in ("add", "sub", "mul", "max", "min")
             else not cuda.dtypes & {"int8", "uint8"}
         ), name
 

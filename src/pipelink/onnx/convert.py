@@ -223,6 +223,61 @@ def _one_to_one(operator: str, arity: int) -> Converter:
     return convert_node
 
 
+def _leaky_relu(g: Graph, node: Node) -> None:
+    g.stage(
+        node, "leaky_relu", node.inputs[:1], node.outputs[:1], alpha=float32_attr(_attr(node, "alpha", 0.01))
+    )
+
+
+def _extremum(operator: str) -> Converter:
+    """ONNX Max / Min of any number of inputs (broadcast together): one input is a copy, more a chain of
+    the two-input ``max`` / ``min``, left to right."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        inputs = [n for n in node.inputs if n]
+        if not inputs:
+            raise Unsupported(f"{node.op_type} needs at least one input")
+        if len(inputs) == 1:
+            g.stage(node, "identity", inputs, node.outputs[:1])
+            return
+        acc = inputs[0]
+        for k, other in enumerate(inputs[1:], start=1):
+            out = node.outputs[0] if k == len(inputs) - 1 else f"{node.outputs[0]}__{operator}{k}"
+            g.stage(node, operator, [acc, other], [out])
+            acc = out
+
+    return convert_node
+
+
+def _clip(g: Graph, node: Node) -> None:
+    """ONNX Clip as ``min(max(x, lo), hi)``: the bounds are inputs from opset 11 (either absent), the
+    attributes ``min`` and ``max`` before it. ``lo > hi`` gives hi everywhere, as the spec says."""
+    x = node.inputs[0]
+    if g.opset >= 11:
+        lo = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else None
+        hi = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    else:
+        dtype = g.dtypes.get(x)
+        if dtype is None:
+            raise Unsupported("Clip before opset 11 needs its input's dtype (for the bounds' constants)")
+        lo = hi = None
+        for attr in ("min", "max"):
+            if attr in node.attrs:
+                name = f"{node.outputs[0]}__clip_{attr}"
+                g.constants[name] = np.array(node.attrs[attr], dtype=get_dtype(dtype).numpy)
+                g.dtypes[name] = dtype
+                lo, hi = (name, hi) if attr == "min" else (lo, name)
+    parts = [(op, bound) for op, bound in (("max", lo), ("min", hi)) if bound is not None]
+    if not parts:
+        g.stage(node, "identity", [x], node.outputs[:1])
+        return
+    acc = x
+    for k, (op, bound) in enumerate(parts):
+        out = node.outputs[0] if k == len(parts) - 1 else f"{node.outputs[0]}__clip_low"
+        g.stage(node, op, [acc, bound], [out])
+        acc = out
+
+
 def _gelu(g: Graph, node: Node) -> None:
     approximate = _attr(node, "approximate", "none")
     g.stage(node, "gelu", node.inputs[:1], node.outputs[:1], approximate=approximate)
@@ -547,6 +602,14 @@ CONVERTERS: dict[str, Converter] = {
     "Exp": _one_to_one("exp", 1),
     "Sqrt": _one_to_one("sqrt", 1),
     "HardSwish": _one_to_one("hardswish", 1),
+    "Neg": _one_to_one("neg", 1),
+    "Abs": _one_to_one("abs", 1),
+    "Log": _one_to_one("log", 1),
+    "Reciprocal": _one_to_one("reciprocal", 1),
+    "LeakyRelu": _leaky_relu,
+    "Max": _extremum("max"),
+    "Min": _extremum("min"),
+    "Clip": _clip,
     "Softmax": _softmax,
     "LayerNormalization": _layer_norm,
     "Transpose": _transpose,

@@ -1,5 +1,5 @@
-"""The elementwise operator family: activations (relu, silu, gelu, sigmoid, tanh), scale, identity,
-add/mul, bias_add and casts.
+"""The elementwise operator family: activations (relu, silu, gelu, sigmoid, tanh, leaky_relu), scale,
+identity, neg/abs/log/reciprocal, add/mul/max/min, bias_add and casts.
 
 This file declares each operator (ports, attributes, dtypes) with its two variants: the NumPy reference
 of ``reference.py`` and the CUDA kernels of ``cuda.py`` (``elementwise.cu``, ``cast.cu``). Adding an
@@ -21,6 +21,7 @@ from .reference import (
     identity_bind,
     infer_precision_cast,
     make_gelu,
+    make_leaky_relu,
     make_scale,
     unary_bind,
 )
@@ -76,8 +77,9 @@ def descriptors() -> list[OperatorDescriptor]:
     Returns
     -------
     list of OperatorDescriptor
-        ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, precision_cast,
-        add, sub, mul, div, pow, bias_add, cast, silu_activation``.
+        ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, neg, abs, log,
+        reciprocal, leaky_relu, precision_cast, add, sub, mul, div, pow, max, min, bias_add, cast,
+        silu_activation``.
     """
     silu_make = fixed(reference.silu_into)
     return [
@@ -142,6 +144,27 @@ def descriptors() -> list[OperatorDescriptor]:
             fixed(reference.sqrt_into),
             onnx="Sqrt",
         ),
+        _unary("neg", "Negation: y = -x (ONNX Neg).", fixed(reference.neg_into), onnx="Neg"),
+        _unary("abs", "Absolute value: y = |x| (ONNX Abs).", fixed(reference.abs_into), onnx="Abs"),
+        _unary(
+            "log",
+            "Natural logarithm: y = ln(x); log(0) is -inf, a negative x gives NaN (ONNX Log).",
+            fixed(reference.log_into),
+            onnx="Log",
+        ),
+        _unary(
+            "reciprocal",
+            "Reciprocal: y = 1 / x; 1/0 is inf (ONNX Reciprocal).",
+            fixed(reference.reciprocal_into),
+            onnx="Reciprocal",
+        ),
+        _unary(
+            "leaky_relu",
+            "Leaky rectified linear unit: y = x for x >= 0, alpha * x below (ONNX LeakyRelu).",
+            make_leaky_relu,
+            attrs=[Attr("alpha", "float", 0.01, doc="the slope below 0")],
+            onnx="LeakyRelu",
+        ),
         builtin_operator(
             "precision_cast",
             doc="Cast a float tensor to a precision (inserted by the linker for precision_policy); "
@@ -171,6 +194,20 @@ def descriptors() -> list[OperatorDescriptor]:
             np.power,
             "Pow",
             FLOATS,
+        ),
+        _binary(
+            "max",
+            "Elementwise maximum with NumPy broadcasting: c = max(a, b); a NaN on either side gives NaN "
+            "(ONNX Max of two inputs).",
+            np.maximum,
+            "Max",
+        ),
+        _binary(
+            "min",
+            "Elementwise minimum with NumPy broadcasting: c = min(a, b); a NaN on either side gives NaN "
+            "(ONNX Min of two inputs).",
+            np.minimum,
+            "Min",
         ),
         builtin_operator(
             "bias_add",

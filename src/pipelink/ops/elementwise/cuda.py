@@ -77,17 +77,31 @@ UNARY = {
     "erf": "PL_OP_ERF",
     "exp": "PL_OP_EXP",
     "sqrt": "PL_OP_SQRT",
+    "neg": "PL_OP_NEG",
+    "abs": "PL_OP_ABS",
+    "log": "PL_OP_LOG",
+    "reciprocal": "PL_OP_RECIPROCAL",
+    "leaky_relu": "PL_OP_LEAKY_RELU",
 }
-BINARY = {"add": "PL_OP_ADD", "sub": "PL_OP_SUB", "mul": "PL_OP_MUL", "div": "PL_OP_DIV", "pow": "PL_OP_POW"}
+BINARY = {
+    "add": "PL_OP_ADD",
+    "sub": "PL_OP_SUB",
+    "mul": "PL_OP_MUL",
+    "div": "PL_OP_DIV",
+    "pow": "PL_OP_POW",
+    "max": "PL_OP_MAX",
+    "min": "PL_OP_MIN",
+}
 _WRAPPING = ("int8", "uint8")  # integer dtypes of the binary kernel: int arithmetic, low 8 bits kept
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
-    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul") else ()) for op in BINARY
+    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min") else ()) for op in BINARY
 }
 """The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for
 # them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to
 # DEFAULT_UNROLL.
 _TRANSCENDENTAL = frozenset({"silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "erf", "exp"})
+_ALPHA_ATTR = {"scale": "factor", "leaky_relu": "alpha"}  # unary op -> the attribute its alpha is
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
@@ -359,7 +373,8 @@ def unary_bind(op: str):
     def bind(ctx: KernelContext):
         dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
         name = "gelu_tanh" if op == "gelu" and ctx.attrs["approximate"] == "tanh" else op
-        factor = float(ctx.attrs["factor"]) if op == "scale" else 1.0  # alpha: read by scale only
+        # alpha: the factor of scale, the negative slope of leaky_relu; unread by the other ops
+        factor = float(ctx.attrs[_ALPHA_ATTR[op]]) if op in _ALPHA_ATTR else 1.0
         tuned, sms = tuned_of(ctx, KERNELS[name]), sm_count_of(ctx)
         return PlanLaunch(
             ctx.backend,

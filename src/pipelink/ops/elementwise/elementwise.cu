@@ -5,10 +5,11 @@
 // Which kernels a compilation contains is chosen by macros, set by the plans of
 // pipelink/ops/elementwise/cuda.py:
 //   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char / unsigned char
-//                   for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy) - every kernel
+//                   for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy, and PL_OP_MAX,
+//                   PL_OP_MIN) - every kernel
 //                   but pl_cast
 //   PL_UNARY_OP     one of the unary PL_OP_* codes below     -> pl_unary
-//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_POW            -> pl_binary, pl_binary_bcast
+//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_MIN            -> pl_binary, pl_binary_bcast
 //   PL_BIAS_ADD     defined                                 -> pl_bias_add
 //   PL_TIN, PL_TOUT input and output types                   -> pl_cast
 //   PL_VEC          elements per vector access (16 / sizeof(T) at most); every pointer the kernel
@@ -24,7 +25,7 @@
 //                   library functions)
 //
 // Kernel signatures (all sizes are element counts; strides are in elements and >= 0):
-//   pl_unary(const T* x, T* y, long long n, ACC alpha)               alpha: factor of `scale`
+//   pl_unary(const T* x, T* y, long long n, ACC alpha)  alpha: factor of `scale`, slope of `leaky_relu`
 //   pl_binary(const T* a, const T* b, T* y, long long n)
 //   pl_binary_bcast(const T* a, const T* b, T* y, long long n,
 //                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
@@ -47,11 +48,18 @@
 #define PL_OP_ERF 9
 #define PL_OP_EXP 20
 #define PL_OP_SQRT 21
+#define PL_OP_NEG 22
+#define PL_OP_ABS 23
+#define PL_OP_LOG 24
+#define PL_OP_RECIPROCAL 25
+#define PL_OP_LEAKY_RELU 26
 #define PL_OP_ADD 10
 #define PL_OP_SUB 11
 #define PL_OP_MUL 12
 #define PL_OP_DIV 13
 #define PL_OP_POW 14
+#define PL_OP_MAX 15
+#define PL_OP_MIN 16
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -69,6 +77,10 @@ __device__ __forceinline__ float pl_tanh_lib(float x) { return tanhf(x); }
 __device__ __forceinline__ double pl_tanh_lib(double x) { return tanh(x); }
 __device__ __forceinline__ float pl_sqrt(float x) { return sqrtf(x); }  // IEEE-rounded (NVRTC's default)
 __device__ __forceinline__ double pl_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float pl_abs(float x) { return fabsf(x); }  // abs(-0) = +0, NaN stays NaN
+__device__ __forceinline__ double pl_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float pl_log(float x) { return logf(x); }  // log(0) = -inf, log(x < 0) = NaN
+__device__ __forceinline__ double pl_log(double x) { return log(x); }
 __device__ __forceinline__ float pl_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double pl_pow(double a, double b) { return pow(a, b); }
 // x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish); written with comparisons so NaN propagates
@@ -201,6 +213,20 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
     return pl_sqrt(x);
 #elif PL_UNARY_OP == PL_OP_SCALE
     return x * alpha;
+#elif PL_UNARY_OP == PL_OP_NEG
+    (void)alpha;
+    return -x;
+#elif PL_UNARY_OP == PL_OP_ABS
+    (void)alpha;
+    return pl_abs(x);
+#elif PL_UNARY_OP == PL_OP_LOG
+    (void)alpha;
+    return pl_log(x);
+#elif PL_UNARY_OP == PL_OP_RECIPROCAL
+    (void)alpha;
+    return A(1) / x;  // 1/0 = inf (IEEE)
+#elif PL_UNARY_OP == PL_OP_LEAKY_RELU
+    return x < A(0) ? alpha * x : x;  // alpha: the negative slope; NaN propagates
 #elif PL_UNARY_OP == PL_OP_IDENTITY
     (void)alpha;
     return x;
@@ -222,6 +248,10 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     return a / b;
 #elif PL_BINARY_OP == PL_OP_POW
     return pl_pow(a, b);
+#elif PL_BINARY_OP == PL_OP_MAX
+    return (a > b || a != a) ? a : b;  // a NaN on either side propagates, as numpy.maximum
+#elif PL_BINARY_OP == PL_OP_MIN
+    return (a < b || a != a) ? a : b;
 #else
 #error "unknown PL_BINARY_OP"
 #endif

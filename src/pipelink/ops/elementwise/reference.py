@@ -229,6 +229,39 @@ def sqrt_into(x: np.ndarray, out: np.ndarray) -> None:
         np.sqrt(x, out=out)
 
 
+def neg_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = -x``."""
+    np.negative(x, out=out)
+
+
+def abs_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = |x|`` (abs(-0) = +0; NaN stays NaN)."""
+    np.abs(x, out=out)
+
+
+def log_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = ln(x)``; log(0) = -inf and a negative input gives NaN (IEEE), without a warning."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(x, out=out)
+
+
+def reciprocal_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = 1 / x``; 1/0 = inf (IEEE), without a warning."""
+    with np.errstate(divide="ignore"):
+        np.reciprocal(x, out=out)
+
+
+def make_leaky_relu(ctx: KernelContext) -> Compute:
+    """``out = x`` where x >= 0, ``alpha * x`` below (NaN propagates)."""
+    alpha = float(ctx.attrs["alpha"])
+
+    def leaky_relu_into(x, out):
+        np.multiply(x, alpha, out=out)
+        np.copyto(out, x, where=~(x < 0))
+
+    return leaky_relu_into
+
+
 def gelu_into(x: np.ndarray, out: np.ndarray) -> None:
     """``out = x/2 * (1 + erf(x/sqrt(2)))``; ``out`` must not alias ``x``."""
     np.multiply(x, INV_SQRT2, out=out)
