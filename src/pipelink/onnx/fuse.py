@@ -535,15 +535,19 @@ def _conv_batch_norm(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     if params is None:
         return None
     scale, shift, mean, var = params
-    s = scale / np.sqrt(var + float(_float32(bn.attrs.get("epsilon", 1e-5))))
-    w_folded = (w.astype(np.float64) * s[:, None, None, None]).astype(w.dtype)
-    b_folded = ((0.0 if b is None else b.astype(np.float64)) - mean) * s + shift
+    denom = var + float(_float32(bn.attrs.get("epsilon", 1e-5)))
+    if not np.all(denom > 0):
+        return None  # a non-positive variance: the batch_norm stage computes what the model says (NaN, inf)
+    s = scale / np.sqrt(denom)
+    with np.errstate(over="ignore", invalid="ignore"):
+        w_folded = (w.astype(np.float64) * s[:, None, None, None]).astype(w.dtype)
+        b_folded = (((0.0 if b is None else b.astype(np.float64)) - mean) * s + shift).astype(w.dtype)
+    if not (np.isfinite(w_folded).all() and np.isfinite(b_folded).all()):
+        return None  # the folded weights would overflow their dtype where the two stages do not
     inputs = [
         node.inputs[0],
         _new_constant(v, node.inputs[1], w_folded),
-        _new_constant(
-            v, node.inputs[2] if b is not None else node.inputs[1] + "_bias", b_folded.astype(w.dtype)
-        ),
+        _new_constant(v, node.inputs[2] if b is not None else node.inputs[1] + "_bias", b_folded),
     ]
     return [node, bn], Node("Conv", node.name, node.domain, inputs, [bn.outputs[0]], dict(node.attrs))
 
