@@ -1,9 +1,10 @@
 """ONNX import: an ONNX model becomes an ordinary PipeLink config plus its weights (bound constants).
 
-``import_model`` converts: ``fuse.py`` first rewrites the chains one PipeLink stage computes (a GELU or a
-LayerNorm written out in elementwise nodes, a MatMul and its bias, a gemm and its activation or
-residual, attention's scaled and masked softmax, heads split off by Split, Reshape and Transpose as strided
-copies), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
+``import_model`` converts: ``fold.py`` first evaluates what the model computes from constants and shapes
+(a dynamic batch's Reshape targets), ``fuse.py`` then rewrites the chains one PipeLink stage computes (a
+GELU or a LayerNorm written out in elementwise nodes, a MatMul and its bias, a gemm and its activation or
+residual, attention's scaled and masked softmax, heads split off by Split, Reshape and Transpose as
+strided copies), then ``convert.CONVERTERS`` (the one table of ONNX op types PipeLink imports) turns each node
 into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optional extra (``pip install
 'pipelink[onnx]'``), imported only when a model is imported, so ``import pipelink`` works without it.
 """
@@ -23,6 +24,7 @@ from ..modules.registry import registry
 from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
+from .fold import fold
 from .fuse import fuse as fuse_nodes
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
@@ -208,6 +210,8 @@ def import_model(
         decl = _declare_input(onnx, info, rejected)
         if decl is not None:
             inputs[g.name(info.name)] = decl
+    # What the model computes from constants and shapes is evaluated here (Shape, Gather, Concat...).
+    nodes = fold(g, nodes, {info.name for info in graph.output})
     if fuse:
         nodes, _ = fuse_nodes(g, nodes, {info.name for info in graph.output})
     rejected += convert(g, nodes)

@@ -18,6 +18,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..ops.shape import MAX_PARTS
+from .fold import Unfoldable, expand_target, reshape_target
 
 __all__ = [
     "CONVERTERS",
@@ -88,6 +89,8 @@ class Graph:
     stages: list[dict[str, Any]] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # PipeLink name -> constant read
     stage_ids: set[str] = field(default_factory=set)
+    # ONNX tensor name -> a shape value the model computes from symbolic dims (onnx/fold.py)
+    symbolic: dict[str, Any] = field(default_factory=dict)
 
     # -- names ---------------------------------------------------------------------------------------
     def name(self, onnx_name: str) -> str:
@@ -335,7 +338,12 @@ def _transpose(g: Graph, node: Node) -> None:
 
 
 def _reshape(g: Graph, node: Node) -> None:
-    shape = g.ints(node, 1, "shape", "the new shape")
+    try:
+        shape = reshape_target(g, node)
+    except Unfoldable as e:
+        raise Unsupported(str(e)) from None
+    if shape is None:
+        shape = g.ints(node, 1, "shape", "the new shape")
     if shape is None:
         raise Unsupported("Reshape needs its shape input")
     g.stage(
@@ -402,7 +410,12 @@ def _gather(g: Graph, node: Node) -> None:
 
 
 def _expand(g: Graph, node: Node) -> None:
-    shape = g.ints(node, 1, "shape", "the shape")
+    try:
+        shape = expand_target(g, node)
+    except Unfoldable as e:
+        raise Unsupported(str(e)) from None
+    if shape is None:
+        shape = g.ints(node, 1, "shape", "the shape")
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
 
 

@@ -1,0 +1,321 @@
+"""Import-time evaluation of what a model computes from constants and shapes (before the fusions).
+
+A model exported with a dynamic batch computes its Reshape targets at run time: ``Shape(x)``, then
+``Gather``, ``Unsqueeze``, ``Concat``... of the dims. PipeLink's reshape and expand take their targets as
+attributes, so the import evaluates that arithmetic here:
+
+- a ``Shape`` of a tensor whose shape inference knows every dim is a constant, and so is any small node
+  of :data:`FOLDABLE` whose inputs are all constants (evaluated by onnx's reference implementation, at most
+  :data:`MAX_FOLD_ELEMENTS` elements in and out): the scale ``1 / sqrt(head_dim)`` an export computes from
+  a shape becomes a constant the fusions see;
+- a ``Shape`` with symbolic dims is a *shape value*: a list whose entries are ints or :class:`Dim` (a dim
+  of some tensor, by its ``dim_param`` name where shape inference has one). Gather, Unsqueeze, Squeeze,
+  Concat, Slice, Cast and Identity follow it; arithmetic on a symbolic entry gives an unknown Dim.
+- Reshape and Expand read a shape value through :func:`reshape_target` and :func:`expand_target`: an
+  entry that is the input's own dim at that place becomes 0 (Reshape: copy it) or 1 (Expand: keep it), one
+  unknown entry of a Reshape becomes -1, and anything else is refused with the reason.
+
+Folded nodes leave the graph; a node reading a shape value it cannot use is refused by its converter (its
+input "must be a constant"), so nothing is half-imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..dtypes import get_dtype
+from ..errors import PipeLinkError
+
+if TYPE_CHECKING:  # convert.py imports this module: the types only
+    from .convert import Graph, Node
+
+__all__ = ["Dim", "FOLDABLE", "MAX_FOLD_ELEMENTS", "Unfoldable", "fold", "reshape_target", "expand_target"]
+
+#: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
+#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy.
+FOLDABLE = frozenset(
+    {
+        "Cast",
+        "Gather",
+        "Unsqueeze",
+        "Squeeze",
+        "Concat",
+        "Slice",
+        "Reshape",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Sqrt",
+        "Neg",
+        "Abs",
+        "Equal",
+        "Less",
+        "Greater",
+        "Not",
+        "Where",
+        "Min",
+        "Max",
+        "ConstantOfShape",
+        "Range",
+        "ReduceProd",
+        "Floor",
+        "Ceil",
+    }
+)
+MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
+
+
+class Unfoldable(Exception):
+    """A shape value a Reshape or Expand cannot take (the converter turns it into its refusal)."""
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One entry of a shape value known only when the model runs: the dim ``axis`` of ``tensor`` (its
+    ``dim_param`` ``name`` where shape inference has one), or an unknown (all None: arithmetic on dims)."""
+
+    name: str | None = None
+    tensor: str | None = None
+    axis: int | None = None
+
+    def same_as(self, tensor: str, axis: int, dim: Any) -> bool:
+        """Whether this is dim ``axis`` of ``tensor``, whose shape inference says ``dim`` there."""
+        if self.tensor == tensor and self.axis == axis:
+            return True
+        return self.name is not None and self.name == dim
+
+
+ShapeValue = list  # of int | Dim (1-d), or a bare int | Dim (0-d)
+
+
+def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
+    """The nodes left after evaluating what can be (see the module docstring). Folded constants go to
+    ``g.constants``; shape values to ``g.symbolic``. A node making a graph output is never folded."""
+    kept = []
+    for node in nodes:
+        made_output = any(out in outputs for out in node.outputs)
+        if not made_output and (_fold_shape(g, node) or _fold_constant(g, node) or _follow_symbolic(g, node)):
+            continue
+        kept.append(node)
+    return kept
+
+
+def _set(g: Graph, name: str, value: ShapeValue) -> None:
+    """Store a shape value: a constant when every entry is an int."""
+    entries = value if isinstance(value, list) else [value]
+    if all(isinstance(v, int) for v in entries):
+        g.constants[name] = np.asarray(value, dtype=np.int64)
+        g.dtypes[name] = "int64"
+    else:
+        g.symbolic[name] = value
+
+
+def _value(g: Graph, name: str) -> ShapeValue | None:
+    """A shape value, from a symbolic entry or a small 0-d / 1-d integer constant."""
+    if name in g.symbolic:
+        return g.symbolic[name]
+    array = g.constants.get(name)
+    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
+        return None
+    return [int(v) for v in array] if array.ndim == 1 else int(array)
+
+
+def _fold_shape(g: Graph, node: Node) -> bool:
+    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+        return False
+    shape = g.shapes.get(node.inputs[0])
+    if shape is None:
+        return False
+    rank = len(shape)
+    start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    stop = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
+    value = [
+        d if isinstance(d, int) else Dim(d if isinstance(d, str) else None, node.inputs[0], axis)
+        for axis, d in enumerate(shape)
+    ][start:stop]
+    _set(g, node.outputs[0], value)
+    return True
+
+
+def _fold_constant(g: Graph, node: Node) -> bool:
+    if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    names = [n for n in node.inputs if n]
+    if not names or any(n not in g.constants for n in names):
+        return False
+    arrays = [g.constants[n] for n in names]
+    if sum(a.size for a in arrays) > MAX_FOLD_ELEMENTS or _output_elements(node, g) > MAX_FOLD_ELEMENTS:
+        return False
+    try:
+        value = _evaluate(g, node)
+    except Exception:  # noqa: BLE001 - the reference cannot evaluate it: the node stays, its converter decides
+        return False
+    if value.size > MAX_FOLD_ELEMENTS:
+        return False
+    g.constants[node.outputs[0]] = value
+    with contextlib.suppress(PipeLinkError):  # a dtype PipeLink lacks: whoever reads it says so
+        g.dtypes[node.outputs[0]] = get_dtype(value.dtype).name
+    return True
+
+
+def _output_elements(node: Node, g: Graph) -> int:
+    """An upper bound of the output size of the ops whose output can outgrow their inputs."""
+    if node.op_type == "ConstantOfShape":
+        dims = g.constants[node.inputs[0]].reshape(-1)
+        return int(np.prod([max(int(d), 0) for d in dims], dtype=np.float64)) if dims.size else 1
+    if node.op_type == "Range":
+        start, limit, delta = (float(g.constants[n].reshape(-1)[0]) for n in node.inputs[:3])
+        return int(max(np.ceil((limit - start) / delta), 0)) if delta else MAX_FOLD_ELEMENTS + 1
+    return 0
+
+
+def _evaluate(g: Graph, node: Node) -> np.ndarray:
+    """``node`` on its constant inputs, by onnx's reference implementation (one-node model)."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [n for n in node.inputs if n]
+    inits = [numpy_helper.from_array(np.asarray(g.constants[n]), n) for n in dict.fromkeys(names)]
+    one = helper.make_node(node.op_type, node.inputs, node.outputs, **node.attrs)
+    out = helper.make_tensor_value_info(node.outputs[0], 0, None)
+    model = helper.make_model(
+        helper.make_graph([one], "fold", [], [out], inits), opset_imports=[helper.make_opsetid("", g.opset)]
+    )
+    (value,) = ReferenceEvaluator(model).run(None, {})
+    return np.asarray(value)
+
+
+def _follow_symbolic(g: Graph, node: Node) -> bool:
+    """Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Identity and integer arithmetic of shape values."""
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs:
+        return False
+    if not any(n in g.symbolic for n in node.inputs if n):
+        return False
+    op, ins = node.op_type, node.inputs
+    values = [_value(g, n) if n else None for n in ins]
+    data = values[0]
+    result: ShapeValue | None = None
+    if op in ("Identity", "Cast") and data is not None:
+        result = data if op == "Identity" or int(node.attrs.get("to", 7)) in (6, 7) else None
+    elif op == "Gather" and isinstance(data, list) and values[1] is not None:
+        if int(node.attrs.get("axis", 0)) == 0:
+            idx = values[1]
+            pick = [data[i] for i in (idx if isinstance(idx, list) else [idx]) if -len(data) <= i < len(data)]
+            if len(pick) == (len(idx) if isinstance(idx, list) else 1):
+                result = pick if isinstance(idx, list) else pick[0]
+    elif op == "Unsqueeze" and data is not None and not isinstance(data, list):
+        axes = values[1] if len(ins) > 1 else node.attrs.get("axes")
+        if axes is not None and list(axes if isinstance(axes, list) else [axes]) in ([0], [-1]):
+            result = [data]
+    elif op == "Squeeze" and isinstance(data, list) and len(data) == 1:
+        result = data[0]
+    elif op == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
+        if all(isinstance(v, list) for v in values):
+            result = [entry for v in values for entry in v]
+    elif op == "Slice" and isinstance(data, list):
+        result = _slice_value(data, values[1:])
+    elif op in ("Add", "Sub", "Mul", "Div") and all(
+        v is not None and not isinstance(v, list) for v in values
+    ):
+        result = Dim()  # arithmetic on a dim known only at run time: unknown, at most -1 in a Reshape
+    if result is None:
+        return False
+    _set(g, node.outputs[0], result)
+    return True
+
+
+def _slice_value(data: list, params: list) -> list | None:
+    """ONNX Slice of a 1-d shape value (starts, ends, axes [0], steps constant)."""
+    starts, ends = (params + [None, None])[:2]
+    axes = params[2] if len(params) > 2 else None
+    steps = params[3] if len(params) > 3 else None
+    if not isinstance(starts, list) or not isinstance(ends, list) or len(starts) != 1 or len(ends) != 1:
+        return None
+    if axes is not None and axes not in ([0], [-1]):
+        return None
+    step = steps[0] if isinstance(steps, list) and steps else 1
+    if step == 0:
+        return None
+    n, s, e = len(data), starts[0], ends[0]
+    s, e = s + n if s < 0 else s, e + n if e < 0 else e
+    if step > 0:
+        s, e = min(max(s, 0), n), min(max(e, 0), n)
+    else:
+        s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
+    return [data[i] for i in range(s, e, step)]
+
+
+def reshape_target(g: Graph, node: Node) -> list[int] | None:
+    """The reshape target of ``node`` (a Reshape) when its shape input is a shape value: ints as they are,
+    the input's own dim at the same place as 0 (copy), one unknown as -1. None when it is no shape value.
+
+    Raises
+    ------
+    Unfoldable
+        More than one entry known only when the model runs, or ``allowzero`` with a symbolic entry.
+    """
+    value = g.symbolic.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise Unfoldable("Reshape's shape is a scalar the model computes; it must be 1-d")
+    x, x_shape = node.inputs[0], g.shapes.get(node.inputs[0]) or ()
+    if node.attrs.get("allowzero", 0):
+        raise Unfoldable("Reshape with allowzero=1 and a shape the model computes from its dims")
+    target = []
+    for axis, entry in enumerate(value):
+        if isinstance(entry, int):
+            target.append(entry)
+        elif axis < len(x_shape) and entry.same_as(x, axis, x_shape[axis]):
+            target.append(0)
+        else:
+            target.append(-1)
+    unknown = sum(1 for e, t in zip(value, target, strict=True) if not isinstance(e, int) and t == -1)
+    if target.count(-1) > 1:
+        raise Unfoldable(
+            f"Reshape's shape {_describe(value)} has {unknown} entries known only when the model runs that "
+            "are not the input's own dims; at most one can be inferred (export with fixed shapes, or keep "
+            "the dynamic dims where the input has them)"
+        )
+    return target
+
+
+def expand_target(g: Graph, node: Node) -> list[int] | None:
+    """The target of ``node`` (an Expand) when its shape input is a shape value: ints as they are, the
+    input's own dim (aligned from the right) as 1 (broadcasting keeps it). None when it is no shape value.
+
+    Raises
+    ------
+    Unfoldable
+        An entry known only when the model runs that is not the input's dim there.
+    """
+    value = g.symbolic.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise Unfoldable("Expand's shape is a scalar the model computes; it must be 1-d")
+    x, x_shape = node.inputs[0], g.shapes.get(node.inputs[0]) or ()
+    offset = len(value) - len(x_shape)
+    target = []
+    for k, entry in enumerate(value):
+        axis = k - offset
+        if isinstance(entry, int):
+            target.append(entry)
+        elif 0 <= axis < len(x_shape) and entry.same_as(x, axis, x_shape[axis]):
+            target.append(1)
+        else:
+            raise Unfoldable(
+                f"Expand's shape {_describe(value)} has an entry known only when the model runs that is not "
+                "the input's own dim there (export with fixed shapes)"
+            )
+    return target
+
+
+def _describe(value: list) -> str:
+    return "[" + ", ".join(str(v) if isinstance(v, int) else (v.name or "?") for v in value) + "]"

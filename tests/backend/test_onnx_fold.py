@@ -1,0 +1,174 @@
+"""What a model computes from its shapes, evaluated at import (``pipelink.onnx.fold``): exports with a
+dynamic batch compute their Reshape targets with Shape, Gather, Unsqueeze and Concat; the import turns them
+into reshape targets (the input's own dim as 0, one unknown as -1) and constants, or refuses clearly."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import helper  # noqa: E402
+
+import pipelink as pl  # noqa: E402
+from pipelink.onnx import import_model  # noqa: E402
+from tests.backend import onnx_models as om  # noqa: E402
+
+F = np.float32
+i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+
+
+def _n(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
+
+
+def _dims(source: str, *picks: int) -> list:
+    """Shape(source), then each picked dim as a 1-d tensor (the exporter's pattern for x.size(k))."""
+    nodes = [_n("Shape", [source], [f"{source}_shape"])]
+    for k in picks:
+        nodes += [
+            _n("Gather", [f"{source}_shape", f"idx{k}"], [f"{source}_d{k}"], axis=0),
+            _n("Unsqueeze", [f"{source}_d{k}", "axis0"], [f"{source}_u{k}"]),
+        ]
+    return nodes
+
+
+def _heads_model():
+    """x [batch, 8, 64] -> view(batch, 8, 4, 16) -> permute(0, 2, 1, 3): the target built from x's dims."""
+    nodes = _dims("x", 0, 1) + [
+        _n("Concat", ["x_u0", "x_u1", "heads", "head_dim"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["h"]),
+        _n("Transpose", ["h"], ["y"], perm=[0, 2, 1, 3]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "idx1": i64(1).reshape(()),
+        "axis0": i64(0),
+        "heads": i64(4),
+        "head_dim": i64(16),
+    }
+    return om.make_model(nodes, [("x", ["batch", 8, 64])], [("y", ["batch", 4, 8, 16])], init, "heads")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_reshape_target_built_from_a_symbolic_batch_imports_and_runs(batch, rng):
+    model = _heads_model()
+    config, _ = import_model(model)
+    ops = [s["name"] for s in config["pipeline"]]
+    assert ops == ["reshape", "transpose"], ops  # Shape, Gather, Unsqueeze and Concat were evaluated
+    assert config["pipeline"][0]["attrs"]["shape"] == [0, 8, 4, 16]  # the batch: the input's own dim
+    x = rng.standard_normal((batch, 8, 64)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(
+            pipe.run(x=x)["y"].numpy(), x.reshape(batch, 8, 4, 16).transpose(0, 2, 1, 3)
+        )
+
+
+def test_a_scale_computed_from_a_fixed_dim_becomes_a_constant(rng):
+    # scores / sqrt(k.size(-1)): the head dim is fixed even with a dynamic batch
+    nodes = [
+        _n("Shape", ["k"], ["k_shape"]),
+        _n("Gather", ["k_shape", "last"], ["d"], axis=0),
+        _n("Cast", ["d"], ["d_f"], to=onnx.TensorProto.FLOAT),
+        _n("Sqrt", ["d_f"], ["root"]),
+        _n("Div", ["s", "root"], ["y"]),
+    ]
+    model = om.make_model(
+        nodes,
+        [("s", ["batch", 4]), ("k", ["batch", 16])],
+        [("y", ["batch", 4])],
+        {"last": i64(-1).reshape(())},
+        "scale",
+    )
+    config, weights = import_model(model)
+    assert [s["name"] for s in config["pipeline"]] == ["div"]
+    (root,) = weights.values()
+    assert float(root) == 4.0
+    s, k = rng.standard_normal((2, 4)).astype(F), rng.standard_normal((2, 16)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_allclose(pipe.run(s=s, k=k)["y"].numpy(), s / 4.0)
+
+
+def test_a_sliced_shape_and_arithmetic_on_the_batch_give_one_inferred_dim(rng):
+    # [batch * 8, 64]: the product of a symbolic dim is unknown at import, so it is the reshape's -1
+    nodes = _dims("x", 0) + [
+        _n("Mul", ["x_d0", "eight"], ["rows"]),
+        _n("Unsqueeze", ["rows", "axis0"], ["rows_1d"]),
+        _n("Shape", ["x"], ["all"]),
+        _n("Slice", ["all", "minus1", "big"], ["last"]),  # x.shape[-1:]
+        _n("Concat", ["rows_1d", "last"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "eight": i64(8).reshape(()),
+        "minus1": i64(-1),
+        "big": i64(2**62),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 8, 64])], [("y", ["rows", 64])], init, "rows")
+    config, _ = import_model(model)
+    assert [s["name"] for s in config["pipeline"]] == ["reshape"]
+    assert config["pipeline"][0]["attrs"]["shape"] == [-1, 64]
+    x = rng.standard_normal((3, 8, 64)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x.reshape(24, 64))
+
+
+def test_an_expand_to_a_shape_built_from_the_input_keeps_its_dims(rng):
+    # mask [1, 1, 8] expanded to [batch, 1, 8] with the batch taken from x
+    nodes = _dims("x", 0) + [
+        _n("Concat", ["x_u0", "one", "eight"], ["target"], axis=0),
+        _n("Expand", ["m", "target"], ["me"]),
+        _n("Add", ["x", "me"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "one": i64(1), "eight": i64(8)}
+    model = om.make_model(
+        nodes, [("x", ["batch", 1, 8]), ("m", [1, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
+    )
+    with pytest.raises(pl.PipeLinkError, match="Expand's shape .*batch.* not the input's own dim"):
+        import_model(model)  # m's dim 0 is 1, not the batch: the expanded size is known only at run time
+    # Expanding x itself to its own batch keeps the dim (1 in the target: broadcasting keeps it).
+    nodes[-2] = _n("Expand", ["x", "target"], ["me"])
+    model = om.make_model(
+        nodes, [("x", ["batch", 1, 8]), ("m", [1, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
+    )
+    config, _ = import_model(model)
+    expand = next(s for s in config["pipeline"] if s["name"] == "expand")
+    assert expand["attrs"]["shape"] == [1, 1, 8]
+    x = rng.standard_normal((2, 1, 8)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x, m=np.zeros((1, 1, 8), F))["y"].numpy(), 2 * x)
+
+
+def test_two_dims_known_only_at_run_time_are_refused_with_the_reshape_named():
+    nodes = _dims("x", 0) + [
+        _n("Mul", ["x_d0", "two"], ["a"]),
+        _n("Unsqueeze", ["a", "axis0"], ["a1"]),
+        _n("Concat", ["a1", "a1"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "two": i64(2).reshape(())}
+    model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], init, "two_unknowns")
+    with pytest.raises(pl.PipeLinkError, match=r"Reshape.*2 entries known only when the model runs") as info:
+        import_model(model)
+    assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Reshape"]
+
+
+def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
+    nodes = [_n("ConstantOfShape", ["shape"], ["big"]), _n("Add", ["x", "big"], ["y"])]
+    init = {"shape": i64(1 << 20, 1 << 20)}  # 2**40 elements: never allocated
+    model = om.make_model(nodes, [("x", [1])], [("y", None)], init, "huge")
+    start = time.perf_counter()
+    with pytest.raises(pl.PipeLinkError, match="ConstantOfShape"):
+        import_model(model)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_a_shape_that_is_a_graph_output_is_refused_not_folded_away():
+    model = om.make_model([_n("Shape", ["x"], ["s"])], [("x", ["batch", 4])], [("s", None)], {}, "shape_out")
+    with pytest.raises(pl.PipeLinkError, match="Shape"):
+        import_model(model)
