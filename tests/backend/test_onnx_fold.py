@@ -168,6 +168,33 @@ def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
     assert time.perf_counter() - start < 5.0
 
 
+@pytest.mark.parametrize(
+    ("nodes", "init"),
+    [
+        (  # three vectors of 1,365 broadcast to 2.5e9 elements: never evaluated
+            [_n("Where", ["c", "a", "b"], ["big"]), _n("Add", ["x", "big"], ["y"])],
+            {
+                "c": np.ones((1365, 1, 1), bool),
+                "a": np.ones((1, 1365, 1), F),
+                "b": np.ones((1, 1, 1365), F),
+            },
+        ),
+        (  # a Range with an infinite limit
+            [_n("Range", ["s", "l", "d"], ["big"]), _n("Add", ["x", "big"], ["y"])],
+            {"s": np.array(0.0, F), "l": np.array(np.inf, F), "d": np.array(1.0, F)},
+        ),
+    ],
+)
+def test_constant_nodes_too_big_to_evaluate_stay_nodes(nodes, init):
+    model = om.make_model(nodes, [("x", [1])], [("y", None)], init, "big")
+    start = time.perf_counter()
+    try:
+        import_model(model)
+    except pl.PipeLinkError as e:  # refused by a converter: fine, as long as nothing was evaluated
+        assert "Where" in e.message or "Range" in e.message or "big" in e.message
+    assert time.perf_counter() - start < 5.0
+
+
 def test_a_shape_that_is_a_graph_output_is_refused_not_folded_away():
     model = om.make_model([_n("Shape", ["x"], ["s"])], [("x", ["batch", 4])], [("s", None)], {}, "shape_out")
     with pytest.raises(pl.PipeLinkError, match="Shape"):

@@ -22,6 +22,7 @@ input "must be a constant"), so nothing is half-imported.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -164,15 +165,30 @@ def _fold_constant(g: Graph, node: Node) -> bool:
     return True
 
 
-def _output_elements(node: Node, g: Graph) -> int:
-    """An upper bound of the output size of the ops whose output can outgrow their inputs."""
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "Where", "Min", "Max"})
+
+
+def _output_elements(node: Node, g: Graph) -> float:
+    """The output size of a node on constants, or a bound of it, known before evaluating it (a hostile
+    file's ConstantOfShape of 2**40 elements, or a Where broadcasting three vectors, is never made)."""
+    arrays = [g.constants[n] for n in node.inputs if n]
+    too_big = float(MAX_FOLD_ELEMENTS + 1)
     if node.op_type == "ConstantOfShape":
-        dims = g.constants[node.inputs[0]].reshape(-1)
-        return int(np.prod([max(int(d), 0) for d in dims], dtype=np.float64)) if dims.size else 1
+        dims = arrays[0].reshape(-1)
+        return float(np.prod([max(float(d), 0.0) for d in dims])) if dims.size else 1.0
     if node.op_type == "Range":
-        start, limit, delta = (float(g.constants[n].reshape(-1)[0]) for n in node.inputs[:3])
-        return int(max(np.ceil((limit - start) / delta), 0)) if delta else MAX_FOLD_ELEMENTS + 1
-    return 0
+        start, limit, delta = (float(a.reshape(-1)[0]) for a in arrays[:3])
+        count = (limit - start) / delta if delta else math.inf
+        return max(math.ceil(count), 0) if math.isfinite(count) else too_big
+    if node.op_type in _BROADCASTING:
+        try:
+            return float(np.prod(np.broadcast_shapes(*(a.shape for a in arrays)), dtype=np.float64))
+        except ValueError:
+            return too_big
+    if node.op_type == "Gather" and arrays[0].ndim:
+        axis = int(node.attrs.get("axis", 0)) % arrays[0].ndim
+        return arrays[0].size / max(arrays[0].shape[axis], 1) * arrays[1].size
+    return 0.0  # the other ops make no more elements than they read
 
 
 def _evaluate(g: Graph, node: Node) -> np.ndarray:
