@@ -161,7 +161,8 @@ def import_model(
     -------
     config : dict
         An ordinary config: graph inputs declared with their shapes (``dim_param`` names kept as
-        symbols) and dtypes, one stage per node or fused chain, the graph outputs as ``outputs``.
+        symbols) and dtypes, one stage per node or fused chain (nodes evaluated at import, ``fold.py``,
+        leave no stage), the graph outputs as ``outputs``.
         Tensor names that are not valid PipeLink names are made so (``/conv/Conv_output_0`` ->
         ``conv_Conv_output_0``).
     weights : dict of name -> array
