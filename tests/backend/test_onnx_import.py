@@ -127,6 +127,8 @@ def _case(rng, op):
         "Max": ({"a": x, "b": _r(rng, 5)}, {"c": _r(rng, 4, 1)}, {}),  # three inputs: a chain of two
         "Min": ({"a": x}, {"b": _r(rng, 3, 1, 1)}, {}),
         "Clip": ({"x": 3 * x}, {"lo": np.array(-1.0, F), "hi": np.array(2.5, F)}, {}),
+        "HardSigmoid": ({"x": 4 * x}, {}, {"alpha": 0.25, "beta": 0.4}),
+        "GlobalMaxPool": ({"x": x}, {}, {}),
         "Softmax": ({"x": x}, {}, {"axis": 1}),
         "LayerNormalization": (
             {"x": x},

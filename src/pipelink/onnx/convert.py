@@ -281,6 +281,33 @@ def _clip(g: Graph, node: Node) -> None:
         acc = out
 
 
+def _hard_sigmoid(g: Graph, node: Node) -> None:
+    """ONNX HardSigmoid as ``min(max(alpha * x + beta, 0), 1)``: scale, add, max, min."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype = g.dtypes.get(x)
+    if dtype is None:
+        raise Unsupported("HardSigmoid needs its input's dtype (for its constants)")
+    consts = {}
+    for key, value in (("beta", float(_attr(node, "beta", 0.5))), ("zero", 0.0), ("one", 1.0)):
+        consts[key] = name = f"{y}__hard_sigmoid_{key}"
+        g.constants[name] = np.array(value, dtype=get_dtype(dtype).numpy)
+        g.dtypes[name] = dtype
+    g.stage(node, "scale", [x], [f"{y}__scaled"], factor=float32_attr(_attr(node, "alpha", 0.2)))
+    g.stage(node, "add", [f"{y}__scaled", consts["beta"]], [f"{y}__shifted"])
+    g.stage(node, "max", [f"{y}__shifted", consts["zero"]], [f"{y}__low"])
+    g.stage(node, "min", [f"{y}__low", consts["one"]], [y])
+
+
+def _global_max_pool(g: Graph, node: Node) -> None:
+    """ONNX GlobalMaxPool: ``reduce_max`` over every spatial dim, kept."""
+    shape = g.shapes.get(node.inputs[0])
+    if shape is None or len(shape) < 3:
+        raise Unsupported("GlobalMaxPool needs its input's rank (N, C and at least one spatial dim)")
+    g.stage(
+        node, "reduce_max", node.inputs[:1], node.outputs[:1], axes=list(range(2, len(shape))), keepdims=True
+    )
+
+
 def _gelu(g: Graph, node: Node) -> None:
     approximate = _attr(node, "approximate", "none")
     g.stage(node, "gelu", node.inputs[:1], node.outputs[:1], approximate=approximate)
@@ -623,6 +650,8 @@ CONVERTERS: dict[str, Converter] = {
     "Max": _extremum("max"),
     "Min": _extremum("min"),
     "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid,
+    "GlobalMaxPool": _global_max_pool,
     "Softmax": _softmax,
     "LayerNormalization": _layer_norm,
     "Transpose": _transpose,
