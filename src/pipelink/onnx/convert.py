@@ -364,13 +364,18 @@ def _transpose(g: Graph, node: Node) -> None:
     g.stage(node, "transpose", node.inputs[:1], node.outputs[:1], **({"perm": perm} if perm else {}))
 
 
-def _reshape(g: Graph, node: Node) -> None:
+def _target(g: Graph, node: Node, from_shape_value: Callable, what: str) -> list[int] | None:
+    """Input 1 of a Reshape or Expand: from a shape value the model computes (onnx/fold.py), else a
+    constant (None when absent)."""
     try:
-        shape = reshape_target(g, node)
+        shape = from_shape_value(g, node)
     except Unfoldable as e:
         raise Unsupported(str(e)) from None
-    if shape is None:
-        shape = g.ints(node, 1, "shape", "the new shape")
+    return shape if shape is not None else g.ints(node, 1, "shape", what)
+
+
+def _reshape(g: Graph, node: Node) -> None:
+    shape = _target(g, node, reshape_target, "the new shape")
     if shape is None:
         raise Unsupported("Reshape needs its shape input")
     g.stage(
@@ -437,12 +442,7 @@ def _gather(g: Graph, node: Node) -> None:
 
 
 def _expand(g: Graph, node: Node) -> None:
-    try:
-        shape = expand_target(g, node)
-    except Unfoldable as e:
-        raise Unsupported(str(e)) from None
-    if shape is None:
-        shape = g.ints(node, 1, "shape", "the shape")
+    shape = _target(g, node, expand_target, "the shape")
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
 
 
