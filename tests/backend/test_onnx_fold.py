@@ -195,6 +195,19 @@ def test_constant_nodes_too_big_to_evaluate_stay_nodes(nodes, init):
     assert time.perf_counter() - start < 5.0
 
 
+def test_a_node_that_cannot_take_a_run_time_shape_is_refused_by_name():
+    # Gather of index 5 from a rank-2 shape is not followed: the Gather stays and cannot read the shape
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "five"], ["d"], axis=0),
+        _n("Cast", ["d"], ["y"], to=1),
+    ]
+    model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], {"five": i64(5).reshape(())}, "bad")
+    with pytest.raises(pl.PipeLinkError, match="'s' is a shape the model computes") as info:
+        import_model(model)
+    assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Gather"]
+
+
 def test_a_shape_that_is_a_graph_output_is_refused_not_folded_away():
     model = om.make_model([_n("Shape", ["x"], ["s"])], [("x", ["batch", 4])], [("s", None)], {}, "shape_out")
     with pytest.raises(pl.PipeLinkError, match="Shape"):

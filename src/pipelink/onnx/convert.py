@@ -102,7 +102,19 @@ class Graph:
         return found
 
     def tensor(self, onnx_name: str) -> str:
-        """The PipeLink name of an input a stage reads; a constant becomes a bound weight."""
+        """The PipeLink name of an input a stage reads; a constant becomes a bound weight.
+
+        Raises
+        ------
+        Unsupported
+            The input is a shape value the import evaluated (onnx/fold.py) that this stage cannot take.
+        """
+        if onnx_name in self.symbolic:
+            raise Unsupported(
+                f"input {onnx_name!r} is a shape the model computes from dims known only when it runs; "
+                "PipeLink takes such shapes only as a Reshape's or an Expand's target (export with fixed "
+                "shapes, or constant-fold the model)"
+            )
         name = self.name(onnx_name)
         if onnx_name in self.constants and name not in self.weights:
             array = self.constants[onnx_name]
