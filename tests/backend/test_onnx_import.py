@@ -128,6 +128,7 @@ def _case(rng, op):
         "Min": ({"a": x}, {"b": _r(rng, 3, 1, 1)}, {}),
         "Clip": ({"x": 3 * x}, {"lo": np.array(-1.0, F), "hi": np.array(2.5, F)}, {}),
         "HardSigmoid": ({"x": 4 * x}, {}, {"alpha": 0.25, "beta": 0.4}),
+        "Pad": ({"x": x}, {"pads": i64(0, 1, 2, 0, 0, 2, 1, 3), "v": np.array(0.5, F)}, {"mode": "constant"}),
         "GlobalMaxPool": ({"x": x}, {}, {}),
         "Softmax": ({"x": x}, {}, {"axis": 1}),
         "LayerNormalization": (
@@ -295,6 +296,49 @@ def test_clip_is_max_then_min_of_its_bounds(rng, inputs, inits, attrs, opset, wa
     expected = want(x)
     expected[0, 0] = np.nan
     np.testing.assert_array_equal(got, expected.astype(F))
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+@pytest.mark.parametrize(
+    "pads",
+    [
+        [(1, 2), (0, 3)],
+        [(0, 0), (2, 2)],
+        [(-1, 1), (1, -2)],  # a negative pad crops, then the positive one pads what is left
+        [(3, 0), (0, 0)],
+    ],
+)
+def test_pad_matches_numpy_for_every_mode(rng, mode, pads):
+    x = _r(rng, 4, 5)
+    inits = {"pads": np.array([p[0] for p in pads] + [p[1] for p in pads], np.int64)}
+    names = ["x", "pads"]
+    if mode == "constant":
+        inits["v"] = np.array(-2.5, F)
+        names.append("v")
+    node = onnx.helper.make_node("Pad", names, ["y"], name="pad", mode=mode)
+    model = om.make_model([node], [("x", [4, 5])], [("y", None)], inits, "pad", opset=19)
+    cropped = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(pads, x.shape, strict=True))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in pads]
+    extra = {"constant_values": -2.5} if mode == "constant" else {}
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    np.testing.assert_array_equal(got, np.pad(cropped, widths, mode=mode, **extra))
+
+
+@pytest.mark.parametrize(
+    ("mode", "pads", "why"),
+    [
+        ("reflect", [(4, 0), (0, 0)], "reflect by 4 on an axis of 4"),
+        ("wrap", [(0, 0), (0, 6)], "wrap by 6 on an axis of 5"),
+        ("antisymmetric", [(1, 1), (1, 1)], "mode 'antisymmetric'"),
+    ],
+)
+def test_pad_refuses_what_it_cannot_build(mode, pads, why):
+    inits = {"pads": np.array([p[0] for p in pads] + [p[1] for p in pads], np.int64)}
+    node = onnx.helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode=mode)
+    model = om.make_model([node], [("x", [4, 5])], [("y", None)], inits, "pad", opset=19)
+    with pytest.raises(pl.PipeLinkError, match=why):
+        import_model(model)
 
 
 @pytest.mark.parametrize("op", ["Max", "Min"])

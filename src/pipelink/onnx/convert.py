@@ -422,6 +422,96 @@ def _concat(g: Graph, node: Node) -> None:
     g.stage(node, "concat", _inputs(node, _MAX_PORTS), node.outputs[:1], axis=int(_attr(node, "axis")))
 
 
+def _pad(g: Graph, node: Node) -> None:
+    """ONNX Pad, axis by axis, from PipeLink's slice, expand and concat: a negative pad crops (slice); a
+    positive one joins the borders to the tensor (concat), made by mode: ``constant`` a bound constant
+    block, ``edge`` the edge slice expanded, ``reflect`` a reversed slice without the edge, ``wrap`` the
+    slice of the other end. Each padded axis needs its size; ``constant`` needs every dim."""
+    mode = _attr(node, "mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise Unsupported(f"Pad mode {mode!r}; PipeLink imports constant, edge, reflect and wrap")
+    x, y = node.inputs[0], node.outputs[0]
+    shape = g.shapes.get(x)
+    if shape is None:
+        raise Unsupported("Pad needs its input's shape")
+    rank = len(shape)
+    pads = (
+        g.ints(node, 1, "pads", "the pads") if g.opset >= 11 else [int(p) for p in node.attrs.get("pads", [])]
+    )
+    axes = g.ints(node, 3, "axes", "the axes") if g.opset >= 18 else None
+    axes = [a % rank for a in axes] if axes else list(range(rank))
+    if pads is None or len(pads) != 2 * len(axes):
+        raise Unsupported(f"Pad needs {2 * len(axes)} pads (begin and end per axis), got {pads}")
+    value = g.const(node, 2, "the constant value") if g.opset >= 11 else node.attrs.get("value", 0.0)
+    value = 0.0 if value is None else np.asarray(value).reshape(-1)[0] if np.size(value) else 0.0
+    dtype = g.dtypes.get(x)
+    cur, dims, step = x, list(shape), 0
+
+    def out(tag: str) -> str:
+        nonlocal step
+        step += 1
+        return f"{y}__pad{step}_{tag}"
+
+    todo = [(a, b, e) for a, b, e in zip(axes, pads[: len(axes)], pads[len(axes) :], strict=True) if b or e]
+    for k, (axis, begin, end) in enumerate(todo):
+        size = dims[axis]
+        if not isinstance(size, int):
+            raise Unsupported(f"Pad of axis {axis}, whose size is known only when the model runs")
+        last = k == len(todo) - 1
+        if begin < 0 or end < 0:  # crop first
+            stop = size + min(end, 0)
+            name = y if last and begin <= 0 and end <= 0 else out("crop")
+            g.stage(node, "slice", [cur], [name], starts=[max(-begin, 0)], ends=[stop], axes=[axis])
+            cur, size = name, stop - max(-begin, 0)
+            dims[axis] = size
+            begin, end = max(begin, 0), max(end, 0)
+            if not (begin or end):
+                continue
+        if mode == "reflect" and (begin >= size or end >= size):
+            raise Unsupported(
+                f"Pad mode reflect by {max(begin, end)} on an axis of {size}: at most {size - 1}"
+            )
+        if mode in ("edge", "wrap") and size == 0:
+            raise Unsupported(f"Pad mode {mode} of an empty axis")
+        if mode == "wrap" and max(begin, end) > size:
+            raise Unsupported(f"Pad mode wrap by {max(begin, end)} on an axis of {size}: at most {size}")
+        parts = []
+        for side, width in (("begin", begin), ("end", end)):
+            if not width:
+                parts.append(None)
+                continue
+            name = out(side)
+            if mode == "constant":
+                if dtype is None or not all(isinstance(d, int) for d in dims):
+                    raise Unsupported("Pad mode constant needs every dim of its input and its dtype")
+                block = [width if i == axis else d for i, d in enumerate(dims)]
+                g.constants[name] = np.full(block, value, dtype=get_dtype(dtype).numpy)
+                g.dtypes[name] = dtype
+            elif mode == "edge":
+                edge = out(f"{side}_edge")
+                at = 0 if side == "begin" else size - 1
+                g.stage(node, "slice", [cur], [edge], starts=[at], ends=[at + 1], axes=[axis])
+                target = [width if i == axis else 1 for i in range(rank)]
+                g.stage(node, "expand", [edge], [name], shape=target)
+            elif mode == "reflect":
+                # begin: x[width:0:-1]; end: x[size-2 : size-2-width : -1], where a stop before index 0
+                # is written -(size + 1) (a negative end counts from the back)
+                stop = size - 2 - width if size - 2 - width >= 0 else -(size + 1)
+                starts, ends = ([width], [0]) if side == "begin" else ([size - 2], [stop])
+                g.stage(node, "slice", [cur], [name], starts=starts, ends=ends, axes=[axis], steps=[-1])
+            else:  # wrap: the other end
+                starts, ends = ([size - width], [size]) if side == "begin" else ([0], [width])
+                g.stage(node, "slice", [cur], [name], starts=starts, ends=ends, axes=[axis])
+            parts.append(name)
+        joined = y if last else out("joined")
+        g.stage(node, "concat", [p for p in (parts[0], cur, parts[1]) if p], [joined], axis=axis)
+        cur = joined
+        dims[axis] = size + begin + end
+    if cur == x:  # nothing to pad
+        g.stage(node, "identity", [x], [y])
+
+
 def _split(g: Graph, node: Node) -> None:
     if len(node.outputs) > _MAX_PORTS:
         raise Unsupported(f"{len(node.outputs)} outputs; PipeLink's split makes at most {_MAX_PORTS}")
@@ -662,6 +752,7 @@ CONVERTERS: dict[str, Converter] = {
     "Max": _extremum("max"),
     "Min": _extremum("min"),
     "Clip": _clip,
+    "Pad": _pad,
     "HardSigmoid": _hard_sigmoid,
     "GlobalMaxPool": _global_max_pool,
     "Softmax": _softmax,
