@@ -130,6 +130,12 @@ def _case(rng, op):
         "HardSigmoid": ({"x": 4 * x}, {}, {"alpha": 0.25, "beta": 0.4}),
         "Pad": ({"x": x}, {"pads": i64(0, 1, 2, 0, 0, 2, 1, 3), "v": np.array(0.5, F)}, {"mode": "constant"}),
         "GlobalMaxPool": ({"x": x}, {}, {}),
+        "GroupNormalization": (
+            {"x": x},
+            {"s": _r(rng, 3), "b": _r(rng, 3)},
+            {"num_groups": 3, "epsilon": 1e-3},
+        ),
+        "InstanceNormalization": ({"x": x}, {"s": _r(rng, 3), "b": _r(rng, 3)}, {"epsilon": 1e-3}),
         "Softmax": ({"x": x}, {}, {"axis": 1}),
         "LayerNormalization": (
             {"x": x},
@@ -338,6 +344,46 @@ def test_pad_refuses_what_it_cannot_build(mode, pads, why):
     node = onnx.helper.make_node("Pad", ["x", "pads"], ["y"], name="pad", mode=mode)
     model = om.make_model([node], [("x", [4, 5])], [("y", None)], inits, "pad", opset=19)
     with pytest.raises(pl.PipeLinkError, match=why):
+        import_model(model)
+
+
+def _group_norm_ref(x, groups, scale, bias, eps):
+    n, c = x.shape[:2]
+    rows = x.reshape(n, groups, -1).astype(np.float64)
+    y = ((rows - rows.mean(-1, keepdims=True)) / np.sqrt(rows.var(-1, keepdims=True) + eps)).reshape(x.shape)
+    at = (1, c) + (1,) * (x.ndim - 2)
+    return y * scale.reshape(at) + bias.reshape(at)
+
+
+@pytest.mark.parametrize(
+    ("op", "groups", "opset", "params"),
+    [
+        ("GroupNormalization", 3, 18, 3),  # before opset 21: scale and bias per group
+        ("GroupNormalization", 3, 21, 6),  # from opset 21: per channel
+        ("GroupNormalization", 1, 21, 6),
+        ("InstanceNormalization", None, 21, 6),
+    ],
+)
+def test_group_and_instance_norm_are_layer_norms_of_the_groups(rng, op, groups, opset, params):
+    x = _r(rng, 2, 6, 4, 5)
+    scale, bias = _r(rng, params), _r(rng, params)
+    attrs = {"epsilon": 1e-3} | ({"num_groups": groups} if groups else {})
+    node = onnx.helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", **attrs)
+    model = om.make_model(
+        [node], [("x", ["N", 6, 4, 5])], [("y", None)], {"s": scale, "b": bias}, op, opset=opset
+    )
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    per_channel = (np.repeat(v, 6 // len(v)) for v in (scale, bias))
+    want = _group_norm_ref(x, groups or 6, *per_channel, np.float32(1e-3))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm_needs_its_channels_and_spatial_dims():
+    node = onnx.helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="norm", num_groups=2)
+    init = {"s": np.ones(4, F), "b": np.zeros(4, F)}
+    model = om.make_model([node], [("x", ["N", 4, "H", 5])], [("y", None)], init, "gn", opset=21)
+    with pytest.raises(pl.PipeLinkError, match="every dim but the batch"):
         import_model(model)
 
 

@@ -512,6 +512,47 @@ def _pad(g: Graph, node: Node) -> None:
         g.stage(node, "identity", [x], [y])
 
 
+def _grouped_norm(g: Graph, node: Node, groups: int | None) -> None:
+    """GroupNormalization (``groups`` from its attribute) and InstanceNormalization (``groups`` None: one
+    per channel) of x ``[N, C, ...]``: x viewed as ``[N, G, C/G * spatial]``, ``layer_norm`` over the last
+    axis, viewed back, then the per-channel scale and bias (``mul``, ``add`` of ``[C, 1, ...]`` constants).
+    C and the spatial dims must be known (N may be symbolic)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape, dtype = g.shapes.get(x), g.dtypes.get(x)
+    if shape is None or len(shape) < 3 or dtype is None or not all(isinstance(d, int) for d in shape[1:]):
+        raise Unsupported(f"{node.op_type} needs its input's dtype and every dim but the batch")
+    channels = shape[1]
+    groups = channels if groups is None else groups
+    if groups < 1 or channels % groups:
+        raise Unsupported(f"{node.op_type}: {channels} channels do not split into {groups} groups")
+    scale, bias = g.const(node, 1, "the scale"), g.const(node, 2, "the bias")
+    per_channel = []
+    for what, value in (("scale", scale), ("bias", bias)):
+        value = np.asarray(value).reshape(-1)
+        if value.size == groups and groups != channels:  # GroupNormalization before opset 21: per group
+            value = np.repeat(value, channels // groups)
+        if value.size != channels:
+            raise Unsupported(f"{node.op_type}: {what} has {value.size} entries for {channels} channels")
+        name = f"{y}__{what}"
+        g.constants[name] = value.reshape((channels,) + (1,) * (len(shape) - 2)).astype(
+            get_dtype(dtype).numpy
+        )
+        g.dtypes[name] = dtype
+        per_channel.append(name)
+    eps = float32_attr(_attr(node, "epsilon", 1e-5))
+    g.stage(node, "reshape", [x], [f"{y}__groups"], shape=[0, groups, -1], allowzero=False)
+    g.stage(node, "layer_norm", [f"{y}__groups"], [f"{y}__normed"], axis=-1, eps=eps)
+    g.stage(node, "reshape", [f"{y}__normed"], [f"{y}__back"], shape=[0, *shape[1:]], allowzero=False)
+    g.stage(node, "mul", [f"{y}__back", per_channel[0]], [f"{y}__scaled"])
+    g.stage(node, "add", [f"{y}__scaled", per_channel[1]], [y])
+
+
+def _group_norm(g: Graph, node: Node) -> None:
+    if "num_groups" not in node.attrs:
+        raise Unsupported("GroupNormalization needs its num_groups attribute")
+    _grouped_norm(g, node, int(node.attrs["num_groups"]))
+
+
 def _split(g: Graph, node: Node) -> None:
     if len(node.outputs) > _MAX_PORTS:
         raise Unsupported(f"{len(node.outputs)} outputs; PipeLink's split makes at most {_MAX_PORTS}")
@@ -753,6 +794,8 @@ CONVERTERS: dict[str, Converter] = {
     "Min": _extremum("min"),
     "Clip": _clip,
     "Pad": _pad,
+    "GroupNormalization": _group_norm,
+    "InstanceNormalization": lambda g, node: _grouped_norm(g, node, None),
     "HardSigmoid": _hard_sigmoid,
     "GlobalMaxPool": _global_max_pool,
     "Softmax": _softmax,
