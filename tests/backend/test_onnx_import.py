@@ -160,6 +160,10 @@ def _case(rng, op):
         "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
         "ReduceSum": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 0}),
         "ReduceMax": ({"x": x}, {"axes": i64(2)}, {"keepdims": 1}),
+        "ReduceMin": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 0}),
+        "ReduceSumSquare": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 1}),
+        "ReduceL2": ({"x": x}, {"axes": i64(0, 2)}, {"keepdims": 0}),
+        "ReduceL1": ({"x": x}, {}, {"keepdims": 1}),  # every axis
         "Conv": (
             {"x": _r(rng, 2, 4, 9, 8)},
             {"w": _r(rng, 6, 2, 3, 3), "b": _r(rng, 6)},

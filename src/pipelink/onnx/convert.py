@@ -589,19 +589,49 @@ def _expand(g: Graph, node: Node) -> None:
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
 
 
+def _reduce_attrs(g: Graph, node: Node, axes_input_opset: int) -> dict[str, Any]:
+    """A Reduce* node's axes (an input from ``axes_input_opset``, an attribute before), keepdims and
+    noop_with_empty_axes, as PipeLink's reduce operators take them."""
+    axes = g.ints(node, 1, "axes", "the axes") if g.opset >= axes_input_opset else None
+    if axes is None and "axes" in node.attrs:
+        axes = [int(a) for a in node.attrs["axes"]]
+    attrs: dict[str, Any] = {"keepdims": bool(_attr(node, "keepdims", 1))}
+    if axes:
+        attrs["axes"] = axes
+    if _attr(node, "noop_with_empty_axes", 0):
+        attrs["noop_with_empty_axes"] = True
+    return attrs
+
+
 def _reduce(operator: str, axes_input_opset: int) -> Converter:
     def convert_node(g: Graph, node: Node) -> None:
-        axes = g.ints(node, 1, "axes", "the axes") if g.opset >= axes_input_opset else None
-        if axes is None and "axes" in node.attrs:
-            axes = [int(a) for a in node.attrs["axes"]]
-        attrs: dict[str, Any] = {"keepdims": bool(_attr(node, "keepdims", 1))}
-        if axes:
-            attrs["axes"] = axes
-        if _attr(node, "noop_with_empty_axes", 0):
-            attrs["noop_with_empty_axes"] = True
-        g.stage(node, operator, node.inputs[:1], node.outputs[:1], **attrs)
+        g.stage(node, operator, node.inputs[:1], node.outputs[:1], **_reduce_attrs(g, node, axes_input_opset))
 
     return convert_node
+
+
+# ReduceMin = -max(-x), ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|):
+# (before, the reduction, after) in PipeLink's elementwise and reduce operators.
+_COMPOSED_REDUCTIONS = {
+    "ReduceMin": ("neg", "reduce_max", "neg", 18),
+    "ReduceSumSquare": ("square", "reduce_sum", None, 18),
+    "ReduceL2": ("square", "reduce_sum", "sqrt", 18),
+    "ReduceL1": ("abs", "reduce_sum", None, 18),
+}
+
+
+def _composed_reduction(g: Graph, node: Node) -> None:
+    before, reduction, after, axes_input_opset = _COMPOSED_REDUCTIONS[node.op_type]
+    attrs = _reduce_attrs(g, node, axes_input_opset)
+    if attrs.get("noop_with_empty_axes") and "axes" not in attrs:
+        raise Unsupported(f"{node.op_type} with noop_with_empty_axes and no axes (the input unreduced)")
+    x, y = node.inputs[0], node.outputs[0]
+    pre = f"{y}__{before}"
+    g.stage(node, "mul" if before == "square" else before, [x, x] if before == "square" else [x], [pre])
+    reduced = y if after is None else f"{y}__{reduction}"
+    g.stage(node, reduction, [pre], [reduced], **attrs)
+    if after is not None:
+        g.stage(node, after, [reduced], [y])
 
 
 def _window(node: Node, *names: str) -> dict[str, Any]:
@@ -814,6 +844,7 @@ CONVERTERS: dict[str, Converter] = {
     "ReduceMean": _reduce("reduce_mean", 18),
     "ReduceSum": _reduce("reduce_sum", 13),
     "ReduceMax": _reduce("reduce_max", 18),
+    **dict.fromkeys(_COMPOSED_REDUCTIONS, _composed_reduction),
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool,
