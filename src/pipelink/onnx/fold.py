@@ -121,7 +121,7 @@ def _value(g: Graph, name: str) -> ShapeValue | None:
     if name in g.symbolic:
         return g.symbolic[name]
     array = g.constants.get(name)
-    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
+    if array is None or array.dtype.kind not in "iu" or array.ndim > 1 or array.size > MAX_FOLD_ELEMENTS:
         return None
     return [int(v) for v in array] if array.ndim == 1 else int(array)
 
