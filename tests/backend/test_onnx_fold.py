@@ -208,6 +208,30 @@ def test_a_node_that_cannot_take_a_run_time_shape_is_refused_by_name():
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Gather"]
 
 
+def test_a_constant_slice_follows_the_onnx_clamping_not_numpys(rng):
+    # dims [2, 3, 5, 7]; Slice(start -6, end INT64_MIN, step -1) over 4 entries: the spec clamps the start
+    # to 0 for a negative step, so it takes entry 0 (NumPy's rule, onnx's reference, takes nothing)
+    nodes = [
+        _n("Slice", ["dims", "s", "e", "a", "st"], ["picked"]),
+        _n("Concat", ["picked", "rest"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["y"]),
+    ]
+    init = {
+        "dims": i64(2, 3, 5, 7),
+        "s": i64(-6),
+        "e": i64(-(2**63)),
+        "a": i64(0),
+        "st": i64(-1),
+        "rest": i64(-1),
+    }
+    model = om.make_model(nodes, [("x", [2, 6])], [("y", None)], init, "slice")
+    config, _ = import_model(model)
+    assert config["pipeline"][0]["attrs"]["shape"] == [2, -1]
+    x = rng.standard_normal((2, 6)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        assert pipe.run(x=x)["y"].numpy().shape == (2, 6)
+
+
 def test_a_shape_that_is_a_graph_output_is_refused_not_folded_away():
     model = om.make_model([_n("Shape", ["x"], ["s"])], [("x", ["batch", 4])], [("s", None)], {}, "shape_out")
     with pytest.raises(pl.PipeLinkError, match="Shape"):

@@ -37,7 +37,9 @@ if TYPE_CHECKING:  # convert.py imports this module: the types only
 __all__ = ["Dim", "FOLDABLE", "MAX_FOLD_ELEMENTS", "Unfoldable", "fold", "reshape_target", "expand_target"]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
-#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy.
+#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy. Not Slice: a
+#: 1-d integer one follows the spec's clamping in :func:`_slice_value` (onnx's reference follows NumPy's
+#: for negative steps), any other stays a stage.
 FOLDABLE = frozenset(
     {
         "Cast",
@@ -45,7 +47,6 @@ FOLDABLE = frozenset(
         "Unsqueeze",
         "Squeeze",
         "Concat",
-        "Slice",
         "Reshape",
         "Add",
         "Sub",
@@ -208,10 +209,12 @@ def _evaluate(g: Graph, node: Node) -> np.ndarray:
 
 
 def _follow_symbolic(g: Graph, node: Node) -> bool:
-    """Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Identity and integer arithmetic of shape values."""
+    """Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Identity and integer arithmetic of shape values
+    (and the Slice of a 1-d integer constant, by the spec's rules)."""
     if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs:
         return False
-    if not any(n in g.symbolic for n in node.inputs if n):
+    # a Slice of a 1-d integer constant too (see FOLDABLE); the other ops only with a shape value in
+    if node.op_type != "Slice" and not any(n in g.symbolic for n in node.inputs if n):
         return False
     op, ins = node.op_type, node.inputs
     values = [_value(g, n) if n else None for n in ins]
