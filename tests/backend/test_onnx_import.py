@@ -611,3 +611,69 @@ def test_replace_one_node_with_a_native_module(tmp_path, rng):
     assert pipe.load_report.versions["ln_LayerNormalization"].startswith("layer_norm_v1@1.0.0")
     got = pipe.run(x=feeds["x"], ln_eps=np.float32(1e-5))["y"].numpy()
     assert_close(np.asarray(got), om.run_reference(model, feeds)[0], "float32")
+
+
+# -- the refusals of the composed converters ------------------------------------------------------------
+def _refusal_model(node, x_decl, init, opset=21):
+    return om.make_model([node], [("x", x_decl)], [("y", None)], init, "refused", opset=opset)
+
+
+@pytest.mark.parametrize(
+    ("node", "x_decl", "init", "opset", "why"),
+    [
+        (
+            onnx.helper.make_node("ReduceL2", ["x"], ["y"], name="r", noop_with_empty_axes=1),
+            [2, 3],
+            {},
+            21,
+            "ReduceL2 with noop_with_empty_axes and no axes",
+        ),
+        (
+            onnx.helper.make_node("GlobalMaxPool", ["x"], ["y"], name="r"),
+            None,
+            {},
+            21,
+            "GlobalMaxPool needs its input's rank",
+        ),
+        (
+            onnx.helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="r", num_groups=4),
+            [1, 6, 2, 2],
+            {"s": np.ones(6, F), "b": np.zeros(6, F)},
+            21,
+            "6 channels do not split into 4 groups",
+        ),
+        (
+            onnx.helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="r"),
+            [1, 6, 2, 2],
+            {"s": np.ones(5, F), "b": np.zeros(6, F)},
+            21,
+            "scale has 5 entries for 6 channels",
+        ),
+        (
+            onnx.helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="r"),
+            [1, 6, 2, 2],
+            {"s": np.ones(6, F), "b": np.zeros(6, F)},
+            21,
+            "needs its num_groups attribute",
+        ),
+        (
+            onnx.helper.make_node("Pad", ["x", "p"], ["y"], name="r", mode="edge"),
+            ["N", 4],
+            {"p": np.array([1, 0, 0, 0], np.int64)},
+            19,
+            "Pad of axis 0, whose size is known only when the model runs",
+        ),
+        (
+            onnx.helper.make_node("Pad", ["x", "p"], ["y"], name="r"),
+            [2, 4],
+            {"p": np.array([1, 0, 0], np.int64)},
+            19,
+            "Pad needs 4 pads",
+        ),
+    ],
+)
+def test_composed_converters_refuse_what_they_cannot_build(node, x_decl, init, opset, why):
+    with pytest.raises(pl.PipeLinkError, match=why) as info:
+        import_model(_refusal_model(node, x_decl, init, opset))
+    assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
+    assert [u["node"] for u in info.value.context["unsupported"]] == ["r"]
