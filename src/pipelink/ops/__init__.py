@@ -14,6 +14,7 @@ from . import (
     attention,
     batch_norm,
     collective,
+    compare,
     conv,
     elementwise,
     gemm,
@@ -51,6 +52,7 @@ FAMILIES = (
     resize,
     attention,
     quantize,
+    compare,
     collective,
 )
 """The built-in operator families, one package each, in registration order."""
