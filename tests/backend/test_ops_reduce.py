@@ -1,17 +1,20 @@
 """reduce_mean / reduce_sum / reduce_max against a row-by-row reference (reduced axes moved last, each
 row folded with math.fsum / max) and ONNX's reference evaluator; ONNX's edge cases: negative axes,
-keepdims, noop_with_empty_axes, empty reductions, 16-bit types, integer wrap-around.
+keepdims, noop_with_empty_axes, empty reductions, 16-bit types, integer wrap-around. argmax / argmin
+against an index reference, ties both ways, NaN, refusals, and one-node ONNX ArgMax / ArgMin models.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 import pipelink as pl
-from pipelink.errors import DTypeMismatchError, InvalidArgumentError
+from pipelink.dtypes import get_dtype
+from pipelink.errors import DTypeMismatchError, ErrorCode, InvalidArgumentError, ShapeMismatchError
 
 from .ops_helpers import TOL, make_registry, rand, run_op
 
@@ -171,3 +174,216 @@ def test_pipeline_reduces_and_plans():
         m, _ref(_ref(x, "max", [-1], True, False), "mean", [1], False, False), rtol=1e-5
     )
     np.testing.assert_allclose(s, math.fsum(float(v) for v in x.ravel()), rtol=1e-5)
+
+
+# -- argmax / argmin ----------------------------------------------------------------------------------
+ARG_DTYPES = FLOAT_TYPES + ("int8", "int32", "int64", "uint8")
+
+
+def _arg_ref(x: np.ndarray, kind: str, axis: int, keepdims: bool, last: bool) -> np.ndarray:
+    """The index of the extreme along ``axis``, found without np.argmax: each row's candidates are its
+    NaNs when it has one (NaN is the extreme, as np.argmax says), else the elements equal to its max (min);
+    the first candidate, or the last with ``last``."""
+    is_float = x.dtype.name in FLOAT_TYPES  # bfloat16's kind is "V"
+    v = np.moveaxis(x.astype(np.float64) if is_float else x, axis, -1)  # ints stay exact
+    if v.shape[-1] == 0:
+        raise AssertionError("no reference for an empty axis")
+    nan = np.isnan(v) if is_float else np.zeros(v.shape, bool)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: its candidates are its NaNs
+        extreme = np.nanmax(v, axis=-1, keepdims=True) if kind == "max" else np.nanmin(v, -1, keepdims=True)
+    cand = np.where(nan.any(axis=-1, keepdims=True), nan, v == extreme)
+    n = v.shape[-1]
+    pos = np.where(cand, np.arange(n), -1 if last else n)
+    idx = pos.max(axis=-1) if last else pos.min(axis=-1)
+    assert np.all((idx >= 0) & (idx < n))
+    return np.expand_dims(idx, axis) if keepdims else idx
+
+
+def _check_arg(y: np.ndarray, want: np.ndarray) -> None:
+    assert y.dtype == np.int64 and y.shape == want.shape, (y.dtype, y.shape, want.shape)
+    np.testing.assert_array_equal(y, want)  # the 0xCD poison would show as a huge index
+
+
+ARG_CASES = [
+    ((3, 4, 5), 1, True),
+    ((3, 4, 5), -1, False),
+    ((3, 4, 5), 0, True),
+    ((3, 4, 5), -3, False),
+    ((7,), 0, False),  # to a 0-d output
+    ((1,), 0, True),
+    ((6, 1, 5), 1, False),  # an axis of size 1: every index is 0
+    ((4, 0, 3), 2, True),  # a 0-size other axis: an empty output
+    ((2, 1000), -1, False),  # a warp per output, 31-32 elements per lane
+    ((3, 1031), 1, True),  # past 1024: the whole block per output
+    ((3, 1500, 4), 1, True),  # a long strided axis (inner 4)
+    ((20000, 3), 1, False),  # more outputs than the grid covers at once on CUDA: the grid-stride loop
+    ((1100, 1030), 1, False),  # ...and with a block per output
+]
+
+
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+@pytest.mark.parametrize(("shape", "axis", "keepdims"), ARG_CASES)
+def test_arg_reductions_every_dtype(reg, device, rng, kind, dtype, shape, axis, keepdims, last):
+    """Random values (8-bit and 16-bit types repeat values in long rows: ties on both sides of a lane's
+    share), every axis form; a wrong index, an unwritten output or the wrong tie rule fails."""
+    x = rand(rng, shape, dtype)
+    attrs = {"axis": axis, "keepdims": keepdims, "select_last_index": last}
+    (y,) = run_op(reg, f"arg{kind}", [x], attrs, device=device)
+    _check_arg(y, _arg_ref(x, kind, axis, keepdims, last))
+    if not last and x.size:  # NumPy's own answer, where it has one
+        find = np.argmax if kind == "max" else np.argmin
+        np.testing.assert_array_equal(
+            y, find(x.astype(np.float64) if dtype in FLOAT_TYPES else x, axis, keepdims=keepdims)
+        )
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+def test_arg_ties_go_first_or_last(reg, device, dtype):
+    """Equal extremes in one row, far apart (other lanes, other warps of a block on CUDA): the first index,
+    or the last with select_last_index; a row of one value gives 0 or n - 1."""
+    npd = get_dtype(dtype).numpy
+    n = 2000
+    x = np.zeros((4, n), npd)
+    x[0, [5, 37, 1500]] = 9  # ties of the maximum
+    x[1, [3, 64, 1999]] = 9
+    x[1, [0, 700]] = 1 if dtype == "uint8" else -7  # ... and of the minimum (uint8: 0 is the minimum)
+    x[2] = 4  # one value
+    x[3, [n - 2, n - 1]] = 9  # at the very end
+    for last in (False, True):
+        attrs = {"axis": 1, "keepdims": False, "select_last_index": last}
+        (mx,) = run_op(reg, "argmax", [x], attrs, device=device)
+        (mn,) = run_op(reg, "argmin", [x], attrs, device=device)
+        assert mx.tolist() == ([1500, 1999, n - 1, n - 1] if last else [5, 3, 0, n - 2])
+        assert mn[2] == (n - 1 if last else 0)
+        _check_arg(mn, _arg_ref(x, "min", 1, False, last))
+    if dtype in FLOAT_TYPES:  # -0.0 and +0.0 are equal: a tie
+        z = np.array([[-0.0, 0.0, -0.0]], npd)
+        for last, want in ((False, 0), (True, 2)):
+            for kind in ("max", "min"):
+                attrs = {"axis": -1, "select_last_index": last}
+                (y,) = run_op(reg, f"arg{kind}", [z], attrs, device=device)
+                assert y.tolist() == [[want]]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+def test_arg_nan_is_the_extreme(reg, device, dtype):
+    """A NaN beats every number, +-inf too, as in np.argmax / np.argmin: the first NaN, the last with
+    select_last_index (onnx's ReferenceEvaluator gives the same: test_arg_onnx_match_the_reference)."""
+    npd = get_dtype(dtype).numpy
+    n = 1500
+    x = np.ones((4, n), npd)
+    x[:, 10] = np.inf
+    x[:, 11] = -np.inf
+    x[0, [400, 1200]] = np.nan
+    x[1] = np.nan  # all NaN
+    x[2, 0] = np.nan
+    x[3, n - 1] = np.nan
+    for kind, find in (("max", np.argmax), ("min", np.argmin)):
+        (y,) = run_op(reg, f"arg{kind}", [x], {"axis": 1, "keepdims": False}, device=device)
+        assert y.tolist() == [400, 0, 0, n - 1] == find(x.astype(np.float64), axis=1).tolist()
+        attrs = {"axis": -1, "keepdims": False, "select_last_index": True}
+        (y,) = run_op(reg, f"arg{kind}", [x], attrs, device=device)
+        assert y.tolist() == [1200, n - 1, 0, n - 1]
+    # along the first axis (strided reads): NaNs in some columns only
+    t = np.ascontiguousarray(x[:, :16].T)
+    (y,) = run_op(reg, "argmin", [t], {"axis": 0, "keepdims": True}, device=device)
+    _check_arg(y, _arg_ref(t, "min", 0, True, False))
+
+
+def test_arg_extremes_of_the_integer_types(reg, device):
+    """The lowest and highest value of each integer type (int64's beyond float64's exact range)."""
+    for dtype in ("int8", "int32", "int64", "uint8"):
+        info = np.iinfo(get_dtype(dtype).numpy)
+        x = np.array([[info.max - 1, info.min, info.max, info.min + 1, info.max]], get_dtype(dtype).numpy)
+        for last, (imax, imin) in ((False, (2, 1)), (True, (4, 1))):
+            attrs = {"axis": 1, "keepdims": False, "select_last_index": last}
+            assert run_op(reg, "argmax", [x], attrs, device=device)[0].tolist() == [imax], dtype
+            assert run_op(reg, "argmin", [x], attrs, device=device)[0].tolist() == [imin], dtype
+
+
+def test_arg_refusals(reg, device):
+    """An axis outside [-rank, rank) (a 0-d input has none) is PIPELINK_ERR_INVALID_ARGUMENT; a reduced
+    axis of size 0 is PIPELINK_ERR_SHAPE_MISMATCH, at load, and when a symbolic size is bound to 0."""
+    x = np.zeros((2, 3, 4), np.float32)
+    for op, axis in (("argmax", 3), ("argmin", -4)):
+        with pytest.raises(InvalidArgumentError, match=r"attribute 'axis' must be in \[-3, 3\)") as e:
+            run_op(reg, op, [x], {"axis": axis}, device=device)
+        assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    with pytest.raises(InvalidArgumentError, match=r"must be in \[-0, 0\)") as e:
+        run_op(reg, "argmax", [np.float32(1.0).reshape(())], {}, device=device)
+    assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    for op in ("argmax", "argmin"):
+        with pytest.raises(ShapeMismatchError, match=f"{op}: axis -2 of input 'x' .* has size 0") as e:
+            run_op(reg, op, [np.zeros((3, 0, 2), np.int8)], {"axis": -2}, device=device)
+        assert e.value.code == ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
+    with pytest.raises(DTypeMismatchError, match="not supported"):
+        run_op(reg, "argmax", [np.zeros((2, 3), np.bool_)], {"axis": 1}, device=device)
+
+    config = {
+        "inputs": {"x": {"shape": ["N", 0, 4], "dtype": "float16"}},
+        "outputs": ["y"],
+        "pipeline": [{"name": "argmin", "inputs": ["x"], "outputs": ["y"], "attrs": {"axis": 1}}],
+    }
+    (problem,) = pl.validate(config, device=device)
+    assert problem.code == ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH and "has size 0" in problem.message
+    with pytest.raises(ShapeMismatchError, match="has size 0"):
+        pl.load(config, device=device)
+    config["inputs"]["x"]["shape"] = ["N", "K", 4]  # known only when it runs
+    with pl.load(config, device=device) as pipe:
+        x = rand(np.random.default_rng(26), (2, 5, 4), "float16")
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), np.argmin(x, axis=1, keepdims=True))
+        with pytest.raises(ShapeMismatchError, match="has size 0") as e:
+            pipe.run(x=np.zeros((2, 0, 4), np.float16))
+        assert e.value.code == ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
+
+
+def test_arg_pipeline_gives_int64(device):
+    """argmax after a reduction in a pipeline: the output is declared int64, planned and returned."""
+    config = {
+        "inputs": {"x": {"shape": ["B", 6, 8], "dtype": "bfloat16"}},
+        "outputs": ["s", "i", "j"],
+        "pipeline": [
+            {"name": "reduce_sum", "inputs": ["x"], "outputs": ["s"], "attrs": {"axes": [-1]}},
+            {"name": "argmax", "inputs": ["s"], "outputs": ["i"], "attrs": {"axis": 1, "keepdims": False}},
+            {"name": "argmin", "inputs": ["x"], "outputs": ["j"], "attrs": {"axis": -1}},
+        ],
+    }
+    x = rand(np.random.default_rng(27), (3, 6, 8), "bfloat16")
+    with pl.load(config, device=device) as pipe:
+        out = pipe.run(x=x)
+        s, i, j = out["s"].numpy(), out["i"].numpy(), out["j"].numpy()
+    assert i.dtype == np.int64 and i.shape == (3, 1) and j.shape == (3, 6, 1)
+    np.testing.assert_array_equal(j, _arg_ref(x, "min", -1, True, False))
+    np.testing.assert_array_equal(i, _arg_ref(s, "max", 1, False, False))  # of the sums the pipeline made
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int8", "int32", "int64", "uint8"])
+@pytest.mark.parametrize(("axis", "keepdims", "last"), [(0, 1, 0), (-1, 0, 1), (1, 1, 1), (-2, 0, 0)])
+def test_arg_onnx_match_the_reference(device, op, dtype, axis, keepdims, last):
+    """A one-node ArgMax / ArgMin model imported and run, against onnx's ReferenceEvaluator; the float
+    inputs hold NaNs and ties, so the two agree on both (the descriptor's NaN rule)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from .onnx_models import make_model
+
+    npd = get_dtype(dtype).numpy
+    x = rand(np.random.default_rng(28), (3, 40, 5), dtype)
+    if dtype.startswith("float"):
+        x = np.round(x).astype(npd)  # ties
+        x[1, 3, 2] = x[2, 7, 0] = x[2, 30, 0] = x[0, 0, 4] = np.nan
+    attrs = {"axis": axis, "keepdims": keepdims, "select_last_index": last}
+    node = helper.make_node(op, ["x"], ["y"], name="the_arg", **attrs)
+    model = make_model([node], [("x", list(x.shape))], [("y", None)], {}, op.lower(), opset=13)
+    model.graph.input[0].type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.dtype == ref.dtype == np.int64 and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)

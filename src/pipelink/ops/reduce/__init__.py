@@ -1,8 +1,10 @@
-"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax, axes as an attribute): descriptors and NumPy references.
+"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax, axes as an attribute; ArgMax/ArgMin over one axis):
+descriptors and NumPy references.
 
 Half types accumulate in float32 and round once on the store; integers sum in their own type (wrapping,
-as ONNX does). An empty reduction gives 0 (sum), NaN (mean) or the lowest value of the type (max).
-The CUDA variants (``cuda.py``, ``reduce.cu``) give the same results for every dtype.
+as ONNX does). An empty reduction gives 0 (sum), NaN (mean) or the lowest value of the type (max);
+argmax / argmin refuse an empty axis (``reference.py``). The CUDA variants (``cuda.py``, ``reduce.cu``)
+give the same results for every dtype.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
 from ..kernel import cuda_variant
-from . import cuda
+from . import cuda, reference
 from .axes import reduced_axes
 
 __all__ = ["descriptors", "reduced_axes"]
@@ -88,10 +90,65 @@ def _reduction(kind: str, onnx: str, doc: str, dtypes: frozenset[str]) -> Operat
     )
 
 
+def _infer_arg(op: str):
+    def infer_arg(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+        """Output rule of argmax / argmin: int64, the axis kept as 1 with ``keepdims`` or dropped."""
+        shape = tuple(in_shapes[0])
+        axis = reference.arg_axis(shape, attrs, op=op)
+        return (reference.arg_shape(shape, axis, bool(attrs["keepdims"])),), ("int64",)
+
+    return infer_arg
+
+
+def _arg_bind(kind: str):
+    def bind(ctx: KernelContext):
+        axis = reference.arg_axis(tuple(ctx.in_shapes[0]), ctx.attrs, op=f"arg{kind}")
+        last = bool(ctx.attrs["select_last_index"])
+
+        def kernel(inputs, outputs, stream):
+            reference.arg_reduce_into(kind, inputs[0], outputs[0], axis=axis, select_last_index=last)
+
+        return kernel
+
+    return bind
+
+
+def _arg_reduction(kind: str, onnx: str, doc: str) -> OperatorDescriptor:
+    name = f"arg{kind}"
+    return builtin_operator(
+        name,
+        doc=doc,
+        inputs=[Port("x", dtype="T")],
+        outputs=[Port("y", dtype="int64")],
+        attrs=[
+            Attr("axis", "int", 0, doc="the axis to reduce (size >= 1); negative counts from the end"),
+            Attr("keepdims", "bool", True, doc="keep the reduced axis as size 1"),
+            Attr(
+                "select_last_index", "bool", False, doc="ties: the last index of the extreme, not the first"
+            ),
+        ],
+        dtype_vars={"T": NUMERIC},
+        variant_dtypes=NUMERIC,
+        infer=_infer_arg(name),
+        bind=_arg_bind(kind),
+        cuda=cuda_variant(cuda.arg_reduce_bind(kind), cuda.ARG_DTYPES),
+        onnx=onnx,
+    )
+
+
 def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of reduce_mean, reduce_sum and reduce_max (one set per registry)."""
+    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, argmax and argmin (one set per registry)."""
+    # NaN as np.argmax / np.argmin; onnx's ReferenceEvaluator agrees, with select_last_index too (its
+    # flip gives the last NaN), so the two do not differ.
+    rule = "ties (NaNs too) to the first index, to the last with select_last_index"
     return [
         _reduction("mean", "ReduceMean", "Mean over the given axes (float types).", FLOATS),
         _reduction("sum", "ReduceSum", "Sum over the given axes (integers wrap in their type).", NUMERIC),
         _reduction("max", "ReduceMax", "Maximum over the given axes (NaN propagates).", NUMERIC),
+        _arg_reduction(
+            "max", "ArgMax", f"Index (int64) of the maximum along one axis, NaN the largest; {rule}."
+        ),
+        _arg_reduction(
+            "min", "ArgMin", f"Index (int64) of the minimum along one axis, NaN the smallest; {rule}."
+        ),
     ]

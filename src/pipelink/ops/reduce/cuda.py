@@ -1,5 +1,6 @@
 """The reductions on CUDA: one strided row-reduction kernel (``reduce.cu``) for reduce_sum, reduce_mean and
-reduce_max over any axes, its tunable, launch plan and bind. Pure Python + NumPy.
+reduce_max over any axes, and one for argmax / argmin over one axis (the same walk, a (value, index) pair
+per thread); their tunables, launch plans and binds. Pure Python + NumPy.
 
 The kept axes and the reduced axes are each merged where they walk memory contiguously, so a reduction
 over trailing axes (the common case) is a row reduction over one contiguous run.
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
+from ...dtypes import DType, get_dtype
 from ...errors import InvalidArgumentError
 from .._common import FLOATS, NUMERIC
 from ..kernel import (
@@ -36,12 +37,27 @@ from ..kernel import (
     tuned_values,
 )
 from .axes import reduced_axes
+from .reference import arg_axis
 
-__all__ = ["KERNELS", "TUNED_AS", "KINDS", "DTYPES", "plan_reduce", "reduce_bind", "integer_lowest"]
+__all__ = [
+    "KERNELS",
+    "TUNED_AS",
+    "KINDS",
+    "DTYPES",
+    "ARG_KINDS",
+    "ARG_DTYPES",
+    "plan_reduce",
+    "plan_arg_reduce",
+    "reduce_bind",
+    "arg_reduce_bind",
+    "integer_lowest",
+]
 
 _SOURCE = Path(__file__).resolve().parent / "reduce.cu"
 KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX"}
 DTYPES = {"sum": tuple(sorted(NUMERIC)), "mean": tuple(sorted(FLOATS)), "max": tuple(sorted(NUMERIC))}
+ARG_KINDS = {"max": "PL_ARG_MAX", "min": "PL_ARG_MIN"}
+ARG_DTYPES = tuple(sorted(NUMERIC))
 _WARP_COUNT = 1024  # reductions up to this long get a warp per output; longer ones the whole block
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
 
@@ -51,6 +67,14 @@ KERNELS: dict[str, KernelSource] = {
     )
     for kind, code in KINDS.items()
 }
+KERNELS.update(
+    {
+        f"arg{kind}": KernelSource(
+            f"arg{kind}", _SOURCE, "pl_arg_reduce", {"PL_ARG": code}, dict(_TUNABLES), dtypes=ARG_DTYPES
+        )
+        for kind, code in ARG_KINDS.items()
+    }
+)
 TUNED_AS: dict[str, str] = {}
 
 
@@ -94,6 +118,28 @@ def plan_reduce(
             f"{op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=op, dtype=dt.name
         )
     shp = shape_of(shape, op)
+    macros: dict[str, Any] = {"PL_REDUCE": KINDS[kind]}
+    if not dt.is_floating:
+        macros["PL_LOWEST"] = integer_lowest(dt.numpy)
+    return _row_plan(source, "pl_reduce", dt, shp, axes, macros, tuned=tuned, sm_count=sm_count)
+
+
+def _row_plan(
+    source: KernelSource,
+    kernel: str,
+    dt: DType,
+    shp: tuple[int, ...],
+    axes: Any,
+    kernel_macros: dict[str, Any],
+    *,
+    tuned: dict[str, int] | None,
+    sm_count: int,
+) -> LaunchPlan:
+    """The launch of one of ``reduce.cu``'s strided row reductions (pl_reduce, pl_arg_reduce: the same
+    arguments) of a contiguous x over ``axes``: kept and reduced dims merged, a warp per output up to
+    ``_WARP_COUNT`` reduced elements (else the whole block), a grid-stride loop over the outputs.
+    ``kernel_macros`` are the kernel's own (its kind); the geometry's are added here."""
+    op = source.op
     reduced = tuple(sorted({int(a) for a in axes}))
     kept = tuple(a for a in range(len(shp)) if a not in reduced)
     strides = contiguous_strides(shp)
@@ -108,19 +154,16 @@ def plan_reduce(
     t = tuned_values(source, tuned)
     block = t["block"]
     group = 32 if count <= _WARP_COUNT or block == 32 else block
-    is_int = int(not dt.is_floating)
     macros = {
         "PL_T": dt.cuda_type,
-        "PL_REDUCE": KINDS[kind],
-        "PL_IS_INT": is_int,
+        **kernel_macros,
+        "PL_IS_INT": int(not dt.is_floating),
         "PL_BLOCK": block,
         "PL_GROUP": group,
         "PL_NDIM_K": len(dk),
         "PL_NDIM_R": len(dr),
         "PL_INDEX64": int(prod(shp) >= I32_LIMIT),
     }
-    if is_int:
-        macros["PL_LOWEST"] = integer_lowest(dt.numpy)
     rows_per_block = block // group
     grid = (max(1, min(-(-rows // rows_per_block), sm_count * t["max_blocks_per_sm"])), 1, 1)
     specs = [
@@ -135,7 +178,7 @@ def plan_reduce(
         scalars.update({f"{prefix}{k}": values[k] if k < len(values) else pad for k in range(MAX_NDIM)})
     return make_plan(
         source,
-        "pl_reduce",
+        kernel,
         macros,
         grid,
         block,
@@ -155,6 +198,69 @@ def reduce_bind(kind: str):
         return PlanLaunch(
             ctx.backend,
             lambda a: plan_reduce(kind, dtype, shape, axes, tuned=tuned, sm_count=sms),
+            {"x": ("in", 0), "y": ("out", 0)},
+            ctx.stage,
+        )
+
+    return bind
+
+
+def plan_arg_reduce(
+    kind: str,
+    dtype: Any,
+    shape: Any,
+    axis: int,
+    *,
+    select_last_index: bool = False,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = arg<kind>(x, axis)`` for a contiguous x into a contiguous int64 y (the kept axes in
+    order; keepdims does not change the layout): the index along ``axis`` (normalised, 0 <= axis < ndim)
+    of the first extreme, or of the last with ``select_last_index``; a NaN is the extreme.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An unknown kind, a dtype the kernel does not take, an axis out of range or of size 0, more than
+        8 kept dims after merging, a bad tunable.
+    """
+    if kind not in ARG_KINDS:
+        raise InvalidArgumentError(
+            f"unknown index reduction {kind!r}; known: {', '.join(ARG_KINDS)}", op=kind
+        )
+    source = KERNELS[f"arg{kind}"]
+    op = source.op
+    dt = get_dtype(dtype)
+    if dt.name not in source.dtypes:
+        raise InvalidArgumentError(
+            f"{op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=op, dtype=dt.name
+        )
+    shp = shape_of(shape, op)
+    if not 0 <= int(axis) < len(shp) or shp[int(axis)] == 0:
+        raise InvalidArgumentError(
+            f"{op}: the axis must be one of the {len(shp)} axes of shape {list(shp)}, of size >= 1 "
+            f"(got {axis})",
+            op=op,
+            axis=axis,
+        )
+    macros = {"PL_ARG": ARG_KINDS[kind], "PL_LAST": int(bool(select_last_index))}
+    return _row_plan(source, "pl_arg_reduce", dt, shp, (int(axis),), macros, tuned=tuned, sm_count=sm_count)
+
+
+def arg_reduce_bind(kind: str):
+    """The CUDA bind of ``arg<kind>`` (argmax, argmin)."""
+
+    def bind(ctx: KernelContext):
+        dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+        axis = arg_axis(shape, ctx.attrs, op=f"arg{kind}")  # a size 0 bound at run is refused here
+        last = bool(ctx.attrs["select_last_index"])
+        tuned, sms = tuned_of(ctx, KERNELS[f"arg{kind}"]), sm_count_of(ctx)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_arg_reduce(
+                kind, dtype, shape, axis, select_last_index=last, tuned=tuned, sm_count=sms
+            ),
             {"x": ("in", 0), "y": ("out", 0)},
             ctx.stage,
         )

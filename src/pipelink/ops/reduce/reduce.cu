@@ -1,7 +1,8 @@
-// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max) over any set of axes: a strided row
-// reduction. Output element `row` (row-major over the kept dims) folds the `count` elements of the
-// reduced dims; a group of PL_GROUP threads walks them (consecutive threads take consecutive reduced
-// indices, so a reduction over trailing axes reads coalesced) and combines through pl_group_reduce.
+// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max) over any set of axes, and argmax / argmin
+// over one axis (pl_arg_reduce, compiled instead when PL_ARG is set): a strided row reduction. Output
+// element `row` (row-major over the kept dims) folds the `count` elements of the reduced dims; a group
+// of PL_GROUP threads walks them (consecutive threads take consecutive reduced indices, so a reduction
+// over trailing axes reads coalesced) and combines through pl_group_reduce.
 // Never allocate; read only inside x.
 //
 // Macros (chosen by plan_reduce in pipelink/ops/reduce/cuda.py):
@@ -19,6 +20,16 @@
 //                   long long sk0..sk7, long long dr0..dr7, long long sr0..sr7)
 //   y is contiguous [rows]; x[row, r] is at offset(row over dk/sk) + offset(r over dr/sr) (elements).
 //   x and y are distinct buffers (__restrict__).
+//
+// With PL_ARG (PL_ARG_MAX or PL_ARG_MIN, set by plan_arg_reduce) the file holds pl_arg_reduce instead:
+//   PL_T, PL_IS_INT, PL_BLOCK, PL_GROUP, PL_NDIM_K, PL_NDIM_R, PL_INDEX64 as above (PL_NDIM_R is 1: one
+//   axis); PL_LAST 1: ties go to the last index (select_last_index), 0: to the first
+// Kernel: pl_arg_reduce(const T* x, long long* y, ...the arguments of pl_reduce...)
+//   y[row] = the index r in [0, count) of the extreme of x[row, r]: values compare in long long
+//   (integers) or in float / double (exact for 16-bit types); a NaN beats every number (np.argmax /
+//   np.argmin); equal values, and NaNs among themselves, go to the lower index (the higher with
+//   PL_LAST). That order is total, so the tree of pl_arg_group gives the sequential answer whatever
+//   the geometry: deterministic. count >= 1 (the plan refuses an empty axis).
 #include "common.cuh"
 
 #define PL_RED_SUM 0
@@ -38,6 +49,7 @@
 #define PL_IS_INT 0
 #endif
 
+#ifndef PL_ARG  // the value reductions
 typedef PL_T T;
 #if PL_IS_INT && PL_REDUCE == PL_RED_MAX
 typedef long long A;
@@ -120,3 +132,124 @@ pl_reduce(const T* __restrict__ x, T* __restrict__ y, long long rows, long long 
         if (row < rows && lane == 0) y[row] = pl_reduce_store(acc, count);
     }
 }
+#else  // PL_ARG: argmax / argmin
+#define PL_ARG_MAX 0
+#define PL_ARG_MIN 1
+#ifndef PL_LAST
+#define PL_LAST 0
+#endif
+
+typedef PL_T T;
+#if PL_IS_INT
+typedef long long A;  // every integer type of PL_T is exact in it
+#else
+typedef typename pl_acc<T>::type A;  // float for 16-bit types (exact), double for double
+#endif
+
+__device__ __forceinline__ A pl_arg_load(T v) {
+#if PL_IS_INT
+    return (A)v;
+#else
+    return pl_to_acc(v);
+#endif
+}
+
+// Whether candidate (va, ia) is kept over (vb, ib). An index < 0 is no candidate (a lane that saw no
+// element), which loses to any.
+__device__ __forceinline__ bool pl_arg_wins(A va, long long ia, A vb, long long ib) {
+    if (ia < 0 || ib < 0) return ib < 0;
+    const bool tie_to_a = PL_LAST ? ia > ib : ia < ib;
+#if !PL_IS_INT
+    const bool nan_a = va != va, nan_b = vb != vb;
+    if (nan_a || nan_b) return nan_a && nan_b ? tie_to_a : nan_a;
+#endif
+    if (va == vb) return tie_to_a;
+#if PL_ARG == PL_ARG_MAX
+    return va > vb;
+#else
+    return va < vb;
+#endif
+}
+
+// pl_group_reduce for a (value, index) pair: the best candidate of each aligned group of GROUP threads,
+// in every thread of it. GROUP > 32: every thread of the block must call it (it synchronises).
+template <int GROUP>
+__device__ __forceinline__ void pl_arg_group(A& v, long long& i, A* smem_v, long long* smem_i) {
+    constexpr int WIDTH = GROUP < PL_WARP ? GROUP : PL_WARP;
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset >>= 1) {
+        const A ov = __shfl_xor_sync(PL_FULL_MASK, v, offset, PL_WARP);
+        const long long oi = __shfl_xor_sync(PL_FULL_MASK, i, offset, PL_WARP);
+        if (!pl_arg_wins(v, i, ov, oi)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    if constexpr (GROUP > PL_WARP) {
+        constexpr int WARPS = GROUP / PL_WARP;
+        const int warp = threadIdx.x / PL_WARP;
+        if (threadIdx.x % PL_WARP == 0) {
+            smem_v[warp] = v;
+            smem_i[warp] = i;
+        }
+        __syncthreads();
+        const int first = (warp / WARPS) * WARPS;
+        v = smem_v[first];
+        i = smem_i[first];
+#pragma unroll
+        for (int w = 1; w < WARPS; ++w) {
+            if (!pl_arg_wins(v, i, smem_v[first + w], smem_i[first + w])) {
+                v = smem_v[first + w];
+                i = smem_i[first + w];
+            }
+        }
+        __syncthreads();  // the arrays may be reused by the next row
+    } else {
+        (void)smem_v;
+        (void)smem_i;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_arg_reduce(const T* __restrict__ x, long long* __restrict__ y, long long rows, long long count,
+              long long dk0, long long dk1, long long dk2, long long dk3,
+              long long dk4, long long dk5, long long dk6, long long dk7,
+              long long sk0, long long sk1, long long sk2, long long sk3,
+              long long sk4, long long sk5, long long sk6, long long sk7,
+              long long dr0, long long dr1, long long dr2, long long dr3,
+              long long dr4, long long dr5, long long dr6, long long dr7,
+              long long sr0, long long sr1, long long sr2, long long sr3,
+              long long sr4, long long sr5, long long sr6, long long sr7) {
+    constexpr int ROWS_PER_BLOCK = PL_BLOCK / PL_GROUP;
+    __shared__ A smem_v[PL_BLOCK / PL_WARP];
+    __shared__ long long smem_i[PL_BLOCK / PL_WARP];
+    const long long dk[8] = {dk0, dk1, dk2, dk3, dk4, dk5, dk6, dk7};
+    const long long sk[1][8] = {{sk0, sk1, sk2, sk3, sk4, sk5, sk6, sk7}};
+    const long long dr[8] = {dr0, dr1, dr2, dr3, dr4, dr5, dr6, dr7};
+    const long long sr[1][8] = {{sr0, sr1, sr2, sr3, sr4, sr5, sr6, sr7}};
+    const int lane = threadIdx.x % PL_GROUP;
+    // every thread of the block runs the same iterations: pl_arg_group may synchronise the block
+    for (long long first = (long long)blockIdx.x * ROWS_PER_BLOCK; first < rows;
+         first += (long long)gridDim.x * ROWS_PER_BLOCK) {
+        const long long row = first + threadIdx.x / PL_GROUP;
+        A best = A(0);
+        long long best_i = -1;
+        if (row < rows) {
+            pl_idx base[1];
+            pl_strided_offsets<PL_NDIM_K, 1>((pl_idx)row, dk, sk, base);
+            // one axis: the reduced index r is the index along it
+            for (long long r = lane; r < count; r += PL_GROUP) {
+                pl_idx off[1];
+                pl_strided_offsets<PL_NDIM_R, 1>((pl_idx)r, dr, sr, off);
+                const A v = pl_arg_load(x[base[0] + off[0]]);
+                if (pl_arg_wins(v, r, best, best_i)) {
+                    best = v;
+                    best_i = r;
+                }
+            }
+        }
+        pl_arg_group<PL_GROUP>(best, best_i, smem_v, smem_i);
+        if (row < rows && lane == 0) y[row] = best_i;
+    }
+}
+#endif  // PL_ARG
