@@ -1,5 +1,5 @@
 """Shape operators (ONNX semantics): reshape, flatten, squeeze, unsqueeze, concat, split, slice, gather,
-where, expand — descriptors and their NumPy reference kernels.
+gather_elements, where, expand — descriptors and their NumPy reference kernels.
 
 Every output shape is known at load from the input shapes and the attributes (``rules.py``); the kernels
 copy into the preallocated outputs and never allocate arrays of the data's size. Every operator here
@@ -14,7 +14,7 @@ from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Por
 from ...dtypes import DTYPES
 from .._common import builtin_operator
 from .._dims import normalize_axis
-from ..kernel import cuda_variant
+from ..kernel import contiguous_strides, cuda_variant
 from . import cuda
 from .rules import (
     MAX_PARTS,
@@ -23,6 +23,7 @@ from .rules import (
     infer_expand,
     infer_flatten,
     infer_gather,
+    infer_gather_elements,
     infer_reshape,
     infer_slice,
     infer_split,
@@ -92,6 +93,21 @@ def _slice_bind(ctx: KernelContext):
     return kernel
 
 
+def _wrap_indices(fixed: np.ndarray, indices: np.ndarray, n: int, stage: str, axis: int, op: str) -> None:
+    """``fixed`` = ``indices`` with negatives counted from the end of an axis of size ``n``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index outside ``[-n, n)`` (the first one, in row-major order).
+    """
+    np.copyto(fixed, indices, casting="unsafe")
+    fixed[fixed < 0] += n
+    if fixed.size and (fixed.min() < 0 or fixed.max() >= n):
+        bad = indices.flat[int(np.argmax((fixed < 0) | (fixed >= n)))]
+        raise index_out_of_range(stage, int(bad), axis, n, op=op)
+
+
 def _gather_bind(ctx: KernelContext):
     data_shape = tuple(ctx.in_shapes[0])
     axis = normalize_axis(int(ctx.attrs["axis"]), len(data_shape), op="gather")
@@ -101,12 +117,33 @@ def _gather_bind(ctx: KernelContext):
 
     def kernel(inputs, outputs, stream):
         data, indices = inputs
-        np.copyto(fixed, indices, casting="unsafe")
-        fixed[fixed < 0] += n
-        if fixed.size and (fixed.min() < 0 or fixed.max() >= n):
-            bad = indices.flat[int(np.argmax((fixed < 0) | (fixed >= n)))]
-            raise index_out_of_range(stage, int(bad), axis, n)
+        _wrap_indices(fixed, indices, n, stage, axis, "gather")
         np.take(data, fixed, axis=axis, out=outputs[0])
+
+    return kernel
+
+
+def _gather_elements_bind(ctx: KernelContext):
+    """y[p] = data[p with its axis coordinate replaced by indices[p]], read as flat offsets into data: the
+    off-axis part of each offset is computed once here, the axis part every run."""
+    data_shape, index_shape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    infer_gather_elements((data_shape, index_shape), tuple(ctx.in_dtypes), ctx.attrs)  # concrete shapes
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(data_shape), op="gather_elements")
+    n, strides = data_shape[axis], contiguous_strides(data_shape)
+    base = np.zeros(index_shape, np.int64)  # offset of p in data without its axis coordinate
+    for k, (size, stride) in enumerate(zip(index_shape, strides, strict=True)):
+        if k != axis:
+            along = (-1,) + (1,) * (len(index_shape) - k - 1)  # broadcast along axis k
+            base += (np.arange(size, dtype=np.int64) * stride).reshape(along)
+    fixed = np.empty(index_shape, np.int64)  # indices wrapped, then the flat offsets; reused every run
+    stage = ctx.stage
+
+    def kernel(inputs, outputs, stream):
+        data, indices = inputs
+        _wrap_indices(fixed, indices, n, stage, axis, "gather_elements")
+        np.multiply(fixed, strides[axis], out=fixed)
+        np.add(fixed, base, out=fixed)
+        np.take(data.reshape(-1), fixed, out=outputs[0])
 
     return kernel
 
@@ -125,6 +162,13 @@ def descriptors() -> list[OperatorDescriptor]:
     """Fresh descriptors of the shape operators (one set per registry)."""
     any_t = {"T": ANY}
     x_in, y_out = Port("x", dtype="T"), Port("y", dtype="T")
+    check_indices = Attr(  # gather's and gather_elements'
+        "check_indices",
+        "bool",
+        False,
+        doc="on CUDA, raise on an out-of-range index as the CPU does (the stage then waits "
+        "for the device each run and is not captured in a CUDA graph); the CPU always raises",
+    )
     return [
         builtin_operator(
             "reshape",
@@ -244,19 +288,39 @@ def descriptors() -> list[OperatorDescriptor]:
             outputs=[Port("y", dtype="T", doc="data.shape[:axis] + indices.shape + data.shape[axis+1:]")],
             attrs=[
                 Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end"),
-                Attr(
-                    "check_indices",
-                    "bool",
-                    False,
-                    doc="on CUDA, raise on an out-of-range index as the CPU does (the stage then waits "
-                    "for the device each run and is not captured in a CUDA graph); the CPU always raises",
-                ),
+                check_indices,
             ],
             dtype_vars=any_t,
             infer=infer_gather,
             bind=_gather_bind,
             cuda=cuda_variant(cuda.gather_bind, None),
             onnx="Gather",
+        ),
+        builtin_operator(
+            "gather_elements",
+            doc="Take one entry of data per entry of indices along an axis: "
+            "y[i][j][k] = data[indices[i][j][k]][j][k] for axis 0 (numpy.take_along_axis; ONNX "
+            "GatherElements). An index out of range is an error on the CPU; on "
+            "CUDA only with check_indices (a wait for the device per run), else its output entry becomes "
+            "zero (never an out-of-bounds read).",
+            inputs=[
+                Port("data", dtype="T"),
+                Port(
+                    "indices",
+                    dtype=INDEX,
+                    doc="data's rank, each dim off the axis at most data's; negative: from the end",
+                ),
+            ],
+            outputs=[Port("y", dtype="T", doc="indices' shape")],
+            attrs=[
+                Attr("axis", "int", 0, doc="the axis indexed; negative counts from the end"),
+                check_indices,
+            ],
+            dtype_vars=any_t,
+            infer=infer_gather_elements,
+            bind=_gather_elements_bind,
+            cuda=cuda_variant(cuda.gather_elements_bind, None),
+            onnx="GatherElements",
         ),
         builtin_operator(
             "where",

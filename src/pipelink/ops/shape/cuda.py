@@ -4,17 +4,15 @@ reshape, flatten, squeeze and unsqueeze copy the bytes (one device memcpy); slic
 strided views of their inputs, one prebuilt ``as_strided`` launch per part (the transpose family's word
 copies: zero strides for broadcast dims; the native core replays them), or, for a slice's negative step,
 through the backend's strided copy (negative strides), which the core does not run; concat copies every
-part in one launch of ``pl_concat`` (16-byte words when the parts' rows allow); gather and where run the
-kernels of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not), so every
-view is computed once, at bind. Pure Python + NumPy: nothing here imports a CUDA package.
+part in one launch of ``pl_concat`` (16-byte words when the parts' rows allow); gather, gather_elements
+and where run the kernels of ``shape.cu``. Inputs are contiguous (the runtime relayouts any that is not),
+so every view is computed once, at bind. Pure Python + NumPy: nothing here imports a CUDA package.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ...descriptor import KernelContext
 from ...dtypes import DTYPES, get_dtype
@@ -31,6 +29,7 @@ from ..kernel import (
     LaunchPlan,
     PlanLaunch,
     broadcast_strides,
+    broadcast_walk,
     collapse,
     contiguous_strides,
     flat_grid,
@@ -52,6 +51,7 @@ __all__ = [
     "TUNED_AS",
     "INDEX_TYPES",
     "plan_gather",
+    "plan_gather_elements",
     "plan_where",
     "plan_concat",
     "reshaped_bind",
@@ -60,6 +60,7 @@ __all__ = [
     "concat_bind",
     "split_bind",
     "gather_bind",
+    "gather_elements_bind",
     "CheckedGather",
     "where_bind",
     "slice_view",
@@ -71,10 +72,18 @@ _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 3
 _CONCAT_TUNABLES = {**_TUNABLES, "unroll": (4, (1, 2, 4, 8))}  # words in flight per thread (as the copies)
 _WORDS = (16, 8, 4, 2, 1)  # concat's word sizes in bytes, widest first
 INDEX_TYPES = {"int32": "int", "int64": "long long"}
-"""gather's index dtypes -> their C type in shape.cu."""
+"""gather's (and gather_elements') index dtypes -> their C type in shape.cu."""
 
 KERNELS: dict[str, KernelSource] = {
     "gather": KernelSource("gather", _SOURCE, "pl_gather", {"PL_GATHER": "1"}, dict(_TUNABLES), dtypes=_ALL),
+    "gather_elements": KernelSource(
+        "gather_elements",
+        _SOURCE,
+        "pl_gather_elements",
+        {"PL_GATHER_ELEMENTS": "1"},
+        dict(_TUNABLES),
+        dtypes=_ALL,
+    ),
     "where": KernelSource("where", _SOURCE, "pl_where", {"PL_WHERE": "1"}, dict(_TUNABLES), dtypes=_ALL),
     "concat": KernelSource(
         "concat", _SOURCE, "pl_concat", {"PL_CONCAT": "1"}, dict(_CONCAT_TUNABLES), dtypes=_ALL
@@ -86,6 +95,22 @@ TUNED_AS: dict[str, str] = {}
 
 
 # -- plans ------------------------------------------------------------------------------------------
+def _index_type(index_dtype: Any, op: str) -> str:
+    """The C type of an index dtype in shape.cu.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index dtype other than int32/int64.
+    """
+    it = get_dtype(index_dtype)
+    if it.name not in INDEX_TYPES:
+        raise InvalidArgumentError(
+            f"{op}: indices must be int32 or int64 (got {it.name})", op=op, dtype=it.name
+        )
+    return INDEX_TYPES[it.name]
+
+
 def plan_gather(
     dtype: Any,
     data_shape: Any,
@@ -108,11 +133,7 @@ def plan_gather(
         An index dtype other than int32/int64, an axis out of range, a bad tunable.
     """
     source = KERNELS["gather"]
-    dt, it = get_dtype(dtype), get_dtype(index_dtype)
-    if it.name not in INDEX_TYPES:
-        raise InvalidArgumentError(
-            f"gather: indices must be int32 or int64 (got {it.name})", op="gather", dtype=it.name
-        )
+    dt, index_t = get_dtype(dtype), _index_type(index_dtype, "gather")
     shp, ishp = shape_of(data_shape, "gather"), shape_of(index_shape, "gather")
     ax = normalize_axis(int(axis), len(shp), op="gather")
     outer, axis_n, inner, nidx = prod(shp[:ax]), shp[ax], prod(shp[ax + 1 :]), prod(ishp)
@@ -122,7 +143,7 @@ def plan_gather(
     macros = {
         "PL_GATHER": 1,
         "PL_BYTES": dt.itemsize,
-        "PL_INDEX_T": INDEX_TYPES[it.name],
+        "PL_INDEX_T": index_t,
         "PL_BLOCK": t["block"],
         "PL_INDEX64": index64,
     }
@@ -149,6 +170,89 @@ def plan_gather(
     )
 
 
+def plan_gather_elements(
+    dtype: Any,
+    data_shape: Any,
+    index_dtype: Any,
+    index_shape: Any,
+    axis: int,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = take_along_axis(data, indices, axis)`` (ONNX GatherElements), one thread per output
+    element: ``pl_gather_elements(data, indices, y, n, axis_n, axis_stride, bad, d0..d7, sd0..sd7)``.
+
+    y and indices are contiguous of one shape, walked over its collapsed dims ``d``; element i of y reads
+    data at its position's offset under data's contiguous strides ``sd`` (0 on the axis: indices may be
+    smaller than data on every dim) plus ``indices[i] * axis_stride``. An index outside
+    ``[-axis_n, axis_n)`` yields a zero at its position (the kernel never reads out of bounds); the
+    scalar ``bad`` is plan_gather's: when not 0, the device word it addresses is lowered to the first such
+    position i in indices (:class:`CheckedGather` passes one).
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index dtype other than int32/int64, an axis out of range, indices of another rank than data or
+        larger off the axis, more than 8 dims after collapsing, a bad tunable.
+    """
+    op = "gather_elements"
+    source = KERNELS[op]
+    dt, index_t = get_dtype(dtype), _index_type(index_dtype, op)
+    shp, ishp = shape_of(data_shape, op), shape_of(index_shape, op)
+    ax = normalize_axis(int(axis), len(shp), op=op)
+    if len(ishp) != len(shp) or any(i > d for k, (d, i) in enumerate(zip(shp, ishp, strict=True)) if k != ax):
+        raise InvalidArgumentError(
+            f"{op}: indices {ishp} must have the rank of data {shp} and no dim off axis {ax} larger", op=op
+        )
+    strides = list(contiguous_strides(shp))
+    axis_stride, strides[ax] = strides[ax], 0  # the axis coordinate comes from indices
+    n = prod(ishp)
+    dims, (sd,) = collapse(list(ishp), [strides])
+    if len(dims) > MAX_NDIM:
+        raise InvalidArgumentError(
+            f"{op}: indices need {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
+        )
+    t = tuned_values(source, tuned)
+    index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
+    macros = {
+        "PL_GATHER_ELEMENTS": 1,
+        "PL_BYTES": dt.itemsize,
+        "PL_INDEX_T": index_t,
+        "PL_BLOCK": t["block"],
+        "PL_NDIM": len(dims),
+        "PL_INDEX64": index64,
+    }
+    specs = [
+        pointer("data"),
+        pointer("indices"),
+        pointer("y"),
+        ArgSpec("n", "i64"),
+        ArgSpec("axis_n", "i64"),
+        ArgSpec("axis_stride", "i64"),
+        ArgSpec("bad", "i64"),
+        *strided_specs(("sd",)),
+    ]
+    scalars = {
+        "n": n,
+        "axis_n": shp[ax],
+        "axis_stride": axis_stride,
+        "bad": 0,
+        **strided_scalars(dims, {"sd": sd}),
+    }
+    grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
+    return make_plan(
+        source,
+        "pl_gather_elements",
+        macros,
+        grid,
+        t["block"],
+        specs,
+        scalars,
+        dict(t, ndim=len(dims), index64=index64),
+    )
+
+
 def plan_where(
     dtype: Any,
     cond_shape: Any,
@@ -169,19 +273,9 @@ def plan_where(
     source = KERNELS["where"]
     dt = get_dtype(dtype)
     shapes = [shape_of(s, "where") for s in (cond_shape, x_shape, y_shape)]
-    try:
-        out = tuple(np.broadcast_shapes(*shapes))
-    except ValueError as e:
-        raise InvalidArgumentError(f"where: shapes {shapes} do not broadcast", op="where") from e
-    n = prod(out)
-    dims, strides = collapse(list(out), [broadcast_strides(out, s) for s in shapes])
-    if len(dims) > MAX_NDIM:
-        raise InvalidArgumentError(
-            f"where: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op="where"
-        )
+    walk = broadcast_walk("where", shapes)
+    n, dims, strides, index64 = walk.n, walk.dims, walk.strides, walk.index64
     t = tuned_values(source, tuned)
-    span = max(1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in strides)
-    index64 = int(n >= I32_LIMIT or span >= I32_LIMIT)
     macros = {
         "PL_WHERE": 1,
         "PL_BYTES": dt.itemsize,
@@ -453,17 +547,31 @@ def gather_bind(ctx: KernelContext):
     return CheckedGather(ctx, launch) if ctx.attrs["check_indices"] else launch
 
 
+def gather_elements_bind(ctx: KernelContext):
+    dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
+    shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    axis, tuned, sms = int(ctx.attrs["axis"]), tuned_of(ctx, KERNELS["gather_elements"]), sm_count_of(ctx)
+    launch = PlanLaunch(
+        ctx.backend,
+        lambda a: plan_gather_elements(dtype, shape, itype, ishape, axis, tuned=tuned, sm_count=sms),
+        {"data": ("in", 0), "indices": ("in", 1), "y": ("out", 0)},
+        ctx.stage,
+    )
+    return CheckedGather(ctx, launch, op="gather_elements") if ctx.attrs["check_indices"] else launch
+
+
 class CheckedGather:
-    """gather with ``check_indices`` on CUDA: the kernel records the first out-of-range index position in a
-    device word (reset before each launch); the stage then waits for its stream, reads it back and raises
-    as the CPU variant does. The wait makes the stage uncapturable (``graph_safe``)."""
+    """gather (or gather_elements) with ``check_indices`` on CUDA: the kernel records the first out-of-range
+    index position in the flattened indices in a device word (reset before each launch); the stage then
+    waits for its stream, reads it back and raises as the CPU variant does. The wait makes the stage
+    uncapturable (``graph_safe``)."""
 
     graph_safe = False
     _NONE = -1  # all bits set: the unsigned "no position" the kernel's atomicMin starts from
 
-    def __init__(self, ctx: KernelContext, launch: PlanLaunch):
-        self.backend, self.launch, self.stage = ctx.backend, launch, ctx.stage
-        self.axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op="gather")
+    def __init__(self, ctx: KernelContext, launch: PlanLaunch, *, op: str = "gather"):
+        self.backend, self.launch, self.stage, self.op = ctx.backend, launch, ctx.stage, op
+        self.axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op=op)
         self.axis_n = int(ctx.in_shapes[0][self.axis])
         self.word = self.backend.allocate(8, tag="gather check")
         self.host = self.backend.pinned_empty((2,), "int64")  # [0] the reset value, [1] read back
@@ -486,7 +594,7 @@ class CheckedGather:
             stream=stream,
         )
         be.synchronize(stream)
-        raise index_out_of_range(self.stage, int(self.index[0]), self.axis, self.axis_n)
+        raise index_out_of_range(self.stage, int(self.index[0]), self.axis, self.axis_n, op=self.op)
 
 
 def where_bind(ctx: KernelContext):

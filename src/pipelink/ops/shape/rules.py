@@ -30,6 +30,7 @@ __all__ = [
     "slice_plan",
     "infer_slice",
     "infer_gather",
+    "infer_gather_elements",
     "infer_where",
     "infer_expand",
 ]
@@ -216,10 +217,13 @@ def infer_concat(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     return (tuple(out),), (in_dtypes[0],)
 
 
-def index_out_of_range(stage: str, index: int, axis: int, size: int) -> InvalidArgumentError:
-    """The error of a gather index outside ``[-size, size)`` (ONNX: an error), for the caller to raise."""
+def index_out_of_range(
+    stage: str, index: int, axis: int, size: int, *, op: str = "gather"
+) -> InvalidArgumentError:
+    """The error of a gather (or ``op``) index outside ``[-size, size)`` (ONNX: an error), for the caller to
+    raise."""
     return InvalidArgumentError(
-        f"stage {stage!r}: gather index {index} is out of range for axis {axis} of size {size} "
+        f"stage {stage!r}: {op} index {index} is out of range for axis {axis} of size {size} "
         f"(valid: {-size} .. {size - 1})",
         stage=stage,
         port="indices",
@@ -334,6 +338,43 @@ def infer_gather(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     data, indices = tuple(in_shapes[0]), tuple(in_shapes[1])
     axis = normalize_axis(int(attrs["axis"]), len(data), op="gather")
     return (data[:axis] + indices + data[axis + 1 :],), (in_dtypes[0],)
+
+
+def infer_gather_elements(
+    in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
+) -> tuple[tuple, tuple]:
+    """Output rule of gather_elements (ONNX GatherElements): indices' shape, data's dtype. indices has
+    data's rank; off the axis each of its dims is at most data's (its size on the axis is free).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``axis`` outside ``[-rank, rank)`` (a 0-d data has no axis).
+    ShapeMismatchError
+        indices has another rank than data, or a known dim off the axis larger than data's.
+    """
+    data, indices = tuple(in_shapes[0]), tuple(in_shapes[1])
+    axis = normalize_axis(int(attrs["axis"]), len(data), op="gather_elements")
+    if len(indices) != len(data):
+        raise ShapeMismatchError(
+            f"gather_elements: input 'indices' {list(indices)} has {len(indices)} dimensions, but 'data' "
+            f"{list(data)} has {len(data)}; they need the same rank",
+            port="indices",
+            symbol="rank",
+            expected=len(data),
+            got=len(indices),
+        )
+    for k, (d, i) in enumerate(zip(data, indices, strict=True)):
+        if k != axis and is_known(d, i) and i > d:
+            raise ShapeMismatchError(
+                f"gather_elements: input 'indices' {list(indices)} has size {i} on axis {k}, larger than "
+                f"'data' {list(data)} ({d}); off the axis {axis} indices may not exceed data",
+                port="indices",
+                symbol=f"axis {k}",
+                expected=d,
+                got=i,
+            )
+    return (indices,), (in_dtypes[0],)
 
 
 def _broadcast(op: str, named: dict[str, tuple]) -> tuple:

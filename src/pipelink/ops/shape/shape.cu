@@ -1,17 +1,20 @@
-// PipeLink's shape kernels that are not plain strided copies: gather (embedding lookup), where, and
-// concat (every part in one launch).
+// PipeLink's shape kernels that are not plain strided copies: gather (embedding lookup),
+// gather_elements (ONNX GatherElements), where, and concat (every part in one launch).
 // Pure data movement: elements are moved bit for bit as raw words of PL_BYTES bytes (any dtype; concat
 // moves 16-byte words when every part's rows allow it).
 // Never allocate, never read outside the given tensors: gather skips an out-of-range index (its
-// output rows become zeros) instead of reading past `data`, and records where it met one when asked.
+// output rows become zeros; gather_elements: its output element) instead of reading past `data`, and
+// records where it met one when asked.
 //
 // Macros (chosen by pipelink/ops/shape/cuda.py):
 //   PL_BYTES     element size in bytes (1, 2, 4 or 8)
-//   PL_INDEX_T   gather's index type: int or long long
+//   PL_INDEX_T   gather's and gather_elements' index type: int or long long
 //   PL_GATHER    defined -> pl_gather;  PL_WHERE defined -> pl_where;  PL_CONCAT defined -> pl_concat
+//   PL_GATHER_ELEMENTS defined -> pl_gather_elements
 //   PL_BLOCK     threads per block (the launch must use exactly this many)
 //   PL_PARTS     concat's parts that have elements (1..64); PL_UNROLL words in flight per thread
-//   PL_NDIM      dims of where's broadcast index space (1..8); PL_INDEX64 0/1 index width
+//   PL_NDIM      dims of where's broadcast index space, or of gather_elements' collapsed indices (1..8)
+//   PL_INDEX64   0/1 index width
 //
 // Kernel signatures (sizes and strides in elements):
 //   pl_gather(const W* data, const INDEX_T* indices, W* y, long long n, long long nidx, long long axis_n,
@@ -20,6 +23,13 @@
 //       [outer, nidx, inner]: y[o, j, k] = data[o, indices[j] (+ axis_n when negative), k], or 0 when
 //       the index is outside [-axis_n, axis_n); then, when `bad` is not 0, the unsigned long long at
 //       address `bad` is lowered to j (atomicMin: the first such position, whatever the thread order)
+//   pl_gather_elements(const W* data, const INDEX_T* indices, W* y, long long n, long long axis_n,
+//                      long long axis_stride, long long bad, long long d0..d7, long long sd0..sd7)
+//       indices and y are contiguous of one shape, collapsed to d[0..PL_NDIM-1] (n elements); data is
+//       contiguous, its strides at those dims are sd (0 on the axis; indices may be smaller than data on
+//       every dim): y[i] = data[offset_sd(i) + idx * axis_stride] with idx = indices[i] (+ axis_n when
+//       negative), or 0 when idx is outside [0, axis_n); then, when `bad` is not 0, the unsigned long
+//       long at address `bad` is lowered to i (atomicMin: the first such position)
 //   pl_where(const bool* c, const W* x, const W* y, W* z, long long n, long long d0..d7,
 //            long long sc0..sc7, long long sx0..sx7, long long sy0..sy7)
 //       z is contiguous with shape d[0..PL_NDIM-1]; each input is read with its strides (0 on
@@ -39,6 +49,9 @@
 #ifndef PL_NDIM
 #define PL_NDIM 8
 #endif
+#ifndef PL_INDEX_T
+#define PL_INDEX_T long long
+#endif
 
 #if PL_BYTES == 16
 typedef uint4 W;  // concat's 16-byte words (vector loads and stores)
@@ -47,9 +60,6 @@ typedef typename pl_word<PL_BYTES>::type W;
 #endif
 
 #if defined(PL_GATHER)
-#ifndef PL_INDEX_T
-#define PL_INDEX_T long long
-#endif
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_gather(const W* __restrict__ data, const PL_INDEX_T* __restrict__ indices, W* __restrict__ y, long long n,
           long long nidx, long long axis_n, long long inner, long long bad) {
@@ -67,6 +77,33 @@ pl_gather(const W* __restrict__ data, const PL_INDEX_T* __restrict__ indices, W*
     }
 }
 #endif  // PL_GATHER
+
+#if defined(PL_GATHER_ELEMENTS)
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_gather_elements(const W* __restrict__ data, const PL_INDEX_T* __restrict__ indices, W* __restrict__ y,
+                   long long n, long long axis_n, long long axis_stride, long long bad,
+                   long long d0, long long d1, long long d2, long long d3,
+                   long long d4, long long d5, long long d6, long long d7,
+                   long long sd0, long long sd1, long long sd2, long long sd3,
+                   long long sd4, long long sd5, long long sd6, long long sd7) {
+    const long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
+    const long long s[1][8] = {{sd0, sd1, sd2, sd3, sd4, sd5, sd6, sd7}};
+    PL_FOR_EACH_INDEX(i, n) {
+        long long idx = (long long)indices[i];
+        if (idx < 0) idx += axis_n;
+        // an index outside the axis would read another element or past the buffer: write 0 instead
+        const bool inside = idx >= 0 && idx < axis_n;
+        W v = W(0);
+        if (inside) {
+            pl_idx off[1];
+            pl_strided_offsets<PL_NDIM, 1>((pl_idx)i, d, s, off);
+            v = data[off[0] + (pl_idx)idx * (pl_idx)axis_stride];
+        }
+        y[i] = v;
+        if (!inside && bad != 0) atomicMin((unsigned long long*)bad, (unsigned long long)i);
+    }
+}
+#endif  // PL_GATHER_ELEMENTS
 
 #if defined(PL_WHERE)
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
