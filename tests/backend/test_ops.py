@@ -64,6 +64,19 @@ WITH_CUDA = {
     "log",
     "reciprocal",
     "leaky_relu",
+    "sin",
+    "cos",
+    "floor",
+    "ceil",
+    "round",
+    "sign",
+    "softplus",
+    "softsign",
+    "mish",
+    "elu",
+    "celu",
+    "thresholded_relu",
+    "prelu",
     "sub",
     "div",
     "pow",
@@ -77,11 +90,14 @@ WITH_CUDA = {
     "split",
     "slice",
     "gather",
+    "gather_elements",
     "where",
     "expand",
     "reduce_mean",
     "reduce_sum",
     "reduce_max",
+    "argmax",
+    "argmin",
     "max_pool2d",
     "avg_pool2d",
     "global_average_pool",
@@ -92,6 +108,15 @@ WITH_CUDA = {
     "conv2d",
     "conv_transpose2d",
     "attention",
+    "equal",
+    "less",
+    "greater",
+    "less_equal",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
 }
 # cuDNN's operators keep their reference for staged runs where cuDNN declines (ops/_common.py).
 STAGED_FALLBACK = {"conv2d", "conv_transpose2d", "attention"}
@@ -196,6 +221,20 @@ UNARY = [
     ("abs", {}, np.abs),
     ("leaky_relu", {}, lambda x: np.where(x < 0, 0.01 * x, x)),
     ("leaky_relu", {"alpha": 0.25}, lambda x: np.where(x < 0, 0.25 * x, x)),
+    ("sin", {}, np.sin),
+    ("cos", {}, np.cos),
+    ("floor", {}, np.floor),
+    ("ceil", {}, np.ceil),
+    ("round", {}, lambda x: np.round(x)),  # NumPy's round: halves to even, as ONNX Round
+    ("sign", {}, np.sign),
+    ("softplus", {}, lambda x: np.log(1.0 + np.exp(x))),
+    ("softsign", {}, lambda x: x / (1.0 + np.abs(x))),
+    ("mish", {}, lambda x: x * np.tanh(np.log(1.0 + np.exp(x)))),
+    ("elu", {}, lambda x: np.where(x < 0, np.exp(x) - 1.0, x)),
+    ("elu", {"alpha": 0.5}, lambda x: np.where(x < 0, 0.5 * (np.exp(x) - 1.0), x)),
+    ("celu", {"alpha": 2.0}, lambda x: np.maximum(0.0, x) + np.minimum(0.0, 2.0 * (np.exp(x / 2.0) - 1.0))),
+    ("thresholded_relu", {}, lambda x: np.where(x > 1.0, x, 0.0)),
+    ("thresholded_relu", {"alpha": -0.5}, lambda x: np.where(x > -0.5, x, 0.0)),
 ]
 
 
@@ -289,6 +328,11 @@ def test_identity_copies_any_dtype(reg, device, rng, dtype):
         "bias_add",
         "div",
         "pow",
+        "sin",
+        "round",
+        "softplus",
+        "elu",
+        "prelu",
     ],
 )
 def test_float_only_ops_refuse_ints(reg, name):
@@ -336,6 +380,37 @@ def test_binary_ops_broadcast(reg, device, rng, name, op, dtype, sa, sb):
         np.testing.assert_array_equal(c.astype(object), _wrap(exact, dtype))
     else:
         check_close(c, op(as64(a), as64(b)), dtype)
+
+
+@pytest.mark.parametrize("dtype", INT_NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_neg_abs_and_sign_of_integers(reg, device, rng, dtype, shape):
+    """neg and abs wrap at the dtype's minimum (-(-128) is -128 in int8, as NumPy; uint8 negates modulo
+    256), sign is -1, 0 or 1."""
+    info = np.iinfo(dtype)
+    x = rand(rng, shape, dtype)
+    x.reshape(-1)[:3] = [info.min, info.max, 0]
+    exact = x.astype(object)
+    for name, ref in (("neg", lambda v: -v), ("abs", abs), ("sign", lambda v: (v > 0) - (v < 0))):
+        (y,) = run_op(reg, name, [x], device=device)
+        assert y.dtype == x.dtype
+        np.testing.assert_array_equal(
+            y.astype(object), _wrap(np.vectorize(ref, otypes=[object])(exact), dtype)
+        )
+
+
+@pytest.mark.parametrize("dtype", INT_NAMES)
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "max", "min"])
+def test_integer_arithmetic_wraps_at_the_dtypes_limits(reg, device, dtype, name):
+    """Sums, differences and products past the dtype's range wrap around (two's complement, as NumPy);
+    max and min of the extremes are exact."""
+    info = np.iinfo(dtype)
+    lo = info.min if info.min < 0 else 1  # uint8: no negatives, and 0 - 1 wraps to 255
+    a = np.array([info.max, info.min, info.max, info.min, lo, 0, 7, info.max // 2 + 3], dtype=dtype)
+    b = np.array([1, 1, info.max, lo, info.min, info.max, 3, 2], dtype=dtype)
+    (c,) = run_op(reg, name, [a, b], device=device)
+    op = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[name]
+    np.testing.assert_array_equal(c.astype(object), _wrap(op(a.astype(object), b.astype(object)), dtype))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
@@ -386,6 +461,49 @@ def test_log_reciprocal_max_min_and_leaky_relu_follow_ieee(reg, device, dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)
+def test_rounding_sign_and_the_softplus_family_at_their_edges(reg, device, dtype):
+    """Halves round to even; ceil(-0.5) is -0; sign(-0) is +0 and sign(NaN) NaN; softplus neither
+    overflows for large x (it is x) nor cancels for very negative x; elu and celu keep -0 and NaN;
+    thresholded_relu gives 0 for NaN (not above the threshold); sin and cos of inf are NaN."""
+    npd = get_dtype(dtype).numpy
+    x = np.array([2.5, -2.5, 0.5, -0.5, 1.5, -0.0, np.nan, np.inf, -np.inf, 1e4, -8.0]).astype(npd)
+    out = {n: as64(run_op(reg, n, [x], device=device)[0]) for n in ("round", "ceil", "floor", "sign")}
+    np.testing.assert_array_equal(out["round"][:5], [2.0, -2.0, 0.0, -0.0, 2.0])
+    assert np.signbit(out["round"][3]) and np.signbit(out["ceil"][3]) and out["ceil"][0] == 3.0
+    assert out["floor"][1] == -3.0 and out["floor"][7] == np.inf and np.isnan(out["floor"][6])
+    assert out["sign"][5] == 0.0 and not np.signbit(out["sign"][5]) and np.isnan(out["sign"][6])
+    assert list(out["sign"][[0, 1, 7, 8]]) == [1.0, -1.0, 1.0, -1.0]
+    (sp,) = run_op(reg, "softplus", [x], device=device)
+    sp = as64(sp)
+    assert sp[7] == np.inf and sp[8] == 0.0 and np.isnan(sp[6])
+    np.testing.assert_allclose(
+        sp[[9, 10]], [as64(x)[9], math.log1p(math.exp(as64(x)[10]))], rtol=TOL[dtype][0]
+    )
+    for name, attrs in (("elu", {}), ("celu", {"alpha": 2.0})):
+        (e,) = run_op(reg, name, [x], attrs, device=device)
+        e = as64(e)
+        assert np.signbit(e[5]) and np.isnan(e[6]) and e[7] == np.inf, name
+        assert e[8] == -(attrs.get("alpha", 1.0)), name  # alpha * (exp(-inf) - 1)
+    (t,) = run_op(reg, "thresholded_relu", [x], {"alpha": 0.0}, device=device)
+    np.testing.assert_array_equal(as64(t)[[0, 1, 6, 7, 8]], [2.5, 0.0, 0.0, np.inf, 0.0])
+    for name in ("sin", "cos"):
+        (y,) = run_op(reg, name, [x], device=device)
+        assert np.isnan(as64(y)[[6, 7, 8]]).all(), name
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(("sa", "sb"), [((2, 3, 4, 5), (3, 1, 1)), ((3, 7), (1,)), ((2, 4099), (2, 4099))])
+def test_prelu_scales_the_negative_part_by_the_broadcast_slope(reg, device, rng, dtype, sa, sb):
+    x, slope = rand(rng, sa, dtype), rand(rng, sb, dtype, -1.0, 1.0)
+    (y,) = run_op(reg, "prelu", [x, slope], device=device)
+    assert y.shape == sa and y.dtype == x.dtype
+    check_close(y, np.where(as64(x) < 0, as64(slope) * as64(x), as64(x)), dtype)
+    edges = np.array([np.nan, -0.0, -np.inf, np.inf]).astype(x.dtype)
+    (e,) = run_op(reg, "prelu", [edges, np.array([0.5]).astype(x.dtype)], device=device)
+    assert np.isnan(as64(e)[0]) and np.signbit(as64(e)[1]) and list(as64(e)[2:]) == [-np.inf, np.inf]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_log_and_reciprocal_away_from_their_poles(reg, device, rng, dtype, shape):
     x = rand(rng, shape, dtype, 0.25, 8.0)
@@ -397,14 +515,14 @@ def test_log_and_reciprocal_away_from_their_poles(reg, device, rng, dtype, shape
     check_close(rc, 1.0 / as64(x), dtype)
 
 
-def test_cuda_variants_of_add_sub_mul_cover_8_bit_integers(reg):
-    """Issue 13: int8 / uint8 add and mul on CUDA (wrap-around); div and pow stay float-only."""
-    for name in ("add", "sub", "mul", "max", "min", "div", "pow"):
+def test_cuda_variants_of_add_sub_mul_max_min_cover_the_integers(reg):
+    """int8, uint8, int32 and int64 add, sub, mul, max and min on CUDA (wrap-around; a T5 export's
+    position buckets are int64 arithmetic); div, pow and prelu stay float-only."""
+    ints = {"int8", "uint8", "int32", "int64"}
+    for name in ("add", "sub", "mul", "max", "min", "div", "pow", "prelu"):
         (cuda,) = [v for v in reg.get(name).variants if v.device == "cuda"]
         assert (
-            {"int8", "uint8"} <= cuda.dtypes
-            if name in ("add", "sub", "mul", "max", "min")
-            else not cuda.dtypes & {"int8", "uint8"}
+            ints <= cuda.dtypes if name in ("add", "sub", "mul", "max", "min") else not cuda.dtypes & ints
         ), name
 
 

@@ -22,11 +22,14 @@ from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
+from pipelink.ops.compare.cuda import COMPARE, LOGICAL, plan_compare, plan_logical_not
+from pipelink.ops.compare.cuda import DTYPES as COMPARE_DTYPES
 from pipelink.ops.conv.window import window_2d
 from pipelink.ops.elementwise.cuda import (
     BINARY,
     BINARY_DTYPES,
     UNARY,
+    UNARY_DTYPES,
     plan_bias_add,
     plan_binary,
     plan_cast,
@@ -37,11 +40,11 @@ from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
 from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
+from pipelink.ops.reduce.cuda import ARG_DTYPES, ARG_KINDS, plan_arg_reduce, plan_reduce
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
-from pipelink.ops.reduce.cuda import plan_reduce
 from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
-from pipelink.ops.shape.cuda import plan_concat, plan_gather, plan_where
+from pipelink.ops.shape.cuda import plan_concat, plan_gather, plan_gather_elements, plan_where
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_as_strided, plan_transpose
 
@@ -116,8 +119,14 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
     for dt in ("bool", "float16", "float32", "int64", "float8_e4m3fn"):  # element sizes 1, 2, 4, 8
         for it in ("int32", "int64"):
             cases.append((f"gather-{dt}-{it}", plan_gather(dt, (50, 7), it, (3, 4), 0)))
+            cases.append(
+                (f"gather_elements-{dt}-{it}", plan_gather_elements(dt, (5, 7, 3), it, (4, 6, 3), -2))
+            )
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
+    cases.append(("gather_elements-1d", plan_gather_elements("float32", (9,), "int64", (4,), 0)))
+    cases.append(("gather_elements-8d", plan_gather_elements("int8", (3,) * 8, "int32", (2,) * 8, 3)))
+    cases.append(("gather_elements-index64", plan_gather_elements("int8", (2**31, 2), "int64", (3, 2), 0)))
     for dt in ("bool", "float16", "float32", "float64"):  # words of 1, 2, 4 and 8 bytes
         cases.append((f"concat-{dt}", plan_concat(dt, [(4, 3), (4, 5)], 1)))
     cases.append(("concat-16B-64parts", plan_concat("float32", [(2, 4)] * 64, 1)))
@@ -180,8 +189,19 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             if dt in dtypes:  # a block per output (long rows), and a plan with 64-bit indices
                 cases.append((f"reduce_{kind}-long-{dt}", plan_reduce(kind, dt, (3, 5000), (1,))))
                 cases.append((f"reduce_{kind}-i64-{dt}", plan_reduce(kind, dt, (2**31, 2), (1,))))
+    for kind in ARG_KINDS:  # argmax / argmin: a warp per output (both tie rules), a block, 64-bit indices
+        for dt in ARG_DTYPES:
+            for last in (False, True):
+                plan = plan_arg_reduce(kind, dt, (8, 5, 40), 1, select_last_index=last)
+                cases.append((f"arg{kind}-{dt}-last{int(last)}", plan))
+            cases.append((f"arg{kind}-long-{dt}", plan_arg_reduce(kind, dt, (3, 5000), 1)))
+        for dt in ("float32", "bfloat16", "int64"):
+            cases.append((f"arg{kind}-i64-{dt}", plan_arg_reduce(kind, dt, (2**31, 2), 0)))
+    for op in UNARY:
+        for dt in sorted(set(UNARY_DTYPES[op]) - set(ALL_FLOATS)):  # neg, abs, sign of the integers
+            cases.append((f"{op}-{dt}", plan_unary(op, dt, (1000, 33))))
     for op in BINARY:
-        for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping 8-bit integer kernels
+        for dt in set(BINARY_DTYPES[op]) - set(ALL_FLOATS):  # the wrapping integer kernels
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 32), (1000, 32))))
             cases.append((f"{op}-bcast-{dt}", plan_binary(op, dt, (7, 1, 5, 3), (6, 1, 3))))
     for din, dout in (
@@ -192,6 +212,14 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         ("int64", "bool"),
     ):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
+    for op in (*COMPARE, *LOGICAL):  # every op x input dtype, same shape; broadcast per dtype and per op
+        for dt in COMPARE_DTYPES[op]:
+            cases.append((f"{op}-{dt}", plan_compare(op, dt, (1_000_003,), (1_000_003,))))
+            if op in ("less", "equal", "logical_xor") or dt == "float16":
+                cases.append((f"{op}-bcast-{dt}", plan_compare(op, dt, (7, 1, 5, 3), (6, 1, 3))))
+    cases.append(("less-bcast-index64", plan_compare("less", "int8", (2**31, 1), (1, 2))))
+    cases.append(("logical_not", plan_logical_not((1_000_003,))))
+    cases.append(("logical_not-one-pass", plan_logical_not((4096,))))
     # one compilation per distinct (source, macros): plans of other shapes would build the same module
     unique = {
         (plan.file, tuple(sorted(plan.macros.items())), plan.kernel): (name, plan) for name, plan in cases
@@ -459,6 +487,84 @@ def test_reduce_plan_refuses_what_its_kernel_lacks():
     assert plan_reduce("max", "int8", (4, 50), (1,)).macros["PL_LOWEST"] == "(-127LL - 1)"
 
 
+def _arg_wins(kind: str, last: bool, a: tuple, b: tuple) -> bool:
+    """pl_arg_wins of reduce.cu: whether candidate a = (value, index) is kept over b."""
+    (va, ia), (vb, ib) = a, b
+    if ia < 0 or ib < 0:
+        return ib < 0
+    tie = ia > ib if last else ia < ib
+    if np.isnan(va) or np.isnan(vb):
+        return tie if np.isnan(va) and np.isnan(vb) else bool(np.isnan(va))
+    if va == vb:
+        return tie
+    return va > vb if kind == "max" else va < vb
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2), ((1, 7), 1), ((2, 1, 3), 1), ((4, 1500), 1)],
+)
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_arg_reduce_plan_walk_and_combine(shape, axis, last, kind):
+    """pl_arg_reduce emulated with the plan's dims, strides and group: each lane keeps its best candidate
+    over r = lane, lane + GROUP, ..., then pl_arg_group's xor butterfly in each warp and the warps in
+    order; every output must be NumPy's index (NaN the extreme; the first tie, or the last)."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, shape).astype(np.float64)  # many ties
+    x[rng.random(shape) < 0.05] = np.nan
+    plan = plan_arg_reduce(kind, "float64", shape, axis, select_last_index=last)
+    s, group = plan.scalars, plan.params["group"]
+    assert group == int(plan.macros["PL_GROUP"]) and plan.macros["PL_LAST"] == str(int(last))
+
+    def offsets(prefix_d, prefix_s, ndim):
+        dims = [s[f"{prefix_d}{k}"] for k in range(ndim)]
+        idx = np.indices(dims).reshape(ndim, -1)
+        return sum(idx[k] * s[f"{prefix_s}{k}"] for k in range(ndim))
+
+    base = offsets("dk", "sk", int(plan.macros["PL_NDIM_K"]))
+    off = offsets("dr", "sr", int(plan.macros["PL_NDIM_R"]))
+    assert base.size == s["rows"] and off.size == s["count"] == shape[axis]
+    wins = lambda a, b: _arg_wins(kind, last, a, b)  # noqa: E731
+    got = []
+    for row_base in base:
+        lanes = []
+        for lane in range(group):
+            best = (0.0, -1)
+            for r in range(lane, s["count"], group):
+                cand = (x.reshape(-1)[row_base + off[r]], r)
+                best = cand if wins(cand, best) else best
+            lanes.append(best)
+        width = min(group, 32)
+        offset = width // 2
+        while offset:
+            lanes = [
+                lanes[k] if wins(lanes[k], lanes[k ^ offset]) else lanes[k ^ offset] for k in range(group)
+            ]
+            offset //= 2
+        best = lanes[0]
+        for w in range(1, group // 32):
+            best = best if wins(best, lanes[32 * w]) else lanes[32 * w]
+        got.append(best[1])
+    find = np.argmax if kind == "max" else np.argmin
+    want = (shape[axis] - 1) - find(np.flip(x, axis), axis=axis) if last else find(x, axis=axis)
+    np.testing.assert_array_equal(np.array(got), want.reshape(-1))
+
+
+def test_arg_reduce_plan_refuses_what_its_kernel_lacks():
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_arg_reduce("max", "bool", (4, 4), 1)
+    with pytest.raises(InvalidArgumentError, match="unknown index reduction"):
+        plan_arg_reduce("sum", "float32", (4, 4), 1)
+    with pytest.raises(InvalidArgumentError, match="of size >= 1"):
+        plan_arg_reduce("min", "float32", (4, 0), 1)
+    with pytest.raises(InvalidArgumentError, match="of size >= 1"):
+        plan_arg_reduce("min", "float32", (4, 3), 2)
+    plan = plan_arg_reduce("max", "int8", (4, 5000), 1, select_last_index=True)
+    assert plan.params["group"] == 256 and plan.macros["PL_LAST"] == "1" and "PL_LOWEST" not in plan.macros
+    assert plan_arg_reduce("min", "float16", (2**31, 2), 0).macros["PL_INDEX64"] == "1"
+
+
 def test_every_kernel_source_defines_its_kernel():
     """Each family's KERNELS entry names a kernel its .cu file defines, with allowed defaults."""
     for op, src in cuda_kernels().items():
@@ -545,11 +651,12 @@ def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
 
 
 def test_binary_plans_refuse_dtypes_their_kernel_lacks():
-    """div and pow have no integer kernel, and no binary kernel takes int32: the plan says which dtypes."""
-    for op, dt in (("div", "int8"), ("pow", "uint8"), ("add", "int32")):
+    """div, pow and prelu have no integer kernel, no binary kernel takes bool: the plan says which dtypes."""
+    for op, dt in (("div", "int8"), ("pow", "int64"), ("prelu", "int32"), ("add", "bool")):
         with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
             plan_binary(op, dt, (4,), (4,))
     assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
+    assert plan_binary("add", "int64", (64,), (64,)).params["vec"] == 2
 
 
 def test_resize_plan_marks_the_resized_axes_and_refuses_linear_integers():
@@ -704,3 +811,48 @@ def test_plain_softmax_plan_is_kept_for_scale_one_without_bias():
     assert scaled.kernel == "pl_softmax_scaled" and scaled.macros["PL_SOFTMAX_BIAS"] == "0"
     assert scaled.arg_specs[1].optional and scaled.arg_specs[5].kind == "f32"
     assert plan_softmax("float64", (8, 64), scale=2.0).arg_specs[5].kind == "f64"
+
+
+class _RecordingBackend:
+    """PlanLaunch's backend without a GPU: compiles nothing, records which plan each launch used."""
+
+    def __init__(self):
+        self.launched: list[str] = []
+
+    def compile_kernel(self, source, kernel, options):
+        return kernel
+
+    def kernel_function(self, kernel):
+        return kernel
+
+    def launch_prepared(self, function, dims, params, stream, *, what, stage):
+        self.launched.append(dims)
+
+
+class _At:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+def test_a_launch_checks_each_pointer_against_its_own_alignment():
+    """A float32 -> float16 cast whose output starts one half past a 16-byte boundary: the vector plan
+    (x 16-byte, y 8-byte accesses) declines it, the element plan takes it (y needs 2 bytes, not x's 4:
+    checking every pointer against the widest alignment sent the element plan to its own fallback until
+    the recursion limit); a pointer off its element size is a clear error."""
+    from pipelink.ops.kernel import PlanLaunch
+
+    backend = _RecordingBackend()
+    launch = PlanLaunch(
+        backend,
+        lambda a: plan_cast("float32", "float16", (4096,), alignment=a),
+        {"x": ("in", 0), "y": ("out", 0)},
+        "cast",
+    )
+    assert launch.plan.params["vec"] == 4
+    launch([_At(1 << 20)], [_At(1 << 20)], None)
+    assert launch._fallback is None  # aligned: the vector plan ran
+    launch([_At(1 << 20)], [_At((1 << 20) + 2)], None)
+    assert launch._fallback is not None and launch._fallback.plan.params["vec"] == 1
+    assert len(backend.launched) == 2 and backend.launched[-1] == launch._fallback._dims
+    with pytest.raises(InvalidArgumentError, match="not a multiple of its element size"):
+        launch([_At(1 << 20)], [_At((1 << 20) + 1)], None)

@@ -55,12 +55,15 @@ __device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
 #define PL_FULL_MASK 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
-// Accumulation type: float for float/half/bfloat16, double for double, int for 8-bit integers.
+// Accumulation type: float for float/half/bfloat16, double for double, int for 8-bit integers and
+// int32, long long for int64.
 // ---------------------------------------------------------------------------------------------
 template <class T> struct pl_acc { typedef float type; };
 template <> struct pl_acc<double> { typedef double type; };
 template <> struct pl_acc<signed char> { typedef int type; };
 template <> struct pl_acc<unsigned char> { typedef int type; };
+template <> struct pl_acc<int> { typedef int type; };
+template <> struct pl_acc<long long> { typedef long long type; };
 
 // ---------------------------------------------------------------------------------------------
 // Conversions. to float: exact for every 16-bit value. from float: round to nearest even.
@@ -100,6 +103,8 @@ __device__ __forceinline__ float pl_to_acc(__half x) { return pl_f16_bits_to_flo
 __device__ __forceinline__ float pl_to_acc(__nv_bfloat16 x) { return pl_bf16_bits_to_float(pl_bits(x)); }
 __device__ __forceinline__ int pl_to_acc(signed char x) { return (int)x; }
 __device__ __forceinline__ int pl_to_acc(unsigned char x) { return (int)x; }
+__device__ __forceinline__ int pl_to_acc(int x) { return x; }
+__device__ __forceinline__ long long pl_to_acc(long long x) { return x; }
 
 // from float or double to any element type: pl_from<T>(value)
 template <class T> struct pl_convert;
@@ -131,6 +136,12 @@ template <> struct pl_convert<signed char> {
 };
 template <> struct pl_convert<unsigned char> {
     static __device__ __forceinline__ unsigned char from(int x) { return (unsigned char)(x & 0xff); }
+};
+template <> struct pl_convert<int> {
+    static __device__ __forceinline__ int from(int x) { return x; }
+};
+template <> struct pl_convert<long long> {
+    static __device__ __forceinline__ long long from(long long x) { return x; }
 };
 template <class T, class A> __device__ __forceinline__ T pl_from(A x) { return pl_convert<T>::from(x); }
 

@@ -64,6 +64,8 @@ __all__ = [
     "make_plan",
     "contiguous_strides",
     "broadcast_strides",
+    "broadcast_walk",
+    "BroadcastWalk",
     "collapse",
     "strided_scalars",
     "strided_specs",
@@ -353,17 +355,18 @@ class PlanLaunch:
         self.kernel = backend.compile_kernel(plan.source(), plan.kernel, plan.program_options())
         self._function = backend.kernel_function(self.kernel)
         self._dims = (*plan.grid, *plan.block, int(plan.shared_mem))
+        self._alignment = alignment
         self._values: list[Any] = []  # ctypes storage of every parameter, in order
-        self.pointers: list[tuple[Any, bool, int]] = []  # (storage, is output, position)
+        # (storage, is output, position, the low address bits that must be 0: each pointer's own alignment,
+        # so an output of a narrower type than the input is checked against its own, not the input's)
+        self.pointers: list[tuple[Any, bool, int, int]] = []
         self.scalar_index: dict[str, int] = {}
-        mask = 0
         for i, spec in enumerate(plan.arg_specs):
             if spec.kind == "ptr":
                 value = ctypes.c_uint64(0)
                 slot = self._slots.get(spec.name)
                 if slot is not None:
-                    self.pointers.append((value, slot[0] == "out", slot[1]))
-                mask |= spec.align - 1
+                    self.pointers.append((value, slot[0] == "out", slot[1], spec.align - 1))
             else:
                 value = _KINDS[spec.kind][2](plan.scalars[spec.name])
                 self.scalar_index[spec.name] = i
@@ -372,18 +375,17 @@ class PlanLaunch:
             *[ctypes.addressof(v) for v in self._values]
         )
         self._params_address = ctypes.addressof(self._params)
-        self.mask = mask
         self._fallback: PlanLaunch | None = None
 
     def _bind(self, ins: list, outs: list) -> bool:
-        """Write the tensors' pointers into the parameter storage; False when one breaks the alignment."""
-        acc = 0
-        for value, is_out, pos in self.pointers:
+        """Write the tensors' pointers into the parameter storage; False when one breaks its alignment."""
+        bad = 0
+        for value, is_out, pos, mask in self.pointers:
             t = outs[pos] if is_out else ins[pos]
             p = t.ptr if t is not None else 0
-            acc |= p
+            bad |= p & mask
             value.value = p
-        return not acc & self.mask
+        return not bad
 
     def __call__(self, ins: list, outs: list, stream: Any, **scalars: Any) -> None:
         if not self._bind(ins, outs):
@@ -418,7 +420,21 @@ class PlanLaunch:
         return [NativeKernel(cubin, self.plan.kernel, self._dims, params)]
 
     def scalar_plan(self) -> PlanLaunch:
-        """The same op planned for element-aligned pointers only (compiled on first need)."""
+        """The same op planned for element-aligned pointers only (compiled on first need).
+
+        Raises
+        ------
+        InvalidArgumentError
+            This is that plan already: a pointer is not aligned even to its element's size (a view at
+            an odd byte offset), which no kernel of the op reads.
+        """
+        if self._alignment == 1:
+            raise InvalidArgumentError(
+                f"stage {self.stage!r}: a tensor of {self.plan.kernel} starts at an address that is not a "
+                "multiple of its element size; pass tensors whose data is aligned to their dtype "
+                "(a copy, or a view at an element boundary)",
+                stage=self.stage,
+            )
         if self._fallback is None:
             self._fallback = PlanLaunch(self.backend, self._make_plan, self._slots, self.stage, alignment=1)
         return self._fallback
@@ -642,6 +658,57 @@ def collapse(dims: list[int], strides: list[list[int]]) -> tuple[list[int], list
                 del st[i]
         i -= 1
     return d, s
+
+
+@dataclass(frozen=True)
+class BroadcastWalk:
+    """The index space of an elementwise kernel over operands broadcast NumPy's way (:func:`broadcast_walk`):
+    the output shape and size, its dims collapsed, each operand's element strides over them, and whether
+    an index or offset needs 64 bits (``PL_INDEX64``)."""
+
+    out: tuple[int, ...]
+    n: int
+    dims: list[int]
+    strides: list[list[int]]
+    index64: int
+
+
+def broadcast_walk(
+    op: str, shapes: list[tuple[int, ...]], element_strides: list | None = None
+) -> BroadcastWalk:
+    """The :class:`BroadcastWalk` of operands of ``shapes`` (contiguous, or with ``element_strides``, one
+    entry per operand, None for contiguous) broadcast together into a contiguous output.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Shapes that do not broadcast (naming the first dim that does not), or more than
+        :data:`MAX_NDIM` dims after collapsing.
+    """
+    nd = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for k in range(nd):
+        sizes = {p[k] for p in padded} - {1}
+        if len(sizes) > 1:
+            listed = " and ".join(str(tuple(s)) for s in shapes)
+            raise InvalidArgumentError(
+                f"{op}: shapes {listed} do not broadcast (dim {k}: {' vs '.join(str(p[k]) for p in padded)})",
+                op=op,
+            )
+        out.append(sizes.pop() if sizes else 1)
+    out_t = tuple(out)
+    given = element_strides if element_strides is not None else [None] * len(shapes)
+    dims, strides = collapse(
+        list(out_t), [broadcast_strides(out_t, s, st) for s, st in zip(shapes, given, strict=True)]
+    )
+    if len(dims) > MAX_NDIM:
+        raise InvalidArgumentError(
+            f"{op}: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
+        )
+    n = prod(out_t)
+    span = max((1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in strides), default=1)
+    return BroadcastWalk(out_t, n, dims, strides, int(n >= I32_LIMIT or span >= I32_LIMIT))
 
 
 def strided_scalars(dims: list[int], strides: dict[str, list[int]]) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""The elementwise operator family: activations (relu, silu, gelu, sigmoid, tanh, leaky_relu), scale,
-identity, neg/abs/log/reciprocal, add/mul/max/min, bias_add and casts.
+"""The elementwise operator family: activations (relu, silu, gelu, sigmoid, tanh, leaky_relu, elu, celu,
+mish, softplus, ...), scale, identity, neg/abs/log/reciprocal, sin/cos, rounding, add/mul/max/min/prelu,
+bias_add and casts.
 
 This file declares each operator (ports, attributes, dtypes) with its two variants: the NumPy reference
 of ``reference.py`` and the CUDA kernels of ``cuda.py`` (``elementwise.cu``, ``cast.cu``). Adding an
@@ -20,9 +21,12 @@ from .reference import (
     fixed,
     identity_bind,
     infer_precision_cast,
+    make_celu,
+    make_elu,
     make_gelu,
     make_leaky_relu,
     make_scale,
+    make_thresholded_relu,
     unary_bind,
 )
 
@@ -39,19 +43,21 @@ def _unary(
     x: str = "x",
     y: str = "y",
     onnx: str = "",
+    dtypes=FLOATS,
 ) -> OperatorDescriptor:
-    """A float unary operator: ``make(ctx) -> compute(x, out)`` on the CPU, the ``kernel`` op of
-    elementwise.cu (default: ``name``) on CUDA."""
+    """A unary operator of ``dtypes`` (floats by default): ``make(ctx) -> compute(x, out)`` on the CPU,
+    the ``kernel`` op of elementwise.cu (default: ``name``) on CUDA, for ``cuda.UNARY_DTYPES`` of it."""
+    kernel = kernel or name
     return builtin_operator(
         name,
         doc=doc,
         inputs=[Port(x, shape=None, dtype="T", doc="any shape")],
         outputs=[Port(y, shape=x, dtype="T")],
         attrs=attrs,
-        dtype_vars={"T": FLOATS},
-        variant_dtypes=FLOATS,
+        dtype_vars={"T": dtypes},
+        variant_dtypes=dtypes,
         bind=unary_bind(make),
-        cuda=cuda_variant(cuda.unary_bind(kernel or name), FLOATS),
+        cuda=cuda_variant(cuda.unary_bind(kernel), frozenset(cuda.UNARY_DTYPES[kernel]) & dtypes),
         onnx=onnx,
     )
 
@@ -78,7 +84,8 @@ def descriptors() -> list[OperatorDescriptor]:
     -------
     list of OperatorDescriptor
         ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, neg, abs, log,
-        reciprocal, leaky_relu, precision_cast, add, sub, mul, div, pow, max, min, bias_add, cast,
+        reciprocal, leaky_relu, sin, cos, floor, ceil, round, sign, softplus, softsign, mish, elu, celu,
+        thresholded_relu, precision_cast, add, sub, mul, div, pow, max, min, prelu, bias_add, cast,
         silu_activation``.
     """
     silu_make = fixed(reference.silu_into)
@@ -144,8 +151,20 @@ def descriptors() -> list[OperatorDescriptor]:
             fixed(reference.sqrt_into),
             onnx="Sqrt",
         ),
-        _unary("neg", "Negation: y = -x (ONNX Neg).", fixed(reference.neg_into), onnx="Neg"),
-        _unary("abs", "Absolute value: y = |x| (ONNX Abs).", fixed(reference.abs_into), onnx="Abs"),
+        _unary(
+            "neg",
+            "Negation: y = -x; on integers the dtype's minimum wraps to itself, as NumPy (ONNX Neg).",
+            fixed(reference.neg_into),
+            onnx="Neg",
+            dtypes=NUMERIC,
+        ),
+        _unary(
+            "abs",
+            "Absolute value: y = |x|; on integers the dtype's minimum wraps to itself, as NumPy (ONNX Abs).",
+            fixed(reference.abs_into),
+            onnx="Abs",
+            dtypes=NUMERIC,
+        ),
         _unary(
             "log",
             "Natural logarithm: y = ln(x); log(0) is -inf, a negative x gives NaN (ONNX Log).",
@@ -164,6 +183,69 @@ def descriptors() -> list[OperatorDescriptor]:
             make_leaky_relu,
             attrs=[Attr("alpha", "float", 0.01, doc="the slope below 0")],
             onnx="LeakyRelu",
+        ),
+        _unary(
+            "sin", "Sine: y = sin(x); sin(+-inf) is NaN (ONNX Sin).", fixed(reference.sin_into), onnx="Sin"
+        ),
+        _unary(
+            "cos", "Cosine: y = cos(x); cos(+-inf) is NaN (ONNX Cos).", fixed(reference.cos_into), onnx="Cos"
+        ),
+        _unary("floor", "Round down: y = floor(x) (ONNX Floor).", fixed(reference.floor_into), onnx="Floor"),
+        _unary("ceil", "Round up: y = ceil(x) (ONNX Ceil).", fixed(reference.ceil_into), onnx="Ceil"),
+        _unary(
+            "round",
+            "Round to the nearest integer, halves to even: round(2.5) = 2 (ONNX Round).",
+            fixed(reference.round_into),
+            onnx="Round",
+        ),
+        _unary(
+            "sign",
+            "Sign: y = -1, 0 or 1 (sign(-0) = 0, NaN stays NaN) (ONNX Sign).",
+            fixed(reference.sign_into),
+            onnx="Sign",
+            dtypes=NUMERIC,
+        ),
+        _unary(
+            "softplus",
+            "Softplus: y = ln(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|)) "
+            "(ONNX Softplus).",
+            fixed(reference.softplus_into),
+            onnx="Softplus",
+        ),
+        _unary(
+            "softsign",
+            "Softsign: y = x / (1 + |x|); +-inf gives NaN, as the formula (ONNX Softsign).",
+            fixed(reference.softsign_into),
+            onnx="Softsign",
+        ),
+        _unary(
+            "mish",
+            "Mish: y = x * tanh(softplus(x)) (ONNX Mish).",
+            fixed(reference.mish_into),
+            onnx="Mish",
+        ),
+        _unary(
+            "elu",
+            "Exponential linear unit: y = x for x >= 0, alpha * (exp(x) - 1) below (ONNX Elu).",
+            make_elu,
+            attrs=[Attr("alpha", "float", 1.0, doc="the scale of the negative part")],
+            onnx="Elu",
+        ),
+        _unary(
+            "celu",
+            "Continuously differentiable ELU: y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) "
+            "(ONNX Celu).",
+            make_celu,
+            attrs=[Attr("alpha", "float", 1.0, doc="the scale of the negative part")],
+            onnx="Celu",
+        ),
+        _unary(
+            "thresholded_relu",
+            "Thresholded ReLU: y = x where x > alpha, else 0 (a NaN is not above alpha: 0) "
+            "(ONNX ThresholdedRelu).",
+            make_thresholded_relu,
+            attrs=[Attr("alpha", "float", 1.0, doc="the threshold")],
+            onnx="ThresholdedRelu",
         ),
         builtin_operator(
             "precision_cast",
@@ -208,6 +290,14 @@ def descriptors() -> list[OperatorDescriptor]:
             "(ONNX Min of two inputs).",
             np.minimum,
             "Min",
+        ),
+        _binary(
+            "prelu",
+            "Parametric ReLU: c = a where a >= 0, b * a below, b the slope broadcast to a "
+            "(ONNX PRelu; NaN propagates).",
+            reference.prelu,
+            "PRelu",
+            FLOATS,
         ),
         builtin_operator(
             "bias_add",

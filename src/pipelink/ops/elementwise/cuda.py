@@ -18,15 +18,12 @@ from ..kernel import (
     DEFAULT_UNROLL,
     FLAT_TUNABLES,
     FLOATS,
-    I32_LIMIT,
-    MAX_NDIM,
     ArgSpec,
     KernelSource,
     LaunchPlan,
     PlanLaunch,
     acc_kind,
-    broadcast_strides,
-    collapse,
+    broadcast_walk,
     flat_grid,
     flat_launch,
     float_dtype,
@@ -82,6 +79,18 @@ UNARY = {
     "log": "PL_OP_LOG",
     "reciprocal": "PL_OP_RECIPROCAL",
     "leaky_relu": "PL_OP_LEAKY_RELU",
+    "sin": "PL_OP_SIN",
+    "cos": "PL_OP_COS",
+    "floor": "PL_OP_FLOOR",
+    "ceil": "PL_OP_CEIL",
+    "round": "PL_OP_ROUND",
+    "sign": "PL_OP_SIGN",
+    "softplus": "PL_OP_SOFTPLUS",
+    "softsign": "PL_OP_SOFTSIGN",
+    "mish": "PL_OP_MISH",
+    "elu": "PL_OP_ELU",
+    "celu": "PL_OP_CELU",
+    "thresholded_relu": "PL_OP_THRESHOLDED_RELU",
 }
 BINARY = {
     "add": "PL_OP_ADD",
@@ -91,8 +100,15 @@ BINARY = {
     "pow": "PL_OP_POW",
     "max": "PL_OP_MAX",
     "min": "PL_OP_MIN",
+    "prelu": "PL_OP_PRELU",
 }
-_WRAPPING = ("int8", "uint8")  # integer dtypes of the binary kernel: int arithmetic, low 8 bits kept
+# integer dtypes of the binary kernel: two's-complement arithmetic that wraps around, like NumPy
+_WRAPPING = ("int8", "uint8", "int32", "int64")
+_SIGNED_UNARY = ("neg", "abs", "sign")  # the unary kernels that also take the integers (wrapping neg/abs)
+UNARY_DTYPES: dict[str, tuple[str, ...]] = {
+    op: FLOATS + (_WRAPPING if op in _SIGNED_UNARY else ()) for op in UNARY
+}
+"""The dtypes each unary kernel accepts (the CUDA variant's dtypes)."""
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
     op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min") else ()) for op in BINARY
 }
@@ -100,14 +116,39 @@ BINARY_DTYPES: dict[str, tuple[str, ...]] = {
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for
 # them (fewer registers, more warps resident; measured on an H200 for silu and gelu), else to
 # DEFAULT_UNROLL.
-_TRANSCENDENTAL = frozenset({"silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "erf", "exp"})
-_ALPHA_ATTR = {"scale": "factor", "leaky_relu": "alpha"}  # unary op -> the attribute its alpha is
+_TRANSCENDENTAL = frozenset(
+    {
+        "silu",
+        "gelu",
+        "gelu_tanh",
+        "sigmoid",
+        "tanh",
+        "erf",
+        "exp",
+        "sin",
+        "cos",
+        "softplus",
+        "mish",
+        "elu",
+        "celu",
+    }
+)
+# unary op -> the attribute its alpha is
+_ALPHA_ATTR = {
+    "scale": "factor",
+    "leaky_relu": "alpha",
+    "elu": "alpha",
+    "celu": "alpha",
+    "thresholded_relu": "alpha",
+}
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
 KERNELS: dict[str, KernelSource] = {
     **{
-        op: KernelSource(op, _SOURCE, "pl_unary", {"PL_UNARY_OP": m}, dict(FLAT_TUNABLES))
+        op: KernelSource(
+            op, _SOURCE, "pl_unary", {"PL_UNARY_OP": m}, dict(FLAT_TUNABLES), dtypes=UNARY_DTYPES[op]
+        )
         for op, m in UNARY.items()
     },
     **{
@@ -146,15 +187,21 @@ def plan_unary(
     """Plan ``y = op(x)`` over a contiguous tensor; ``op`` one of :data:`UNARY`.
 
     Kernel ``pl_unary(const T* x, T* y, long long n, ACC alpha)``; alpha is ``factor`` for ``scale``.
+    neg, abs and sign also take the integers (:data:`UNARY_DTYPES`; neg and abs wrap around at the
+    dtype's minimum, as NumPy).
 
     Raises
     ------
     InvalidArgumentError
-        An unknown op, a non-float dtype, a negative dimension or a bad tunable.
+        An unknown op, a dtype outside :data:`UNARY_DTYPES`, a negative dimension or a bad tunable.
     """
     if op not in UNARY:
         raise InvalidArgumentError(f"unknown unary op {op!r}; known: {', '.join(UNARY)}", op=op)
-    dt = float_dtype(dtype, op)
+    dt = get_dtype(dtype)
+    if dt.name not in UNARY_DTYPES[op]:
+        raise InvalidArgumentError(
+            f"{op}: dtype must be one of {', '.join(UNARY_DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
+        )
     n = prod(shape_of(shape, op))
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, dt.itemsize)
@@ -169,23 +216,14 @@ def plan_unary(
     launch, grid = flat_launch(t, n, vec, sm_count)
     macros.update(launch)
     a = vec * dt.itemsize
-    specs = [pointer("x", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("alpha", acc_kind(dt))]
+    if dt.is_floating:
+        alpha_kind, alpha = acc_kind(dt), factor
+    else:  # the integers' accumulation type: int, long long for int64 (alpha is unread by their ops)
+        alpha_kind, alpha = ("i64" if dt.itemsize == 8 else "i32"), int(factor)
+    specs = [pointer("x", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("alpha", alpha_kind)]
     return make_plan(
-        KERNELS[op], "pl_unary", macros, grid, t["block"], specs, {"n": n, "alpha": factor}, dict(t, vec=vec)
+        KERNELS[op], "pl_unary", macros, grid, t["block"], specs, {"n": n, "alpha": alpha}, dict(t, vec=vec)
     )
-
-
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
-    nd = max(len(a), len(b))
-    a1, b1 = (1,) * (nd - len(a)) + a, (1,) * (nd - len(b)) + b
-    out = []
-    for i, (x, y) in enumerate(zip(a1, b1, strict=True)):
-        if x != y and 1 not in (x, y):
-            raise InvalidArgumentError(
-                f"{op}: shapes {a} and {b} do not broadcast (dim {i}: {x} vs {y})", op=op
-            )
-        out.append(y if x == 1 else x)
-    return tuple(out)
 
 
 def plan_binary(
@@ -201,7 +239,8 @@ def plan_binary(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
     """Plan ``y = a op b`` (op in :data:`BINARY`) with NumPy broadcasting; y is contiguous. Floats compute
-    in float (double for float64); int8 / uint8 (add, sub, mul) in int, wrapping around on the store.
+    in float (double for float64); the integers (add, sub, mul, max, min) in int (long long for int64),
+    sums, differences and products wrapping around as in NumPy.
 
     Same contiguous shapes: ``pl_binary(const T* a, const T* b, T* y, long long n)`` (vectorised).
     Otherwise ``pl_binary_bcast(a, b, y, long long n, d0..d7, sa0..sa7, sb0..sb7)`` over the output
@@ -222,8 +261,8 @@ def plan_binary(
             f"{op}: dtype must be one of {', '.join(BINARY_DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
         )
     sa, sb = shape_of(shape_a, op), shape_of(shape_b, op)
-    out = _broadcast(sa, sb, op)
-    n = prod(out)
+    walk = broadcast_walk(op, [sa, sb], [a_strides, b_strides])
+    n = walk.n
     source = KERNELS[op]
     t = tuned_values(source, tuned)
     t["unroll"] = _unroll(t, op, dt.itemsize)
@@ -240,14 +279,7 @@ def plan_binary(
         a = vec * dt.itemsize
         specs = [pointer("a", a), pointer("b", a), pointer("y", a), ArgSpec("n", "i64")]
         return make_plan(source, "pl_binary", macros, grid, t["block"], specs, {"n": n}, dict(t, vec=vec))
-    strides = [broadcast_strides(out, sa, a_strides), broadcast_strides(out, sb, b_strides)]
-    dims, (st_a, st_b) = collapse(list(out), strides)
-    if len(dims) > MAX_NDIM:
-        raise InvalidArgumentError(
-            f"{op}: broadcast needs {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
-        )
-    span = max(1 + sum((d - 1) * s for d, s in zip(dims, st, strict=True)) for st in (st_a, st_b))
-    index64 = int(n >= I32_LIMIT or span >= I32_LIMIT)
+    dims, (st_a, st_b), index64 = walk.dims, walk.strides, walk.index64
     macros = {
         "PL_T": dt.cuda_type,
         "PL_BINARY_OP": BINARY[op],

@@ -4,12 +4,12 @@
 //
 // Which kernels a compilation contains is chosen by macros, set by the plans of
 // pipelink/ops/elementwise/cuda.py:
-//   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char / unsigned char
-//                   for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy, and PL_OP_MAX,
-//                   PL_OP_MIN) - every kernel
+//   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char, unsigned char,
+//                   int and long long for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy,
+//                   and PL_OP_MAX, PL_OP_MIN) - every kernel
 //                   but pl_cast
 //   PL_UNARY_OP     one of the unary PL_OP_* codes below     -> pl_unary
-//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_MIN            -> pl_binary, pl_binary_bcast
+//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_PRELU          -> pl_binary, pl_binary_bcast
 //   PL_BIAS_ADD     defined                                 -> pl_bias_add
 //   PL_TIN, PL_TOUT input and output types                   -> pl_cast
 //   PL_VEC          elements per vector access (16 / sizeof(T) at most); every pointer the kernel
@@ -25,13 +25,16 @@
 //                   library functions)
 //
 // Kernel signatures (all sizes are element counts; strides are in elements and >= 0):
-//   pl_unary(const T* x, T* y, long long n, ACC alpha)  alpha: factor of `scale`, slope of `leaky_relu`
+//   pl_unary(const T* x, T* y, long long n, ACC alpha)  alpha: factor of `scale`, slope of `leaky_relu`,
+//                                                       alpha of `elu` and `celu`, threshold of
+//                                                       `thresholded_relu`
 //   pl_binary(const T* a, const T* b, T* y, long long n)
 //   pl_binary_bcast(const T* a, const T* b, T* y, long long n,
 //                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
 //   pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)
 //   pl_cast(const TIN* x, TOUT* y, long long n)
-// ACC is float, or double when T is double (int for the 8-bit integer types). y may equal x (or a, or b): fused epilogues run these
+// ACC is float, or double when T is double (int for the 8-bit integer types and int32, long long for
+// int64). y may equal x (or a, or b): fused epilogues run these
 // kernels in place, so those pointers are not __restrict__ (each element is read before the same
 // thread writes it, so in-place use is safe).
 #include "common.cuh"
@@ -53,6 +56,18 @@
 #define PL_OP_LOG 24
 #define PL_OP_RECIPROCAL 25
 #define PL_OP_LEAKY_RELU 26
+#define PL_OP_SIN 27
+#define PL_OP_COS 28
+#define PL_OP_FLOOR 29
+#define PL_OP_CEIL 30
+#define PL_OP_ROUND 31
+#define PL_OP_SIGN 32
+#define PL_OP_SOFTPLUS 33
+#define PL_OP_SOFTSIGN 34
+#define PL_OP_MISH 35
+#define PL_OP_ELU 36
+#define PL_OP_CELU 37
+#define PL_OP_THRESHOLDED_RELU 38
 #define PL_OP_ADD 10
 #define PL_OP_SUB 11
 #define PL_OP_MUL 12
@@ -60,6 +75,7 @@
 #define PL_OP_POW 14
 #define PL_OP_MAX 15
 #define PL_OP_MIN 16
+#define PL_OP_PRELU 17
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -79,10 +95,42 @@ __device__ __forceinline__ float pl_sqrt(float x) { return sqrtf(x); }  // IEEE-
 __device__ __forceinline__ double pl_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float pl_abs(float x) { return fabsf(x); }  // abs(-0) = +0, NaN stays NaN
 __device__ __forceinline__ double pl_abs(double x) { return fabs(x); }
+// the integers (int for the 8-bit ones and int32, long long for int64): negation in the unsigned type,
+// so the dtype's minimum wraps to itself as in NumPy (and the 8-bit store keeps the low bits)
+__device__ __forceinline__ int pl_abs(int x) { return x < 0 ? (int)(0u - (unsigned int)x) : x; }
+__device__ __forceinline__ long long pl_abs(long long x) {
+    return x < 0 ? (long long)(0ull - (unsigned long long)x) : x;
+}
+__device__ __forceinline__ float pl_neg(float x) { return -x; }
+__device__ __forceinline__ double pl_neg(double x) { return -x; }
+__device__ __forceinline__ int pl_neg(int x) { return (int)(0u - (unsigned int)x); }
+__device__ __forceinline__ long long pl_neg(long long x) { return (long long)(0ull - (unsigned long long)x); }
 __device__ __forceinline__ float pl_log(float x) { return logf(x); }  // log(0) = -inf, log(x < 0) = NaN
 __device__ __forceinline__ double pl_log(double x) { return log(x); }
 __device__ __forceinline__ float pl_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double pl_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float pl_sin(float x) { return sinf(x); }  // full range reduction, not __sinf
+__device__ __forceinline__ double pl_sin(double x) { return sin(x); }
+__device__ __forceinline__ float pl_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double pl_cos(double x) { return cos(x); }
+__device__ __forceinline__ float pl_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double pl_floor(double x) { return floor(x); }
+__device__ __forceinline__ float pl_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double pl_ceil(double x) { return ceil(x); }
+__device__ __forceinline__ float pl_rint(float x) { return rintf(x); }  // halves to even (ONNX Round)
+__device__ __forceinline__ double pl_rint(double x) { return rint(x); }
+__device__ __forceinline__ float pl_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double pl_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float pl_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double pl_log1p(double x) { return log1p(x); }
+// ln(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow for large x, no cancellation below
+template <class A> __device__ __forceinline__ A pl_softplus(A x) {
+    return (x > A(0) ? x : A(0)) + pl_log1p(pl_exp(-pl_abs(x)));  // NaN: log1p(exp(NaN)) is NaN
+}
+// -1, 0 or 1; sign(-0) = +0 and NaN stays NaN (numpy.sign, the ONNX reference)
+template <class A> __device__ __forceinline__ A pl_sign(A x) {
+    return x > A(0) ? A(1) : (x < A(0) ? A(-1) : (x == A(0) ? A(0) : x));
+}
 // x * clip(x / 6 + 1/2, 0, 1) (ONNX HardSwish); written with comparisons so NaN propagates
 template <class A> __device__ __forceinline__ A pl_hardswish(A x) {
     A t = x * A(1.0 / 6.0) + A(0.5);
@@ -215,7 +263,7 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
     return x * alpha;
 #elif PL_UNARY_OP == PL_OP_NEG
     (void)alpha;
-    return -x;
+    return pl_neg(x);
 #elif PL_UNARY_OP == PL_OP_ABS
     (void)alpha;
     return pl_abs(x);
@@ -227,6 +275,39 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
     return A(1) / x;  // 1/0 = inf (IEEE)
 #elif PL_UNARY_OP == PL_OP_LEAKY_RELU
     return x < A(0) ? alpha * x : x;  // alpha: the negative slope; NaN propagates
+#elif PL_UNARY_OP == PL_OP_SIN
+    (void)alpha;
+    return pl_sin(x);
+#elif PL_UNARY_OP == PL_OP_COS
+    (void)alpha;
+    return pl_cos(x);
+#elif PL_UNARY_OP == PL_OP_FLOOR
+    (void)alpha;
+    return pl_floor(x);
+#elif PL_UNARY_OP == PL_OP_CEIL
+    (void)alpha;
+    return pl_ceil(x);
+#elif PL_UNARY_OP == PL_OP_ROUND
+    (void)alpha;
+    return pl_rint(x);
+#elif PL_UNARY_OP == PL_OP_SIGN
+    (void)alpha;
+    return pl_sign(x);
+#elif PL_UNARY_OP == PL_OP_SOFTPLUS
+    (void)alpha;
+    return pl_softplus(x);
+#elif PL_UNARY_OP == PL_OP_SOFTSIGN
+    (void)alpha;
+    return x / (A(1) + pl_abs(x));  // +-inf gives inf / inf = NaN, as the formula
+#elif PL_UNARY_OP == PL_OP_MISH
+    (void)alpha;
+    return x * pl_tanh_lib(pl_softplus(x));
+#elif PL_UNARY_OP == PL_OP_ELU
+    return x < A(0) ? alpha * pl_expm1(x) : x;  // NaN propagates
+#elif PL_UNARY_OP == PL_OP_CELU
+    return x < A(0) ? alpha * pl_expm1(x / alpha) : x;  // alpha 0: x / 0 = -inf, so -0 (the limit)
+#elif PL_UNARY_OP == PL_OP_THRESHOLDED_RELU
+    return x > alpha ? x : A(0);  // a NaN is not above alpha: 0
 #elif PL_UNARY_OP == PL_OP_IDENTITY
     (void)alpha;
     return x;
@@ -237,13 +318,20 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
 #endif
 
 #if defined(PL_BINARY_OP)
+// Integer sums, differences and products wrap around (two's complement, like NumPy): computed in the
+// unsigned type of the same width, where C++ defines the wrap, and cast back.
+template <class A> struct pl_wrap { typedef A type; };
+template <> struct pl_wrap<int> { typedef unsigned int type; };
+template <> struct pl_wrap<long long> { typedef unsigned long long type; };
+template <class A> __device__ __forceinline__ A pl_wrapped(typename pl_wrap<A>::type v) { return (A)v; }
 template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
+    typedef typename pl_wrap<A>::type U;
 #if PL_BINARY_OP == PL_OP_ADD
-    return a + b;
+    return pl_wrapped<A>((U)a + (U)b);
 #elif PL_BINARY_OP == PL_OP_SUB
-    return a - b;
+    return pl_wrapped<A>((U)a - (U)b);
 #elif PL_BINARY_OP == PL_OP_MUL
-    return a * b;
+    return pl_wrapped<A>((U)a * (U)b);
 #elif PL_BINARY_OP == PL_OP_DIV
     return a / b;
 #elif PL_BINARY_OP == PL_OP_POW
@@ -252,6 +340,8 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     return (a > b || a != a) ? a : b;  // a NaN on either side propagates, as numpy.maximum
 #elif PL_BINARY_OP == PL_OP_MIN
     return (a < b || a != a) ? a : b;
+#elif PL_BINARY_OP == PL_OP_PRELU
+    return a < A(0) ? b * a : a;  // b: the slope; NaN propagates
 #else
 #error "unknown PL_BINARY_OP"
 #endif

@@ -251,6 +251,112 @@ def reciprocal_into(x: np.ndarray, out: np.ndarray) -> None:
         np.reciprocal(x, out=out)
 
 
+def sin_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = sin(x)``; sin(+-inf) is NaN (IEEE), without a warning."""
+    with np.errstate(invalid="ignore"):
+        np.sin(x, out=out)
+
+
+def cos_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = cos(x)``; cos(+-inf) is NaN (IEEE), without a warning."""
+    with np.errstate(invalid="ignore"):
+        np.cos(x, out=out)
+
+
+def floor_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = floor(x)`` (-0, infinities and NaN kept)."""
+    np.floor(x, out=out)
+
+
+def ceil_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = ceil(x)`` (ceil(-0.5) = -0; infinities and NaN kept)."""
+    np.ceil(x, out=out)
+
+
+def round_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = round(x)``, halves to the even integer (ONNX Round: round(2.5) = 2, round(-1.5) = -2)."""
+    np.rint(x, out=out)
+
+
+def sign_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = sign(x)``: -1, 0 or 1 (sign(-0) = 0, NaN stays NaN)."""
+    np.sign(x, out=out)
+
+
+def softplus_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = ln(1 + exp(x))``, as ``max(x, 0) + log1p(exp(-|x|))``: no overflow for large x (the
+    result is x), no cancellation for very negative x (the result is exp(x)); NaN propagates."""
+    np.abs(x, out=out)
+    np.negative(out, out=out)
+    np.exp(out, out=out)
+    np.log1p(out, out=out)
+    np.add(out, np.maximum(x, 0), out=out)
+
+
+def softsign_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x / (1 + |x|)`` (ONNX Softsign; IEEE: +-inf gives inf / inf = NaN, as the formula)."""
+    np.abs(x, out=out)
+    np.add(out, 1.0, out=out)
+    with np.errstate(invalid="ignore"):
+        np.divide(x, out, out=out)
+
+
+def mish_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x * tanh(softplus(x))`` (ONNX Mish); softplus as :func:`softplus_into`."""
+    softplus_into(x, out)
+    np.tanh(out, out=out)
+    with np.errstate(invalid="ignore"):  # -inf * tanh(0) = -inf * 0 is NaN (IEEE), as the formula
+        np.multiply(out, x, out=out)
+
+
+def make_elu(ctx: KernelContext) -> Compute:
+    """``out = x`` where x >= 0, ``alpha * (exp(x) - 1)`` below (expm1: accurate near 0); NaN
+    propagates."""
+    alpha = float(ctx.attrs["alpha"])
+
+    def elu_into(x, out):
+        np.expm1(np.minimum(x, 0), out=out)
+        np.multiply(out, alpha, out=out)
+        np.copyto(out, x, where=~(x < 0))
+
+    return elu_into
+
+
+def make_celu(ctx: KernelContext) -> Compute:
+    """``out = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`` (ONNX Celu): x where x >= 0,
+    ``alpha * expm1(x / alpha)`` below (the min's argument is never positive there, whatever alpha's
+    sign); NaN propagates."""
+    alpha = float(ctx.attrs["alpha"])
+
+    def celu_into(x, out):
+        with np.errstate(divide="ignore", invalid="ignore"):  # alpha 0: x / 0 = -inf, the limit relu
+            np.divide(np.minimum(x, 0), alpha, out=out)
+        np.expm1(out, out=out)
+        np.multiply(out, alpha, out=out)
+        np.copyto(out, x, where=~(x < 0))
+
+    return celu_into
+
+
+def make_thresholded_relu(ctx: KernelContext) -> Compute:
+    """``out = x`` where x > alpha, else 0 (ONNX ThresholdedRelu: a NaN is not above alpha, so 0)."""
+    alpha = float(ctx.attrs["alpha"])
+
+    def thresholded_relu_into(x, out):
+        out[...] = 0
+        np.copyto(out, x, where=x > alpha)
+
+    return thresholded_relu_into
+
+
+def prelu(x: np.ndarray, slope: np.ndarray, out: np.ndarray, dtype=None, casting: str = "same_kind") -> None:
+    """``out = x`` where x >= 0, ``slope * x`` below, broadcast (ONNX PRelu; NaN propagates): the
+    ufunc-like call :func:`binary_bind` makes (``dtype``: compute in it, then round once into ``out``)."""
+    if dtype is not None:
+        x, slope = x.astype(dtype), slope.astype(dtype)
+    np.copyto(out, np.where(x < 0, slope * x, x), casting="unsafe" if dtype is not None else casting)
+
+
 def make_leaky_relu(ctx: KernelContext) -> Compute:
     """``out = x`` where x >= 0, ``alpha * x`` below (NaN propagates)."""
     alpha = float(ctx.attrs["alpha"])
