@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MODELS", "ModelSpec", "export_onnx", "onnx_op_counts", "tiny_model"]
+__all__ = [
+    "MODELS",
+    "ModelSpec",
+    "ZOO",
+    "ZooSpec",
+    "export_onnx",
+    "export_onnx_inputs",
+    "onnx_op_counts",
+    "tiny_model",
+]
 
 # GPT-2 small's width and heads, on a 128-token sequence (a prompt of typical length; the attention
 # matrix is then 128x128 per head, so the block is dominated by its four projections, as in GPT-2).
@@ -110,17 +119,157 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def export_onnx(module: Any, x: Any) -> bytes:
-    """``module`` (eval mode, on the CPU) exported on input ``x`` with fixed shapes: the model's one input
-    is ``x`` and its one output ``y``. Fixed shapes keep every Reshape's shape a constant (a dynamic batch
-    makes the exporter compute shapes, which the importer refuses)."""
+# -- the wider zoo: architectures users bring, small and with random weights (the importer's coverage) --
+_SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
+
+
+@dataclass(frozen=True)
+class ZooSpec:
+    """One model of the wider zoo: its builder and its example inputs (tensors; token ids are int64)."""
+
+    name: str
+    title: str
+    build: Callable[[Any], Any]  # torch -> torch.nn.Module
+    inputs: Callable[[Any], tuple]  # torch -> the forward's positional inputs
+
+
+def _hidden_states(torch, module):
+    """``module`` returning its tensor output: a transformers model's ``last_hidden_state``."""
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *args):
+            out = self.inner(*args)
+            return getattr(out, "last_hidden_state", out[0] if isinstance(out, tuple) else out)
+
+    return LastHidden()
+
+
+def _torchvision(name: str) -> Callable[[Any], Any]:
+    def build(torch):
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None)
+
+    return build
+
+
+def _transformers(make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def build(torch):
+        import transformers
+
+        return _hidden_states(torch, make(transformers))
+
+    return build
+
+
+def _ids(torch, batch: int = 2, tokens: int = 16):
+    return torch.randint(0, 100, (batch, tokens))
+
+
+ZOO: dict[str, ZooSpec] = {
+    spec.name: spec
+    for spec in (
+        ZooSpec(
+            "mobilenet_v2",
+            "MobileNetV2 (torchvision)",
+            _torchvision("mobilenet_v2"),
+            lambda t: (t.randn(1, 3, IMAGE, IMAGE),),
+        ),
+        ZooSpec(
+            "efficientnet_b0",
+            "EfficientNet-B0 (torchvision)",
+            _torchvision("efficientnet_b0"),
+            lambda t: (t.randn(1, 3, IMAGE, IMAGE),),
+        ),
+        ZooSpec(
+            "squeezenet1_0",
+            "SqueezeNet 1.0 (torchvision)",
+            _torchvision("squeezenet1_0"),
+            lambda t: (t.randn(1, 3, IMAGE, IMAGE),),
+        ),
+        ZooSpec(
+            "densenet121",
+            "DenseNet-121 (torchvision, 64x64)",
+            _torchvision("densenet121"),
+            lambda t: (t.randn(1, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "vit",
+            "ViT encoder (transformers, d=64, 2 layers, 32x32 image, 8x8 patches)",
+            _transformers(
+                lambda tf: tf.ViTModel(
+                    tf.ViTConfig(image_size=32, patch_size=8, attn_implementation="eager", **_SMALL)
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "bert",
+            "BERT encoder (transformers, d=64, 2 layers, 16 tokens, with its attention mask)",
+            _transformers(
+                lambda tf: tf.BertModel(tf.BertConfig(vocab_size=100, attn_implementation="eager", **_SMALL))
+            ),
+            lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
+        ),
+        ZooSpec(
+            "t5_encoder",
+            "T5 encoder (transformers, d=64, 2 layers; relative position buckets in int64)",
+            _transformers(
+                lambda tf: tf.T5EncoderModel(
+                    tf.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "whisper_encoder",
+            "Whisper encoder (transformers, d=64, 2 layers; Conv1d front end on 16 mel bins)",
+            _transformers(
+                lambda tf: (
+                    tf.WhisperModel(
+                        tf.WhisperConfig(
+                            d_model=64,
+                            encoder_layers=2,
+                            decoder_layers=1,
+                            encoder_attention_heads=4,
+                            decoder_attention_heads=4,
+                            encoder_ffn_dim=128,
+                            decoder_ffn_dim=128,
+                            num_mel_bins=16,
+                            max_source_positions=50,
+                        )
+                    ).encoder
+                )
+            ),
+            lambda t: (t.randn(1, 16, 100),),
+        ),
+    )
+}
+"""Architectures beyond the race's three, for ``scripts/onnx_models_check.py --zoo wide``."""
+
+
+def export_onnx_inputs(module: Any, inputs: tuple, names: list[str] | None = None) -> bytes:
+    """``module`` (eval mode, on the CPU) exported on ``inputs`` with fixed shapes: its inputs named
+    ``names`` (default ``in0``, ``in1``...), its one output ``y``. Fixed shapes keep every Reshape's shape
+    a constant (a dynamic batch makes the exporter compute shapes, which the import folds where it can)."""
     import torch
 
     buf = io.BytesIO()
-    torch.onnx.export(
-        module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=OPSET, dynamo=False
-    )
+    names = names or [f"in{k}" for k in range(len(inputs))]
+    with torch.no_grad():
+        torch.onnx.export(
+            module, inputs, buf, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=False
+        )
     return buf.getvalue()
+
+
+def export_onnx(module: Any, x: Any) -> bytes:
+    """``module`` exported on its one input ``x`` (named ``x``; :func:`export_onnx_inputs`)."""
+    return export_onnx_inputs(module, (x,), ["x"])
 
 
 def onnx_op_counts(model: Any) -> dict[str, int]:

@@ -3,9 +3,11 @@
 super-resolution net) exported from PyTorch at batch 1, imported with ``pl.from_onnx``, run on the CPU and
 on CUDA and compared with onnxruntime (CPU). Prints one line per model and device: the import result (or
 the unsupported nodes), the largest relative error, and the stages that ran on staged host copies. A
-check, not a benchmark: ``python -m benchmarks.models`` races them.
+check, not a benchmark: ``python -m benchmarks.models`` races them. ``--zoo wide`` checks the wider zoo
+instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet, ViT, BERT, T5 and Whisper
+encoders, small, random weights).
 
-python scripts/onnx_models_check.py [--out DIR]
+python scripts/onnx_models_check.py [--zoo race|wide] [--devices cpu,cuda] [--out DIR]
 """
 
 from __future__ import annotations
@@ -21,11 +23,23 @@ import pipelink as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks/
 
-from benchmarks.model_zoo import MODELS, export_onnx, onnx_op_counts  # noqa: E402
+from benchmarks.model_zoo import MODELS, ZOO, export_onnx_inputs, onnx_op_counts  # noqa: E402
+
+
+def _cases(zoo: str, torch) -> list[tuple[str, object, tuple]]:
+    """(name, module, inputs) of every model of ``zoo``."""
+    if zoo == "race":
+        return [
+            (name, spec.build(torch).eval(), (torch.randn(spec.input_shape(1)),))
+            for name, spec in MODELS.items()
+        ]
+    return [(name, spec.build(torch).eval(), spec.inputs(torch)) for name, spec in ZOO.items()]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--zoo", choices=("race", "wide"), default="race", help="which models (default race)")
+    parser.add_argument("--devices", default="cpu,cuda", help="comma-separated devices (default cpu,cuda)")
     parser.add_argument("--out", type=Path, default=None, help="keep the exported .onnx files here")
     args = parser.parse_args()
     import onnx
@@ -34,11 +48,10 @@ def main() -> int:
 
     torch.manual_seed(0)
     failures = 0
-    for name, spec in MODELS.items():
-        module = spec.build(torch).eval()
-        x = torch.randn(spec.input_shape(1))
+    for name, module, inputs in _cases(args.zoo, torch):
+        names = ["x"] if args.zoo == "race" else None
         try:
-            data = export_onnx(module, x)
+            data = export_onnx_inputs(module, inputs, names)
             model = onnx.load_from_string(data)
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             print(f"{name}: export failed: {type(e).__name__}: {e}")
@@ -48,11 +61,14 @@ def main() -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"{name}.onnx").write_bytes(data)
         ops = list(onnx_op_counts(model))
-        ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
-        for device in ("cpu", "cuda"):
+        declared = {i.name for i in model.graph.input}
+        given = names or [f"in{k}" for k in range(len(inputs))]
+        feeds = {n: t.numpy() for n, t in zip(given, inputs, strict=True) if n in declared}
+        ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        for device in args.devices.split(","):
             try:
                 with pl.from_onnx(model, device=device) as pipe:
-                    out = np.asarray(pipe.run(x=x.numpy())["y"].numpy())
+                    out = np.asarray(pipe.run(feeds)["y"].numpy())
                     err = float(np.max(np.abs(out - ref)) / max(1e-6, float(np.max(np.abs(ref)))))
                     staged = list(pipe.load_report.staged)
                 print(
@@ -65,6 +81,7 @@ def main() -> int:
             except Exception:  # noqa: BLE001
                 print(f"{name} [{device}]: crashed:\n{traceback.format_exc()[-2000:]}")
                 failures += 1
+    print(f"SUMMARY {args.zoo} zoo: {failures} failure(s)")
     return 1 if failures else 0
 
 

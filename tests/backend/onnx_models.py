@@ -46,13 +46,16 @@ def run_reference(model, feeds: dict) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
         return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
-    session = ort.InferenceSession(_typed(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    typed = _typed(model, feeds)
+    session = ort.InferenceSession(typed.SerializeToString(), providers=["CPUExecutionProvider"])
     return [np.asarray(r) for r in session.run(None, feeds)]
 
 
-def _typed(model):
+def _typed(model, feeds: dict):
     """``model`` with every graph output typed (onnxruntime refuses an output of UNDEFINED type, which a
-    one-node test model declares): the types come from ONNX's shape inference."""
+    one-node test model declares): the types come from ONNX's shape inference, and where it has none (an
+    op defined by a function, such as GroupNormalization-21) the element type of ``ReferenceEvaluator``'s
+    result on ``feeds``."""
     if all(o.type.tensor_type.elem_type for o in model.graph.output):
         return model
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -63,6 +66,13 @@ def _typed(model):
         found = types.get(out.name)
         if not out.type.tensor_type.elem_type and found is not None and found.tensor_type.elem_type:
             out.type.CopyFrom(found)
+    untyped = [o for o in typed.graph.output if not o.type.tensor_type.elem_type]
+    if untyped:
+        from onnx.reference import ReferenceEvaluator
+
+        results = ReferenceEvaluator(model).run([o.name for o in untyped], feeds)
+        for out, value in zip(untyped, results, strict=True):
+            out.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
     return typed
 
 

@@ -124,6 +124,35 @@ def _case(rng, op):
         "Log": ({"x": np.abs(x) + 0.05}, {}, {}),
         "Reciprocal": ({"x": np.sign(x) * (np.abs(x) + 0.25)}, {}, {}),
         "LeakyRelu": ({"x": x}, {}, {"alpha": 0.3}),
+        "Elu": ({"x": x}, {}, {"alpha": 0.7}),
+        "Celu": ({"x": x}, {}, {"alpha": 1.5}),
+        "Selu": ({"x": x}, {}, {}),  # the spec's default alpha and gamma
+        "ThresholdedRelu": ({"x": x}, {}, {"alpha": 0.2}),
+        "PRelu": ({"x": x}, {"slope": _r(rng, 3, 1, 1)}, {}),
+        "Softplus": ({"x": 4 * x}, {}, {}),
+        "Softsign": ({"x": x}, {}, {}),
+        "Mish": ({"x": 3 * x}, {}, {}),
+        "Sin": ({"x": 3 * x}, {}, {}),
+        "Cos": ({"x": 3 * x}, {}, {}),
+        "Floor": ({"x": 3 * x}, {}, {}),
+        "Ceil": ({"x": 3 * x}, {}, {}),
+        "Round": ({"x": np.concatenate([3 * x.reshape(-1), [0.5, 1.5, 2.5, -0.5, -2.5]]).astype(F)}, {}, {}),
+        "Sign": ({"x": np.concatenate([x.reshape(-1), [0.0, -0.0]]).astype(F)}, {}, {}),
+        "Sum": ({"a": x, "b": _r(rng, 5)}, {"c": _r(rng, 4, 1)}, {}),
+        "Mean": ({"a": x}, {"b": _r(rng, 3, 1, 1)}, {}),
+        "Dropout": ({"x": x}, {"ratio": np.array(0.3, F), "training": np.array(False)}, {}),  # and its mask
+        "Tile": ({"x": _r(rng, 2, 3, 1)}, {"repeats": i64(1, 2, 4)}, {}),
+        "SpaceToDepth": ({"x": _r(rng, 2, 3, 4, 6)}, {}, {"blocksize": 2}),
+        "LogSoftmax": ({"x": 10 * x}, {}, {"axis": 1}),
+        "ReduceLogSumExp": ({"x": 10 * x}, {"axes": i64(1, 3)}, {"keepdims": 0}),
+        "ReduceLogSum": ({"x": np.abs(x) + 0.1}, {"axes": i64(2)}, {"keepdims": 1}),
+        "Upsample": ({"x": x}, {"scales": np.array([1, 1, 2, 3], F)}, {"mode": "nearest"}),  # opset 9
+        # N = C: onnx's reference (1.23) loops its channel window over the batch dim, right only then
+        "LRN": ({"x": _r(rng, 3, 3, 4, 5)}, {}, {"size": 3, "alpha": 0.5, "beta": 0.75, "bias": 2.0}),
+        "MeanVarianceNormalization": ({"x": x}, {}, {}),
+        "LpNormalization": ({"x": x}, {}, {"axis": 1, "p": 2}),
+        "ArgMax": ({"x": x}, {}, {"axis": -2, "keepdims": 0, "select_last_index": 1}),
+        "ArgMin": ({"x": np.round(x)}, {}, {"axis": 1}),  # ties: the first index
         "Max": ({"a": x, "b": _r(rng, 5)}, {"c": _r(rng, 4, 1)}, {}),  # three inputs: a chain of two
         "Min": ({"a": x}, {"b": _r(rng, 3, 1, 1)}, {}),
         "Clip": ({"x": 3 * x}, {"lo": np.array(-1.0, F), "hi": np.array(2.5, F)}, {}),
@@ -155,6 +184,16 @@ def _case(rng, op):
             {},
         ),
         "Gather": ({"x": x}, {"idx": i64(2, 0, 2)}, {"axis": 1}),
+        "GatherElements": ({"x": x}, {"idx": rng.integers(-4, 4, (2, 3, 6, 5))}, {"axis": -2}),
+        "Equal": ({"a": np.round(x)}, {"b": np.round(_r(rng, 5))}, {}),
+        "Less": ({"a": x, "b": _r(rng, 4, 1)}, {}, {}),
+        "Greater": ({"a": x}, {"b": _r(rng, 5)}, {}),
+        "LessOrEqual": ({"a": np.round(x)}, {"b": np.round(_r(rng, 1, 3, 1, 1))}, {}),
+        "GreaterOrEqual": ({"a": np.round(x), "b": np.round(_r(rng, 5))}, {}, {}),
+        "And": ({"a": x > 0}, {"b": _r(rng, 5) > 0}, {}),
+        "Or": ({"a": x > 0, "b": _r(rng, 4, 1) < 0}, {}, {}),
+        "Xor": ({"a": x > 0}, {"b": _r(rng, 5) > 0}, {}),
+        "Not": ({"x": x > 0}, {}, {}),
         "Where": ({"c": x > 0, "a": x}, {"b": _r(rng, 5)}, {}),
         "Expand": ({"x": _r(rng, 3, 1)}, {"shape": i64(2, 3, 4)}, {}),
         "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
@@ -198,7 +237,7 @@ def _case(rng, op):
         ),
     }
     feeds, inits, attrs = cases[op]
-    n_out = 2 if op == "Split" else 1
+    n_out = 2 if op in ("Split", "Dropout") else 1
     return feeds, inits, attrs, n_out
 
 
@@ -220,7 +259,8 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
         [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    opset = 9 if op == "Upsample" else 21  # Upsample left the standard at opset 10
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     model.ir_version = 10
     pipe = pl.from_onnx(model, device=device)
     expected = om.run_reference(model, feeds)
@@ -677,3 +717,149 @@ def test_composed_converters_refuse_what_they_cannot_build(node, x_decl, init, o
         import_model(_refusal_model(node, x_decl, init, opset))
     assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
     assert [u["node"] for u in info.value.context["unsupported"]] == ["r"]
+
+
+# -- the composed converters: semantics the one-node table above does not reach, and their refusals ----
+
+
+def _one_node(op, inputs, shapes, attrs, inits=None, opset=21, n_out=1):
+    node = onnx.helper.make_node(op, inputs, [f"y{k}" for k in range(n_out)], name="the_node", **attrs)
+    outs = [(f"y{k}", None) for k in range(n_out)]
+    return om.make_model([node], list(zip(inputs, shapes, strict=True)), outs, inits or {}, op, opset=opset)
+
+
+@pytest.mark.parametrize(("size", "shape"), [(4, (1, 5, 3)), (1, (2, 3, 2, 2)), (5, (2, 6, 3, 4))])
+def test_lrn_sums_squares_over_a_channel_window(rng, size, shape):
+    x = _r(rng, *shape)
+    model = _one_node(
+        "LRN", ["x"], [["N", *shape[1:]]], {"size": size, "alpha": 0.3, "beta": 0.6, "bias": 1.5}
+    )
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y0"].numpy()
+    x64, c = x.astype(np.float64), shape[1]
+    lo, hi = (size - 1) // 2, (size - 1) - (size - 1) // 2  # the spec's floor and ceil of (size-1)/2
+    square_sum = np.stack(
+        [(x64[:, max(0, k - lo) : min(c, k + hi + 1)] ** 2).sum(axis=1) for k in range(c)], axis=1
+    )
+    np.testing.assert_allclose(got, x64 / (1.5 + 0.3 / size * square_sum) ** 0.6, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_divides_by_the_norm_along_the_axis(rng, p):
+    x = _r(rng, 3, 4, 5)
+    model = _one_node("LpNormalization", ["x"], [[3, 4, 5]], {"axis": -2, "p": p})
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y0"].numpy()
+    norm = np.linalg.norm(x.astype(np.float64), ord=p, axis=-2, keepdims=True)
+    np.testing.assert_allclose(got, x / norm, rtol=1e-5, atol=1e-6)
+
+
+def test_log_softmax_before_opset_13_normalises_every_dim_from_the_axis(rng):
+    x = 20 * _r(rng, 2, 3, 4)
+    model = _one_node("LogSoftmax", ["x"], [[2, 3, 4]], {"axis": 1}, opset=11)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y0"].numpy()
+    flat = x.astype(np.float64).reshape(2, 12)
+    want = flat - flat.max(axis=1, keepdims=True)
+    want = want - np.log(np.exp(want).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, want.reshape(x.shape), rtol=1e-5, atol=1e-5)
+    # far below the row's maximum, the log-probability stays finite (a log of softmax would be -inf)
+    far = np.array([[0.0, -200.0, -1000.0]], F)
+    model = _one_node("LogSoftmax", ["x"], [[1, 3]], {"axis": -1})
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_allclose(pipe.run(x=far)["y0"].numpy(), [[0.0, -200.0, -1000.0]], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "shapes", "attrs", "inits", "opset", "why"),
+    [
+        (
+            "Dropout",
+            ["x", "r", "t"],
+            [[2, 3]],
+            {},
+            {"r": np.array(0.5, F), "t": np.array(True)},
+            21,
+            "training",
+        ),
+        ("Dropout", ["x"], [["N", 3]], {}, {}, 21, "mask output needs the input's shape"),
+        ("Tile", ["x", "r"], [[2, 3], [2]], {}, {}, 21, "must be a constant"),
+        ("Tile", ["x", "r"], [["N", 3]], {}, {"r": np.array([1, 2], np.int64)}, 21, "every dim known"),
+        ("SpaceToDepth", ["x"], [[1, 2, 5, 4]], {"blocksize": 2}, {}, 21, "divide H=5"),
+        ("LRN", ["x"], [["N", "C", 3, 3]], {"size": 3}, {}, 21, "every dim but N known"),
+        ("LogSoftmax", ["x"], [None], {"axis": 1}, {}, 11, "needs the input's rank"),
+        ("LpNormalization", ["x"], [[2, 3]], {"p": 3}, {}, 21, "p=3"),
+        ("ReduceLogSumExp", ["x"], [[2, 3]], {"noop_with_empty_axes": 1}, {}, 21, "noop_with_empty_axes"),
+        ("Upsample", ["x"], [[1, 1, 2, 2]], {"mode": "nearest"}, {}, 8, "needs its scales"),
+    ],
+)
+def test_composed_converters_refuse_what_they_cannot_express(op, inputs, shapes, attrs, inits, opset, why):
+    feeds = [n for n in inputs if n not in inits]
+    n_out = 2 if op == "Dropout" else 1
+    node = onnx.helper.make_node(op, inputs, [f"y{k}" for k in range(n_out)], name="the_node", **attrs)
+    graph = onnx.helper.make_graph(
+        [node],
+        op,
+        [
+            onnx.helper.make_tensor_value_info(
+                n, onnx.TensorProto.INT64 if n == "r" and op == "Tile" else onnx.TensorProto.FLOAT, s
+            )
+            for n, s in zip(feeds, shapes, strict=True)
+        ],
+        [onnx.helper.make_tensor_value_info(f"y{k}", onnx.TensorProto.UNDEFINED, None) for k in range(n_out)],
+        [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    with pytest.raises(pl.PipeLinkError, match=why) as info:
+        import_model(model)
+    assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
+    assert info.value.unsupported[0]["op_type"] == op and info.value.unsupported[0]["node"] == "the_node"
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "with_weight"),
+    [
+        ("Conv", {"group": 2, "strides": [2], "pads": [1, 2], "dilations": [2]}, True),
+        ("Conv", {"auto_pad": "SAME_UPPER"}, True),
+        ("MaxPool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, False),
+        ("AveragePool", {"kernel_shape": [2], "count_include_pad": 1, "pads": [0, 1]}, False),
+    ],
+)
+def test_1d_windows_run_as_2d_ones_over_a_unit_height(rng, device, op, attrs, with_weight):
+    """Conv1d (Whisper's and wav2vec's front ends) and 1-d pools: unsqueezed to [N, C, 1, L], the 2-d
+    operator, squeezed back; the batch stays symbolic."""
+    x = _r(rng, 2, 4, 11)
+    inits = {"w": _r(rng, 6, 2, 3), "b": _r(rng, 6)} if with_weight else {}
+    if with_weight and "group" not in attrs:
+        inits["w"] = _r(rng, 6, 4, 3)
+    node = onnx.helper.make_node(op, ["x", *inits], ["y"], name="window", **attrs)
+    model = om.make_model([node], [("x", ["N", 4, 11])], [("y", None)], inits, op, opset=18)
+    want = om.run_reference(model, {"x": x})[0]
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == want.shape
+    assert_close(got, want, "float32", op)
+
+
+@pytest.mark.parametrize(("op", "opset"), [("Upsample", 7), ("Upsample", 9), ("Resize", 10)])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_and_resize_10_map_pixels_asymmetrically(op, opset, mode):
+    """The spec's Upsample examples: a pixel x maps to x / scale (nearest: its floor), clamped at the edge;
+    Resize-10 runs the same way (it has no coordinate modes), as onnxruntime runs it."""
+    x = np.array([[[[1, 2], [3, 4]]]], F)
+    scales = [1.0, 1.0, 2.0, 2.0] if mode == "linear" else [1.0, 1.0, 2.0, 3.0]
+    const = opset >= 9
+    inputs = ["x", "scales"] if const else ["x"]
+    attrs = {"mode": mode} | ({} if const else {"scales": scales})
+    node = onnx.helper.make_node(op, inputs, ["y"], name="up", **attrs)
+    inits = {"scales": np.array(scales, F)} if const else {}
+    model = om.make_model([node], [("x", [1, 1, 2, 2])], [("y", None)], inits, op, opset=opset)
+    model.ir_version = 8
+    with pl.from_onnx(model, device="cpu") as pipe:
+        got = pipe.run(x=x)["y"].numpy()[0, 0]
+    if mode == "linear":
+        want = [[1, 1.5, 2, 2], [2, 2.5, 3, 3], [3, 3.5, 4, 4], [3, 3.5, 4, 4]]
+    else:
+        want = [[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]]
+    np.testing.assert_array_equal(got, np.array(want, F))

@@ -238,10 +238,152 @@ def _one_to_one(operator: str, arity: int) -> Converter:
     return convert_node
 
 
-def _leaky_relu(g: Graph, node: Node) -> None:
-    g.stage(
-        node, "leaky_relu", node.inputs[:1], node.outputs[:1], alpha=float32_attr(_attr(node, "alpha", 0.01))
-    )
+def _with_alpha(operator: str, default: float) -> Converter:
+    """A unary op whose ONNX ``alpha`` attribute is the PipeLink operator's (LeakyRelu, Elu, Celu,
+    ThresholdedRelu)."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        alpha = float32_attr(_attr(node, "alpha", default))
+        g.stage(node, operator, node.inputs[:1], node.outputs[:1], alpha=alpha)
+
+    return convert_node
+
+
+# Selu's defaults, the float32 values the spec gives
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+
+def _selu(g: Graph, node: Node) -> None:
+    """ONNX Selu as ``gamma * elu(x, alpha)``: elu, then scale."""
+    y = node.outputs[0]
+    alpha = float32_attr(_attr(node, "alpha", _SELU_ALPHA))
+    g.stage(node, "elu", node.inputs[:1], [f"{y}__elu"], alpha=alpha)
+    g.stage(node, "scale", [f"{y}__elu"], [y], factor=float32_attr(_attr(node, "gamma", _SELU_GAMMA)))
+
+
+def _variadic_sum(mean: bool) -> Converter:
+    """ONNX Sum / Mean of any number of inputs (broadcast together): a chain of ``add``, left to right,
+    then for Mean a ``scale`` by 1/n (one input: a copy, or the input itself scaled by 1)."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        inputs = [n for n in node.inputs if n]
+        if not inputs:
+            raise Unsupported(f"{node.op_type} needs at least one input")
+        y = node.outputs[0]
+        total = y if not mean else f"{y}__sum"
+        if len(inputs) == 1:
+            g.stage(node, "identity", inputs, [total])
+        acc = inputs[0]
+        for k, other in enumerate(inputs[1:], start=1):
+            out = total if k == len(inputs) - 1 else f"{y}__add{k}"
+            g.stage(node, "add", [acc, other], [out])
+            acc = out
+        if mean:
+            dtype = g.dtypes.get(inputs[0])
+            if dtype is not None and not get_dtype(dtype).is_floating:
+                raise Unsupported(f"Mean of {dtype} inputs (PipeLink's mean is a float scale)")
+            g.stage(node, "scale", [total], [y], factor=1.0 / len(inputs))
+
+    return convert_node
+
+
+def _dropout(g: Graph, node: Node) -> None:
+    """ONNX Dropout at inference: the output is the input (a copy); the optional mask is all true, made
+    by expanding a constant to the input's shape (which must then be known). Training mode (a constant
+    true ``training_mode``) is refused, and so is one the graph computes."""
+    if len(node.inputs) > 2 and node.inputs[2]:
+        training = g.const(node, 2, "training_mode")
+        if bool(np.asarray(training).reshape(-1)[0]):
+            raise Unsupported("training_mode is true: PipeLink runs inference only (dropout is a copy there)")
+    x = node.inputs[0]
+    g.stage(node, "identity", [x], node.outputs[:1])
+    if len(node.outputs) > 1 and node.outputs[1]:
+        shape = g.shapes.get(x)
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            raise Unsupported("the mask output needs the input's shape, every dim known")
+        true = f"{node.outputs[1]}__true"
+        g.constants[true] = np.array(True)
+        g.dtypes[true] = "bool"
+        g.stage(node, "expand", [true], node.outputs[1:2], shape=[int(d) for d in shape])
+
+
+def _static_shape(g: Graph, name: str, op_type: str, what: str) -> list[int]:
+    """The shape of ``name``, every dim known (else Unsupported naming the op and why it needs it)."""
+    shape = g.shapes.get(name)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise Unsupported(f"{op_type} needs its input's shape, every dim known ({what})")
+    return [int(d) for d in shape]
+
+
+def _tile(g: Graph, node: Node) -> None:
+    """ONNX Tile: x viewed with a unit axis before each repeated one, expanded to the repeats, viewed
+    back (reshape, expand, reshape: one copy). The repeats must be constant, the input's shape known."""
+    x, y = node.inputs[0], node.outputs[0]
+    repeats = g.ints(node, 1, "repeats", "the repeats")
+    shape = _static_shape(g, x, "Tile", "to place the repeats")
+    if repeats is None or len(repeats) != len(shape):
+        raise Unsupported(f"Tile needs one constant repeat per input dim ({len(shape)}), got {repeats}")
+    if any(r < 0 for r in repeats):
+        raise Unsupported(f"Tile repeats must not be negative (got {repeats})")
+    if all(r == 1 for r in repeats):
+        g.stage(node, "identity", [x], [y])
+        return
+    spread, target, final = [], [], []
+    for d, r in zip(shape, repeats, strict=True):
+        if r != 1:
+            spread.append(1)
+            target.append(r)
+        spread.append(d)
+        target.append(d)
+        final.append(d * r)
+    g.stage(node, "reshape", [x], [f"{y}__spread"], shape=spread, allowzero=True)
+    g.stage(node, "expand", [f"{y}__spread"], [f"{y}__tiled"], shape=target)
+    g.stage(node, "reshape", [f"{y}__tiled"], [y], shape=final, allowzero=True)
+
+
+def _space_to_depth(g: Graph, node: Node) -> None:
+    """ONNX SpaceToDepth: ``[N, C, H, W]`` viewed as ``[N, C, H/b, b, W/b, b]``, transposed to
+    ``[N, b, b, C, H/b, W/b]``, viewed as ``[N, C*b*b, H/b, W/b]``. C, H and W must be known (N may be
+    symbolic) and H, W divisible by the block size."""
+    x, y = node.inputs[0], node.outputs[0]
+    b = int(_attr(node, "blocksize"))
+    shape = g.shapes.get(x)
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
+        raise Unsupported("SpaceToDepth needs a 4-d input with C, H and W known")
+    n, c, h, w = shape
+    if b < 1 or h % b or w % b:
+        raise Unsupported(f"SpaceToDepth blocksize {b} must be positive and divide H={h} and W={w}")
+    lead = n if isinstance(n, int) else 0  # 0: copy the batch dim, whatever it is when the model runs
+    g.stage(node, "reshape", [x], [f"{y}__blocks"], shape=[lead, c, h // b, b, w // b, b], allowzero=False)
+    g.stage(node, "transpose", [f"{y}__blocks"], [f"{y}__moved"], perm=[0, 3, 5, 1, 2, 4])
+    g.stage(node, "reshape", [f"{y}__moved"], [y], shape=[lead, c * b * b, h // b, w // b], allowzero=False)
+
+
+def _log_softmax(g: Graph, node: Node) -> None:
+    """ONNX LogSoftmax as ``d - log(sum(exp(d)))`` with ``d = x - max(x)`` over the axis (from opset 13)
+    or every axis from it on (before: the 2-d view of the spec), so no exp overflows and no log of an
+    underflowed probability is taken: reduce_max, sub, exp, reduce_sum, log, sub."""
+    x, y = node.inputs[0], node.outputs[0]
+    axis = int(_attr(node, "axis", -1 if g.opset >= 13 else 1))
+    if g.opset >= 13:
+        axes = [axis]
+    else:
+        shape = g.shapes.get(x)
+        if shape is None:
+            raise Unsupported(
+                "LogSoftmax before opset 13 normalises over every dim from the axis on; that needs the "
+                "input's rank"
+            )
+        rank = len(shape)
+        if not -rank <= axis < rank:
+            raise Unsupported(f"LogSoftmax axis {axis} is out of range for a rank-{rank} input")
+        axes = list(range(axis % rank, rank))
+    g.stage(node, "reduce_max", [x], [f"{y}__max"], axes=axes, keepdims=True)
+    g.stage(node, "sub", [x, f"{y}__max"], [f"{y}__shifted"])
+    g.stage(node, "exp", [f"{y}__shifted"], [f"{y}__exp"])
+    g.stage(node, "reduce_sum", [f"{y}__exp"], [f"{y}__sum"], axes=axes, keepdims=True)
+    g.stage(node, "log", [f"{y}__sum"], [f"{y}__log_sum"])
+    g.stage(node, "sub", [f"{y}__shifted", f"{y}__log_sum"], [y])
 
 
 def _extremum(operator: str) -> Converter:
@@ -293,21 +435,28 @@ def _clip(g: Graph, node: Node) -> None:
         acc = out
 
 
+def _scalar(g: Graph, node: Node, like: str, key: str, value: float) -> str:
+    """A bound scalar constant of ``like``'s float dtype for one of ``node``'s composed stages."""
+    dtype = g.dtypes.get(like)
+    if dtype is None or not get_dtype(dtype).is_floating:
+        raise Unsupported(f"{node.op_type} needs a float input of known dtype (for its constants)")
+    name = f"{node.outputs[0]}__{key}"
+    g.constants[name] = np.array(value, dtype=get_dtype(dtype).numpy)
+    g.dtypes[name] = dtype
+    return name
+
+
 def _hard_sigmoid(g: Graph, node: Node) -> None:
     """ONNX HardSigmoid as ``min(max(alpha * x + beta, 0), 1)``: scale, add, max, min."""
     x, y = node.inputs[0], node.outputs[0]
-    dtype = g.dtypes.get(x)
-    if dtype is None:
-        raise Unsupported("HardSigmoid needs its input's dtype (for its constants)")
-    consts = {}
-    for key, value in (("beta", float(_attr(node, "beta", 0.5))), ("zero", 0.0), ("one", 1.0)):
-        consts[key] = name = f"{y}__hard_sigmoid_{key}"
-        g.constants[name] = np.array(value, dtype=get_dtype(dtype).numpy)
-        g.dtypes[name] = dtype
+    beta, zero, one = (
+        _scalar(g, node, x, f"hard_sigmoid_{key}", value)
+        for key, value in (("beta", float(_attr(node, "beta", 0.5))), ("zero", 0.0), ("one", 1.0))
+    )
     g.stage(node, "scale", [x], [f"{y}__scaled"], factor=float32_attr(_attr(node, "alpha", 0.2)))
-    g.stage(node, "add", [f"{y}__scaled", consts["beta"]], [f"{y}__shifted"])
-    g.stage(node, "max", [f"{y}__shifted", consts["zero"]], [f"{y}__low"])
-    g.stage(node, "min", [f"{y}__low", consts["one"]], [y])
+    g.stage(node, "add", [f"{y}__scaled", beta], [f"{y}__shifted"])
+    g.stage(node, "max", [f"{y}__shifted", zero], [f"{y}__low"])
+    g.stage(node, "min", [f"{y}__low", one], [y])
 
 
 def _global_max_pool(g: Graph, node: Node) -> None:
@@ -584,6 +733,10 @@ def _gather(g: Graph, node: Node) -> None:
     g.stage(node, "gather", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
 
 
+def _gather_elements(g: Graph, node: Node) -> None:
+    g.stage(node, "gather_elements", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
+
+
 def _expand(g: Graph, node: Node) -> None:
     shape = _target(g, node, expand_target, "the shape")
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
@@ -610,14 +763,53 @@ def _reduce(operator: str, axes_input_opset: int) -> Converter:
     return convert_node
 
 
-# ReduceMin = -max(-x), ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|):
+def _arg_reduce(operator: str) -> Converter:
+    """ArgMax / ArgMin: axis (default 0), keepdims (default 1), select_last_index (opset 12+, default 0)."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        g.stage(
+            node,
+            operator,
+            node.inputs[:1],
+            node.outputs[:1],
+            axis=int(_attr(node, "axis", 0)),
+            keepdims=bool(_attr(node, "keepdims", 1)),
+            select_last_index=bool(_attr(node, "select_last_index", 0)),
+        )
+
+    return convert_node
+
+
+# ReduceMin = -max(-x), ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|),
+# ReduceLogSum = log(sum(x)):
 # (before, the reduction, after) in PipeLink's elementwise and reduce operators.
 _COMPOSED_REDUCTIONS = {
     "ReduceMin": ("neg", "reduce_max", "neg", 18),
     "ReduceSumSquare": ("square", "reduce_sum", None, 18),
     "ReduceL2": ("square", "reduce_sum", "sqrt", 18),
     "ReduceL1": ("abs", "reduce_sum", None, 18),
+    "ReduceLogSum": (None, "reduce_sum", "log", 18),
 }
+
+
+def _reduce_log_sum_exp(g: Graph, node: Node) -> None:
+    """ONNX ReduceLogSumExp as ``log(sum(exp(x - m))) + m``, m the maximum over the axes (kept for the
+    subtraction, squeezed when keepdims is 0), so no exp overflows."""
+    attrs = _reduce_attrs(g, node, 18)
+    if attrs.get("noop_with_empty_axes") and "axes" not in attrs:
+        raise Unsupported("ReduceLogSumExp with noop_with_empty_axes and no axes (the input unreduced)")
+    x, y = node.inputs[0], node.outputs[0]
+    keep = attrs | {"keepdims": True}
+    g.stage(node, "reduce_max", [x], [f"{y}__max"], **keep)
+    g.stage(node, "sub", [x, f"{y}__max"], [f"{y}__shifted"])
+    g.stage(node, "exp", [f"{y}__shifted"], [f"{y}__exp"])
+    g.stage(node, "reduce_sum", [f"{y}__exp"], [f"{y}__sum"], **attrs)
+    g.stage(node, "log", [f"{y}__sum"], [f"{y}__log_sum"])
+    m = f"{y}__max"
+    if not attrs["keepdims"]:
+        m = f"{y}__max_squeezed"
+        g.stage(node, "squeeze", [f"{y}__max"], [m], **({"axes": attrs["axes"]} if "axes" in attrs else {}))
+    g.stage(node, "add", [f"{y}__log_sum", m], [y])
 
 
 def _composed_reduction(g: Graph, node: Node) -> None:
@@ -626,8 +818,9 @@ def _composed_reduction(g: Graph, node: Node) -> None:
     if attrs.get("noop_with_empty_axes") and "axes" not in attrs:
         raise Unsupported(f"{node.op_type} with noop_with_empty_axes and no axes (the input unreduced)")
     x, y = node.inputs[0], node.outputs[0]
-    pre = f"{y}__{before}"
-    g.stage(node, "mul" if before == "square" else before, [x, x] if before == "square" else [x], [pre])
+    pre = x if before is None else f"{y}__{before}"
+    if before is not None:
+        g.stage(node, "mul" if before == "square" else before, [x, x] if before == "square" else [x], [pre])
     reduced = y if after is None else f"{y}__{reduction}"
     g.stage(node, reduction, [pre], [reduced], **attrs)
     if after is not None:
@@ -668,8 +861,54 @@ def conv2d_stage(g: Graph, node: Node) -> tuple[list[str], dict[str, Any]]:
 
 
 def _conv(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _conv)
+        return
     inputs, attrs = conv2d_stage(g, node)
     g.stage(node, "conv2d", inputs, node.outputs[:1], **attrs)
+
+
+def _is_1d(g: Graph, node: Node) -> bool:
+    """Whether a Conv, MaxPool or AveragePool node slides a 1-d window (over ``[N, C, L]``)."""
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None:
+        return len(kernel) == 1
+    weight = g.constants.get(node.inputs[1]) if node.op_type == "Conv" and len(node.inputs) > 1 else None
+    if weight is not None:
+        return weight.ndim == 3
+    shape = g.shapes.get(node.inputs[0])
+    return shape is not None and len(shape) == 3
+
+
+def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
+    """A 1-d window node run as the 2-d one over a unit height: x ``[N, C, L]`` unsqueezed to
+    ``[N, C, 1, L]`` (a view), the window attributes given a leading unit axis (kernel ``[1, k]``, pads
+    ``[0, p0, 0, p1]``), a Conv's constant weight ``[O, C/g, k]`` reshaped to ``[O, C/g, 1, k]`` (else
+    unsqueezed by a stage), and the result squeezed back."""
+    y = node.outputs[0]
+    attrs = dict(node.attrs)
+    for name, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if name in attrs:
+            attrs[name] = [unit, *(int(v) for v in attrs[name])]
+    if "pads" in attrs:
+        begin, end = (int(v) for v in attrs["pads"])
+        attrs["pads"] = [0, begin, 0, end]
+    inputs = list(node.inputs)
+    g.stage(node, "unsqueeze", [inputs[0]], [f"{y}__2d_in"], axes=[2])
+    inputs[0] = f"{y}__2d_in"
+    if node.op_type == "Conv" and len(inputs) > 1 and inputs[1]:
+        weight = g.constants.get(inputs[1])
+        if weight is not None:
+            name = f"{inputs[1]}__2d"
+            g.constants[name] = weight.reshape(weight.shape[0], weight.shape[1], 1, weight.shape[2])
+            g.dtypes[name] = g.dtypes.get(inputs[1]) or get_dtype(weight.dtype).name
+        else:
+            name = f"{y}__2d_w"
+            g.stage(node, "unsqueeze", [inputs[1]], [name], axes=[2])
+        inputs[1] = name
+    flat = Node(node.op_type, node.name, node.domain, inputs, [f"{y}__2d_out", *node.outputs[1:]], attrs)
+    convert_2d(g, flat)
+    g.stage(node, "squeeze", [f"{y}__2d_out"], [y], axes=[2])
 
 
 def _conv_transpose(g: Graph, node: Node) -> None:
@@ -686,6 +925,9 @@ def _conv_transpose(g: Graph, node: Node) -> None:
 
 
 def _max_pool(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _max_pool)
+        return
     _only(node, storage_order=0)
     if len([o for o in node.outputs if o]) > 1:
         raise Unsupported("the Indices output is not supported")
@@ -696,12 +938,113 @@ def _max_pool(g: Graph, node: Node) -> None:
 
 
 def _average_pool(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _average_pool)
+        return
     attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
     if _attr(node, "ceil_mode", 0):
         attrs["ceil_mode"] = True
     if _attr(node, "count_include_pad", 0):
         attrs["count_include_pad"] = True
     g.stage(node, "avg_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _lrn(g: Graph, node: Node) -> None:
+    """ONNX LRN, ``y = x / (bias + alpha / size * s)^beta`` with s the sum of squares over a window of
+    ``size`` channels: x*x viewed as ``[N, 1, C, rest]``, a zero-padded ``[size, 1]`` average pool (the
+    sum / size), then scale, add, pow and div. Every dim but N must be known."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = g.shapes.get(x)
+    if shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape[1:]):
+        raise Unsupported("LRN needs an input [N, C, ...] of rank 3 or more with every dim but N known")
+    size = int(_attr(node, "size"))
+    if size < 1:
+        raise Unsupported(f"LRN size must be positive (got {size})")
+    c, rest = int(shape[1]), int(np.prod(shape[2:]))
+    back = [0, *(int(d) for d in shape[1:])]
+    bias = _scalar(g, node, x, "bias", float(_attr(node, "bias", 1.0)))
+    beta = _scalar(g, node, x, "beta", float(_attr(node, "beta", 0.75)))
+    g.stage(node, "mul", [x, x], [f"{y}__square"])
+    g.stage(node, "reshape", [f"{y}__square"], [f"{y}__rows"], shape=[0, 1, c, rest], allowzero=False)
+    pads = [(size - 1) // 2, 0, size - 1 - (size - 1) // 2, 0]
+    g.stage(
+        node,
+        "avg_pool2d",
+        [f"{y}__rows"],
+        [f"{y}__mean"],
+        kernel_shape=[size, 1],
+        pads=pads,
+        count_include_pad=True,
+    )
+    g.stage(node, "reshape", [f"{y}__mean"], [f"{y}__window"], shape=back, allowzero=False)
+    g.stage(
+        node, "scale", [f"{y}__window"], [f"{y}__scaled"], factor=float32_attr(_attr(node, "alpha", 1e-4))
+    )
+    g.stage(node, "add", [f"{y}__scaled", bias], [f"{y}__base"])
+    g.stage(node, "pow", [f"{y}__base", beta], [f"{y}__denominator"])
+    g.stage(node, "div", [x, f"{y}__denominator"], [y])
+
+
+def _mean_variance_normalization(g: Graph, node: Node) -> None:
+    """ONNX MeanVarianceNormalization, ``(x - mean) / (std + 1e-9)`` over the axes (default [0, 2, 3]),
+    the variance as the mean of the squared deviations (two passes; the spec's E[x^2] - E[x]^2 equals
+    it, less the cancellation): reduce_mean, sub, mul, reduce_mean, sqrt, add, div."""
+    x, y = node.inputs[0], node.outputs[0]
+    axes = [int(a) for a in _attr(node, "axes", [0, 2, 3])]
+    eps = _scalar(g, node, x, "eps", 1e-9)
+    g.stage(node, "reduce_mean", [x], [f"{y}__mean"], axes=axes, keepdims=True)
+    g.stage(node, "sub", [x, f"{y}__mean"], [f"{y}__centred"])
+    g.stage(node, "mul", [f"{y}__centred", f"{y}__centred"], [f"{y}__square"])
+    g.stage(node, "reduce_mean", [f"{y}__square"], [f"{y}__variance"], axes=axes, keepdims=True)
+    g.stage(node, "sqrt", [f"{y}__variance"], [f"{y}__std"])
+    g.stage(node, "add", [f"{y}__std", eps], [f"{y}__std_eps"])
+    g.stage(node, "div", [f"{y}__centred", f"{y}__std_eps"], [y])
+
+
+def _lp_normalization(g: Graph, node: Node) -> None:
+    """ONNX LpNormalization, ``x / ||x||_p`` along the axis (p 2: sqrt of the sum of squares; p 1: the
+    sum of |x|); a zero norm gives NaN or inf, as the division says."""
+    x, y = node.inputs[0], node.outputs[0]
+    axis, p = int(_attr(node, "axis", -1)), int(_attr(node, "p", 2))
+    if p not in (1, 2):
+        raise Unsupported(f"LpNormalization p={p}; the spec has p 1 and 2")
+    if p == 2:
+        g.stage(node, "mul", [x, x], [f"{y}__square"])
+        g.stage(node, "reduce_sum", [f"{y}__square"], [f"{y}__sum"], axes=[axis], keepdims=True)
+        g.stage(node, "sqrt", [f"{y}__sum"], [f"{y}__norm"])
+    else:
+        g.stage(node, "abs", [x], [f"{y}__abs"])
+        g.stage(node, "reduce_sum", [f"{y}__abs"], [f"{y}__norm"], axes=[axis], keepdims=True)
+    g.stage(node, "div", [x, f"{y}__norm"], [y])
+
+
+def _resize_modes(g: Graph, node: Node) -> dict[str, Any]:
+    """The mode attributes of a Resize (or Upsample) stage. Resize-10 and Upsample have no coordinate
+    or nearest modes: they map an output pixel x to ``x / scale`` and take the floor for nearest (the
+    ``asymmetric`` and ``floor`` modes of Resize-11, as onnxruntime runs them)."""
+    old = node.op_type == "Upsample" or g.opset < 11
+    return {
+        "mode": _attr(node, "mode", "nearest"),
+        "coordinate_transformation_mode": "asymmetric"
+        if old
+        else _attr(node, "coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": "floor" if old else _attr(node, "nearest_mode", "round_prefer_floor"),
+    }
+
+
+def _upsample(g: Graph, node: Node) -> None:
+    """ONNX Upsample (opsets 7-9, Resize's predecessor): ``resize`` by the scales (an attribute before
+    opset 9, a constant input from it), with Resize-10's modes (:func:`_resize_modes`)."""
+    scales = (
+        g.const(node, 1, "scales") if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("scales")
+    )
+    if scales is None or not np.asarray(scales).size:
+        raise Unsupported("Upsample needs its scales")
+    attrs = _resize_modes(g, node)
+    attrs["mode"] = "linear" if attrs["mode"] == "bilinear" else attrs["mode"]  # opset 7's spelling
+    g.stage(
+        node, "resize", node.inputs[:1], node.outputs[:1], scales=[float32_attr(v) for v in scales], **attrs
+    )
 
 
 def _resize(g: Graph, node: Node) -> None:
@@ -713,11 +1056,7 @@ def _resize(g: Graph, node: Node) -> None:
         sizes = None
     else:
         scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
-    attrs: dict[str, Any] = {
-        "mode": _attr(node, "mode", "nearest"),
-        "coordinate_transformation_mode": _attr(node, "coordinate_transformation_mode", "half_pixel"),
-        "nearest_mode": _attr(node, "nearest_mode", "round_prefer_floor"),
-    }
+    attrs = _resize_modes(g, node)
     if sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
     elif scales is not None and scales.size:
@@ -819,7 +1158,28 @@ CONVERTERS: dict[str, Converter] = {
     "Abs": _one_to_one("abs", 1),
     "Log": _one_to_one("log", 1),
     "Reciprocal": _one_to_one("reciprocal", 1),
-    "LeakyRelu": _leaky_relu,
+    "LeakyRelu": _with_alpha("leaky_relu", 0.01),
+    "Elu": _with_alpha("elu", 1.0),
+    "Celu": _with_alpha("celu", 1.0),
+    "ThresholdedRelu": _with_alpha("thresholded_relu", 1.0),
+    "Selu": _selu,
+    "PRelu": _one_to_one("prelu", 2),
+    "Sin": _one_to_one("sin", 1),
+    "Cos": _one_to_one("cos", 1),
+    "Floor": _one_to_one("floor", 1),
+    "Ceil": _one_to_one("ceil", 1),
+    "Round": _one_to_one("round", 1),
+    "Sign": _one_to_one("sign", 1),
+    "Softplus": _one_to_one("softplus", 1),
+    "Softsign": _one_to_one("softsign", 1),
+    "Mish": _one_to_one("mish", 1),
+    "Sum": _variadic_sum(mean=False),
+    "Mean": _variadic_sum(mean=True),
+    "Dropout": _dropout,
+    "Tile": _tile,
+    "SpaceToDepth": _space_to_depth,
+    "LogSoftmax": _log_softmax,
+    "ReduceLogSumExp": _reduce_log_sum_exp,
     "Max": _extremum("max"),
     "Min": _extremum("min"),
     "Clip": _clip,
@@ -839,11 +1199,23 @@ CONVERTERS: dict[str, Converter] = {
     "Split": _split,
     "Slice": _slice,
     "Gather": _gather,
+    "GatherElements": _gather_elements,
     "Where": _one_to_one("where", 3),
+    "Equal": _one_to_one("equal", 2),
+    "Less": _one_to_one("less", 2),
+    "Greater": _one_to_one("greater", 2),
+    "LessOrEqual": _one_to_one("less_equal", 2),
+    "GreaterOrEqual": _one_to_one("greater_equal", 2),
+    "And": _one_to_one("logical_and", 2),
+    "Or": _one_to_one("logical_or", 2),
+    "Xor": _one_to_one("logical_xor", 2),
+    "Not": _one_to_one("logical_not", 1),
     "Expand": _expand,
     "ReduceMean": _reduce("reduce_mean", 18),
     "ReduceSum": _reduce("reduce_sum", 13),
     "ReduceMax": _reduce("reduce_max", 18),
+    "ArgMax": _arg_reduce("argmax"),
+    "ArgMin": _arg_reduce("argmin"),
     **dict.fromkeys(_COMPOSED_REDUCTIONS, _composed_reduction),
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
@@ -851,6 +1223,10 @@ CONVERTERS: dict[str, Converter] = {
     "AveragePool": _average_pool,
     "GlobalAveragePool": _one_to_one("global_average_pool", 1),
     "Resize": _resize,
+    "Upsample": _upsample,
+    "LRN": _lrn,
+    "MeanVarianceNormalization": _mean_variance_normalization,
+    "LpNormalization": _lp_normalization,
     "DepthToSpace": _depth_to_space,
     "BatchNormalization": _batch_norm,
     "Identity": _one_to_one("identity", 1),
