@@ -247,6 +247,83 @@ ZOO: dict[str, ZooSpec] = {
             ),
             lambda t: (t.randn(1, 16, 100),),
         ),
+        ZooSpec(
+            "roberta",
+            "RoBERTa encoder (transformers, d=64, 2 layers; position ids from a CumSum of the mask)",
+            _transformers(lambda tf: tf.RobertaModel(tf.RobertaConfig(vocab_size=100, **_SMALL))),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "bart",
+            "BART (transformers, d=64, 1+1 layers; the decoder ids shifted by ScatterND, a causal mask)",
+            _transformers(
+                lambda tf: tf.BartModel(
+                    tf.BartConfig(
+                        vocab_size=100,
+                        d_model=64,
+                        encoder_layers=1,
+                        decoder_layers=1,
+                        encoder_attention_heads=4,
+                        decoder_attention_heads=4,
+                        encoder_ffn_dim=128,
+                        decoder_ffn_dim=128,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gpt2",
+            "GPT-2 decoder (transformers, d=64, 2 layers, 16 tokens)",
+            _transformers(
+                lambda tf: tf.GPT2Model(tf.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "llama",
+            "Llama decoder (transformers, d=64, 2 layers, grouped KV heads, rotary embeddings, RMSNorm)",
+            _transformers(
+                lambda tf: tf.LlamaModel(
+                    tf.LlamaConfig(vocab_size=100, num_key_value_heads=2, attn_implementation="eager", **_SMALL)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gpt_neox",
+            "GPT-NeoX decoder (transformers, d=64, 2 layers; its causal mask from Trilu)",
+            _transformers(lambda tf: tf.GPTNeoXModel(tf.GPTNeoXConfig(vocab_size=100, **_SMALL))),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "falcon",
+            "Falcon decoder (transformers, d=64, 2 layers; IsNaN in its attention)",
+            _transformers(
+                lambda tf: tf.FalconModel(
+                    tf.FalconConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "bloom",
+            "BLOOM decoder (transformers, d=64, 2 layers; ALiBi position biases)",
+            _transformers(
+                lambda tf: tf.BloomModel(tf.BloomConfig(vocab_size=100, hidden_size=64, n_layer=2, n_head=4))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "beit",
+            "BEiT encoder (transformers, d=64, 2 layers; relative position bias tables)",
+            _transformers(
+                lambda tf: tf.BeitModel(
+                    tf.BeitConfig(image_size=32, patch_size=8, use_relative_position_bias=True, **_SMALL)
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
     )
 }
 """Architectures beyond the race's three, for ``scripts/onnx_models_check.py --zoo wide``."""
@@ -254,16 +331,27 @@ ZOO: dict[str, ZooSpec] = {
 
 def export_onnx_inputs(module: Any, inputs: tuple, names: list[str] | None = None) -> bytes:
     """``module`` (eval mode, on the CPU) exported on ``inputs`` with fixed shapes: its inputs named
-    ``names`` (default ``in0``, ``in1``...), its one output ``y``. Fixed shapes keep every Reshape's shape
+    ``names`` (default ``in0``, ``in1``...), its one output ``y``; by the TorchScript exporter, or by
+    ``torch.export`` (``dynamo=True``, with onnxscript installed) where the former fails. Fixed shapes keep every Reshape's shape
     a constant (a dynamic batch makes the exporter compute shapes, which the import folds where it can)."""
     import torch
 
     buf = io.BytesIO()
     names = names or [f"in{k}" for k in range(len(inputs))]
     with torch.no_grad():
-        torch.onnx.export(
-            module, inputs, buf, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=False
-        )
+        try:
+            torch.onnx.export(
+                module, inputs, buf, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=False
+            )
+        except Exception:  # the TorchScript exporter lacks an op (aten::diff of newer transformers' masks)
+            import importlib.util
+
+            if importlib.util.find_spec("onnxscript") is None:
+                raise
+            program = torch.onnx.export(
+                module, inputs, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=True
+            )
+            return program.model_proto.SerializeToString()
     return buf.getvalue()
 
 

@@ -4,8 +4,8 @@ super-resolution net) exported from PyTorch at batch 1, imported with ``pl.from_
 on CUDA and compared with onnxruntime (CPU). Prints one line per model and device: the import result (or
 the unsupported nodes), the largest relative error, and the stages that ran on staged host copies. A
 check, not a benchmark: ``python -m benchmarks.models`` races them. ``--zoo wide`` checks the wider zoo
-instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet, ViT, BERT, T5 and Whisper
-encoders, small, random weights).
+instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet; ViT, BERT, RoBERTa, T5,
+Whisper and BEiT encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon and BLOOM decoders; small, random weights).
 
 python scripts/onnx_models_check.py [--zoo race|wide] [--devices cpu,cuda] [--out DIR]
 """

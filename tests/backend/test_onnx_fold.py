@@ -183,6 +183,18 @@ def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
             [_n("Range", ["s", "l", "d"], ["big"]), _n("Add", ["x", "big"], ["y"])],
             {"s": np.array(0.0, F), "l": np.array(np.inf, F), "d": np.array(1.0, F)},
         ),
+        (  # an Expand of one element to 2**40
+            [_n("Expand", ["one", "shape"], ["big"]), _n("Add", ["x", "big"], ["y"])],
+            {"one": np.ones((1,), F), "shape": i64(1 << 20, 1 << 20)},
+        ),
+        (  # a Tile of 4 elements by 2**40
+            [_n("Tile", ["four", "reps"], ["big"]), _n("Add", ["x", "big"], ["y"])],
+            {"four": np.ones((4,), F), "reps": i64(1 << 40)},
+        ),
+        (  # a Mod of two vectors broadcast to 1.9e6 elements
+            [_n("Mod", ["a", "b"], ["big"], fmod=1), _n("Add", ["x", "big"], ["y"])],
+            {"a": np.ones((1365, 1), F), "b": np.ones((1, 1365), F)},
+        ),
     ],
 )
 def test_constant_nodes_too_big_to_evaluate_stay_nodes(nodes, init):
@@ -236,3 +248,37 @@ def test_a_shape_that_is_a_graph_output_is_refused_not_folded_away():
     model = om.make_model([_n("Shape", ["x"], ["s"])], [("x", ["batch", 4])], [("s", None)], {}, "shape_out")
     with pytest.raises(pl.PipeLinkError, match="Shape"):
         import_model(model)
+
+
+def test_pads_folded_from_a_2d_slice_let_shape_inference_see_the_next_pad():
+    """PyTorch's export of F.pad with computed pads: a 2-d constant sliced with a negative step, transposed,
+    reshaped and cast gives the pads. The Slice folds by the slice operator's rule; shape inference then
+    knows the padded shape, which the reflect Pad after it needs (each padded axis's size): re-inferring
+    after folding imports it, and the result is onnx's."""
+    from onnx.reference import ReferenceEvaluator
+
+    pairs = np.array([[0, 0], [0, 0], [1, 2], [2, 1]], np.int64)  # begin/end per axis, as torch writes them
+    nodes = [
+        _n("Slice", ["pairs", "s0", "e0", "a0", "st0"], ["rev"]),  # rows reversed: axes last to first
+        _n("Transpose", ["rev"], ["cols"], perm=[1, 0]),
+        _n("Reshape", ["cols", "flat"], ["pads64"]),
+        _n("Cast", ["pads64"], ["pads"], to=7),
+        _n("Pad", ["x", "pads"], ["p1"]),
+        _n("Pad", ["p1", "refl"], ["y"], mode="reflect"),
+    ]
+    init = {
+        "pairs": pairs[::-1].copy(),
+        "s0": i64(-1),
+        "e0": i64(-(2**63) + 1),
+        "a0": i64(0),
+        "st0": i64(-1),
+        "flat": i64(-1),
+        "refl": i64(0, 0, 1, 1, 0, 0, 1, 1),
+    }
+    model = om.make_model(nodes, [("x", [1, 2, 4, 5])], [("y", None)], init, "pads")
+    x = np.random.default_rng(40).standard_normal((1, 2, 4, 5)).astype(F)
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    config, _ = import_model(model)
+    assert [s["name"] for s in config["pipeline"]][-1] != "slice"  # the pads arithmetic left no stage
+    with pl.from_onnx(model) as pipe:
+        np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), ref, rtol=1e-6)

@@ -228,6 +228,16 @@ def _case(rng, op):
             {"epsilon": 1e-3},
         ),
         "Identity": ({"x": x}, {}, {}),
+        "ScatterND": ({"data": x}, {"i": i64(1, 0, 0, 2).reshape(2, 1, 2), "u": _r(rng, 2, 1, 4, 5)}, {}),
+        "CumSum": ({"x": x}, {"axis": np.array(-2, np.int32)}, {"exclusive": 1, "reverse": 1}),
+        "Trilu": ({"x": x}, {"k": np.array(-1, np.int64)}, {"upper": 0}),
+        "IsNaN": ({"x": np.where(x > 1, np.nan, x).astype(F)}, {}, {}),
+        "IsInf": (
+            {"x": np.where(x > 1, np.inf, np.where(x < -1, -np.inf, x)).astype(F)},
+            {},
+            {"detect_negative": 0},
+        ),
+        "Mod": ({"a": 7 * x}, {"b": np.array([1.5, -2.0, 3.0, -0.75, 2.5], F)}, {"fmod": 1}),
         "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
         "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
         "DequantizeLinear": (

@@ -117,9 +117,17 @@ WITH_CUDA = {
     "logical_or",
     "logical_xor",
     "logical_not",
+    "is_nan",
+    "is_inf",
+    "cumsum",
+    "trilu",
+    "scatter_nd",
+    "mod",
+    "fmod",
 }
 # cuDNN's operators keep their reference for staged runs where cuDNN declines (ops/_common.py).
-STAGED_FALLBACK = {"conv2d", "conv_transpose2d", "attention"}
+STAGED_FALLBACK = {"conv2d", "conv_transpose2d", "attention", "scatter_nd"}
+CUDNN = {"conv2d", "conv_transpose2d", "attention"}  # ... and scatter_nd's combining reductions
 # Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
 WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}
 EXPECTED_OPS = WITH_CUDA | WITH_NCCL
@@ -141,7 +149,7 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
     for name in EXPECTED_OPS:
         (desc,) = registry.versions(name)
         assert str(desc.version) == "1.0.0" and desc.source == "builtin"
-        gpu = "cuda:cudnn" if name in STAGED_FALLBACK else "cuda:nvrtc"  # cuDNN's operators say so
+        gpu = "cuda:cudnn" if name in CUDNN else "cuda:nvrtc"  # cuDNN's operators say so
         gpu = "cuda:cublaslt" if name in ("gemm", "matmul") else gpu  # and cuBLASLt's
         expected = ["cpu:numpy"] + ([gpu] if name in WITH_CUDA else [])
         expected += ["cuda:nccl"] if name in WITH_NCCL else []
@@ -515,15 +523,79 @@ def test_log_and_reciprocal_away_from_their_poles(reg, device, rng, dtype, shape
     check_close(rc, 1.0 / as64(x), dtype)
 
 
+def _remainder_ref(a, b, floored: bool):
+    """Python's floored remainder (``%``) or C's truncated one, element by element on exact values; an
+    integer divisor of 0 gives 0 (NumPy's answer), a float one NaN."""
+    import math
+
+    def one(x, y):
+        if isinstance(x, int):
+            if y == 0:
+                return 0
+            return x % y if floored else (abs(x) % abs(y)) * (1 if x >= 0 else -1)
+        if y == 0 or math.isinf(x) or math.isnan(x) or math.isnan(y):
+            return math.nan
+        r = math.fmod(x, y)
+        if floored:
+            r = math.copysign(0.0, y) if r == 0 else (r + y if (r < 0) != (y < 0) else r)
+        return r
+
+    return np.vectorize(one, otypes=[object])(a, b)
+
+
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+@pytest.mark.parametrize("dtype", FLOAT_NAMES + INT_NAMES)
+@pytest.mark.parametrize(("sa", "sb"), BINARY_SHAPES)
+def test_mod_and_fmod_broadcast(reg, device, rng, name, dtype, sa, sb):
+    """Floored (mod: the divisor's sign) and truncated (fmod: the dividend's sign) remainders of mixed
+    signs, divisors of 0 included for the integers, against Python's exact arithmetic."""
+    a, b = rand(rng, sa, dtype), rand(rng, sb, dtype)
+    if dtype in FLOAT_NAMES:
+        b = np.where(np.abs(as64(b)) < 0.25, 1.5, as64(b)).astype(b.dtype)  # well-conditioned quotients
+    (c,) = run_op(reg, name, [a, b], device=device)
+    assert c.shape == np.broadcast_shapes(sa, sb) and c.dtype == a.dtype
+    if dtype in INT_NAMES:
+        want = _remainder_ref(a.astype(object), b.astype(object), name == "mod")
+        np.testing.assert_array_equal(c.astype(object), want)
+    else:
+        want = _remainder_ref(as64(a).astype(object), as64(b).astype(object), name == "mod")
+        check_close(c, np.asarray(want, np.float64), dtype)
+
+
+@pytest.mark.parametrize("dtype", INT_NAMES)
+def test_integer_remainders_at_the_limits(reg, device, dtype):
+    """0 for a divisor of 0 and for the minimum % -1 (C leaves both undefined; NumPy gives 0)."""
+    info = np.iinfo(dtype)
+    neg = -1 if info.min < 0 else 1
+    a = np.array([info.min, info.max, 7, 0, info.min, 5], dtype)
+    b = np.array([neg, 0, 0, 3, info.max, 2 if neg > 0 else -2], dtype)
+    for name, floored in (("mod", True), ("fmod", False)):
+        (c,) = run_op(reg, name, [a, b], device=device)
+        np.testing.assert_array_equal(
+            c.astype(object), _remainder_ref(a.astype(object), b.astype(object), floored)
+        )
+
+
+def test_float_remainders_follow_ieee(reg, device):
+    """fmod: NaN for b = 0 or an infinite a, a for an infinite b; mod: a zero remainder takes b's sign."""
+    a = np.array([5.0, np.inf, 3.0, -3.0, 4.0, -4.0, -0.0], np.float32)
+    b = np.array([0.0, 2.0, np.inf, np.inf, -2.0, 2.0, 3.0], np.float32)
+    (f,) = run_op(reg, "fmod", [a, b], device=device)
+    (m,) = run_op(reg, "mod", [a, b], device=device)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(f, np.fmod(a, b))
+        np.testing.assert_array_equal(m, np.mod(a, b))
+    assert np.signbit(m[4]) and not np.signbit(m[5])
+
+
 def test_cuda_variants_of_add_sub_mul_max_min_cover_the_integers(reg):
     """int8, uint8, int32 and int64 add, sub, mul, max and min on CUDA (wrap-around; a T5 export's
     position buckets are int64 arithmetic); div, pow and prelu stay float-only."""
     ints = {"int8", "uint8", "int32", "int64"}
-    for name in ("add", "sub", "mul", "max", "min", "div", "pow", "prelu"):
+    with_ints = ("add", "sub", "mul", "max", "min", "mod", "fmod")
+    for name in (*with_ints, "div", "pow", "prelu"):
         (cuda,) = [v for v in reg.get(name).variants if v.device == "cuda"]
-        assert (
-            ints <= cuda.dtypes if name in ("add", "sub", "mul", "max", "min") else not cuda.dtypes & ints
-        ), name
+        assert ints <= cuda.dtypes if name in with_ints else not cuda.dtypes & ints, name
 
 
 @pytest.mark.parametrize("dtype", FLOAT_NAMES)

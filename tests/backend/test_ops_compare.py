@@ -398,3 +398,66 @@ def test_one_node_onnx_models_match_the_onnx_reference(device, rng, name, dtype)
     (want,) = om.run_reference(model, feeds)
     got = np.asarray(pipe.run(feeds)["out"].numpy())
     _check_bool(got, want)
+
+
+# ------------------------------------------------------------------------------------- is_nan / is_inf
+def _specials(rng, n: int, dtype: str) -> np.ndarray:
+    """Random values with NaN, +inf, -inf, -0.0 and the largest finite value spread through them."""
+    x = rand(rng, (n,), dtype)
+    npd = get_dtype(dtype).numpy
+    picks = rng.integers(0, n, size=(5, max(1, n // 7)))
+    for k, value in enumerate((np.nan, np.inf, -np.inf, -0.0, float(np.finfo(np.float32).max))):
+        with np.errstate(over="ignore"):  # float16's max is below float32's: inf, which is right for it
+            x[picks[k]] = np.asarray(value).astype(npd)
+    return x
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize("n", [4099, 17, 1])
+def test_is_nan_and_is_inf_every_float_type(reg, device, rng, dtype, n):
+    """Each element tested on its float64 value with math.isnan / math.isinf; is_inf with each
+    attribute pair (both, +inf only, -inf only, neither)."""
+    import math
+
+    x = _specials(rng, n, dtype)
+    values = [float(v) for v in as64(x)]
+    (y,) = run_op(reg, "is_nan", [x], device=device)
+    _check_bool(y, np.array([math.isnan(v) for v in values]))
+    for pos, neg in ((True, True), (True, False), (False, True), (False, False)):
+        attrs = {"detect_positive": pos, "detect_negative": neg}
+        (y,) = run_op(reg, "is_inf", [x], attrs, device=device)
+        want = [(pos and v == math.inf) or (neg and v == -math.inf) for v in values]
+        _check_bool(y, np.array(want))
+
+
+def test_is_nan_refuses_integers(reg, device):
+    for name in ("is_nan", "is_inf"):
+        with pytest.raises(DTypeMismatchError, match="not supported"):
+            run_op(reg, name, [np.zeros(3, np.int32)], device=device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_is_nan_is_inf_onnx_match_the_reference(device, rng, dtype):
+    """One-node IsNaN and IsInf (every attribute pair) models against onnx's ReferenceEvaluator."""
+    pytest.importorskip("onnx")
+    from .onnx_oracle import run_onnx
+
+    x = _specials(rng, 300, dtype).reshape(3, 100)
+    cases = [("IsNaN", {}, "is_nan")] + [
+        ("IsInf", {"detect_positive": p, "detect_negative": q}, "is_inf") for p in (0, 1) for q in (0, 1)
+    ]
+    for op_type, attrs, _ in cases:
+        (ref,) = run_onnx(op_type, [x], attrs, opset=20)
+        from onnx import TensorProto, helper
+
+        node = helper.make_node(op_type, ["x"], ["y"], **attrs)
+        graph = helper.make_graph(
+            [node],
+            "pred",
+            [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.BOOL, x.shape)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+        with pl.from_onnx(model, device=device) as pipe:
+            got = pipe.run(x=x)["y"].numpy()
+        assert got.dtype == np.bool_ and np.array_equal(got, ref), (op_type, attrs)

@@ -387,3 +387,133 @@ def test_arg_onnx_match_the_reference(device, op, dtype, axis, keepdims, last):
         got = pipe.run(x=x)["y"].numpy()
     assert got.dtype == ref.dtype == np.int64 and got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
+
+
+# -- cumsum -------------------------------------------------------------------------------------------
+def _cumsum_ref(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """A running sum walked in Python along each line: in float64 for floats, in Python ints wrapped to
+    the type for integers."""
+    is_float = x.dtype.name in FLOAT_TYPES
+    v = np.moveaxis(x.astype(np.float64) if is_float else x, axis, -1)
+    n = v.shape[-1]
+    out = np.zeros(v.shape, np.float64 if is_float else x.dtype)
+    bits = 8 * x.dtype.itemsize
+    signed = not is_float and np.issubdtype(x.dtype, np.signedinteger)
+    order = list(range(n))[::-1] if reverse else list(range(n))
+    for idx in np.ndindex(v.shape[:-1]):
+        total = 0.0 if is_float else 0
+        for k in order:
+            value = float(v[idx + (k,)]) if is_float else int(v[idx + (k,)])
+            if not exclusive:
+                total += value
+            if is_float:
+                out[idx + (k,)] = total
+            else:
+                wrapped = total % (1 << bits)
+                out[idx + (k,)] = wrapped - (1 << bits) if signed and wrapped >= 1 << (bits - 1) else wrapped
+            if exclusive:
+                total += value
+    return np.moveaxis(out, -1, axis)
+
+
+def _check_cumsum(y: np.ndarray, x: np.ndarray, want: np.ndarray, axis: int) -> None:
+    assert y.dtype == x.dtype and y.shape == x.shape, (y.dtype, y.shape)
+    if x.dtype.name not in FLOAT_TYPES:
+        np.testing.assert_array_equal(y, want)
+        return
+    # a prefix may cancel to near 0 and the kernels' orders of summation differ: the bound is relative
+    # to the line's sum of magnitudes, with one rounding of the output on top
+    rtol, atol = TOL[x.dtype.name]
+    got = y.astype(np.float64)
+    assert not np.isnan(got).any(), "an output was not written"
+    scale = np.abs(x.astype(np.float64)).sum(axis=axis, keepdims=True) if x.size else 0.0
+    assert np.all(np.abs(got - want) <= atol + rtol * np.maximum(np.abs(want), scale / 8)), np.max(
+        np.abs(got - want)
+    )
+
+
+CUMSUM_CASES = [
+    ((3, 4, 5), 1),
+    ((3, 4, 5), -1),  # the innermost axis: a warp per line on CUDA
+    ((3, 4, 5), 0),
+    ((7,), 0),
+    ((1,), 0),
+    ((2, 0, 3), 1),  # an empty axis: an empty output
+    ((4, 0), 0),  # an empty other axis
+    ((3, 100), 1),  # several tiles of 32 per line, the last partial
+    ((2, 1500, 3), 1),  # a long strided axis (inner 3)
+    ((2, 3000), 1),  # a long contiguous line: many tiles and their carries
+    ((5000, 7), -1),  # more lines than the grid covers at once: the grid-stride loop
+]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+@pytest.mark.parametrize(("shape", "axis"), CUMSUM_CASES)
+def test_cumsum_every_dtype(reg, device, rng, dtype, shape, axis, exclusive, reverse):
+    """Random values on every axis form, exclusive and reverse, against a running sum walked in Python
+    (integers wrap in their type: int8 and uint8 lines of hundreds of values do)."""
+    x = rand(rng, shape, dtype)
+    attrs = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    (y,) = run_op(reg, "cumsum", [x], attrs, device=device)
+    _check_cumsum(y, x, _cumsum_ref(x, axis % len(shape), exclusive, reverse), axis)
+
+
+def test_cumsum_integer_wraps_and_refusals(reg, device):
+    """int64 past 2^63 wraps as NumPy's; an axis outside [-rank, rank) and a 0-d input are refused."""
+    big = np.iinfo(np.int64).max
+    x = np.array([big, 1, 1], np.int64)
+    (y,) = run_op(reg, "cumsum", [x], {"axis": 0}, device=device)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(y, np.cumsum(x))
+    for axis in (2, -3):
+        with pytest.raises(InvalidArgumentError, match=r"attribute 'axis' must be in \[-2, 2\)") as e:
+            run_op(reg, "cumsum", [np.zeros((2, 3), np.float32)], {"axis": axis}, device=device)
+        assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    with pytest.raises(InvalidArgumentError, match=r"must be in \[-0, 0\)"):
+        run_op(reg, "cumsum", [np.float32(1.0).reshape(())], {}, device=device)
+    with pytest.raises(DTypeMismatchError, match="not supported"):
+        run_op(reg, "cumsum", [np.zeros((2, 3), np.bool_)], {"axis": 1}, device=device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "int64"])
+@pytest.mark.parametrize(("axis", "exclusive", "reverse"), [(0, 0, 0), (-1, 1, 0), (1, 0, 1), (-2, 1, 1)])
+def test_cumsum_onnx_matches_the_reference(device, dtype, axis, exclusive, reverse):
+    """A one-node CumSum model (its axis a constant input, int32 or int64) imported and run, against
+    onnx's ReferenceEvaluator."""
+    pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from .onnx_models import make_model
+
+    x = rand(np.random.default_rng(29), (3, 40, 5), dtype)
+    axis_t = np.array(axis, np.int32 if axis % 2 else np.int64)
+    node = helper.make_node(
+        "CumSum", ["x", "axis"], ["y"], name="the_cumsum", exclusive=exclusive, reverse=reverse
+    )
+    model = make_model([node], [("x", list(x.shape))], [("y", None)], {}, "cumsum", opset=14)
+    model.graph.initializer.append(numpy_helper.from_array(axis_t, "axis"))
+    for info in (model.graph.input[0], model.graph.output[0]):
+        info.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    _check_cumsum(got, x, np.asarray(ref, np.float64) if dtype.startswith("float") else ref, axis)
+
+
+def test_cumsum_onnx_axis_must_be_constant():
+    """A computed axis is refused at import with the node named."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from .onnx_models import make_model
+
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], name="moving_axis")
+    model = make_model([node], [("x", [2, 3])], [("y", None)], {}, "cumsum", opset=14)
+    model.graph.input.append(helper.make_tensor_value_info("axis", TensorProto.INT64, []))
+    with pytest.raises(pl.PipeLinkError, match=r"CumSum node 'moving_axis'.*must be a constant") as e:
+        pl.from_onnx(model)
+    assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT

@@ -583,3 +583,172 @@ def test_a_stage_naming_more_split_parts_than_the_split_makes_is_refused_at_load
     with pl.load(doc, device="cpu") as pipe:
         outs = pipe.run(x=np.arange(24, dtype=np.float32).reshape(6, 4))
     assert [outs[n].shape for n in "abc"] == [(1, 4), (2, 4), (3, 4)]
+
+
+# -- trilu --------------------------------------------------------------------------------------------
+def _trilu_ref(x: np.ndarray, k: int, upper: bool) -> np.ndarray:
+    """Element by element: (i, j) of each matrix is kept when j - i >= k (upper) or <= k (lower)."""
+    out = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        i, j = idx[-2], idx[-1]
+        if (j - i >= k) if upper else (j - i <= k):
+            out[idx] = x[idx]
+    return out
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("dtype", DATA_TYPES + ("float64", "int32", "uint8"))
+@pytest.mark.parametrize(
+    ("shape", "k"),
+    [
+        ((5, 5), 0),
+        ((3, 4, 6), 1),  # a stack of wide matrices
+        ((2, 6, 4), -2),  # tall ones, below the diagonal
+        ((2, 1, 3, 7), 3),
+        ((4, 3), 9),  # beyond every column: nothing (upper) or everything (lower)
+        ((4, 3), -9),
+        ((3, 3), 2**62),  # a huge k is clamped, not overflowed
+        ((2, 0, 3), 0),  # empty
+        ((1, 1), 0),
+    ],
+)
+def test_trilu_every_dtype(reg, device, rng, dtype, shape, k, upper):
+    x = rand(rng, shape, dtype)
+    if dtype != "bool":
+        x[x == 0] = 1  # a kept element is told from a zeroed one
+    else:
+        x[...] = True
+    (y,) = run_op(reg, "trilu", [x], {"k": k, "upper": upper}, device=device)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y, _trilu_ref(x, k, upper))
+
+
+def test_trilu_needs_matrices(reg):
+    with pytest.raises(ShapeMismatchError, match="at least 2 dims"):
+        _infer(reg, "trilu", [(5,)], ["float32"], {})
+
+
+@pytest.mark.parametrize("k", [None, 0, 2, -1])
+@pytest.mark.parametrize("upper", [0, 1])
+def test_trilu_onnx_matches_the_reference(device, rng, k, upper):
+    """One-node Trilu (k absent or a constant input) against onnx's ReferenceEvaluator."""
+    pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from .onnx_models import make_model
+
+    x = rand(rng, (2, 5, 7), "float32")
+    inputs = ["x"] if k is None else ["x", "k"]
+    node = helper.make_node("Trilu", inputs, ["y"], name="the_trilu", upper=upper)
+    model = make_model([node], [("x", [2, 5, 7])], [("y", [2, 5, 7])], {}, "trilu", opset=14)
+    if k is not None:
+        model.graph.initializer.append(numpy_helper.from_array(np.array(k, np.int64), "k"))
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), ref)
+
+
+# -- scatter_nd ---------------------------------------------------------------------------------------
+def _scatter_nd_ref(data, indices, updates, reduction):
+    """Row by row in Python: each row of k indices (negatives from the end) names a data slice, which the
+    update replaces or is combined with (in float64 for floats)."""
+    k = indices.shape[-1]
+    is_float = data.dtype.kind == "f" or data.dtype.name == "bfloat16"
+    out = data.astype(np.float64) if is_float else data.copy()
+    rows = indices.reshape(-1, k)
+    parts = updates.reshape((len(rows),) + data.shape[k:])
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+    for row, part in zip(rows, parts, strict=True):
+        at = tuple(int(v) + (data.shape[j] if v < 0 else 0) for j, v in enumerate(row))
+        value = part.astype(np.float64) if is_float else part
+        out[at] = value if reduction == "none" else combine[reduction](out[at], value)
+    return out.astype(data.dtype)
+
+
+SCATTER_CASES = [
+    ((4, 5, 6), (3, 1)),  # whole [5, 6] slices
+    ((4, 5, 6), (2, 3, 2)),  # rows of [6]
+    ((4, 5, 6), (7, 3)),  # single elements
+    ((8,), (4, 1)),
+    ((2, 3), (0, 2)),  # no updates: y is data
+]
+
+
+@pytest.mark.parametrize("itype", ["int64", "int32"])
+@pytest.mark.parametrize("dtype", DATA_TYPES)
+@pytest.mark.parametrize(("shape", "ishape"), SCATTER_CASES)
+def test_scatter_nd_replaces(reg, device, rng, dtype, itype, shape, ishape):
+    """Distinct rows (negative indices among them): every update lands, the rest of data is kept."""
+    k = ishape[-1]
+    rows = int(np.prod(ishape[:-1]))
+    flat = rng.choice(int(np.prod(shape[:k])), size=rows, replace=False)
+    idx = np.stack(np.unravel_index(flat, shape[:k]), axis=-1) if rows else np.zeros((0, k), np.int64)
+    idx = np.where(rng.random(idx.shape) < 0.3, idx - np.array(shape[:k]), idx).astype(itype).reshape(ishape)
+    data = rand(rng, shape, dtype)
+    updates = rand(rng, ishape[:-1] + shape[k:], dtype)
+    (y,) = run_op(reg, "scatter_nd", [data, idx, updates], device=device)
+    np.testing.assert_array_equal(y, _scatter_nd_ref(data, idx, updates, "none"))
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int64"])
+def test_scatter_nd_combines_duplicates(reg, device, rng, dtype, reduction):
+    """Repeated rows are combined in order (add, mul, max, min); on CUDA the stage runs its reference on
+    staged copies (reported), the result the same."""
+    data = rand(rng, (5, 4), dtype)
+    idx = np.array([[1], [3], [1], [1], [-1]], np.int64)
+    updates = rand(rng, (5, 4), dtype)
+    (y,) = run_op(
+        reg, "scatter_nd", [data, idx, updates], {"reduction": reduction}, device=device, staged_ok=True
+    )
+    want = _scatter_nd_ref(data, idx, updates, reduction)
+    if dtype.startswith("float"):  # the reference combines in float64, the operator in float32
+        rtol = 2e-3 if dtype == "float16" else 1e-6
+        np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64), rtol=rtol)
+    else:
+        np.testing.assert_array_equal(y, want)
+
+
+def test_scatter_nd_refusals(reg):
+    """updates of the wrong shape, k above data's rank and an unknown reduction are load errors; an
+    out-of-range index is a run error naming the row (the CPU reference)."""
+    with pytest.raises(ShapeMismatchError, match=r"indices\[:-1\] \+ data\[k:\]"):
+        _infer(reg, "scatter_nd", [(4, 5), (3, 1), (3, 4)], ["float32", "int64", "float32"], {})
+    with pytest.raises(ShapeMismatchError, match="k <= rank"):
+        _infer(reg, "scatter_nd", [(4, 5), (3, 3), (3,)], ["float32", "int64", "float32"], {})
+    with pytest.raises(InvalidArgumentError, match="reduction"):
+        reg.get("scatter_nd").resolve_attrs({"reduction": "sum"}, where="s")
+    data = np.zeros((4, 5), np.float32)
+    with pytest.raises(InvalidArgumentError, match=r"scatter_nd index 4 \(row 1 .*valid: -4 .. 3"):
+        run_op(reg, "scatter_nd", [data, np.array([[0], [4]], np.int64), np.ones((2, 5), np.float32)])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd_onnx_matches_the_reference(device, rng, reduction):
+    """One-node ScatterND (a BART export's shift of the decoder ids) against onnx's ReferenceEvaluator."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    data = rand(rng, (2, 6, 3), "float32")
+    idx = np.array([[[0, 1], [1, 5]], [[1, 0], [0, 1]]], np.int64) if reduction == "add" else None
+    if idx is None:
+        idx = np.array([[[0, 1], [1, 5]], [[1, 0], [0, 2]]], np.int64)
+    updates = rand(rng, (2, 2, 3), "float32")
+    node = helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], reduction=reduction)
+    graph = helper.make_graph(
+        [node],
+        "scatter",
+        [
+            helper.make_tensor_value_info("data", TensorProto.FLOAT, data.shape),
+            helper.make_tensor_value_info("upd", TensorProto.FLOAT, updates.shape),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, data.shape)],
+        [numpy_helper.from_array(idx, "idx")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (ref,) = ReferenceEvaluator(model).run(None, {"data": data, "upd": updates})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(data=data, upd=updates)["y"].numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-6)

@@ -22,7 +22,7 @@ from pipelink.dtypes import get_dtype
 from pipelink.errors import InvalidArgumentError
 from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
-from pipelink.ops.compare.cuda import COMPARE, LOGICAL, plan_compare, plan_logical_not
+from pipelink.ops.compare.cuda import COMPARE, LOGICAL, plan_compare, plan_logical_not, plan_predicate
 from pipelink.ops.compare.cuda import DTYPES as COMPARE_DTYPES
 from pipelink.ops.conv.window import window_2d
 from pipelink.ops.elementwise.cuda import (
@@ -40,11 +40,18 @@ from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
 from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
-from pipelink.ops.reduce.cuda import ARG_DTYPES, ARG_KINDS, plan_arg_reduce, plan_reduce
+from pipelink.ops.reduce.cuda import ARG_DTYPES, ARG_KINDS, plan_arg_reduce, plan_cumsum, plan_reduce
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
-from pipelink.ops.shape.cuda import plan_concat, plan_gather, plan_gather_elements, plan_where
+from pipelink.ops.shape.cuda import (
+    plan_concat,
+    plan_gather,
+    plan_gather_elements,
+    plan_scatter_nd,
+    plan_trilu,
+    plan_where,
+)
 from pipelink.ops.softmax.cuda import plan_softmax
 from pipelink.ops.transpose.cuda import plan_as_strided, plan_transpose
 
@@ -123,6 +130,9 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
                 (f"gather_elements-{dt}-{it}", plan_gather_elements(dt, (5, 7, 3), it, (4, 6, 3), -2))
             )
         cases.append((f"where-{dt}", plan_where(dt, (5, 1), (1, 7), (5, 7))))
+        cases.append((f"trilu-{dt}", plan_trilu(dt, (3, 5, 7), -1, dt != "bool")))
+        cases.append((f"scatter_nd-{dt}", plan_scatter_nd(dt, (4, 5, 6), "int64", (3, 2))))
+    cases.append(("scatter_nd-k0-int32", plan_scatter_nd("float32", (4, 5), "int32", (2, 0))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
     cases.append(("gather_elements-1d", plan_gather_elements("float32", (9,), "int64", (4,), 0)))
     cases.append(("gather_elements-8d", plan_gather_elements("int8", (3,) * 8, "int32", (2,) * 8, 3)))
@@ -197,6 +207,11 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"arg{kind}-long-{dt}", plan_arg_reduce(kind, dt, (3, 5000), 1)))
         for dt in ("float32", "bfloat16", "int64"):
             cases.append((f"arg{kind}-i64-{dt}", plan_arg_reduce(kind, dt, (2**31, 2), 0)))
+    for dt in ARG_DTYPES:  # cumsum: a warp per line (innermost axis), a thread per line; both flags
+        for flags in ((False, False), (True, True)):
+            for axis in (1, 2):
+                plan = plan_cumsum(dt, (8, 5, 40), axis, exclusive=flags[0], reverse=flags[1])
+                cases.append((f"cumsum-{dt}-{axis}-{int(flags[0])}", plan))
     for op in UNARY:
         for dt in sorted(set(UNARY_DTYPES[op]) - set(ALL_FLOATS)):  # neg, abs, sign of the integers
             cases.append((f"{op}-{dt}", plan_unary(op, dt, (1000, 33))))
@@ -220,6 +235,9 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
     cases.append(("less-bcast-index64", plan_compare("less", "int8", (2**31, 1), (1, 2))))
     cases.append(("logical_not", plan_logical_not((1_000_003,))))
     cases.append(("logical_not-one-pass", plan_logical_not((4096,))))
+    for dt in ("float32", "float16", "bfloat16", "float64"):
+        cases.append((f"is_nan-{dt}", plan_predicate("is_nan", dt, (1001,))))
+        cases.append((f"is_inf-{dt}", plan_predicate("is_inf", dt, (1001,), detect_negative=False)))
     # one compilation per distinct (source, macros): plans of other shapes would build the same module
     unique = {
         (plan.file, tuple(sorted(plan.macros.items())), plan.kernel): (name, plan) for name, plan in cases

@@ -113,6 +113,59 @@ def _constant_value(onnx, node) -> np.ndarray:
     )
 
 
+_REFOLDS = 8  # rounds of shape inference after folding (each one only when a shape is still unknown)
+
+
+def _unknown(shape: tuple | None) -> bool:
+    return shape is None or any(not isinstance(d, int) for d in shape)
+
+
+def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -> bool:
+    """Run ONNX shape inference again on the nodes left after folding, the folded values as
+    initializers (shape values still symbolic as int64 inputs), and merge what it learned into
+    ``g.shapes`` and ``g.dtypes``. True when a shape became better known; False when every output of a
+    remaining node was already fully known, or inference fails (the import goes on without it)."""
+    outputs = [o for n in nodes for o in n.outputs if o]
+    if not any(_unknown(g.shapes.get(o)) for o in outputs):
+        return False
+    helper = onnx.helper
+    original = {t.name for t in model.graph.initializer}
+    needed = {i for n in nodes for i in n.inputs if i}
+    inits = [t for t in model.graph.initializer if t.name in needed]
+    inits += [
+        onnx.numpy_helper.from_array(np.asarray(v), name)
+        for name, v in g.constants.items()
+        if name in needed and name not in original
+    ]
+    extra = [
+        helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [len(v) if isinstance(v, list) else None])
+        for name, v in g.symbolic.items()
+        if name in needed
+    ]
+    inputs = [i for i in model.graph.input if i.name not in g.constants] + extra
+    graph = helper.make_graph(
+        [protos[id(n)] for n in nodes], model.graph.name or "g", inputs, list(model.graph.output), inits
+    )
+    trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(trial, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a help, never a requirement
+        return False
+    learned = False
+    for name, shape in _known_shapes(inferred.graph).items():
+        old = g.shapes.get(name)
+        if (
+            _unknown(old)
+            and shape != old
+            and sum(isinstance(d, int) for d in shape) > sum(isinstance(d, int) for d in (old or ()))
+        ):
+            g.shapes[name] = shape
+            learned = True
+    for name, dtype in _known_dtypes(onnx, inferred.graph).items():
+        g.dtypes.setdefault(name, dtype)
+    return learned
+
+
 def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | None:
     ttype = info.type.tensor_type
     if not info.type.HasField("tensor_type") or not ttype.elem_type:
@@ -195,6 +248,7 @@ def import_model(
     )
     rejected: list[Rejected] = []
     nodes: list[Node] = []
+    protos: dict[int, Any] = {}  # id(Node) -> its NodeProto, for shape inference after folding
     for k, node in enumerate(graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             try:
@@ -204,6 +258,7 @@ def import_model(
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         nodes.append(Node(node.op_type, node.name, node.domain, list(node.input), list(node.output), attrs))
+        protos[id(nodes[-1])] = node
     inputs: dict[str, Any] = {}
     for info in graph.input:
         if info.name in constants:  # IR < 4 lists initializers among the inputs
@@ -211,8 +266,18 @@ def import_model(
         decl = _declare_input(onnx, info, rejected)
         if decl is not None:
             inputs[g.name(info.name)] = decl
-    # What the model computes from constants and shapes is evaluated here (Shape, Gather, Concat...).
-    nodes = fold(g, nodes, {info.name for info in graph.output})
+    # What the model computes from constants and shapes is evaluated here (Shape, Gather, Concat...);
+    # what folding made constant (a Pad's pads, a Reshape's target) lets shape inference see further, and
+    # what it then sees may fold in turn: inference and folding alternate until neither learns more.
+    graph_outputs = {info.name for info in graph.output}
+    nodes = fold(g, nodes, graph_outputs)
+    for _ in range(_REFOLDS):
+        if not _reinfer(onnx, model, g, nodes, protos):
+            break
+        count = len(nodes)
+        nodes = fold(g, nodes, graph_outputs)
+        if len(nodes) == count:
+            break
     if fuse:
         nodes, _ = fuse_nodes(g, nodes, {info.name for info in graph.output})
     rejected += convert(g, nodes)

@@ -737,6 +737,21 @@ def _gather_elements(g: Graph, node: Node) -> None:
     g.stage(node, "gather_elements", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
 
 
+def _trilu(g: Graph, node: Node) -> None:
+    """Trilu: k an optional constant input (a scalar), upper an attribute (default 1)."""
+    k = g.ints(node, 1, "", "k")
+    if k is not None and len(k) != 1:
+        raise Unsupported("k (input 1) must be a scalar")
+    g.stage(
+        node,
+        "trilu",
+        node.inputs[:1],
+        node.outputs[:1],
+        k=k[0] if k else 0,
+        upper=bool(_attr(node, "upper", 1)),
+    )
+
+
 def _expand(g: Graph, node: Node) -> None:
     shape = _target(g, node, expand_target, "the shape")
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
@@ -778,6 +793,22 @@ def _arg_reduce(operator: str) -> Converter:
         )
 
     return convert_node
+
+
+def _cumsum(g: Graph, node: Node) -> None:
+    """CumSum: the axis a constant input (a scalar or one element), exclusive and reverse attributes."""
+    axis = g.ints(node, 1, "", "the axis")
+    if axis is None or len(axis) != 1:
+        raise Unsupported("the axis (input 1) must be a constant scalar")
+    g.stage(
+        node,
+        "cumsum",
+        node.inputs[:1],
+        node.outputs[:1],
+        axis=axis[0],
+        exclusive=bool(_attr(node, "exclusive", 0)),
+        reverse=bool(_attr(node, "reverse", 0)),
+    )
 
 
 # ReduceMin = -max(-x), ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|),
@@ -1200,6 +1231,9 @@ CONVERTERS: dict[str, Converter] = {
     "Slice": _slice,
     "Gather": _gather,
     "GatherElements": _gather_elements,
+    "ScatterND": lambda g, node: g.stage(
+        node, "scatter_nd", node.inputs[:3], node.outputs[:1], reduction=str(_attr(node, "reduction", "none"))
+    ),
     "Where": _one_to_one("where", 3),
     "Equal": _one_to_one("equal", 2),
     "Less": _one_to_one("less", 2),
@@ -1210,12 +1244,26 @@ CONVERTERS: dict[str, Converter] = {
     "Or": _one_to_one("logical_or", 2),
     "Xor": _one_to_one("logical_xor", 2),
     "Not": _one_to_one("logical_not", 1),
+    "IsNaN": _one_to_one("is_nan", 1),
+    "IsInf": lambda g, node: g.stage(
+        node,
+        "is_inf",
+        node.inputs[:1],
+        node.outputs[:1],
+        detect_positive=bool(_attr(node, "detect_positive", 1)),
+        detect_negative=bool(_attr(node, "detect_negative", 1)),
+    ),
     "Expand": _expand,
+    "Mod": lambda g, node: g.stage(
+        node, "fmod" if _attr(node, "fmod", 0) else "mod", node.inputs[:2], node.outputs[:1]
+    ),
+    "Trilu": _trilu,
     "ReduceMean": _reduce("reduce_mean", 18),
     "ReduceSum": _reduce("reduce_sum", 13),
     "ReduceMax": _reduce("reduce_max", 18),
     "ArgMax": _arg_reduce("argmax"),
     "ArgMin": _arg_reduce("argmin"),
+    "CumSum": _cumsum,
     **dict.fromkeys(_COMPOSED_REDUCTIONS, _composed_reduction),
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,

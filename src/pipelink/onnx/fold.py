@@ -30,6 +30,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from ..ops.shape.rules import slice_plan
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .convert import Graph, Node
@@ -37,9 +38,9 @@ if TYPE_CHECKING:  # convert.py imports this module: the types only
 __all__ = ["Dim", "FOLDABLE", "MAX_FOLD_ELEMENTS", "Unfoldable", "fold", "reshape_target", "expand_target"]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
-#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy. Not Slice: a
-#: 1-d integer one follows the spec's clamping in :func:`_slice_value` (onnx's reference follows NumPy's
-#: for negative steps), any other stays a stage.
+#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy. Not Slice
+#: here: onnx's reference follows NumPy's clamping for negative steps, not the spec's, so a Slice of
+#: constants is evaluated by the slice operator's own rule (:func:`_fold_slice`).
 FOLDABLE = frozenset(
     {
         "Cast",
@@ -67,6 +68,22 @@ FOLDABLE = frozenset(
         "ReduceProd",
         "Floor",
         "Ceil",
+        "Mod",
+        "Sign",
+        "GreaterOrEqual",
+        "LessOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "IsNaN",
+        "IsInf",
+        "Expand",
+        "Tile",
+        "Transpose",
+        "Trilu",
+        "CumSum",
+        "ScatterND",
+        "ScatterElements",
     }
 )
 MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
@@ -101,7 +118,12 @@ def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
     kept = []
     for node in nodes:
         made_output = any(out in outputs for out in node.outputs)
-        if not made_output and (_fold_shape(g, node) or _fold_constant(g, node) or _follow_symbolic(g, node)):
+        if not made_output and (
+            _fold_shape(g, node)
+            or _fold_constant(g, node)
+            or _fold_slice(g, node)
+            or _follow_symbolic(g, node)
+        ):
             continue
         kept.append(node)
     return kept
@@ -166,7 +188,59 @@ def _fold_constant(g: Graph, node: Node) -> bool:
     return True
 
 
-_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "Where", "Min", "Max"})
+def _fold_slice(g: Graph, node: Node) -> bool:
+    """A Slice of a constant (any rank, at most MAX_FOLD_ELEMENTS) with constant starts, ends, axes and
+    steps (inputs from opset 10, attributes before), by the slice operator's rule (the spec's clamping)."""
+    if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    names = [n for n in node.inputs if n]
+    if not names or any(n not in g.constants for n in names):
+        return False
+    data = np.asarray(g.constants[node.inputs[0]])
+    if data.size > MAX_FOLD_ELEMENTS:
+        return False
+
+    def ints(index: int, attr: str) -> list[int]:
+        if index < len(node.inputs) and node.inputs[index]:
+            return [int(v) for v in np.asarray(g.constants[node.inputs[index]]).reshape(-1)]
+        return [int(v) for v in node.attrs.get(attr, [])]
+
+    attrs = {
+        "starts": ints(1, "starts"),
+        "ends": ints(2, "ends"),
+        "axes": ints(3, "axes"),
+        "steps": ints(4, ""),
+    }
+    try:
+        index, _ = slice_plan(tuple(data.shape), attrs)
+    except PipeLinkError:  # a malformed Slice: the node stays, its converter refuses it with the reason
+        return False
+    g.constants[node.outputs[0]] = np.ascontiguousarray(data[index])
+    with contextlib.suppress(PipeLinkError):
+        g.dtypes[node.outputs[0]] = get_dtype(data.dtype).name
+    return True
+
+
+_BROADCASTING = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Mod",
+        "Equal",
+        "Less",
+        "Greater",
+        "GreaterOrEqual",
+        "LessOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Where",
+        "Min",
+        "Max",
+    }
+)
 
 
 def _output_elements(node: Node, g: Graph) -> float:
@@ -186,6 +260,14 @@ def _output_elements(node: Node, g: Graph) -> float:
             return float(np.prod(np.broadcast_shapes(*(a.shape for a in arrays)), dtype=np.float64))
         except ValueError:
             return too_big
+    if node.op_type == "Expand":
+        try:
+            shape = np.broadcast_shapes(arrays[0].shape, tuple(int(d) for d in arrays[1].reshape(-1)))
+        except (ValueError, TypeError):
+            return too_big
+        return float(np.prod(shape, dtype=np.float64))
+    if node.op_type == "Tile":
+        return float(arrays[0].size) * float(np.prod([max(float(r), 0.0) for r in arrays[1].reshape(-1)]))
     if node.op_type == "Gather" and arrays[0].ndim:
         axis = int(node.attrs.get("axis", 0)) % arrays[0].ndim
         return arrays[0].size / max(arrays[0].shape[axis], 1) * arrays[1].size

@@ -1,5 +1,6 @@
-"""The compare family: elementwise comparisons (equal, less, greater, less_equal, greater_equal) and
-logical operators (logical_and, logical_or, logical_xor, logical_not), every output bool.
+"""The compare family: elementwise comparisons (equal, less, greater, less_equal, greater_equal), logical
+operators (logical_and, logical_or, logical_xor, logical_not) and the float predicates is_nan and is_inf,
+every output bool.
 
 This file declares each operator (ports, dtypes) with its two variants: the NumPy reference of
 ``reference.py`` and the CUDA kernels of ``cuda.py`` (``compare.cu``). Two-input operators broadcast as
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...descriptor import OperatorDescriptor, Port
-from .._common import NUMERIC, builtin_operator
+from ...descriptor import Attr, OperatorDescriptor, Port
+from .._common import FLOATS, NUMERIC, builtin_operator
 from ..kernel import cuda_variant
 from . import cuda
-from .reference import compare_bind, logical_not_bind
+from .reference import compare_bind, is_inf_bind, is_nan_bind, logical_not_bind
 
 __all__ = ["descriptors"]
 
@@ -43,7 +44,7 @@ def descriptors() -> list[OperatorDescriptor]:
     -------
     list of OperatorDescriptor
         ``equal, less, greater, less_equal, greater_equal, logical_and, logical_or, logical_xor,
-        logical_not``.
+        logical_not, is_nan, is_inf``.
     """
     return [
         _binary(
@@ -111,5 +112,31 @@ def descriptors() -> list[OperatorDescriptor]:
             bind=logical_not_bind,
             cuda=cuda_variant(cuda.logical_not_bind, cuda.DTYPES["logical_not"]),
             onnx="Not",
+        ),
+        builtin_operator(
+            "is_nan",
+            doc="Elementwise: whether x is NaN (float types).",
+            inputs=[Port("x", dtype="T", doc="any shape")],
+            outputs=[Port("y", shape="x", dtype="bool")],
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            bind=is_nan_bind,
+            cuda=cuda_variant(cuda.predicate_bind("is_nan"), cuda.DTYPES["is_nan"]),
+            onnx="IsNaN",
+        ),
+        builtin_operator(
+            "is_inf",
+            doc="Elementwise: whether x is +inf or -inf, as the attributes select (float types).",
+            inputs=[Port("x", dtype="T", doc="any shape")],
+            outputs=[Port("y", shape="x", dtype="bool")],
+            attrs=[
+                Attr("detect_positive", "bool", True, doc="report +inf"),
+                Attr("detect_negative", "bool", True, doc="report -inf"),
+            ],
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            bind=is_inf_bind,
+            cuda=cuda_variant(cuda.predicate_bind("is_inf"), cuda.DTYPES["is_inf"]),
+            onnx="IsInf",
         ),
     ]

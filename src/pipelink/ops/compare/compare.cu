@@ -1,6 +1,6 @@
 // PipeLink built-in comparison and logical kernels: equal, less, greater, less_equal, greater_equal
-// (any numeric T, and bool for equal) and logical_and / or / xor / not (bool), with a bool output stored
-// as one byte, 0 or 1. Same shape (vectorised) and NumPy broadcast. Never allocate, never assume more
+// (any numeric T, and bool for equal), logical_and / or / xor / not (bool) and the float predicates
+// is_nan / is_inf, with a bool output stored as one byte, 0 or 1. Same shape (vectorised) and NumPy broadcast. Never allocate, never assume more
 // alignment than the launch plan chose (PL_VEC elements).
 //
 // Comparisons follow IEEE on the values: 16-bit floats are widened to float exactly (pl_to_acc of
@@ -11,8 +11,9 @@
 // Macros, set by the plans of pipelink/ops/compare/cuda.py:
 //   PL_T            input element type (float, double, __half, __nv_bfloat16, signed char, int,
 //                   long long, unsigned char; unsigned char for bool inputs, with PL_BOOL_IN 1)
-//   PL_CMP_OP       one of the PL_CMP_* codes below: PL_CMP_NOT -> pl_logical_not,
-//                   any other -> pl_compare, pl_compare_bcast
+//   PL_CMP_OP       one of the PL_CMP_* codes below: the one-input codes (PL_CMP_NOT, PL_CMP_ISNAN,
+//                   PL_CMP_ISINF) -> pl_predicate, any other -> pl_compare, pl_compare_bcast
+//   PL_DETECT_POS, PL_DETECT_NEG  PL_CMP_ISINF: 1 to report +inf / -inf (ONNX IsInf's attributes)
 //   PL_BOOL_IN      1 when the inputs are bool (required by the logical codes), else 0
 //   PL_VEC          input elements per vector access (16 / sizeof(T) at most); the inputs are aligned to
 //                   PL_VEC * sizeof(T) bytes and the output to PL_VEC bytes (the plan checks it)
@@ -24,7 +25,7 @@
 //   pl_compare(const T* a, const T* b, unsigned char* y, long long n)
 //   pl_compare_bcast(const T* a, const T* b, unsigned char* y, long long n,
 //                    long long d0..d7, long long sa0..sa7, long long sb0..sb7)
-//   pl_logical_not(const unsigned char* x, unsigned char* y, long long n)
+//   pl_predicate(const T* x, unsigned char* y, long long n)
 // y may equal a or x for bool inputs (each element is read before the same thread writes it), so no
 // pointer is __restrict__.
 #include "common.cuh"
@@ -38,6 +39,9 @@
 #define PL_CMP_OR 7
 #define PL_CMP_XOR 8
 #define PL_CMP_NOT 9
+#define PL_CMP_ISNAN 10
+#define PL_CMP_ISINF 11
+#define PL_CMP_UNARY(op) ((op) >= PL_CMP_NOT)
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -60,11 +64,11 @@ __device__ __forceinline__ float pl_cmp_value(__half x) { return pl_to_acc(x); }
 __device__ __forceinline__ float pl_cmp_value(__nv_bfloat16 x) { return pl_to_acc(x); }
 #endif
 
-#if PL_CMP_OP >= PL_CMP_AND && !PL_BOOL_IN
+#if PL_CMP_OP >= PL_CMP_AND && PL_CMP_OP <= PL_CMP_NOT && !PL_BOOL_IN
 #error "the logical PL_CMP_* codes need bool inputs (PL_BOOL_IN 1)"
 #endif
 
-#if PL_CMP_OP != PL_CMP_NOT
+#if !PL_CMP_UNARY(PL_CMP_OP)
 template <class V> __device__ __forceinline__ bool pl_compare_apply(V a, V b) {
 #if PL_CMP_OP == PL_CMP_EQ
     return a == b;  // IEEE: false when either side is NaN; -0 == +0
@@ -126,18 +130,43 @@ pl_compare_bcast(const T* a, const T* b, B* y, long long n,
         y[i] = pl_compare_at(a[off[0]], b[off[1]]);
     }
 }
-#else   // PL_CMP_NOT
-extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_logical_not(const T* x, B* y, long long n) {
+#else   // the one-input codes
+#ifndef PL_DETECT_POS
+#define PL_DETECT_POS 1
+#endif
+#ifndef PL_DETECT_NEG
+#define PL_DETECT_NEG 1
+#endif
+
+#if PL_CMP_OP == PL_CMP_ISINF
+__device__ __forceinline__ bool pl_is_pos_inf(float v) { return v == -pl_neg_inf<float>(); }
+__device__ __forceinline__ bool pl_is_pos_inf(double v) { return v == -pl_neg_inf<double>(); }
+#endif
+
+__device__ __forceinline__ B pl_predicate_at(const T& x) {
+    const auto v = pl_cmp_value(x);
+#if PL_CMP_OP == PL_CMP_NOT
+    return v ? B(0) : B(1);
+#elif PL_CMP_OP == PL_CMP_ISNAN
+    return v != v ? B(1) : B(0);
+#elif PL_CMP_OP == PL_CMP_ISINF
+    return (PL_DETECT_POS && pl_is_pos_inf(v)) || (PL_DETECT_NEG && pl_is_pos_inf(-v)) ? B(1) : B(0);
+#else
+#error "unknown PL_CMP_OP"
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_predicate(const T* x, B* y, long long n) {
     pl_vec<T, PL_VEC> v[PL_UNROLL];
     pl_vector_loop(
         n, [&](int u, long long j) { v[u] = pl_load<T, PL_VEC>(x + j * PL_VEC); },
         [&](int u, long long j) {
             pl_vec<B, PL_VEC> r;
 #pragma unroll
-            for (int k = 0; k < PL_VEC; ++k) r.v[k] = pl_cmp_value(v[u].v[k]) ? B(0) : B(1);
+            for (int k = 0; k < PL_VEC; ++k) r.v[k] = pl_predicate_at(v[u].v[k]);
             pl_store<B, PL_VEC>(y + j * PL_VEC, r);
         },
-        [&](long long t) { y[t] = pl_cmp_value(x[t]) ? B(0) : B(1); });
+        [&](long long t) { y[t] = pl_predicate_at(x[t]); });
 }
 #endif  // PL_CMP_OP
 #endif  // PL_T && PL_CMP_OP

@@ -1,9 +1,9 @@
 """The compare family on CUDA: kernel sources and tunables, launch plans and binds.
 
 Every operator runs a kernel of ``compare.cu``: the comparisons and the two-input logical operators
-``pl_compare`` (same shape, vectorised) or ``pl_compare_bcast`` (NumPy broadcasting), ``logical_not``
-``pl_logical_not``. Pure Python + NumPy: nothing here imports a CUDA package (a bind's
-:class:`PlanLaunch` compiles and launches through the backend).
+``pl_compare`` (same shape, vectorised) or ``pl_compare_bcast`` (NumPy broadcasting), the one-input
+``logical_not``, ``is_nan`` and ``is_inf`` ``pl_predicate``. Pure Python + NumPy: nothing here imports a
+CUDA package (a bind's :class:`PlanLaunch` compiles and launches through the backend).
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ __all__ = [
     "LOGICAL",
     "DTYPES",
     "plan_compare",
+    "PREDICATES",
     "plan_logical_not",
+    "plan_predicate",
     "compare_bind",
     "logical_not_bind",
+    "predicate_bind",
 ]
 
 _SOURCE = Path(__file__).resolve().parent / "compare.cu"
@@ -63,9 +66,12 @@ COMPARE = {
     "greater_equal": "PL_CMP_GE",
 }
 LOGICAL = {"logical_and": "PL_CMP_AND", "logical_or": "PL_CMP_OR", "logical_xor": "PL_CMP_XOR"}
+PREDICATES = {"logical_not": "PL_CMP_NOT", "is_nan": "PL_CMP_ISNAN", "is_inf": "PL_CMP_ISINF"}
+"""The one-input operators (``pl_predicate``) -> their PL_CMP_* code."""
 DTYPES: dict[str, tuple[str, ...]] = {
     **{op: _NUMERIC + (("bool",) if op == "equal" else ()) for op in COMPARE},
     **{op: ("bool",) for op in (*LOGICAL, "logical_not")},
+    **{op: FLOATS for op in ("is_nan", "is_inf")},
 }
 """The input dtypes each kernel accepts (the CUDA variants' dtypes); every output is bool."""
 
@@ -74,14 +80,12 @@ KERNELS: dict[str, KernelSource] = {
         op: KernelSource(op, _SOURCE, "pl_compare", {"PL_CMP_OP": m}, dict(FLAT_TUNABLES), dtypes=DTYPES[op])
         for op, m in {**COMPARE, **LOGICAL}.items()
     },
-    "logical_not": KernelSource(
-        "logical_not",
-        _SOURCE,
-        "pl_logical_not",
-        {"PL_CMP_OP": "PL_CMP_NOT"},
-        dict(FLAT_TUNABLES),
-        dtypes=DTYPES["logical_not"],
-    ),
+    **{
+        op: KernelSource(
+            op, _SOURCE, "pl_predicate", {"PL_CMP_OP": m}, dict(FLAT_TUNABLES), dtypes=DTYPES[op]
+        )
+        for op, m in PREDICATES.items()
+    },
 }
 """Every kernel of this family, by the op name its plans use."""
 
@@ -101,7 +105,15 @@ def _input_dtype(op: str, dtype: Any):
 
 
 def _flat(
-    op: str, kernel: str, dtype: Any, n: int, io: list[str], tuned, alignment: int, sm_count: int
+    op: str,
+    kernel: str,
+    dtype: Any,
+    n: int,
+    io: list[str],
+    tuned,
+    alignment: int,
+    sm_count: int,
+    extra: dict[str, Any] | None = None,
 ) -> LaunchPlan:
     """The vectorised flat launch over ``n`` elements: inputs ``io[:-1]`` of ``dtype``, bool output
     ``io[-1]`` (its vectors are ``vec`` bytes: aligned whenever the inputs' are)."""
@@ -111,7 +123,13 @@ def _flat(
     t["unroll"] = t["unroll"] or DEFAULT_UNROLL  # memory-bound: no transcendental to make it 1
     vec = pick_vec(t["vec"], dt.itemsize, alignment, op)
     t = spread_small(t, tuned, n // vec, sm_count)
-    macros = {"PL_T": ctype, **source.macros, "PL_BOOL_IN": int(dt.name == "bool"), "PL_VEC": vec}
+    macros = {
+        "PL_T": ctype,
+        **source.macros,
+        "PL_BOOL_IN": int(dt.name == "bool"),
+        "PL_VEC": vec,
+        **(extra or {}),
+    }
     launch, grid = flat_launch(t, n, vec, sm_count)
     macros.update(launch)
     # Alignment the vector accesses need, none at vec 1: PlanLaunch checks every pointer against the
@@ -189,8 +207,38 @@ def plan_logical_not(
     InvalidArgumentError
         A negative dimension or a bad tunable.
     """
-    n = prod(shape_of(shape, "logical_not"))
-    return _flat("logical_not", "pl_logical_not", "bool", n, ["x", "y"], tuned, alignment, sm_count)
+    return plan_predicate("logical_not", "bool", shape, tuned=tuned, alignment=alignment, sm_count=sm_count)
+
+
+def plan_predicate(
+    op: str,
+    dtype: Any,
+    shape: Any,
+    *,
+    detect_positive: bool = True,
+    detect_negative: bool = True,
+    tuned: dict[str, int] | None = None,
+    alignment: int = 16,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan the bool ``y = op(x)`` (op in :data:`PREDICATES`) over a contiguous x: ``pl_predicate(const
+    T* x, bool* y, long long n)`` (vectorised). ``is_inf`` reports +inf with ``detect_positive`` and -inf
+    with ``detect_negative``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An unknown op, a dtype outside :data:`DTYPES`, a negative dimension or a bad tunable.
+    """
+    if op not in PREDICATES:
+        raise InvalidArgumentError(f"unknown predicate {op!r}; known: {', '.join(PREDICATES)}", op=op)
+    n = prod(shape_of(shape, op))
+    extra = (
+        {"PL_DETECT_POS": int(detect_positive), "PL_DETECT_NEG": int(detect_negative)}
+        if op == "is_inf"
+        else None
+    )
+    return _flat(op, "pl_predicate", dtype, n, ["x", "y"], tuned, alignment, sm_count, extra)
 
 
 # -- binds ----------------------------------------------------------------------------------------
@@ -211,13 +259,24 @@ def compare_bind(op: str):
     return bind
 
 
-def logical_not_bind(ctx: KernelContext):
-    """The CUDA bind of logical_not."""
-    shape = tuple(ctx.in_shapes[0])
-    tuned, sms = tuned_of(ctx, KERNELS["logical_not"]), sm_count_of(ctx)
-    return PlanLaunch(
-        ctx.backend,
-        lambda a: plan_logical_not(shape, alignment=a, tuned=tuned, sm_count=sms),
-        {"x": ("in", 0), "y": ("out", 0)},
-        ctx.stage,
-    )
+def predicate_bind(op: str):
+    """The CUDA bind of a one-input operator of :data:`PREDICATES` (is_inf's attributes read here)."""
+
+    def bind(ctx: KernelContext):
+        dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+        flags = {}
+        if op == "is_inf":
+            flags = {k: bool(ctx.attrs[k]) for k in ("detect_positive", "detect_negative")}
+        tuned, sms = tuned_of(ctx, KERNELS[op]), sm_count_of(ctx)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_predicate(op, dtype, shape, alignment=a, tuned=tuned, sm_count=sms, **flags),
+            {"x": ("in", 0), "y": ("out", 0)},
+            ctx.stage,
+        )
+
+    return bind
+
+
+logical_not_bind = predicate_bind("logical_not")
+"""The CUDA bind of logical_not."""

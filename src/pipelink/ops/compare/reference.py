@@ -13,7 +13,7 @@ import numpy as np
 from ...descriptor import KernelContext
 from .._common import HALF_DTYPES
 
-__all__ = ["compare_bind", "logical_not_bind"]
+__all__ = ["compare_bind", "logical_not_bind", "is_nan_bind", "is_inf_bind"]
 
 # float16 / bfloat16 widen to float32 inside the ufunc loop (no scratch arrays); the result stays bool
 _WIDENED = (np.float32, np.float32, np.bool_)
@@ -44,5 +44,32 @@ def logical_not_bind(ctx: KernelContext):
 
     def kernel(inputs, outputs, stream):
         np.logical_not(inputs[0], out=outputs[0])
+
+    return kernel
+
+
+def is_nan_bind(ctx: KernelContext):
+    """``y = isnan(x)`` for a float ``x``."""
+
+    def kernel(inputs, outputs, stream):
+        np.isnan(inputs[0], out=outputs[0])
+
+    return kernel
+
+
+def is_inf_bind(ctx: KernelContext):
+    """``y``: ``x`` is +inf (with ``detect_positive``) or -inf (with ``detect_negative``)."""
+    positive, negative = bool(ctx.attrs["detect_positive"]), bool(ctx.attrs["detect_negative"])
+
+    def kernel(inputs, outputs, stream):
+        x, y = inputs[0], outputs[0]
+        if positive and negative:
+            np.isinf(x, out=y)
+        elif positive:
+            np.equal(x, np.inf, out=y)
+        elif negative:
+            np.equal(x, -np.inf, out=y)
+        else:
+            y[...] = False
 
     return kernel

@@ -292,6 +292,20 @@ def descriptors() -> list[OperatorDescriptor]:
             "Min",
         ),
         _binary(
+            "mod",
+            "Elementwise remainder with the divisor's sign, as NumPy's mod and Python's % (ONNX Mod, "
+            "fmod 0); integers: 0 where b is 0.",
+            np.mod,
+            "Mod",
+        ),
+        _binary(
+            "fmod",
+            "Elementwise remainder with the dividend's sign, as C's fmod (ONNX Mod, fmod 1); integers "
+            "truncate, 0 where b is 0.",
+            np.fmod,
+            "Mod",
+        ),
+        _binary(
             "prelu",
             "Parametric ReLU: c = a where a >= 0, b * a below, b the slope broadcast to a "
             "(ONNX PRelu; NaN propagates).",

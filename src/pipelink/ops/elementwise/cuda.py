@@ -101,6 +101,8 @@ BINARY = {
     "max": "PL_OP_MAX",
     "min": "PL_OP_MIN",
     "prelu": "PL_OP_PRELU",
+    "mod": "PL_OP_MOD",
+    "fmod": "PL_OP_FMOD",
 }
 # integer dtypes of the binary kernel: two's-complement arithmetic that wraps around, like NumPy
 _WRAPPING = ("int8", "uint8", "int32", "int64")
@@ -110,7 +112,8 @@ UNARY_DTYPES: dict[str, tuple[str, ...]] = {
 }
 """The dtypes each unary kernel accepts (the CUDA variant's dtypes)."""
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
-    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min") else ()) for op in BINARY
+    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min", "mod", "fmod") else ())
+    for op in BINARY
 }
 """The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
 # Ops whose per-element cost is a transcendental function: on 16-bit types unroll 0 resolves to 1 for

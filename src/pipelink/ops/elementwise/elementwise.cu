@@ -76,6 +76,8 @@
 #define PL_OP_MAX 15
 #define PL_OP_MIN 16
 #define PL_OP_PRELU 17
+#define PL_OP_MOD 18
+#define PL_OP_FMOD 19
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -324,6 +326,29 @@ template <class A> struct pl_wrap { typedef A type; };
 template <> struct pl_wrap<int> { typedef unsigned int type; };
 template <> struct pl_wrap<long long> { typedef unsigned long long type; };
 template <class A> __device__ __forceinline__ A pl_wrapped(typename pl_wrap<A>::type v) { return (A)v; }
+// Remainders. Floats: fmod (the dividend's sign; NaN for b = 0 or an infinite a); mod (NumPy's and
+// Python's: the divisor's sign, a zero result signed as b). Integers: truncated (fmod) or floored (mod),
+// and, as NumPy gives, 0 for b = 0 and for the minimum % -1 (C leaves both undefined).
+__device__ __forceinline__ float pl_fmod_float(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double pl_fmod_float(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float pl_copysign(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ double pl_copysign(double a, double b) { return copysign(a, b); }
+template <class A> __device__ __forceinline__ A pl_remainder(A a, A b, bool floored) {
+    const A r = pl_fmod_float(a, b);
+    if (!floored) return r;
+    if (r == A(0)) return pl_copysign(A(0), b);
+    return (r < A(0)) != (b < A(0)) ? r + b : r;
+}
+template <class I> __device__ __forceinline__ I pl_int_remainder(I a, I b, bool floored) {
+    if (b == I(0) || b == I(-1)) return I(0);  // x % -1 is 0: no overflow for the minimum
+    const I r = a % b;
+    return floored && r != I(0) && ((r < I(0)) != (b < I(0))) ? r + b : r;
+}
+__device__ __forceinline__ int pl_remainder(int a, int b, bool floored) { return pl_int_remainder(a, b, floored); }
+__device__ __forceinline__ long long pl_remainder(long long a, long long b, bool floored) {
+    return pl_int_remainder(a, b, floored);
+}
+
 template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     typedef typename pl_wrap<A>::type U;
 #if PL_BINARY_OP == PL_OP_ADD
@@ -342,6 +367,10 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     return (a < b || a != a) ? a : b;
 #elif PL_BINARY_OP == PL_OP_PRELU
     return a < A(0) ? b * a : a;  // b: the slope; NaN propagates
+#elif PL_BINARY_OP == PL_OP_MOD
+    return pl_remainder(a, b, true);
+#elif PL_BINARY_OP == PL_OP_FMOD
+    return pl_remainder(a, b, false);
 #else
 #error "unknown PL_BINARY_OP"
 #endif

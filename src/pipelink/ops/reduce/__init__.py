@@ -1,5 +1,5 @@
-"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax, axes as an attribute; ArgMax/ArgMin over one axis):
-descriptors and NumPy references.
+"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax, axes as an attribute; ArgMax/ArgMin over one axis) and
+the cumulative sum (ONNX CumSum, its axis an attribute): descriptors and NumPy references.
 
 Half types accumulate in float32 and round once on the store; integers sum in their own type (wrapping,
 as ONNX does). An empty reduction gives 0 (sum), NaN (mean) or the lowest value of the type (max);
@@ -17,6 +17,7 @@ import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
+from .._dims import normalize_axis
 from ..kernel import cuda_variant
 from . import cuda, reference
 from .axes import reduced_axes
@@ -136,8 +137,46 @@ def _arg_reduction(kind: str, onnx: str, doc: str) -> OperatorDescriptor:
     )
 
 
+def _infer_cumsum(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of cumsum: x's shape and dtype; the axis must be one of x's."""
+    shape = tuple(in_shapes[0])
+    normalize_axis(int(attrs["axis"]), len(shape), op="cumsum")
+    return (shape,), (in_dtypes[0],)
+
+
+def _cumsum_bind(ctx: KernelContext):
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op="cumsum")
+    exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
+
+    def kernel(inputs, outputs, stream):
+        reference.cumsum_into(inputs[0], outputs[0], axis=axis, exclusive=exclusive, reverse=reverse)
+
+    return kernel
+
+
+def _cumsum() -> OperatorDescriptor:
+    return builtin_operator(
+        "cumsum",
+        doc="Running sum along one axis (floats in float32 for the half types; integers wrap).",
+        inputs=[Port("x", dtype="T")],
+        outputs=[Port("y", dtype="T")],
+        attrs=[
+            Attr("axis", "int", 0, doc="the axis to sum along; negative counts from the end"),
+            Attr("exclusive", "bool", False, doc="each output sums the elements before it (the first is 0)"),
+            Attr("reverse", "bool", False, doc="sum from the end of the axis"),
+        ],
+        dtype_vars={"T": NUMERIC},
+        variant_dtypes=NUMERIC,
+        infer=_infer_cumsum,
+        bind=_cumsum_bind,
+        cuda=cuda_variant(cuda.cumsum_bind, cuda.KERNELS["cumsum"].dtypes),
+        onnx="CumSum",
+    )
+
+
 def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, argmax and argmin (one set per registry)."""
+    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, argmax, argmin and cumsum (one set per
+    registry)."""
     # NaN as np.argmax / np.argmin; onnx's ReferenceEvaluator agrees, with select_last_index too (its
     # flip gives the last NaN), so the two do not differ.
     rule = "ties (NaNs too) to the first index, to the last with select_last_index"
@@ -151,4 +190,5 @@ def descriptors() -> list[OperatorDescriptor]:
         _arg_reduction(
             "min", "ArgMin", f"Index (int64) of the minimum along one axis, NaN the smallest; {rule}."
         ),
+        _cumsum(),
     ]

@@ -1,6 +1,7 @@
 """The reductions on CUDA: one strided row-reduction kernel (``reduce.cu``) for reduce_sum, reduce_mean and
-reduce_max over any axes, and one for argmax / argmin over one axis (the same walk, a (value, index) pair
-per thread); their tunables, launch plans and binds. Pure Python + NumPy.
+reduce_max over any axes, one for argmax / argmin over one axis (the same walk, a (value, index) pair
+per thread), and the cumulative sum along one axis (``scan.cu``); their tunables, launch plans and binds.
+Pure Python + NumPy.
 
 The kept axes and the reduced axes are each merged where they walk memory contiguously, so a reduction
 over trailing axes (the common case) is a row reduction over one contiguous run.
@@ -17,6 +18,7 @@ from ...descriptor import KernelContext
 from ...dtypes import DType, get_dtype
 from ...errors import InvalidArgumentError
 from .._common import FLOATS, NUMERIC
+from .._dims import normalize_axis
 from ..kernel import (
     BLOCKS,
     DEFAULT_SM_COUNT,
@@ -28,6 +30,7 @@ from ..kernel import (
     PlanLaunch,
     collapse,
     contiguous_strides,
+    flat_grid,
     make_plan,
     pointer,
     prod,
@@ -48,12 +51,15 @@ __all__ = [
     "ARG_DTYPES",
     "plan_reduce",
     "plan_arg_reduce",
+    "plan_cumsum",
     "reduce_bind",
     "arg_reduce_bind",
+    "cumsum_bind",
     "integer_lowest",
 ]
 
 _SOURCE = Path(__file__).resolve().parent / "reduce.cu"
+_SCAN_SOURCE = Path(__file__).resolve().parent / "scan.cu"
 KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX"}
 DTYPES = {"sum": tuple(sorted(NUMERIC)), "mean": tuple(sorted(FLOATS)), "max": tuple(sorted(NUMERIC))}
 ARG_KINDS = {"max": "PL_ARG_MAX", "min": "PL_ARG_MIN"}
@@ -75,6 +81,9 @@ KERNELS.update(
         for kind, code in ARG_KINDS.items()
     }
 )
+KERNELS["cumsum"] = KernelSource(
+    "cumsum", _SCAN_SOURCE, "pl_cumsum", {}, dict(_TUNABLES), dtypes=tuple(sorted(NUMERIC))
+)
 TUNED_AS: dict[str, str] = {}
 
 
@@ -82,6 +91,18 @@ def integer_lowest(dtype: np.dtype) -> str:
     """The lowest value of an integer type as a C literal (INT64_MIN has no literal of its own)."""
     low = int(np.iinfo(dtype).min)
     return f"({low + 1}LL - 1)" if low else "0LL"
+
+
+def _checked_dtype(source: KernelSource, dtype: Any) -> DType:
+    """The DType of ``dtype``, which ``source``'s kernel must take (else InvalidArgumentError)."""
+    dt = get_dtype(dtype)
+    if dt.name not in source.dtypes:
+        raise InvalidArgumentError(
+            f"{source.op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})",
+            op=source.op,
+            dtype=dt.name,
+        )
+    return dt
 
 
 def _merged(shape: tuple[int, ...], strides: tuple[int, ...], axes) -> tuple[list[int], list[int]]:
@@ -112,11 +133,7 @@ def plan_reduce(
         raise InvalidArgumentError(f"unknown reduction {kind!r}; known: {', '.join(KINDS)}", op=kind)
     source = KERNELS[f"reduce_{kind}"]
     op = source.op
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = _checked_dtype(source, dtype)
     shp = shape_of(shape, op)
     macros: dict[str, Any] = {"PL_REDUCE": KINDS[kind]}
     if not dt.is_floating:
@@ -231,11 +248,7 @@ def plan_arg_reduce(
         )
     source = KERNELS[f"arg{kind}"]
     op = source.op
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = _checked_dtype(source, dtype)
     shp = shape_of(shape, op)
     if not 0 <= int(axis) < len(shp) or shp[int(axis)] == 0:
         raise InvalidArgumentError(
@@ -266,3 +279,77 @@ def arg_reduce_bind(kind: str):
         )
 
     return bind
+
+
+def plan_cumsum(
+    dtype: Any,
+    shape: Any,
+    axis: int,
+    *,
+    exclusive: bool = False,
+    reverse: bool = False,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = cumsum(x, axis)`` for a contiguous x into a contiguous y of its shape: ``pl_cumsum(x, y,
+    lines, len, inner)`` over x seen as ``[outer, len, inner]`` around ``axis`` (normalised). A warp per
+    line when the axis is the innermost (a contiguous line), else a thread per line.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A dtype the kernel does not take, an axis out of range, a bad tunable.
+    """
+    source = KERNELS["cumsum"]
+    op = source.op
+    dt = _checked_dtype(source, dtype)
+    shp = shape_of(shape, op)
+    if not 0 <= int(axis) < len(shp):
+        raise InvalidArgumentError(
+            f"{op}: the axis must be one of the {len(shp)} axes of shape {list(shp)} (got {axis})",
+            op=op,
+            axis=axis,
+        )
+    axis = int(axis)
+    length, inner = shp[axis], prod(shp[axis + 1 :])
+    lines = prod(shp[:axis]) * inner
+    warp_scan = inner == 1
+    t = tuned_values(source, tuned)
+    block = t["block"]
+    threads = lines * 32 if warp_scan else lines
+    grid = flat_grid(threads, block, 1, t["max_blocks_per_sm"], sm_count)
+    macros = {
+        "PL_T": dt.cuda_type,
+        "PL_IS_INT": int(not dt.is_floating),
+        "PL_EXCLUSIVE": int(bool(exclusive)),
+        "PL_REVERSE": int(bool(reverse)),
+        "PL_WARP_SCAN": int(warp_scan),
+        "PL_BLOCK": block,
+    }
+    specs = [
+        pointer("x"),
+        pointer("y"),
+        ArgSpec("lines", "i64"),
+        ArgSpec("len", "i64"),
+        ArgSpec("inner", "i64"),
+    ]
+    scalars = {"lines": lines, "len": length, "inner": inner}
+    return make_plan(
+        source, "pl_cumsum", macros, grid, block, specs, scalars, dict(t, warp_scan=int(warp_scan))
+    )
+
+
+def cumsum_bind(ctx: KernelContext):
+    """The CUDA bind of ``cumsum``."""
+    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="cumsum")
+    exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
+    tuned, sms = tuned_of(ctx, KERNELS["cumsum"]), sm_count_of(ctx)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_cumsum(
+            dtype, shape, axis, exclusive=exclusive, reverse=reverse, tuned=tuned, sm_count=sms
+        ),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )

@@ -1,5 +1,6 @@
 """argmax / argmin (ONNX ArgMax / ArgMin): the rule for their one axis (shared by the shape rule, the NumPy
-reference and the CUDA plan) and the NumPy reference. Imports nothing CUDA.
+reference and the CUDA plan) and the NumPy reference; the NumPy reference of cumsum (ONNX CumSum).
+Imports nothing CUDA.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeMismatchError
-from .._common import HALF_DTYPES
+from .._common import FLOATS, HALF_DTYPES, compute_dtype
 from .._dims import normalize_axis
 
-__all__ = ["ARG_KINDS", "arg_axis", "arg_shape", "arg_reduce_into"]
+__all__ = ["ARG_KINDS", "arg_axis", "arg_shape", "arg_reduce_into", "cumsum_into"]
 
 ARG_KINDS = ("max", "min")
 
@@ -62,3 +63,29 @@ def arg_reduce_into(
     if select_last_index:  # the first extreme of the reversed axis is the last one of the axis
         idx = (x.shape[axis] - 1) - find(np.flip(x, axis), axis=axis)
     np.copyto(y, np.asarray(idx, np.int64).reshape(y.shape))
+
+
+def cumsum_into(
+    x: np.ndarray, y: np.ndarray, *, axis: int, exclusive: bool = False, reverse: bool = False
+) -> None:
+    """``y`` = the running sum of ``x`` along ``axis`` (normalised): at k, the sum of the elements up to
+    k (before k with ``exclusive``; from the end of the axis with ``reverse``).
+
+    Floats sum in their compute type (float32 for the half types, rounded once per output), integers in
+    their own type, wrapping (ONNX and NumPy).
+    """
+    name = np.dtype(x.dtype).name
+    dtype = compute_dtype(name) if name in FLOATS else x.dtype
+    a = np.flip(x, axis) if reverse else x
+    sums = np.cumsum(a, axis=axis, dtype=dtype)
+    if exclusive:
+        shifted = np.zeros_like(sums)
+        into = [slice(None)] * sums.ndim
+        into[axis] = slice(1, None)
+        frm = [slice(None)] * sums.ndim
+        frm[axis] = slice(None, -1)
+        shifted[tuple(into)] = sums[tuple(frm)]
+        sums = shifted
+    if reverse:
+        sums = np.flip(sums, axis)
+    np.copyto(y, sums, casting="unsafe")

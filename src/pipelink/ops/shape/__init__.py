@@ -1,5 +1,5 @@
 """Shape operators (ONNX semantics): reshape, flatten, squeeze, unsqueeze, concat, split, slice, gather,
-gather_elements, where, expand — descriptors and their NumPy reference kernels.
+gather_elements, scatter_nd, where, expand, trilu — descriptors and their NumPy reference kernels.
 
 Every output shape is known at load from the input shapes and the attributes (``rules.py``); the kernels
 copy into the preallocated outputs and never allocate arrays of the data's size. Every operator here
@@ -12,12 +12,14 @@ import numpy as np
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...dtypes import DTYPES
+from ...errors import InvalidArgumentError, ShapeMismatchError
 from .._common import builtin_operator
 from .._dims import normalize_axis
 from ..kernel import contiguous_strides, cuda_variant
 from . import cuda
 from .rules import (
     MAX_PARTS,
+    SCATTER_REDUCTIONS,
     index_out_of_range,
     infer_concat,
     infer_expand,
@@ -25,6 +27,7 @@ from .rules import (
     infer_gather,
     infer_gather_elements,
     infer_reshape,
+    infer_scatter_nd,
     infer_slice,
     infer_split,
     infer_squeeze,
@@ -55,6 +58,31 @@ def _broadcast_copy_bind(ctx: KernelContext):
 
     def kernel(inputs, outputs, stream):
         np.copyto(outputs[0], inputs[0])
+
+    return kernel
+
+
+def _infer_trilu(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
+    """Output rule of trilu: x's shape and dtype; x needs at least 2 dims (the matrices)."""
+    shape = tuple(in_shapes[0])
+    if len(shape) < 2:
+        raise ShapeMismatchError(
+            f"trilu: input 'x' needs at least 2 dims, [..., rows, cols] (got shape {list(shape)})",
+            port="x",
+            expected="rank >= 2",
+            got=len(shape),
+        )
+    return (shape,), (in_dtypes[0],)
+
+
+def _trilu_bind(ctx: KernelContext):
+    rows, cols = ctx.in_shapes[0][-2:]
+    k, upper = max(-rows, min(cols, int(ctx.attrs["k"]))), bool(ctx.attrs["upper"])  # beyond: all or none
+    keep = (np.triu if upper else np.tril)(np.ones((rows, cols), bool), k)
+
+    def kernel(inputs, outputs, stream):
+        outputs[0][...] = 0
+        np.copyto(outputs[0], inputs[0], where=keep)
 
     return kernel
 
@@ -119,6 +147,49 @@ def _gather_bind(ctx: KernelContext):
         data, indices = inputs
         _wrap_indices(fixed, indices, n, stage, axis, "gather")
         np.take(data, fixed, axis=axis, out=outputs[0])
+
+    return kernel
+
+
+_SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_nd_bind(ctx: KernelContext):
+    """y = data, then each update written (or combined by the reduction) at the position its row of k
+    indices names; negative indices count from the end. Half types combine in float32."""
+    data_shape, index_shape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    k = index_shape[-1]
+    dims = np.array(data_shape[:k], np.int64)
+    rows = int(np.prod(index_shape[:-1], dtype=np.int64))
+    fixed = np.empty((rows, k), np.int64)
+    reduction, stage = str(ctx.attrs["reduction"]), ctx.stage
+    half = ctx.in_dtypes[0] in ("float16", "bfloat16")
+
+    def kernel(inputs, outputs, stream):
+        data, indices, updates = inputs
+        y = outputs[0]
+        np.copyto(fixed, indices.reshape(rows, k), casting="unsafe")
+        fixed[...] += np.where(fixed < 0, dims, 0)
+        bad = (fixed < 0) | (fixed >= dims)
+        if bad.any():
+            row, col = (int(v) for v in np.argwhere(bad)[0])
+            value = int(indices.reshape(rows, k)[row, col])
+            raise InvalidArgumentError(
+                f"stage {stage!r}: scatter_nd index {value} (row {row} "
+                f"of 'indices', position {col}) is out of range for dim {col} of 'data' "
+                f"{list(data_shape)} (valid: {-int(dims[col])} .. {int(dims[col]) - 1})",
+                stage=stage,
+                port="indices",
+            )
+        where = tuple(fixed.T)
+        parts = updates.reshape((rows,) + data_shape[k:])
+        if reduction == "none":
+            np.copyto(y, data)
+            y[where] = parts
+            return
+        acc = data.astype(np.float32) if half else data.copy()
+        _SCATTER_UFUNCS[reduction].at(acc, where, parts.astype(acc.dtype) if half else parts)
+        np.copyto(y, acc, casting="unsafe")
 
     return kernel
 
@@ -323,6 +394,27 @@ def descriptors() -> list[OperatorDescriptor]:
             onnx="GatherElements",
         ),
         builtin_operator(
+            "scatter_nd",
+            doc="data with updates written at the positions rows of indices name (ONNX ScatterND).",
+            inputs=[Port("data", dtype="T"), Port("indices", dtype="I"), Port("updates", dtype="T")],
+            outputs=[Port("y", dtype="T")],
+            attrs=[
+                Attr(
+                    "reduction",
+                    "str",
+                    "none",
+                    doc="none: replace (duplicate rows: one of them wins); add, mul, max, min: combine",
+                    choices=SCATTER_REDUCTIONS,
+                )
+            ],
+            dtype_vars={"T": ANY, "I": INDEX},
+            infer=infer_scatter_nd,
+            bind=_scatter_nd_bind,
+            cuda=cuda_variant(cuda.scatter_nd_bind, None),
+            staged_fallback=True,
+            onnx="ScatterND",
+        ),
+        builtin_operator(
             "where",
             doc="Choose x where condition is true, else y (all three broadcast).",
             inputs=[Port("condition", dtype="bool"), Port("x", dtype="T"), Port("y", dtype="T")],
@@ -332,6 +424,21 @@ def descriptors() -> list[OperatorDescriptor]:
             bind=_where_bind,
             cuda=cuda_variant(cuda.where_bind, None),
             onnx="Where",
+        ),
+        builtin_operator(
+            "trilu",
+            doc="The upper (upper) or lower triangle of the last two dims from diagonal k; the rest 0.",
+            inputs=[x_in],
+            outputs=[y_out],
+            attrs=[
+                Attr("k", "int", 0, doc="the diagonal: 0 the main one, > 0 above it, < 0 below"),
+                Attr("upper", "bool", True, doc="keep j - i >= k (else j - i <= k)"),
+            ],
+            dtype_vars=any_t,
+            infer=_infer_trilu,
+            bind=_trilu_bind,
+            cuda=cuda_variant(cuda.trilu_bind, None),
+            onnx="Trilu",
         ),
         builtin_operator(
             "expand",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...descriptor import KernelContext
+from ...descriptor import KernelContext, VariantDeclined
 from ...dtypes import DTYPES, get_dtype
 from ...errors import InvalidArgumentError
 from ...tensor import Tensor
@@ -53,6 +53,8 @@ __all__ = [
     "plan_gather",
     "plan_gather_elements",
     "plan_where",
+    "plan_trilu",
+    "plan_scatter_nd",
     "plan_concat",
     "reshaped_bind",
     "slice_bind",
@@ -63,6 +65,8 @@ __all__ = [
     "gather_elements_bind",
     "CheckedGather",
     "where_bind",
+    "trilu_bind",
+    "scatter_nd_bind",
     "slice_view",
 ]
 
@@ -85,6 +89,10 @@ KERNELS: dict[str, KernelSource] = {
         dtypes=_ALL,
     ),
     "where": KernelSource("where", _SOURCE, "pl_where", {"PL_WHERE": "1"}, dict(_TUNABLES), dtypes=_ALL),
+    "scatter_nd": KernelSource(
+        "scatter_nd", _SOURCE, "pl_scatter_nd", {"PL_SCATTER_ND": "1"}, dict(_TUNABLES), dtypes=_ALL
+    ),
+    "trilu": KernelSource("trilu", _SOURCE, "pl_trilu", {"PL_TRILU": "1"}, dict(_TUNABLES), dtypes=_ALL),
     "concat": KernelSource(
         "concat", _SOURCE, "pl_concat", {"PL_CONCAT": "1"}, dict(_CONCAT_TUNABLES), dtypes=_ALL
     ),
@@ -296,6 +304,100 @@ def plan_where(
     return make_plan(
         source, "pl_where", macros, grid, t["block"], specs, scalars, dict(t, ndim=len(dims), index64=index64)
     )
+
+
+def plan_scatter_nd(
+    dtype: Any,
+    data_shape: Any,
+    index_dtype: Any,
+    index_shape: Any,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan the scatter of ``scatter_nd`` (reduction none) into a y that already holds data:
+    ``pl_scatter_nd(indices, updates, y, n, slice, d0..d7, s0..s7)``, a thread per update element.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index dtype other than int32/int64, an index depth k above 8 or above data's rank, a bad
+        tunable.
+    """
+    source = KERNELS["scatter_nd"]
+    dt, index_t = get_dtype(dtype), _index_type(index_dtype, "scatter_nd")
+    data, ishape = shape_of(data_shape, "scatter_nd"), shape_of(index_shape, "scatter_nd")
+    k = ishape[-1] if ishape else -1
+    if not 0 <= k <= min(len(data), MAX_NDIM):
+        raise InvalidArgumentError(
+            f"scatter_nd: the index depth (last dim of indices, {k}) must be 0..{min(len(data), MAX_NDIM)} "
+            f"for data of shape {list(data)}",
+            op="scatter_nd",
+        )
+    strides = contiguous_strides(data)
+    slice_size = prod(data[k:])
+    n = prod(ishape[:-1]) * slice_size
+    t = tuned_values(source, tuned)
+    macros = {
+        "PL_SCATTER_ND": 1,
+        "PL_BYTES": dt.itemsize,
+        "PL_INDEX_T": index_t,
+        "PL_K": k,
+        "PL_BLOCK": t["block"],
+        "PL_INDEX64": int(max(n, prod(data)) >= I32_LIMIT),
+    }
+    specs = [
+        pointer("indices"),
+        pointer("updates"),
+        pointer("y"),
+        ArgSpec("n", "i64"),
+        ArgSpec("slice", "i64"),
+    ]
+    specs += [ArgSpec(f"{p}{j}", "i64") for p in ("d", "s") for j in range(MAX_NDIM)]
+    scalars = {"n": n, "slice": max(slice_size, 1)}
+    scalars.update({f"d{j}": data[j] if j < k else 1 for j in range(MAX_NDIM)})
+    scalars.update({f"s{j}": strides[j] if j < k else 0 for j in range(MAX_NDIM)})
+    grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
+    return make_plan(source, "pl_scatter_nd", macros, grid, t["block"], specs, scalars, dict(t, k=k))
+
+
+def plan_trilu(
+    dtype: Any,
+    shape: Any,
+    k: int,
+    upper: bool,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = triu(x, k)`` (``upper``) or ``tril(x, k)`` over the last two dims of a contiguous x:
+    ``pl_trilu(x, y, n, rows, cols, k)``, k clamped to ``[-rows, cols]`` (beyond it, every element is kept
+    or none is).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Fewer than 2 dims, a bad tunable.
+    """
+    source = KERNELS["trilu"]
+    dt = get_dtype(dtype)
+    shp = shape_of(shape, "trilu")
+    if len(shp) < 2:
+        raise InvalidArgumentError(f"trilu: x needs at least 2 dims (got shape {list(shp)})", op="trilu")
+    rows, cols = shp[-2], shp[-1]
+    n = prod(shp)
+    t = tuned_values(source, tuned)
+    macros = {
+        "PL_TRILU": 1,
+        "PL_BYTES": dt.itemsize,
+        "PL_UPPER": int(bool(upper)),
+        "PL_BLOCK": t["block"],
+        "PL_INDEX64": int(n >= I32_LIMIT),
+    }
+    specs = [pointer("x"), pointer("y"), *(ArgSpec(a, "i64") for a in ("n", "rows", "cols", "k"))]
+    scalars = {"n": n, "rows": max(rows, 1), "cols": max(cols, 1), "k": max(-rows, min(cols, int(k)))}
+    grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
+    return make_plan(source, "pl_trilu", macros, grid, t["block"], specs, scalars, dict(t))
 
 
 def plan_concat(
@@ -607,3 +709,39 @@ def where_bind(ctx: KernelContext):
         {"c": ("in", 0), "x": ("in", 1), "y": ("in", 2), "z": ("out", 0)},
         ctx.stage,
     )
+
+
+def trilu_bind(ctx: KernelContext):
+    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    k, upper = int(ctx.attrs["k"]), bool(ctx.attrs["upper"])
+    tuned, sms = tuned_of(ctx, KERNELS["trilu"]), sm_count_of(ctx)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_trilu(dtype, shape, k, upper, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )
+
+
+def scatter_nd_bind(ctx: KernelContext):
+    """scatter_nd on CUDA: data copied into y, then the updates scattered (reduction none). The
+    combining reductions decline: the runtime runs the NumPy reference on staged copies."""
+    reduction = str(ctx.attrs["reduction"])
+    if reduction != "none":
+        raise VariantDeclined(
+            f"reduction {reduction!r} combines updates on the host (no CUDA kernel); reduction 'none' runs "
+            "on the GPU"
+        )
+    dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
+    shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    copy = _strided(ctx, [(0, _whole(shape))])  # a prebuilt launch: the native core replays both
+    if not prod(ishape[:-1]) * prod(shape[ishape[-1] :]):
+        return copy
+    tuned, sms = tuned_of(ctx, KERNELS["scatter_nd"]), sm_count_of(ctx)
+    scatter = PlanLaunch(
+        ctx.backend,
+        lambda a: plan_scatter_nd(dtype, shape, itype, ishape, tuned=tuned, sm_count=sms),
+        {"indices": ("in", 1), "updates": ("in", 2), "y": ("out", 0)},
+        ctx.stage,
+    )
+    return _Launches([copy, scatter])

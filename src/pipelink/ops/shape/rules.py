@@ -406,3 +406,39 @@ def infer_expand(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
             f"expand: 'shape' must be >= 0 everywhere (got {list(target)})", attr="shape", got=list(target)
         )
     return (_broadcast("expand", {"'x'": tuple(in_shapes[0]), "'shape'": target}),), (in_dtypes[0],)
+
+
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+"""scatter_nd's ``reduction`` values (ONNX ScatterND 18)."""
+
+
+def infer_scatter_nd(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of scatter_nd (ONNX ScatterND): data's shape and dtype. indices ``[..., k]`` (rank >= 1)
+    addresses the first k <= rank(data) dims; updates is ``indices.shape[:-1] + data.shape[k:]``.
+
+    Raises
+    ------
+    ShapeMismatchError
+        indices of rank 0, k larger than data's rank (or unknown), updates of another shape.
+    """
+    data, indices, updates = (tuple(s) for s in in_shapes[:3])
+    if not indices or not isinstance(indices[-1], int) or indices[-1] > len(data):
+        raise ShapeMismatchError(
+            f"scatter_nd: input 'indices' {list(indices)} needs a known last dim k <= rank of 'data' "
+            f"{list(data)} ({len(data)}): each row of k indices addresses data's first k dims",
+            port="indices",
+            expected=f"[..., k <= {len(data)}]",
+            got=list(indices),
+        )
+    want = indices[:-1] + data[indices[-1] :]
+    if len(updates) != len(want) or any(
+        is_known(a, b) and a != b for a, b in zip(updates, want, strict=True)
+    ):
+        raise ShapeMismatchError(
+            f"scatter_nd: input 'updates' {list(updates)} must have shape indices[:-1] + data[k:] = "
+            f"{list(want)}",
+            port="updates",
+            expected=list(want),
+            got=list(updates),
+        )
+    return (data,), (in_dtypes[0],)

@@ -10,7 +10,9 @@
 //   PL_BYTES     element size in bytes (1, 2, 4 or 8)
 //   PL_INDEX_T   gather's and gather_elements' index type: int or long long
 //   PL_GATHER    defined -> pl_gather;  PL_WHERE defined -> pl_where;  PL_CONCAT defined -> pl_concat
-//   PL_GATHER_ELEMENTS defined -> pl_gather_elements
+//   PL_GATHER_ELEMENTS defined -> pl_gather_elements;  PL_TRILU defined -> pl_trilu
+//   PL_SCATTER_ND defined -> pl_scatter_nd;  PL_K its index depth (0..8)
+//   PL_UPPER     trilu: 1 keeps the upper triangle (j - i >= k), 0 the lower (j - i <= k)
 //   PL_BLOCK     threads per block (the launch must use exactly this many)
 //   PL_PARTS     concat's parts that have elements (1..64); PL_UNROLL words in flight per thread
 //   PL_NDIM      dims of where's broadcast index space, or of gather_elements' collapsed indices (1..8)
@@ -34,6 +36,16 @@
 //            long long sc0..sc7, long long sx0..sx7, long long sy0..sy7)
 //       z is contiguous with shape d[0..PL_NDIM-1]; each input is read with its strides (0 on
 //       broadcast dims): z[i] = c[...] ? x[...] : y[...]
+//   pl_scatter_nd(const INDEX_T* indices, const W* updates, W* y, long long n, long long slice,
+//                 long long d0..d7, long long s0..s7)
+//       y already holds data (the stage copies it first); indices is [rows, PL_K], updates [rows, slice]
+//       (n = rows * slice elements); row u's indices (negative + d) address y's first PL_K dims (sizes d,
+//       element strides s): y[sum(idx * s) + o] = updates[u * slice + o]. A row with an index outside
+//       [-d, d) writes nothing (the CPU variant raises). Duplicate rows: one of them wins (ONNX leaves it
+//       undefined).
+//   pl_trilu(const W* x, W* y, long long n, long long rows, long long cols, long long k)
+//       x and y contiguous [..., rows, cols]: y = x where column j and row i keep (PL_UPPER), else 0 (all
+//       zero bits: 0 for every type); k is clamped to [-rows, cols] by the plan
 //   pl_concat(W* y, long long rows, long long row,
 //             const W* src0, long long len0, long long blocks0, ..., src63, len63, blocks63)
 //       (sizes in words) y is [rows, row]; part i < PL_PARTS is a contiguous [rows, len_i] block landing
@@ -127,6 +139,49 @@ pl_where(const bool* __restrict__ c, const W* __restrict__ x, const W* __restric
     }
 }
 #endif  // PL_WHERE
+
+#if defined(PL_SCATTER_ND)
+#ifndef PL_K
+#define PL_K 1
+#endif
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_scatter_nd(const PL_INDEX_T* __restrict__ indices, const W* __restrict__ updates, W* __restrict__ y,
+              long long n, long long slice, long long d0, long long d1, long long d2, long long d3,
+              long long d4, long long d5, long long d6, long long d7,
+              long long s0, long long s1, long long s2, long long s3,
+              long long s4, long long s5, long long s6, long long s7) {
+    const long long d[8] = {d0, d1, d2, d3, d4, d5, d6, d7};
+    const long long s[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+    PL_FOR_EACH_INDEX(i, n) {
+        const long long u = (long long)i / slice;
+        const long long o = (long long)i - u * slice;
+        long long offset = o;
+        bool inside = true;
+#pragma unroll
+        for (int k = 0; k < PL_K; ++k) {
+            long long v = (long long)indices[u * PL_K + k];
+            if (v < 0) v += d[k];
+            inside = inside && v >= 0 && v < d[k];
+            offset += v * s[k];
+        }
+        if (inside) y[offset] = updates[i];
+    }
+}
+#endif  // PL_SCATTER_ND
+
+#if defined(PL_TRILU)
+extern "C" __global__ void __launch_bounds__(PL_BLOCK)
+pl_trilu(const W* __restrict__ x, W* __restrict__ y, long long n, long long rows, long long cols,
+         long long k) {
+    PL_FOR_EACH_INDEX(i, n) {
+        const pl_idx j = (pl_idx)i % (pl_idx)cols;
+        const pl_idx r = ((pl_idx)i / (pl_idx)cols) % (pl_idx)rows;
+        const long long diagonal = (long long)j - (long long)r;
+        const bool keep = PL_UPPER ? diagonal >= k : diagonal <= k;
+        y[i] = keep ? x[i] : W(0);
+    }
+}
+#endif  // PL_TRILU
 
 #if defined(PL_CONCAT)
 #ifndef PL_PARTS
