@@ -285,7 +285,9 @@ ZOO: dict[str, ZooSpec] = {
             "Llama decoder (transformers, d=64, 2 layers, grouped KV heads, rotary embeddings, RMSNorm)",
             _transformers(
                 lambda tf: tf.LlamaModel(
-                    tf.LlamaConfig(vocab_size=100, num_key_value_heads=2, attn_implementation="eager", **_SMALL)
+                    tf.LlamaConfig(
+                        vocab_size=100, num_key_value_heads=2, attn_implementation="eager", **_SMALL
+                    )
                 )
             ),
             lambda t: (_ids(t),),
@@ -301,7 +303,9 @@ ZOO: dict[str, ZooSpec] = {
             "Falcon decoder (transformers, d=64, 2 layers; IsNaN in its attention)",
             _transformers(
                 lambda tf: tf.FalconModel(
-                    tf.FalconConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+                    tf.FalconConfig(
+                        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4
+                    )
                 )
             ),
             lambda t: (_ids(t),),
@@ -324,6 +328,47 @@ ZOO: dict[str, ZooSpec] = {
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
+        ZooSpec(
+            "swin",
+            "Swin encoder (transformers, 32x32 image, windows of 4; shifted windows, pads computed by Mod)",
+            _transformers(
+                lambda tf: tf.SwinModel(
+                    tf.SwinConfig(
+                        image_size=32,
+                        patch_size=4,
+                        embed_dim=16,
+                        depths=[1, 1],
+                        num_heads=[2, 4],
+                        window_size=4,
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "levit",
+            "LeViT (transformers, 64x64 image; Reshape targets known after shape inference is re-run)",
+            _transformers(
+                lambda tf: tf.LevitModel(
+                    tf.LevitConfig(
+                        image_size=64,
+                        hidden_sizes=[32, 48, 64],
+                        num_attention_heads=[1, 2, 4],
+                        depths=[1, 1, 1],
+                        key_dim=[8, 8, 8],
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "mobilenet_v2_hf",
+            "MobileNetV2 (transformers, 64x64 image; TensorFlow-style 'same' pads computed from shapes)",
+            _transformers(
+                lambda tf: tf.MobileNetV2Model(tf.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
     )
 }
 """Architectures beyond the race's three, for ``scripts/onnx_models_check.py --zoo wide``."""
@@ -332,8 +377,9 @@ ZOO: dict[str, ZooSpec] = {
 def export_onnx_inputs(module: Any, inputs: tuple, names: list[str] | None = None) -> bytes:
     """``module`` (eval mode, on the CPU) exported on ``inputs`` with fixed shapes: its inputs named
     ``names`` (default ``in0``, ``in1``...), its one output ``y``; by the TorchScript exporter, or by
-    ``torch.export`` (``dynamo=True``, with onnxscript installed) where the former fails. Fixed shapes keep every Reshape's shape
-    a constant (a dynamic batch makes the exporter compute shapes, which the import folds where it can)."""
+    ``torch.export`` (``dynamo=True``, with onnxscript installed) where the former fails. Fixed shapes keep
+    every Reshape's shape a constant (a dynamic batch makes the exporter compute shapes, which the import
+    folds where it can)."""
     import torch
 
     buf = io.BytesIO()

@@ -282,3 +282,42 @@ def test_pads_folded_from_a_2d_slice_let_shape_inference_see_the_next_pad():
     assert [s["name"] for s in config["pipeline"]][-1] != "slice"  # the pads arithmetic left no stage
     with pl.from_onnx(model) as pipe:
         np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), ref, rtol=1e-6)
+
+
+def test_a_shape_read_before_its_input_was_known_is_folded_again():
+    """LeViT's and Swin's pattern: a Reshape target computed from Shape(p) of a tensor whose shape ONNX
+    shape inference learns only after folding (p is padded by computed pads). The first fold reads
+    Shape(p) as symbolic dims, and a target of two products of them cannot be made static; once
+    re-inferred, the whole graph is folded again, the Shape is a constant, and the Reshape imports."""
+    from onnx.reference import ReferenceEvaluator
+
+    pairs = np.array([[0, 0], [0, 0], [1, 2], [2, 1]], np.int64)
+    nodes = [
+        _n("Slice", ["pairs", "s0", "e0", "a0", "st0"], ["rev"]),
+        _n("Transpose", ["rev"], ["cols"], perm=[1, 0]),
+        _n("Reshape", ["cols", "flat"], ["pads"]),
+        _n("Pad", ["x", "pads"], ["p"]),
+        _n("Shape", ["p"], ["s"]),
+        *(_n("Gather", ["s", f"i{k}"], [f"d{k}"], axis=0) for k in range(4)),
+        _n("Mul", ["d0", "d1"], ["m01"]),
+        _n("Mul", ["d2", "d3"], ["m23"]),
+        _n("Concat", ["m01", "m23"], ["target"], axis=0),
+        _n("Reshape", ["p", "target"], ["y"]),
+    ]
+    init = {
+        "pairs": pairs[::-1].copy(),
+        "s0": i64(-1),
+        "e0": i64(-(2**63) + 1),
+        "a0": i64(0),
+        "st0": i64(-1),
+        "flat": i64(-1),
+        **{f"i{k}": i64(k) for k in range(4)},
+    }
+    model = om.make_model(nodes, [("x", [1, 2, 4, 5])], [("y", None)], init, "reshape_after_pad")
+    x = np.random.default_rng(41).standard_normal((1, 2, 4, 5)).astype(F)
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    config, _ = import_model(model)
+    reshape = [s for s in config["pipeline"] if s["name"] == "reshape"]
+    assert len(reshape) == 1 and reshape[0]["attrs"]["shape"] == [2, 56]  # 1 * 2, (4 + 3) * (5 + 3)
+    with pl.from_onnx(model) as pipe:
+        np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), ref, rtol=1e-6)

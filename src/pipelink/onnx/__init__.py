@@ -24,7 +24,7 @@ from ..modules.registry import registry
 from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
-from .fold import fold
+from .fold import MAX_FOLD_ELEMENTS, fold
 from .fuse import fuse as fuse_nodes
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
@@ -113,7 +113,9 @@ def _constant_value(onnx, node) -> np.ndarray:
     )
 
 
-_REFOLDS = 8  # rounds of shape inference after folding (each one only when a shape is still unknown)
+# Rounds of shape inference after folding: each runs only while a shape is still unknown and the last
+# one taught something (a chain of Reshapes whose targets the model computes takes one round each).
+_REFOLDS = 64
 
 
 def _unknown(shape: tuple | None) -> bool:
@@ -129,15 +131,19 @@ def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -
     if not any(_unknown(g.shapes.get(o)) for o in outputs):
         return False
     helper = onnx.helper
-    original = {t.name for t in model.graph.initializer}
     needed = {i for n in nodes for i in n.inputs if i}
-    inits = [t for t in model.graph.initializer if t.name in needed]
-    inits += [
-        onnx.numpy_helper.from_array(np.asarray(v), name)
-        for name, v in g.constants.items()
-        if name in needed and name not in original
-    ]
-    extra = [
+    # Small constants go in with their values (a Reshape's target, a Pad's pads); the weights only as
+    # typed inputs of their shape, so a round costs no copy of them. No data propagation: on a hostile
+    # file (a Tile by 2**40) onnx's would try to make the data.
+    inits, extra = [], []
+    for name in sorted(needed & g.constants.keys()):
+        value = np.asarray(g.constants[name])
+        if value.size <= MAX_FOLD_ELEMENTS:
+            inits.append(onnx.numpy_helper.from_array(value, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            extra.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
+    extra += [
         helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [len(v) if isinstance(v, list) else None])
         for name, v in g.symbolic.items()
         if name in needed
@@ -148,7 +154,7 @@ def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -
     )
     trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
-        inferred = onnx.shape_inference.infer_shapes(trial, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(trial)
     except Exception:  # noqa: BLE001 - inference is a help, never a requirement
         return False
     learned = False
@@ -269,15 +275,15 @@ def import_model(
     # What the model computes from constants and shapes is evaluated here (Shape, Gather, Concat...);
     # what folding made constant (a Pad's pads, a Reshape's target) lets shape inference see further, and
     # what it then sees may fold in turn: inference and folding alternate until neither learns more.
-    graph_outputs = {info.name for info in graph.output}
-    nodes = fold(g, nodes, graph_outputs)
+    # A round that learns a shape folds the whole graph again: a Shape read as symbolic dims before may
+    # now be a constant (its shape values are made afresh).
+    graph_outputs, every_node = {info.name for info in graph.output}, nodes
+    nodes = fold(g, every_node, graph_outputs)
     for _ in range(_REFOLDS):
         if not _reinfer(onnx, model, g, nodes, protos):
             break
-        count = len(nodes)
-        nodes = fold(g, nodes, graph_outputs)
-        if len(nodes) == count:
-            break
+        g.symbolic.clear()
+        nodes = fold(g, every_node, graph_outputs)
     if fuse:
         nodes, _ = fuse_nodes(g, nodes, {info.name for info in graph.output})
     rejected += convert(g, nodes)
