@@ -362,6 +362,16 @@ ZOO: dict[str, ZooSpec] = {
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
+            "yolos",
+            "YOLOS detector backbone (transformers, d=64, 2 layers; position embeddings resized by cubic)",
+            _transformers(
+                lambda tf: tf.YolosModel(
+                    tf.YolosConfig(image_size=[32, 32], patch_size=8, num_detection_tokens=5, **_SMALL)
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
             "mobilenet_v2_hf",
             "MobileNetV2 (transformers, 64x64 image; TensorFlow-style 'same' pads computed from shapes)",
             _transformers(

@@ -1,5 +1,6 @@
-"""resize (nearest, linear) and pixel_shuffle against element-by-element references (every output value
-computed from its own source coordinate, linear as a sum over the 2^k corners) and ONNX's reference
+"""resize (nearest, linear, cubic) and pixel_shuffle against element-by-element references (every output
+value computed from its own source coordinate, linear as a sum over the 2^k corners, cubic over 4^k
+neighbours) and ONNX's reference
 evaluator: every coordinate_transformation_mode and nearest_mode, scales and sizes, down- and up-sampling.
 """
 
@@ -122,7 +123,7 @@ def test_sizes_give_the_shape_and_out_over_in_scales(reg, device, sizes):
         ({"scales": [2.0, 2.0, 2.0]}, InvalidArgumentError, "one value per axis"),
         ({"scales": [1.0, 0.0]}, InvalidArgumentError, "> 0"),
         ({"sizes": [2, -1]}, InvalidArgumentError, ">= 0"),
-        ({"scales": [1.0, 2.0], "mode": "cubic"}, InvalidArgumentError, "must be one of"),
+        ({"scales": [1.0, 2.0], "mode": "bicubic"}, InvalidArgumentError, "must be one of"),
     ],
 )
 def test_resize_errors(reg, attrs, error, match):
@@ -214,3 +215,103 @@ def test_pipeline_upsampler_plans_and_runs():
     p = x.reshape(1, 2, 2, 2, 5, 5).transpose(0, 1, 4, 2, 5, 3).reshape(1, 2, 10, 10)
     scales = [1.0, 1.0, 1.5, 2.0]
     check_close(y, _resize_ref(p, (1, 2, 15, 20), scales, "linear", "align_corners", ""))
+
+
+# -- cubic --------------------------------------------------------------------------------------------
+def _keys(d: float, a: float) -> float:
+    """Keys' cubic convolution kernel at distance d."""
+    d = abs(d)
+    if d <= 1:
+        return (a + 2) * d**3 - (a + 3) * d**2 + 1
+    if d < 2:
+        return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a
+    return 0.0
+
+
+def _cubic_ref(x, out_shape, scales, coord_mode, a, exclude):
+    """Every output value on its own: the 4^k neighbours of its source coordinate on the resized axes,
+    weighted by products of Keys' kernel (clamped to the edge; with exclude, outside ones dropped and
+    each axis's weights renormalised)."""
+    resized = [k for k in range(x.ndim) if not (x.shape[k] == out_shape[k] and scales[k] == 1)]
+    out = np.zeros(out_shape)
+    for o in np.ndindex(*out_shape):
+        per_axis = []
+        for k in resized:
+            c = _coord(o[k], x.shape[k], scales[k], coord_mode)
+            f = math.floor(c)
+            taps = [(f + q, _keys(f + q - c, a)) for q in (-1, 0, 1, 2)]
+            if exclude:
+                taps = [(i, w) for i, w in taps if 0 <= i < x.shape[k]]
+                total = sum(w for _, w in taps)
+                taps = [(i, w / total) for i, w in taps]
+            per_axis.append([(min(max(i, 0), x.shape[k] - 1), w) for i, w in taps])
+        value = 0.0
+        for combo in itertools.product(*per_axis):
+            idx, weight = list(o), 1.0
+            for k, (i, w) in zip(resized, combo, strict=True):
+                idx[k] = i
+                weight *= w
+            value += weight * float(x[tuple(idx)])
+        out[o] = value
+    return out
+
+
+@pytest.mark.parametrize("dtype", FLOAT_NAMES)
+@pytest.mark.parametrize(
+    ("scales", "coord_mode", "a", "exclude"),
+    [
+        ((1, 1, 2.0, 1.5), "half_pixel", -0.75, False),
+        ((1, 1, 0.5, 0.8), "half_pixel", -0.75, True),  # downsampling, outside neighbours dropped
+        ((1, 1, 1.7, 3.0), "align_corners", -0.5, False),  # TensorFlow's coefficient
+        ((1, 1, 2.0, 2.0), "pytorch_half_pixel", -0.75, False),  # PyTorch's bicubic
+        ((1, 1, 3.0, 1.0), "asymmetric", -0.75, True),  # one axis resized
+        ((1, 2.0, 2.0, 0.5), "half_pixel", -0.75, False),  # three axes: 64 neighbours
+    ],
+)
+def test_cubic_against_per_element(reg, device, dtype, scales, coord_mode, a, exclude):
+    x = rand(np.random.default_rng(56), (1, 2, 4, 5), dtype)
+    attrs = {
+        "mode": "cubic",
+        "scales": list(scales),
+        "coordinate_transformation_mode": coord_mode,
+        "cubic_coeff_a": a,
+        "exclude_outside": exclude,
+    }
+    (y,) = run_op(reg, "resize", [x], attrs, device=device)
+    out_shape = tuple(math.floor(d * s) for d, s in zip(x.shape, scales, strict=True))
+    check_close(y, _cubic_ref(x, out_shape, scales, coord_mode, a, exclude), dtype)
+
+
+@pytest.mark.parametrize("exclude", [0, 1])
+@pytest.mark.parametrize("coord_mode", ["half_pixel", "align_corners", "pytorch_half_pixel", "asymmetric"])
+def test_cubic_matches_onnx(reg, device, coord_mode, exclude):
+    """One ONNX Resize in cubic mode (coefficient -0.5) imported and run, against onnx's
+    ReferenceEvaluator."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    x = rand(np.random.default_rng(57), (1, 2, 4, 5), "float32")
+    scales = np.array([1, 1, 2.0, 1.6], np.float32)
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": coord_mode, "exclude_outside": exclude}
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], cubic_coeff_a=-0.5, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "cubic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scales, "scales")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        check_close(pipe.run(x=x)["y"].numpy(), ref.astype(np.float64))
+
+
+def test_cubic_refusals(reg):
+    """cubic needs floats and at most three resized axes."""
+    x = np.zeros((2, 2, 2, 2), np.int32)
+    with pytest.raises(DTypeMismatchError, match="mode 'cubic' needs a float input"):
+        run_op(reg, "resize", [x], {"mode": "cubic", "scales": [1, 1, 2.0, 2.0]})
+    with pytest.raises(InvalidArgumentError, match="at most 3 axes"):
+        run_op(reg, "resize", [x.astype(np.float32)], {"mode": "cubic", "scales": [2.0, 2.0, 2.0, 2.0]})

@@ -182,6 +182,8 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             }
             out, sc = resize_plan((2, 3, 5, 6), attrs)
             cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
+            cubic = {**attrs, "mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": scales[1] == 3.0}
+            cases.append((f"resize-cubic-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, cubic)))
     for q in Q_KINDS:
         for ft in FLOATS:
             for op in ("quantize_linear", "dequantize_linear"):

@@ -1079,7 +1079,7 @@ def _upsample(g: Graph, node: Node) -> None:
 
 
 def _resize(g: Graph, node: Node) -> None:
-    _only(node, antialias=0, exclude_outside=0, keep_aspect_ratio_policy="stretch")
+    _only(node, antialias=0, keep_aspect_ratio_policy="stretch")
     if "axes" in node.attrs:
         raise Unsupported("attribute axes is not supported; give scales or sizes for every axis")
     if g.opset < 11:
@@ -1088,6 +1088,9 @@ def _resize(g: Graph, node: Node) -> None:
     else:
         scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
     attrs = _resize_modes(g, node)
+    if attrs["mode"] == "cubic":
+        attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
+        attrs["exclude_outside"] = bool(_attr(node, "exclude_outside", 0))
     if sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
     elif scales is not None and scales.size:

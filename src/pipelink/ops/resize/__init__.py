@@ -1,10 +1,11 @@
-"""Resampling (ONNX Resize with nearest and linear modes; DepthToSpace as pixel_shuffle): descriptors and
-NumPy references.
+"""Resampling (ONNX Resize with nearest, linear and cubic modes; DepthToSpace as pixel_shuffle):
+descriptors and NumPy references.
 
-Resize is separable: each resized axis gathers its source indices (and, for ``linear``, blends two
-neighbours) once per axis, with index and weight tables computed in ``bind``. Linear resizing computes
-in float32 (float64 for float64). The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate
-formulas and the same channel layouts.
+Resize is separable: each resized axis gathers its source indices (for ``linear``, blends two
+neighbours; for ``cubic``, four, with Keys' weights of ``cubic_coeff_a``) once per axis, with index and
+weight tables computed in ``bind``. Linear and cubic resizing compute in float32 (float64 for float64).
+The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate formulas and the same channel
+layouts.
 """
 
 from __future__ import annotations
@@ -22,8 +23,17 @@ from .._common import FLOATS, NUMERIC, builtin_operator, compute_dtype, numpy_dt
 from .._dims import derived, is_known
 from ..kernel import cuda_variant
 from . import cuda
+from .cuda import MAX_CUBIC_AXES, resized_axes
 
-__all__ = ["descriptors", "resize_plan", "source_coordinates", "COORDINATE_MODES", "NEAREST_MODES"]
+__all__ = [
+    "descriptors",
+    "resize_plan",
+    "source_coordinates",
+    "cubic_taps",
+    "COORDINATE_MODES",
+    "NEAREST_MODES",
+    "MAX_CUBIC_AXES",
+]
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -92,6 +102,26 @@ def source_coordinates(out_size: int, in_size: int, scale: float, mode: str) -> 
     return (o + 0.5) / scale - 0.5
 
 
+def cubic_taps(
+    coords: np.ndarray, in_size: int, a: float, exclude_outside: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX cubic: the 4 neighbours ``floor(c) - 1 .. floor(c) + 2`` of each coordinate (clamped into the
+    axis: the edge repeats) and their weights (Keys' kernel with coefficient ``a``; with
+    ``exclude_outside``, a neighbour outside the axis weighs 0 and the rest are renormalised).
+    Returns ``(indices, weights)``, each ``[len(coords), 4]`` (weights in float64)."""
+    base = np.floor(coords)
+    t = (coords - base)[:, None]
+    d = np.abs(np.array([-1.0, 0.0, 1.0, 2.0])[None, :] - t)  # distance of each neighbour
+    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
+    weights = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    taps = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        weights = np.where((taps >= 0) & (taps < in_size), weights, 0.0)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return np.clip(taps, 0, in_size - 1).astype(np.intp), weights
+
+
 def _nearest(coords: np.ndarray, mode: str, in_size: int) -> np.ndarray:
     if mode == "floor":
         idx = np.floor(coords)
@@ -105,35 +135,52 @@ def _nearest(coords: np.ndarray, mode: str, in_size: int) -> np.ndarray:
 
 
 def infer_resize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """Output rule of resize; linear mode needs a float input."""
-    if attrs["mode"] == "linear" and in_dtypes[0] not in FLOATS:
+    """Output rule of resize; linear and cubic modes need a float input, cubic at most
+    :data:`MAX_CUBIC_AXES` resized axes."""
+    mode = attrs["mode"]
+    if mode != "nearest" and in_dtypes[0] not in FLOATS:
         raise DTypeMismatchError(
-            f"resize: mode 'linear' needs a float input (got {in_dtypes[0]}); use mode 'nearest' or cast",
+            f"resize: mode {mode!r} needs a float input (got {in_dtypes[0]}); use mode 'nearest' or cast",
             port="x",
             expected=sorted(FLOATS),
             got=in_dtypes[0],
         )
-    return (resize_plan(tuple(in_shapes[0]), attrs)[0],), (in_dtypes[0],)
+    shape = tuple(in_shapes[0])
+    out, scales = resize_plan(shape, attrs)
+    count = len(resized_axes(shape, out, scales))
+    if mode == "cubic" and count > MAX_CUBIC_AXES:
+        raise InvalidArgumentError(
+            f"resize: mode 'cubic' resizes at most {MAX_CUBIC_AXES} axes (got {count} "
+            f"of {list(shape)} -> {list(out)}); resize in steps, or use mode 'linear'",
+            attr="mode",
+        )
+    return (out,), (in_dtypes[0],)
 
 
 def _resize_bind(ctx: KernelContext):
     shape = tuple(ctx.in_shapes[0])
     out_shape, scales = resize_plan(shape, ctx.attrs)
-    linear = ctx.attrs["mode"] == "linear"
+    mode = ctx.attrs["mode"]
+    linear = mode == "linear"
     coord_mode, nearest_mode = ctx.attrs["coordinate_transformation_mode"], ctx.attrs["nearest_mode"]
     dtype = ctx.in_dtypes[0]
-    cdt = compute_dtype(dtype) if linear else numpy_dtype(dtype)
+    cdt = compute_dtype(dtype) if mode != "nearest" else numpy_dtype(dtype)
     # Linear blends in the compute dtype: widen a half input once into a buffer kept from here.
     widened = np.empty(shape, cdt) if cdt != numpy_dtype(dtype) else None
     steps, current = [], list(shape)
-    for axis, (size, out) in enumerate(zip(shape, out_shape, strict=True)):
-        if size == out and scales[axis] == 1:
-            continue  # an axis left as it is samples itself in every coordinate mode
+    for axis in resized_axes(shape, out_shape, scales):  # an axis left as it is samples itself
+        size, out = shape[axis], out_shape[axis]
         coords = source_coordinates(out, size, scales[axis], coord_mode) if size else np.zeros(0)
         current[axis] = out
         bshape = [1] * len(shape)
         bshape[axis] = out
-        if linear and size:
+        if mode == "cubic" and size:
+            taps, weights = cubic_taps(
+                coords, size, float(ctx.attrs["cubic_coeff_a"]), bool(ctx.attrs["exclude_outside"])
+            )
+            cubic = [(taps[:, j], weights[:, j].astype(cdt).reshape(bshape)) for j in range(4)]
+            steps.append((axis, cubic, None, None, np.empty(current, cdt), np.empty(current, cdt)))
+        elif linear and size:
             clamped = np.clip(coords, 0, size - 1)
             lo = np.floor(clamped).astype(np.intp)
             hi = np.minimum(lo + 1, size - 1)
@@ -149,6 +196,16 @@ def _resize_bind(ctx: KernelContext):
             np.copyto(widened, data, casting="unsafe")
             data = widened
         for axis, lo, hi, weight, buf, other in steps:
+            if isinstance(lo, list):  # cubic: the four neighbours, weighted, summed in order
+                for j, (taps, w) in enumerate(lo):
+                    np.take(data, taps, axis=axis, out=other)
+                    np.multiply(other, w, out=other)
+                    if j:
+                        np.add(buf, other, out=buf)
+                    else:
+                        np.copyto(buf, other)
+                data = buf
+                continue
             np.take(data, lo, axis=axis, out=buf)
             if hi is not None:
                 # buf + (other - buf) * w: the two neighbours blended by the fractional coordinate.
@@ -216,8 +273,12 @@ def descriptors() -> list[OperatorDescriptor]:
                     "mode",
                     "str",
                     "nearest",
-                    choices=("nearest", "linear"),
-                    doc="'linear' is bilinear over two resized axes (float inputs)",
+                    choices=("nearest", "linear", "cubic"),
+                    doc="'linear' blends 2 neighbours per resized axis, 'cubic' 4 (at most 3 axes); floats",
+                ),
+                Attr("cubic_coeff_a", "float", -0.75, doc="cubic: Keys' coefficient (-0.5 TensorFlow's)"),
+                Attr(
+                    "exclude_outside", "bool", False, doc="cubic: neighbours outside x weigh 0, renormalised"
                 ),
                 Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
                 Attr("sizes", "ints", (), doc="or: the output shape"),

@@ -37,6 +37,8 @@ __all__ = [
     "KERNELS",
     "TUNED_AS",
     "RESIZE_DTYPES",
+    "MAX_CUBIC_AXES",
+    "resized_axes",
     "plan_resize",
     "resize_bind",
     "pixel_shuffle_layout",
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 _SOURCE = Path(__file__).resolve().parent / "resize.cu"
+MAX_CUBIC_AXES = 3  # cubic blends 4**k neighbours per output over k resized axes (64 at most)
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
 RESIZE_DTYPES = FLOATS + ("int8", "int32", "int64", "uint8")
 PIXEL_SHUFFLE_DTYPES = TRANSPOSE_KERNELS["transpose"].dtypes
@@ -64,6 +67,13 @@ KERNELS: dict[str, KernelSource] = {
     "resize": KernelSource("resize", _SOURCE, "pl_resize", {}, dict(_TUNABLES), dtypes=RESIZE_DTYPES),
 }
 TUNED_AS: dict[str, str] = {}
+
+
+def resized_axes(shape: tuple, out_shape: tuple, scales) -> list[int]:
+    """The axes resize samples: an axis of the same size at scale 1 maps to itself in every mode."""
+    return [
+        k for k, (d, o) in enumerate(zip(shape, out_shape, strict=True)) if not (d == o and scales[k] == 1)
+    ]
 
 
 def plan_resize(
@@ -87,7 +97,8 @@ def plan_resize(
     """
     source = KERNELS["resize"]
     dt = get_dtype(dtype)
-    linear = attrs["mode"] == "linear"
+    mode = attrs["mode"]
+    linear = mode != "nearest"  # linear and cubic blend neighbours
     allowed = FLOATS if linear else RESIZE_DTYPES
     if dt.name not in allowed:
         raise InvalidArgumentError(
@@ -100,18 +111,28 @@ def plan_resize(
         raise InvalidArgumentError(f"resize: at most {MAX_NDIM} axes (got {len(shp)})", op="resize")
     # an axis left as it is samples itself in every coordinate mode (as the CPU reference skips it)
     resized = [k for k, (d, o) in enumerate(zip(shp, out, strict=True)) if not (d == o and scales[k] == 1)]
+    if mode == "cubic" and len(resized) > 3:
+        raise InvalidArgumentError(
+            f"resize: mode 'cubic' resizes at most 3 axes (got {len(resized)})", op="resize"
+        )
     t = tuned_values(source, tuned)
     macros = {
         "PL_T": dt.cuda_type,
         "PL_NDIM": max(1, len(shp)),
         "PL_LINEAR": int(linear),
         "PL_NL": len(resized) if linear else 0,
+        "PL_CUBIC": int(mode == "cubic"),
+        "PL_EXCLUDE": int(bool(attrs.get("exclude_outside", False))),
         "PL_COORD": _COORD[attrs["coordinate_transformation_mode"]],
         "PL_NEAREST": _NEAREST[attrs["nearest_mode"]],
         "PL_BLOCK": t["block"],
     }
     n = prod(out)
-    scalars: dict[str, Any] = {"n": n, "resized": sum(1 << k for k in resized)}
+    scalars: dict[str, Any] = {
+        "n": n,
+        "resized": sum(1 << k for k in resized),
+        "cubic_a": float(attrs.get("cubic_coeff_a", -0.75)),
+    }
     for k in range(MAX_NDIM):
         scalars[f"din{k}"] = shp[k] if k < len(shp) else 1
         scalars[f"dout{k}"] = max(out[k], 1) if k < len(out) else 1
@@ -123,6 +144,7 @@ def plan_resize(
         *[ArgSpec(f"{p}{k}", "i64") for p in ("din", "dout") for k in range(MAX_NDIM)],
         *[ArgSpec(f"sc{k}", "f64") for k in range(MAX_NDIM)],
         ArgSpec("resized", "i32"),
+        ArgSpec("cubic_a", "f64"),
     ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     return make_plan(source, "pl_resize", macros, grid, t["block"], specs, scalars, dict(t))

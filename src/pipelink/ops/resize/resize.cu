@@ -1,14 +1,18 @@
-// PipeLink's resize (ONNX Resize, nearest and linear) over up to 8 axes: one thread per output element.
+// PipeLink's resize (ONNX Resize, nearest, linear and cubic) over up to 8 axes: one thread per output
+// element.
 // Each resized axis maps its output index to an input coordinate in double precision with the formulas
 // of resize/__init__.py's source_coordinates (IEEE operations in the same order: the same coordinates);
 // nearest rounds it as nearest_mode says, linear blends the two neighbours axis after axis, first
-// resized axis first, in the accumulation type (float; double for double), as the CPU reference does.
+// resized axis first, in the accumulation type (float; double for double), as the CPU reference does;
+// cubic sums four neighbours per axis the same way, weighted by Keys' kernel (weights in double, as
+// resize/__init__.py's cubic_taps).
 // Never allocate; every index is clamped into the input.
 //
 // Macros (chosen by plan_resize in pipelink/ops/resize/cuda.py):
 //   PL_T        element type (any numeric type for nearest, floats for linear)
 //   PL_NDIM     rank (1..8)
-//   PL_LINEAR   0 nearest, 1 linear; PL_NL the number of resized axes under linear (0..8)
+//   PL_LINEAR   0 nearest, 1 linear or cubic; PL_NL the number of resized axes under them (0..8; cubic
+//               0..3); PL_CUBIC 1 for cubic, with PL_EXCLUDE 1 for exclude_outside
 //   PL_COORD    PL_COORD_HALF_PIXEL, PL_COORD_PYTORCH_HALF_PIXEL, PL_COORD_ASYMMETRIC,
 //               PL_COORD_ALIGN_CORNERS
 //   PL_NEAREST  PL_NEAREST_ROUND_PREFER_FLOOR, PL_NEAREST_ROUND_PREFER_CEIL, PL_NEAREST_FLOOR,
@@ -16,9 +20,10 @@
 //   PL_BLOCK    threads per block
 //
 // Kernel: pl_resize(const T* x, T* y, long long n, long long din0..din7, long long dout0..dout7,
-//                   double sc0..sc7, int resized)
+//                   double sc0..sc7, int resized, double cubic_a)
 //   x contiguous with shape din, y contiguous with shape dout (n elements); sc the per-axis scales;
-//   bit k of `resized` set when axis k is resampled (else it maps to itself). Distinct buffers.
+//   bit k of `resized` set when axis k is resampled (else it maps to itself); cubic_a the cubic
+//   coefficient (unused by the other modes). Distinct buffers.
 #include "common.cuh"
 
 #define PL_COORD_HALF_PIXEL 0
@@ -36,6 +41,13 @@
 #ifndef PL_NL
 #define PL_NL 0
 #endif
+#ifndef PL_CUBIC
+#define PL_CUBIC 0
+#endif
+#ifndef PL_EXCLUDE
+#define PL_EXCLUDE 0
+#endif
+#define PL_TAPS (PL_CUBIC ? 4 : 2)  // neighbours per resized axis
 
 typedef PL_T T;
 
@@ -89,7 +101,7 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
           long long dout0, long long dout1, long long dout2, long long dout3,
           long long dout4, long long dout5, long long dout6, long long dout7,
           double sc0, double sc1, double sc2, double sc3, double sc4, double sc5, double sc6, double sc7,
-          int resized) {
+          int resized, double cubic_a) {
     const long long din[8] = {din0, din1, din2, din3, din4, din5, din6, din7};
     const long long dout[8] = {dout0, dout1, dout2, dout3, dout4, dout5, dout6, dout7};
     const double sc[8] = {sc0, sc1, sc2, sc3, sc4, sc5, sc6, sc7};
@@ -97,9 +109,11 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
         long long rem = i, stride = 1, base = 0;
 #if PL_LINEAR
         typedef typename pl_acc<T>::type A;
-        long long lo[PL_NL > 0 ? PL_NL : 1], hi[PL_NL > 0 ? PL_NL : 1];
-        A w[PL_NL > 0 ? PL_NL : 1];
+        long long tap[PL_NL > 0 ? PL_NL : 1][PL_TAPS];
+        A w[PL_NL > 0 ? PL_NL : 1][PL_TAPS];
         int j = PL_NL - 1;  // slot of the next resized axis, walking from the last axis back
+#else
+        (void)cubic_a;
 #endif
 #pragma unroll
         for (int k = PL_NDIM - 1; k >= 0; --k) {
@@ -107,13 +121,31 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             rem /= dout[k];
             if (resized & (1 << k)) {
                 const double c = pl_source_coordinate(o, din[k], sc[k]);
-#if PL_LINEAR
+#if PL_LINEAR && PL_CUBIC
+                const double f = floor(c), t = c - f, a = cubic_a;
+                double ws[4], sum = 0.0;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const double d = fabs((double)(q - 1) - t);
+                    double wq = d <= 1.0 ? ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+                                         : (d < 2.0 ? ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a : 0.0);
+                    long long at = (long long)f + q - 1;
+                    if (PL_EXCLUDE && (at < 0 || at >= din[k])) wq = 0.0;
+                    ws[q] = wq;
+                    sum += wq;
+                    at = at < 0 ? 0 : (at >= din[k] ? din[k] - 1 : at);
+                    tap[j][q] = at * stride;
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q) w[j][q] = (A)(PL_EXCLUDE ? ws[q] / sum : ws[q]);
+                --j;
+#elif PL_LINEAR
                 const double top = (double)(din[k] - 1);
                 const double cl = c < 0.0 ? 0.0 : (c > top ? top : c);
                 const long long l = (long long)floor(cl);
-                lo[j] = l * stride;
-                hi[j] = (l + 1 < din[k] ? l + 1 : din[k] - 1) * stride;
-                w[j] = (A)(cl - (double)l);
+                tap[j][0] = l * stride;
+                tap[j][1] = (l + 1 < din[k] ? l + 1 : din[k] - 1) * stride;
+                w[j][1] = (A)(cl - (double)l);
                 --j;
 #else
                 base += pl_nearest(c, din[k]) * stride;
@@ -124,20 +156,33 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             stride *= din[k];
         }
 #if PL_LINEAR
-        // every corner of the resized axes, then blended pairwise: first resized axis (slot 0) first
-        A v[1 << PL_NL];
+        // every combination of the resized axes' neighbours (slot s the s-th digit, base PL_TAPS), then
+        // combined axis by axis: first resized axis (slot 0) first
+        constexpr int COMBOS = PL_CUBIC ? 1 << (2 * PL_NL) : 1 << PL_NL;
+        A v[COMBOS];
 #pragma unroll
-        for (int corner = 0; corner < (1 << PL_NL); ++corner) {
+        for (int combo = 0; combo < COMBOS; ++combo) {
             long long off = base;
+            int digits = combo;
 #pragma unroll
-            for (int s = 0; s < PL_NL; ++s) off += (corner >> s) & 1 ? hi[s] : lo[s];
-            v[corner] = pl_to_acc(x[off]);
+            for (int s = 0; s < PL_NL; ++s) {
+                off += tap[s][digits % PL_TAPS];
+                digits /= PL_TAPS;
+            }
+            v[combo] = pl_to_acc(x[off]);
         }
+        int live = COMBOS;
 #pragma unroll
         for (int s = 0; s < PL_NL; ++s) {
+            live /= PL_TAPS;
 #pragma unroll
-            for (int c = 0; c < (1 << (PL_NL - s - 1)); ++c) {
-                v[c] = v[2 * c] + (v[2 * c + 1] - v[2 * c]) * w[s];
+            for (int c = 0; c < live; ++c) {
+#if PL_CUBIC
+                const A* g = v + 4 * c;
+                v[c] = ((g[0] * w[s][0] + g[1] * w[s][1]) + g[2] * w[s][2]) + g[3] * w[s][3];
+#else
+                v[c] = v[2 * c] + (v[2 * c + 1] - v[2 * c]) * w[s][1];
+#endif
             }
         }
         y[i] = pl_from<T>(v[0]);
