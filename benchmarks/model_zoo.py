@@ -372,6 +372,13 @@ ZOO: dict[str, ZooSpec] = {
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
+            "dinov2",
+            "DINOv2 encoder (transformers, d=64, 2 layers; position embeddings resized by cubic from a "
+            "folded grid)",
+            _transformers(lambda tf: tf.Dinov2Model(tf.Dinov2Config(image_size=32, patch_size=8, **_SMALL))),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
             "mobilenet_v2_hf",
             "MobileNetV2 (transformers, 64x64 image; TensorFlow-style 'same' pads computed from shapes)",
             _transformers(

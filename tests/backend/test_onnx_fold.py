@@ -321,3 +321,29 @@ def test_a_shape_read_before_its_input_was_known_is_folded_again():
     assert len(reshape) == 1 and reshape[0]["attrs"]["shape"] == [2, 56]  # 1 * 2, (4 + 3) * (5 + 3)
     with pl.from_onnx(model) as pipe:
         np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), ref, rtol=1e-6)
+
+
+def test_the_shape_of_a_folded_constant_is_its_arrays():
+    """DINOv2's pattern: a constant position table reshaped by a target computed with Pow (both folded),
+    then Shape of it read for another Reshape; shape inference has no shape for the folded tensor, the
+    fold takes the array's own."""
+    nodes = [
+        _n("Pow", ["four", "two"], ["sixteen_f"]),
+        _n("Cast", ["sixteen_f"], ["sixteen"], to=7),
+        _n("Unsqueeze", ["sixteen", "axis0"], ["n"]),
+        _n("Concat", ["n", "minus1"], ["target"], axis=0),
+        _n("Reshape", ["table", "target"], ["grid"]),
+        _n("Shape", ["grid"], ["gs"]),
+        _n("Reshape", ["x", "gs"], ["y"]),
+    ]
+    init = {
+        "four": np.array(4.0, F),
+        "two": np.array(2.0, F),
+        "axis0": i64(0),
+        "minus1": i64(-1),
+        "table": np.arange(64, dtype=F),
+    }
+    model = om.make_model(nodes, [("x", [8, 8])], [("y", None)], init, "shape_of_constant")
+    config, _ = import_model(model)
+    (stage,) = config["pipeline"]
+    assert stage["name"] == "reshape" and stage["attrs"]["shape"] == [16, 4]

@@ -54,6 +54,7 @@ FOLDABLE = frozenset(
         "Mul",
         "Div",
         "Sqrt",
+        "Pow",
         "Neg",
         "Abs",
         "Equal",
@@ -152,7 +153,9 @@ def _value(g: Graph, name: str) -> ShapeValue | None:
 def _fold_shape(g: Graph, node: Node) -> bool:
     if node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
         return False
-    shape = g.shapes.get(node.inputs[0])
+    source = node.inputs[0]
+    # a constant's shape is its array's (a folded tensor may have no shape from inference)
+    shape = tuple(np.shape(g.constants[source])) if source in g.constants else g.shapes.get(source)
     if shape is None:
         return False
     rank = len(shape)
