@@ -311,7 +311,9 @@ def test_cubic_matches_onnx(reg, device, coord_mode, exclude):
 def test_cubic_refusals(reg):
     """cubic needs floats and at most three resized axes."""
     x = np.zeros((2, 2, 2, 2), np.int32)
-    with pytest.raises(DTypeMismatchError, match="mode 'cubic' needs a float input"):
+    with pytest.raises(DTypeMismatchError, match="mode 'cubic' needs a float input") as e:
         run_op(reg, "resize", [x], {"mode": "cubic", "scales": [1, 1, 2.0, 2.0]})
-    with pytest.raises(InvalidArgumentError, match="at most 3 axes"):
+    assert e.value.code == pl.ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH
+    with pytest.raises(InvalidArgumentError, match="at most 3 axes") as e:
         run_op(reg, "resize", [x.astype(np.float32)], {"mode": "cubic", "scales": [2.0, 2.0, 2.0, 2.0]})
+    assert e.value.code == pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT

@@ -720,8 +720,9 @@ def test_scatter_nd_refusals(reg):
     with pytest.raises(InvalidArgumentError, match="reduction"):
         reg.get("scatter_nd").resolve_attrs({"reduction": "sum"}, where="s")
     data = np.zeros((4, 5), np.float32)
-    with pytest.raises(InvalidArgumentError, match=r"scatter_nd index 4 \(row 1 .*valid: -4 .. 3"):
+    with pytest.raises(InvalidArgumentError, match=r"scatter_nd index 4 \(row 1 .*valid: -4 .. 3") as e:
         run_op(reg, "scatter_nd", [data, np.array([[0], [4]], np.int64), np.ones((2, 5), np.float32)])
+    assert e.value.code == pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("reduction", ["none", "add"])
@@ -752,3 +753,24 @@ def test_scatter_nd_onnx_matches_the_reference(device, rng, reduction):
     with pl.from_onnx(model, device=device) as pipe:
         got = pipe.run(data=data, upd=updates)["y"].numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_trilu_onnx_k_must_be_a_constant_scalar():
+    """A computed k, or a k of two elements, is refused at import with the node named."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .onnx_models import make_model
+
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], name="moving_diagonal")
+    model = make_model([node], [("x", [3, 3])], [("y", None)], {}, "trilu")
+    model.graph.input.append(helper.make_tensor_value_info("k", TensorProto.INT64, []))
+    with pytest.raises(pl.PipeLinkError, match=r"Trilu node 'moving_diagonal'.*must be a constant") as e:
+        pl.from_onnx(model)
+    assert e.value.code == pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    model = make_model([node], [("x", [3, 3])], [("y", None)], {}, "trilu")
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1, 2], np.int64), "k"))
+    with pytest.raises(
+        pl.PipeLinkError, match=r"Trilu node 'moving_diagonal'.*k \(input 1\) must be a scalar"
+    ):
+        pl.from_onnx(model)

@@ -35,6 +35,7 @@ from .rules import (
     infer_where,
     slice_plan,
     split_sizes,
+    trilu_diagonal,
 )
 
 __all__ = ["descriptors", "MAX_PARTS"]
@@ -77,7 +78,7 @@ def _infer_trilu(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tupl
 
 def _trilu_bind(ctx: KernelContext):
     rows, cols = ctx.in_shapes[0][-2:]
-    k, upper = max(-rows, min(cols, int(ctx.attrs["k"]))), bool(ctx.attrs["upper"])  # beyond: all or none
+    k, upper = trilu_diagonal(rows, cols, ctx.attrs["k"]), bool(ctx.attrs["upper"])
     keep = (np.triu if upper else np.tril)(np.ones((rows, cols), bool), k)
 
     def kernel(inputs, outputs, stream):

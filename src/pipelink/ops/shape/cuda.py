@@ -44,7 +44,7 @@ from ..kernel import (
     tuned_values,
 )
 from ..transpose.cuda import plan_as_strided
-from .rules import MAX_PARTS, index_out_of_range, slice_plan, split_sizes
+from .rules import MAX_PARTS, index_out_of_range, slice_plan, split_sizes, trilu_diagonal
 
 __all__ = [
     "KERNELS",
@@ -395,7 +395,7 @@ def plan_trilu(
         "PL_INDEX64": int(n >= I32_LIMIT),
     }
     specs = [pointer("x"), pointer("y"), *(ArgSpec(a, "i64") for a in ("n", "rows", "cols", "k"))]
-    scalars = {"n": n, "rows": max(rows, 1), "cols": max(cols, 1), "k": max(-rows, min(cols, int(k)))}
+    scalars = {"n": n, "rows": max(rows, 1), "cols": max(cols, 1), "k": trilu_diagonal(rows, cols, k)}
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     return make_plan(source, "pl_trilu", macros, grid, t["block"], specs, scalars, dict(t))
 

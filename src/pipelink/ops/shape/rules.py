@@ -408,6 +408,12 @@ def infer_expand(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
     return (_broadcast("expand", {"'x'": tuple(in_shapes[0]), "'shape'": target}),), (in_dtypes[0],)
 
 
+def trilu_diagonal(rows: int, cols: int, k: int) -> int:
+    """trilu's diagonal ``k`` clamped to ``[-rows, cols]``: beyond it every element is kept or none is,
+    so the clamp changes nothing but keeps the arithmetic in range (a k of 2**62 is allowed)."""
+    return max(-rows, min(cols, int(k)))
+
+
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 """scatter_nd's ``reduction`` values (ONNX ScatterND 18)."""
 
