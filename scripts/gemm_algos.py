@@ -1,5 +1,6 @@
-"""cuBLASLt's algorithms for the GPT-2 block's four GEMMs on this GPU (batch 32: 4096 rows, fp32, TF32 off):
-the experiment behind choosing a product's algorithm by timing at bind (ops/gemm/algos.py).
+"""cuBLASLt's algorithms for the GPT-2 block's four GEMMs on this GPU (batch 32: 4096 rows, fp32, TF32 off),
+or for the MLP block's two (``--rows 8 --d 1024 --mlp``: the service benchmark's T=8 block): the experiment
+behind choosing a product's algorithm by timing at bind (ops/gemm/algos.py).
 
 Each product is built as PipeLink issues it (``pl.load`` of a one-gemm config with the ONNX import's
 epilogue: bias, GELU, the residual read as C with beta 1) and once more without bias or epilogue. For each,
@@ -10,7 +11,8 @@ bind chose. It also checks that the heuristic's answers for 1, 2, 4 and 8 result
 answer for N: the native core asks for rank + 1 results and takes the last, so a rank must name the same
 algorithm in a shorter list.
 
-    python scripts/gemm_algos.py [--top 16] [--iters 20] [--workspace-mib MIB] [--json OUT.json]
+    python scripts/gemm_algos.py [--rows M] [--d D] [--mlp] [--top 16] [--iters 20] [--workspace-mib MIB]
+                                 [--json OUT.json]
 
 Needs a CUDA GPU, nvmath-python and PyTorch; runs in about 10-20 s on an H200.
 """
@@ -28,15 +30,21 @@ import torch
 import pipelink as pl
 from pipelink.ops.gemm import algos
 
-M = 4096  # GPT-2 small at batch 32: 32 x 128 tokens
-D = 768
-# name, K, N, activation, residual: the four GEMMs of one block as the ONNX import fuses them
-CASES = [
-    ("attn c_attn", D, 3 * D, "none", False),
-    ("attn c_proj", D, D, "none", True),
-    ("mlp c_fc", D, 4 * D, "gelu_tanh", False),
-    ("mlp c_proj", 4 * D, D, "none", True),
-]
+M = 4096  # GPT-2 small at batch 32: 32 x 128 tokens (--rows)
+D = 768  # (--d)
+
+
+def cases(d: int, mlp_only: bool) -> list[tuple[str, int, int, str, bool]]:
+    """name, K, N, activation, residual: the four GEMMs of one block as the ONNX import fuses them (the
+    MLP's two alone with ``mlp_only``)."""
+    mlp = [("mlp c_fc", d, 4 * d, "gelu_tanh", False), ("mlp c_proj", 4 * d, d, "none", True)]
+    return (
+        mlp
+        if mlp_only
+        else [("attn c_attn", d, 3 * d, "none", False), ("attn c_proj", d, d, "none", True), *mlp]
+    )
+
+
 CONFIG_ATTRS = ("ID", "TILE_ID", "STAGES_ID", "SPLITK_NUM", "REDUCTION_SCHEME", "CTA_SWIZZLING")
 
 
@@ -211,6 +219,7 @@ def prefix_consistent(kernel, results: np.ndarray, cap: int) -> bool:
 
 
 def main() -> None:
+    global M
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=16, help="heuristic results to time (default 16)")
     parser.add_argument(
@@ -219,8 +228,13 @@ def main() -> None:
     parser.add_argument(
         "--workspace-mib", type=int, default=None, help="heuristic workspace limit (default: PipeLink's)"
     )
+    parser.add_argument("--rows", type=int, default=M, help=f"rows of a (tokens; default {M})")
+    parser.add_argument("--d", type=int, default=D, help=f"model width (default {D})")
+    parser.add_argument("--mlp", action="store_true", help="only the MLP block's two products")
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args()
+
+    M = args.rows
     if args.iters < 10:
         parser.error("--iters must be at least 10")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -231,9 +245,10 @@ def main() -> None:
     floor = algos.TIMING_MIN_FLOPS.bit_length() - 1
     print(
         f"{torch.cuda.get_device_name()}, cuBLASLt {lt.get_version()}, torch {torch.__version__}, TF32 off; "
-        f"the bind times {algos.CANDIDATES} candidates of products >= 2^{floor} FLOP"
+        f"the bind times {algos.CANDIDATES} candidates of products >= 2^{floor} FLOP, or fp32 products over "
+        f">= {algos.TIMING_MIN_BYTES >> 20} MiB of operands"
     )
-    report = [run_case(*case, plain, args) for case in CASES for plain in (False, True)]
+    report = [run_case(*case, plain, args) for case in cases(args.d, args.mlp) for plain in (False, True)]
     print(f"\n{time.perf_counter() - t0:.1f} s")
     if args.json:
         with open(args.json, "w") as f:

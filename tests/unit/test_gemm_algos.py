@@ -21,7 +21,7 @@ import pytest
 from pipelink.descriptor import KernelContext
 from pipelink.ops.gemm import algos
 from pipelink.ops.gemm.cuda import bind_gemm
-from pipelink.ops.gemm.lt import WORKSPACE_BYTES
+from pipelink.ops.gemm.lt import WORKSPACE_BYTES, operand_bytes
 from tests.unit.test_conv_gemm_route import FakeLt, lt  # noqa: F401 - the fixture installing the stand-in
 
 
@@ -94,8 +94,17 @@ def test_only_large_products_with_a_choice_are_timed(monkeypatch):
     assert algos.worth_timing(big, 8) and algos.worth_timing(2 * 4096 * 768 * 768, 8)  # attn c_proj
     assert not algos.worth_timing(big - 1, 8)
     assert not algos.worth_timing(big, 1)  # nothing to choose
+    # a few rows against a large weight: few FLOPs, bound by reading the weight (the T=8 MLP's fp32 fc1)
+    decode = operand_bytes(8, 4096, 1024, 1, 4)
+    assert algos.worth_timing(2 * 8 * 4096 * 1024, 8, decode) and decode >= algos.TIMING_MIN_BYTES
+    assert not algos.worth_timing(2 * 8 * 1024 * 1024, 8, operand_bytes(8, 1024, 1024, 1, 4))
+    # on the tensor cores the bytes do not count (bf16's split-K picks lost 16 streams' throughput)
+    assert not algos.worth_timing(
+        2 * 8 * 4096 * 2048, 8, operand_bytes(8, 4096, 2048, 1, 2), on_tensor_cores=True
+    )
     monkeypatch.setenv("PIPELINK_GEMM_TIMING", "0")
     assert not algos.worth_timing(big, 8)
+    assert not algos.worth_timing(1, 8, decode)
 
 
 def test_each_sample_spans_enough_work():
@@ -354,3 +363,5 @@ def test_the_workspace_cap_opens_for_products_worth_timing():
     assert workspace_limit(8, 1024, 1, 2, k=1024) == 8 * 1024 * 2
     assert workspace_limit(4096, 768, 1, 4, k=3072) == WORKSPACE_BYTES > 4096 * 768 * 4
     assert workspace_limit(64, 64, 1, 4) == 64 * 64 * 4  # k unknown: the small product's rule
+    assert workspace_limit(8, 4096, 1, 4, k=1024) == WORKSPACE_BYTES  # 16 MiB of fp32 weight: uncapped
+    assert workspace_limit(8, 4096, 1, 2, k=2048) == 8 * 4096 * 2  # bf16's: the tensor cores keep the cap

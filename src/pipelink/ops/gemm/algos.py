@@ -21,11 +21,13 @@ __all__ = [
     "CHOICES",
     "NEAR_TIE",
     "ROUNDS",
+    "TIMING_MIN_BYTES",
     "TIMING_MIN_FLOPS",
     "AlgoChoice",
     "ChoiceMemo",
     "calls_per_sample",
     "choose_fastest",
+    "is_large",
     "timing_enabled",
     "worth_timing",
 ]
@@ -42,6 +44,16 @@ CANDIDATES = 8
 #: product, once per process (the memo), against up to ~30% of a product that takes hundreds of
 #: microseconds per run (the GPT-2 block's four fp32 GEMMs: 0.17-0.47 ms each at batch 32).
 TIMING_MIN_FLOPS = 1 << 30
+
+#: ... or, for a product on the SIMT cores (fp32 with TF32 off, fp64), a product whose operands span at
+#: least this many bytes: a few rows against a large weight (a decode step, the T=8 MLP block) is bound
+#: by reading the weight, and the small product's workspace cap (``lt.workspace_limit``) withholds the
+#: split-K algorithms that read it fastest. H200, the service benchmark's T=8 MLP block (d=1024, 16 MiB
+#: fp32 weights, 67 MFLOP a product): one thread 12.4k -> 22.6k runs/s, 16 threads 44.3k -> 68.1k. Not
+#: for tensor-core products: the bf16 block's (8 MiB weights), measured the same way in one run, kept
+#: one thread's rate (25-30k) but lost 16 threads' (137-142k -> 108-112k; 311k -> 156-172k with graphs),
+#: split-K's extra CTAs and reduction contending across streams. 8 MiB is ~2 us of HBM traffic.
+TIMING_MIN_BYTES = 8 << 20
 
 #: Rounds over the candidates (interleaved, so clock and thermal drift weigh on all alike); the median
 #: of each candidate's samples is its time.
@@ -64,9 +76,16 @@ def timing_enabled() -> bool:
     return os.environ.get("PIPELINK_GEMM_TIMING", "1").strip() not in ("0", "off", "false", "no")
 
 
-def worth_timing(flops: float, candidates: int) -> bool:
-    """Whether a product of ``flops`` with ``candidates`` heuristic results is timed at bind."""
-    return candidates > 1 and flops >= TIMING_MIN_FLOPS and timing_enabled()
+def is_large(flops: float, nbytes: float = 0, *, on_tensor_cores: bool = False) -> bool:
+    """Whether a product of ``flops`` over operands of ``nbytes`` is large enough to be worth choosing its
+    algorithm for (:data:`TIMING_MIN_FLOPS`; :data:`TIMING_MIN_BYTES` off the tensor cores)."""
+    return flops >= TIMING_MIN_FLOPS or (not on_tensor_cores and nbytes >= TIMING_MIN_BYTES)
+
+
+def worth_timing(flops: float, candidates: int, nbytes: float = 0, *, on_tensor_cores: bool = False) -> bool:
+    """Whether a product of ``flops`` over ``nbytes`` of operands with ``candidates`` heuristic results is
+    timed at bind (:func:`is_large`)."""
+    return candidates > 1 and is_large(flops, nbytes, on_tensor_cores=on_tensor_cores) and timing_enabled()
 
 
 def calls_per_sample(flops: float) -> int:

@@ -26,6 +26,7 @@ __all__ = [
     "lt_product",
     "offset_alignment",
     "plan_batches",
+    "operand_bytes",
     "workspace_limit",
 ]
 
@@ -34,13 +35,22 @@ log = logging.getLogger("pipelink")
 WORKSPACE_BYTES = 32 << 20
 
 
+def operand_bytes(m: int, n: int, k: int, batch: int, itemsize: int) -> int:
+    """The bytes a product's A, B and D span (each batch's own: an upper bound when an operand is
+    broadcast), what :func:`algos.is_large` weighs beside its FLOPs off the tensor cores (fp32, fp64:
+    ``itemsize`` 4 and 8)."""
+    return (m * k + k * n + m * n) * max(batch, 1) * itemsize
+
+
 def workspace_limit(m: int, n: int, batch: int, itemsize: int, k: int = 0) -> int:
     """The most workspace a product may ask cuBLASLt for: 32 MiB. A product too small to be timed at bind
-    (``algos.TIMING_MIN_FLOPS``) asks for no more than its own output (its split-K scratch would otherwise
-    outweigh the whole plan: the T=8 MLP block); a larger one gets all 32 MiB, since the cap changes which
-    algorithms the heuristic offers (H200, scripts/gemm_algos.py: GPT-2's 4096x3072 -> 768 fp32 product
-    with bias and residual ran 447.6 us at its output's 12 MiB, 416.7 us with more)."""
-    if 2 * m * n * k * max(batch, 1) >= algos.TIMING_MIN_FLOPS:
+    (:func:`algos.is_large`) asks for no more than its own output (its split-K scratch would otherwise
+    outweigh the whole plan); a larger one gets all 32 MiB, since the cap changes which algorithms the
+    heuristic offers (H200, scripts/gemm_algos.py: GPT-2's 4096x3072 -> 768 fp32 product with bias and
+    residual ran 447.6 us at its output's 12 MiB, 416.7 us with more). A run allocates only what the
+    chosen algorithm needs."""
+    flops = 2 * m * n * k * max(batch, 1)
+    if algos.is_large(flops, operand_bytes(m, n, k, batch, itemsize), on_tensor_cores=itemsize < 4):
         return WORKSPACE_BYTES
     return min(WORKSPACE_BYTES, m * n * max(batch, 1) * itemsize)
 
@@ -161,10 +171,11 @@ class LtMatmul:
     ``a_input`` / ``b_input`` the stage inputs read as a and b (another family's stage may order them
     otherwise: conv2d's x is b).
 
-    The algorithm: up to :data:`algos.CANDIDATES` heuristic results; a product of at least
-    :data:`algos.TIMING_MIN_FLOPS` with several candidates times each on scratch operands of the stage's
-    shapes (:meth:`_time_candidates`) and keeps the fastest (``self.algo``, an :class:`algos.AlgoChoice`;
-    remembered per process in :data:`algos.CHOICES`), else takes the heuristic's first.
+    The algorithm: up to :data:`algos.CANDIDATES` heuristic results; a large product
+    (:func:`algos.is_large`: FLOPs or operand bytes) with several candidates times each on scratch
+    operands of the stage's shapes (:meth:`_time_candidates`) and keeps the fastest (``self.algo``, an
+    :class:`algos.AlgoChoice`; remembered per process in :data:`algos.CHOICES`),
+    else takes the heuristic's first.
     """
 
     def __init__(
@@ -248,8 +259,9 @@ class LtMatmul:
             int(self.max_workspace),
             self.min_alignment,  # type: ignore[arg-type]
         )
-        flops = 2.0 * m * n * k * batch.count * len(batch.offsets)
-        self.algo = self._choose(ctx, results, flops)
+        calls = batch.count * len(batch.offsets)
+        flops = 2.0 * m * n * k * calls
+        self.algo = self._choose(ctx, results, flops, operand_bytes(m, n, k, calls, size), size < 4)
         self.heuristic = results[self.algo.rank : self.algo.rank + 1].copy()  # what every call passes
         self.workspace_size = min(self.algo.workspace, WORKSPACE_BYTES)
         self.native = replace(
@@ -310,11 +322,13 @@ class LtMatmul:
             lt.matmul_preference_destroy(pref)
         return results[: max(0, min(int(found[0]), len(results)))]
 
-    def _choose(self, ctx: KernelContext, results: np.ndarray, flops: float) -> algos.AlgoChoice:
+    def _choose(
+        self, ctx: KernelContext, results: np.ndarray, flops: float, nbytes: int, on_tensor_cores: bool
+    ) -> algos.AlgoChoice:
         """The candidate this product runs: the memo's, else the fastest when worth timing, else the
         heuristic's first. Timing never fails the bind: whatever goes wrong keeps the first."""
         first = algos.AlgoChoice(0, int(results[0]["workspace_size"]))
-        if not algos.worth_timing(flops, len(results)):
+        if not algos.worth_timing(flops, len(results), nbytes, on_tensor_cores=on_tensor_cores):
             return first
         unranked = replace(self.native, algo_rank=0, algo_asked=1, algo_workspace=0)
         key = (getattr(self.backend, "device", None), unranked)
