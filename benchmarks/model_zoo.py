@@ -293,6 +293,63 @@ ZOO: dict[str, ZooSpec] = {
             lambda t: (_ids(t),),
         ),
         ZooSpec(
+            "mistral",
+            "Mistral decoder (transformers, d=64, 2 layers, grouped KV heads; PyTorch's SDPA attention, as "
+            "transformers loads it by default)",
+            _transformers(
+                lambda tf: tf.MistralModel(tf.MistralConfig(vocab_size=100, num_key_value_heads=2, **_SMALL))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "qwen3",
+            "Qwen3 decoder (transformers, d=64, 2 layers; RMSNorm of queries and keys per head)",
+            _transformers(
+                lambda tf: tf.Qwen3Model(
+                    tf.Qwen3Config(
+                        vocab_size=100,
+                        num_key_value_heads=2,
+                        head_dim=16,
+                        attn_implementation="eager",
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gemma2",
+            "Gemma 2 decoder (transformers, d=64, 2 layers; soft-capped logits, sliding-window mask)",
+            _transformers(
+                lambda tf: tf.Gemma2Model(
+                    tf.Gemma2Config(
+                        vocab_size=100,
+                        num_key_value_heads=2,
+                        head_dim=16,
+                        attn_implementation="eager",
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "phi3",
+            "Phi-3 decoder (transformers, d=64, 2 layers; fused QKV and gate-up projections)",
+            _transformers(
+                lambda tf: tf.Phi3Model(
+                    tf.Phi3Config(
+                        vocab_size=100,
+                        num_key_value_heads=2,
+                        pad_token_id=0,
+                        attn_implementation="eager",
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
             "gpt_neox",
             "GPT-NeoX decoder (transformers, d=64, 2 layers; its causal mask from Trilu)",
             _transformers(lambda tf: tf.GPTNeoXModel(tf.GPTNeoXConfig(vocab_size=100, **_SMALL))),

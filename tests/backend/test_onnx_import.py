@@ -103,9 +103,11 @@ def _case(rng, op):
     x = _r(rng, 2, 3, 4, 5)
     m = _r(rng, 3, 4)
     i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    i32 = lambda *v: np.array(v, dtype=np.int32)  # noqa: E731
     cases = {
         "Gemm": ({"a": m}, {"b": _r(rng, 5, 4), "c": _r(rng, 5)}, {"transB": 1, "alpha": 0.5, "beta": 2.0}),
         "MatMul": ({"a": x}, {"b": _r(rng, 5, 6)}, {}),
+        "Einsum": ({"a": x}, {"b": _r(rng, 2, 3, 6, 5)}, {"equation": "bhqd,bhkd->bhqk"}),
         "Add": ({"a": x}, {"b": _r(rng, 5)}, {}),
         "Sub": ({"a": x, "b": _r(rng, 4, 1)}, {}, {}),
         "Mul": ({"a": x}, {"b": _r(rng, 1, 3, 1, 1)}, {}),
@@ -229,8 +231,36 @@ def _case(rng, op):
         ),
         "Identity": ({"x": x}, {}, {}),
         "ScatterND": ({"data": x}, {"i": i64(1, 0, 0, 2).reshape(2, 1, 2), "u": _r(rng, 2, 1, 4, 5)}, {}),
+        "GatherND": ({"data": x}, {"i": i64(2, -1, 0, 1, -3, 0).reshape(2, 3, 1)}, {"batch_dims": 1}),
+        "ScatterElements": (
+            {"data": x},
+            {"i": rng.integers(-4, 4, (2, 3, 6, 5)), "u": _r(rng, 2, 3, 6, 5)},
+            {"axis": 2, "reduction": "max"},
+        ),
+        "OneHot": (
+            {"i": i64(0, 4, -1, 7, -5, 2)},
+            {"depth": np.array(5, np.int64), "values": np.array([-1.0, 2.5], F)},
+            {},
+        ),
+        "EyeLike": ({"x": m}, {}, {"k": 1, "dtype": onnx.TensorProto.INT32}),
+        "CastLike": ({"x": 10 * x}, {"like": np.array([7], np.int8)}, {}),
         "CumSum": ({"x": x}, {"axis": np.array(-2, np.int32)}, {"exclusive": 1, "reverse": 1}),
+        "CumProd": ({"x": 0.5 * x}, {"axis": np.array(-1, np.int64)}, {"exclusive": 1}),  # opset 26
+        "ReduceProd": ({"x": x}, {"axes": i64(1, -1)}, {"keepdims": 0}),
+        "TopK": ({"x": np.round(x)}, {"k": i64(2)}, {"axis": 2, "largest": 0}),  # ties: the lower index
+        "Hardmax": ({"x": np.round(x)}, {}, {"axis": 1}),
         "Trilu": ({"x": x}, {"k": np.array(-1, np.int64)}, {"upper": 0}),
+        "RMSNormalization": ({"x": x}, {"scale": _r(rng, 4, 5)}, {"axis": 2, "epsilon": 1e-3}),  # opset 23
+        "RotaryEmbedding": (
+            {"x": _r(rng, 2, 3, 4, 8)},
+            {"cos": np.cos(_r(rng, 6, 4)), "sin": np.sin(_r(rng, 6, 4)), "pos": rng.integers(0, 6, (2, 4))},
+            {"interleaved": 1},
+        ),
+        "Attention": (  # opset 23: grouped-query heads, causal
+            {"q": _r(rng, 2, 4, 5, 8)},
+            {"k": _r(rng, 2, 2, 6, 8), "v": _r(rng, 2, 2, 6, 8)},
+            {"is_causal": 1},
+        ),
         "IsNaN": ({"x": np.where(x > 1, np.nan, x).astype(F)}, {}, {}),
         "IsInf": (
             {"x": np.where(x > 1, np.inf, np.where(x < -1, -np.inf, x)).astype(F)},
@@ -238,6 +268,41 @@ def _case(rng, op):
             {"detect_negative": 0},
         ),
         "Mod": ({"a": 7 * x}, {"b": np.array([1.5, -2.0, 3.0, -0.75, 2.5], F)}, {"fmod": 1}),
+        "Tan": ({"x": x}, {}, {}),
+        "Asin": ({"x": np.tanh(x)}, {}, {}),
+        "Acos": ({"x": np.tanh(x)}, {}, {}),
+        "Atan": ({"x": 5 * x}, {}, {}),
+        "Sinh": ({"x": 2 * x}, {}, {}),
+        "Cosh": ({"x": 2 * x}, {}, {}),
+        "Asinh": ({"x": 5 * x}, {}, {}),
+        "Acosh": ({"x": 1.05 + np.abs(5 * x)}, {}, {}),
+        "Atanh": ({"x": 0.95 * np.tanh(x)}, {}, {}),
+        "Shrink": ({"x": 3 * x}, {}, {"lambd": 1.0, "bias": 0.25}),
+        "Swish": ({"x": 4 * x}, {}, {"alpha": 0.75}),  # opset 24
+        "BitwiseAnd": (
+            {"a": rng.integers(-(2**31), 2**31, (2, 3, 4, 5), dtype=np.int32)},
+            {"b": i32(-6, 5, 255, 0, -1)},
+            {},
+        ),
+        "BitwiseOr": (
+            {
+                "a": rng.integers(-128, 128, (3, 1), dtype=np.int8),
+                "b": rng.integers(-128, 128, (4,), dtype=np.int8),
+            },
+            {},
+            {},
+        ),
+        "BitwiseXor": (
+            {"a": rng.integers(0, 256, (3, 4), dtype=np.uint8)},
+            {"b": rng.integers(0, 256, (4,), dtype=np.uint8)},
+            {},
+        ),
+        "BitwiseNot": ({"x": rng.integers(-(2**63), 2**63, (3, 4), dtype=np.int64)}, {}, {}),
+        "BitShift": (
+            {"a": rng.integers(0, 256, (3, 4), dtype=np.uint8)},
+            {"b": np.array([0, 3, 7, 9], np.uint8)},
+            {"direction": "LEFT"},
+        ),
         "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
         "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
         "DequantizeLinear": (
@@ -247,7 +312,7 @@ def _case(rng, op):
         ),
     }
     feeds, inits, attrs = cases[op]
-    n_out = 2 if op in ("Split", "Dropout") else 1
+    n_out = 2 if op in ("Split", "Dropout", "TopK") else 1
     return feeds, inits, attrs, n_out
 
 
@@ -269,7 +334,9 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
         [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
-    opset = 9 if op == "Upsample" else 21  # Upsample left the standard at opset 10
+    opset = {"Upsample": 9, "Swish": 24, "CumProd": 26}.get(
+        op, 23 if op in ("RMSNormalization", "RotaryEmbedding", "Attention") else 21
+    )  # Upsample left the standard at opset 10; Swish came at 24, CumProd at 26; the LLM ops at 23
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     model.ir_version = 10
     pipe = pl.from_onnx(model, device=device)

@@ -108,6 +108,7 @@ WITH_CUDA = {
     "conv2d",
     "conv_transpose2d",
     "attention",
+    "rotary_embedding",
     "equal",
     "less",
     "greater",
@@ -124,9 +125,40 @@ WITH_CUDA = {
     "scatter_nd",
     "mod",
     "fmod",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "shrink",
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bit_shift",
+    "top_k",
+    "reduce_prod",
+    "cumprod",
+    "hardmax",
+    "gather_nd",
+    "scatter_elements",
+    "one_hot",
+    "eye_like",
 }
 # cuDNN's operators keep their reference for staged runs where cuDNN declines (ops/_common.py).
-STAGED_FALLBACK = {"conv2d", "conv_transpose2d", "attention", "scatter_nd"}
+STAGED_FALLBACK = {
+    "conv2d",
+    "conv_transpose2d",
+    "attention",
+    "scatter_nd",
+    "scatter_elements",
+    "top_k",
+    "gather_nd",
+}
 CUDNN = {"conv2d", "conv_transpose2d", "attention"}  # ... and scatter_nd's combining reductions
 # Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
 WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}

@@ -1,7 +1,9 @@
-"""reduce_mean / reduce_sum / reduce_max against a row-by-row reference (reduced axes moved last, each
-row folded with math.fsum / max) and ONNX's reference evaluator; ONNX's edge cases: negative axes,
-keepdims, noop_with_empty_axes, empty reductions, 16-bit types, integer wrap-around. argmax / argmin
-against an index reference, ties both ways, NaN, refusals, and one-node ONNX ArgMax / ArgMin models.
+"""reduce_mean / reduce_sum / reduce_max / reduce_prod against a row-by-row reference (reduced axes moved
+last, each row folded with math.fsum / max / a float64 product) and ONNX's reference evaluator; ONNX's edge
+cases: negative axes, keepdims, noop_with_empty_axes, empty reductions, 16-bit types, integer wrap-around.
+argmax / argmin against an index reference, ties both ways, NaN, refusals, and one-node ONNX ArgMax /
+ArgMin models. cumsum / cumprod against a running sum / product walked in Python, and one-node ONNX
+CumSum / CumProd models.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def _ref(x: np.ndarray, kind: str, axes, keepdims: bool, noop: bool) -> np.ndarr
         vals = [float(v) for v in r]
         if kind == "sum":
             out.append(math.fsum(vals))
+        elif kind == "prod":
+            out.append(math.prod(vals))
         elif kind == "mean":
             out.append(math.fsum(vals) / len(vals) if vals else math.nan)
         else:
@@ -80,16 +84,16 @@ def test_reductions_on_floats(reg, device, kind, dtype, shape, axes, keepdims):
     assert np.array_equal(np.isnan(y.astype(np.float64)), np.isnan(ref))
 
 
-@pytest.mark.parametrize("kind", ["sum", "max"])
+@pytest.mark.parametrize("kind", ["sum", "max", "prod"])
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
 def test_integer_sum_wraps_and_max_is_exact(reg, device, kind, dtype):
     rng = np.random.default_rng(22)
-    x = rand(rng, (4, 50), dtype)
+    x = _odd(rand(rng, (4, 50), dtype)) if kind == "prod" else rand(rng, (4, 50), dtype)
     (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": [1], "keepdims": False}, device=device)
     info = np.iinfo(x.dtype)
     for i in range(4):
         vals = [int(v) for v in x[i]]
-        want = sum(vals) if kind == "sum" else max(vals)
+        want = {"sum": sum, "max": max, "prod": math.prod}[kind](vals)
         want = (want - info.min) % (info.max - info.min + 1) + info.min  # two's-complement wrap
         assert int(y[i]) == want
 
@@ -114,6 +118,76 @@ def test_nan_propagates_through_max(reg, device):
     x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, 6.0]], np.float32)
     (y,) = run_op(reg, "reduce_max", [x], {"axes": [1], "keepdims": False}, device=device)
     assert np.isnan(y[0]) and y[1] == 6.0
+
+
+def _odd(x: np.ndarray) -> np.ndarray:
+    """Odd integers (of x's type): their products never reach 0 modulo 2^bits, so a wrapped product
+    still tests every bit."""
+    return (x | 1).astype(x.dtype)
+
+
+def _near_one(rng, shape, dtype: str) -> np.ndarray:
+    """Floats of magnitude exp(+-0.05) with random signs: products of thousands stay in range (the log
+    of the magnitude walks randomly about 0)."""
+    mag = np.exp(rng.uniform(-0.05, 0.05, size=shape))
+    return (np.where(rng.random(shape) < 0.5, -mag, mag)).astype(get_dtype(dtype).numpy)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize(("shape", "axes", "keepdims"), CASES)
+def test_reduce_prod_on_floats(reg, device, rng, dtype, shape, axes, keepdims):
+    """Products (in float32 for the half types) against a float64 product: the bound grows with the
+    count (one rounding per factor); an empty product is 1."""
+    x = _near_one(rng, shape, dtype)
+    (y,) = run_op(reg, "reduce_prod", [x], {"axes": axes, "keepdims": keepdims}, device=device)
+    ref = _ref(x, "prod", axes, keepdims, False)
+    assert y.shape == ref.shape and y.dtype == x.dtype
+    rtol, atol = TOL[dtype]
+    count = x.size // max(1, ref.size) if x.size else 0
+    eps = np.finfo(np.float64 if dtype == "float64" else np.float32).eps
+    got = y.astype(np.float64)
+    assert not np.isnan(got).any(), "an output was not written"
+    np.testing.assert_allclose(got, ref, rtol=rtol + count * eps, atol=atol)
+
+
+def test_reduce_prod_edge_cases(reg, device):
+    """An empty product is 1 (every type); a 0 or a NaN factor decides the product; noop_with_empty_axes
+    copies."""
+    (y,) = run_op(
+        reg, "reduce_prod", [np.zeros((3, 0), np.int8)], {"axes": [1], "keepdims": False}, device=device
+    )
+    assert y.tolist() == [1, 1, 1]
+    (y,) = run_op(
+        reg, "reduce_prod", [np.zeros((0, 2), get_dtype("bfloat16").numpy)], {"axes": [0]}, device=device
+    )
+    assert y.tolist() == [[1.0, 1.0]]
+    x = np.array([[2.0, 0.0, 3.0], [4.0, np.nan, 0.5], [np.inf, 0.0, 1.0]], np.float32)
+    (y,) = run_op(reg, "reduce_prod", [x], {"axes": [1], "keepdims": False}, device=device)
+    assert y[0] == 0.0 and np.isnan(y[1]) and np.isnan(y[2])  # inf * 0 is NaN
+    (y,) = run_op(reg, "reduce_prod", [x], {"noop_with_empty_axes": True}, device=device)
+    assert np.array_equal(y, x, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "int64"])
+@pytest.mark.parametrize(("axes", "keepdims", "noop"), [([1], 1, 0), ([-1, 0], 0, 0), ([], 1, 0), ([], 0, 1)])
+def test_reduce_prod_matches_onnx(reg, device, dtype, axes, keepdims, noop):
+    """ReduceProd (opset 18, axes an input) against onnx's reference; the reference multiplies float16 in
+    float16, PipeLink in float32: equal to float16's tolerance."""
+    pytest.importorskip("onnx")
+    from .onnx_oracle import run_onnx
+
+    rng = np.random.default_rng(30)
+    x = _near_one(rng, (3, 4, 5), dtype) if dtype.startswith("float") else _odd(rand(rng, (3, 4, 5), dtype))
+    attrs = {"axes": axes, "keepdims": bool(keepdims), "noop_with_empty_axes": bool(noop)}
+    (y,) = run_op(reg, "reduce_prod", [x], attrs, device=device)
+    onnx_in = [x, np.array(axes, np.int64)] if axes else [x]
+    (ref,) = run_onnx("ReduceProd", onnx_in, {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18)
+    assert y.shape == ref.shape and y.dtype == ref.dtype
+    if dtype.startswith("float"):
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(y.astype(np.float64), ref.astype(np.float64), rtol=4 * rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(y, ref)  # both wrap
 
 
 def test_errors(reg):
@@ -389,10 +463,10 @@ def test_arg_onnx_match_the_reference(device, op, dtype, axis, keepdims, last):
     np.testing.assert_array_equal(got, ref)
 
 
-# -- cumsum -------------------------------------------------------------------------------------------
-def _cumsum_ref(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
-    """A running sum walked in Python along each line: in float64 for floats, in Python ints wrapped to
-    the type for integers."""
+# -- cumsum, cumprod -----------------------------------------------------------------------------------
+def _cumsum_ref(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, kind: str = "sum") -> np.ndarray:
+    """A running sum (or product) walked in Python along each line: in float64 for floats, in Python ints
+    wrapped to the type for integers."""
     is_float = x.dtype.name in FLOAT_TYPES
     v = np.moveaxis(x.astype(np.float64) if is_float else x, axis, -1)
     n = v.shape[-1]
@@ -400,32 +474,38 @@ def _cumsum_ref(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.
     bits = 8 * x.dtype.itemsize
     signed = not is_float and np.issubdtype(x.dtype, np.signedinteger)
     order = list(range(n))[::-1] if reverse else list(range(n))
+    identity = 0 if kind == "sum" else 1
     for idx in np.ndindex(v.shape[:-1]):
-        total = 0.0 if is_float else 0
+        total = float(identity) if is_float else identity
         for k in order:
             value = float(v[idx + (k,)]) if is_float else int(v[idx + (k,)])
             if not exclusive:
-                total += value
+                total = total + value if kind == "sum" else total * value
             if is_float:
                 out[idx + (k,)] = total
             else:
-                wrapped = total % (1 << bits)
-                out[idx + (k,)] = wrapped - (1 << bits) if signed and wrapped >= 1 << (bits - 1) else wrapped
+                total %= 1 << bits  # the low bits are all a wrapped sum or product keeps
+                out[idx + (k,)] = total - (1 << bits) if signed and total >= 1 << (bits - 1) else total
             if exclusive:
-                total += value
+                total = total + value if kind == "sum" else total * value
     return np.moveaxis(out, -1, axis)
 
 
-def _check_cumsum(y: np.ndarray, x: np.ndarray, want: np.ndarray, axis: int) -> None:
+def _check_cumsum(y: np.ndarray, x: np.ndarray, want: np.ndarray, axis: int, kind: str = "sum") -> None:
     assert y.dtype == x.dtype and y.shape == x.shape, (y.dtype, y.shape)
     if x.dtype.name not in FLOAT_TYPES:
         np.testing.assert_array_equal(y, want)
         return
-    # a prefix may cancel to near 0 and the kernels' orders of summation differ: the bound is relative
-    # to the line's sum of magnitudes, with one rounding of the output on top
     rtol, atol = TOL[x.dtype.name]
     got = y.astype(np.float64)
     assert not np.isnan(got).any(), "an output was not written"
+    if kind == "prod":  # one rounding per factor: the bound grows with the line
+        eps = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
+        bound = atol + (rtol + x.shape[axis] * eps) * np.abs(want)
+        assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) - bound)
+        return
+    # a prefix may cancel to near 0 and the kernels' orders of summation differ: the bound is relative
+    # to the line's sum of magnitudes, with one rounding of the output on top
     scale = np.abs(x.astype(np.float64)).sum(axis=axis, keepdims=True) if x.size else 0.0
     assert np.all(np.abs(got - want) <= atol + rtol * np.maximum(np.abs(want), scale / 8)), np.max(
         np.abs(got - want)
@@ -460,40 +540,70 @@ def test_cumsum_every_dtype(reg, device, rng, dtype, shape, axis, exclusive, rev
     _check_cumsum(y, x, _cumsum_ref(x, axis % len(shape), exclusive, reverse), axis)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+@pytest.mark.parametrize(("shape", "axis"), CUMSUM_CASES)
+def test_cumprod_every_dtype(reg, device, rng, dtype, shape, axis, exclusive, reverse):
+    """cumprod through the same scan: floats near 1 in magnitude with random signs (products of
+    thousands stay in range), odd integers (a wrapped product never collapses to 0), against a running
+    product walked in Python; exclusive starts from 1."""
+    x = _near_one(rng, shape, dtype) if dtype in FLOAT_TYPES else _odd(rand(rng, shape, dtype))
+    attrs = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    (y,) = run_op(reg, "cumprod", [x], attrs, device=device)
+    _check_cumsum(y, x, _cumsum_ref(x, axis % len(shape), exclusive, reverse, "prod"), axis, "prod")
+
+
 def test_cumsum_integer_wraps_and_refusals(reg, device):
-    """int64 past 2^63 wraps as NumPy's; an axis outside [-rank, rank) and a 0-d input are refused."""
+    """int64 past 2^63 wraps as NumPy's (sum and product); an axis outside [-rank, rank) and a 0-d input
+    are refused."""
     big = np.iinfo(np.int64).max
     x = np.array([big, 1, 1], np.int64)
     (y,) = run_op(reg, "cumsum", [x], {"axis": 0}, device=device)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(y, np.cumsum(x))
-    for axis in (2, -3):
-        with pytest.raises(InvalidArgumentError, match=r"attribute 'axis' must be in \[-2, 2\)") as e:
-            run_op(reg, "cumsum", [np.zeros((2, 3), np.float32)], {"axis": axis}, device=device)
-        assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
-    with pytest.raises(InvalidArgumentError, match=r"must be in \[-0, 0\)"):
-        run_op(reg, "cumsum", [np.float32(1.0).reshape(())], {}, device=device)
-    with pytest.raises(DTypeMismatchError, match="not supported"):
-        run_op(reg, "cumsum", [np.zeros((2, 3), np.bool_)], {"axis": 1}, device=device)
+    x = np.array([3**39, 3, 3, -(3**30)], np.int64)
+    (y,) = run_op(reg, "cumprod", [x], {"axis": 0}, device=device)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(y, np.cumprod(x))
+    for op in ("cumsum", "cumprod"):
+        for axis in (2, -3):
+            with pytest.raises(
+                InvalidArgumentError, match=rf"{op}: attribute 'axis' must be in \[-2, 2\)"
+            ) as e:
+                run_op(reg, op, [np.zeros((2, 3), np.float32)], {"axis": axis}, device=device)
+            assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+        with pytest.raises(InvalidArgumentError, match=r"must be in \[-0, 0\)"):
+            run_op(reg, op, [np.float32(1.0).reshape(())], {}, device=device)
+        with pytest.raises(DTypeMismatchError, match="not supported"):
+            run_op(reg, op, [np.zeros((2, 3), np.bool_)], {"axis": 1}, device=device)
 
 
+@pytest.mark.parametrize(("op", "opset"), [("CumSum", 14), ("CumProd", 26)])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "int64"])
 @pytest.mark.parametrize(("axis", "exclusive", "reverse"), [(0, 0, 0), (-1, 1, 0), (1, 0, 1), (-2, 1, 1)])
-def test_cumsum_onnx_matches_the_reference(device, dtype, axis, exclusive, reverse):
-    """A one-node CumSum model (its axis a constant input, int32 or int64) imported and run, against
-    onnx's ReferenceEvaluator."""
+def test_cumsum_onnx_matches_the_reference(device, op, opset, dtype, axis, exclusive, reverse):
+    """A one-node CumSum / CumProd model (its axis a constant input, int32 or int64) imported and run,
+    against onnx's ReferenceEvaluator (which multiplies float16 in float16: within float16's bound)."""
     pytest.importorskip("onnx")
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     from .onnx_models import make_model
 
-    x = rand(np.random.default_rng(29), (3, 40, 5), dtype)
+    rng = np.random.default_rng(29)
+    kind = "sum" if op == "CumSum" else "prod"
+    if kind == "sum":
+        x = rand(rng, (3, 40, 5), dtype)
+    else:
+        x = (
+            _near_one(rng, (3, 40, 5), dtype)
+            if dtype.startswith("float")
+            else _odd(rand(rng, (3, 40, 5), dtype))
+        )
     axis_t = np.array(axis, np.int32 if axis % 2 else np.int64)
-    node = helper.make_node(
-        "CumSum", ["x", "axis"], ["y"], name="the_cumsum", exclusive=exclusive, reverse=reverse
-    )
-    model = make_model([node], [("x", list(x.shape))], [("y", None)], {}, "cumsum", opset=14)
+    node = helper.make_node(op, ["x", "axis"], ["y"], name="the_scan", exclusive=exclusive, reverse=reverse)
+    model = make_model([node], [("x", list(x.shape))], [("y", None)], {}, op.lower(), opset=opset)
     model.graph.initializer.append(numpy_helper.from_array(axis_t, "axis"))
     for info in (model.graph.input[0], model.graph.output[0]):
         info.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
@@ -501,19 +611,20 @@ def test_cumsum_onnx_matches_the_reference(device, dtype, axis, exclusive, rever
     with pl.from_onnx(model, device=device) as pipe:
         got = pipe.run(x=x)["y"].numpy()
     assert got.dtype == ref.dtype and got.shape == ref.shape
-    _check_cumsum(got, x, np.asarray(ref, np.float64) if dtype.startswith("float") else ref, axis)
+    _check_cumsum(got, x, np.asarray(ref, np.float64) if dtype.startswith("float") else ref, axis, kind)
 
 
-def test_cumsum_onnx_axis_must_be_constant():
+@pytest.mark.parametrize(("op", "opset"), [("CumSum", 14), ("CumProd", 26)])
+def test_cumsum_onnx_axis_must_be_constant(op, opset):
     """A computed axis is refused at import with the node named."""
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     from .onnx_models import make_model
 
-    node = helper.make_node("CumSum", ["x", "axis"], ["y"], name="moving_axis")
-    model = make_model([node], [("x", [2, 3])], [("y", None)], {}, "cumsum", opset=14)
+    node = helper.make_node(op, ["x", "axis"], ["y"], name="moving_axis")
+    model = make_model([node], [("x", [2, 3])], [("y", None)], {}, op.lower(), opset=opset)
     model.graph.input.append(helper.make_tensor_value_info("axis", TensorProto.INT64, []))
-    with pytest.raises(pl.PipeLinkError, match=r"CumSum node 'moving_axis'.*must be a constant") as e:
+    with pytest.raises(pl.PipeLinkError, match=rf"{op} node 'moving_axis'.*must be a constant") as e:
         pl.from_onnx(model)
     assert e.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT

@@ -36,14 +36,24 @@ from pipelink.ops.elementwise.cuda import (
     plan_cast_any,
     plan_unary,
 )
+from pipelink.ops.indexing.cuda import plan_eye_like, plan_gather_nd, plan_one_hot, plan_scatter_elements
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
 from pipelink.ops.pool.cuda import plan_pool2d
 from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
-from pipelink.ops.reduce.cuda import ARG_DTYPES, ARG_KINDS, plan_arg_reduce, plan_cumsum, plan_reduce
+from pipelink.ops.reduce.cuda import (
+    ARG_DTYPES,
+    ARG_KINDS,
+    plan_arg_reduce,
+    plan_hardmax,
+    plan_reduce,
+    plan_scan,
+)
 from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
+from pipelink.ops.reduce.topk_cuda import plan_top_k
 from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
+from pipelink.ops.rotary.cuda import ROTARY_DTYPES, plan_rotary_embedding
 from pipelink.ops.shape.cuda import (
     plan_concat,
     plan_gather,
@@ -65,12 +75,12 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
     """One plan per op x dtype x interesting shape / tunable setting."""
     cases = []
     for dt in ALL_FLOATS:
-        for op in UNARY:
+        for op in (op for op in UNARY if dt in UNARY_DTYPES[op]):  # not bitwise_not: integers only
             cases.append((f"{op}-{dt}", plan_unary(op, dt, (1_000_003,), factor=0.5)))
         cases.append(
             (f"gelu-{dt}-unroll4", plan_unary("gelu", dt, (4096,), tuned={"unroll": 4, "block": 128}))
         )
-        for op in BINARY:
+        for op in (op for op in BINARY if dt in BINARY_DTYPES[op]):  # not the bitwise ops and shifts
             cases.append((f"{op}-{dt}", plan_binary(op, dt, (1000, 3), (1000, 3))))
         cases.append((f"add-bcast-{dt}", plan_binary("add", dt, (7, 1, 5, 3), (6, 1, 3))))
         cases.append(
@@ -133,6 +143,16 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         cases.append((f"trilu-{dt}", plan_trilu(dt, (3, 5, 7), -1, dt != "bool")))
         cases.append((f"scatter_nd-{dt}", plan_scatter_nd(dt, (4, 5, 6), "int64", (3, 2))))
     cases.append(("scatter_nd-k0-int32", plan_scatter_nd("float32", (4, 5), "int32", (2, 0))))
+    for dt in ("bool", "float16", "float32", "int64"):  # indexing: element words of 1, 2, 4, 8 bytes
+        for it in ("int32", "int64"):
+            cases.append((f"gather_nd-{dt}-{it}", plan_gather_nd(dt, (3, 5, 7, 2), it, (3, 4, 2), 1)))
+            cases.append(
+                (f"scatter_elements-{dt}-{it}", plan_scatter_elements(dt, (5, 7, 3), it, (4, 6, 3), -2))
+            )
+        for it in ("int8", "uint8", "int64"):
+            cases.append((f"one_hot-{dt}-{it}", plan_one_hot(dt, it, (3, 4), 10, 1)))
+        cases.append((f"eye_like-{dt}", plan_eye_like(dt, (4, 6), -1)))
+    cases.append(("gather_nd-k8", plan_gather_nd("float32", (2,) * 9, "int64", (3, 8))))
     cases.append(("where-index64", plan_where("int8", (2**31, 1), (1,), (1, 2))))
     cases.append(("gather_elements-1d", plan_gather_elements("float32", (9,), "int64", (4,), 0)))
     cases.append(("gather_elements-8d", plan_gather_elements("int8", (3,) * 8, "int32", (2,) * 8, 3)))
@@ -209,11 +229,21 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"arg{kind}-long-{dt}", plan_arg_reduce(kind, dt, (3, 5000), 1)))
         for dt in ("float32", "bfloat16", "int64"):
             cases.append((f"arg{kind}-i64-{dt}", plan_arg_reduce(kind, dt, (2**31, 2), 0)))
-    for dt in ARG_DTYPES:  # cumsum: a warp per line (innermost axis), a thread per line; both flags
-        for flags in ((False, False), (True, True)):
-            for axis in (1, 2):
-                plan = plan_cumsum(dt, (8, 5, 40), axis, exclusive=flags[0], reverse=flags[1])
-                cases.append((f"cumsum-{dt}-{axis}-{int(flags[0])}", plan))
+    for kind in ("sum", "prod"):  # cumsum, cumprod: a warp per line (innermost axis), a thread per line
+        for dt in ARG_DTYPES:
+            for flags in ((False, False), (True, True)):
+                for axis in (1, 2):
+                    plan = plan_scan(kind, dt, (8, 5, 40), axis, exclusive=flags[0], reverse=flags[1])
+                    cases.append((f"cum{kind}-{dt}-{axis}-{int(flags[0])}", plan))
+    for dt in ALL_FLOATS:  # hardmax: argmax's walk writing the one-hot line; a warp, a block per line
+        cases.append((f"hardmax-{dt}", plan_hardmax(dt, (8, 5, 40), 1)))
+        cases.append((f"hardmax-long-{dt}", plan_hardmax(dt, (3, 5000), 1)))
+    for dt in ARG_DTYPES:  # top_k: short lines, 4096 slots (narrow, wide indices), both orders
+        for largest in (True, False):
+            cases.append((f"top_k-{dt}-{largest}", plan_top_k(dt, (8, 40, 5), 1, 7, largest=largest)))
+        cases.append((f"top_k-4096-{dt}", plan_top_k(dt, (2, 4096), 1, 4096)))
+        cases.append((f"top_k-vocab-{dt}", plan_top_k(dt, (2, 50257), 1, 50)))
+        cases.append((f"top_k-wide-{dt}", plan_top_k(dt, (1, 70000), 0 + 1, 1000, largest=False)))
     for op in UNARY:
         for dt in sorted(set(UNARY_DTYPES[op]) - set(ALL_FLOATS)):  # neg, abs, sign of the integers
             cases.append((f"{op}-{dt}", plan_unary(op, dt, (1000, 33))))
@@ -240,6 +270,29 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
     for dt in ("float32", "float16", "bfloat16", "float64"):
         cases.append((f"is_nan-{dt}", plan_predicate("is_nan", dt, (1001,))))
         cases.append((f"is_inf-{dt}", plan_predicate("is_inf", dt, (1001,), detect_negative=False)))
+    for dt in ROTARY_DTYPES:  # rotary_embedding: both layouts x interleaved, position ids or per-token caches
+        for shape, heads in (((2, 7, 48), 4), ((2, 4, 7, 12), 0)):
+            for interleaved in (False, True):
+                plan = plan_rotary_embedding(
+                    dt,
+                    shape,
+                    num_heads=heads,
+                    rotary_dim=8,
+                    interleaved=interleaved,
+                    cache_shape=(16, 4),
+                    index_dtype="int32" if interleaved else "int64",
+                )
+                cases.append((f"rotary_embedding-{dt}-{len(shape)}d-{int(interleaved)}", plan))
+        plan = plan_rotary_embedding(dt, (2, 7, 48), num_heads=4, cache_shape=(2, 7, 6))
+        cases.append((f"rotary_embedding-{dt}-per-token", plan))
+    cases.append(
+        (
+            "rotary_embedding-index64",
+            plan_rotary_embedding(
+                "float16", (2**31, 1, 2), num_heads=1, cache_shape=(4, 1), index_dtype="int64"
+            ),
+        )
+    )
     # one compilation per distinct (source, macros): plans of other shapes would build the same module
     unique = {
         (plan.file, tuple(sorted(plan.macros.items())), plan.kernel): (name, plan) for name, plan in cases
@@ -501,8 +554,14 @@ def test_reduce_plan_index_math(shape, axes, kind):
 def test_reduce_plan_refuses_what_its_kernel_lacks():
     with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
         plan_reduce("mean", "int32", (4, 4), (1,))
+    with pytest.raises(InvalidArgumentError, match="unknown scan"):
+        plan_scan("max", "float32", (4, 4), 1)
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_hardmax("int32", (4, 4), 1)
+    with pytest.raises(InvalidArgumentError, match=r"k must be in \[0, 4\]"):
+        plan_top_k("float32", (4, 4), 1, 5)
     with pytest.raises(InvalidArgumentError, match="unknown reduction"):
-        plan_reduce("prod", "float32", (4, 4), (1,))
+        plan_reduce("min", "float32", (4, 4), (1,))
     assert plan_reduce("sum", "float32", (4, 5000), (1,)).params["group"] == 256  # a block per output
     assert plan_reduce("max", "int8", (4, 50), (1,)).macros["PL_LOWEST"] == "(-127LL - 1)"
 

@@ -6,6 +6,7 @@ process group's own timeout otherwise); a wait that runs out, or a peer that fai
 
 from __future__ import annotations
 
+import atexit
 import datetime
 from typing import Any
 
@@ -41,6 +42,15 @@ class GlooCommunicator(Communicator):
                 world_size=env.world_size,
                 timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S),
             )
+            atexit.register(self._close)
+
+    def _close(self) -> None:
+        """At exit, tear down the default group this communicator made, unless it was aborted (then a
+        peer may be stuck, and destroying would wait for it). Left to the interpreter's teardown, gloo's
+        threads could still be joinable when the process exits: ``terminate called without an active
+        exception``, and the rank dies by SIGABRT after its work is done (seen under load)."""
+        if self.aborted is None and self._dist.is_initialized():
+            self._dist.destroy_process_group()
 
     def _torch(self, array: np.ndarray) -> Any:
         import torch

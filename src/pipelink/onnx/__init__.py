@@ -24,6 +24,7 @@ from ..modules.registry import registry
 from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
+from .einsum import dots_are_ellipses
 from .fold import MAX_FOLD_ELEMENTS, fold
 from .fuse import fuse as fuse_nodes
 
@@ -122,6 +123,27 @@ def _unknown(shape: tuple | None) -> bool:
     return shape is None or any(not isinstance(d, int) for d in shape)
 
 
+def _inferable(model) -> bool:
+    """False when onnx's shape inference would never return on ``model``: an Einsum (in the graph, a
+    subgraph or a function) whose equation has a stray ``.`` (the converter then refuses that node)."""
+
+    def graphs(graph):
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    yield from graphs(sub)
+
+    nodes = [n for graph in graphs(model.graph) for n in graph.node]
+    nodes += [n for function in model.functions for n in function.node]
+    for node in nodes:
+        if node.op_type == "Einsum":
+            equation = next((a.s for a in node.attribute if a.name == "equation"), b"")
+            if not dots_are_ellipses(equation.decode("utf-8", "replace")):
+                return False
+    return True
+
+
 def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -> bool:
     """Run ONNX shape inference again on the nodes left after folding, the folded values as
     initializers (shape values still symbolic as int64 inputs), and merge what it learned into
@@ -153,6 +175,8 @@ def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -
         [protos[id(n)] for n in nodes], model.graph.name or "g", inputs, list(model.graph.output), inits
     )
     trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    if not _inferable(trial):
+        return False
     try:
         inferred = onnx.shape_inference.infer_shapes(trial)
     except Exception:  # noqa: BLE001 - inference is a help, never a requirement
@@ -240,8 +264,9 @@ def import_model(
     model = _read_model(onnx, model_or_path)
     # Shape inference only adds dtypes (Pow's exponent) and the shapes fusions check; a model it cannot
     # follow imports without them (and the fusions that need a shape do not match).
-    with contextlib.suppress(Exception):
-        model = onnx.shape_inference.infer_shapes(model)
+    if _inferable(model):
+        with contextlib.suppress(Exception):
+            model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     register_builtins(registry)

@@ -17,7 +17,10 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from ..ops.rotary.reference import rotary_geometry
 from ..ops.shape import MAX_PARTS
+from .einsum import EinsumError
+from .einsum import plan as einsum_plan
 from .fold import Unfoldable, expand_target, reshape_target
 
 __all__ = [
@@ -485,27 +488,34 @@ def _pow(g: Graph, node: Node) -> None:
     g.stage(node, "pow", [base, exponent], node.outputs[:1])
 
 
-def _softmax(g: Graph, node: Node) -> None:
-    axis = int(_attr(node, "axis", -1 if g.opset >= 13 else 1))
-    shape = g.shapes.get(node.inputs[0])
-    rank = len(shape) if shape is not None else None
-    if g.opset >= 13 or axis == -1 or (rank is not None and axis in (rank - 1, -1)):
-        g.stage(node, "softmax", node.inputs[:1], node.outputs[:1], axis=axis)
-        return
-    # Before opset 13 the input is seen as 2-d, [prod(dims before axis), prod(dims from axis)], and each row
-    # is normalised: flatten at the axis, softmax over the last axis, reshape back (both views, no copy).
-    if rank is None or sum(not isinstance(d, int) for d in shape) > 1:  # None or a symbol: unknown here
-        raise Unsupported(
-            f"Softmax before opset 13 with axis={axis} normalises over every dim from the axis on; that "
-            "needs the input's rank and at most one unknown dim (re-export at opset 13+ or with fixed shapes)"
-        )
-    if not -rank <= axis <= rank:
-        raise Unsupported(f"Softmax axis {axis} is out of range for a rank-{rank} input")
-    flat, probs = f"{node.outputs[0]}__flat", f"{node.outputs[0]}__rows"
-    g.stage(node, "flatten", node.inputs[:1], [flat], axis=axis)
-    g.stage(node, "softmax", [flat], [probs], axis=-1)
-    back = [int(d) if isinstance(d, int) else -1 for d in shape]
-    g.stage(node, "reshape", [probs], node.outputs[:1], shape=back, allowzero=False)
+def _along_axis(operator: str) -> Converter:
+    """Softmax, Hardmax: along ``axis`` from opset 13; before, over the 2-d view of the spec."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        axis = int(_attr(node, "axis", -1 if g.opset >= 13 else 1))
+        shape = g.shapes.get(node.inputs[0])
+        rank = len(shape) if shape is not None else None
+        if g.opset >= 13 or axis == -1 or (rank is not None and axis in (rank - 1, -1)):
+            g.stage(node, operator, node.inputs[:1], node.outputs[:1], axis=axis)
+            return
+        # Before opset 13 the input is seen as 2-d, [prod(dims before axis), prod(dims from axis)], and each
+        # row is taken whole: flatten at the axis, the operator over the last axis, reshape back (both
+        # views, no copy).
+        op = node.op_type
+        if rank is None or sum(not isinstance(d, int) for d in shape) > 1:  # None or a symbol: unknown here
+            raise Unsupported(
+                f"{op} before opset 13 with axis={axis} works over every dim from the axis on; that needs "
+                "the input's rank and at most one unknown dim (re-export at opset 13+ or with fixed shapes)"
+            )
+        if not -rank <= axis <= rank:
+            raise Unsupported(f"{op} axis {axis} is out of range for a rank-{rank} input")
+        flat, rows = f"{node.outputs[0]}__flat", f"{node.outputs[0]}__rows"
+        g.stage(node, "flatten", node.inputs[:1], [flat], axis=axis)
+        g.stage(node, operator, [flat], [rows], axis=-1)
+        back = [int(d) if isinstance(d, int) else -1 for d in shape]
+        g.stage(node, "reshape", [rows], node.outputs[:1], shape=back, allowzero=False)
+
+    return convert_node
 
 
 def _layer_norm(g: Graph, node: Node) -> None:
@@ -518,6 +528,165 @@ def _layer_norm(g: Graph, node: Node) -> None:
         axis=int(_attr(node, "axis", -1)),
         eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
+
+
+def _shape(g: Graph, name: str) -> tuple | None:
+    """The shape of an ONNX tensor: a constant's own, else what shape inference found (None: unknown)."""
+    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)
+
+
+def _rms_norm(g: Graph, node: Node) -> None:
+    """RMSNormalization (opset 23) as rms_norm. rms_norm's statistics are float32 (float64 for a float64
+    x): stash_type 1, or 11 with a float64 x. Its scale has the normalised shape x.shape[axis:]; a constant
+    scale that broadcasts to it (ONNX's unidirectional broadcast) is expanded to it here."""
+    x, y = node.inputs[0], node.outputs[0]
+    scale = node.inputs[1] if len(node.inputs) > 1 else ""
+    stash, dtype = int(_attr(node, "stash_type", 1)), g.dtypes.get(x)
+    if stash != 1 and not (stash == 11 and dtype == "float64"):
+        raise Unsupported(
+            f"attribute stash_type={stash} is not supported for a {dtype or 'float'} input: rms_norm "
+            "computes in float32 (float64 for a float64 input); only stash_type=1, or 11 with a float64 input"
+        )
+    if not scale:
+        raise Unsupported("RMSNormalization needs its scale (input 1)")
+    scale_dtype = g.dtypes.get(scale) or (str(g.constants[scale].dtype) if scale in g.constants else None)
+    if None not in (dtype, scale_dtype) and scale_dtype != dtype:
+        raise Unsupported(
+            f"scale's dtype {scale_dtype} differs from X's {dtype} (ONNX's V and T): rms_norm takes and "
+            "makes one dtype"
+        )
+    axis = int(_attr(node, "axis", -1))
+    shape, given = g.shapes.get(x), _shape(g, scale)
+    if shape is not None and not -len(shape) <= axis < len(shape):
+        raise Unsupported(f"axis {axis} is out of range for a rank-{len(shape)} input")
+    normalized = tuple(shape[axis:]) if shape is not None else None
+    if given is not None and normalized is not None and tuple(given) != normalized:
+        value = g.constants.get(scale)
+        if value is None or not all(isinstance(d, int) for d in normalized):
+            raise Unsupported(
+                f"scale {list(given)} is not the normalised shape x.shape[axis:] = {list(normalized)}; "
+                "rms_norm takes no broadcast scale unless it is a constant and the normalised dims are known"
+            )
+        while value.ndim > len(normalized) and value.shape[0] == 1:  # leading 1s of the broadcast
+            value = value[0]
+        try:
+            value = np.ascontiguousarray(np.broadcast_to(value, normalized))
+        except ValueError:
+            raise Unsupported(
+                f"scale {list(given)} does not broadcast to the normalised shape x.shape[axis:] = "
+                f"{list(normalized)} (a scale along the other axes is not an RMS normalisation's)"
+            ) from None
+        scale = f"{y}__scale"
+        g.constants[scale] = value
+        g.dtypes[scale] = dtype or str(value.dtype)
+    g.stage(
+        node,
+        "rms_norm",
+        [x, scale],
+        node.outputs[:1],
+        axis=axis,
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
+    )
+
+
+def _rotary_embedding(g: Graph, node: Node) -> None:
+    """RotaryEmbedding (opset 23) as rotary_embedding: the same inputs and attributes (checked against x's
+    shape here when it is known, so a bad head split is listed with the node)."""
+    attrs = {
+        "interleaved": bool(_attr(node, "interleaved", 0)),
+        "rotary_embedding_dim": int(_attr(node, "rotary_embedding_dim", 0)),
+        "num_heads": int(_attr(node, "num_heads", 0)),
+    }
+    shape = g.shapes.get(node.inputs[0])
+    if shape is not None:
+        try:
+            rotary_geometry(shape, attrs)
+        except PipeLinkError as e:
+            raise Unsupported(e.message) from None
+    g.stage(node, "rotary_embedding", _inputs(node, 4), node.outputs[:1], **attrs)
+
+
+_ATTENTION_EXTRA_INPUTS = {4: "past_key", 5: "past_value", 6: "nonpad_kv_seqlen"}
+_ATTENTION_EXTRA_OUTPUTS = {1: "present_key", 2: "present_value", 3: "qk_matmul_output"}
+
+
+def _attention_refusals(node: Node) -> None:
+    """Refuse what PipeLink's attention does not compute: a key/value cache, extra outputs, softcap, the
+    qk output modes, sliding windows (opset 25) and a softmax precision other than float32."""
+    for k, what in _ATTENTION_EXTRA_INPUTS.items():
+        if len(node.inputs) > k and node.inputs[k]:
+            raise Unsupported(
+                f"input {k} ({what}) is not supported: PipeLink's attention keeps no key/value cache (export "
+                "with the cache concatenated outside the node, K and V the whole sequence)"
+            )
+    for k, what in _ATTENTION_EXTRA_OUTPUTS.items():
+        if len(node.outputs) > k and node.outputs[k]:
+            raise Unsupported(f"output {k} ({what}) is not supported: PipeLink's attention makes only Y")
+    _only(node, softcap=0.0, qk_matmul_output_mode=0, left_window_size=-1, right_window_size=-1)
+    precision = _attr(node, "softmax_precision")
+    if precision is not None and int(precision) != 1:
+        raise Unsupported(
+            f"attribute softmax_precision={precision} is not supported: PipeLink's attention computes its "
+            "softmax in float32 (softmax_precision 1, or absent)"
+        )
+
+
+def _attention_heads(g: Graph, node: Node, rank: int) -> tuple[int, int] | None:
+    """(q_num_heads, kv_num_heads) for 3-d inputs; None for 4-d ones, after checking that heads given
+    there match the inputs' head dims."""
+    heads = [_attr(node, "q_num_heads"), _attr(node, "kv_num_heads")]
+    if rank == 3:
+        if None in heads or min(heads) < 1:
+            raise Unsupported(f"3-d Q, K, V need q_num_heads and kv_num_heads >= 1 (got {heads})")
+        return int(heads[0]), int(heads[1])
+    for attr, given, tensor in zip(("q_num_heads", "kv_num_heads"), heads, node.inputs[:2], strict=True):
+        have = (_shape(g, tensor) or (None, None))[1]
+        if given is not None and given != have:
+            raise Unsupported(f"attribute {attr}={given} differs from the 4-d input's heads ({have})")
+    return None
+
+
+def _attention(g: Graph, node: Node) -> None:
+    """Attention (opsets 23-25) as PipeLink's attention: scale, is_causal (no cache: query i sees keys
+    0..i), an additive or bool attn_mask, grouped-query heads, and ONNX's zeros for a row the mask hides
+    entirely (masked_rows='zero'). 3-d Q/K/V ``[B, S, heads * D]`` are viewed as heads (reshape, transpose)
+    and Y back; everything else is refused by name."""
+    _attention_refusals(node)
+    q, k, v = node.inputs[:3]
+    mask = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
+    y = node.outputs[0]
+    ranks = {len(s) if s is not None else None for s in (_shape(g, t) for t in (q, k, v))}
+    if len(ranks) != 1 or ranks & {None} or not ranks <= {3, 4}:
+        raise Unsupported(f"Q, K and V must all be known 3-d or 4-d tensors (ranks {sorted(ranks, key=str)})")
+    rank = ranks.pop()
+    kv_seq = _shape(g, k)[1 if rank == 3 else 2]
+    if mask is not None:
+        mask_shape = _shape(g, mask)
+        last = mask_shape[-1] if mask_shape else None
+        # ONNX pads a mask shorter than the keys; PipeLink's broadcasts (a last dim of 1). Known dims must
+        # agree; two unknown ones are left to the load's broadcast check.
+        if last != kv_seq and (isinstance(last, int) or isinstance(kv_seq, int)):
+            raise Unsupported(
+                f"attn_mask's last dim ({last}) must be the keys' {kv_seq}: ONNX pads a shorter mask with "
+                "-inf (False), which PipeLink's broadcasting mask does not"
+            )
+    attrs: dict[str, Any] = {"is_causal": bool(_attr(node, "is_causal", 0))}
+    if _attr(node, "scale") is not None:
+        attrs["scale"] = float32_attr(_attr(node, "scale"))
+    if mask is not None:
+        attrs["masked_rows"] = "zero"
+    heads = _attention_heads(g, node, rank)
+    if heads is None:
+        g.stage(node, "attention", [q, k, v] + ([mask] if mask else []), [y], **attrs)
+        return
+    viewed = []  # by role, not by name: self-attention may pass one tensor as Q, K and V
+    for role, name, count in (("q", q, heads[0]), ("k", k, heads[1]), ("v", v, heads[1])):
+        g.stage(node, "reshape", [name], [f"{y}__{role}_split"], shape=[0, 0, count, -1], allowzero=False)
+        g.stage(node, "transpose", [f"{y}__{role}_split"], [f"{y}__{role}_heads"], perm=[0, 2, 1, 3])
+        viewed.append(f"{y}__{role}_heads")
+    g.stage(node, "attention", viewed + ([mask] if mask else []), [f"{y}__heads"], **attrs)
+    g.stage(node, "transpose", [f"{y}__heads"], [f"{y}__tokens"], perm=[0, 2, 1, 3])
+    g.stage(node, "reshape", [f"{y}__tokens"], [y], shape=[0, 0, -1], allowzero=False)
 
 
 def _transpose(g: Graph, node: Node) -> None:
@@ -737,6 +906,64 @@ def _gather_elements(g: Graph, node: Node) -> None:
     g.stage(node, "gather_elements", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
 
 
+def _gather_nd(g: Graph, node: Node) -> None:
+    g.stage(
+        node, "gather_nd", node.inputs[:2], node.outputs[:1], batch_dims=int(_attr(node, "batch_dims", 0))
+    )
+
+
+def _scatter_elements(g: Graph, node: Node) -> None:
+    g.stage(
+        node,
+        "scatter_elements",
+        node.inputs[:3],
+        node.outputs[:1],
+        axis=int(_attr(node, "axis", 0)),
+        reduction=str(_attr(node, "reduction", "none")),
+    )
+
+
+def _one_hot(g: Graph, node: Node) -> None:
+    """OneHot: depth a constant (a positive integer, becoming one_hot's attribute), values [off, on] a
+    stage input (its dtype is the output's), integer indices. Opset 11's semantics: before it, a negative
+    index meant an all-off line instead of counting from the end."""
+    if g.opset < 11:
+        raise Unsupported(
+            f"OneHot of opset {g.opset}: a negative index means an all-off line there, but one_hot counts "
+            "it from the end (opset 11); convert the model to opset 11 or later"
+        )
+    depth = g.const(node, 1, "the depth")
+    if depth is None or np.size(depth) != 1:
+        raise Unsupported("depth (input 1) must be a constant scalar")
+    value = np.asarray(depth).reshape(-1)[0]
+    if value.dtype.kind == "f" and (not np.isfinite(value) or value != np.floor(value)):
+        raise Unsupported(f"depth must be a whole number (got {value})")
+    if int(value) < 1:
+        raise Unsupported(f"depth must be >= 1 (got {int(value)})")
+    indices = node.inputs[0]
+    dtype = g.dtypes.get(indices)
+    if dtype is not None and get_dtype(dtype).is_floating:
+        raise Unsupported(
+            f"indices of dtype {dtype}; PipeLink's one_hot takes integer indices (cast them to int64)"
+        )
+    g.stage(
+        node,
+        "one_hot",
+        [indices, node.inputs[2]],
+        node.outputs[:1],
+        depth=int(value),
+        axis=int(_attr(node, "axis", -1)),
+    )
+
+
+def _eye_like(g: Graph, node: Node) -> None:
+    """EyeLike: k and the optional dtype attribute (absent: the input's dtype)."""
+    attrs: dict[str, Any] = {"k": int(_attr(node, "k", 0))}
+    if _attr(node, "dtype") is not None:
+        attrs["dtype"] = onnx_dtype(int(_attr(node, "dtype")))
+    g.stage(node, "eye_like", node.inputs[:1], node.outputs[:1], **attrs)
+
+
 def _trilu(g: Graph, node: Node) -> None:
     """Trilu: k an optional constant input (a scalar), upper an attribute (default 1)."""
     k = g.ints(node, 1, "", "k")
@@ -795,19 +1022,47 @@ def _arg_reduce(operator: str) -> Converter:
     return convert_node
 
 
-def _cumsum(g: Graph, node: Node) -> None:
-    """CumSum: the axis a constant input (a scalar or one element), exclusive and reverse attributes."""
-    axis = g.ints(node, 1, "", "the axis")
-    if axis is None or len(axis) != 1:
-        raise Unsupported("the axis (input 1) must be a constant scalar")
+def _scan(operator: str) -> Converter:
+    """CumSum, CumProd: the axis a constant input (a scalar or one element), exclusive and reverse
+    attributes."""
+
+    def convert_node(g: Graph, node: Node) -> None:
+        axis = g.ints(node, 1, "", "the axis")
+        if axis is None or len(axis) != 1:
+            raise Unsupported("the axis (input 1) must be a constant scalar")
+        g.stage(
+            node,
+            operator,
+            node.inputs[:1],
+            node.outputs[:1],
+            axis=axis[0],
+            exclusive=bool(_attr(node, "exclusive", 0)),
+            reverse=bool(_attr(node, "reverse", 0)),
+        )
+
+    return convert_node
+
+
+def _top_k(g: Graph, node: Node) -> None:
+    """TopK: K a constant input of one int64 element (opset 10+; the attribute k in opset 1), made top_k's
+    ``k``; axis (default -1), largest and sorted (opset 11+, default 1) attributes."""
+    if g.opset >= 10:
+        k = g.const(node, 1, "K")
+        if k is None or np.asarray(k).size != 1 or np.asarray(k).dtype != np.int64:
+            got = "absent" if k is None else f"{np.asarray(k).dtype} of shape {list(np.asarray(k).shape)}"
+            raise Unsupported(f"K (input 1) must be a constant 1-element int64 tensor (got {got})")
+        k = int(np.asarray(k).reshape(-1)[0])
+    else:
+        k = int(_attr(node, "k", 0))
     g.stage(
         node,
-        "cumsum",
+        "top_k",
         node.inputs[:1],
-        node.outputs[:1],
-        axis=axis[0],
-        exclusive=bool(_attr(node, "exclusive", 0)),
-        reverse=bool(_attr(node, "reverse", 0)),
+        node.outputs[:2],
+        k=k,
+        axis=int(_attr(node, "axis", -1)),
+        largest=bool(_attr(node, "largest", 1)),
+        sorted=bool(_attr(node, "sorted", 1)),
     )
 
 
@@ -1140,6 +1395,26 @@ def _cast(g: Graph, node: Node) -> None:
     g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=onnx_dtype(int(_attr(node, "to"))))
 
 
+def _cast_like(g: Graph, node: Node) -> None:
+    """CastLike: cast to the dtype of the second input, read from the graph's types (its values are not
+    needed: it is no stage input)."""
+    _only(node, saturate=1, round_mode="up")
+    like = node.inputs[1] if len(node.inputs) > 1 else ""
+    dtype = g.dtypes.get(like)
+    if dtype is None and like in g.constants:
+        try:
+            dtype = get_dtype(g.constants[like].dtype).name
+        except PipeLinkError:
+            raise Unsupported(
+                f"target_type {like!r} has dtype {g.constants[like].dtype}, which PipeLink lacks"
+            ) from None
+    if dtype is None:
+        raise Unsupported(
+            f"CastLike needs the dtype of its target_type input {like!r} (the graph does not give it)"
+        )
+    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=dtype)
+
+
 def _quantize(g: Graph, node: Node) -> None:
     _only(node, block_size=0, precision=0)
     attrs: dict[str, Any] = {"axis": int(_attr(node, "axis", 1))}
@@ -1171,10 +1446,39 @@ def _gemm(g: Graph, node: Node) -> None:
     g.stage(node, "gemm", _inputs(node, 3), node.outputs[:1], **gemm_attrs(node))
 
 
+def _einsum(g: Graph, node: Node) -> None:
+    """ONNX Einsum, lowered onto existing operators (``einsum.py``: the equation's parser and the plan of
+    as_strided, reduce_sum, squeeze, transpose, unsqueeze, reshape, mul and matmul stages). It needs
+    each input's rank; what the plan cannot express exactly is refused with the reason."""
+    equation = _attr(node, "equation")
+    if not isinstance(equation, str) or not node.inputs or "" in node.inputs:
+        raise Unsupported("Einsum needs its equation attribute and at least one input, none absent")
+    shapes = []
+    for name in node.inputs:
+        shape = g.shapes.get(name)
+        if shape is None and name in g.constants:
+            shape = np.shape(g.constants[name])
+        if shape is None:
+            raise Unsupported(f"Einsum needs the rank of each input (shape inference gave none for {name!r})")
+        shapes.append(shape)
+    first = node.inputs[0]
+    dtype = g.dtypes.get(first, str(g.constants[first].dtype) if first in g.constants else None)
+    try:
+        steps = einsum_plan(equation, shapes, dtype)
+    except EinsumError as e:
+        raise Unsupported(str(e)) from None
+    y, values = node.outputs[0], list(node.inputs)
+    for k, step in enumerate(steps):
+        out = y if k == len(steps) - 1 else f"{y}__einsum{k}"
+        g.stage(node, step.operator, [values[i] for i in step.inputs], [out], **step.attrs)
+        values.append(out)
+
+
 #: ONNX op type (default domain) -> converter. Every operator PipeLink imports is listed here once.
 CONVERTERS: dict[str, Converter] = {
     "Gemm": _gemm,
     "MatMul": _one_to_one("matmul", 2),
+    "Einsum": _einsum,
     "Add": _one_to_one("add", 2),
     "Sub": _one_to_one("sub", 2),
     "Mul": _one_to_one("mul", 2),
@@ -1200,6 +1504,31 @@ CONVERTERS: dict[str, Converter] = {
     "PRelu": _one_to_one("prelu", 2),
     "Sin": _one_to_one("sin", 1),
     "Cos": _one_to_one("cos", 1),
+    "Tan": _one_to_one("tan", 1),
+    "Asin": _one_to_one("asin", 1),
+    "Acos": _one_to_one("acos", 1),
+    "Atan": _one_to_one("atan", 1),
+    "Sinh": _one_to_one("sinh", 1),
+    "Cosh": _one_to_one("cosh", 1),
+    "Asinh": _one_to_one("asinh", 1),
+    "Acosh": _one_to_one("acosh", 1),
+    "Atanh": _one_to_one("atanh", 1),
+    "Swish": _with_alpha("silu", 1.0),  # x * sigmoid(alpha * x): silu's alpha
+    "Shrink": lambda g, node: g.stage(
+        node,
+        "shrink",
+        node.inputs[:1],
+        node.outputs[:1],
+        lambd=float32_attr(_attr(node, "lambd", 0.5)),
+        bias=float32_attr(_attr(node, "bias", 0.0)),
+    ),
+    "BitwiseAnd": _one_to_one("bitwise_and", 2),
+    "BitwiseOr": _one_to_one("bitwise_or", 2),
+    "BitwiseXor": _one_to_one("bitwise_xor", 2),
+    "BitwiseNot": _one_to_one("bitwise_not", 1),
+    "BitShift": lambda g, node: g.stage(
+        node, "bit_shift", node.inputs[:2], node.outputs[:1], direction=str(_attr(node, "direction", ""))
+    ),
     "Floor": _one_to_one("floor", 1),
     "Ceil": _one_to_one("ceil", 1),
     "Round": _one_to_one("round", 1),
@@ -1222,8 +1551,12 @@ CONVERTERS: dict[str, Converter] = {
     "InstanceNormalization": lambda g, node: _grouped_norm(g, node, None),
     "HardSigmoid": _hard_sigmoid,
     "GlobalMaxPool": _global_max_pool,
-    "Softmax": _softmax,
+    "Softmax": _along_axis("softmax"),
+    "Hardmax": _along_axis("hardmax"),
     "LayerNormalization": _layer_norm,
+    "RMSNormalization": _rms_norm,
+    "RotaryEmbedding": _rotary_embedding,
+    "Attention": _attention,
     "Transpose": _transpose,
     "Reshape": _reshape,
     "Flatten": _flatten,
@@ -1237,6 +1570,10 @@ CONVERTERS: dict[str, Converter] = {
     "ScatterND": lambda g, node: g.stage(
         node, "scatter_nd", node.inputs[:3], node.outputs[:1], reduction=str(_attr(node, "reduction", "none"))
     ),
+    "GatherND": _gather_nd,
+    "ScatterElements": _scatter_elements,
+    "OneHot": _one_hot,
+    "EyeLike": _eye_like,
     "Where": _one_to_one("where", 3),
     "Equal": _one_to_one("equal", 2),
     "Less": _one_to_one("less", 2),
@@ -1264,9 +1601,12 @@ CONVERTERS: dict[str, Converter] = {
     "ReduceMean": _reduce("reduce_mean", 18),
     "ReduceSum": _reduce("reduce_sum", 13),
     "ReduceMax": _reduce("reduce_max", 18),
+    "ReduceProd": _reduce("reduce_prod", 18),
     "ArgMax": _arg_reduce("argmax"),
     "ArgMin": _arg_reduce("argmin"),
-    "CumSum": _cumsum,
+    "CumSum": _scan("cumsum"),
+    "CumProd": _scan("cumprod"),
+    "TopK": _top_k,
     **dict.fromkeys(_COMPOSED_REDUCTIONS, _composed_reduction),
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
@@ -1282,6 +1622,7 @@ CONVERTERS: dict[str, Converter] = {
     "BatchNormalization": _batch_norm,
     "Identity": _one_to_one("identity", 1),
     "Cast": _cast,
+    "CastLike": _cast_like,
     "QuantizeLinear": _quantize,
     "DequantizeLinear": _dequantize,
 }

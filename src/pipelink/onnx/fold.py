@@ -30,6 +30,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from ..ops.indexing.reference import scatter_elements
 from ..ops.shape.rules import slice_plan
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
@@ -83,8 +84,14 @@ FOLDABLE = frozenset(
         "Transpose",
         "Trilu",
         "CumSum",
+        "CumProd",
         "ScatterND",
         "ScatterElements",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BitwiseNot",
+        "BitShift",
     }
 )
 MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
@@ -242,6 +249,10 @@ _BROADCASTING = frozenset(
         "Where",
         "Min",
         "Max",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BitShift",
     }
 )
 
@@ -277,8 +288,23 @@ def _output_elements(node: Node, g: Graph) -> float:
     return 0.0  # the other ops make no more elements than they read
 
 
+def _scatter_elements(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
+    """ScatterElements of constants by the scatter_elements operator's own reference."""
+    reduction = node.attrs.get("reduction", b"none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+    return scatter_elements(*arrays[:3], axis=int(node.attrs.get("axis", 0)), reduction=reduction)
+
+
+#: Op types whose fold is PipeLink's operator reference (one implementation for the fold and the stage).
+_OWN_REFERENCES = {"ScatterElements": _scatter_elements}
+
+
 def _evaluate(g: Graph, node: Node) -> np.ndarray:
-    """``node`` on its constant inputs, by onnx's reference implementation (one-node model)."""
+    """``node`` on its constant inputs: by the operator's own reference where :data:`_OWN_REFERENCES`
+    has it, else by onnx's reference implementation (one-node model)."""
+    own = _OWN_REFERENCES.get(node.op_type)
+    if own is not None:
+        return own(node, [np.asarray(g.constants[n]) for n in node.inputs if n])
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 

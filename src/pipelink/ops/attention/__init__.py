@@ -3,9 +3,10 @@
 ``y = softmax(scale * q @ k^T + mask) @ v`` per batch and head, computed in float32 and rounded once on
 the store. k and v may have fewer heads than q (grouped-query attention): query head i reads key/value
 head ``i // (H / H_kv)``. The causal mask is upper-left aligned (query i sees keys 0..i). Both as in ONNX
-and PyTorch. A row with every key masked gives NaN. On CUDA, float16/bfloat16 run cuDNN's fused SDPA
-(``cuda.py``); float32, bool masks and the other stages cuDNN declines run this reference on staged host
-copies, and the load report says why.
+and PyTorch. A row with every key masked gives NaN, or zeros with ``masked_rows='zero'`` (ONNX Attention's
+rule: a row whose mask and causal bias hide every key is 0, decided on the mask, not on the scores). On
+CUDA, float16/bfloat16 run cuDNN's fused SDPA (``cuda.py``); float32, bool masks and the other stages
+cuDNN declines run this reference on staged host copies, and the load report says why.
 """
 
 from __future__ import annotations
@@ -78,14 +79,20 @@ def infer_attention(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
 def _attention_bind(ctx: KernelContext):
     (b, h, s, d), (_, hk, t, _) = ctx.in_shapes[0], ctx.in_shapes[1]
     group = h // hk  # query heads per key/value head
+    zero_rows = ctx.attrs.get("masked_rows") == "zero"
     if t == 0:
-        return _no_keys_kernel
+        return _no_keys_kernel(0.0 if zero_rows else np.nan)
     scale = ctx.attrs["scale"]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     has_mask = ctx.in_shapes[3] is not None
     bool_mask = has_mask and ctx.in_dtypes[3] == "bool"
     hidden = np.triu(np.ones((s, t), bool), k=1) if ctx.attrs["is_causal"] else None  # key j > query i
     scores = np.empty((b, h, s, t), np.float32)
+    # masked_rows='zero': which keys each row may see (mask and causal), and its rows that see none
+    visible = (
+        np.empty(np.broadcast_shapes((s, t), tuple(ctx.in_shapes[3] or ())), bool) if zero_rows else None
+    )
+    empty_rows = np.empty(visible.shape[:-1] + (1,), bool) if zero_rows else None
     row = np.empty((b, h, s, 1), np.float32)
     acc = np.empty(ctx.out_shapes[0], np.float32)
     # Grouped views: query head hk * group + g meets key/value head hk (contiguous, no copies).
@@ -109,15 +116,36 @@ def _attention_bind(ctx: KernelContext):
         np.exp(scores, out=scores)
         np.sum(scores, axis=-1, keepdims=True, out=row)
         np.divide(scores, row, out=scores)
+        if zero_rows:
+            _find_empty_rows(mask, hidden, bool_mask, visible, empty_rows)
+            np.copyto(scores, 0.0, where=empty_rows)
         np.matmul(scores_g, v[:, :, None], out=acc_g, dtype=np.float32)
         np.copyto(outputs[0], acc, casting="unsafe")
 
     return kernel
 
 
-def _no_keys_kernel(inputs, outputs, stream):
-    """Attention over zero keys: every row is fully masked, so NaN (as a masked row)."""
-    outputs[0].fill(np.nan)
+def _find_empty_rows(mask, hidden, bool_mask: bool, visible: np.ndarray, empty_rows: np.ndarray) -> None:
+    """``empty_rows``: the rows whose mask (False, or -inf when additive) and causal bias hide every key."""
+    if mask is None:
+        visible.fill(True)
+    elif bool_mask:
+        np.copyto(visible, mask)
+    else:
+        np.not_equal(mask, -np.inf, out=visible)
+    if hidden is not None:
+        visible[..., hidden] = False
+    np.any(visible, axis=-1, keepdims=True, out=empty_rows)
+    np.logical_not(empty_rows, out=empty_rows)
+
+
+def _no_keys_kernel(fill: float):
+    """Attention over zero keys: every row is fully masked, so NaN (or 0 with masked_rows='zero')."""
+
+    def kernel(inputs, outputs, stream):
+        outputs[0].fill(fill)
+
+    return kernel
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -136,6 +164,13 @@ def descriptors() -> list[OperatorDescriptor]:
             attrs=[
                 Attr("is_causal", "bool", False, doc="query i attends to keys 0..i (upper-left aligned)"),
                 Attr("scale", "float", None, doc="multiplies q k^T; default 1/sqrt(D)"),
+                Attr(
+                    "masked_rows",
+                    "str",
+                    "nan",
+                    choices=("nan", "zero"),
+                    doc="a row whose mask and causal bias hide every key: NaN, or zeros (ONNX Attention)",
+                ),
             ],
             dtype_vars={"T": ATTENTION_DTYPES},
             variant_dtypes=ATTENTION_DTYPES | {"bool"},

@@ -13,7 +13,8 @@ the softmax in float32 and rounds the probabilities to the input type before the
 flash attention does). Declined to the staged reference (the load report says why): float32 (cuDNN has
 no float32 SDPA), a bool mask, a mask broadcast along the query or key axis, no keys (T = 0), and any
 head size or shape cuDNN has no plan for. Not verified: a row that an additive mask hides entirely with
--inf (NaN in the reference, as in ONNX); cuDNN's value for it is its own.
+-inf (NaN in the reference); cuDNN's value for it is its own, so ``masked_rows='zero'`` (ONNX's zeros) with
+a mask is declined to the reference too.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def bind_attention(ctx: KernelContext) -> Any:
         raise VariantDeclined("no keys (T = 0): every row is fully masked, NaN by definition")
     mask_shape = ctx.in_shapes[3]
     bias = None
+    if mask_shape is not None and ctx.attrs.get("masked_rows") == "zero":
+        raise VariantDeclined(
+            "masked_rows='zero' with a mask: cuDNN's output for a row the mask hides entirely is its own "
+            "(not verified to be 0)"
+        )
     if mask_shape is not None and ctx.in_dtypes[3] != ctx.in_dtypes[0]:
         raise VariantDeclined(f"a {ctx.in_dtypes[3]} mask: cuDNN's bias is additive, of q's dtype")
     if mask_shape is not None:

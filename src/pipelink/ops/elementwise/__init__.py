@@ -1,6 +1,6 @@
-"""The elementwise operator family: activations (relu, silu, gelu, sigmoid, tanh, leaky_relu, elu, celu,
-mish, softplus, ...), scale, identity, neg/abs/log/reciprocal, sin/cos, rounding, add/mul/max/min/prelu,
-bias_add and casts.
+"""The elementwise operator family: activations (relu, silu (swish), gelu, sigmoid, tanh, leaky_relu, elu,
+celu, mish, softplus, shrink, ...), scale, identity, neg/abs/log/reciprocal, the trigonometric and
+hyperbolic functions, rounding, add/mul/max/min/prelu/mod, the bitwise ops and shifts, bias_add and casts.
 
 This file declares each operator (ports, attributes, dtypes) with its two variants: the NumPy reference
 of ``reference.py`` and the CUDA kernels of ``cuda.py`` (``elementwise.cu``, ``cast.cu``). Adding an
@@ -12,21 +12,26 @@ from __future__ import annotations
 import numpy as np
 
 from ...descriptor import REQUIRED, Attr, OperatorDescriptor, Port
-from .._common import FLOATS, NUMERIC, builtin_operator
+from .._common import FLOATS, INTS, NUMERIC, builtin_operator
 from ..kernel import cuda_variant
 from . import cuda, reference
 from .reference import (
     binary_bind,
+    bit_shift_bind,
     cast_bind,
     fixed,
     identity_bind,
     infer_precision_cast,
+    infer_shrink,
     make_celu,
     make_elu,
     make_gelu,
     make_leaky_relu,
     make_scale,
+    make_shrink,
+    make_silu,
     make_thresholded_relu,
+    math_into,
     unary_bind,
 )
 
@@ -44,9 +49,11 @@ def _unary(
     y: str = "y",
     onnx: str = "",
     dtypes=FLOATS,
+    infer=None,
 ) -> OperatorDescriptor:
     """A unary operator of ``dtypes`` (floats by default): ``make(ctx) -> compute(x, out)`` on the CPU,
-    the ``kernel`` op of elementwise.cu (default: ``name``) on CUDA, for ``cuda.UNARY_DTYPES`` of it."""
+    the ``kernel`` op of elementwise.cu (default: ``name``) on CUDA, for ``cuda.UNARY_DTYPES`` of it;
+    ``infer``: an operator's own rule (y is x's shape and dtype by default)."""
     kernel = kernel or name
     return builtin_operator(
         name,
@@ -56,10 +63,25 @@ def _unary(
         attrs=attrs,
         dtype_vars={"T": dtypes},
         variant_dtypes=dtypes,
+        infer=infer,
         bind=unary_bind(make),
         cuda=cuda_variant(cuda.unary_bind(kernel), frozenset(cuda.UNARY_DTYPES[kernel]) & dtypes),
         onnx=onnx,
     )
+
+
+# tan and the inverse and hyperbolic functions: (name, NumPy ufunc, ONNX op, doc)
+_MATH = (
+    ("tan", np.tan, "Tan", "Tangent: y = tan(x); tan(+-inf) is NaN"),
+    ("asin", np.arcsin, "Asin", "Arcsine: y = asin(x) in [-pi/2, pi/2]; |x| > 1 gives NaN"),
+    ("acos", np.arccos, "Acos", "Arccosine: y = acos(x) in [0, pi]; |x| > 1 gives NaN"),
+    ("atan", np.arctan, "Atan", "Arctangent: y = atan(x) in [-pi/2, pi/2]; atan(+-inf) = +-pi/2"),
+    ("sinh", np.sinh, "Sinh", "Hyperbolic sine: y = sinh(x); overflow gives +-inf"),
+    ("cosh", np.cosh, "Cosh", "Hyperbolic cosine: y = cosh(x); overflow gives inf"),
+    ("asinh", np.arcsinh, "Asinh", "Inverse hyperbolic sine: y = asinh(x)"),
+    ("acosh", np.arccosh, "Acosh", "Inverse hyperbolic cosine: y = acosh(x); x < 1 gives NaN"),
+    ("atanh", np.arctanh, "Atanh", "Inverse hyperbolic tangent: y = atanh(x); +-1 gives +-inf, |x| > 1 NaN"),
+)
 
 
 def _binary(name: str, doc: str, ufunc: np.ufunc, onnx: str, dtypes=NUMERIC) -> OperatorDescriptor:
@@ -86,7 +108,8 @@ def descriptors() -> list[OperatorDescriptor]:
         ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, neg, abs, log,
         reciprocal, leaky_relu, sin, cos, floor, ceil, round, sign, softplus, softsign, mish, elu, celu,
         thresholded_relu, precision_cast, add, sub, mul, div, pow, max, min, prelu, bias_add, cast,
-        silu_activation``.
+        silu_activation, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, shrink, bitwise_not,
+        bitwise_and, bitwise_or, bitwise_xor, bit_shift``.
     """
     silu_make = fixed(reference.silu_into)
     return [
@@ -101,7 +124,15 @@ def descriptors() -> list[OperatorDescriptor]:
             view=True,
         ),
         _unary("relu", "Rectified linear unit: y = max(x, 0).", fixed(reference.relu_into), onnx="Relu"),
-        _unary("silu", "Sigmoid linear unit: y = x * sigmoid(x).", silu_make),
+        # One operator for SiLU and ONNX Swish: swish is silu with a slope inside the sigmoid, and silu's
+        # kernel takes it as its alpha (1: bit-identical to SiLU).
+        _unary(
+            "silu",
+            "Sigmoid linear unit, or swish: y = x * sigmoid(alpha * x); alpha 1 is SiLU (ONNX Swish).",
+            make_silu,
+            attrs=[Attr("alpha", "float", 1.0, doc="the slope inside the sigmoid (1: SiLU)")],
+            onnx="Swish",
+        ),
         _unary(
             "gelu",
             "Gaussian error linear unit: y = x * Phi(x), exact (erf) or tanh approximation.",
@@ -341,5 +372,72 @@ def descriptors() -> list[OperatorDescriptor]:
             kernel="silu",
             x="input",
             y="output",
+        ),
+        *(
+            _unary(name, f"{doc} (ONNX {op}).", fixed(math_into(ufunc)), onnx=op)
+            for name, ufunc, op, doc in _MATH
+        ),
+        _unary(
+            "shrink",
+            "Shrink: y = x + bias where x < -lambd, x - bias where x > lambd, else 0 (ONNX Shrink; integers "
+            "in float64, truncated, as the ONNX reference; not int64).",
+            make_shrink,
+            attrs=[
+                Attr("lambd", "float", 0.5, doc="the half-width of the band mapped to 0"),
+                Attr("bias", "float", 0.0, doc="subtracted above lambd, added below -lambd"),
+            ],
+            onnx="Shrink",
+            dtypes=NUMERIC,
+            infer=infer_shrink,
+        ),
+        _unary(
+            "bitwise_not",
+            "Bitwise complement of integers: y = ~x (ONNX BitwiseNot).",
+            fixed(reference.bitwise_not_into),
+            onnx="BitwiseNot",
+            dtypes=INTS,
+        ),
+        _binary(
+            "bitwise_and",
+            "Bitwise and of integers with NumPy broadcasting: c = a & b.",
+            np.bitwise_and,
+            "BitwiseAnd",
+            INTS,
+        ),
+        _binary(
+            "bitwise_or",
+            "Bitwise or of integers with NumPy broadcasting: c = a | b.",
+            np.bitwise_or,
+            "BitwiseOr",
+            INTS,
+        ),
+        _binary(
+            "bitwise_xor",
+            "Bitwise xor of integers with NumPy broadcasting: c = a ^ b.",
+            np.bitwise_xor,
+            "BitwiseXor",
+            INTS,
+        ),
+        builtin_operator(
+            "bit_shift",
+            doc="Shift the bits of integers with NumPy broadcasting: c = a << b or a >> b (arithmetic for "
+            "signed a); an amount below 0 or of at least the bit width gives 0, -1 for a negative a shifted "
+            "right (ONNX BitShift, opset 28).",
+            inputs=[Port("a", dtype="T"), Port("b", dtype="T", doc="the shift amounts")],
+            outputs=[Port("c", shape={"broadcast": ["a", "b"]}, dtype="T")],
+            attrs=[
+                Attr(
+                    "direction",
+                    "str",
+                    REQUIRED,
+                    choices=("LEFT", "RIGHT"),
+                    doc="'LEFT': towards the high bits; 'RIGHT': towards the low bits",
+                )
+            ],
+            dtype_vars={"T": INTS},
+            variant_dtypes=INTS,
+            bind=bit_shift_bind,
+            cuda=cuda_variant(cuda.binary_bind("bit_shift"), cuda.BINARY_DTYPES["bit_shift_left"]),
+            onnx="BitShift",
         ),
     ]

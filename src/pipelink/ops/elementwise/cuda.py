@@ -91,6 +91,17 @@ UNARY = {
     "elu": "PL_OP_ELU",
     "celu": "PL_OP_CELU",
     "thresholded_relu": "PL_OP_THRESHOLDED_RELU",
+    "tan": "PL_OP_TAN",
+    "asin": "PL_OP_ASIN",
+    "acos": "PL_OP_ACOS",
+    "atan": "PL_OP_ATAN",
+    "sinh": "PL_OP_SINH",
+    "cosh": "PL_OP_COSH",
+    "asinh": "PL_OP_ASINH",
+    "acosh": "PL_OP_ACOSH",
+    "atanh": "PL_OP_ATANH",
+    "shrink": "PL_OP_SHRINK",
+    "bitwise_not": "PL_OP_BITWISE_NOT",
 }
 BINARY = {
     "add": "PL_OP_ADD",
@@ -103,16 +114,31 @@ BINARY = {
     "prelu": "PL_OP_PRELU",
     "mod": "PL_OP_MOD",
     "fmod": "PL_OP_FMOD",
+    "bitwise_and": "PL_OP_BITWISE_AND",
+    "bitwise_or": "PL_OP_BITWISE_OR",
+    "bitwise_xor": "PL_OP_BITWISE_XOR",
+    "bit_shift_left": "PL_OP_SHIFT_LEFT",
+    "bit_shift_right": "PL_OP_SHIFT_RIGHT",
 }
 # integer dtypes of the binary kernel: two's-complement arithmetic that wraps around, like NumPy
 _WRAPPING = ("int8", "uint8", "int32", "int64")
 _SIGNED_UNARY = ("neg", "abs", "sign")  # the unary kernels that also take the integers (wrapping neg/abs)
+_BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "bit_shift_left", "bit_shift_right", "bitwise_not")
+# shrink of the integers computes in float64 as the ONNX reference does: exact for these, not for int64
+SHRINK_INTS = ("int8", "uint8", "int32")
 UNARY_DTYPES: dict[str, tuple[str, ...]] = {
-    op: FLOATS + (_WRAPPING if op in _SIGNED_UNARY else ()) for op in UNARY
+    op: (
+        _WRAPPING
+        if op in _BITWISE
+        else FLOATS + (_WRAPPING if op in _SIGNED_UNARY else SHRINK_INTS if op == "shrink" else ())
+    )
+    for op in UNARY
 }
 """The dtypes each unary kernel accepts (the CUDA variant's dtypes)."""
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
-    op: FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min", "mod", "fmod") else ())
+    op: _WRAPPING
+    if op in _BITWISE
+    else FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min", "mod", "fmod") else ())
     for op in BINARY
 }
 """The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
@@ -134,16 +160,28 @@ _TRANSCENDENTAL = frozenset(
         "mish",
         "elu",
         "celu",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
     }
 )
-# unary op -> the attribute its alpha is
+# unary op -> the attribute its alpha is (silu_activation, silu's kernel without attributes: alpha 1)
 _ALPHA_ATTR = {
+    "silu": "alpha",
+    "shrink": "lambd",
     "scale": "factor",
     "leaky_relu": "alpha",
     "elu": "alpha",
     "celu": "alpha",
     "thresholded_relu": "alpha",
 }
+_BETA_ATTR = {"shrink": "bias"}  # unary op -> the attribute its beta is
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
 _ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
 
@@ -166,7 +204,7 @@ KERNELS: dict[str, KernelSource] = {
 }
 """Every kernel of this family, by the op name its plans use."""
 
-TUNED_AS = {"silu_activation": "silu"}
+TUNED_AS = {"silu_activation": "silu", "bit_shift": "bit_shift_left"}  # right shifts cost the same
 """Operators that run (and are tuned as) another operator's kernel."""
 
 
@@ -183,15 +221,18 @@ def plan_unary(
     shape: Any,
     *,
     factor: float = 1.0,
+    beta: float = 0.0,
     tuned: dict[str, int] | None = None,
     alignment: int = 16,
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
     """Plan ``y = op(x)`` over a contiguous tensor; ``op`` one of :data:`UNARY`.
 
-    Kernel ``pl_unary(const T* x, T* y, long long n, ACC alpha)``; alpha is ``factor`` for ``scale``.
-    neg, abs and sign also take the integers (:data:`UNARY_DTYPES`; neg and abs wrap around at the
-    dtype's minimum, as NumPy).
+    Kernel ``pl_unary(const T* x, T* y, long long n, P alpha, P beta)``; alpha is ``factor`` (the
+    factor of ``scale``, the alpha of ``silu`` and the ELUs, the lambd of ``shrink``), beta the bias of
+    ``shrink``; P is the accumulation type of a float dtype, double for the integers. neg, abs and sign
+    also take the integers, bitwise_not takes only them, shrink int8, uint8 and int32
+    (:data:`UNARY_DTYPES`; neg and abs wrap around at the dtype's minimum, as NumPy).
 
     Raises
     ------
@@ -219,14 +260,17 @@ def plan_unary(
     launch, grid = flat_launch(t, n, vec, sm_count)
     macros.update(launch)
     a = vec * dt.itemsize
-    if dt.is_floating:
-        alpha_kind, alpha = acc_kind(dt), factor
-    else:  # the integers' accumulation type: int, long long for int64 (alpha is unread by their ops)
-        alpha_kind, alpha = ("i64" if dt.itemsize == 8 else "i32"), int(factor)
-    specs = [pointer("x", a), pointer("y", a), ArgSpec("n", "i64"), ArgSpec("alpha", alpha_kind)]
-    return make_plan(
-        KERNELS[op], "pl_unary", macros, grid, t["block"], specs, {"n": n, "alpha": alpha}, dict(t, vec=vec)
-    )
+    # the floats' accumulation type; double for the integers (shrink's lambd and bias are fractions)
+    kind = acc_kind(dt) if dt.is_floating else "f64"
+    specs = [
+        pointer("x", a),
+        pointer("y", a),
+        ArgSpec("n", "i64"),
+        ArgSpec("alpha", kind),
+        ArgSpec("beta", kind),
+    ]
+    scalars = {"n": n, "alpha": factor, "beta": beta}
+    return make_plan(KERNELS[op], "pl_unary", macros, grid, t["block"], specs, scalars, dict(t, vec=vec))
 
 
 def plan_binary(
@@ -408,12 +452,16 @@ def unary_bind(op: str):
     def bind(ctx: KernelContext):
         dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
         name = "gelu_tanh" if op == "gelu" and ctx.attrs["approximate"] == "tanh" else op
-        # alpha: the factor of scale, the negative slope of leaky_relu; unread by the other ops
-        factor = float(ctx.attrs[_ALPHA_ATTR[op]]) if op in _ALPHA_ATTR else 1.0
+        # alpha: the factor of scale, the negative slope of leaky_relu...; beta: shrink's bias; unread by
+        # the other ops (silu_activation runs silu's kernel and has no alpha: 1)
+        factor = float(ctx.attrs.get(_ALPHA_ATTR.get(op), 1.0))
+        beta = float(ctx.attrs[_BETA_ATTR[op]]) if op in _BETA_ATTR else 0.0
         tuned, sms = tuned_of(ctx, KERNELS[name]), sm_count_of(ctx)
         return PlanLaunch(
             ctx.backend,
-            lambda a: plan_unary(name, dtype, shape, factor=factor, alignment=a, tuned=tuned, sm_count=sms),
+            lambda a: plan_unary(
+                name, dtype, shape, factor=factor, beta=beta, alignment=a, tuned=tuned, sm_count=sms
+            ),
             {"x": ("in", 0), "y": ("out", 0)},
             ctx.stage,
         )
@@ -422,15 +470,17 @@ def unary_bind(op: str):
 
 
 def binary_bind(op: str):
-    """The CUDA bind of a binary operator with broadcasting."""
+    """The CUDA bind of a binary operator with broadcasting (``bit_shift`` picks its kernel from
+    ``direction``)."""
 
     def bind(ctx: KernelContext):
         dtype = ctx.in_dtypes[0]
         sa, sb = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-        tuned, sms = tuned_of(ctx, KERNELS[op]), sm_count_of(ctx)
+        name = f"bit_shift_{ctx.attrs['direction'].lower()}" if op == "bit_shift" else op
+        tuned, sms = tuned_of(ctx, KERNELS[name]), sm_count_of(ctx)
         return PlanLaunch(
             ctx.backend,
-            lambda a: plan_binary(op, dtype, sa, sb, alignment=a, tuned=tuned, sm_count=sms),
+            lambda a: plan_binary(name, dtype, sa, sb, alignment=a, tuned=tuned, sm_count=sms),
             {"a": ("in", 0), "b": ("in", 1), "y": ("out", 0)},
             ctx.stage,
         )

@@ -6,10 +6,11 @@
 // pipelink/ops/elementwise/cuda.py:
 //   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char, unsigned char,
 //                   int and long long for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy,
-//                   and PL_OP_MAX, PL_OP_MIN) - every kernel
-//                   but pl_cast
+//                   PL_OP_MAX, PL_OP_MIN, the remainders, the bitwise ops and the shifts; and for the
+//                   unary PL_OP_NEG, PL_OP_ABS, PL_OP_SIGN, PL_OP_BITWISE_NOT and (not long long)
+//                   PL_OP_SHRINK) - every kernel but pl_cast
 //   PL_UNARY_OP     one of the unary PL_OP_* codes below     -> pl_unary
-//   PL_BINARY_OP    one of PL_OP_ADD .. PL_OP_PRELU          -> pl_binary, pl_binary_bcast
+//   PL_BINARY_OP    one of the binary PL_OP_* codes below    -> pl_binary, pl_binary_bcast
 //   PL_BIAS_ADD     defined                                 -> pl_bias_add
 //   PL_TIN, PL_TOUT input and output types                   -> pl_cast
 //   PL_VEC          elements per vector access (16 / sizeof(T) at most); every pointer the kernel
@@ -25,16 +26,18 @@
 //                   library functions)
 //
 // Kernel signatures (all sizes are element counts; strides are in elements and >= 0):
-//   pl_unary(const T* x, T* y, long long n, ACC alpha)  alpha: factor of `scale`, slope of `leaky_relu`,
-//                                                       alpha of `elu` and `celu`, threshold of
-//                                                       `thresholded_relu`
+//   pl_unary(const T* x, T* y, long long n, P alpha, P beta)
+//                                  alpha: factor of `scale`, slope of `leaky_relu`, alpha of `elu`,
+//                                  `celu` and `silu`, threshold of `thresholded_relu`, lambd of `shrink`;
+//                                  beta: bias of `shrink`; both unread by the other ops
 //   pl_binary(const T* a, const T* b, T* y, long long n)
 //   pl_binary_bcast(const T* a, const T* b, T* y, long long n,
 //                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
 //   pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)
 //   pl_cast(const TIN* x, TOUT* y, long long n)
 // ACC is float, or double when T is double (int for the 8-bit integer types and int32, long long for
-// int64). y may equal x (or a, or b): fused epilogues run these
+// int64); P is ACC for the floats and double for the integers (shrink compares and adds in float64, as
+// the ONNX reference does). y may equal x (or a, or b): fused epilogues run these
 // kernels in place, so those pointers are not __restrict__ (each element is read before the same
 // thread writes it, so in-place use is safe).
 #include "common.cuh"
@@ -68,6 +71,17 @@
 #define PL_OP_ELU 36
 #define PL_OP_CELU 37
 #define PL_OP_THRESHOLDED_RELU 38
+#define PL_OP_TAN 39
+#define PL_OP_ASIN 40
+#define PL_OP_ACOS 41
+#define PL_OP_ATAN 42
+#define PL_OP_SINH 43
+#define PL_OP_COSH 44
+#define PL_OP_ASINH 45
+#define PL_OP_ACOSH 46
+#define PL_OP_ATANH 47
+#define PL_OP_SHRINK 48
+#define PL_OP_BITWISE_NOT 49
 #define PL_OP_ADD 10
 #define PL_OP_SUB 11
 #define PL_OP_MUL 12
@@ -78,6 +92,11 @@
 #define PL_OP_PRELU 17
 #define PL_OP_MOD 18
 #define PL_OP_FMOD 19
+#define PL_OP_BITWISE_AND 50
+#define PL_OP_BITWISE_OR 51
+#define PL_OP_BITWISE_XOR 52
+#define PL_OP_SHIFT_LEFT 53
+#define PL_OP_SHIFT_RIGHT 54
 
 #ifndef PL_NDIM
 #define PL_NDIM 8
@@ -115,6 +134,33 @@ __device__ __forceinline__ float pl_sin(float x) { return sinf(x); }  // full ra
 __device__ __forceinline__ double pl_sin(double x) { return sin(x); }
 __device__ __forceinline__ float pl_cos(float x) { return cosf(x); }
 __device__ __forceinline__ double pl_cos(double x) { return cos(x); }
+// tan, the inverse and the hyperbolic functions: the library's (a few ulp), IEEE at the edges: NaN
+// out of the domain (asin(2), acosh(0.5), atanh(2), tan(inf)), +-inf for atanh(+-1) and on overflow
+__device__ __forceinline__ float pl_tan(float x) { return tanf(x); }
+__device__ __forceinline__ double pl_tan(double x) { return tan(x); }
+__device__ __forceinline__ float pl_asin(float x) { return asinf(x); }
+__device__ __forceinline__ double pl_asin(double x) { return asin(x); }
+__device__ __forceinline__ float pl_acos(float x) { return acosf(x); }
+__device__ __forceinline__ double pl_acos(double x) { return acos(x); }
+__device__ __forceinline__ float pl_atan(float x) { return atanf(x); }
+__device__ __forceinline__ double pl_atan(double x) { return atan(x); }
+__device__ __forceinline__ float pl_sinh(float x) { return sinhf(x); }
+__device__ __forceinline__ double pl_sinh(double x) { return sinh(x); }
+__device__ __forceinline__ float pl_cosh(float x) { return coshf(x); }
+__device__ __forceinline__ double pl_cosh(double x) { return cosh(x); }
+__device__ __forceinline__ float pl_asinh(float x) { return asinhf(x); }
+__device__ __forceinline__ double pl_asinh(double x) { return asinh(x); }
+__device__ __forceinline__ float pl_acosh(float x) { return acoshf(x); }
+__device__ __forceinline__ double pl_acosh(double x) { return acosh(x); }
+__device__ __forceinline__ float pl_atanh(float x) { return atanhf(x); }
+__device__ __forceinline__ double pl_atanh(double x) { return atanh(x); }
+// ONNX Shrink: x + bias below -lambd, x - bias above lambd, else 0 (NaN compares false: 0). Floats in
+// their accumulation type; integers in double, truncated toward zero as the reference's astype (the
+// descriptor refuses a lambd and bias that would take a result out of the dtype's range)
+template <class A, class P> __device__ __forceinline__ A pl_shrink(A x, P lambd, P bias) {
+    const P v = (P)x;
+    return (A)(v < -lambd ? v + bias : (v > lambd ? v - bias : P(0)));
+}
 __device__ __forceinline__ float pl_floor(float x) { return floorf(x); }
 __device__ __forceinline__ double pl_floor(double x) { return floor(x); }
 __device__ __forceinline__ float pl_ceil(float x) { return ceilf(x); }
@@ -166,15 +212,16 @@ __device__ __forceinline__ float pl_sigmoid(float x) {
 #endif
 }
 __device__ __forceinline__ double pl_sigmoid(double x) { return 1.0 / (1.0 + pl_exp(-x)); }
-// x / (1 + exp(-x)), from the same pieces as pl_sigmoid
-__device__ __forceinline__ float pl_silu(float x) {
+// x / (1 + exp(-alpha x)) (ONNX Swish; alpha 1: SiLU, alpha * x is then x exactly), from the same
+// pieces as pl_sigmoid
+__device__ __forceinline__ float pl_silu(float x, float alpha) {
 #if PL_FAST_ACT
-    return x * __frcp_rn(1.0f + __expf(-x));
+    return x * __frcp_rn(1.0f + __expf(-(alpha * x)));
 #else
-    return x / (1.0f + pl_exp(-x));
+    return x / (1.0f + pl_exp(-(alpha * x)));
 #endif
 }
-__device__ __forceinline__ double pl_silu(double x) { return x / (1.0 + pl_exp(-x)); }
+__device__ __forceinline__ double pl_silu(double x, double alpha) { return x / (1.0 + pl_exp(-(alpha * x))); }
 // tanh. With PL_FAST_ACT (float only): for |x| >= 0.25, 1 - 2 / (exp(2|x|) + 1) with the sign of x
 // (absolute error a few float ulps, relative < 1e-6 there); below, the odd Taylor polynomial to x^7
 // (relative error < 4e-7), which keeps tiny inputs exact where the exp form would cancel.
@@ -229,13 +276,22 @@ __device__ __forceinline__ float pl_gelu(float x) {
 __device__ __forceinline__ double pl_gelu(double x) { return 0.5 * x * (1.0 + pl_erf(x * 0.70710678118654752440)); }
 
 #if defined(PL_UNARY_OP)
-template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
+// the type of pl_unary's alpha and beta (P above)
+template <class T> struct pl_param { typedef typename pl_acc<T>::type type; };
+template <> struct pl_param<signed char> { typedef double type; };
+template <> struct pl_param<unsigned char> { typedef double type; };
+template <> struct pl_param<int> { typedef double type; };
+template <> struct pl_param<long long> { typedef double type; };
+
+template <class A, class P> __device__ __forceinline__ A pl_unary_apply(A x, P alpha, P beta) {
+#if PL_UNARY_OP != PL_OP_SHRINK
+    (void)beta;
+#endif
 #if PL_UNARY_OP == PL_OP_RELU
     (void)alpha;
     return x < A(0) ? A(0) : x;  // NaN propagates, like numpy.maximum(x, 0)
 #elif PL_UNARY_OP == PL_OP_SILU
-    (void)alpha;
-    return pl_silu(x);
+    return pl_silu(x, alpha);
 #elif PL_UNARY_OP == PL_OP_GELU
     (void)alpha;
     return pl_gelu(x);
@@ -310,6 +366,38 @@ template <class A> __device__ __forceinline__ A pl_unary_apply(A x, A alpha) {
     return x < A(0) ? alpha * pl_expm1(x / alpha) : x;  // alpha 0: x / 0 = -inf, so -0 (the limit)
 #elif PL_UNARY_OP == PL_OP_THRESHOLDED_RELU
     return x > alpha ? x : A(0);  // a NaN is not above alpha: 0
+#elif PL_UNARY_OP == PL_OP_TAN
+    (void)alpha;
+    return pl_tan(x);
+#elif PL_UNARY_OP == PL_OP_ASIN
+    (void)alpha;
+    return pl_asin(x);
+#elif PL_UNARY_OP == PL_OP_ACOS
+    (void)alpha;
+    return pl_acos(x);
+#elif PL_UNARY_OP == PL_OP_ATAN
+    (void)alpha;
+    return pl_atan(x);
+#elif PL_UNARY_OP == PL_OP_SINH
+    (void)alpha;
+    return pl_sinh(x);
+#elif PL_UNARY_OP == PL_OP_COSH
+    (void)alpha;
+    return pl_cosh(x);
+#elif PL_UNARY_OP == PL_OP_ASINH
+    (void)alpha;
+    return pl_asinh(x);
+#elif PL_UNARY_OP == PL_OP_ACOSH
+    (void)alpha;
+    return pl_acosh(x);
+#elif PL_UNARY_OP == PL_OP_ATANH
+    (void)alpha;
+    return pl_atanh(x);
+#elif PL_UNARY_OP == PL_OP_SHRINK
+    return pl_shrink(x, alpha, beta);  // alpha: lambd, beta: bias
+#elif PL_UNARY_OP == PL_OP_BITWISE_NOT
+    (void)alpha;
+    return ~x;  // integers only; the 8-bit store keeps the low bits
 #elif PL_UNARY_OP == PL_OP_IDENTITY
     (void)alpha;
     return x;
@@ -349,6 +437,16 @@ __device__ __forceinline__ long long pl_remainder(long long a, long long b, bool
     return pl_int_remainder(a, b, floored);
 }
 
+// ONNX BitShift (opset 28, the integers): a left shift in the unsigned type (bits past the top, the sign
+// bit included, drop); a right shift of a signed value is arithmetic (sign-extending, as NVCC's >> of a
+// negative int). An amount below 0 or of at least the element's bit width (which C leaves undefined)
+// gives what the sign fill alone gives: 0, or -1 for a right shift of a negative value.
+template <class I> __device__ __forceinline__ I pl_shift(I a, I b, bool left) {
+    typedef typename pl_wrap<I>::type U;
+    if (b < I(0) || b >= I(8 * sizeof(PL_T))) return left || a >= I(0) ? I(0) : I(-1);
+    return left ? (I)((U)a << (U)b) : (I)(a >> b);
+}
+
 template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     typedef typename pl_wrap<A>::type U;
 #if PL_BINARY_OP == PL_OP_ADD
@@ -371,6 +469,16 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
     return pl_remainder(a, b, true);
 #elif PL_BINARY_OP == PL_OP_FMOD
     return pl_remainder(a, b, false);
+#elif PL_BINARY_OP == PL_OP_BITWISE_AND
+    return a & b;  // integers only: on the sign-extended values, the 8-bit store keeps the low bits
+#elif PL_BINARY_OP == PL_OP_BITWISE_OR
+    return a | b;
+#elif PL_BINARY_OP == PL_OP_BITWISE_XOR
+    return a ^ b;
+#elif PL_BINARY_OP == PL_OP_SHIFT_LEFT
+    return pl_shift(a, b, true);
+#elif PL_BINARY_OP == PL_OP_SHIFT_RIGHT
+    return pl_shift(a, b, false);
 #else
 #error "unknown PL_BINARY_OP"
 #endif
@@ -381,16 +489,19 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
 typedef PL_T T;
 typedef typename pl_acc<T>::type A;
 typedef pl_vec<T, PL_VEC> V;
+#if defined(PL_UNARY_OP)
+typedef typename pl_param<T>::type P;
+#endif
 
 #if defined(PL_UNARY_OP)
-extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_unary(const T* x, T* y, long long n, A alpha) {
+extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_unary(const T* x, T* y, long long n, P alpha, P beta) {
     V v[PL_UNROLL];
     pl_vector_loop(
         n, [&](int u, long long j) { v[u] = pl_load<T, PL_VEC>(x + j * PL_VEC); },
         [&](int u, long long j) {
 #if PL_UNARY_OP != PL_OP_IDENTITY
 #pragma unroll
-            for (int k = 0; k < PL_VEC; ++k) v[u].v[k] = pl_from<T>(pl_unary_apply(pl_to_acc(v[u].v[k]), alpha));
+            for (int k = 0; k < PL_VEC; ++k) v[u].v[k] = pl_from<T>(pl_unary_apply(pl_to_acc(v[u].v[k]), alpha, beta));
 #endif
             pl_store<T, PL_VEC>(y + j * PL_VEC, v[u]);
         },
@@ -398,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(PL_BLOCK) pl_unary(const T* x, T* y
 #if PL_UNARY_OP == PL_OP_IDENTITY
             y[t] = x[t];  // bit-exact copy
 #else
-            y[t] = pl_from<T>(pl_unary_apply(pl_to_acc(x[t]), alpha));
+            y[t] = pl_from<T>(pl_unary_apply(pl_to_acc(x[t]), alpha, beta));
 #endif
         });
 }

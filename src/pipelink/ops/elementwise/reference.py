@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ...descriptor import KernelContext
+from ...errors import DTypeMismatchError, InvalidArgumentError
 from .._common import FLOATS, HALF_DTYPES
 
 __all__ = [
@@ -27,6 +28,13 @@ __all__ = [
     "erf_into",
     "exp_into",
     "sqrt_into",
+    "math_into",
+    "make_silu",
+    "make_shrink",
+    "infer_shrink",
+    "bitwise_not_into",
+    "bit_shift",
+    "bit_shift_bind",
     "unary_bind",
     "fixed",
     "make_gelu",
@@ -188,6 +196,24 @@ def silu_into(x: np.ndarray, out: np.ndarray) -> None:
     np.divide(x, out, out=out)
 
 
+def make_silu(ctx: KernelContext) -> Compute:
+    """``out = x * sigmoid(alpha * x) = x / (1 + exp(-alpha x))`` (ONNX Swish); alpha 1 is SiLU,
+    :func:`silu_into` itself."""
+    alpha = float(ctx.attrs["alpha"])
+    if alpha == 1.0:
+        return silu_into
+
+    def swish_into(x, out):
+        # exp(-alpha x) -> inf gives the limit -0, -> 0 the limit x; inf * 0 (alpha 0) is NaN, as the formula
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            np.multiply(x, -alpha, out=out)
+            np.exp(out, out=out)
+        np.add(out, 1.0, out=out)
+        np.divide(x, out, out=out)
+
+    return swish_into
+
+
 def sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
     """``out = 1 / (1 + exp(-x))``; ``out`` must not alias ``x``."""
     with np.errstate(over="ignore"):  # exp(-x) -> inf for very negative x gives the right limit, 0
@@ -261,6 +287,18 @@ def cos_into(x: np.ndarray, out: np.ndarray) -> None:
     """``out = cos(x)``; cos(+-inf) is NaN (IEEE), without a warning."""
     with np.errstate(invalid="ignore"):
         np.cos(x, out=out)
+
+
+def math_into(ufunc: np.ufunc) -> Compute:
+    """``out = ufunc(x)`` for tan and the inverse and hyperbolic functions: IEEE results without a
+    warning (NaN out of the domain, as arcsin(2) or arccosh(0.5); +-inf for arctanh(+-1) and on
+    overflow, as sinh(1000))."""
+
+    def compute(x, out):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            ufunc(x, out=out)
+
+    return compute
 
 
 def floor_into(x: np.ndarray, out: np.ndarray) -> None:
@@ -347,6 +385,111 @@ def make_thresholded_relu(ctx: KernelContext) -> Compute:
         np.copyto(out, x, where=x > alpha)
 
     return thresholded_relu_into
+
+
+def _shrink_value(x: float, lambd: float, bias: float) -> float:
+    """One element of Shrink as the ONNX reference computes it, in float64."""
+    return x + bias if x < -lambd else (x - bias if x > lambd else 0.0)
+
+
+def infer_shrink(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
+    """y has x's shape and dtype. On the integers the ONNX reference computes ``x +- bias`` in float64
+    and truncates toward zero into the dtype: exact for int8, uint8 and int32, defined where every result
+    stays in the dtype's range (checked here at the ends of both branches, where the results are
+    extreme, since they grow with x); int64 is refused (float64 rounds its large values, and the cast of
+    a result past 2**63, which x near the maximum gives for any small bias, is undefined).
+
+    Raises
+    ------
+    DTypeMismatchError
+        int64 x.
+    InvalidArgumentError
+        An integer x with a lambd and bias that take some value of the dtype out of its range.
+    """
+    dtype, lambd, bias = in_dtypes[0], float(attrs["lambd"]), float(attrs["bias"])
+    if dtype == "int64":
+        raise DTypeMismatchError(
+            "shrink of int64: the ONNX reference computes x +- bias in float64, inexact above 2**53 and "
+            "undefined past the int64 range; cast x to float64 (or to int32) first",
+            port="x",
+            dtype=dtype,
+        )
+    if dtype is not None and dtype not in FLOATS:
+        info = np.iinfo(dtype)
+        below = (info.min, min(math.ceil(-lambd) - 1, info.max)) if math.isfinite(lambd) else None
+        above = (
+            (max(math.floor(lambd) + 1, math.ceil(-lambd), info.min), info.max)
+            if math.isfinite(lambd)
+            else None
+        )
+        if math.isinf(lambd):  # -inf: every x is below -lambd; +inf: none is outside [-lambd, lambd]
+            below = (info.min, info.max) if lambd < 0 else None
+        for ends in (below, above):
+            if ends is None or ends[0] > ends[1]:
+                continue
+            for x in ends:
+                y = _shrink_value(float(x), lambd, bias)
+                if not (math.isfinite(y) and info.min <= math.trunc(y) <= info.max):
+                    raise InvalidArgumentError(
+                        f"shrink of {dtype}: lambd={lambd!r} and bias={bias!r} take x={x} to {y!r}, "
+                        f"outside {dtype}'s range [{info.min}, {info.max}] (the ONNX reference's cast is "
+                        "undefined there); choose a smaller bias, or cast x to a float first",
+                        port="x",
+                        dtype=dtype,
+                        lambd=lambd,
+                        bias=bias,
+                    )
+    return (tuple(in_shapes[0]),), (dtype,)
+
+
+def make_shrink(ctx: KernelContext) -> Compute:
+    """``out = x + bias`` where x < -lambd, ``x - bias`` where x > lambd, else 0 (ONNX Shrink; NaN: 0).
+    Floats in their own dtype (half types: float32, :func:`unary_bind`); integers in float64, truncated
+    toward zero, as the reference (:func:`infer_shrink` has checked that every result fits)."""
+    lambd, bias = float(ctx.attrs["lambd"]), float(ctx.attrs["bias"])
+
+    def shrink_into(x, out):
+        v = x if x.dtype.kind == "f" else x.astype(np.float64)
+        lo, hi = v.dtype.type(-lambd), v.dtype.type(lambd)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN; a huge bias overflows
+            y = np.where(v < lo, v + v.dtype.type(bias), np.where(v > hi, v - v.dtype.type(bias), 0))
+        np.copyto(out, y, casting="unsafe")
+
+    return shrink_into
+
+
+def bitwise_not_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = ~x`` (the integers)."""
+    np.bitwise_not(x, out=out)
+
+
+def bit_shift(a: np.ndarray, b: np.ndarray, out: np.ndarray, left: bool) -> None:
+    """``out = a << b`` or ``a >> b`` broadcast (ONNX BitShift, opset 28): a left shift drops the bits
+    past the top (the sign bit included, computed in the unsigned type of the same width), a right
+    shift of a signed value is arithmetic; an amount below 0 or of at least the bit width gives the sign
+    fill alone: 0, or -1 for a right shift of a negative value."""
+    a, b = np.broadcast_arrays(a, b)
+    bits = a.dtype.itemsize * 8
+    valid = (b >= 0) & (b < bits)
+    amount = np.where(valid, b, 0)
+    if left:
+        unsigned = np.dtype(f"u{a.dtype.itemsize}")
+        shifted = np.left_shift(a.astype(unsigned), amount.astype(unsigned)).astype(a.dtype)
+        fill = np.zeros_like(a)
+    else:
+        shifted = np.right_shift(a, amount.astype(a.dtype))
+        fill = np.where(a < 0, -1, 0).astype(a.dtype)
+    np.copyto(out, np.where(valid, shifted, fill))
+
+
+def bit_shift_bind(ctx: KernelContext):
+    """The CPU bind of bit_shift (``direction`` LEFT or RIGHT)."""
+    left = ctx.attrs["direction"] == "LEFT"
+
+    def kernel(inputs, outputs, stream):
+        bit_shift(inputs[0], inputs[1], outputs[0], left)
+
+    return kernel
 
 
 def prelu(x: np.ndarray, slope: np.ndarray, out: np.ndarray, dtype=None, casting: str = "same_kind") -> None:

@@ -1,10 +1,11 @@
-"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax, axes as an attribute; ArgMax/ArgMin over one axis) and
-the cumulative sum (ONNX CumSum, its axis an attribute): descriptors and NumPy references.
+"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax/ReduceProd, axes as an attribute; ArgMax/ArgMin and
+Hardmax over one axis; TopK, its k an attribute) and the cumulative sum and product (ONNX CumSum,
+CumProd, the axis an attribute): descriptors and NumPy references.
 
-Half types accumulate in float32 and round once on the store; integers sum in their own type (wrapping,
-as ONNX does). An empty reduction gives 0 (sum), NaN (mean) or the lowest value of the type (max);
-argmax / argmin refuse an empty axis (``reference.py``). The CUDA variants (``cuda.py``, ``reduce.cu``)
-give the same results for every dtype.
+Half types accumulate in float32 and round once on the store; integers sum and multiply in their own type
+(wrapping, as ONNX does). An empty reduction gives 0 (sum), 1 (prod), NaN (mean) or the lowest value of
+the type (max); argmax / argmin refuse an empty axis (``reference.py``). The CUDA variants (``cuda.py``,
+``reduce.cu``, ``scan.cu``, ``topk.cu``) give the same results for every dtype.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
 from .._dims import normalize_axis
 from ..kernel import cuda_variant
-from . import cuda, reference
+from . import cuda, reference, topk_cuda
 from .axes import reduced_axes
 
 __all__ = ["descriptors", "reduced_axes"]
@@ -49,19 +50,21 @@ def _reduce_bind(kind: str):
         count = math.prod(shape[a] for a in axes)
         # max over nothing is the lowest value of the type (-inf for floats), as ONNX says.
         low = -np.inf if is_float else np.iinfo(numpy_dtype(dtype)).min
+        acc = compute_dtype(dtype) if is_float else numpy_dtype(dtype)  # integers wrap like ONNX
 
         def kernel(inputs, outputs, stream):
             x, y = inputs[0], outputs[0]
             out = scratch if half else y
             if kind == "max":
                 np.max(x, axis=axes, keepdims=keep, out=out, initial=low)
-            elif is_float:
-                np.sum(x, axis=axes, keepdims=keep, out=out, dtype=compute_dtype(dtype))
+            elif kind == "prod":
+                with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 is NaN, overflow inf: IEEE
+                    np.prod(x, axis=axes, keepdims=keep, out=out, dtype=acc)
+            else:
+                np.sum(x, axis=axes, keepdims=keep, out=out, dtype=acc)
                 if kind == "mean":
                     with np.errstate(invalid="ignore"):  # an empty mean is 0/0 = NaN, as ONNX gives
                         np.divide(out, count, out=out)
-            else:
-                np.sum(x, axis=axes, keepdims=keep, out=out, dtype=x.dtype)  # wraps like ONNX
             if half:
                 np.copyto(y, out, casting="unsafe")
 
@@ -137,46 +140,133 @@ def _arg_reduction(kind: str, onnx: str, doc: str) -> OperatorDescriptor:
     )
 
 
-def _infer_cumsum(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """Output rule of cumsum: x's shape and dtype; the axis must be one of x's."""
+def _infer_hardmax(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of hardmax: x's shape and dtype; the axis must be one of x's."""
     shape = tuple(in_shapes[0])
-    normalize_axis(int(attrs["axis"]), len(shape), op="cumsum")
+    normalize_axis(int(attrs["axis"]), len(shape), op="hardmax")
     return (shape,), (in_dtypes[0],)
 
 
-def _cumsum_bind(ctx: KernelContext):
-    axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op="cumsum")
-    exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
+def _hardmax_bind(ctx: KernelContext):
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op="hardmax")
 
     def kernel(inputs, outputs, stream):
-        reference.cumsum_into(inputs[0], outputs[0], axis=axis, exclusive=exclusive, reverse=reverse)
+        reference.hardmax_into(inputs[0], outputs[0], axis=axis)
 
     return kernel
 
 
-def _cumsum() -> OperatorDescriptor:
+def _hardmax() -> OperatorDescriptor:
     return builtin_operator(
-        "cumsum",
-        doc="Running sum along one axis (floats in float32 for the half types; integers wrap).",
+        "hardmax",
+        doc="1 at the first maximum along one axis (NaN the largest), 0 elsewhere: argmax one-hot.",
         inputs=[Port("x", dtype="T")],
         outputs=[Port("y", dtype="T")],
+        attrs=[Attr("axis", "int", -1, doc="the axis of each line; negative counts from the end")],
+        dtype_vars={"T": FLOATS},
+        variant_dtypes=FLOATS,
+        infer=_infer_hardmax,
+        bind=_hardmax_bind,
+        cuda=cuda_variant(cuda.hardmax_bind, cuda.KERNELS["hardmax"].dtypes),
+        onnx="Hardmax",
+    )
+
+
+def _infer_top_k(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of top_k: x's shape with the axis of size k, values of x's dtype and int64 indices."""
+    shape = tuple(in_shapes[0])
+    axis = reference.top_k_axis(shape, attrs)
+    out = tuple(int(attrs["k"]) if i == axis else d for i, d in enumerate(shape))
+    return (out, out), (in_dtypes[0], "int64")
+
+
+def _top_k_bind(ctx: KernelContext):
+    axis = reference.top_k_axis(tuple(ctx.in_shapes[0]), ctx.attrs)  # k past a bound axis is refused here
+    k, largest = int(ctx.attrs["k"]), bool(ctx.attrs["largest"])
+
+    def kernel(inputs, outputs, stream):
+        reference.top_k_into(inputs[0], outputs[0], outputs[1], axis=axis, k=k, largest=largest)
+
+    return kernel
+
+
+def _top_k() -> OperatorDescriptor:
+    return builtin_operator(
+        "top_k",
+        doc=(
+            "The k largest (or smallest) elements along one axis and their int64 indices, always sorted "
+            "(sorted=0 too); ties to the lower index, NaN above every number (onnx's reference)."
+        ),
+        inputs=[Port("x", dtype="T")],
+        outputs=[Port("values", dtype="T"), Port("indices", dtype="int64")],
         attrs=[
-            Attr("axis", "int", 0, doc="the axis to sum along; negative counts from the end"),
-            Attr("exclusive", "bool", False, doc="each output sums the elements before it (the first is 0)"),
-            Attr("reverse", "bool", False, doc="sum from the end of the axis"),
+            Attr("k", "int", doc="how many elements to keep (0 <= k <= the axis length)"),
+            Attr("axis", "int", -1, doc="the axis to select along; negative counts from the end"),
+            Attr("largest", "bool", True, doc="the largest elements (else the smallest)"),
+            Attr("sorted", "bool", True, doc="sorted output; the output is sorted either way"),
         ],
         dtype_vars={"T": NUMERIC},
         variant_dtypes=NUMERIC,
-        infer=_infer_cumsum,
-        bind=_cumsum_bind,
-        cuda=cuda_variant(cuda.cumsum_bind, cuda.KERNELS["cumsum"].dtypes),
-        onnx="CumSum",
+        infer=_infer_top_k,
+        bind=_top_k_bind,
+        cuda=cuda_variant(topk_cuda.top_k_bind, topk_cuda.KERNEL.dtypes),
+        staged_fallback=True,
+        onnx="TopK",
+    )
+
+
+def _infer_scan(op: str):
+    def infer_scan(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+        """Output rule of cumsum / cumprod: x's shape and dtype; the axis must be one of x's."""
+        shape = tuple(in_shapes[0])
+        normalize_axis(int(attrs["axis"]), len(shape), op=op)
+        return (shape,), (in_dtypes[0],)
+
+    return infer_scan
+
+
+def _scan_bind(kind: str):
+    def bind(ctx: KernelContext):
+        axis = normalize_axis(int(ctx.attrs["axis"]), len(ctx.in_shapes[0]), op=f"cum{kind}")
+        exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
+
+        def kernel(inputs, outputs, stream):
+            reference.scan_into(kind, inputs[0], outputs[0], axis=axis, exclusive=exclusive, reverse=reverse)
+
+        return kernel
+
+    return bind
+
+
+def _scan(kind: str, onnx: str, what: str) -> OperatorDescriptor:
+    name, identity = f"cum{kind}", int(kind == "prod")
+    return builtin_operator(
+        name,
+        doc=f"Running {what} along one axis (floats in float32 for the half types; integers wrap).",
+        inputs=[Port("x", dtype="T")],
+        outputs=[Port("y", dtype="T")],
+        attrs=[
+            Attr("axis", "int", 0, doc=f"the axis to run the {what} along; negative counts from the end"),
+            Attr(
+                "exclusive",
+                "bool",
+                False,
+                doc=f"each output is the {what} of the elements before it (the first is {identity})",
+            ),
+            Attr("reverse", "bool", False, doc="run from the end of the axis"),
+        ],
+        dtype_vars={"T": NUMERIC},
+        variant_dtypes=NUMERIC,
+        infer=_infer_scan(name),
+        bind=_scan_bind(kind),
+        cuda=cuda_variant(cuda.scan_bind(kind), cuda.KERNELS[name].dtypes),
+        onnx=onnx,
     )
 
 
 def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, argmax, argmin and cumsum (one set per
-    registry)."""
+    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, reduce_prod, argmax, argmin, hardmax,
+    top_k, cumsum and cumprod (one set per registry)."""
     # NaN as np.argmax / np.argmin; onnx's ReferenceEvaluator agrees, with select_last_index too (its
     # flip gives the last NaN), so the two do not differ.
     rule = "ties (NaNs too) to the first index, to the last with select_last_index"
@@ -184,11 +274,20 @@ def descriptors() -> list[OperatorDescriptor]:
         _reduction("mean", "ReduceMean", "Mean over the given axes (float types).", FLOATS),
         _reduction("sum", "ReduceSum", "Sum over the given axes (integers wrap in their type).", NUMERIC),
         _reduction("max", "ReduceMax", "Maximum over the given axes (NaN propagates).", NUMERIC),
+        _reduction(
+            "prod",
+            "ReduceProd",
+            "Product over the given axes (floats in float32 for the half types; integers wrap).",
+            NUMERIC,
+        ),
         _arg_reduction(
             "max", "ArgMax", f"Index (int64) of the maximum along one axis, NaN the largest; {rule}."
         ),
         _arg_reduction(
             "min", "ArgMin", f"Index (int64) of the minimum along one axis, NaN the smallest; {rule}."
         ),
-        _cumsum(),
+        _hardmax(),
+        _top_k(),
+        _scan("sum", "CumSum", "sum"),
+        _scan("prod", "CumProd", "product"),
     ]

@@ -1,6 +1,7 @@
-"""The reductions on CUDA: one strided row-reduction kernel (``reduce.cu``) for reduce_sum, reduce_mean and
-reduce_max over any axes, one for argmax / argmin over one axis (the same walk, a (value, index) pair
-per thread), and the cumulative sum along one axis (``scan.cu``); their tunables, launch plans and binds.
+"""The reductions on CUDA: one strided row-reduction kernel (``reduce.cu``) for reduce_sum, reduce_mean,
+reduce_max and reduce_prod over any axes, one for argmax / argmin / hardmax over one axis (the same walk,
+a (value, index) pair per thread; hardmax writes the line's one-hot), and the cumulative sum and product
+along one axis (``scan.cu``); their tunables, launch plans and binds (top_k's: ``topk_cuda.py``).
 Pure Python + NumPy.
 
 The kept axes and the reduced axes are each merged where they walk memory contiguously, so a reduction
@@ -40,7 +41,8 @@ from ..kernel import (
     tuned_values,
 )
 from .axes import reduced_axes
-from .reference import arg_axis
+from .reference import SCAN_KINDS, arg_axis
+from .topk_cuda import KERNEL as TOP_K_KERNEL
 
 __all__ = [
     "KERNELS",
@@ -51,17 +53,24 @@ __all__ = [
     "ARG_DTYPES",
     "plan_reduce",
     "plan_arg_reduce",
-    "plan_cumsum",
+    "plan_hardmax",
+    "plan_scan",
     "reduce_bind",
     "arg_reduce_bind",
-    "cumsum_bind",
+    "hardmax_bind",
+    "scan_bind",
     "integer_lowest",
 ]
 
 _SOURCE = Path(__file__).resolve().parent / "reduce.cu"
 _SCAN_SOURCE = Path(__file__).resolve().parent / "scan.cu"
-KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX"}
-DTYPES = {"sum": tuple(sorted(NUMERIC)), "mean": tuple(sorted(FLOATS)), "max": tuple(sorted(NUMERIC))}
+KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX", "prod": "PL_RED_PROD"}
+DTYPES = {
+    "sum": tuple(sorted(NUMERIC)),
+    "mean": tuple(sorted(FLOATS)),
+    "max": tuple(sorted(NUMERIC)),
+    "prod": tuple(sorted(NUMERIC)),
+}
 ARG_KINDS = {"max": "PL_ARG_MAX", "min": "PL_ARG_MIN"}
 ARG_DTYPES = tuple(sorted(NUMERIC))
 _WARP_COUNT = 1024  # reductions up to this long get a warp per output; longer ones the whole block
@@ -81,9 +90,29 @@ KERNELS.update(
         for kind, code in ARG_KINDS.items()
     }
 )
-KERNELS["cumsum"] = KernelSource(
-    "cumsum", _SCAN_SOURCE, "pl_cumsum", {}, dict(_TUNABLES), dtypes=tuple(sorted(NUMERIC))
+KERNELS["hardmax"] = KernelSource(
+    "hardmax",
+    _SOURCE,
+    "pl_arg_reduce",
+    {"PL_ARG": "PL_ARG_MAX", "PL_ONE_HOT": "1"},
+    dict(_TUNABLES),
+    dtypes=tuple(sorted(FLOATS)),
 )
+_SCAN_OPS = {"sum": "PL_SCAN_SUM", "prod": "PL_SCAN_PROD"}
+KERNELS.update(
+    {
+        f"cum{kind}": KernelSource(
+            f"cum{kind}",
+            _SCAN_SOURCE,
+            "pl_scan",
+            {"PL_SCAN": _SCAN_OPS[kind]},
+            dict(_TUNABLES),
+            dtypes=tuple(sorted(NUMERIC)),
+        )
+        for kind in SCAN_KINDS
+    }
+)
+KERNELS["top_k"] = TOP_K_KERNEL
 TUNED_AS: dict[str, str] = {}
 
 
@@ -281,7 +310,53 @@ def arg_reduce_bind(kind: str):
     return bind
 
 
-def plan_cumsum(
+def plan_hardmax(
+    dtype: Any,
+    shape: Any,
+    axis: int,
+    *,
+    tuned: dict[str, int] | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> LaunchPlan:
+    """Plan ``y = hardmax(x, axis)`` for a contiguous x into a contiguous y of its shape: argmax's walk
+    (``pl_arg_reduce`` with ``PL_ONE_HOT``), each group then writing its line, 1 at the first maximum (a
+    NaN the largest) and 0 elsewhere. An axis of size 0 writes nothing (y is empty).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A dtype the kernel does not take (floats only), an axis out of range, more than 8 kept dims after
+        merging, a bad tunable.
+    """
+    source = KERNELS["hardmax"]
+    op = source.op
+    dt = _checked_dtype(source, dtype)
+    shp = shape_of(shape, op)
+    if not 0 <= int(axis) < len(shp):
+        raise InvalidArgumentError(
+            f"{op}: the axis must be one of the {len(shp)} axes of shape {list(shp)} (got {axis})",
+            op=op,
+            axis=axis,
+        )
+    macros = {"PL_ARG": "PL_ARG_MAX", "PL_LAST": 0, "PL_ONE_HOT": 1}
+    return _row_plan(source, "pl_arg_reduce", dt, shp, (int(axis),), macros, tuned=tuned, sm_count=sm_count)
+
+
+def hardmax_bind(ctx: KernelContext):
+    """The CUDA bind of ``hardmax``."""
+    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+    axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="hardmax")
+    tuned, sms = tuned_of(ctx, KERNELS["hardmax"]), sm_count_of(ctx)
+    return PlanLaunch(
+        ctx.backend,
+        lambda a: plan_hardmax(dtype, shape, axis, tuned=tuned, sm_count=sms),
+        {"x": ("in", 0), "y": ("out", 0)},
+        ctx.stage,
+    )
+
+
+def plan_scan(
+    kind: str,
     dtype: Any,
     shape: Any,
     axis: int,
@@ -291,16 +366,19 @@ def plan_cumsum(
     tuned: dict[str, int] | None = None,
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
-    """Plan ``y = cumsum(x, axis)`` for a contiguous x into a contiguous y of its shape: ``pl_cumsum(x, y,
-    lines, len, inner)`` over x seen as ``[outer, len, inner]`` around ``axis`` (normalised). A warp per
-    line when the axis is the innermost (a contiguous line), else a thread per line.
+    """Plan ``y = cum<kind>(x, axis)`` (cumsum, cumprod) for a contiguous x into a contiguous y of its
+    shape: ``pl_scan(x, y, lines, len, inner)`` over x seen as ``[outer, len, inner]`` around ``axis``
+    (normalised). A warp per line when the axis is the innermost (a contiguous line), else a thread per
+    line.
 
     Raises
     ------
     InvalidArgumentError
-        A dtype the kernel does not take, an axis out of range, a bad tunable.
+        An unknown kind, a dtype the kernel does not take, an axis out of range, a bad tunable.
     """
-    source = KERNELS["cumsum"]
+    if kind not in SCAN_KINDS:
+        raise InvalidArgumentError(f"unknown scan {kind!r}; known: {', '.join(SCAN_KINDS)}", op=kind)
+    source = KERNELS[f"cum{kind}"]
     op = source.op
     dt = _checked_dtype(source, dtype)
     shp = shape_of(shape, op)
@@ -320,6 +398,7 @@ def plan_cumsum(
     grid = flat_grid(threads, block, 1, t["max_blocks_per_sm"], sm_count)
     macros = {
         "PL_T": dt.cuda_type,
+        "PL_SCAN": _SCAN_OPS[kind],
         "PL_IS_INT": int(not dt.is_floating),
         "PL_EXCLUSIVE": int(bool(exclusive)),
         "PL_REVERSE": int(bool(reverse)),
@@ -335,21 +414,25 @@ def plan_cumsum(
     ]
     scalars = {"lines": lines, "len": length, "inner": inner}
     return make_plan(
-        source, "pl_cumsum", macros, grid, block, specs, scalars, dict(t, warp_scan=int(warp_scan))
+        source, "pl_scan", macros, grid, block, specs, scalars, dict(t, warp_scan=int(warp_scan))
     )
 
 
-def cumsum_bind(ctx: KernelContext):
-    """The CUDA bind of ``cumsum``."""
-    dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
-    axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op="cumsum")
-    exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
-    tuned, sms = tuned_of(ctx, KERNELS["cumsum"]), sm_count_of(ctx)
-    return PlanLaunch(
-        ctx.backend,
-        lambda a: plan_cumsum(
-            dtype, shape, axis, exclusive=exclusive, reverse=reverse, tuned=tuned, sm_count=sms
-        ),
-        {"x": ("in", 0), "y": ("out", 0)},
-        ctx.stage,
-    )
+def scan_bind(kind: str):
+    """The CUDA bind of ``cum<kind>`` (cumsum, cumprod)."""
+
+    def bind(ctx: KernelContext):
+        dtype, shape = ctx.in_dtypes[0], tuple(ctx.in_shapes[0])
+        axis = normalize_axis(int(ctx.attrs["axis"]), len(shape), op=f"cum{kind}")
+        exclusive, reverse = bool(ctx.attrs["exclusive"]), bool(ctx.attrs["reverse"])
+        tuned, sms = tuned_of(ctx, KERNELS[f"cum{kind}"]), sm_count_of(ctx)
+        return PlanLaunch(
+            ctx.backend,
+            lambda a: plan_scan(
+                kind, dtype, shape, axis, exclusive=exclusive, reverse=reverse, tuned=tuned, sm_count=sms
+            ),
+            {"x": ("in", 0), "y": ("out", 0)},
+            ctx.stage,
+        )
+
+    return bind

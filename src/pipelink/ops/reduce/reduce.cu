@@ -1,18 +1,19 @@
-// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max) over any set of axes, and argmax / argmin
-// over one axis (pl_arg_reduce, compiled instead when PL_ARG is set): a strided row reduction. Output
-// element `row` (row-major over the kept dims) folds the `count` elements of the reduced dims; a group
-// of PL_GROUP threads walks them (consecutive threads take consecutive reduced indices, so a reduction
-// over trailing axes reads coalesced) and combines through pl_group_reduce.
+// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max, reduce_prod) over any set of axes, and
+// argmax / argmin / hardmax over one axis (pl_arg_reduce, compiled instead when PL_ARG is set): a strided
+// row reduction. Output element `row` (row-major over the kept dims) folds the `count` elements of the
+// reduced dims; a group of PL_GROUP threads walks them (consecutive threads take consecutive reduced
+// indices, so a reduction over trailing axes reads coalesced) and combines through pl_group_reduce.
 // Never allocate; read only inside x.
 //
 // Macros (chosen by plan_reduce in pipelink/ops/reduce/cuda.py):
 //   PL_T          element type (float, double, __half, __nv_bfloat16, signed char, unsigned char, int,
 //                 long long)
-//   PL_IS_INT     1 for integer types: sum accumulates in unsigned long long (wrapping; the store keeps
-//                 the low bits, as NumPy and ONNX give), max in long long; 0 for floats: float (double
-//                 for double), max NaN-propagating
+//   PL_IS_INT     1 for integer types: sum and product accumulate in unsigned long long (wrapping; the
+//                 store keeps the low bits, as NumPy and ONNX give), max in long long; 0 for floats:
+//                 float (double for double), max NaN-propagating
 //   PL_LOWEST     integers: the lowest value of PL_T (the max of nothing)
-//   PL_REDUCE     PL_RED_SUM, PL_RED_MEAN (floats only; 0 / 0 is NaN for an empty reduction), PL_RED_MAX
+//   PL_REDUCE     PL_RED_SUM, PL_RED_MEAN (floats only; 0 / 0 is NaN for an empty reduction), PL_RED_MAX,
+//                 PL_RED_PROD (1 for an empty reduction)
 //   PL_BLOCK      threads per block; PL_GROUP threads per output (32, or PL_BLOCK for long reductions)
 //   PL_NDIM_K, PL_NDIM_R  dims (1..8) of the kept and reduced index spaces; PL_INDEX64 0/1 index width
 //
@@ -24,7 +25,9 @@
 // With PL_ARG (PL_ARG_MAX or PL_ARG_MIN, set by plan_arg_reduce) the file holds pl_arg_reduce instead:
 //   PL_T, PL_IS_INT, PL_BLOCK, PL_GROUP, PL_NDIM_K, PL_NDIM_R, PL_INDEX64 as above (PL_NDIM_R is 1: one
 //   axis); PL_LAST 1: ties go to the last index (select_last_index), 0: to the first
-// Kernel: pl_arg_reduce(const T* x, long long* y, ...the arguments of pl_reduce...)
+//   PL_ONE_HOT    1 (hardmax, floats, PL_ARG_MAX): y has x's shape and type; each group writes its whole
+//                 line, 1 at the index of the extreme and 0 elsewhere (nothing for an empty line)
+// Kernel: pl_arg_reduce(const T* x, long long* y, ...the arguments of pl_reduce...)  (T* y with PL_ONE_HOT)
 //   y[row] = the index r in [0, count) of the extreme of x[row, r]: values compare in long long
 //   (integers) or in float / double (exact for 16-bit types); a NaN beats every number (np.argmax /
 //   np.argmin); equal values, and NaNs among themselves, go to the lower index (the higher with
@@ -35,6 +38,7 @@
 #define PL_RED_SUM 0
 #define PL_RED_MEAN 1
 #define PL_RED_MAX 2
+#define PL_RED_PROD 3
 
 #ifndef PL_NDIM_K
 #define PL_NDIM_K 8
@@ -59,8 +63,14 @@ typedef unsigned long long A;
 typedef typename pl_acc<T>::type A;
 #endif
 
+struct pl_op_prod {
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a * b; }
+};
+
 #if PL_REDUCE == PL_RED_MAX
 typedef pl_op_max Op;
+#elif PL_REDUCE == PL_RED_PROD
+typedef pl_op_prod Op;
 #else
 typedef pl_op_sum Op;
 #endif
@@ -70,6 +80,8 @@ __device__ __forceinline__ A pl_reduce_identity() {
     return (A)(PL_LOWEST);
 #elif PL_REDUCE == PL_RED_MAX
     return pl_neg_inf<A>();
+#elif PL_REDUCE == PL_RED_PROD
+    return A(1);
 #else
     return A(0);
 #endif
@@ -138,12 +150,20 @@ pl_reduce(const T* __restrict__ x, T* __restrict__ y, long long rows, long long 
 #ifndef PL_LAST
 #define PL_LAST 0
 #endif
+#ifndef PL_ONE_HOT
+#define PL_ONE_HOT 0
+#endif
 
 typedef PL_T T;
 #if PL_IS_INT
 typedef long long A;  // every integer type of PL_T is exact in it
 #else
 typedef typename pl_acc<T>::type A;  // float for 16-bit types (exact), double for double
+#endif
+#if PL_ONE_HOT
+typedef T Y;  // hardmax: x's type and shape
+#else
+typedef long long Y;  // the index
 #endif
 
 __device__ __forceinline__ A pl_arg_load(T v) {
@@ -211,7 +231,7 @@ __device__ __forceinline__ void pl_arg_group(A& v, long long& i, A* smem_v, long
 }
 
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
-pl_arg_reduce(const T* __restrict__ x, long long* __restrict__ y, long long rows, long long count,
+pl_arg_reduce(const T* __restrict__ x, Y* __restrict__ y, long long rows, long long count,
               long long dk0, long long dk1, long long dk2, long long dk3,
               long long dk4, long long dk5, long long dk6, long long dk7,
               long long sk0, long long sk1, long long sk2, long long sk3,
@@ -249,7 +269,19 @@ pl_arg_reduce(const T* __restrict__ x, long long* __restrict__ y, long long rows
             }
         }
         pl_arg_group<PL_GROUP>(best, best_i, smem_v, smem_i);
+#if PL_ONE_HOT
+        if (row < rows) {  // every lane of the group holds the line's best index
+            pl_idx base[1];
+            pl_strided_offsets<PL_NDIM_K, 1>((pl_idx)row, dk, sk, base);
+            for (long long r = lane; r < count; r += PL_GROUP) {
+                pl_idx off[1];
+                pl_strided_offsets<PL_NDIM_R, 1>((pl_idx)r, dr, sr, off);
+                y[base[0] + off[0]] = pl_from<T>(r == best_i ? A(1) : A(0));
+            }
+        }
+#else
         if (row < rows && lane == 0) y[row] = best_i;
+#endif
     }
 }
 #endif  // PL_ARG

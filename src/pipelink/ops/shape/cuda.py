@@ -55,6 +55,7 @@ __all__ = [
     "plan_where",
     "plan_trilu",
     "plan_scatter_nd",
+    "decline_combining",
     "plan_concat",
     "reshaped_bind",
     "slice_bind",
@@ -723,15 +724,22 @@ def trilu_bind(ctx: KernelContext):
     )
 
 
-def scatter_nd_bind(ctx: KernelContext):
-    """scatter_nd on CUDA: data copied into y, then the updates scattered (reduction none). The
-    combining reductions decline: the runtime runs the NumPy reference on staged copies."""
+def decline_combining(ctx: KernelContext) -> None:
+    """A scatter's combining reductions (add, mul, max, min) have no CUDA kernel: they decline, and the
+    runtime runs the NumPy reference on staged copies (combining in order, deterministically; atomics
+    would not be, for floats, and there is no atomic multiply). Reduction none passes."""
     reduction = str(ctx.attrs["reduction"])
     if reduction != "none":
         raise VariantDeclined(
             f"reduction {reduction!r} combines updates on the host (no CUDA kernel); reduction 'none' runs "
             "on the GPU"
         )
+
+
+def scatter_nd_bind(ctx: KernelContext):
+    """scatter_nd on CUDA: data copied into y, then the updates scattered (reduction none). The
+    combining reductions decline: the runtime runs the NumPy reference on staged copies."""
+    decline_combining(ctx)
     dtype, itype = ctx.in_dtypes[0], ctx.in_dtypes[1]
     shape, ishape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
     copy = _strided(ctx, [(0, _whole(shape))])  # a prebuilt launch: the native core replays both
