@@ -30,7 +30,6 @@ from ..kernel import (
     KernelSource,
     LaunchPlan,
     PlanLaunch,
-    collapse,
     contiguous_strides,
     flat_grid,
     make_plan,
@@ -51,6 +50,7 @@ from ..shape.cuda import (
     _strided,
     _whole,
     decline_combining,
+    elements_walk,
 )
 from ..shape.rules import index_out_of_range, trilu_diagonal
 
@@ -172,30 +172,16 @@ def plan_scatter_elements(
     """
     op = "scatter_elements"
     source = KERNELS[op]
-    dt, index_t = get_dtype(dtype), _index_type(index_dtype, op)
-    shp, ishp = shape_of(data_shape, op), shape_of(index_shape, op)
-    ax = normalize_axis(int(axis), len(shp), op=op)
-    if len(ishp) != len(shp) or any(i > d for j, (d, i) in enumerate(zip(shp, ishp, strict=True)) if j != ax):
-        raise InvalidArgumentError(
-            f"{op}: indices {ishp} must have the rank of data {shp} and no dim off axis {ax} larger", op=op
-        )
-    strides = list(contiguous_strides(shp))
-    axis_stride, strides[ax] = strides[ax], 0  # the axis coordinate comes from indices
-    n = prod(ishp)
-    dims, (sy,) = collapse(list(ishp), [strides])
-    if len(dims) > MAX_NDIM:
-        raise InvalidArgumentError(
-            f"{op}: indices need {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
-        )
+    w = elements_walk(op, dtype, data_shape, index_dtype, index_shape, axis)  # gather_elements' walk
+    shp, ax, axis_stride, n, dims, sy = w.shape, w.axis, w.axis_stride, w.n, w.dims, w.strides
     t = tuned_values(source, tuned)
-    index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
     macros = {
         "PL_SCATTER_ELEMENTS": 1,
-        "PL_BYTES": dt.itemsize,
-        "PL_INDEX_T": index_t,
+        "PL_BYTES": w.itemsize,
+        "PL_INDEX_T": w.index_t,
         "PL_BLOCK": t["block"],
         "PL_NDIM": len(dims),
-        "PL_INDEX64": index64,
+        "PL_INDEX64": w.index64,
     }
     specs = [pointer("indices"), pointer("updates"), pointer("y")]
     specs += [ArgSpec(a, "i64") for a in ("n", "axis_n", "axis_stride")] + strided_specs(("sy",))

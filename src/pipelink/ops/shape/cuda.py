@@ -11,6 +11,7 @@ so every view is computed once, at bind. Pure Python + NumPy: nothing here impor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ __all__ = [
     "INDEX_TYPES",
     "plan_gather",
     "plan_gather_elements",
+    "ElementsWalk",
+    "elements_walk",
     "plan_where",
     "plan_trilu",
     "plan_scatter_nd",
@@ -179,6 +182,53 @@ def plan_gather(
     )
 
 
+@dataclass(frozen=True)
+class ElementsWalk:
+    """The walk of gather_elements and scatter_elements: one thread per entry of indices, over its
+    collapsed dims ``dims``; ``strides`` are data's contiguous strides there (0 on the axis, whose
+    coordinate comes from indices times ``axis_stride``)."""
+
+    itemsize: int
+    index_t: str
+    shape: tuple[int, ...]
+    axis: int
+    axis_stride: int
+    n: int
+    dims: list[int]
+    strides: list[int]
+    index64: int
+
+
+def elements_walk(
+    op: str, dtype: Any, data_shape: Any, index_dtype: Any, index_shape: Any, axis: int
+) -> ElementsWalk:
+    """Check and collapse the geometry of ``op`` (gather_elements, scatter_elements) for its kernel.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index dtype other than int32/int64, an axis out of range, indices of another rank than data or
+        larger off the axis, more than 8 dims after collapsing.
+    """
+    shp, ishp = shape_of(data_shape, op), shape_of(index_shape, op)
+    index_t = _index_type(index_dtype, op)
+    ax = normalize_axis(int(axis), len(shp), op=op)
+    if len(ishp) != len(shp) or any(i > d for k, (d, i) in enumerate(zip(shp, ishp, strict=True)) if k != ax):
+        raise InvalidArgumentError(
+            f"{op}: indices {ishp} must have the rank of data {shp} and no dim off axis {ax} larger", op=op
+        )
+    strides = list(contiguous_strides(shp))
+    axis_stride, strides[ax] = strides[ax], 0  # the axis coordinate comes from indices
+    n = prod(ishp)
+    dims, (walked,) = collapse(list(ishp), [strides])
+    if len(dims) > MAX_NDIM:
+        raise InvalidArgumentError(
+            f"{op}: indices need {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
+        )
+    index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
+    return ElementsWalk(get_dtype(dtype).itemsize, index_t, shp, ax, axis_stride, n, dims, walked, index64)
+
+
 def plan_gather_elements(
     dtype: Any,
     data_shape: Any,
@@ -207,27 +257,21 @@ def plan_gather_elements(
     """
     op = "gather_elements"
     source = KERNELS[op]
-    dt, index_t = get_dtype(dtype), _index_type(index_dtype, op)
-    shp, ishp = shape_of(data_shape, op), shape_of(index_shape, op)
-    ax = normalize_axis(int(axis), len(shp), op=op)
-    if len(ishp) != len(shp) or any(i > d for k, (d, i) in enumerate(zip(shp, ishp, strict=True)) if k != ax):
-        raise InvalidArgumentError(
-            f"{op}: indices {ishp} must have the rank of data {shp} and no dim off axis {ax} larger", op=op
-        )
-    strides = list(contiguous_strides(shp))
-    axis_stride, strides[ax] = strides[ax], 0  # the axis coordinate comes from indices
-    n = prod(ishp)
-    dims, (sd,) = collapse(list(ishp), [strides])
-    if len(dims) > MAX_NDIM:
-        raise InvalidArgumentError(
-            f"{op}: indices need {len(dims)} dims after collapsing (max {MAX_NDIM})", op=op
-        )
+    w = elements_walk(op, dtype, data_shape, index_dtype, index_shape, axis)
+    shp, ax, axis_stride, n, dims, sd, index64 = (
+        w.shape,
+        w.axis,
+        w.axis_stride,
+        w.n,
+        w.dims,
+        w.strides,
+        w.index64,
+    )
     t = tuned_values(source, tuned)
-    index64 = int(n >= I32_LIMIT or prod(shp) >= I32_LIMIT)
     macros = {
         "PL_GATHER_ELEMENTS": 1,
-        "PL_BYTES": dt.itemsize,
-        "PL_INDEX_T": index_t,
+        "PL_BYTES": w.itemsize,
+        "PL_INDEX_T": w.index_t,
         "PL_BLOCK": t["block"],
         "PL_NDIM": len(dims),
         "PL_INDEX64": index64,
