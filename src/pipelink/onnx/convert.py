@@ -21,7 +21,8 @@ from ..ops.rotary.reference import rotary_geometry
 from ..ops.shape import MAX_PARTS
 from .einsum import EinsumError
 from .einsum import plan as einsum_plan
-from .fold import Unfoldable, expand_target, reshape_target
+from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
+from .recurrent import RECURRENT_OPS, RecurrentError, lower_recurrent
 
 __all__ = [
     "CONVERTERS",
@@ -1304,6 +1305,157 @@ def _lp_normalization(g: Graph, node: Node) -> None:
     g.stage(node, "div", [x, f"{y}__norm"], [y])
 
 
+def _compress(g: Graph, node: Node) -> None:
+    """ONNX Compress with a constant condition: a ``gather`` of the indices where it is true along the
+    axis (no axis: of the input flattened by a ``reshape``). A computed condition is refused: the output
+    size would depend on its values."""
+    x, y = node.inputs[0], node.outputs[0]
+    if len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+        raise Unsupported(
+            "Compress with a condition the graph computes: its output size depends on the condition's "
+            "values, and PipeLink's sizes are known before a stage runs (the condition must be a constant)"
+        )
+    condition = np.asarray(g.constants[node.inputs[1]])
+    if condition.ndim != 1:
+        raise Unsupported(f"Compress's condition must be 1-d (got shape {list(condition.shape)})")
+    shape, axis = _shape(g, x), _attr(node, "axis")
+    if shape is None:
+        raise Unsupported("Compress needs its input's rank")
+    if axis is not None and not -len(shape) <= int(axis) < len(shape):
+        raise Unsupported(f"Compress axis {axis} is out of range for a rank-{len(shape)} input")
+    dims = list(shape) if axis is None else [shape[int(axis) % len(shape)]]
+    if not all(isinstance(d, int) for d in dims):
+        raise Unsupported("Compress needs the size it selects from known at import (the axis, or every dim)")
+    length, picked = int(np.prod(dims)), np.flatnonzero(condition).astype(np.int64)
+    if picked.size and picked[-1] >= length:
+        raise Unsupported(f"Compress's condition is true at {int(picked[-1])}, past the {length} entries")
+    if not picked.size:
+        raise Unsupported("Compress's condition selects nothing (an empty output)")
+    indices = f"{y}__compress_indices"
+    g.constants[indices], g.dtypes[indices] = picked, "int64"
+    source = x
+    if axis is None:
+        source = f"{y}__flat"
+        g.stage(node, "reshape", [x], [source], shape=[-1], allowzero=False)
+    g.stage(node, "gather", [source, indices], [y], axis=0 if axis is None else int(axis))
+
+
+def _reverse_sequence(g: Graph, node: Node) -> None:
+    """ONNX ReverseSequence with constant sequence_lens: x ``[T, B, ...]`` (or ``[B, T, ...]``) viewed as
+    ``[T*B, -1]``, a ``gather`` of its rows by a constant permutation (batch b's first lens[b] steps
+    reversed), viewed back. T and B must be known; computed lengths are refused."""
+    x, y = node.inputs[0], node.outputs[0]
+    if len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+        raise Unsupported(
+            "ReverseSequence with sequence_lens the graph computes; the reversal is a permutation built at "
+            "import, so sequence_lens must be a constant"
+        )
+    lens = np.asarray(g.constants[node.inputs[1]]).reshape(-1).astype(np.int64)
+    batch_axis, time_axis = int(_attr(node, "batch_axis", 1)), int(_attr(node, "time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1}:
+        raise Unsupported(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1, one each")
+    shape = _shape(g, x)
+    if shape is None or len(shape) < 2 or not all(isinstance(d, int) for d in shape[:2]):
+        raise Unsupported("ReverseSequence needs its input's rank (2 or more) and its batch and time sizes")
+    rest = [d if isinstance(d, int) else -1 for d in shape[2:]]
+    if rest.count(-1) > 1:
+        raise Unsupported("ReverseSequence needs every dim after the first two known but one")
+    batch, time = int(shape[batch_axis]), int(shape[time_axis])
+    if lens.size != batch or (lens.size and (lens.min() < 0 or lens.max() > time)):
+        raise Unsupported(
+            f"sequence_lens {lens.tolist()} must have {batch} entries (the batch), each in [0, {time}]"
+        )
+    rows = np.arange(time * batch, dtype=np.int64).reshape(shape[0], shape[1])
+    steps = rows if time_axis == 0 else rows.T  # [time, batch]
+    order = steps.copy()
+    for b, n in enumerate(lens.tolist()):
+        order[:n, b] = steps[:n, b][::-1]
+    perm = f"{y}__reverse_rows"
+    g.constants[perm] = np.ascontiguousarray(order if time_axis == 0 else order.T).reshape(-1)
+    g.dtypes[perm] = "int64"
+    g.stage(node, "reshape", [x], [f"{y}__rows"], shape=[time * batch, -1], allowzero=False)
+    g.stage(node, "gather", [f"{y}__rows", perm], [f"{y}__reversed"], axis=0)
+    g.stage(node, "reshape", [f"{y}__reversed"], [y], shape=[*shape[:2], *rest], allowzero=False)
+
+
+def _center_crop_pad(g: Graph, node: Node) -> None:
+    """ONNX CenterCropPad with a constant shape: the Pad lowering with negative pads (crop) and positive
+    ones (zeros) per axis, the odd one at the end (onnx's reference)."""
+    x, y = node.inputs[0], node.outputs[0]
+    target = g.ints(node, 1, "", "the shape")
+    shape = g.shapes.get(x)
+    if target is None or shape is None:
+        raise Unsupported("CenterCropPad needs its shape input and its input's rank")
+    rank = len(shape)
+    axes = [int(a) for a in _attr(node, "axes", range(rank))]
+    bad = any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes)
+    if bad or len(target) != len(axes):
+        raise Unsupported(f"CenterCropPad: shape {target} for axes {axes} of a rank-{rank} input")
+    pads = [0] * (2 * rank)
+    for axis, want in zip((a % rank for a in axes), target, strict=True):
+        if not isinstance(shape[axis], int) or want < 0:
+            raise Unsupported(f"CenterCropPad of axis {axis} (size {shape[axis]}) to {want}")
+        change = abs(want - shape[axis])  # half before, the odd one after; negative pads crop
+        sign = 1 if want >= shape[axis] else -1
+        pads[axis], pads[rank + axis] = sign * (change // 2), sign * (change - change // 2)
+    name = f"{y}__center_pads"
+    g.constants[name], g.dtypes[name] = np.asarray(pads, np.int64), "int64"
+    _pad(g, Node("Pad", node.name, node.domain, [x, name], [y], {"mode": "constant"}))
+
+
+def _lp(g: Graph, node: Node, summed: Callable[[str, str], None]) -> None:
+    """``(sum |x|^p)^(1/p)`` with ``summed(src, dst)`` the summing stages: ``abs`` (p 1), ``mul`` x x
+    (p 2) or ``abs``, ``pow``; then none, ``sqrt`` or ``pow`` by 1/p."""
+    x, y = node.inputs[0], node.outputs[0]
+    p = int(_attr(node, "p", 2))
+    if p < 1:
+        raise Unsupported(f"{node.op_type} p={p}; p must be a positive integer")
+    powered = f"{y}__abs" if p == 1 else f"{y}__square" if p == 2 else f"{y}__pow"
+    if p == 2:
+        g.stage(node, "mul", [x, x], [powered])
+    else:
+        g.stage(node, "abs", [x], [f"{y}__abs"])
+    if p > 2:
+        g.stage(node, "pow", [f"{y}__abs", _scalar(g, node, x, "p", float(p))], [powered])
+    total = y if p == 1 else f"{y}__sum"
+    summed(powered, total)
+    if p == 2:
+        g.stage(node, "sqrt", [total], [y])
+    elif p > 2:
+        g.stage(node, "pow", [total, _scalar(g, node, x, "inverse_p", 1.0 / p)], [y])
+
+
+def _global_lp_pool(g: Graph, node: Node) -> None:
+    """ONNX GlobalLpPool: the Lp norm over every spatial dim, kept (``reduce_sum``)."""
+    shape = g.shapes.get(node.inputs[0])
+    if shape is None or len(shape) < 3:
+        raise Unsupported("GlobalLpPool needs its input's rank (N, C and at least one spatial dim)")
+    axes = list(range(2, len(shape)))
+    _lp(g, node, lambda src, dst: g.stage(node, "reduce_sum", [src], [dst], axes=axes, keepdims=True))
+
+
+def _lp_pool(g: Graph, node: Node) -> None:
+    """ONNX LpPool (2-d, and 1-d as Conv's): each window's sum as the zero-padded average
+    (``avg_pool2d``, count_include_pad) times the window size (``scale``). ceil_mode is refused: its
+    windows past the padding would be averaged over fewer taps."""
+    if _is_1d(g, node):
+        _as_2d(g, node, _lp_pool)
+        return
+    if _attr(node, "ceil_mode", 0):
+        raise Unsupported("LpPool with ceil_mode=1 (the windows past the padding) is not supported")
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if "kernel_shape" not in attrs:
+        raise Unsupported("LpPool needs its kernel_shape")
+    count = float(np.prod(attrs["kernel_shape"]))
+
+    def summed(src: str, dst: str) -> None:
+        mean = f"{node.outputs[0]}__mean"
+        g.stage(node, "avg_pool2d", [src], [mean], count_include_pad=True, **attrs)
+        g.stage(node, "scale", [mean], [dst], factor=count)
+
+    _lp(g, node, summed)
+
+
 def _resize_modes(g: Graph, node: Node) -> dict[str, Any]:
     """The mode attributes of a Resize (or Upsample) stage. Resize-10 and Upsample have no coordinate
     or nearest modes: they map an output pixel x to ``x / scale`` and take the floor for nearest (the
@@ -1474,11 +1626,21 @@ def _einsum(g: Graph, node: Node) -> None:
         values.append(out)
 
 
+def _recurrent(g: Graph, node: Node) -> None:
+    """ONNX LSTM, GRU and RNN, unrolled over the time steps onto gemm, slice, split, the activations and
+    the elementwise ops (``recurrent.py``); what it cannot express exactly is refused with the reason."""
+    try:
+        lower_recurrent(g, node)
+    except RecurrentError as e:
+        raise Unsupported(str(e)) from None
+
+
 #: ONNX op type (default domain) -> converter. Every operator PipeLink imports is listed here once.
 CONVERTERS: dict[str, Converter] = {
     "Gemm": _gemm,
     "MatMul": _one_to_one("matmul", 2),
     "Einsum": _einsum,
+    **dict.fromkeys(RECURRENT_OPS, _recurrent),
     "Add": _one_to_one("add", 2),
     "Sub": _one_to_one("sub", 2),
     "Mul": _one_to_one("mul", 2),
@@ -1618,6 +1780,11 @@ CONVERTERS: dict[str, Converter] = {
     "LRN": _lrn,
     "MeanVarianceNormalization": _mean_variance_normalization,
     "LpNormalization": _lp_normalization,
+    "Compress": _compress,
+    "ReverseSequence": _reverse_sequence,
+    "CenterCropPad": _center_crop_pad,
+    "GlobalLpPool": _global_lp_pool,
+    "LpPool": _lp_pool,
     "DepthToSpace": _depth_to_space,
     "BatchNormalization": _batch_norm,
     "Identity": _one_to_one("identity", 1),
@@ -1646,7 +1813,10 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
             continue
         converter = CONVERTERS.get(node.op_type)
         if converter is None:
-            rejected.append(Rejected(node.op_type, label, "no PipeLink operator for this op type"))
+            why = "no PipeLink operator for this op type"
+            if node.op_type in FOLD_ONLY:  # evaluated at import when it can be: say why not
+                why = f"{why}: {unfolded_reason(g, node)}"
+            rejected.append(Rejected(node.op_type, label, why))
             continue
         try:
             converter(g, node)

@@ -36,7 +36,17 @@ from ..ops.shape.rules import slice_plan
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .convert import Graph, Node
 
-__all__ = ["Dim", "FOLDABLE", "MAX_FOLD_ELEMENTS", "Unfoldable", "fold", "reshape_target", "expand_target"]
+__all__ = [
+    "Dim",
+    "FOLDABLE",
+    "FOLD_ONLY",
+    "MAX_FOLD_ELEMENTS",
+    "Unfoldable",
+    "fold",
+    "reshape_target",
+    "expand_target",
+    "unfolded_reason",
+]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
 #: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy. Not Slice
@@ -92,8 +102,24 @@ FOLDABLE = frozenset(
         "BitwiseXor",
         "BitwiseNot",
         "BitShift",
+        "HannWindow",
+        "HammingWindow",
+        "BlackmanWindow",
+        "MelWeightMatrix",
+        "EyeLike",
+        "NonZero",
+        "Unique",
+        "NonMaxSuppression",
     }
 )
+#: Op types PipeLink runs only as folded constants (no converter): :func:`unfolded_reason` says why one
+#: stayed. NonZero, Unique and NonMaxSuppression have an output size that depends on their input's values.
+FOLD_ONLY = frozenset(
+    {"HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix", "Size", "ConstantOfShape", "Range"}
+    | {"NonZero", "Unique", "NonMaxSuppression"}
+)
+_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression"})
+_MULTI_OUTPUT = frozenset({"Unique"})  # folded whole: every output it names
 MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
 
 
@@ -158,13 +184,18 @@ def _value(g: Graph, name: str) -> ShapeValue | None:
 
 
 def _fold_shape(g: Graph, node: Node) -> bool:
-    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+    if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
         return False
     source = node.inputs[0]
     # a constant's shape is its array's (a folded tensor may have no shape from inference)
     shape = tuple(np.shape(g.constants[source])) if source in g.constants else g.shapes.get(source)
     if shape is None:
         return False
+    if node.op_type == "Size":  # the element count, when every dim is known
+        if not all(isinstance(d, int) for d in shape):
+            return False
+        _set(g, node.outputs[0], math.prod(shape))
+        return True
     rank = len(shape)
     start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
     start = min(max(start + rank if start < 0 else start, 0), rank)
@@ -177,25 +208,77 @@ def _fold_shape(g: Graph, node: Node) -> bool:
     return True
 
 
-def _fold_constant(g: Graph, node: Node) -> bool:
-    if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+def _foldable(g: Graph, node: Node) -> bool:
+    """Whether ``node`` is one :func:`_fold_constant` evaluates: of :data:`FOLDABLE`, every input a
+    constant, at most :data:`MAX_FOLD_ELEMENTS` elements in and (bounded before evaluating) out."""
+    if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx"):
+        return False
+    if len(node.outputs) != 1 and node.op_type not in _MULTI_OUTPUT:
         return False
     names = [n for n in node.inputs if n]
     if not names or any(n not in g.constants for n in names):
         return False
     arrays = [g.constants[n] for n in names]
-    if sum(a.size for a in arrays) > MAX_FOLD_ELEMENTS or _output_elements(node, g) > MAX_FOLD_ELEMENTS:
+    return sum(a.size for a in arrays) <= MAX_FOLD_ELEMENTS and _output_elements(node, g) <= MAX_FOLD_ELEMENTS
+
+
+def _fold_constant(g: Graph, node: Node) -> bool:
+    if not _foldable(g, node):
         return False
     try:
-        value = _evaluate(g, node)
+        values = _evaluate(g, node)
     except Exception:  # noqa: BLE001 - the reference cannot evaluate it: the node stays, its converter decides
         return False
-    if value.size > MAX_FOLD_ELEMENTS:
+    if any(value.size > MAX_FOLD_ELEMENTS for value in values):
         return False
-    g.constants[node.outputs[0]] = value
-    with contextlib.suppress(PipeLinkError):  # a dtype PipeLink lacks: whoever reads it says so
-        g.dtypes[node.outputs[0]] = get_dtype(value.dtype).name
+    for name, value in zip(node.outputs, values, strict=False):
+        if not name:
+            continue
+        g.constants[name] = value
+        with contextlib.suppress(PipeLinkError):  # a dtype PipeLink lacks: whoever reads it says so
+            g.dtypes[name] = get_dtype(value.dtype).name
     return True
+
+
+def unfolded_reason(g: Graph, node: Node) -> str:
+    """Why a node of :data:`FOLD_ONLY` (PipeLink runs it only as a constant evaluated at import) was not
+    folded: a computed input, a graph output, too many elements, or the reference's own error."""
+    op = node.op_type
+    computed = [n for n in node.inputs if n and n not in g.constants]
+    if op in _DATA_DEPENDENT and computed:
+        return (
+            f"{op}'s output size depends on the values of its input, which the graph computes "
+            f"({computed[0]!r}); PipeLink's stages have sizes known before they run, so {op} is imported "
+            "only when its inputs are constants (evaluated at import)"
+        )
+    if op == "Size" and computed and all(isinstance(d, int) for d in g.shapes.get(computed[0]) or [None]):
+        return "Size of a known shape makes a graph output, and a constant graph output is not supported"
+    if op == "Size" and computed:
+        return (
+            f"Size needs its input's shape, every dim known at import ({computed[0]!r} has "
+            f"{g.shapes.get(computed[0])}); PipeLink evaluates Size at import only"
+        )
+    if computed:
+        return (
+            f"{op} is evaluated at import only, of constant inputs; input {computed[0]!r} is computed by "
+            "the graph (make it an initializer or a Constant node)"
+        )
+    size, bound = sum(g.constants[n].size for n in node.inputs if n), _output_elements(node, g)
+    if size > MAX_FOLD_ELEMENTS or not bound <= MAX_FOLD_ELEMENTS:  # a NaN bound too
+        made = max(size, bound) if bound == bound else bound
+        count = f"more than {MAX_FOLD_ELEMENTS}" if made == math.inf else f"{made:.0f}"
+        return (
+            f"{op} of constants would read or make {count} elements; the import evaluates at most "
+            f"{MAX_FOLD_ELEMENTS} (give a larger table as an initializer)"
+        )
+    try:
+        values = _evaluate(g, node)
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return f"{op} of these constants cannot be evaluated ({type(e).__name__}: {e})"
+    made = max(v.size for v in values)
+    if made > MAX_FOLD_ELEMENTS:
+        return f"{op} of constants makes {made} elements; the import keeps at most {MAX_FOLD_ELEMENTS}"
+    return f"{op} of constants makes a graph output, and a constant graph output is not supported"
 
 
 def _fold_slice(g: Graph, node: Node) -> bool:
@@ -261,7 +344,7 @@ def _output_elements(node: Node, g: Graph) -> float:
     """The output size of a node on constants, or a bound of it, known before evaluating it (a hostile
     file's ConstantOfShape of 2**40 elements, or a Where broadcasting three vectors, is never made)."""
     arrays = [g.constants[n] for n in node.inputs if n]
-    too_big = float(MAX_FOLD_ELEMENTS + 1)
+    too_big = math.inf  # no bound: never evaluated
     if node.op_type == "ConstantOfShape":
         dims = arrays[0].reshape(-1)
         return float(np.prod([max(float(d), 0.0) for d in dims])) if dims.size else 1.0
@@ -282,10 +365,30 @@ def _output_elements(node: Node, g: Graph) -> float:
         return float(np.prod(shape, dtype=np.float64))
     if node.op_type == "Tile":
         return float(arrays[0].size) * float(np.prod([max(float(r), 0.0) for r in arrays[1].reshape(-1)]))
+    if node.op_type in _WINDOWS:  # a scalar size
+        return max(float(arrays[0].reshape(-1)[0]), 0.0) if arrays[0].size else too_big
+    if node.op_type == "MelWeightMatrix":  # [dft_length // 2 + 1, num_mel_bins]
+        if any(a.size != 1 for a in arrays[:2]):
+            return too_big
+        bins, dft = (float(a.reshape(-1)[0]) for a in arrays[:2])
+        return (max(dft, 0.0) // 2 + 1) * max(bins, 0.0)
+    if node.op_type == "NonZero":  # [rank, count]
+        return float(max(arrays[0].ndim, 1) * arrays[0].size)
+    if node.op_type == "NonMaxSuppression":  # [selected, 3], at most min(max_out, boxes) per batch and class
+        scores = g.constants[node.inputs[1]] if len(node.inputs) > 1 and node.inputs[1] else np.zeros(0)
+        keep = g.constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1)
+        kept = float(keep.reshape(-1)[0]) if keep.size else math.inf
+        if scores.ndim != 3:
+            return too_big
+        batch, classes, boxes = scores.shape
+        return 3.0 * batch * classes * min(max(kept, 0.0), boxes)
     if node.op_type == "Gather" and arrays[0].ndim:
         axis = int(node.attrs.get("axis", 0)) % arrays[0].ndim
         return arrays[0].size / max(arrays[0].shape[axis], 1) * arrays[1].size
     return 0.0  # the other ops make no more elements than they read
+
+
+_WINDOWS = frozenset({"HannWindow", "HammingWindow", "BlackmanWindow"})
 
 
 def _scatter_elements(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
@@ -300,23 +403,22 @@ _OWN_REFERENCES = {"ScatterElements": _scatter_elements}
 
 
 def _evaluate(g: Graph, node: Node) -> np.ndarray:
-    """``node`` on its constant inputs: by the operator's own reference where :data:`_OWN_REFERENCES`
-    has it, else by onnx's reference implementation (one-node model)."""
+    """``node``'s outputs on its constant inputs: by the operator's own reference where
+    :data:`_OWN_REFERENCES` has it, else by onnx's reference implementation (one-node model)."""
     own = _OWN_REFERENCES.get(node.op_type)
     if own is not None:
-        return own(node, [np.asarray(g.constants[n]) for n in node.inputs if n])
+        return [own(node, [np.asarray(g.constants[n]) for n in node.inputs if n])]
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     names = [n for n in node.inputs if n]
     inits = [numpy_helper.from_array(np.asarray(g.constants[n]), n) for n in dict.fromkeys(names)]
     one = helper.make_node(node.op_type, node.inputs, node.outputs, **node.attrs)
-    out = helper.make_tensor_value_info(node.outputs[0], 0, None)
+    outs = [helper.make_tensor_value_info(name, 0, None) for name in node.outputs]
     model = helper.make_model(
-        helper.make_graph([one], "fold", [], [out], inits), opset_imports=[helper.make_opsetid("", g.opset)]
+        helper.make_graph([one], "fold", [], outs, inits), opset_imports=[helper.make_opsetid("", g.opset)]
     )
-    (value,) = ReferenceEvaluator(model).run(None, {})
-    return np.asarray(value)
+    return [np.asarray(value) for value in ReferenceEvaluator(model).run(None, {})]
 
 
 def _follow_symbolic(g: Graph, node: Node) -> bool:
