@@ -14,6 +14,7 @@ buffer is followed by ``guard_bytes`` of its own (canary bytes that catch a kern
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 __all__ = ["BufferRequest", "PlannedBuffer", "MemoryPlan", "plan_memory", "align_up"]
@@ -136,7 +137,7 @@ def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> Memor
     naive_offsets = _naive(requests)
     naive_bytes = max((naive_offsets[r.name] + r.nbytes for r in requests), default=0)
 
-    free: list[list[int]] = []  # [start, end) blocks, sorted, coalesced
+    free = _FreeBlocks()
     arena_end = 0
     offsets: dict[str, int] = {}
     by_first: dict[int, list[BufferRequest]] = {}
@@ -150,7 +151,7 @@ def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> Memor
         for r in sorted(by_first.get(step, ()), key=lambda r: (-r.nbytes, r.name)):
             offsets[r.name], arena_end = _place(free, arena_end, r)
         for r in by_last.get(step, ()):
-            _release(free, offsets[r.name], offsets[r.name] + r.nbytes)
+            free.release(offsets[r.name], offsets[r.name] + r.nbytes)
     peak = max((offsets[r.name] + r.nbytes for r in requests), default=0)
     if peak > naive_bytes:
         offsets, peak = naive_offsets, naive_bytes
@@ -167,39 +168,61 @@ def plan_memory(requests: list[BufferRequest], *, guard_bytes: int = 0) -> Memor
     return MemoryPlan(buffers, peak, naive_bytes)
 
 
-def _place(free: list[list[int]], arena_end: int, r: BufferRequest) -> tuple[int, int]:
-    best = None
-    for i, (start, end) in enumerate(free):
-        offset = align_up(start, r.alignment)
-        if offset + r.nbytes <= end and (best is None or end - start < best[2]):
-            best = (i, offset, end - start)
-    if best is not None:
-        i, offset, _ = best
-        start, end = free.pop(i)
-        if offset > start:
-            _release(free, start, offset)
-        if offset + r.nbytes < end:
-            _release(free, offset + r.nbytes, end)
+class _FreeBlocks:
+    """The free ``[start, end)`` blocks, coalesced, held twice: by address (``blocks``: neighbours and the
+    arena's tail) and by ``(size, start)`` (``by_size``: best fit by bisection, not a scan; a pipeline of
+    thousands of like-sized tensors, an unrolled LSTM's, keeps a long free list, and scanning it was most
+    of its load time)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[list[int]] = []
+        self.by_size: list[tuple[int, int]] = []
+
+    def _insert(self, i: int, start: int, end: int) -> None:
+        self.blocks.insert(i, [start, end])
+        bisect.insort(self.by_size, (end - start, start))
+
+    def _remove(self, i: int) -> tuple[int, int]:
+        start, end = self.blocks.pop(i)
+        del self.by_size[bisect.bisect_left(self.by_size, (end - start, start))]
+        return start, end
+
+    def release(self, start: int, end: int) -> None:
+        """Return ``[start, end)``, merged with the free blocks it touches."""
+        if end <= start:
+            return
+        i = bisect.bisect_left(self.blocks, [start])  # the first block starting at or after start
+        if i < len(self.blocks) and self.blocks[i][0] == end:
+            end = self._remove(i)[1]
+        if i > 0 and self.blocks[i - 1][1] == start:
+            start = self._remove(i - 1)[0]
+            i -= 1
+        self._insert(i, start, end)
+
+    def take_best_fit(self, nbytes: int, alignment: int) -> int | None:
+        """The offset of ``nbytes`` in the smallest free block it fits (aligned), the lowest of equals,
+        with the block's rest freed again; None when none fits."""
+        for size, start in self.by_size[bisect.bisect_left(self.by_size, (nbytes, -1)) :]:
+            offset = align_up(start, alignment)
+            if offset + nbytes <= start + size:
+                self._remove(bisect.bisect_left(self.blocks, [start]))
+                self.release(start, offset)
+                self.release(offset + nbytes, start + size)
+                return offset
+        return None
+
+    def take_tail(self, arena_end: int) -> int:
+        """Where growing the arena starts: the free block touching its end, taken, else the end."""
+        if self.blocks and self.blocks[-1][1] == arena_end:
+            return self._remove(len(self.blocks) - 1)[0]
+        return arena_end
+
+
+def _place(free: _FreeBlocks, arena_end: int, r: BufferRequest) -> tuple[int, int]:
+    offset = free.take_best_fit(r.nbytes, r.alignment)
+    if offset is not None:
         return offset, arena_end
-    # Grow: reuse a free block touching the arena's end, if any.
-    tail = free[-1][0] if free and free[-1][1] == arena_end else arena_end
+    tail = free.take_tail(arena_end)  # grow, reusing a free block at the arena's end
     offset = align_up(tail, r.alignment)
-    if free and free[-1][1] == arena_end:
-        free.pop()
-    if offset > tail:
-        _release(free, tail, offset)
+    free.release(tail, offset)
     return offset, offset + r.nbytes
-
-
-def _release(free: list[list[int]], start: int, end: int) -> None:
-    if end <= start:
-        return
-    i = 0
-    while i < len(free) and free[i][0] < start:
-        i += 1
-    free.insert(i, [start, end])
-    # Coalesce with neighbours.
-    if i + 1 < len(free) and free[i][1] == free[i + 1][0]:
-        free[i][1] = free.pop(i + 1)[1]
-    if i > 0 and free[i - 1][1] == free[i][0]:
-        free[i - 1][1] = free.pop(i)[1]

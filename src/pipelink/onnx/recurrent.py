@@ -25,10 +25,10 @@ from ..ops.shape import MAX_PARTS
 __all__ = ["MAX_STEPS", "RECURRENT_OPS", "RecurrentError", "lower_recurrent"]
 
 #: The most time steps a recurrence is unrolled over. Measured on the 2-core development machine, a
-#: bidirectional LSTM (hidden 4) of 256 steps is 6,150 stages: import 2.7 s, load 3.0 s; of 1,024 steps,
-#: 24,606 stages: import 63 s, load 35 s (the import grows faster than the stage count). A hostile
-#: seq_length of 10**5 would take hours.
-MAX_STEPS = 256
+#: bidirectional LSTM (hidden 4) of 256 steps is 6,150 stages: import 0.1 s, load 1.5 s; of 1,024 steps,
+#: 24,606 stages: import 0.4 s, load 12 s (the memory plan's best fit among many small free blocks
+#: grows faster than the stage count). A hostile seq_length of 10**5 would take hours.
+MAX_STEPS = 1024
 
 #: The ONNX op types lowered here: (gate count, default activations per direction).
 RECURRENT_OPS: dict[str, tuple[int, tuple[str, ...]]] = {
