@@ -472,3 +472,43 @@ def test_fold_only_refusals_name_their_cause():
         "hi": np.array(8000.0, F),
     }
     _refused(_hostile("MelWeightMatrix", mel), "MelWeightMatrix of these constants cannot be evaluated")
+
+
+# -- Cast into float8: ONNX saturates by default ---------------------------------------------------------
+@pytest.mark.parametrize("op", ["Cast", "CastLike"])
+@pytest.mark.parametrize("target", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("saturate", [None, 1, 0])
+@pytest.mark.parametrize("source", ["float32", "float16"])
+def test_casts_into_float8_saturate_as_onnx_says(device, op, target, saturate, source):
+    """Beyond float8's finite range (and at +-inf) a saturating cast (ONNX's default) gives the largest
+    finite value; saturate=0 gives NaN (e4m3fn) or inf (e5m2). Wrong if the default cast overflowed to
+    NaN/inf, as the plain cast does, or if saturate were accepted and ignored."""
+    import ml_dtypes
+
+    fp8 = np.dtype(getattr(ml_dtypes, target))
+    x = np.array([0.0, -0.0, 1.3, -2.7, 300.0, 500.0, -1e4, 6e4, 7e4, np.inf, -np.inf, np.nan], source)
+    attrs = {} if saturate is None else {"saturate": saturate}
+    elem = helper.np_dtype_to_tensor_dtype(fp8)
+    if op == "Cast":
+        node = helper.make_node("Cast", ["x"], ["y"], to=elem, **attrs)
+        inits = {}
+    else:
+        node = helper.make_node("CastLike", ["x", "like"], ["y"], **attrs)
+        inits = {"like": np.zeros(1, fp8)}
+    model = _model([node], {"x": x}, inits, ["y"])
+    (got,) = _run(model, {"x": x}, device)
+    from onnx.reference import ReferenceEvaluator
+
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert got.dtype == fp8
+    np.testing.assert_array_equal(got.astype(np.float32), np.asarray(want).astype(np.float32))
+
+
+def test_a_saturating_cast_into_float8_from_float64_is_refused():
+    x = np.ones(3, np.float64)
+    model = _model(
+        [helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT8E4M3FN)], {"x": x}, {}, ["y"]
+    )
+    with pytest.raises(pl.PipeLinkError, match="saturating cast to float8_e4m3fn from float64") as info:
+        import_model(model)
+    assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"

@@ -360,10 +360,15 @@ def _tile(g: Graph, node: Node) -> None:
 
 def _space_to_depth(g: Graph, node: Node) -> None:
     """ONNX SpaceToDepth: ``[N, C, H, W]`` viewed as ``[N, C, H/b, b, W/b, b]``, transposed to
-    ``[N, b, b, C, H/b, W/b]``, viewed as ``[N, C*b*b, H/b, W/b]``. C, H and W must be known (N may be
-    symbolic) and H, W divisible by the block size."""
+    ``[N, b, b, C, H/b, W/b]`` (mode DCR, the default) or ``[N, C, b, b, H/b, W/b]`` (CRD, opset 28),
+    viewed as ``[N, C*b*b, H/b, W/b]``. C, H and W must be known (N may be symbolic) and H, W divisible by
+    the block size."""
     x, y = node.inputs[0], node.outputs[0]
     b = int(_attr(node, "blocksize"))
+    mode = _attr(node, "mode", "DCR")
+    perms = {"DCR": [0, 3, 5, 1, 2, 4], "CRD": [0, 1, 3, 5, 2, 4]}
+    if mode not in perms:
+        raise Unsupported(f"SpaceToDepth mode {mode!r}; the spec has 'DCR' and 'CRD'")
     shape = g.shapes.get(x)
     if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
         raise Unsupported("SpaceToDepth needs a 4-d input with C, H and W known")
@@ -372,7 +377,7 @@ def _space_to_depth(g: Graph, node: Node) -> None:
         raise Unsupported(f"SpaceToDepth blocksize {b} must be positive and divide H={h} and W={w}")
     lead = n if isinstance(n, int) else 0  # 0: copy the batch dim, whatever it is when the model runs
     g.stage(node, "reshape", [x], [f"{y}__blocks"], shape=[lead, c, h // b, b, w // b, b], allowzero=False)
-    g.stage(node, "transpose", [f"{y}__blocks"], [f"{y}__moved"], perm=[0, 3, 5, 1, 2, 4])
+    g.stage(node, "transpose", [f"{y}__blocks"], [f"{y}__moved"], perm=perms[mode])
     g.stage(node, "reshape", [f"{y}__moved"], [y], shape=[lead, c * b * b, h // b, w // b], allowzero=False)
 
 
@@ -1303,11 +1308,14 @@ def _mean_variance_normalization(g: Graph, node: Node) -> None:
 
 def _lp_normalization(g: Graph, node: Node) -> None:
     """ONNX LpNormalization, ``x / ||x||_p`` along the axis (p 2: sqrt of the sum of squares; p 1: the
-    sum of |x|); a zero norm gives NaN or inf, as the division says."""
+    sum of |x|); where the norm is 0 the result is 0, not 0/0 (onnx's reference and its node tests)."""
     x, y = node.inputs[0], node.outputs[0]
     axis, p = int(_attr(node, "axis", -1)), int(_attr(node, "p", 2))
     if p not in (1, 2):
         raise Unsupported(f"LpNormalization p={p}; the spec has p 1 and 2")
+    dtype = g.dtypes.get(x)
+    if dtype is None:
+        raise Unsupported("LpNormalization needs its input's dtype (the 0 a zero norm gives)")
     if p == 2:
         g.stage(node, "mul", [x, x], [f"{y}__square"])
         g.stage(node, "reduce_sum", [f"{y}__square"], [f"{y}__sum"], axes=[axis], keepdims=True)
@@ -1315,7 +1323,12 @@ def _lp_normalization(g: Graph, node: Node) -> None:
     else:
         g.stage(node, "abs", [x], [f"{y}__abs"])
         g.stage(node, "reduce_sum", [f"{y}__abs"], [f"{y}__norm"], axes=[axis], keepdims=True)
-    g.stage(node, "div", [x, f"{y}__norm"], [y])
+    zero = f"{y}__zero"
+    g.constants[zero] = np.zeros((), get_dtype(dtype).numpy)
+    g.dtypes[zero] = dtype
+    g.stage(node, "div", [x, f"{y}__norm"], [f"{y}__quotient"])
+    g.stage(node, "equal", [f"{y}__norm", zero], [f"{y}__zero_norm"])
+    g.stage(node, "where", [f"{y}__zero_norm", zero, f"{y}__quotient"], [y])
 
 
 def _compress(g: Graph, node: Node) -> None:
@@ -1555,15 +1568,41 @@ def onnx_dtype(elem_type: int) -> str:
         raise Unsupported(f"ONNX element type {elem_type} has no PipeLink dtype") from None
 
 
+#: float8 dtypes: ONNX's Cast and CastLike saturate into them by default.
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+#: What quantize_linear (the saturating cast) reads.
+_SATURATING_FROM = ("float32", "float16", "bfloat16")
+
+
+def _cast_to(g: Graph, node: Node, dtype: str) -> None:
+    """Cast, CastLike: ``cast`` to ``dtype``; into a float8 type with saturate (ONNX's default) a value
+    beyond the finite range (or an infinity) clips to its largest finite value, as ``quantize_linear``
+    by a scale of 1 computes it (round to nearest even, then clip); saturate 0 is the plain cast (NaN, or
+    inf for float8_e5m2)."""
+    _only(node, round_mode="up")
+    saturate = bool(_attr(node, "saturate", 1))
+    if dtype not in _FLOAT8 or not saturate:
+        g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=dtype)
+        return
+    source = g.dtypes.get(node.inputs[0])
+    if source not in _SATURATING_FROM:
+        raise Unsupported(
+            f"a saturating cast to {dtype} from {source or 'an unknown dtype'}: PipeLink saturates from "
+            f"{', '.join(_SATURATING_FROM)} (cast to float32 first, or set saturate=0)"
+        )
+    one = f"{node.outputs[0]}__unit_scale"
+    g.constants[one] = np.ones((), get_dtype(source).numpy)
+    g.dtypes[one] = source
+    g.stage(node, "quantize_linear", [node.inputs[0], one], node.outputs[:1], output_dtype=dtype)
+
+
 def _cast(g: Graph, node: Node) -> None:
-    _only(node, saturate=1, round_mode="up")
-    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=onnx_dtype(int(_attr(node, "to"))))
+    _cast_to(g, node, onnx_dtype(int(_attr(node, "to"))))
 
 
 def _cast_like(g: Graph, node: Node) -> None:
     """CastLike: cast to the dtype of the second input, read from the graph's types (its values are not
     needed: it is no stage input)."""
-    _only(node, saturate=1, round_mode="up")
     like = node.inputs[1] if len(node.inputs) > 1 else ""
     dtype = g.dtypes.get(like)
     if dtype is None and like in g.constants:
@@ -1577,7 +1616,7 @@ def _cast_like(g: Graph, node: Node) -> None:
         raise Unsupported(
             f"CastLike needs the dtype of its target_type input {like!r} (the graph does not give it)"
         )
-    g.stage(node, "cast", node.inputs[:1], node.outputs[:1], dtype=dtype)
+    _cast_to(g, node, dtype)
 
 
 def _quantize(g: Graph, node: Node) -> None:

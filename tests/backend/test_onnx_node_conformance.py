@@ -1,0 +1,85 @@
+"""onnx's own node test cases (``onnx.backend.test.case.node``: every operator's spec examples, with their
+inputs and expected outputs) through ``pl.from_onnx``. Each case is either refused at import or load with
+a ``PipeLinkError`` (an op type, dtype or attribute PipeLink lacks), or runs and matches the expected
+outputs: float outputs within the case's own tolerance (onnx's backend runner: rtol 1e-3, atol 1e-7 unless
+the case says otherwise; its expected values are often written to 4 digits) or the package's for the
+dtype where that is wider (the half types), NaN and inf where expected, integer and bool outputs
+exactly. Never a crash, never a wrong answer. When onnx adds cases, they are checked too.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import numpy_helper  # noqa: E402
+
+import pipelink as pl  # noqa: E402
+from pipelink.dtypes import get_dtype, tolerance  # noqa: E402
+
+
+def _cases() -> list:
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sorted(node.collect_testcases(None), key=lambda case: case.name)
+
+
+CASES = _cases()
+
+
+def _array(value):
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+
+def _check(name: str, got: np.ndarray, want: np.ndarray, case) -> None:
+    assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
+    try:
+        dtype = get_dtype(want.dtype).name
+        floating = get_dtype(want.dtype).is_floating
+    except pl.PipeLinkError:
+        dtype, floating = str(want.dtype), False
+    if not floating:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    special = ~np.isfinite(w)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{name}: NaN where expected")
+    np.testing.assert_array_equal(
+        g[special & ~np.isnan(w)], w[special & ~np.isnan(w)], err_msg=f"{name}: inf"
+    )
+    rtol, atol = tolerance(dtype)
+    finite = ~special
+    np.testing.assert_allclose(
+        g[finite], w[finite], rtol=max(case.rtol, rtol), atol=max(case.atol, atol), err_msg=name
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_onnx_node_case_is_refused_or_right(device, case):
+    model = case.model
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pipe = pl.from_onnx(model, device=device)
+    except pl.PipeLinkError as e:
+        assert e.code.name.startswith("PIPELINK_ERR_"), e
+        return
+    with pipe:
+        names = [i.name for i in model.graph.input]
+        for inputs, outputs in case.data_sets:
+            feeds = {n: _array(v) for n, v in zip(names, inputs, strict=False) if n in pipe.inputs}
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    got = pipe.run(**feeds)
+            except pl.PipeLinkError as e:  # a run-time refusal (a shape the model's dims do not allow)
+                assert e.code.name.startswith("PIPELINK_ERR_"), e
+                return
+            for out, want in zip(model.graph.output, outputs, strict=False):
+                _check(f"{case.name} {out.name}", np.asarray(got[out.name].numpy()), _array(want), case)
