@@ -166,6 +166,16 @@ def _transformers(make: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return build
 
 
+def _gqa_decoder(family: str, **config: Any) -> Callable[[Any], Any]:
+    """transformers' ``{family}Model`` at the zoo's small size with a vocabulary of 100 and 2 key/value
+    heads for 4 query heads (grouped-query attention), plus ``config``."""
+    return _transformers(
+        lambda tf: getattr(tf, f"{family}Model")(
+            getattr(tf, f"{family}Config")(vocab_size=100, num_key_value_heads=2, **_SMALL, **config)
+        )
+    )
+
+
 def _ids(torch, batch: int = 2, tokens: int = 16):
     return torch.randint(0, 100, (batch, tokens))
 
@@ -283,70 +293,32 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "llama",
             "Llama decoder (transformers, d=64, 2 layers, grouped KV heads, rotary embeddings, RMSNorm)",
-            _transformers(
-                lambda tf: tf.LlamaModel(
-                    tf.LlamaConfig(
-                        vocab_size=100, num_key_value_heads=2, attn_implementation="eager", **_SMALL
-                    )
-                )
-            ),
+            _gqa_decoder("Llama", attn_implementation="eager"),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "mistral",
             "Mistral decoder (transformers, d=64, 2 layers, grouped KV heads; PyTorch's SDPA attention, as "
             "transformers loads it by default)",
-            _transformers(
-                lambda tf: tf.MistralModel(tf.MistralConfig(vocab_size=100, num_key_value_heads=2, **_SMALL))
-            ),
+            _gqa_decoder("Mistral"),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "qwen3",
             "Qwen3 decoder (transformers, d=64, 2 layers; RMSNorm of queries and keys per head)",
-            _transformers(
-                lambda tf: tf.Qwen3Model(
-                    tf.Qwen3Config(
-                        vocab_size=100,
-                        num_key_value_heads=2,
-                        head_dim=16,
-                        attn_implementation="eager",
-                        **_SMALL,
-                    )
-                )
-            ),
+            _gqa_decoder("Qwen3", head_dim=16, attn_implementation="eager"),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "gemma2",
             "Gemma 2 decoder (transformers, d=64, 2 layers; soft-capped logits, sliding-window mask)",
-            _transformers(
-                lambda tf: tf.Gemma2Model(
-                    tf.Gemma2Config(
-                        vocab_size=100,
-                        num_key_value_heads=2,
-                        head_dim=16,
-                        attn_implementation="eager",
-                        **_SMALL,
-                    )
-                )
-            ),
+            _gqa_decoder("Gemma2", head_dim=16, attn_implementation="eager"),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "phi3",
             "Phi-3 decoder (transformers, d=64, 2 layers; fused QKV and gate-up projections)",
-            _transformers(
-                lambda tf: tf.Phi3Model(
-                    tf.Phi3Config(
-                        vocab_size=100,
-                        num_key_value_heads=2,
-                        pad_token_id=0,
-                        attn_implementation="eager",
-                        **_SMALL,
-                    )
-                )
-            ),
+            _gqa_decoder("Phi3", pad_token_id=0, attn_implementation="eager"),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
