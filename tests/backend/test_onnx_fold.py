@@ -347,3 +347,59 @@ def test_the_shape_of_a_folded_constant_is_its_arrays():
     config, _ = import_model(model)
     (stage,) = config["pipeline"]
     assert stage["name"] == "reshape" and stage["attrs"]["shape"] == [16, 4]
+
+
+# -- graph outputs that are constants ------------------------------------------------------------------
+def test_constant_graph_outputs_are_copied_out_and_the_weight_keeps_one_name(device, rng):
+    """A Constant node, an Identity of an initializer, a Shape, a Size and a window of constants made as
+    graph outputs: each is an ``identity`` stage from its weight; a stage reading the same constant binds
+    the same weight (one array, one name), and the run matches onnx's reference."""
+    k = rng.standard_normal((2, 3)).astype(F)
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(k, "k")),
+        _n("Identity", ["w"], ["w_out"]),
+        _n("Shape", ["x"], ["s"]),
+        _n("Size", ["x"], ["n"]),
+        _n("HannWindow", ["four"], ["hann"]),
+        _n("Add", ["x", "k"], ["y"]),
+        _n("Mul", ["y", "w"], ["z"]),
+    ]
+    init = {"w": rng.standard_normal((3,)).astype(F), "four": np.array(4, np.int64)}
+    graph = helper.make_graph(
+        nodes,
+        "constant_outputs",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(name, 0, None) for name in ("z", "k", "w_out", "s", "n", "hann")],
+        [onnx.numpy_helper.from_array(a, n) for n, a in init.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    config, weights = import_model(model)
+    assert config["outputs"] == ["z", "k", "w_out", "s", "n", "hann"]
+    copies = {s["outputs"][0]: s["inputs"][0] for s in config["pipeline"] if s["name"] == "identity"}
+    assert copies == {"k": "k_value", "w_out": "w", "s": "s_value", "n": "n_value", "hann": "hann_value"}
+    assert sorted(weights) == ["hann_value", "k_value", "n_value", "s_value", "w"]
+    x = rng.standard_normal((2, 3)).astype(F)
+    want = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)
+        for name, expected in zip(config["outputs"], want, strict=True):
+            value = got[name].numpy()
+            assert value.dtype == expected.dtype and value.shape == expected.shape, name
+            np.testing.assert_allclose(value, expected, rtol=1e-6, err_msg=name)
+        pipe.run(x=x)["k"].numpy()[...] = 0  # the caller's copy: the next run still reads k
+        np.testing.assert_allclose(pipe.run(x=x)["k"].numpy(), k)
+
+
+def test_a_shape_output_with_a_symbolic_dim_stays_a_refused_node():
+    """Shape of a tensor whose batch is known only when the model runs is not a constant: it stays a node,
+    and PipeLink has no Shape stage, so the import says so."""
+    graph = helper.make_graph(
+        [_n("Shape", ["x"], ["s"])],
+        "symbolic_shape",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("s", onnx.TensorProto.INT64, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(model)
+    assert [u["op_type"] for u in info.value.unsupported] == ["Shape"]

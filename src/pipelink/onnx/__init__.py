@@ -237,8 +237,8 @@ def import_model(
     fuse : bool
         Rewrite the chains one PipeLink stage computes before converting (``pipelink.onnx.fuse``:
         GELU and LayerNorm chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op
-        Casts, Identity nodes of constants, Softmax of scaled scores plus a mask, Split parts reshaped and
-        transposed). False converts every node into its own stage.
+        Casts, Softmax of scaled scores plus a mask, Split parts reshaped and transposed). False
+        converts every node into its own stage (what folds at import still leaves none).
 
     Returns
     -------
@@ -311,14 +311,9 @@ def import_model(
         nodes = fold(g, every_node, graph_outputs)
     if fuse:
         nodes, _ = fuse_nodes(g, nodes, {info.name for info in graph.output})
+    copied = _constant_outputs(g, [info.name for info in graph.output], rejected)
     rejected += convert(g, nodes)
-    outputs = []
-    for info in graph.output:
-        if info.name in constants:
-            rejected.append(
-                Rejected("output", info.name, "a graph output that is a constant is not supported")
-            )
-        outputs.append(g.name(info.name))
+    outputs = [copied.get(info.name) or g.name(info.name) for info in graph.output]
     if rejected:
         listing = "\n".join(f"  {r}" for r in rejected)
         noun = "node" if len(rejected) == 1 else "nodes"
@@ -337,6 +332,33 @@ def import_model(
     if out_dir is not None:
         config = write_import(config, g.weights, out_dir)
     return config, dict(g.weights)
+
+
+def _constant_outputs(g: Graph, names: list[str], rejected: list[Rejected]) -> dict[str, str]:
+    """Graph outputs that are constants (an initializer, a Constant node, or what folded): each is copied
+    out of its bound weight by an ``identity`` stage, so the output is the pipeline's own tensor. The
+    weight is the constant it is another name of (an Identity of a weight), else it takes another name
+    (``<output>_value``): the output keeps the model's. Returns the PipeLink output name of each such
+    ONNX output."""
+    wanted = set(names)
+    sources = {id(array): n for n, array in g.constants.items() if n not in wanted}
+    copied: dict[str, str] = {}
+    for name in dict.fromkeys(n for n in names if n in g.constants):
+        output = g.name(name)
+        source = sources.get(id(g.constants[name]), name)
+        if source == name:
+            g.names[name] = g.fresh(f"{output}_value")  # what a stage reading the constant binds
+        key = f"\0{name}"  # the output's own entry (no ONNX name starts with a NUL)
+        g.names[key] = output
+        try:
+            g.stage(
+                Node("Identity", f"{output}_constant", "", [source], [key], {}), "identity", [source], [key]
+            )
+        except Unsupported as e:
+            rejected.append(Rejected("output", name, str(e)))
+            continue
+        copied[name] = output
+    return copied
 
 
 def _pipeline_name(name: str) -> str:

@@ -105,6 +105,10 @@ class Graph:
             self.names[onnx_name] = found
         return found
 
+    def fresh(self, base: str) -> str:
+        """A PipeLink tensor name no other tensor has: ``base`` (a valid name), or ``base_1``..."""
+        return _unique(base, self.taken)
+
     def tensor(self, onnx_name: str) -> str:
         """The PipeLink name of an input a stage reads; a constant becomes a bound weight.
 

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
-#: Identity of a weight becomes another name of the same array (onnx/fuse.py), not a copy. Not Slice
+#: Identity of a weight becomes another name of the same array (:func:`_fold_identity`), not a copy. Not Slice
 #: here: onnx's reference follows NumPy's clamping for negative steps, not the spec's, so a Slice of
 #: constants is evaluated by the slice operator's own rule (:func:`_fold_slice`).
 FOLDABLE = frozenset(
@@ -148,19 +148,49 @@ ShapeValue = list  # of int | Dim (1-d), or a bare int | Dim (0-d)
 
 def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
     """The nodes left after evaluating what can be (see the module docstring). Folded constants go to
-    ``g.constants``; shape values to ``g.symbolic``. A node making a graph output is never folded."""
+    ``g.constants``; shape values to ``g.symbolic``. A node making a graph output folds only into
+    constants (the import copies a constant graph output out with an ``identity`` stage); one whose
+    output would be a shape value stays a node."""
     kept = []
     for node in nodes:
-        made_output = any(out in outputs for out in node.outputs)
-        if not made_output and (
-            _fold_shape(g, node)
+        made = [out for out in node.outputs if out in outputs]
+        if not made and (
+            _fold_identity(g, node, alias=True)
+            or _fold_shape(g, node)
             or _fold_constant(g, node)
             or _fold_slice(g, node)
             or _follow_symbolic(g, node)
         ):
             continue
+        if made and (
+            _fold_identity(g, node, alias=False)
+            or _fold_shape(g, node)
+            or _fold_constant(g, node)
+            or _fold_slice(g, node)
+        ):
+            if all(out in g.constants for out in made):
+                continue
+            for out in made:  # a shape value known only at run time: the node computes it
+                g.symbolic.pop(out, None)
         kept.append(node)
     return kept
+
+
+def _fold_identity(g: Graph, node: Node, *, alias: bool) -> bool:
+    """An Identity of a constant (PyTorch's exporter writes one per shared weight) is that constant, not
+    a copy: with ``alias`` its output is also another name of the same bound weight (a graph output keeps
+    its own name)."""
+    if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    if len(node.inputs) != 1 or node.inputs[0] not in g.constants:
+        return False
+    source, out = node.inputs[0], node.outputs[0]
+    g.constants[out] = g.constants[source]
+    if source in g.dtypes:
+        g.dtypes[out] = g.dtypes[source]
+    if alias:
+        g.names[out] = g.name(source)
+    return True
 
 
 def _set(g: Graph, name: str, value: ShapeValue) -> None:
@@ -251,8 +281,6 @@ def unfolded_reason(g: Graph, node: Node) -> str:
             f"({computed[0]!r}); PipeLink's stages have sizes known before they run, so {op} is imported "
             "only when its inputs are constants (evaluated at import)"
         )
-    if op == "Size" and computed and all(isinstance(d, int) for d in g.shapes.get(computed[0]) or [None]):
-        return "Size of a known shape makes a graph output, and a constant graph output is not supported"
     if op == "Size" and computed:
         return (
             f"Size needs its input's shape, every dim known at import ({computed[0]!r} has "
@@ -278,7 +306,7 @@ def unfolded_reason(g: Graph, node: Node) -> str:
     made = max(v.size for v in values)
     if made > MAX_FOLD_ELEMENTS:
         return f"{op} of constants makes {made} elements; the import keeps at most {MAX_FOLD_ELEMENTS}"
-    return f"{op} of constants makes a graph output, and a constant graph output is not supported"
+    return f"{op} of these constants did not fold (its value is known only when the model runs)"
 
 
 def _fold_slice(g: Graph, node: Node) -> bool:

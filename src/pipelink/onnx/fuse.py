@@ -869,27 +869,13 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
 )
 
 
-def _fold_identities(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
-    """An Identity of a constant (PyTorch's exporter writes one per shared weight) is that constant: its
-    output becomes another name of the same bound weight, unless it is a graph output."""
-    kept = []
-    for node in nodes:
-        if _is_onnx(node, "Identity") and node.inputs[0] in g.constants and node.outputs[0] not in outputs:
-            g.constants[node.outputs[0]] = g.constants[node.inputs[0]]
-            g.names[node.outputs[0]] = g.name(node.inputs[0])
-            continue
-        kept.append(node)
-    return kept
-
-
 def fuse(g: Graph, nodes: list[Node], outputs: set[str]) -> tuple[list[Node], dict[str, int]]:
     """Rewrite ``nodes`` (in graph order) with every pattern of :data:`PATTERNS`.
 
     Parameters
     ----------
     g : Graph
-        The converters' graph: its constants, dtypes and shapes are read; folded Identity nodes add
-        constants (another name of the same weight).
+        The converters' graph: its constants, dtypes and shapes are read.
     nodes : list of Node
         The model's nodes, Constant nodes already folded.
     outputs : set of str
@@ -901,13 +887,10 @@ def fuse(g: Graph, nodes: list[Node], outputs: set[str]) -> tuple[list[Node], di
         The rewritten nodes, in an order where every tensor is made before it is read; fused ones have
         the domain :data:`FUSED_DOMAIN`.
     counts : dict
-        How many times each pattern (and ``identity_constant``) matched.
+        How many times each pattern matched.
     """
     counts: dict[str, int] = {}
-    folded = _fold_identities(g, nodes, outputs)
-    if len(folded) != len(nodes):
-        counts["identity_constant"] = len(nodes) - len(folded)
-    view = _View(g, folded, outputs)
+    view = _View(g, nodes, outputs)
     for label, pattern in PATTERNS:
         # Passes over the nodes until one matches nothing (a rewrite can make a new match further on).
         changed = True
