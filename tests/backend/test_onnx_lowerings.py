@@ -90,6 +90,75 @@ def test_compress_is_a_gather_of_the_true_indices(rng, device, shape, condition,
     _check(_run(model, {"x": x}, device), om.run_reference(model, {"x": x}), "Compress")
 
 
+@pytest.mark.parametrize("exponent_dtype", [np.int64, np.int32, np.float16])
+def test_pow_of_a_computed_exponent_of_another_type_casts_it_to_the_base(rng, device, exponent_dtype):
+    x = (np.abs(rng.standard_normal((3, 4))) + 0.5).astype(F)
+    e = rng.integers(-3, 4, size=(4,)).astype(exponent_dtype)
+    model = _one("Pow", {"x": x, "e": e}, {}, {})
+    config, _ = import_model(model)
+    assert [s["name"] for s in config["pipeline"]] == ["cast", "pow"]
+    _check(_run(model, {"x": x, "e": e}, device), om.run_reference(model, {"x": x, "e": e}), "Pow")
+
+
+# -- ConvTranspose: 1-d, output_shape and auto_pad as the pads they imply ------------------------------
+def _conv_transpose(x, w, **attrs):
+    return _one("ConvTranspose", {"x": x}, {"w": w}, attrs)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        ((2, 3, 7), (3, 4, 3), {"strides": [2], "pads": [1, 2], "output_padding": [1]}),
+        ((1, 4, 5), (4, 1, 2), {"group": 4, "dilations": [2]}),
+        ((1, 2, 4, 5), (2, 3, 3, 3), {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
+        ((1, 2, 4, 5), (2, 3, 3, 2), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+        ((1, 2, 3, 3), (2, 1, 3, 3), {"strides": [3, 2], "output_shape": [10, 8]}),  # larger: output_padding
+        ((1, 1, 3), (1, 2, 3), {"strides": [2], "auto_pad": "SAME_UPPER"}),
+    ],
+)
+def test_conv_transpose_1d_and_implied_pads_match_onnx(rng, device, x_shape, w_shape, attrs):
+    x = rng.standard_normal(x_shape).astype(F)
+    w = rng.standard_normal(w_shape).astype(F)
+    model = _conv_transpose(x, w, **attrs)
+    _check(_run(model, {"x": x}, device), om.run_reference(model, {"x": x}), "ConvTranspose")
+
+
+def test_conv_transpose_output_shape_smaller_than_the_full_output_splits_its_pads_as_the_spec(rng, device):
+    """A total padding of 3 (full 9, output 6): the spec puts 2 at the start, 1 at the end (onnx's
+    reference crops at the end instead; onnxruntime follows the spec): compared with the explicit pads."""
+    x = rng.standard_normal((1, 1, 3, 3)).astype(F)
+    w = rng.standard_normal((1, 2, 3, 3)).astype(F)
+    model = _conv_transpose(x, w, strides=[3, 3], output_shape=[6, 6])
+    explicit = _conv_transpose(x, w, strides=[3, 3], pads=[2, 2, 1, 1])
+    got = _run(model, {"x": x}, device)
+    assert got[0].shape == (1, 2, 6, 6)
+    _check(got, om.run_reference(explicit, {"x": x}), "ConvTranspose output_shape")
+
+
+def test_conv_transpose_refusals_name_their_cause(rng):
+    w3 = rng.standard_normal((1, 1, 2, 2, 2)).astype(F)
+    _refused(_conv_transpose(np.zeros((1, 1, 3, 3, 3), F), w3), "a 3-d transposed convolution")
+    w = rng.standard_normal((1, 1, 3, 3)).astype(F)
+    _refused(
+        _conv_transpose(np.zeros((1, 1, 3, 3), F), w, output_shape=[12, 12]),
+        "which would pad the start; PipeLink pads only the end",
+    )
+    symbolic = _model(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y0"], name="the_node", auto_pad="SAME_UPPER")],
+        {"x": (F, [1, 1, "H", 3])},
+        {"w": w},
+        ["y0"],
+    )
+    _refused(symbolic, "needs the input's spatial dims and the kernel known at import")
+
+
+def test_pow_of_an_integer_base_is_refused_by_pow_itself():
+    model = _one("Pow", {"x": np.ones(3, np.int32), "e": np.ones(3, np.int32)}, {}, {})
+    with pytest.raises(pl.PipeLinkError, match="dtype int32 is not supported") as info:
+        pl.from_onnx(model, device="cpu")
+    assert info.value.code.name == "PIPELINK_ERR_DTYPE_MISMATCH"
+
+
 @pytest.mark.parametrize(
     ("shape", "batch_axis", "time_axis", "lens"),
     [
@@ -241,7 +310,8 @@ def test_constant_inputs_fold_to_a_constant_without_a_stage(rng, device, op):
     ]
     model = _model(nodes, {}, inits, ["y"])
     config, weights = import_model(model)
-    assert [(s["id"], s["name"]) for s in config["pipeline"]] == [("read", "identity")]
+    # the Identity of the folded value is a constant graph output: one identity stage copies it out
+    assert [(s["name"], s["outputs"]) for s in config["pipeline"]] == [("identity", ["y"])]
     assert not set(inits) & set(weights)  # only the folded value is bound
     (want,) = om.run_reference(model, {})
     _check(_run(model, {}, device), [want], op)

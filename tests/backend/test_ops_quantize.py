@@ -153,6 +153,20 @@ def test_layout_errors(reg, op, inputs, attrs, error, match):
         run_op(reg, op, arrays, attrs)
 
 
+@pytest.mark.parametrize(("scale_shape", "zero_shape"), [((), (1,)), ((1,), ())])
+def test_a_per_tensor_scale_and_zero_point_may_each_be_a_scalar_or_one_element(
+    reg, device, scale_shape, zero_shape
+):
+    """onnx's own tests pair a [1] zero point with a scalar scale: both are one scale for the tensor."""
+    x = np.array([-3.0, 0.0, 1.5, 2.5, 300.0], np.float32)
+    scale = np.full(scale_shape, 0.5, np.float32)
+    zero = np.full(zero_shape, 10, np.uint8)
+    (y,) = run_op(reg, "quantize_linear", [x, scale, zero], {}, device=device)
+    np.testing.assert_array_equal(y, np.array([4, 10, 13, 15, 255], np.uint8))
+    (back,) = run_op(reg, "dequantize_linear", [y, scale, zero], {}, device=device)
+    np.testing.assert_array_equal(back, (y.astype(np.float32) - 10) * 0.5)
+
+
 def test_dtype_errors(reg):
     x, s = np.zeros((2, 3), np.float32), np.float32(1)
     with pytest.raises(DTypeMismatchError, match="differs from the zero point's dtype"):

@@ -501,14 +501,24 @@ def _gelu(g: Graph, node: Node) -> None:
 
 
 def _pow(g: Graph, node: Node) -> None:
+    """Pow: ONNX lets the exponent have its own type, and PipeLink's pow takes one. A float base's
+    exponent of another type is converted to the base's: a constant at import, a computed one by a
+    ``cast`` stage (an integer exponent is exact in the base's type up to its significand, 2**24 for
+    float32). An integer base is left to pow's own dtype check (it computes floats only)."""
     base, exponent = node.inputs[:2]
-    want = g.dtypes.get(base)
+    want, have = g.dtypes.get(base), g.dtypes.get(exponent)
     if exponent in g.constants and want is not None and str(g.constants[exponent].dtype) != want:
-        # ONNX lets the exponent have its own type; PipeLink's pow takes one: convert the constant.
         folded = f"{exponent}.as_{want}"
         g.constants[folded] = g.constants[exponent].astype(get_dtype(want).numpy)
         exponent = folded
+    elif want in _POW_FLOATS and have is not None and have != want:
+        cast = f"{node.outputs[0]}__exponent_as_{want}"
+        g.stage(node, "cast", [exponent], [cast], dtype=want)
+        exponent = cast
     g.stage(node, "pow", [base, exponent], node.outputs[:1])
+
+
+_POW_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def _along_axis(operator: str) -> Converter:
@@ -1178,11 +1188,12 @@ def _conv(g: Graph, node: Node) -> None:
 
 
 def _is_1d(g: Graph, node: Node) -> bool:
-    """Whether a Conv, MaxPool or AveragePool node slides a 1-d window (over ``[N, C, L]``)."""
+    """Whether a Conv, ConvTranspose, MaxPool or AveragePool node slides a 1-d window (``[N, C, L]``)."""
     kernel = node.attrs.get("kernel_shape")
     if kernel is not None:
         return len(kernel) == 1
-    weight = g.constants.get(node.inputs[1]) if node.op_type == "Conv" and len(node.inputs) > 1 else None
+    weighted = node.op_type in _WEIGHTED_WINDOWS and len(node.inputs) > 1
+    weight = g.constants.get(node.inputs[1]) if weighted else None
     if weight is not None:
         return weight.ndim == 3
     shape = g.shapes.get(node.inputs[0])
@@ -1192,11 +1203,19 @@ def _is_1d(g: Graph, node: Node) -> bool:
 def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
     """A 1-d window node run as the 2-d one over a unit height: x ``[N, C, L]`` unsqueezed to
     ``[N, C, 1, L]`` (a view), the window attributes given a leading unit axis (kernel ``[1, k]``, pads
-    ``[0, p0, 0, p1]``), a Conv's constant weight ``[O, C/g, k]`` reshaped to ``[O, C/g, 1, k]`` (else
-    unsqueezed by a stage), and the result squeezed back."""
+    ``[0, p0, 0, p1]``, a ConvTranspose's output_padding ``[0, p]``), a Conv's or ConvTranspose's
+    constant weight ``[A, B, k]`` reshaped to ``[A, B, 1, k]`` (else unsqueezed by a stage), and the
+    result squeezed back."""
     y = node.outputs[0]
     attrs = dict(node.attrs)
-    for name, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+    units = (
+        ("kernel_shape", 1),
+        ("strides", 1),
+        ("dilations", 1),
+        ("output_padding", 0),
+        ("output_shape", 1),
+    )
+    for name, unit in units:
         if name in attrs:
             attrs[name] = [unit, *(int(v) for v in attrs[name])]
     if "pads" in attrs:
@@ -1204,8 +1223,11 @@ def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
         attrs["pads"] = [0, begin, 0, end]
     inputs = list(node.inputs)
     g.stage(node, "unsqueeze", [inputs[0]], [f"{y}__2d_in"], axes=[2])
+    shape = g.shapes.get(inputs[0])
+    if shape is not None and len(shape) == 3:  # what a 2-d converter reads of its input (pads it implies)
+        g.shapes[f"{y}__2d_in"] = (shape[0], shape[1], 1, shape[2])
     inputs[0] = f"{y}__2d_in"
-    if node.op_type == "Conv" and len(inputs) > 1 and inputs[1]:
+    if node.op_type in _WEIGHTED_WINDOWS and len(inputs) > 1 and inputs[1]:
         weight = g.constants.get(inputs[1])
         if weight is not None:
             name = f"{inputs[1]}__2d"
@@ -1220,17 +1242,82 @@ def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
     g.stage(node, "squeeze", [f"{y}__2d_out"], [y], axes=[2])
 
 
+_WEIGHTED_WINDOWS = frozenset({"Conv", "ConvTranspose"})
+
+
 def _conv_transpose(g: Graph, node: Node) -> None:
-    _only(node, auto_pad="NOTSET")
-    if "output_shape" in node.attrs:
-        raise Unsupported("attribute output_shape is not supported; give pads and output_padding instead")
+    if _is_1d(g, node):
+        _as_2d(g, node, _conv_transpose)
+        return
     attrs = _window(node, "strides", "pads", "output_padding", "dilations")
     weight = g.constants.get(node.inputs[1])
-    if weight is not None and weight.ndim != 4:
-        raise Unsupported(f"a {weight.ndim - 2}-d transposed convolution; PipeLink's is 2-d")
+    rank = len(g.shapes[node.inputs[0]]) if g.shapes.get(node.inputs[0]) is not None else None
+    if (weight is not None and weight.ndim != 4) or rank not in (None, 4):
+        dims = weight.ndim - 2 if weight is not None and weight.ndim != 4 else rank - 2
+        raise Unsupported(f"a {dims}-d transposed convolution; PipeLink's are 1-d and 2-d")
+    weight_shape = weight.shape if weight is not None else g.shapes.get(node.inputs[1])
+    _transposed_pads(g, node, attrs, None if weight_shape is None else tuple(weight_shape[2:]))
     if int(_attr(node, "group", 1)) != 1:
         attrs["group"] = int(_attr(node, "group"))
     g.stage(node, "conv_transpose2d", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], kernel: tuple | None) -> None:
+    """ConvTranspose's output_shape, or auto_pad SAME_UPPER / SAME_LOWER (output = input * stride), as
+    the pads they imply, computed at import from the input's spatial dims: the total padding
+    ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - out`` split as the spec says (the
+    larger half at the end for SAME_UPPER, at the start otherwise, as onnxruntime); a negative end (an
+    output larger than the full one) is more output_padding. VALID is no padding."""
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise Unsupported(
+            f"attribute auto_pad={auto_pad!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
+        )
+    wanted = node.attrs.get("output_shape")
+    if auto_pad == "VALID" and wanted is None:
+        attrs.pop("pads", None)
+        return
+    if wanted is None and auto_pad == "NOTSET":
+        return
+    shape = g.shapes.get(node.inputs[0])
+    sizes = list(shape[2:]) if shape is not None else []
+    kernel = node.attrs.get("kernel_shape", kernel)
+    known = [*sizes, *(kernel or [None])]
+    if len(sizes) != 2 or not all(isinstance(d, int) for d in known):
+        raise Unsupported(
+            f"output_shape or auto_pad={auto_pad!r} needs the input's spatial dims and the kernel known "
+            f"at import (input {shape}, kernel {None if kernel is None else list(kernel)})"
+        )
+    strides = attrs.get("strides", [1, 1])
+    dilations = attrs.get("dilations", [1, 1])
+    extra = list(attrs.get("output_padding", [0, 0]))
+    out = (
+        [int(v) for v in wanted][-2:]
+        if wanted is not None
+        else [n * s for n, s in zip(sizes, strides, strict=True)]
+    )
+    if len(out) != 2:
+        raise Unsupported(f"attribute output_shape={list(wanted)} must give the 2 spatial dims")
+    begins, ends = [], []
+    for axis in range(2):
+        full = strides[axis] * (sizes[axis] - 1) + extra[axis] + (int(kernel[axis]) - 1) * dilations[axis] + 1
+        total = full - out[axis]
+        begin, end = (
+            (total // 2, total - total // 2) if auto_pad == "SAME_UPPER" else (total - total // 2, total // 2)
+        )
+        if begin < 0:
+            raise Unsupported(
+                f"output_shape {out} is {-total} larger than the full output along spatial axis {axis}, "
+                "which would pad the start; PipeLink pads only the end (output_padding)"
+            )
+        if end < 0:
+            extra[axis], end = extra[axis] - end, 0
+        begins.append(begin)
+        ends.append(end)
+    attrs["pads"] = begins + ends
+    if any(extra):
+        attrs["output_padding"] = extra
 
 
 def _max_pool(g: Graph, node: Node) -> None:

@@ -39,16 +39,19 @@ def scale_layout(op: str, x_shape: tuple, scale_shape: tuple, zero_shape, axis: 
     ------
     ShapeMismatchError
         The scale is neither a scalar/[1] nor 1-d of x's size along ``axis``, or the zero point's shape
-        differs from the scale's.
+        differs from the scale's (per tensor, each may be a scalar or [1]: onnx's own tests pair a [1]
+        zero point with a scalar scale).
     """
-    if zero_shape is not None and tuple(zero_shape) != tuple(scale_shape):
+    per_tensor = {(), (1,)}
+    shapes = (tuple(scale_shape), None if zero_shape is None else tuple(zero_shape))
+    if shapes[1] is not None and shapes[1] != shapes[0] and not set(shapes) <= per_tensor:
         raise ShapeMismatchError(
             f"{op}: the zero point's shape {list(zero_shape)} must equal the scale's {list(scale_shape)}",
             port="zero_point",
             expected=list(scale_shape),
             got=list(zero_shape),
         )
-    if tuple(scale_shape) in ((), (1,)):
+    if shapes[0] in per_tensor:
         return None
     axis = normalize_axis(axis, len(x_shape), op=op)
     if len(scale_shape) != 1 or scale_shape[0] != x_shape[axis]:
