@@ -403,3 +403,29 @@ def test_a_shape_output_with_a_symbolic_dim_stays_a_refused_node():
     with pytest.raises(pl.PipeLinkError) as info:
         import_model(model)
     assert [u["op_type"] for u in info.value.unsupported] == ["Shape"]
+
+
+def test_a_castlike_of_a_constant_folds_on_its_targets_dtype_alone(device, rng):
+    """``CastLike(-inf, scores)`` (a mask's fill, as exporters write it) needs only the scores' dtype: it
+    folds into a constant of that dtype even though the scores are computed, so a Pad or Where reading it
+    sees a constant."""
+    nodes = [
+        _n("Mul", ["x", "two"], ["scores"]),
+        _n("CastLike", ["fill", "scores"], ["fill_like"]),
+        _n("Pad", ["scores", "pads", "fill_like"], ["y"], mode="constant"),
+    ]
+    init = {"two": np.array(2.0, np.float16), "fill": np.array(-np.inf, F), "pads": i64(0, 1, 0, 2)}
+    graph = helper.make_graph(
+        nodes,
+        "castlike_fill",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT16, [2, 6])],
+        [onnx.numpy_helper.from_array(a, n) for n, a in init.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    config, weights = import_model(model)
+    assert "cast" not in [s["name"] for s in config["pipeline"]]  # (without the fold: refused, Pad's value)
+    x = rng.standard_normal((2, 3)).astype(np.float16)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)

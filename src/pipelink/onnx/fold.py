@@ -158,6 +158,7 @@ def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
             _fold_identity(g, node, alias=True)
             or _fold_shape(g, node)
             or _fold_constant(g, node)
+            or _fold_cast_like(g, node)
             or _fold_slice(g, node)
             or _follow_symbolic(g, node)
         ):
@@ -166,6 +167,7 @@ def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
             _fold_identity(g, node, alias=False)
             or _fold_shape(g, node)
             or _fold_constant(g, node)
+            or _fold_cast_like(g, node)
             or _fold_slice(g, node)
         ):
             if all(out in g.constants for out in made):
@@ -267,6 +269,30 @@ def _fold_constant(g: Graph, node: Node) -> bool:
         g.constants[name] = value
         with contextlib.suppress(PipeLinkError):  # a dtype PipeLink lacks: whoever reads it says so
             g.dtypes[name] = get_dtype(value.dtype).name
+    return True
+
+
+def _fold_cast_like(g: Graph, node: Node) -> bool:
+    """A CastLike of a constant needs only its target's dtype, not its values: a constant cast to the
+    dtype of a computed tensor (exporters write ``CastLike(-inf, scores)`` for a mask's fill) is the
+    Cast of that constant, evaluated like one (saturate too)."""
+    if node.op_type != "CastLike" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    source, like = node.inputs[:2]
+    target = g.dtypes.get(like)
+    if source not in g.constants or target is None or g.constants[source].size > MAX_FOLD_ELEMENTS:
+        return False
+    from onnx import helper
+
+    attrs = {k: v for k, v in node.attrs.items() if k in ("saturate", "round_mode")}
+    attrs["to"] = helper.np_dtype_to_tensor_dtype(np.dtype(get_dtype(target).numpy))
+    cast = type(node)("Cast", node.name, node.domain, [source], node.outputs[:1], attrs)
+    try:
+        (value,) = _evaluate(g, cast)
+    except Exception:  # noqa: BLE001 - the node stays, its converter decides
+        return False
+    g.constants[node.outputs[0]] = value
+    g.dtypes[node.outputs[0]] = target
     return True
 
 
