@@ -162,6 +162,12 @@ def _case(rng, op):
         "Tile": ({"x": _r(rng, 2, 3, 1)}, {"repeats": i64(1, 2, 4)}, {}),
         "SpaceToDepth": ({"x": _r(rng, 2, 3, 4, 6)}, {}, {"blocksize": 2}),
         "LogSoftmax": ({"x": 10 * x}, {}, {"axis": 1}),
+        "NegativeLogLikelihoodLoss": ({"x": x, "t": rng.integers(0, 3, (2, 4, 5))}, {}, {"ignore_index": 1}),
+        "SoftmaxCrossEntropyLoss": (
+            {"x": x, "t": rng.integers(0, 3, (2, 4, 5))},
+            {"w": _r(rng, 3)},
+            {"reduction": "sum"},
+        ),  # more in test_onnx_losses.py
         "ReduceLogSumExp": ({"x": 10 * x}, {"axes": i64(1, 3)}, {"keepdims": 0}),
         "ReduceLogSum": ({"x": np.abs(x) + 0.1}, {"axes": i64(2)}, {"keepdims": 1}),
         "Upsample": ({"x": x}, {"scales": np.array([1, 1, 2, 3], F)}, {"mode": "nearest"}),  # opset 9

@@ -22,6 +22,7 @@ from ..ops.shape import MAX_PARTS
 from .einsum import EinsumError
 from .einsum import plan as einsum_plan
 from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
+from .losses import negative_log_likelihood_loss, softmax_cross_entropy_loss
 from .recurrent import RECURRENT_OPS, RecurrentError, lower_recurrent
 
 __all__ = [
@@ -1847,6 +1848,8 @@ CONVERTERS: dict[str, Converter] = {
     "Tile": _tile,
     "SpaceToDepth": _space_to_depth,
     "LogSoftmax": _log_softmax,
+    "NegativeLogLikelihoodLoss": negative_log_likelihood_loss,
+    "SoftmaxCrossEntropyLoss": softmax_cross_entropy_loss,
     "ReduceLogSumExp": _reduce_log_sum_exp,
     "Max": _extremum("max"),
     "Min": _extremum("min"),
