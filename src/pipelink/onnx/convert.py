@@ -19,6 +19,7 @@ from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..ops.rotary.reference import rotary_geometry
 from ..ops.shape import MAX_PARTS
+from .attention import AttentionError, lower_attention
 from .einsum import EinsumError
 from .einsum import plan as einsum_plan
 from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
@@ -640,87 +641,14 @@ def _rotary_embedding(g: Graph, node: Node) -> None:
     g.stage(node, "rotary_embedding", _inputs(node, 4), node.outputs[:1], **attrs)
 
 
-_ATTENTION_EXTRA_INPUTS = {4: "past_key", 5: "past_value", 6: "nonpad_kv_seqlen"}
-_ATTENTION_EXTRA_OUTPUTS = {1: "present_key", 2: "present_value", 3: "qk_matmul_output"}
-
-
-def _attention_refusals(node: Node) -> None:
-    """Refuse what PipeLink's attention does not compute: a key/value cache, extra outputs, softcap, the
-    qk output modes, sliding windows (opset 25) and a softmax precision other than float32."""
-    for k, what in _ATTENTION_EXTRA_INPUTS.items():
-        if len(node.inputs) > k and node.inputs[k]:
-            raise Unsupported(
-                f"input {k} ({what}) is not supported: PipeLink's attention keeps no key/value cache (export "
-                "with the cache concatenated outside the node, K and V the whole sequence)"
-            )
-    for k, what in _ATTENTION_EXTRA_OUTPUTS.items():
-        if len(node.outputs) > k and node.outputs[k]:
-            raise Unsupported(f"output {k} ({what}) is not supported: PipeLink's attention makes only Y")
-    _only(node, softcap=0.0, qk_matmul_output_mode=0, left_window_size=-1, right_window_size=-1)
-    precision = _attr(node, "softmax_precision")
-    if precision is not None and int(precision) != 1:
-        raise Unsupported(
-            f"attribute softmax_precision={precision} is not supported: PipeLink's attention computes its "
-            "softmax in float32 (softmax_precision 1, or absent)"
-        )
-
-
-def _attention_heads(g: Graph, node: Node, rank: int) -> tuple[int, int] | None:
-    """(q_num_heads, kv_num_heads) for 3-d inputs; None for 4-d ones, after checking that heads given
-    there match the inputs' head dims."""
-    heads = [_attr(node, "q_num_heads"), _attr(node, "kv_num_heads")]
-    if rank == 3:
-        if None in heads or min(heads) < 1:
-            raise Unsupported(f"3-d Q, K, V need q_num_heads and kv_num_heads >= 1 (got {heads})")
-        return int(heads[0]), int(heads[1])
-    for attr, given, tensor in zip(("q_num_heads", "kv_num_heads"), heads, node.inputs[:2], strict=True):
-        have = (_shape(g, tensor) or (None, None))[1]
-        if given is not None and given != have:
-            raise Unsupported(f"attribute {attr}={given} differs from the 4-d input's heads ({have})")
-    return None
-
-
 def _attention(g: Graph, node: Node) -> None:
-    """Attention (opsets 23-25) as PipeLink's attention: scale, is_causal (no cache: query i sees keys
-    0..i), an additive or bool attn_mask, grouped-query heads, and ONNX's zeros for a row the mask hides
-    entirely (masked_rows='zero'). 3-d Q/K/V ``[B, S, heads * D]`` are viewed as heads (reshape, transpose)
-    and Y back; everything else is refused by name."""
-    _attention_refusals(node)
-    q, k, v = node.inputs[:3]
-    mask = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
-    y = node.outputs[0]
-    ranks = {len(s) if s is not None else None for s in (_shape(g, t) for t in (q, k, v))}
-    if len(ranks) != 1 or ranks & {None} or not ranks <= {3, 4}:
-        raise Unsupported(f"Q, K and V must all be known 3-d or 4-d tensors (ranks {sorted(ranks, key=str)})")
-    rank = ranks.pop()
-    kv_seq = _shape(g, k)[1 if rank == 3 else 2]
-    if mask is not None:
-        mask_shape = _shape(g, mask)
-        last = mask_shape[-1] if mask_shape else None
-        # ONNX pads a mask shorter than the keys; PipeLink's broadcasts (a last dim of 1). Known dims must
-        # agree; two unknown ones are left to the load's broadcast check.
-        if last != kv_seq and (isinstance(last, int) or isinstance(kv_seq, int)):
-            raise Unsupported(
-                f"attn_mask's last dim ({last}) must be the keys' {kv_seq}: ONNX pads a shorter mask with "
-                "-inf (False), which PipeLink's broadcasting mask does not"
-            )
-    attrs: dict[str, Any] = {"is_causal": bool(_attr(node, "is_causal", 0))}
-    if _attr(node, "scale") is not None:
-        attrs["scale"] = float32_attr(_attr(node, "scale"))
-    if mask is not None:
-        attrs["masked_rows"] = "zero"
-    heads = _attention_heads(g, node, rank)
-    if heads is None:
-        g.stage(node, "attention", [q, k, v] + ([mask] if mask else []), [y], **attrs)
-        return
-    viewed = []  # by role, not by name: self-attention may pass one tensor as Q, K and V
-    for role, name, count in (("q", q, heads[0]), ("k", k, heads[1]), ("v", v, heads[1])):
-        g.stage(node, "reshape", [name], [f"{y}__{role}_split"], shape=[0, 0, count, -1], allowzero=False)
-        g.stage(node, "transpose", [f"{y}__{role}_split"], [f"{y}__{role}_heads"], perm=[0, 2, 1, 3])
-        viewed.append(f"{y}__{role}_heads")
-    g.stage(node, "attention", viewed + ([mask] if mask else []), [f"{y}__heads"], **attrs)
-    g.stage(node, "transpose", [f"{y}__heads"], [f"{y}__tokens"], perm=[0, 2, 1, 3])
-    g.stage(node, "reshape", [f"{y}__tokens"], [y], shape=[0, 0, -1], allowzero=False)
+    """Attention (opsets 23-25), lowered in ``attention.py``: one attention stage, with the key/value
+    cache and ONNX's masks around it, or stage by stage for softcap, qk_matmul_output and
+    softmax_precision; what it cannot express exactly is refused with the reason."""
+    try:
+        lower_attention(g, node)
+    except AttentionError as e:
+        raise Unsupported(str(e)) from None
 
 
 def _transpose(g: Graph, node: Node) -> None:
