@@ -23,7 +23,7 @@ from .attention import AttentionError, lower_attention
 from .einsum import EinsumError
 from .einsum import plan as einsum_plan
 from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
-from .losses import negative_log_likelihood_loss, softmax_cross_entropy_loss
+from .losses import LossError, negative_log_likelihood_loss, softmax_cross_entropy_loss
 from .recurrent import RECURRENT_OPS, RecurrentError, lower_recurrent
 
 __all__ = [
@@ -1666,6 +1666,18 @@ def gemm_attrs(node: Node) -> dict[str, Any]:
     return attrs
 
 
+def _loss(lower: Converter) -> Converter:
+    """A loss lowering of onnx/losses.py, its LossError reported as the node's Unsupported."""
+
+    def convert_loss(g: Graph, node: Node) -> None:
+        try:
+            lower(g, node)
+        except LossError as e:
+            raise Unsupported(str(e)) from None
+
+    return convert_loss
+
+
 def _gemm(g: Graph, node: Node) -> None:
     g.stage(node, "gemm", _inputs(node, 3), node.outputs[:1], **gemm_attrs(node))
 
@@ -1776,8 +1788,8 @@ CONVERTERS: dict[str, Converter] = {
     "Tile": _tile,
     "SpaceToDepth": _space_to_depth,
     "LogSoftmax": _log_softmax,
-    "NegativeLogLikelihoodLoss": negative_log_likelihood_loss,
-    "SoftmaxCrossEntropyLoss": softmax_cross_entropy_loss,
+    "NegativeLogLikelihoodLoss": _loss(negative_log_likelihood_loss),
+    "SoftmaxCrossEntropyLoss": _loss(softmax_cross_entropy_loss),
     "ReduceLogSumExp": _reduce_log_sum_exp,
     "Max": _extremum("max"),
     "Min": _extremum("min"),

@@ -30,11 +30,12 @@ REDUCTIONS = ("none", "sum", "mean")
 _TARGET_DTYPES = ("int32", "int64")
 
 
-def _unsupported(why: str) -> Exception:
-    """The converter's Unsupported (looked up when raised: convert.py imports this module for its table)."""
-    from .convert import Unsupported
+class LossError(Exception):
+    """Why a loss node cannot be imported (convert.py reports it as the node's Unsupported)."""
 
-    return Unsupported(why)
+
+def _unsupported(why: str) -> Exception:
+    return LossError(why)
 
 
 def _shape(g: Any, name: str) -> tuple | None:
