@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import pipelink as pl
+
 __all__ = [
     "mlp_block",
     "resnet_block",
@@ -36,6 +38,13 @@ def make_model(nodes, inputs, outputs, initializers, name: str, opset: int = 21)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
     return model
+
+
+def run_pipeline(model, feeds: dict, device: str) -> list[np.ndarray]:
+    """The model's outputs from PipeLink (``pl.from_onnx`` on ``device``), in graph-output order."""
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(feeds)
+        return [np.asarray(got[o.name].numpy()) for o in model.graph.output]
 
 
 def run_reference(model, feeds: dict) -> list[np.ndarray]:

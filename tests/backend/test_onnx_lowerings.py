@@ -16,6 +16,7 @@ import pipelink as pl  # noqa: E402
 from pipelink.onnx import import_model  # noqa: E402
 from pipelink.onnx.fold import MAX_FOLD_ELEMENTS  # noqa: E402
 from tests.backend import onnx_models as om  # noqa: E402
+from tests.backend.onnx_models import run_pipeline as _run  # noqa: E402
 from tests.conftest import assert_close  # noqa: E402
 
 F = np.float32
@@ -41,12 +42,6 @@ def _model(nodes, feeds, inits, outputs, opset=21):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
     return model
-
-
-def _run(model, feeds, device):
-    with pl.from_onnx(model, device=device) as pipe:
-        got = pipe.run(feeds)
-        return [np.asarray(got[o.name].numpy()) for o in model.graph.output]
 
 
 def _check(got, want, what):
