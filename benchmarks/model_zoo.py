@@ -408,6 +408,90 @@ ZOO: dict[str, ZooSpec] = {
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
+            "mixtral",
+            "Mixtral decoder (transformers, d=64, 2 layers, 4 experts, top 2; the experts as batched "
+            "products, a routing TopK and Softmax)",
+            _gqa_decoder(
+                "Mixtral",
+                num_local_experts=4,
+                num_experts_per_tok=2,
+                attn_implementation="eager",
+                # the default (grouped_mm) has no ONNX export; eager's loop over experts is data-dependent
+                experts_implementation="batched_mm",
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "wav2vec2",
+            "wav2vec2 encoder (transformers, d=64, 2 layers; strided Conv1d front end with GroupNorm, a "
+            "grouped positional Conv1d)",
+            _transformers(
+                lambda tf: tf.Wav2Vec2Model(
+                    tf.Wav2Vec2Config(
+                        conv_dim=(32, 32, 32),
+                        conv_stride=(5, 2, 2),
+                        conv_kernel=(10, 3, 3),
+                        num_conv_pos_embeddings=16,
+                        num_conv_pos_embedding_groups=4,
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 1600),),
+        ),
+        ZooSpec(
+            "mamba",
+            "Mamba (transformers, d=64, 2 layers, state 8; the selective scan unrolled over 16 tokens)",
+            _transformers(
+                lambda tf: tf.MambaModel(
+                    tf.MambaConfig(
+                        vocab_size=100,
+                        hidden_size=64,
+                        state_size=8,
+                        num_hidden_layers=2,
+                        expand=2,
+                        conv_kernel=4,
+                        use_mambapy=False,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "detr",
+            "DETR (transformers, ResNet backbone, d=32, 1+1 layers, 10 queries; sine position embeddings, "
+            "the backbone's frozen batch norms)",
+            _transformers(
+                lambda tf: tf.DetrModel(
+                    tf.DetrConfig(
+                        use_timm_backbone=False,
+                        use_pretrained_backbone=False,
+                        backbone_config=tf.ResNetConfig(
+                            hidden_sizes=[16, 32, 48, 64],
+                            depths=[1, 1, 1, 1],
+                            embedding_size=16,
+                            out_features=["stage4"],
+                        ),
+                        d_model=32,
+                        encoder_layers=1,
+                        decoder_layers=1,
+                        encoder_attention_heads=2,
+                        decoder_attention_heads=2,
+                        encoder_ffn_dim=64,
+                        decoder_ffn_dim=64,
+                        num_queries=10,
+                    )
+                )
+            ),
+            lambda t: (t.randn(1, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "swin_v2_t",
+            "Swin V2-T (torchvision, 64x64; cosine attention, log-spaced position bias MLP, padded windows)",
+            _torchvision("swin_v2_t"),
+            lambda t: (t.randn(1, 3, 64, 64),),
+        ),
+        ZooSpec(
             "mobilenet_v2_hf",
             "MobileNetV2 (transformers, 64x64 image; TensorFlow-style 'same' pads computed from shapes)",
             _transformers(

@@ -5,8 +5,8 @@ on CUDA and compared with onnxruntime (CPU). Prints one line per model and devic
 the unsupported nodes), the largest relative error, and the stages that ran on staged host copies. A
 check, not a benchmark: ``python -m benchmarks.models`` races them. ``--zoo wide`` checks the wider zoo
 instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet; ViT, BERT, RoBERTa, T5,
-Whisper and BEiT encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon and BLOOM decoders; Swin, LeViT, YOLOS,
-DINOv2 and HF's MobileNetV2; small, random weights).
+Whisper, BEiT and wav2vec2 encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon, BLOOM and Mixtral decoders;
+Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; small, random weights).
 
 python scripts/onnx_models_check.py [--zoo race|wide] [--devices cpu,cuda] [--out DIR]
 """

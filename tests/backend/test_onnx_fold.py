@@ -119,7 +119,7 @@ def test_a_sliced_shape_and_arithmetic_on_the_batch_give_one_inferred_dim(rng):
 
 
 def test_an_expand_to_a_shape_built_from_the_input_keeps_its_dims(rng):
-    # mask [1, 1, 8] expanded to [batch, 1, 8] with the batch taken from x
+    # mask [2, 1, 8] expanded to [batch, 1, 8] with the batch taken from x
     nodes = _dims("x", 0) + [
         _n("Concat", ["x_u0", "one", "eight"], ["target"], axis=0),
         _n("Expand", ["m", "target"], ["me"]),
@@ -127,21 +127,183 @@ def test_an_expand_to_a_shape_built_from_the_input_keeps_its_dims(rng):
     ]
     init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "one": i64(1), "eight": i64(8)}
     model = om.make_model(
-        nodes, [("x", ["batch", 1, 8]), ("m", [1, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
+        nodes, [("x", ["batch", 1, 8]), ("m", [2, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
     )
-    with pytest.raises(pl.PipeLinkError, match="Expand's shape .*batch.* not the input's own dim"):
-        import_model(model)  # m's dim 0 is 1, not the batch: the expanded size is known only at run time
+    with pytest.raises(pl.PipeLinkError, match="Expand's shape .*batch.* broadcasts only from 1"):
+        import_model(model)  # m's dim 0 is 2: valid only for a batch of 1 or 2, known only at run time
     # Expanding x itself to its own batch keeps the dim (1 in the target: broadcasting keeps it).
     nodes[-2] = _n("Expand", ["x", "target"], ["me"])
     model = om.make_model(
-        nodes, [("x", ["batch", 1, 8]), ("m", [1, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
+        nodes, [("x", ["batch", 1, 8]), ("m", [2, 1, 8])], [("y", ["batch", 1, 8])], init, "mask"
     )
     config, _ = import_model(model)
     expand = next(s for s in config["pipeline"] if s["name"] == "expand")
     assert expand["attrs"]["shape"] == [1, 1, 8]
     x = rng.standard_normal((2, 1, 8)).astype(F)
     with pl.from_onnx(model, device="cpu") as pipe:
-        np.testing.assert_array_equal(pipe.run(x=x, m=np.zeros((1, 1, 8), F))["y"].numpy(), 2 * x)
+        np.testing.assert_array_equal(pipe.run(x=x, m=np.zeros((2, 1, 8), F))["y"].numpy(), 2 * x)
+
+
+def _cls_token_model():
+    """``torch.cat([cls.expand(x.size(0), -1, -1), x], 1)`` as PyTorch exports it at a dynamic batch: the
+    target [batch, -1, -1] viewed as 1-d, its -1s replaced by 1s through Equal and Where, then Expand; and
+    a mask of ones [batch, 9] from ConstantOfShape, added to a row of the result."""
+    nodes = _dims("x", 0) + [
+        _n("Concat", ["x_u0", "minus1", "minus1"], ["target"], axis=0),
+        _n("Reshape", ["target", "flat"], ["target_1d"]),
+        _n("Equal", ["target_1d", "minus1s"], ["is_minus1"]),
+        _n("Where", ["is_minus1", "ones3", "target_1d"], ["expand_to"]),
+        _n("Expand", ["cls", "expand_to"], ["cls_b"]),
+        _n("Concat", ["cls_b", "x"], ["joined"], axis=1),
+        _n("Concat", ["x_u0", "nine"], ["mask_shape"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["mask_shape"],
+            ["mask"],
+            name="mask",
+            value=onnx.numpy_helper.from_array(np.array([1.5], F)),
+        ),
+        _n("Unsqueeze", ["mask", "axis_last"], ["mask_col"]),
+        _n("Add", ["joined", "mask_col"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "minus1": i64(-1),
+        "flat": i64(-1),
+        "minus1s": i64(-1, -1, -1),
+        "ones3": i64(1, 1, 1),
+        "nine": i64(9),
+        "axis_last": i64(-1),
+    }
+    return om.make_model(
+        nodes, [("x", ["batch", 8, 4]), ("cls", [1, 1, 4])], [("y", ["batch", 9, 4])], init, "cls_token"
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_expand_and_a_constant_of_shape_to_a_run_time_batch_take_it_from_the_input(batch, device, rng):
+    """The batch of the Expand's and ConstantOfShape's targets is x's, which neither the cls token nor a
+    constant has: it is read from x at run time (a slice of x down to its batch, compared with itself, as
+    the condition of a Where broadcasting the token), and the result matches onnx's reference."""
+    model = _cls_token_model()
+    config, _ = import_model(model)
+    ops = [s["name"] for s in config["pipeline"]]
+    assert "where" in ops and ops.count("slice") == 2, ops  # one probe of x's batch per node
+    x = rng.standard_normal((batch, 8, 4)).astype(F)
+    cls = rng.standard_normal((1, 1, 4)).astype(F)
+    (want,) = om.run_reference(model, {"x": x, "cls": cls})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x, cls=cls)["y"].numpy(), want)
+
+
+def test_a_run_time_dim_no_earlier_tensor_has_is_refused():
+    """A ConstantOfShape to ``2 * batch``: a dim known only at run time that no tensor has (arithmetic on
+    the batch), so nothing can be broadcast to it."""
+    nodes = _dims("x", 0) + [
+        _n("Mul", ["x_d0", "two"], ["twice"]),
+        _n("Unsqueeze", ["twice", "axis0"], ["twice_1d"]),
+        _n("ConstantOfShape", ["twice_1d"], ["zeros"]),
+        _n("Concat", ["x", "zeros"], ["y"], axis=0),
+    ]
+    init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "two": i64(2).reshape(())}
+    model = om.make_model(nodes, [("x", ["batch"])], [("y", None)], init, "twice")
+    with pytest.raises(pl.PipeLinkError, match="ConstantOfShape to a shape known only .* no tensor") as info:
+        import_model(model)
+    assert [u["op_type"] for u in info.value.unsupported] == ["ConstantOfShape"]
+
+
+def test_a_reshape_resolved_at_import_lets_shape_inference_keep_the_batch(device, rng):
+    """x [batch, 8, 64] viewed by a computed target as [batch, 8, 4, 16], transposed, then viewed as
+    ``[x.size(0), 4, -1]``. ONNX's inference gives the first view's output fresh dims (its target is
+    computed); the import runs it again with the target it resolved ([0, 8, 4, 16]), so the transposed
+    tensor's dim 0 is x's batch and the second target is [0, 4, -1] (not two unknowns)."""
+    nodes = _dims("x", 0) + [
+        _n("Concat", ["x_u0", "eight", "four", "sixteen"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["h"]),
+        _n("Transpose", ["h"], ["t"], perm=[0, 2, 1, 3]),
+        _n("Concat", ["x_u0", "four", "minus1"], ["merge"], axis=0),
+        _n("Reshape", ["t", "merge"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "eight": i64(8),
+        "four": i64(4),
+        "sixteen": i64(16),
+        "minus1": i64(-1),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 8, 64])], [("y", None)], init, "merge_heads")
+    config, _ = import_model(model)
+    shapes = [s["attrs"]["shape"] for s in config["pipeline"] if s["name"] == "reshape"]
+    assert shapes == [[0, 8, 4, 16], [0, 4, -1]], shapes
+    x = rng.standard_normal((3, 8, 64)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)
+
+
+def test_a_tensor_broadcast_to_the_batch_keeps_its_name_for_a_later_reshape(device, rng):
+    """m [1, 8] expanded to x's batch, added to x, then viewed as ``[x.size(0), -1, 4]``: onnx gives the
+    Expand's output fresh dims (its target is computed), so the sum's dim 0 would not be x's batch and the
+    view would have two unknowns; the import types the Expand's output [batch, 8] for its inference."""
+    nodes = _dims("x", 0) + [
+        _n("Concat", ["x_u0", "eight"], ["target"], axis=0),
+        _n("Expand", ["m", "target"], ["me"]),
+        _n("Add", ["me", "x"], ["z"]),
+        _n("Concat", ["x_u0", "minus1", "four"], ["view"], axis=0),
+        _n("Reshape", ["z", "view"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "eight": i64(8), "minus1": i64(-1), "four": i64(4)}
+    model = om.make_model(nodes, [("x", ["batch", 8]), ("m", [1, 8])], [("y", None)], init, "me")
+    config, _ = import_model(model)
+    (reshape,) = [s for s in config["pipeline"] if s["name"] == "reshape" and s["outputs"] == ["y"]]
+    assert reshape["attrs"]["shape"] == [0, -1, 4]
+    x, m = rng.standard_normal((3, 8)).astype(F), rng.standard_normal((1, 8)).astype(F)
+    (want,) = om.run_reference(model, {"x": x, "m": m})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x, m=m)["y"].numpy(), want)
+
+
+def _interpolate_model(height: int, width: int):
+    """``F.interpolate(x, size=(height, width), mode="bilinear")`` at a dynamic batch: the sizes are x's own
+    N and C (a Slice of its Shape), then the two constants."""
+    nodes = [
+        _n("Shape", ["x"], ["x_shape"]),
+        _n("Slice", ["x_shape", "zero", "two"], ["nc"]),
+        _n("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        _n(
+            "Resize",
+            ["x", "", "", "sizes"],
+            ["y"],
+            mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+    ]
+    init = {"zero": i64(0), "two": i64(2), "hw": i64(height, width)}
+    return om.make_model(nodes, [("x", ["batch", 3, 7, 5])], [("y", None)], init, "interpolate")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_resize_to_sizes_of_the_inputs_own_batch_runs_by_the_scales_they_imply(batch, device, rng):
+    """Sizes [N, C, 9, 12] with N and C x's own (known only at run time): the scales ``[1, 1, 9/7, 12/5]``
+    (float64) give the same output and the same sampling as the sizes (onnx's reference)."""
+    model = _interpolate_model(9, 12)
+    config, _ = import_model(model)
+    (resize,) = [s for s in config["pipeline"] if s["name"] == "resize"]
+    assert resize["attrs"]["scales"] == [1.0, 1.0, 9 / 7, 12 / 5]
+    x = rng.standard_normal((batch, 3, 7, 5)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == want.shape == (batch, 3, 9, 12)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resize_to_a_size_no_scale_gives_back_is_refused():
+    """7 to 61: ``floor(7 * (61 / 7))`` is 60 in float64, so no scale gives that size."""
+    with pytest.raises(pl.PipeLinkError, match="size 61 of axis 2 .* no scale resize can give"):
+        import_model(_interpolate_model(61, 12))
 
 
 def test_two_dims_known_only_at_run_time_are_refused_with_the_reshape_named():

@@ -220,6 +220,12 @@ def _case(rng, op):
         "Not": ({"x": x > 0}, {}, {}),
         "Where": ({"c": x > 0, "a": x}, {"b": _r(rng, 5)}, {}),
         "Expand": ({"x": _r(rng, 3, 1)}, {"shape": i64(2, 3, 4)}, {}),
+        # of constants it folds (a graph output copied out); of a run-time batch: test_onnx_fold.py
+        "ConstantOfShape": (
+            {},
+            {"shape": i64(2, 3, 4)},
+            {"value": onnx.numpy_helper.from_array(np.array([2.5], F))},
+        ),
         "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
         "ReduceSum": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 0}),
         "ReduceMax": ({"x": x}, {"axes": i64(2)}, {"keepdims": 1}),
@@ -337,9 +343,19 @@ def _case(rng, op):
         "CenterCropPad": ({"x": x}, {"shape": i64(7, 2)}, {"axes": [-1, 1]}),
         "GlobalLpPool": ({"x": x}, {}, {"p": 3}),  # onnx's reference has none: NumPy's below
         "LpPool": ({"x": x}, {}, {"kernel_shape": [2, 3], "strides": [2, 1], "p": 2}),
+        # onnx/lowerings.py (more in test_onnx_small_lowerings.py); Scatter: opset 10, its oracle below
+        "Scatter": ({"data": m}, {"i": i64(0, 2, 1, 2, 1, 0, 2, 0).reshape(2, 4), "u": _r(rng, 2, 4)}, {}),
+        "SwiGLU": ({"a": 4 * x, "b": _r(rng, 2, 3, 4, 5)}, {}, {"alpha": 1.702}),  # opset 28
+        "DynamicQuantizeLinear": ({"x": 5 * x}, {}, {}),
+        "TensorScatter": ({"past": x, "update": _r(rng, 2, 3, 2, 5)}, {"w": i64(3, 1)}, {"mode": "circular"}),
+        "MaxUnpool": (
+            {"x": _r(rng, 2, 3, 2, 2)},
+            {"i": rng.permutation(96)[:24].reshape(2, 3, 2, 2)},
+            {"kernel_shape": [2, 2], "strides": [2, 2]},
+        ),
     }
     feeds, inits, attrs = cases[op]
-    n_out = 2 if op in ("Split", "Dropout", "TopK") else 1
+    n_out = 2 if op in ("Split", "Dropout", "TopK") else 3 if op == "DynamicQuantizeLinear" else 1
     return feeds, inits, attrs, n_out
 
 
@@ -361,7 +377,7 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
         [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
-    opset = {"Upsample": 9, "Swish": 24, "CumProd": 26}.get(
+    opset = {"Upsample": 9, "Swish": 24, "CumProd": 26, "Scatter": 10, "SwiGLU": 28, "TensorScatter": 24}.get(
         op, 23 if op in ("RMSNormalization", "RotaryEmbedding", "Attention") else 21
     )  # Upsample left the standard at opset 10; Swish came at 24, CumProd at 26; the LLM ops at 23
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
@@ -370,6 +386,11 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
     if op == "GlobalLpPool":  # onnx's ReferenceEvaluator has no GlobalLpPool (1.23): the spec's formula
         power = np.abs(feeds["x"].astype(np.float64)) ** 3
         expected = [(power.sum(axis=(2, 3), keepdims=True) ** (1 / 3)).astype(F)]
+    elif op == "Scatter":  # onnx's ReferenceEvaluator has no Scatter (1.23): its twin ScatterElements
+        twin = onnx.ModelProto()
+        twin.CopyFrom(model)
+        twin.graph.node[0].op_type, twin.opset_import[0].version = "ScatterElements", 11
+        expected = om.run_reference(twin, feeds)
     else:
         expected = om.run_reference(model, feeds)
     got = pipe.run(feeds)
@@ -803,7 +824,7 @@ def _refusal_model(node, x_decl, init, opset=21):
             [1, 6, 2, 2],
             {"s": np.ones(6, F), "b": np.zeros(6, F)},
             21,
-            "needs its num_groups attribute",
+            "required attribute 'num_groups' is missing",  # check.py: its schema requires it
         ),
         (
             onnx.helper.make_node("Pad", ["x", "p"], ["y"], name="r", mode="edge"),
@@ -895,12 +916,12 @@ def test_log_softmax_before_opset_13_normalises_every_dim_from_the_axis(rng):
         ("Tile", ["x", "r"], [[2, 3], [2]], {}, {}, 21, "must be a constant"),
         ("Tile", ["x", "r"], [["N", 3]], {}, {"r": np.array([1, 2], np.int64)}, 21, "every dim known"),
         ("SpaceToDepth", ["x"], [[1, 2, 5, 4]], {"blocksize": 2}, {}, 21, "divide H=5"),
-        ("SpaceToDepth", ["x"], [[1, 2, 4, 4]], {"blocksize": 2, "mode": "RCD"}, {}, 21, "mode 'RCD'"),
+        ("SpaceToDepth", ["x"], [[1, 2, 4, 4]], {"blocksize": 2, "mode": "RCD"}, {}, 28, "mode 'RCD'"),
         ("LRN", ["x"], [["N", "C", 3, 3]], {"size": 3}, {}, 21, "every dim but N known"),
         ("LogSoftmax", ["x"], [None], {"axis": 1}, {}, 11, "needs the input's rank"),
         ("LpNormalization", ["x"], [[2, 3]], {"p": 3}, {}, 21, "p=3"),
         ("ReduceLogSumExp", ["x"], [[2, 3]], {"noop_with_empty_axes": 1}, {}, 21, "noop_with_empty_axes"),
-        ("Upsample", ["x"], [[1, 1, 2, 2]], {"mode": "nearest"}, {}, 8, "needs its scales"),
+        ("Upsample", ["x"], [[1, 1, 2, 2]], {"mode": "nearest"}, {}, 8, "required attribute 'scales'"),
     ],
 )
 def test_composed_converters_refuse_what_they_cannot_express(op, inputs, shapes, attrs, inits, opset, why):

@@ -296,7 +296,7 @@ def _refusals() -> dict:
             _model(SCE, {"x": xf, "t": t3, "w": (F, [4])}, {}),
             r"weight 'w' must be \[C\] = \[5\], known at import \(got \[4\]\)",
         ),
-        "no target": (_model(NLL, {"x": xf}, {}), "needs its input and its target"),
+        "no target": (_model(NLL, {"x": xf}, {}), r"takes 2 to 3 inputs \(got 1\)"),
     }
 
 

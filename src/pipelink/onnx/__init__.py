@@ -11,7 +11,6 @@ into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optiona
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,14 @@ from ..errors import HardwareUnsupportedError, InvalidArgumentError, PipeLinkErr
 from ..modules.registry import registry
 from ..ops import register_builtins
 from ..pipeline import Pipeline, load
+from .check import check_model, read_tensor
+from .control import lower_control
 from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
 from .einsum import dots_are_ellipses
-from .fold import MAX_FOLD_ELEMENTS, fold
+from .fold import MAX_FOLD_ELEMENTS, fold, resolved_target
 from .fuse import fuse as fuse_nodes
+from .infer import infer_shapes
+from .runtime_dims import broadcast_shape
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
 
@@ -62,11 +65,15 @@ def _read_model(onnx, model_or_path: Any):
         raise InvalidArgumentError(f"{str(path)!r} is not a readable ONNX model: {e}") from None
 
 
-def _opset(model) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return 1
+def _initializers(onnx, graph) -> dict[str, np.ndarray]:
+    """The graph's initializers as arrays (check.py has checked each one's data against its dims)."""
+    arrays = {}
+    for tensor in graph.initializer:
+        try:
+            arrays[tensor.name] = read_tensor(onnx, tensor)
+        except Unsupported as e:
+            raise InvalidArgumentError(f"the ONNX model's initializer {tensor.name!r} {e}") from None
+    return arrays
 
 
 def _known_dtypes(onnx, graph) -> dict[str, str]:
@@ -99,8 +106,10 @@ def _known_shapes(graph) -> dict[str, tuple]:
 def _constant_value(onnx, node) -> np.ndarray:
     """The value of a Constant node (any of its value attributes)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if len(attrs) != 1:  # the spec: exactly one
+        raise Unsupported(f"a Constant has exactly one value attribute (got {', '.join(attrs) or 'none'})")
     if "value" in attrs:
-        return onnx.numpy_helper.to_array(attrs["value"])
+        return read_tensor(onnx, attrs["value"])
     for name, dtype in (
         ("value_float", np.float32),
         ("value_floats", np.float32),
@@ -153,11 +162,21 @@ def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -
     if not any(_unknown(g.shapes.get(o)) for o in outputs):
         return False
     helper = onnx.helper
-    needed = {i for n in nodes for i in n.inputs if i}
+    # A Reshape or Expand whose target is a shape value goes in with the target the import resolved for it
+    # (0 or 1: the input's own dim, -1: the one inferred), so inference keeps the dims it copies; the
+    # symbolic target would give every output dim a fresh name (heads merged back at a dynamic batch).
+    inits, extra, trial_nodes = [], [], []
+    for n in nodes:
+        proto, target = protos[id(n)], resolved_target(g, n)
+        if target is not None:
+            name = f"{n.inputs[1]}::pipelink_target_{len(inits)}"
+            inits.append(onnx.numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
+            proto = _with_input(onnx, proto, 1, name)
+        trial_nodes.append(proto)
+    needed = {i for proto in trial_nodes for i in proto.input if i}
     # Small constants go in with their values (a Reshape's target, a Pad's pads); the weights only as
     # typed inputs of their shape, so a round costs no copy of them. No data propagation: on a hostile
     # file (a Tile by 2**40) onnx's would try to make the data.
-    inits, extra = [], []
     for name in sorted(needed & g.constants.keys()):
         value = np.asarray(g.constants[name])
         if value.size <= MAX_FOLD_ELEMENTS:
@@ -171,29 +190,67 @@ def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -
         if name in needed
     ]
     inputs = [i for i in model.graph.input if i.name not in g.constants] + extra
+    # the output of an Expand or ConstantOfShape to a run-time dim its input lacks (runtime_dims.py) has
+    # that dim: typed here by the graph input's name for it (``batch``), onnx would give it a fresh one
+    params = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
+    typed = []
+    for n in nodes:
+        shape = None if resolved_target(g, n) is not None else broadcast_shape(g, n, params)
+        dtype = g.dtypes.get(n.outputs[0]) if n.outputs else None
+        if shape is not None and dtype is not None:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_dtype(dtype).numpy))
+            typed.append(helper.make_tensor_value_info(n.outputs[0], elem, list(shape)))
     graph = helper.make_graph(
-        [protos[id(n)] for n in nodes], model.graph.name or "g", inputs, list(model.graph.output), inits
+        trial_nodes, model.graph.name or "g", inputs, list(model.graph.output), inits, value_info=typed
     )
     trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     if not _inferable(trial):
         return False
-    try:
-        inferred = onnx.shape_inference.infer_shapes(trial)
-    except Exception:  # noqa: BLE001 - inference is a help, never a requirement
+    inferred = infer_shapes(onnx, trial)  # a help, never a requirement: None when it fails
+    if inferred is None:
         return False
-    learned = False
+    # onnx names the dims it cannot relate unk__0, unk__1... afresh on every run: this round's get its tag,
+    # so two tensors share a dim's name only when one run of inference related them (a Reshape copying
+    # a dim of one tensor never copies a dim of another that an earlier round happened to name alike)
+    declared = {
+        d.dim_param
+        for info in [*trial.graph.input, *trial.graph.output]
+        for d in info.type.tensor_type.shape.dim
+        if d.dim_param
+    }
+
+    g.inferences += 1
+
+    def tagged(shape: tuple) -> tuple:
+        return tuple(f"{d}~{g.inferences}" if isinstance(d, str) and d not in declared else d for d in shape)
+
+    def known(shape: tuple | None) -> tuple[int, int]:  # the dims known, then those named as declared
+        shape = shape or ()
+        named = sum(isinstance(d, str) and d in declared for d in shape)
+        return sum(isinstance(d, int) for d in shape), named
+
+    # a round that learns a dim replaces every shape it knows as well as before, so that the dims a
+    # later Reshape relates come from one run
+    better = {}
     for name, shape in _known_shapes(inferred.graph).items():
         old = g.shapes.get(name)
-        if (
-            _unknown(old)
-            and shape != old
-            and sum(isinstance(d, int) for d in shape) > sum(isinstance(d, int) for d in (old or ()))
-        ):
-            g.shapes[name] = shape
-            learned = True
+        if _unknown(old) and (old is None or len(old) == len(shape)) and known(shape) >= known(old):
+            better[name] = tagged(shape)
+    # learning: a dim known, or named as a graph input's (each round adds to the total: the rounds end)
+    learned = any(known(shape) > known(g.shapes.get(name)) for name, shape in better.items())
+    if learned:
+        g.shapes.update(better)
     for name, dtype in _known_dtypes(onnx, inferred.graph).items():
         g.dtypes.setdefault(name, dtype)
     return learned
+
+
+def _with_input(onnx, proto, index: int, name: str):
+    """A copy of the NodeProto ``proto`` whose input ``index`` is ``name``."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(proto)
+    copy.input[index] = name
+    return copy
 
 
 def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | None:
@@ -262,25 +319,37 @@ def import_model(
     """
     onnx = _onnx()
     model = _read_model(onnx, model_or_path)
+    # A malformed model (a node its schema does not allow, data that does not match its dims) is refused
+    # before anything reads it: onnx's shape inference, the folds and the converters trust the schemas.
+    opset, malformed = check_model(onnx, model)
+    if malformed:
+        listing = "\n".join(f"  {r}" for r in malformed)
+        raise InvalidArgumentError(
+            f"the ONNX model is malformed: {len(malformed)} problem{'s' if len(malformed) > 1 else ''} "
+            f"(nothing was imported; check it with onnx.checker.check_model and export it again):\n{listing}",
+            unsupported=[{"op_type": r.op_type, "node": r.node, "why": r.why} for r in malformed],
+        )
     # Shape inference only adds dtypes (Pow's exponent) and the shapes fusions check; a model it cannot
-    # follow imports without them (and the fusions that need a shape do not match).
+    # follow imports without them (and the fusions that need a shape do not match). It runs in a child
+    # process (infer.py): onnx's C++ crashes on some hostile models.
     if _inferable(model):
-        with contextlib.suppress(Exception):
-            model = onnx.shape_inference.infer_shapes(model)
+        model = infer_shapes(onnx, model) or model
     graph = model.graph
-    constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    constants = _initializers(onnx, graph)
     register_builtins(registry)
     g = Graph(
-        opset=_opset(model),
+        opset=opset,
         constants=constants,
         dtypes=_known_dtypes(onnx, graph),
         operators=registry.get,
         shapes=_known_shapes(graph),
+        inputs=frozenset(info.name for info in graph.input),
     )
     rejected: list[Rejected] = []
     nodes: list[Node] = []
     protos: dict[int, Any] = {}  # id(Node) -> its NodeProto, for shape inference after folding
-    for k, node in enumerate(graph.node):
+    # If, Loop and Scan become the nodes they run (control.py), collected here like the model's own
+    for k, node in enumerate(lower_control(onnx, model, g, nodes, rejected)):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             try:
                 constants[node.output[0]] = _constant_value(onnx, node)

@@ -8,6 +8,7 @@ so a model is imported whole or not at all.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,9 @@ from .einsum import EinsumError
 from .einsum import plan as einsum_plan
 from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
 from .losses import LossError, negative_log_likelihood_loss, softmax_cross_entropy_loss
+from .lowerings import dynamic_quantize_linear, max_pool_with_indices, max_unpool, swiglu, tensor_scatter
 from .recurrent import RECURRENT_OPS, RecurrentError, lower_recurrent
+from .runtime_dims import RuntimeDimsError, broadcast_to_value
 
 __all__ = [
     "CONVERTERS",
@@ -97,6 +100,8 @@ class Graph:
     stage_ids: NameSet = field(default_factory=lambda: NameSet())
     # ONNX tensor name -> a shape value the model computes from symbolic dims (onnx/fold.py)
     symbolic: dict[str, Any] = field(default_factory=dict)
+    inputs: frozenset[str] = frozenset()  # the graph's input tensors (they exist before any stage runs)
+    inferences: int = 0  # rounds of shape inference after folding so far (their dims' names are tagged)
 
     # -- names ---------------------------------------------------------------------------------------
     def name(self, onnx_name: str) -> str:
@@ -154,7 +159,12 @@ class Graph:
         """Integers from a constant input (newer opsets) or, failing that, the attribute (older ones)."""
         value = self.const(node, index, what)
         if value is not None:
-            return [int(v) for v in np.asarray(value).reshape(-1)]
+            value = np.asarray(value).reshape(-1)
+            if value.dtype.kind not in "iub":  # the spec types these int64: a float one is malformed
+                raise Unsupported(
+                    f"input {index} ({what}, {node.inputs[index]!r}) must be integers (got {value.dtype})"
+                )
+            return [int(v) for v in value]
         if attr in node.attrs:
             return [int(v) for v in node.attrs[attr]]
         return None
@@ -942,8 +952,42 @@ def _trilu(g: Graph, node: Node) -> None:
 
 
 def _expand(g: Graph, node: Node) -> None:
-    shape = _target(g, node, expand_target, "the shape")
+    try:
+        shape = _target(g, node, expand_target, "the shape")
+    except Unsupported as e:  # a dim known only at run time that x lacks: taken from its tensor
+        value = g.symbolic.get(node.inputs[1])
+        if not isinstance(value, list):
+            raise
+        try:
+            broadcast_to_value(g, node, node.inputs[0], value, node.outputs[0])
+        except RuntimeDimsError as why:
+            raise Unsupported(f"{e}; {why}") from None
+        return
     g.stage(node, "expand", node.inputs[:1], node.outputs[:1], shape=shape)
+
+
+def _constant_of_shape(g: Graph, node: Node) -> None:
+    """ConstantOfShape of a shape the model computes from dims known only when it runs (its constant
+    inputs fold at import, fold.py): the fill (``value``, default float32 0) broadcast to it."""
+    value = g.symbolic.get(node.inputs[0]) if node.inputs else None
+    if not isinstance(value, list):
+        raise Unsupported(unfolded_reason(g, node))
+    import onnx
+
+    from .check import read_tensor
+
+    fill = node.attrs.get("value")
+    array = np.zeros(1, np.float32) if fill is None else np.asarray(read_tensor(onnx, fill))
+    if array.size != 1:
+        raise Unsupported(f"ConstantOfShape's value must have one element (got {array.size})")
+    name = f"{node.outputs[0]}__fill"
+    g.constants[name] = array.reshape(())
+    g.shapes[name] = ()
+    g.dtypes[name] = onnx_dtype(onnx.helper.np_dtype_to_tensor_dtype(array.dtype))
+    try:
+        broadcast_to_value(g, node, name, value, node.outputs[0])
+    except RuntimeDimsError as why:
+        raise Unsupported(f"ConstantOfShape to a shape known only when the model runs: {why}") from None
 
 
 def _reduce_attrs(g: Graph, node: Node, axes_input_opset: int) -> dict[str, Any]:
@@ -1137,6 +1181,9 @@ def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
     result squeezed back."""
     y = node.outputs[0]
     attrs = dict(node.attrs)
+    for name in ("kernel_shape", "strides", "dilations", "output_padding", "pads"):
+        if name in attrs and len(attrs[name]) != (2 if name == "pads" else 1):
+            raise Unsupported(f"attribute {name}={list(attrs[name])} does not fit a 1-d window")
     units = (
         ("kernel_shape", 1),
         ("strides", 1),
@@ -1185,6 +1232,10 @@ def _conv_transpose(g: Graph, node: Node) -> None:
         dims = weight.ndim - 2 if weight is not None and weight.ndim != 4 else rank - 2
         raise Unsupported(f"a {dims}-d transposed convolution; PipeLink's are 1-d and 2-d")
     weight_shape = weight.shape if weight is not None else g.shapes.get(node.inputs[1])
+    for name in ("strides", "dilations", "output_padding", "kernel_shape"):
+        given = attrs.get(name, node.attrs.get(name))
+        if given is not None and len(given) != 2:
+            raise Unsupported(f"attribute {name}={list(given)} must give the 2 spatial dims")
     _transposed_pads(g, node, attrs, None if weight_shape is None else tuple(weight_shape[2:]))
     if int(_attr(node, "group", 1)) != 1:
         attrs["group"] = int(_attr(node, "group"))
@@ -1250,12 +1301,13 @@ def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], kernel: tuple 
 
 
 def _max_pool(g: Graph, node: Node) -> None:
+    if len(node.outputs) > 1 and node.outputs[1]:  # Indices: lowerings.py (Y by this converter)
+        max_pool_with_indices(g, node, _max_pool)
+        return
     if _is_1d(g, node):
         _as_2d(g, node, _max_pool)
         return
     _only(node, storage_order=0)
-    if len([o for o in node.outputs if o]) > 1:
-        raise Unsupported("the Indices output is not supported")
     attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
     if _attr(node, "ceil_mode", 0):
         attrs["ceil_mode"] = True
@@ -1535,22 +1587,57 @@ def _resize(g: Graph, node: Node) -> None:
     _only(node, antialias=0, keep_aspect_ratio_policy="stretch")
     if "axes" in node.attrs:
         raise Unsupported("attribute axes is not supported; give scales or sizes for every axis")
+    ratios = None
     if g.opset < 11:
         scales = g.const(node, 1, "scales")
         sizes = None
+    elif len(node.inputs) > 3 and node.inputs[3] in g.symbolic:
+        scales, sizes, ratios = None, None, _ratios_of_dims(g, node)
     else:
         scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
     attrs = _resize_modes(g, node)
     if attrs["mode"] == "cubic":
         attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
         attrs["exclude_outside"] = bool(_attr(node, "exclude_outside", 0))
-    if sizes is not None and sizes.size:
+    if ratios is not None:
+        attrs["scales"] = ratios
+    elif sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
     elif scales is not None and scales.size:
         attrs["scales"] = [float32_attr(s) for s in scales]
     else:
         raise Unsupported("Resize needs scales or sizes")
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _ratios_of_dims(g: Graph, node: Node) -> list[float]:
+    """Resize's sizes as a list of dims the model computes (``F.interpolate(x, size=(h, w))`` at a dynamic
+    batch: x's own N and C, then sizes known at import) as the scales they imply: 1 where the entry is x's
+    own dim, ``out / in`` (float64, resize's own ratio for sizes) for a size of a dim known at import,
+    checked to give the size back (``floor(in * out / in) == out``), so the output and the sampling are
+    those of the sizes."""
+    value, x = g.symbolic[node.inputs[3]], node.inputs[0]
+    shape = g.shapes.get(x)
+    if not isinstance(value, list) or shape is None or len(value) != len(shape):
+        raise Unsupported(
+            "Resize's sizes are computed from dims known only when the model runs, and x's rank is unknown "
+            "or differs from theirs"
+        )
+    ratios = []
+    for axis, (entry, dim) in enumerate(zip(value, shape, strict=True)):
+        if not isinstance(entry, int) and entry.same_as(x, axis, dim):
+            ratios.append(1.0)
+        elif isinstance(entry, int) and isinstance(dim, int) and entry > 0 and dim > 0:
+            ratio = entry / dim
+            if math.floor(dim * ratio) != entry:
+                raise Unsupported(f"Resize's size {entry} of axis {axis} ({dim}) is no scale resize can give")
+            ratios.append(ratio)
+        else:
+            raise Unsupported(
+                f"Resize's size of axis {axis} is known only when the model runs and is not x's own dim "
+                f"there ({dim}), or x's dim is unknown (export with fixed shapes)"
+            )
+    return ratios
 
 
 def _depth_to_space(g: Graph, node: Node) -> None:
@@ -1760,6 +1847,7 @@ CONVERTERS: dict[str, Converter] = {
     "Acosh": _one_to_one("acosh", 1),
     "Atanh": _one_to_one("atanh", 1),
     "Swish": _with_alpha("silu", 1.0),  # x * sigmoid(alpha * x): silu's alpha
+    "SwiGLU": swiglu,
     "Shrink": lambda g, node: g.stage(
         node,
         "shrink",
@@ -1820,6 +1908,8 @@ CONVERTERS: dict[str, Converter] = {
     ),
     "GatherND": _gather_nd,
     "ScatterElements": _scatter_elements,
+    "Scatter": _scatter_elements,  # opsets 9-10: ScatterElements without reduction
+    "TensorScatter": tensor_scatter,
     "OneHot": _one_hot,
     "EyeLike": _eye_like,
     "Where": _one_to_one("where", 3),
@@ -1842,6 +1932,7 @@ CONVERTERS: dict[str, Converter] = {
         detect_negative=bool(_attr(node, "detect_negative", 1)),
     ),
     "Expand": _expand,
+    "ConstantOfShape": _constant_of_shape,
     "Mod": lambda g, node: g.stage(
         node, "fmod" if _attr(node, "fmod", 0) else "mod", node.inputs[:2], node.outputs[:1]
     ),
@@ -1859,6 +1950,7 @@ CONVERTERS: dict[str, Converter] = {
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool,
+    "MaxUnpool": max_unpool,
     "AveragePool": _average_pool,
     "GlobalAveragePool": _one_to_one("global_average_pool", 1),
     "Resize": _resize,
@@ -1877,6 +1969,7 @@ CONVERTERS: dict[str, Converter] = {
     "Cast": _cast,
     "CastLike": _cast_like,
     "QuantizeLinear": _quantize,
+    "DynamicQuantizeLinear": dynamic_quantize_linear,
     "DequantizeLinear": _dequantize,
 }
 

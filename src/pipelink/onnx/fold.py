@@ -45,6 +45,7 @@ __all__ = [
     "fold",
     "reshape_target",
     "expand_target",
+    "resolved_target",
     "unfolded_reason",
 ]
 
@@ -317,6 +318,10 @@ def unfolded_reason(g: Graph, node: Node) -> str:
             f"{op} is evaluated at import only, of constant inputs; input {computed[0]!r} is computed by "
             "the graph (make it an initializer or a Constant node)"
         )
+    try:
+        _bound(node, g)
+    except (ValueError, TypeError, OverflowError, IndexError) as e:
+        return f"{op}'s output size cannot be computed from these constants ({type(e).__name__}: {e})"
     size, bound = sum(g.constants[n].size for n in node.inputs if n), _output_elements(node, g)
     if size > MAX_FOLD_ELEMENTS or not bound <= MAX_FOLD_ELEMENTS:  # a NaN bound too
         made = max(size, bound) if bound == bound else bound
@@ -396,7 +401,15 @@ _BROADCASTING = frozenset(
 
 def _output_elements(node: Node, g: Graph) -> float:
     """The output size of a node on constants, or a bound of it, known before evaluating it (a hostile
-    file's ConstantOfShape of 2**40 elements, or a Where broadcasting three vectors, is never made)."""
+    file's ConstantOfShape of 2**40 elements, or a Where broadcasting three vectors, is never made). A
+    bound that cannot be computed (a Range of strings, a window size of NaN) is infinite: never made."""
+    try:
+        return _bound(node, g)
+    except (ValueError, TypeError, OverflowError, IndexError):
+        return math.inf
+
+
+def _bound(node: Node, g: Graph) -> float:
     arrays = [g.constants[n] for n in node.inputs if n]
     too_big = math.inf  # no bound: never evaluated
     if node.op_type == "ConstantOfShape":
@@ -476,8 +489,9 @@ def _evaluate(g: Graph, node: Node) -> np.ndarray:
 
 
 def _follow_symbolic(g: Graph, node: Node) -> bool:
-    """Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Identity and integer arithmetic of shape values
-    (and the Slice of a 1-d integer constant, by the spec's rules)."""
+    """Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Identity, integer arithmetic, a Reshape to 1-d,
+    Equal with ints and Where of shape values (and the Slice of a 1-d integer constant, by the spec's
+    rules)."""
     if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs:
         return False
     # a Slice of a 1-d integer constant too (see FOLDABLE); the other ops only with a shape value in
@@ -510,10 +524,61 @@ def _follow_symbolic(g: Graph, node: Node) -> bool:
         v is not None and not isinstance(v, list) for v in values
     ):
         result = Dim()  # arithmetic on a dim known only at run time: unknown, at most -1 in a Reshape
+    elif op == "Reshape" and isinstance(data, list) and values[1] in ([-1], [len(data)]):
+        result = data  # the 1-d value viewed as 1-d (PyTorch's export of ``expand``)
+    elif op == "Equal" and len(values) == 2:
+        return _equal_value(g, node, values)
+    elif op == "Where" and len(ins) == 3:
+        result = _where_value(g, ins[0], values[1:])
     if result is None:
         return False
     _set(g, node.outputs[0], result)
     return True
+
+
+def _pairs(a: ShapeValue | None, b: ShapeValue | None) -> list[tuple] | None:
+    """The entries of two 1-d values side by side (a one-entry side repeated), None when they do not
+    broadcast."""
+    if not isinstance(a, list) or not isinstance(b, list):
+        return None
+    if len(a) == 1 and len(b) != 1:
+        a = a * len(b)
+    if len(b) == 1 and len(a) != 1:
+        b = b * len(a)
+    return list(zip(a, b, strict=True)) if len(a) == len(b) else None
+
+
+def _equal_value(g: Graph, node: Node, values: list) -> bool:
+    """Equal of a shape value and ints: a constant where every entry decides (a dim known only at run
+    time is never negative, so it differs from -1: PyTorch's export of ``expand(batch, -1, -1)`` asks)."""
+    pairs = _pairs(*values)
+    if pairs is None:
+        return False
+    out = []
+    for a, b in pairs:
+        if isinstance(a, int) and isinstance(b, int):
+            out.append(a == b)
+        elif isinstance(a, int) != isinstance(b, int) and min(v for v in (a, b) if isinstance(v, int)) < 0:
+            out.append(False)
+        else:
+            return False
+    g.constants[node.outputs[0]] = np.asarray(out, dtype=bool)
+    g.dtypes[node.outputs[0]] = "bool"
+    return True
+
+
+def _where_value(g: Graph, condition: str, values: list) -> ShapeValue | None:
+    """Where of a constant 1-d bool condition between two 1-d values, entry by entry."""
+    cond = g.constants.get(condition)
+    pairs = _pairs(*values)
+    if cond is None or cond.dtype != np.bool_ or cond.ndim != 1 or pairs is None:
+        return None
+    if len(cond) != len(pairs) and not (len(cond) == 1 or len(pairs) == 1):
+        return None
+    width = max(len(cond), len(pairs))
+    cond = [bool(c) for c in cond] * (width if len(cond) == 1 else 1)
+    pairs = pairs * (width if len(pairs) == 1 else 1)
+    return [a if c else b for c, (a, b) in zip(cond, pairs, strict=True)]
 
 
 def _slice_value(data: list, params: list) -> list | None:
@@ -601,6 +666,18 @@ def expand_target(g: Graph, node: Node) -> list[int] | None:
                 "the input's own dim there (export with fixed shapes)"
             )
     return target
+
+
+def resolved_target(g: Graph, node: Node) -> list[int] | None:
+    """The target a Reshape or Expand of the default domain reading a shape value gets
+    (:func:`reshape_target`, :func:`expand_target`); None for any other node, or one it refuses."""
+    resolve = {"Reshape": reshape_target, "Expand": expand_target}.get(node.op_type)
+    if resolve is None or node.domain not in ("", "ai.onnx"):
+        return None
+    try:
+        return resolve(g, node)
+    except Unfoldable:
+        return None
 
 
 def _describe(value: list) -> str:

@@ -1,0 +1,143 @@
+"""Expand and ConstantOfShape to a shape with dims known only when the model runs, dims of other tensors
+(``cls_token.expand(batch, -1, -1)``, a mask of ones ``[batch, seq]``), lowered onto existing operators.
+
+PipeLink's ``expand`` takes its target as an attribute, so a dim known only at run time can only be kept
+where the input has it. Here such a dim is read from the tensor whose ``Shape`` the model took: a slice of
+that tensor down to the one dim, viewed at the dim's place in the output, compared with itself gives a
+bool tensor ``[1, .., D, .., 1]``, and ``where(mask, x, x)`` broadcasts x to it. The mask's values never
+matter (both branches are x). Never guesses a dim: the source must be a graph input or a tensor an
+earlier stage computed, else the node is refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .fold import Dim
+
+if TYPE_CHECKING:  # convert.py imports this module: the types only
+    from .convert import Graph, Node
+
+__all__ = ["broadcast_to_value", "RuntimeDimsError"]
+
+
+class RuntimeDimsError(Exception):
+    """Why a shape value cannot be broadcast to (the converter turns it into its refusal)."""
+
+
+def _available(g: Graph, tensor: str) -> bool:
+    """Whether ``tensor`` exists when the stage being made runs: a graph input, or an earlier stage's
+    output (a tensor folded away, or inside a fused chain, does not)."""
+    if tensor in g.inputs:
+        return True
+    name = g.names.get(tensor)
+    return name is not None and any(name in stage["outputs"] for stage in g.stages)
+
+
+def broadcast_to_value(g: Graph, node: Node, x: str, value: list, y: str) -> None:
+    """Stages making ``y``: ``x`` broadcast to the shape value ``value`` (ints, and :class:`Dim` entries
+    of tensors the model took the ``Shape`` of), as ONNX Expand does. An entry that is x's own dim (aligned
+    from the right) stays x's.
+
+    Raises
+    ------
+    RuntimeDimsError
+        x's rank unknown, an entry whose source tensor is not available or whose dim x has as neither 1
+        nor the same dim, or a value longer than x's rank would allow.
+    """
+    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    if x_shape is None:
+        raise RuntimeDimsError("needs the input's rank to place the dims known only when the model runs")
+    rank = max(len(value), len(x_shape))
+    offset = rank - len(x_shape)
+    static, probes = [], []
+    for k, entry in enumerate(value):
+        axis = k - offset + (rank - len(value))  # x's axis at output place k (value aligned right too)
+        mine = x_shape[axis] if 0 <= axis < len(x_shape) else 1
+        if isinstance(entry, int):
+            static.append(entry)
+        elif entry.same_as(x, axis, mine):
+            static.append(1)
+        elif mine != 1:
+            raise RuntimeDimsError(
+                f"entry {k} is a dim known only when the model runs, where the input's dim is {mine} "
+                "(it broadcasts only from 1)"
+            )
+        else:
+            static.append(1)
+            probes.append((k + rank - len(value), entry))
+    if not probes:
+        raise RuntimeDimsError("no dim to take from another tensor")
+    for _, dim in probes:  # every source checked before any stage is made
+        _check_source(g, dim)
+    masks = [_mask(g, node, y, place, rank, dim) for place, dim in probes]
+    mask = masks[0]
+    for k, other in enumerate(masks[1:], start=1):
+        both = f"{y}__dims_{k}"
+        g.stage(node, "logical_and", [mask, other], [both])
+        mask = both
+    source = x
+    if len(static) > len(x_shape) or any(s != 1 for s in static):
+        source = f"{y}__static"
+        g.stage(node, "expand", [x], [source], shape=static)
+    g.stage(node, "where", [mask, source, source], [y])
+
+
+def _check_source(g: Graph, dim: Dim) -> None:
+    source = dim.tensor
+    if source is None or dim.axis is None or g.shapes.get(source) is None or not _available(g, source):
+        raise RuntimeDimsError(
+            f"the dim {dim.name or '?'} is known only when the model runs and no tensor computed before "
+            "this node has it"
+        )
+
+
+def _mask(g: Graph, node: Node, y: str, place: int, rank: int, dim: Dim) -> str:
+    """A bool tensor of rank ``rank``, all 1s but ``dim`` at ``place``: its source tensor sliced down to
+    that dim, viewed there, compared with itself."""
+    source, axis = dim.tensor, dim.axis
+    others = [a for a in range(len(g.shapes[source])) if a != axis]
+    line = source
+    if others:
+        line = f"{y}__dim{place}_line"
+        starts, ends = [0] * len(others), [1] * len(others)
+        g.stage(node, "slice", [source], [line], starts=starts, ends=ends, axes=others)
+    view = f"{y}__dim{place}_view"
+    g.stage(node, "reshape", [line], [view], shape=[-1 if k == place else 1 for k in range(rank)])
+    mask = f"{y}__dim{place}_mask"
+    g.stage(node, "equal", [view, view], [mask])
+    return mask
+
+
+def broadcast_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    """The output shape of an Expand or ConstantOfShape of a shape value whose dims known only at run time
+    are all named by a graph input's ``dim_param`` in ``names`` (``batch``): ints and those names, for
+    the import's shape inference to carry past it (onnx gives such an output fresh dims). None when an
+    entry is unnamed or the broadcast is not clear at import."""
+    if node.op_type not in ("Expand", "ConstantOfShape") or not node.inputs:
+        return None
+    value = g.symbolic.get(node.inputs[-1] if node.op_type == "Expand" else node.inputs[0])
+    if not isinstance(value, list) or len(node.inputs) != (2 if node.op_type == "Expand" else 1):
+        return None
+    x = node.inputs[0]
+    if node.op_type == "ConstantOfShape":
+        x_shape: tuple = ()
+    else:
+        x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    if x_shape is None or len(x_shape) > len(value):
+        return None
+    x_dims = (1,) * (len(value) - len(x_shape)) + tuple(x_shape)
+    out = []
+    for entry, mine in zip(value, x_dims, strict=True):
+        wanted = entry if isinstance(entry, int) else entry.name
+        if not isinstance(entry, int) and wanted not in names:
+            return None
+        if wanted == 1:
+            out.append(mine)
+        elif mine in (1, wanted):
+            out.append(wanted)
+        else:
+            return None
+    return tuple(out)
