@@ -718,6 +718,47 @@ def test_cast(reg, device, rng, src, dst):
         assert y.tolist() == ref.tolist()
 
 
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        ("float32", "float8_e4m3fn"),
+        ("float16", "float8_e5m2"),
+        ("bfloat16", "float8_e4m3fn"),
+        ("float64", "float8_e5m2"),
+        ("float64", "float8_e4m3fn"),
+        ("float8_e4m3fn", "float32"),
+        ("float8_e5m2", "float16"),
+        ("float8_e4m3fn", "float8_e5m2"),
+        ("float8_e5m2", "int32"),
+    ],
+)
+def test_cast_to_and_from_float8_is_ml_dtypes_bit_for_bit(reg, device, rng, src, dst):
+    """Into a float8: round to nearest even, no saturation (NaN for e4m3fn, inf for e5m2 past the largest
+    finite value), a float64 rounded once; out of one: exact. Every float8 value, their midpoints and the
+    values beyond the range (as ml_dtypes, the CPU reference)."""
+    if src.startswith("float8"):
+        x = np.arange(256, dtype=np.uint8).view(get_dtype(src).numpy)
+        if dst == "int32":  # NaN and inf have no integer value (unspecified, as in C)
+            x = x[np.isfinite(x.astype(np.float32))]
+    else:
+        grid = np.arange(256, dtype=np.uint8).view(get_dtype(dst).numpy).astype(np.float64)
+        grid = np.sort(grid[np.isfinite(grid)])
+        mids = (grid[:-1] + grid[1:]) / 2
+        edges = [np.inf, -np.inf, np.nan, 1e6, -1e6, 3e38, 1e-30, -0.0]
+        x = np.concatenate([grid, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), edges])
+        x = np.concatenate([x, rng.standard_normal(512) * 2.0 ** rng.integers(-20, 20, 512)])
+        x = x.astype(get_dtype(src).numpy)
+    (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
+    want = x.astype(get_dtype(dst).numpy)
+    assert y.dtype == want.dtype and y.shape == want.shape
+    nan = np.isnan(want.astype(np.float32)) if dst != "int32" else np.zeros(want.shape, bool)
+    if dst != "int32":
+        np.testing.assert_array_equal(np.isnan(y.astype(np.float32)), nan)
+    bits = np.dtype(f"u{want.itemsize}")  # compared as bits: -0.0 is not 0.0
+    same = y[~nan].view(bits) == want[~nan].view(bits)
+    assert same.all(), (x[~nan][~same][:8], y[~nan][~same][:8], want[~nan][~same][:8])
+
+
 def test_cast_truncates_toward_zero(reg, device):
     x = np.array([-2.9, -0.5, 0.5, 2.9, 7.0], dtype=np.float32)
     (y,) = run_op(reg, "cast", [x], {"dtype": "int32"}, device=device)

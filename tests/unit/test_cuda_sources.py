@@ -257,6 +257,11 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         ("bool", "float32"),
         ("float64", "uint8"),
         ("int64", "bool"),
+        ("float32", "float8_e4m3fn"),
+        ("float64", "float8_e5m2"),
+        ("float8_e4m3fn", "float16"),
+        ("float8_e5m2", "int32"),
+        ("float8_e4m3fn", "float8_e5m2"),
     ):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
     for op in (*COMPARE, *LOGICAL):  # every op x input dtype, same shape; broadcast per dtype and per op

@@ -3,17 +3,27 @@
 // vectorised pl_cast of elementwise.cu instead.
 //
 // Macros (chosen in pipelink/ops/elementwise/cuda.py, plan_cast_any):
-//   PL_TIN, PL_TOUT  CUDA type names of the input and output
-//   PL_DIRECT        1 when neither is a 16-bit float (a plain C cast); else the value goes through
-//                    double (exact for every 16-bit float, and rounded once, to odd, before the final
-//                    narrowing)
+//   PL_TIN, PL_TOUT  CUDA type names of the input and output (unsigned char for a float8)
+//   PL_TIN_FP8, PL_TOUT_FP8  0, or the float8 format of the input / output (PL_Q_E4M3FN, PL_Q_E5M2 of
+//                    fp8.cuh): as ml_dtypes casts, round to nearest even, no saturation (NaN for e4m3fn
+//                    and inf for e5m2 past the largest finite value)
+//   PL_DIRECT        1 when neither is a 16-bit float nor a float8 (a plain C cast); else the value goes
+//                    through double (exact for every 16-bit float and float8, and rounded once, to odd,
+//                    before the final narrowing)
 //   PL_BLOCK         threads per block
 //
 // Kernel: pl_cast_any(const TIN* x, TOUT* y, long long n). x and y are distinct buffers (their element
 // sizes may differ), so they are declared __restrict__.
 #include "common.cuh"
+#include "fp8.cuh"
 #ifndef PL_DIRECT
 #define PL_DIRECT 1
+#endif
+#ifndef PL_TIN_FP8
+#define PL_TIN_FP8 0
+#endif
+#ifndef PL_TOUT_FP8
+#define PL_TOUT_FP8 0
 #endif
 template <class T> __device__ __forceinline__ double pl_cast_in(T v) { return (double)v; }
 __device__ __forceinline__ double pl_cast_in(__half v) { return (double)pl_to_acc(v); }
@@ -26,13 +36,29 @@ template <> struct pl_cast_out<__half> {
 template <> struct pl_cast_out<__nv_bfloat16> {
     static __device__ __forceinline__ __nv_bfloat16 from(double v) { return pl_from<__nv_bfloat16>(v); } };
 
+// the value of an input element as a double, and an output element from one
+__device__ __forceinline__ double pl_cast_load(PL_TIN v) {
+#if PL_TIN_FP8
+    return (double)pl_fp8_to_float<PL_TIN_FP8>(v);
+#else
+    return pl_cast_in(v);
+#endif
+}
+__device__ __forceinline__ PL_TOUT pl_cast_store(double v) {
+#if PL_TOUT_FP8
+    return pl_float_to_fp8<PL_TOUT_FP8>(pl_double_to_float_odd(v), false);
+#else
+    return pl_cast_out<PL_TOUT>::from(v);
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_cast_any(const PL_TIN* __restrict__ x, PL_TOUT* __restrict__ y, long long n) {
     PL_FOR_EACH_INDEX(i, n) {
 #if PL_DIRECT
         y[i] = (PL_TOUT)x[i];
 #else
-        y[i] = pl_cast_out<PL_TOUT>::from(pl_cast_in(x[i]));
+        y[i] = pl_cast_store(pl_cast_load(x[i]));
 #endif
     }
 }

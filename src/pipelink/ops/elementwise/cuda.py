@@ -18,6 +18,7 @@ from ..kernel import (
     DEFAULT_UNROLL,
     FLAT_TUNABLES,
     FLOATS,
+    FP8_KINDS,
     ArgSpec,
     KernelSource,
     LaunchPlan,
@@ -435,9 +436,15 @@ def plan_cast_any(
     source = KERNELS["cast_any"]
     ti, to = get_dtype(dtype_in), get_dtype(dtype_out)
     n = prod(shape_of(shape, "cast"))
-    direct = int(ti.itemsize != 2 or not ti.is_floating) and int(to.itemsize != 2 or not to.is_floating)
+    direct = int(ti.itemsize == 4 or ti.itemsize == 8 or not ti.is_floating) and int(
+        to.itemsize == 4 or to.itemsize == 8 or not to.is_floating
+    )
     block = _CAST_ANY_BLOCK
-    macros = {"PL_TIN": ti.cuda_type, "PL_TOUT": to.cuda_type, "PL_DIRECT": direct, "PL_BLOCK": block}
+    macros = {"PL_DIRECT": direct, "PL_BLOCK": block}
+    for side, t in (("PL_TIN", ti), ("PL_TOUT", to)):  # a float8 is its bits, converted by fp8.cuh
+        kind = FP8_KINDS.get(t.name)
+        macros[side] = "unsigned char" if kind else t.cuda_type
+        macros[f"{side}_FP8"] = kind or 0
     specs = [pointer("x"), pointer("y"), ArgSpec("n", "i64")]
     grid = flat_grid(n, block, 1, _CAST_ANY_BLOCKS_PER_SM, sm_count)
     return make_plan(

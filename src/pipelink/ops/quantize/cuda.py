@@ -13,6 +13,7 @@ from ...errors import InvalidArgumentError
 from ..kernel import (
     BLOCKS,
     DEFAULT_SM_COUNT,
+    FP8_KINDS,
     ArgSpec,
     KernelSource,
     LaunchPlan,
@@ -39,12 +40,7 @@ __all__ = [
 
 _SOURCE = Path(__file__).resolve().parent / "quantize.cu"
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
-Q_KINDS = {
-    "int8": "PL_Q_INT8",
-    "uint8": "PL_Q_UINT8",
-    "float8_e4m3fn": "PL_Q_E4M3FN",
-    "float8_e5m2": "PL_Q_E5M2",
-}
+Q_KINDS = {"int8": "PL_Q_INT8", "uint8": "PL_Q_UINT8", **FP8_KINDS}
 FLOAT_TYPES = ("float32", "float16", "bfloat16")  # of x / y and the scale
 KERNELS: dict[str, KernelSource] = {
     "quantize_linear": KernelSource(
