@@ -220,3 +220,24 @@ def test_pipeline_fp8_roundtrip_plans_and_runs():
         y = np.asarray(pipe.run(x=x, s=s)["y"])
     q = _quant_ref(x, s, None, 1, "float8_e4m3fn")
     check_close(y, q * s.astype(np.float64), "bfloat16")
+
+
+def test_a_scratch_past_the_host_memory_is_out_of_memory_at_load():
+    # The CPU kernel computes in a float32 buffer of x's shape, made when the stage is bound: with an
+    # output (uint8) that fits the host and that buffer (4x) that does not, load raised NumPy's MemoryError
+    # (or reserved twice the host's memory). Now it is refused with the numbers, as every allocation is.
+    from pipelink.limits import total_bytes
+
+    total = total_bytes("cpu")
+    if total is None:
+        pytest.skip("the host's memory is unknown here")
+    n = total // 2 + 1
+    doc = {
+        "inputs": {"x": {"shape": [n], "dtype": "float32"}, "s": {"shape": [], "dtype": "float32"}},
+        "pipeline": [{"name": "quantize_linear", "inputs": ["x", "s"], "outputs": ["y"]}],
+    }
+    with pytest.raises(pl.OutOfMemoryError) as info:
+        pl.load(doc, device="cpu")
+    assert info.value.code.name == "PIPELINK_ERR_OUT_OF_MEMORY"
+    assert "stage 'quantize_linear' float32 scratch allocation needs" in str(info.value)
+    assert f"({4 * n} bytes), but cpu has only" in str(info.value)

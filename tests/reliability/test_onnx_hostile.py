@@ -407,6 +407,119 @@ def test_window_attributes_of_the_wrong_length_are_refused():
     _refused(pool, "attribute pads=[1, 1, 1, 1] does not fit a 1-d window")
 
 
+# -- constant tables the lowerings build from declared dims ----------------------------------------------
+BIG = 2**40
+HUGE = "more than the 2.0 GiB of bound weights a plan holds (MAX_CONSTANT_BYTES)"  # the bound, named
+
+
+def _attention(q, kv, *, mask=None, past=None, nonpad=False, nodes=(), inits=(), opset=23, **attrs):
+    """One Attention node named 'the_node' over 4-d Q ``[1, 2, *q]`` and K, V ``[1, 2, *kv]``; ``mask``:
+    a bool attn_mask graph input of that shape (``"unranked"``: no shape) or the name a node of ``nodes``
+    makes; ``past``: past_key/past_value ``[1, 2, past, 8]``; ``nonpad``: an int64 nonpad_kv_seqlen."""
+    inputs = [("q", F32, [1, 2, *q]), ("k", F32, [1, 2, *kv]), ("v", F32, [1, 2, *kv])]
+    names = ["q", "k", "v"]
+    if isinstance(mask, list) or mask == "unranked":
+        inputs.append(("m", TensorProto.BOOL, None if mask == "unranked" else mask))
+        mask = "m"
+    names.append(mask or "")
+    if past is not None:
+        inputs += [("pk", F32, [1, 2, past, 8]), ("pv", F32, [1, 2, past, 8])]
+    names += ["pk", "pv"] if past is not None else ["", ""]
+    if nonpad:
+        inputs.append(("n", TensorProto.INT64, [1]))
+    names += ["n"] if nonpad else []
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("Attention", names, ["y"], name="the_node", **attrs)
+    return _model([*nodes, node], inputs, [("y", F32, None)], inits, opset=opset, ir=10)
+
+
+def _refused_node(model, op, *fragments):
+    error = _refused(model, f"{op} node 'the_node'", *fragments)
+    assert [entry["op_type"] for entry in error.unsupported] == [op], error.unsupported
+    return error
+
+
+def test_an_attn_mask_of_unknown_rank_unknown_dims_or_a_negative_dim_is_refused():
+    # An unknown rank raised a TypeError (``*shape`` of None); a negative dim (onnx infers one for a Pad
+    # that crops more than the axis holds) was padded by more keys than there are.
+    _refused_node(
+        _attention([4, 8], [6, 8], mask="unranked"),
+        "Attention",
+        "attn_mask's last dim (?) must be the keys' 6",
+        "got a shape of unknown rank",
+    )
+    _refused_node(_attention([4, 8], [6, 8], mask=[None, None]), "Attention", "got [?, ?]")
+    crop = helper.make_node("Pad", ["m0", "pads"], ["m"])
+    pads = numpy_helper.from_array(np.array([0, 0, 0, -5], np.int64), "pads")
+    model = _attention([4, 8], [6, 8], mask="m", nodes=[crop], inits=[pads])
+    model.graph.input.append(helper.make_tensor_value_info("m0", TensorProto.BOOL, [4, 3]))
+    _refused(model, "Attention node 'the_node': attn_mask's shape [4, -2] has a negative dim")
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragments",
+    [
+        (  # the bottom-right causal frontier of a cache
+            {"q": [BIG, 8], "kv": [BIG, 8], "past": BIG, "is_causal": 1},
+            ["[S, T] mask of is_causal", f"table of [{BIG}, {2 * BIG}] bool"],
+        ),
+        (  # a sliding window
+            {"q": [BIG, 8], "kv": [BIG, 8], "left_window_size": 3, "opset": 25},
+            ["sliding window", f"table of [{BIG}, {BIG}] bool"],
+        ),
+        (  # the window's additive form, for the explicit lowering: bounded in Q's dtype, not as bool
+            {"q": [BIG, 8], "kv": [BIG, 8], "left_window_size": 3, "softcap": 30.0, "opset": 25},
+            [f"table of [{BIG}, {BIG}] float32"],
+        ),
+        (  # nonpad_kv_seqlen alone: one row of key bounds for every query
+            {"q": [BIG, 8], "kv": [BIG, 8], "nonpad": True, "opset": 24},
+            ["nonpad_kv_seqlen's key bounds", f"table of [1, {BIG}] int64"],
+        ),
+        (  # a short attn_mask padded to the keys
+            {"q": [4, 8], "kv": [6, 8], "mask": [BIG, 4, 3]},
+            ["the padding of attn_mask", f"table of [{BIG}, 4, 3] bool: 12.0 TiB ({BIG * 12} bytes)"],
+        ),
+    ],
+)
+def test_an_attention_mask_table_past_the_bound_is_refused_naming_its_size(kwargs, fragments):
+    # Each was built with NumPy at import from the declared lengths: a MemoryError of terabytes.
+    kwargs = dict(kwargs)
+    q, kv = kwargs.pop("q"), kwargs.pop("kv")
+    _refused_node(_attention(q, kv, **kwargs), "Attention", *fragments, HUGE)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, fragments",
+    [
+        ([1, 1, 2, 2**62], [1, 2], [f"has {2**63} elements, more than int64 counts"]),  # overflowed
+        ([1, 1, 1, 2**62], [1, 2], ["tap index", f"table of [1, {2**62 - 1}, 2] int64"]),
+        ([1, 1, 2**20, 2**20], [2, 2], [f"table of [{2**20 - 1}, {2**20 - 1}, 4] int64: 32.0 TiB"]),
+        (
+            [2**31, 2**31, 1, 1],
+            [1, 1],
+            ["plane offsets (one per N, C)", f"table of [{2**31}, {2**31}] int64"],
+        ),
+    ],
+)
+def test_maxpool_indices_tables_past_the_bound_are_refused(shape, kernel, fragments):
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="the_node", kernel_shape=kernel)
+    model = _model([node], [("x", F32, shape)], [("y", F32, None), ("i", TensorProto.INT64, None)])
+    _refused_node(model, "MaxPool", *fragments)
+
+
+def test_tensor_scatter_row_offsets_past_the_bound_are_refused():
+    node = helper.make_node("TensorScatter", ["p", "u", "w"], ["y"], name="the_node", axis=1)
+    model = _model(
+        [node],
+        [("p", F32, [1, BIG, 4]), ("u", F32, [1, BIG, 4]), ("w", TensorProto.INT64, [1])],
+        [("y", F32, None)],
+        opset=24,
+        ir=10,
+    )
+    _refused_node(model, "TensorScatter", "row offsets (one per update row)", f"table of [{BIG}] int64", HUGE)
+
+
 # -- mutations -----------------------------------------------------------------------------------------------
 _INTS = [-1, 0, 1, 3, -(2**31), 2**31, 2**40, -(2**40), 2**63 - 1, -(2**63)]
 _FLOATS = [math.nan, math.inf, -math.inf, 0.0, -1.0, 1e38]

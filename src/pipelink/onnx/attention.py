@@ -7,7 +7,8 @@ where, matmul).
 
 It adds no kernel and computes nothing at run time itself; what those operators cannot express exactly is
 refused with :class:`AttentionError`, naming the input or the attribute; the converter reports it with
-the node.
+the node. The constant tables it builds from declared sizes are bounded before they are allocated
+(``lowerings.table_problem``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from .lowerings import table_problem
 
 __all__ = ["AttentionError", "lower_attention"]
 
@@ -131,6 +133,13 @@ def _output(node, k: int) -> str:
 
 def _known(*dims: Any) -> bool:
     return all(isinstance(d, int) for d in dims)
+
+
+def _check_table(what: str, shape: tuple, dtype: str) -> None:
+    """Refuse a constant table too large to build (before it is allocated)."""
+    why = table_problem(what, shape, dtype)
+    if why:
+        raise AttentionError(why)
 
 
 def _read(g, node) -> _Plan:
@@ -318,15 +327,19 @@ def _sizes(plan: _Plan, what: str) -> tuple[int, int]:
             f"{what} needs the query length and the total key length known at import (it is built as a "
             f"constant table; got S={plan.q_len}, T={plan.total}): export with fixed sequence lengths"
         )
+    if plan.q_len < 0 or plan.total < 0:
+        raise AttentionError(f"{what} got a negative query or key length (S={plan.q_len}, T={plan.total})")
     return plan.q_len, plan.total
 
 
-def _static_table(plan: _Plan, causal: bool) -> np.ndarray | None:
+def _static_table(plan: _Plan, causal: bool, dtype: str = "bool") -> np.ndarray | None:
     """The keys each query may see by the causal frontier (when ``causal``) and the windows at a fixed
-    offset (the past length, or 0): a bool [S, T] constant; None when it hides nothing."""
+    offset (the past length, or 0): a bool [S, T] constant (bounded as ``dtype``, the widest form it is
+    bound in); None when it hides nothing."""
     if plan.nonpad or not (causal or plan.windowed):
         return None
     s, t = _sizes(plan, "is_causal with a key/value cache, or a sliding window,")
+    _check_table("the [S, T] mask of is_causal with a key/value cache or of a sliding window", (s, t), dtype)
     i, j = np.arange(s)[:, None], np.arange(t)[None, :]
     position = i + plan.offset  # query i's absolute position
     allowed = np.ones((s, t), bool)
@@ -344,15 +357,15 @@ def _nonpad_allowed(plan: _Plan) -> str:
     or a window the frontier at position i + n[b] - S. Each bound is ``table <= n`` or ``table >= n`` for a
     constant int64 table, so this is one or two compares (and a logical_and): bool [B, 1, S, T]."""
     s, t = _sizes(plan, "nonpad_kv_seqlen")
-    i, j = np.arange(s)[:, None], np.arange(t)[None, :]
+    rows = s if plan.is_causal or plan.windowed else 1  # padding alone: the same for every query
+    _check_table("nonpad_kv_seqlen's key bounds", (rows, t), "int64")
+    i, j = np.arange(rows)[:, None], np.arange(t)[None, :]
     d = j - i + s  # j <= i + n - S + r  <=>  d - r <= n
-    upper = np.broadcast_to(j + 1, (s, t))  # j < n
+    upper = np.broadcast_to(j + 1, (rows, t))  # j < n
     if plan.is_causal:
         upper = np.maximum(upper, d)
     if plan.right >= 0:
         upper = np.maximum(upper, d - plan.right)
-    if not (plan.is_causal or plan.windowed):
-        upper = upper[:1]  # padding alone: the same for every query
     n = plan.op("reshape", [plan.nonpad], "nonpad", shape=[-1, 1, 1, 1], allowzero=False)
     allowed = plan.op("less_equal", [plan.constant("nonpad_upper", upper, "int64"), n], "nonpad_upper_ok")
     if plan.left >= 0:  # j >= i + n - S - left  <=>  n <= d + left
@@ -368,17 +381,26 @@ def _padded_mask(plan: _Plan) -> str | None:
     if not mask:
         return None
     shape = _shape(plan.g, mask)
+    if shape is not None and any(_known(d) and d < 0 for d in shape):
+        raise AttentionError(f"attn_mask's shape {list(shape)} has a negative dim (a dim is 0 or more)")
     last = shape[-1] if shape else None
     if last == plan.total or not (_known(last) or _known(plan.total)):
         return mask  # equal, or two unknown dims left to the load's broadcast check
-    if not (_known(last, plan.total, *shape) and last < plan.total):
+    if shape is None or not (_known(last, plan.total, *shape) and last < plan.total):
+        shown = None if shape is None else ", ".join("?" if d is None else str(d) for d in shape)
+        got = "a shape of unknown rank" if shown is None else f"[{shown}]"
         raise AttentionError(
-            f"attn_mask's last dim ({last}) must be the keys' {plan.total}, or shorter with the mask's shape "
-            "known: ONNX pads it with -inf (False), here a concat of a constant"
+            f"attn_mask's last dim ({'?' if last is None else last}) must be the keys' {plan.total}, or "
+            f"shorter with the mask's shape known (got {got}): ONNX pads it with -inf (False), here a concat "
+            "of a constant"
         )
     dtype = _dtype(plan.g, mask)
+    if dtype is None:
+        raise AttentionError("attn_mask shorter than the keys needs its dtype (the graph does not give it)")
+    block = shape[:-1] + (plan.total - last,)
+    _check_table("the padding of attn_mask to the keys' length", block, dtype)
     fill = False if dtype == "bool" else -np.inf
-    pad = plan.constant("mask_pad", np.full(shape[:-1] + (plan.total - last,), fill), dtype)
+    pad = plan.constant("mask_pad", np.full(block, fill), dtype)
     return plan.op("concat", [mask, pad], "mask_padded", axis=len(shape) - 1)
 
 
@@ -389,9 +411,11 @@ def _mask(plan: _Plan, causal: bool) -> str | None:
     (a constant where every part is)."""
     mask = _padded_mask(plan)
     mask_is_bool = mask is not None and _dtype(plan.g, plan.mask) == "bool"
-    table = _static_table(plan, causal)
     parts = [p for p in (mask if mask_is_bool else None, _nonpad_allowed(plan) if plan.nonpad else None) if p]
-    if not plan.explicit and (mask is None or mask_is_bool):
+    additive = plan.explicit or not (mask is None or mask_is_bool)
+    # the table alone is bound as its additive form, in Q's dtype
+    table = _static_table(plan, causal, plan.dtype if additive and not parts and plan.dtype else "bool")
+    if not additive:
         if table is not None:
             parts.append(plan.constant("allowed", table, "bool"))
         return _and_all(plan, parts)

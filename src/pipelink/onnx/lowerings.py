@@ -4,7 +4,8 @@ spec's (and onnx's reference's) exactly.
 
 It adds no kernel and computes nothing itself; what those operators cannot express exactly (a shape or a
 constant the import does not know, an attribute value outside the spec) is refused with the converter's
-``Unsupported``, which the import reports with the node.
+``Unsupported``, which the import reports with the node. The constant tables it builds from declared dims
+are bounded (:func:`table_problem`) before anything is allocated.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from ..limits import format_bytes, shape_nbytes
 from ..ops.conv.window import Window, window_2d
+from ..runtime.planfile import MAX_CONSTANT_BYTES
 
-__all__ = ["dynamic_quantize_linear", "max_pool_with_indices", "max_unpool", "swiglu", "tensor_scatter"]
+__all__ = [
+    "dynamic_quantize_linear",
+    "max_pool_with_indices",
+    "max_unpool",
+    "swiglu",
+    "table_problem",
+    "tensor_scatter",
+]
 
 #: DynamicQuantizeLinear's range: uint8, [qmin, qmax] (the only type the spec allows).
 _QMIN, _QMAX = 0, 255
@@ -31,6 +41,27 @@ def _unsupported(why: str) -> Exception:
     from .convert import Unsupported
 
     return Unsupported(why)
+
+
+def table_problem(what: str, shape: tuple, dtype: str) -> str | None:
+    """Why a constant table of ``shape`` and ``dtype`` that a lowering would build from declared dims is
+    too large to build (None: it is not): over :data:`~pipelink.runtime.planfile.MAX_CONSTANT_BYTES`, the
+    bound weights a plan holds by default. Counted exactly before anything is allocated, so a dim of
+    2**62 is a refusal, not an overflow or a MemoryError."""
+    nbytes = shape_nbytes(shape, get_dtype(dtype).itemsize)
+    if nbytes <= MAX_CONSTANT_BYTES:
+        return None
+    return (
+        f"{what} is built at import as a constant table of {list(shape)} {dtype}: {format_bytes(nbytes)} "
+        f"({nbytes} bytes), more than the {format_bytes(MAX_CONSTANT_BYTES)} of bound weights a plan holds "
+        "(MAX_CONSTANT_BYTES): export with smaller fixed sizes"
+    )
+
+
+def _check_table(what: str, shape: tuple, dtype: str) -> None:
+    why = table_problem(what, shape, dtype)
+    if why:
+        raise _unsupported(why)
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:
@@ -225,6 +256,7 @@ def _scatter_rows(g: Any, node: Any, past: str, update: str, writes: str, where:
             f"import (got {_show(new)}): its row indices are expanded to that shape"
         )
     # each row's cache position: write_indices[b] (as [B, 1, ...]) + s (a constant along the axis)
+    _check_table("TensorScatter's row offsets (one per update row)", (length,), "int64")
     start = f"{y}__start"
     g.stage(node, "unsqueeze", [writes], [start], axes=list(range(1, rank)))
     rows = _constant(
@@ -343,6 +375,12 @@ def max_pool_with_indices(g: Any, node: Any, convert_max_pool: Any) -> None:
             f"attribute storage_order={order}; the spec has 0 (row major) and 1 (column major)"
         )
     n, c, *spatial = shape
+    if math.prod(shape) > np.iinfo(np.int64).max:
+        raise _unsupported(
+            f"the Indices output of X {_show(shape)}: its flat indices are int64, and X has "
+            f"{math.prod(shape)} elements, more than int64 counts"
+        )
+    _check_table("the Indices output's plane offsets (one per N, C)", (n, c), "int64")
     win = _pool_window(g, node, spatial)
     out_dims = win.out[1:] if len(spatial) == 1 else win.out
     taps, index, inside = _window_tables(win, spatial, order, out_dims)
@@ -422,6 +460,7 @@ def _window_tables(
     height, width = (1, spatial[0]) if len(spatial) == 1 else spatial
     oh, ow = win.out
     kh, kw = win.kernel
+    _check_table("the Indices output's tap index (per output and window tap)", (*out, kh * kw), "int64")
     rows = np.arange(oh)[:, None, None, None] * win.strides[0] - win.pads_begin[0]
     rows = rows + np.arange(kh)[None, None, :, None] * win.dilations[0]
     cols = np.arange(ow)[None, :, None, None] * win.strides[1] - win.pads_begin[1]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import DTypeMismatchError, ShapeMismatchError
+from ...limits import shape_nbytes
 from .._common import builtin_operator, numpy_dtype
 from .._dims import normalize_axis
 from ..kernel import cuda_variant
@@ -110,6 +111,14 @@ def _broadcastable(ndim: int, axis: int | None, length: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _float32_scratch(ctx: KernelContext, shape: tuple) -> np.ndarray:
+    """The float32 buffer of x's shape a CPU kernel computes in, made once at bind: refused with the
+    numbers (OutOfMemoryError) before anything is allocated when the device cannot hold it, as every
+    backend allocation is."""
+    ctx.backend.check_fits(shape_nbytes(shape, 4), tag=f"stage {ctx.stage!r} float32 scratch")
+    return np.empty(shape, np.float32)  # host memory: the kernel is NumPy's
+
+
 def _quantize_bind(ctx: KernelContext):
     x_shape = tuple(ctx.in_shapes[0])
     axis = scale_layout(
@@ -120,7 +129,7 @@ def _quantize_bind(ctx: KernelContext):
     is_int = out_dtype in ("int8", "uint8")
     limits = (np.iinfo if is_int else ml_dtypes.finfo)(numpy_dtype(out_dtype))
     saturate = bool(ctx.attrs["saturate"])
-    buf = np.empty(x_shape, np.float32)
+    buf = _float32_scratch(ctx, x_shape)
 
     def kernel(inputs, outputs, stream):
         x, scale, zero = inputs
@@ -143,7 +152,7 @@ def _dequantize_bind(ctx: KernelContext):
         "dequantize_linear", x_shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
     )
     vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
-    buf = np.empty(x_shape, np.float32)
+    buf = _float32_scratch(ctx, x_shape)
 
     def kernel(inputs, outputs, stream):
         x, scale, zero = inputs
