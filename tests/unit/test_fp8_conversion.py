@@ -1,7 +1,8 @@
-"""The float8 conversions of ops/quantize/quantize.cu, checked on the CPU: they are __host__ __device__, so
-nvcc builds them into a small host program here, and every result must equal ml_dtypes' bit for bit (NaN:
-NaN of the same sign), for every float8 value, every midpoint between neighbours and its two float32
-neighbours (the round-half-to-even cases), the overflow boundaries, and random floats of every magnitude.
+"""The float8 conversions of ops/fp8.cuh (quantize.cu's and the cast kernel's), checked on the CPU: they
+are __host__ __device__, so nvcc builds them into a small host program here, and every result must equal
+ml_dtypes' bit for bit (NaN: NaN of the same sign), for every float8 value, every midpoint between
+neighbours and its two float32 neighbours (the round-half-to-even cases), the overflow boundaries, random
+floats of every magnitude, and float64 inputs rounded once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ FORMATS = (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
 _HOST = r"""
 #include "quantize/quantize.cu"
 #include <cstdio>
-int main() {
+#include <cstring>
+int main(int argc, char** argv) {
+    if (argc > 1 && !strcmp(argv[1], "double")) {  // float64 in, e4m3fn and e5m2 (no saturation) out
+        double d;
+        while (fread(&d, 8, 1, stdin) == 1) {
+            unsigned char o[2] = {pl_double_to_fp8<PL_Q_E4M3FN>(d, false),
+                                  pl_double_to_fp8<PL_Q_E5M2>(d, false)};
+            fwrite(o, 1, 2, stdout);
+        }
+        return 0;
+    }
     float f;
     while (fread(&f, 4, 1, stdin) == 1) {
         unsigned char o[4] = {pl_float_to_fp8<PL_Q_E4M3FN>(f, true), pl_float_to_fp8<PL_Q_E4M3FN>(f, false),
@@ -94,3 +105,27 @@ def test_fp8_to_float_is_exact_for_every_code(converter):
         nan = np.isnan(ref)
         assert np.array_equal(np.isnan(got[:, col]), nan)
         assert np.array_equal(got[~nan, col].view(np.uint32), ref[~nan].view(np.uint32)), fmt.__name__
+
+
+def test_double_to_fp8_rounds_once_as_ml_dtypes(converter):
+    """float64 inputs (the any-dtype cast's): every midpoint and the doubles just off it, which a rounding
+    through float32 would round twice, and values beyond float32's range and under it."""
+    parts = [_inputs().astype(np.float64), np.array([1e300, -1e300, 1e-300, -1e-300, 5e-324])]
+    for fmt in FORMATS:
+        values = np.arange(256, dtype=np.uint8).view(fmt).astype(np.float64)
+        finite = np.sort(values[np.isfinite(values)])
+        mids = (finite[1:] + finite[:-1]) / 2
+        parts += [mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf)]
+    x = np.concatenate(parts)
+    out = subprocess.run(
+        [str(converter), "double"], input=x.tobytes(), capture_output=True, check=True
+    ).stdout
+    got = np.frombuffer(out, np.uint8).reshape(-1, 2)
+    for col, fmt in enumerate(FORMATS):
+        with np.errstate(all="ignore"):
+            ref = x.astype(fmt).view(np.uint8)
+        mine = got[:, col]
+        is_nan = np.isnan(ref.view(fmt).astype(np.float32))
+        assert np.array_equal(np.isnan(mine.view(fmt).astype(np.float32)), is_nan), fmt.__name__
+        bad = np.flatnonzero((mine != ref) & ~is_nan)
+        assert bad.size == 0, (fmt.__name__, x[bad[:5]], ref[bad[:5]], mine[bad[:5]])

@@ -88,3 +88,30 @@ template <int Q> PL_HD float pl_fp8_to_float(unsigned char v) {
     }
     return pl_bits_f32(sign | out);
 }
+
+// float64 -> float8 bits, rounded once (round to nearest even, as ml_dtypes): the double is first cut to
+// a float rounded to odd (its dropped bits, if any, kept as the last bit), which the float32 rounding
+// above then rounds correctly (a float has 21 more significand bits than any float8). Past float's
+// range the value is FLT_MAX (beyond every float8: overflow), under it a signed tiny float (below every
+// float8: zero).
+PL_HD unsigned pl_double_to_float_odd_bits(double d) {
+    unsigned long long b;
+#if defined(__CUDA_ARCH__)
+    b = (unsigned long long)__double_as_longlong(d);
+#else
+    memcpy(&b, &d, 8);
+#endif
+    const unsigned sign = (unsigned)(b >> 63) << 31;
+    const int e = (int)((b >> 52) & 0x7ffu);
+    const unsigned long long m = b & ((1ull << 52) - 1u);
+    if (e == 0x7ff) return sign | (m ? 0x7fc00000u : 0x7f800000u);  // NaN, inf
+    if (e == 0 && m == 0) return sign;                                // +-0
+    const int fe = e - 1023 + 127;
+    if (fe >= 255) return sign | 0x7f7fffffu;  // FLT_MAX
+    if (fe <= 0) return sign | 1u;             // the smallest float: rounds to a signed zero
+    const unsigned sticky = (m & ((1ull << 29) - 1u)) != 0;
+    return sign | ((unsigned)fe << 23) | (unsigned)(m >> 29) | sticky;
+}
+template <int Q> PL_HD unsigned char pl_double_to_fp8(double d, bool saturate) {
+    return pl_float_to_fp8<Q>(pl_bits_f32(pl_double_to_float_odd_bits(d)), saturate);
+}

@@ -6,7 +6,7 @@
 //   PL_TIN, PL_TOUT  CUDA type names of the input and output (unsigned char for a float8)
 //   PL_TIN_FP8, PL_TOUT_FP8  0, or the float8 format of the input / output (PL_Q_E4M3FN, PL_Q_E5M2 of
 //                    fp8.cuh): as ml_dtypes casts, round to nearest even, no saturation (NaN for e4m3fn
-//                    and inf for e5m2 past the largest finite value)
+//                    and inf for e5m2 past the largest finite value), every value rounded once
 //   PL_DIRECT        1 when neither is a 16-bit float nor a float8 (a plain C cast); else the value goes
 //                    through double (exact for every 16-bit float and float8, and rounded once, to odd,
 //                    before the final narrowing)
@@ -46,7 +46,7 @@ __device__ __forceinline__ double pl_cast_load(PL_TIN v) {
 }
 __device__ __forceinline__ PL_TOUT pl_cast_store(double v) {
 #if PL_TOUT_FP8
-    return pl_float_to_fp8<PL_TOUT_FP8>(pl_double_to_float_odd(v), false);
+    return pl_double_to_fp8<PL_TOUT_FP8>(v, false);
 #else
     return pl_cast_out<PL_TOUT>::from(v);
 #endif
