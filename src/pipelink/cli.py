@@ -468,12 +468,22 @@ def import_cmd(
     fuse: Annotated[
         bool, typer.Option("--fuse/--no-fuse", help="fuse node chains into one stage (docs/onnx-import.md)")
     ] = True,
+    constant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constant",
+            help="NAME=VALUE: fix a graph input at import (a .npy file, a number, or numbers joined by "
+            "commas; repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Import an ONNX model: write DIR/pipeline.json and DIR/weights.npz (needs pipelink[onnx])."""
+    from .cli_inputs import parse_constants
     from .onnx import import_model
 
     try:
-        config, weights = import_model(model, out_dir=out_dir, fuse=fuse)
+        constants = parse_constants(constant or [])
+        config, weights = import_model(model, out_dir=out_dir, fuse=fuse, constants=constants)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
     console.print(

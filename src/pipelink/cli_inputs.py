@@ -18,7 +18,7 @@ from .errors import InvalidArgumentError
 from .limits import check_fits, shape_nbytes
 from .runtime.executor import check_inputs
 
-__all__ = ["build_feed", "parse_shape"]
+__all__ = ["build_feed", "parse_shape", "parse_constants"]
 
 
 def _parse_kv(items: list[str], what: str) -> dict[str, str]:
@@ -28,6 +28,46 @@ def _parse_kv(items: list[str], what: str) -> dict[str, str]:
         if not sep or not name:
             raise InvalidArgumentError(f"--{what} takes NAME=VALUE (got {item!r})")
         out[name] = value
+    return out
+
+
+def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
+    """``pipelink import --constant NAME=VALUE``: VALUE a ``.npy`` file, a number (a 0-d array) or numbers
+    joined by commas (1-d); integers as int64, others float64 (the import converts them to the input's
+    declared type).
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a malformed option, an unreadable file, or text that is not numbers.
+    """
+    out = {}
+    for name, text in _parse_kv(items, "constant").items():
+        if text.lower().endswith(".npy"):
+            path = Path(text).expanduser()
+            try:
+                out[name] = np.load(path, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise InvalidArgumentError(
+                    f"--constant {name}={text!r}: cannot read the array: {e}"
+                ) from None
+            continue
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            values = [int(p) for p in parts]
+            dtype = np.int64
+        except ValueError:
+            try:
+                values, dtype = [float(p) for p in parts], np.float64
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"--constant {name}={text!r}: give a .npy file, a number or numbers joined by commas "
+                    f"(e.g. --constant {name}=1,1,2,2)"
+                ) from None
+        try:
+            out[name] = np.array(values[0] if len(parts) == 1 else values, dtype=dtype)
+        except OverflowError:
+            raise InvalidArgumentError(f"--constant {name}={text!r}: a value does not fit int64") from None
     return out
 
 

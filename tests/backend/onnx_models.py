@@ -1,8 +1,9 @@
 """Small ONNX models built with ``onnx.helper`` for the importer's tests (not a test module).
 
 Each builder returns ``(model, feeds)``: random weights from a fixed seed and inputs to run it on. The
-reference for a model's outputs is ``run_reference``: onnxruntime (CPU) when it is installed and loads the
-model, otherwise ONNX's own ``ReferenceEvaluator``. Tests call ``pytest.importorskip("onnx")`` before importing this.
+reference for a model's outputs is ``run_reference``: onnxruntime (CPU) when it is installed and loads
+the model, otherwise ONNX's own ``ReferenceEvaluator``. Tests call ``pytest.importorskip("onnx")`` before
+importing this.
 """
 
 from __future__ import annotations

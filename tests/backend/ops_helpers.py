@@ -93,10 +93,16 @@ def run_op(
     in_dtypes = tuple(None if a is None else get_dtype(a.dtype).name for a in inputs)
     out_shapes, out_dtypes = infer_outputs(desc, in_shapes, in_dtypes, resolved, stage=stage)
     variant = next(
-        v
-        for v in desc.variants
-        if v.device == device and v.source == "builtin" and variant_name in (None, v.name)
+        (
+            v
+            for v in desc.variants
+            if v.device == device and v.source == "builtin" and variant_name in (None, v.name)
+        ),
+        None,
     )
+    host_only = variant is None  # no kernel for the device: its reference runs staged, as the runtime runs it
+    if host_only:
+        variant = next(v for v in desc.variants if v.device == "cpu" and v.host_ok)
     if variant.dtypes is not None and in_dtypes[0] not in variant.dtypes:
         pytest.skip(f"{name} has no {device} kernel for {in_dtypes[0]}")
     backend = get_backend(device)
@@ -117,7 +123,7 @@ def run_op(
         backend=backend,
     )
     try:
-        kernel = variant.bind(ctx)
+        kernel = HostStaged(variant.bind(ctx), ctx, backend) if host_only else variant.bind(ctx)
     except VariantDeclined:
         if variant.name == CUDNN_VARIANT and importlib.util.find_spec("cudnn") is None:
             pytest.skip(f"{name}: nvidia-cudnn-frontend is not installed")

@@ -252,6 +252,8 @@ def _case(rng, op):
             {"mode": "linear"},
         ),
         "DepthToSpace": ({"x": _r(rng, 1, 8, 2, 3)}, {}, {"blocksize": 2, "mode": "DCR"}),
+        "GridSample": ({"x": x, "grid": _r(rng, 2, 3, 6, 2)}, {}, {"padding_mode": "border"}),
+        "AffineGrid": ({"theta": _r(rng, 2, 2, 3)}, {"size": i64(2, 3, 4, 5)}, {"align_corners": 1}),
         "BatchNormalization": (
             {"x": x},
             {"s": _r(rng, 3), "b": _r(rng, 3), "m": _r(rng, 3), "v": 1 + np.abs(_r(rng, 3))},

@@ -356,7 +356,7 @@ def _computed(op, inputs, feeds, inits, attrs=None, opset=21, n_out=1):
     [
         (
             _computed("Compress", ["x", "c"], {"x": (F, [3, 4]), "c": (bool, [4])}, {}, {"axis": 1}),
-            "Compress with a condition the graph computes: its output size depends on the condition",
+            "'c'. must be a constant at import, and it is a graph input",
         ),
         (
             _computed(
@@ -378,7 +378,7 @@ def _computed(op, inputs, feeds, inits, attrs=None, opset=21, n_out=1):
         ),
         (
             _computed("ReverseSequence", ["x", "l"], {"x": (F, [4, 2, 3]), "l": (np.int64, [2])}, {}),
-            "ReverseSequence with sequence_lens the graph computes",
+            "'l'. must be a constant at import, and it is a graph input",
         ),
         (
             _computed(

@@ -1,11 +1,11 @@
 """onnx's own node test cases (``onnx.backend.test.case.node``: every operator's spec examples, with their
-inputs and expected outputs) through ``pl.from_onnx``. Each case is either refused at import or load with
+inputs and expected outputs) through PipeLink's ONNX backend (``pipelink.onnx.backend``: an input a node
+needs the value of at import specialises the model). Each case is either refused at import or load with
 a ``PipeLinkError`` (an op type, dtype or attribute PipeLink lacks), or runs and matches the expected
 outputs: float outputs within the case's own tolerance (onnx's backend runner: rtol 1e-3, atol 1e-7 unless
 the case says otherwise; its expected values are often written to 4 digits) or the package's for the
 dtype where that is wider (the half types), NaN and inf where expected, integer and bool outputs
-exactly. Never a crash, never a wrong answer. When onnx adds cases, they are checked too.
-"""
+exactly. Never a crash, never a wrong answer. When onnx adds cases, they are checked too."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from onnx import numpy_helper  # noqa: E402
 
 import pipelink as pl  # noqa: E402
 from pipelink.dtypes import get_dtype, tolerance  # noqa: E402
+from pipelink.onnx.backend import PipeLinkBackend  # noqa: E402
 
 
 def _cases() -> list:
@@ -62,30 +63,32 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, case) -> None:
 
 
 def run_case(case, device: str) -> str | None:
-    """Import ``case``'s model and run every data set: None when each output matched, else the message
-    of the ``PipeLinkError`` that refused it (at import, load or run). A wrong answer or any other
-    exception raises."""
+    """Run every data set of ``case`` through PipeLink's ONNX backend (``pipelink.onnx.backend``: the model
+    imported, specialised on the inputs it needs the values of at import): None when each output matched,
+    else the message of the ``PipeLinkError`` that refused it (at import, load or run). A wrong answer or
+    any other exception raises."""
     model = case.model
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pipe = pl.from_onnx(model, device=device)
-    except pl.PipeLinkError as e:
-        assert e.code.name.startswith("PIPELINK_ERR_"), e
-        return str(e)
-    with pipe:
-        names = [i.name for i in model.graph.input]
+    names = [i.name for i in model.graph.input]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = PipeLinkBackend.prepare(model, device=device)
+    with rep:
         for inputs, outputs in case.data_sets:
-            feeds = {n: _array(v) for n, v in zip(names, inputs, strict=False) if n in pipe.inputs}
+            # a sequence, map or optional value is never fed: the import refuses such inputs
+            feeds = {
+                n: _array(v)
+                for n, v in zip(names, inputs, strict=False)
+                if n in rep.input_names and isinstance(v, np.ndarray | onnx.TensorProto | np.generic)
+            }
             try:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
-                    got = pipe.run(**feeds)
-            except pl.PipeLinkError as e:  # a run-time refusal (a shape the model's dims do not allow)
+                    got = rep.run(feeds)
+            except pl.PipeLinkError as e:  # refused at import or load, or at run (a shape the dims forbid)
                 assert e.code.name.startswith("PIPELINK_ERR_"), e
                 return str(e)
-            for out, want in zip(model.graph.output, outputs, strict=False):
-                _check(f"{case.name} {out.name}", np.asarray(got[out.name].numpy()), _array(want), case)
+            for out, value, want in zip(model.graph.output, got, outputs, strict=False):
+                _check(f"{case.name} {out.name}", value, _array(want), case)
     return None
 
 

@@ -520,6 +520,25 @@ def test_tensor_scatter_row_offsets_past_the_bound_are_refused():
     _refused_node(model, "TensorScatter", "row offsets (one per update row)", f"table of [{BIG}] int64", HUGE)
 
 
+def test_a_pad_block_and_a_reverse_sequence_permutation_past_the_bound_are_refused():
+    pads = numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads")
+    pad = _model(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], name="the_node", mode="constant")],
+        [("x", F32, [BIG, 2])],
+        [("y", F32, None)],
+        [pads],
+    )
+    _refused_node(pad, "Pad", "Pad's constant block", f"table of [{BIG}, 1] float32", HUGE)
+    lens = numpy_helper.from_array(np.ones(2, np.int64), "lens")
+    reverse = _model(
+        [helper.make_node("ReverseSequence", ["x", "lens"], ["y"], name="the_node")],
+        [("x", F32, [BIG, 2])],
+        [("y", F32, None)],
+        [lens],
+    )
+    _refused_node(reverse, "ReverseSequence", "row permutation", f"table of [{2 * BIG}] int64", HUGE)
+
+
 # -- mutations -----------------------------------------------------------------------------------------------
 _INTS = [-1, 0, 1, 3, -(2**31), 2**31, 2**40, -(2**40), 2**63 - 1, -(2**63)]
 _FLOATS = [math.nan, math.inf, -math.inf, 0.0, -1.0, 1e38]

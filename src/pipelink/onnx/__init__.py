@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config.schema_errors import did_you_mean
 from ..dtypes import get_dtype
 from ..errors import HardwareUnsupportedError, InvalidArgumentError, PipeLinkError
 from ..modules.registry import registry
@@ -24,12 +25,11 @@ from ..ops import register_builtins
 from ..pipeline import Pipeline, load
 from .check import check_model, read_tensor
 from .control import lower_control
-from .convert import CONVERTERS, Graph, Node, Rejected, Unsupported, convert, dim_symbol
-from .einsum import dots_are_ellipses
-from .fold import MAX_FOLD_ELEMENTS, fold, resolved_target
+from .convert import CONVERTERS, convert
+from .fold import fold
 from .fuse import fuse as fuse_nodes
-from .infer import infer_shapes
-from .runtime_dims import broadcast_shape
+from .graph import Graph, Node, Rejected, Unsupported, dim_symbol
+from .infer import infer_shapes, inferable, known_dtypes, known_shapes, reinfer
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
 
@@ -65,6 +65,67 @@ def _read_model(onnx, model_or_path: Any):
         raise InvalidArgumentError(f"{str(path)!r} is not a readable ONNX model: {e}") from None
 
 
+def _bind_constants(onnx, model, constants: dict[str, Any]):
+    """A copy of ``model`` whose graph inputs named in ``constants`` are initializers of those values (a
+    model specialised on them: a Resize's scales, a TopK's k given as inputs).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A name that is not a graph input, a value of another shape than the input declares, or one its
+        declared element type cannot hold exactly.
+    """
+    graph = model.graph
+    declared = {
+        info.name: info for info in graph.input if info.name not in {t.name for t in graph.initializer}
+    }
+    arrays = {}
+    for name, value in constants.items():
+        info = declared.get(name)
+        if info is None:
+            hint = did_you_mean(str(name), declared)
+            raise InvalidArgumentError(
+                f"constants: {name!r} is not an input of the ONNX model{hint} (its inputs: "
+                f"{', '.join(declared) or 'none'})"
+            )
+        ttype = info.type.tensor_type
+        try:
+            target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+            array = np.asarray(value)
+            cast = array.astype(target)
+        except (TypeError, ValueError, KeyError) as e:
+            raise InvalidArgumentError(f"constants: {name!r} cannot be the model's input: {e}") from None
+        # floats round to the declared float type; any other conversion must keep every value
+        rounds = array.dtype.kind == "f" and target.kind == "f"
+        if (
+            array.dtype != target
+            and not rounds
+            and not (array.dtype.kind in "biuf" and np.array_equal(cast, array))
+        ):
+            raise InvalidArgumentError(
+                f"constants: {name!r} is declared {target.name} and {array.dtype.name} values do not convert "
+                "exactly; give an array of the declared type"
+            )
+        if ttype.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            same = len(dims) == cast.ndim and all(
+                d is None or d == n for d, n in zip(dims, cast.shape, strict=False)
+            )
+            if not same:
+                shown = "x".join("?" if d is None else str(d) for d in dims) or "a scalar"
+                raise InvalidArgumentError(
+                    f"constants: {name!r} has shape {list(cast.shape)}, but the model declares {shown}"
+                )
+        arrays[name] = cast
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)
+    kept = [info for info in bound.graph.input if info.name not in arrays]
+    del bound.graph.input[:]
+    bound.graph.input.extend(kept)
+    bound.graph.initializer.extend(onnx.numpy_helper.from_array(a, n) for n, a in arrays.items())
+    return bound
+
+
 def _initializers(onnx, graph) -> dict[str, np.ndarray]:
     """The graph's initializers as arrays (check.py has checked each one's data against its dims)."""
     arrays = {}
@@ -74,33 +135,6 @@ def _initializers(onnx, graph) -> dict[str, np.ndarray]:
         except Unsupported as e:
             raise InvalidArgumentError(f"the ONNX model's initializer {tensor.name!r} {e}") from None
     return arrays
-
-
-def _known_dtypes(onnx, graph) -> dict[str, str]:
-    """ONNX tensor name -> PipeLink dtype name, for every typed value shape inference knows."""
-    out: dict[str, str] = {}
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        elem = info.type.tensor_type.elem_type
-        if elem:
-            try:
-                out[info.name] = get_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))).name
-            except (KeyError, TypeError, ValueError, PipeLinkError):
-                continue
-    return out
-
-
-def _known_shapes(graph) -> dict[str, tuple]:
-    """ONNX tensor name -> shape (ints, ``dim_param`` names, None for an unknown dim), for every value
-    shape inference gave a shape."""
-    out: dict[str, tuple] = {}
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        ttype = info.type.tensor_type
-        if info.type.HasField("tensor_type") and ttype.HasField("shape"):
-            out[info.name] = tuple(
-                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
-                for d in ttype.shape.dim
-            )
-    return out
 
 
 def _constant_value(onnx, node) -> np.ndarray:
@@ -126,131 +160,6 @@ def _constant_value(onnx, node) -> np.ndarray:
 # Rounds of shape inference after folding: each runs only while a shape is still unknown and the last
 # one taught something (a chain of Reshapes whose targets the model computes takes one round each).
 _REFOLDS = 64
-
-
-def _unknown(shape: tuple | None) -> bool:
-    return shape is None or any(not isinstance(d, int) for d in shape)
-
-
-def _inferable(model) -> bool:
-    """False when onnx's shape inference would never return on ``model``: an Einsum (in the graph, a
-    subgraph or a function) whose equation has a stray ``.`` (the converter then refuses that node)."""
-
-    def graphs(graph):
-        yield graph
-        for node in graph.node:
-            for attr in node.attribute:
-                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    yield from graphs(sub)
-
-    nodes = [n for graph in graphs(model.graph) for n in graph.node]
-    nodes += [n for function in model.functions for n in function.node]
-    for node in nodes:
-        if node.op_type == "Einsum":
-            equation = next((a.s for a in node.attribute if a.name == "equation"), b"")
-            if not dots_are_ellipses(equation.decode("utf-8", "replace")):
-                return False
-    return True
-
-
-def _reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -> bool:
-    """Run ONNX shape inference again on the nodes left after folding, the folded values as
-    initializers (shape values still symbolic as int64 inputs), and merge what it learned into
-    ``g.shapes`` and ``g.dtypes``. True when a shape became better known; False when every output of a
-    remaining node was already fully known, or inference fails (the import goes on without it)."""
-    outputs = [o for n in nodes for o in n.outputs if o]
-    if not any(_unknown(g.shapes.get(o)) for o in outputs):
-        return False
-    helper = onnx.helper
-    # A Reshape or Expand whose target is a shape value goes in with the target the import resolved for it
-    # (0 or 1: the input's own dim, -1: the one inferred), so inference keeps the dims it copies; the
-    # symbolic target would give every output dim a fresh name (heads merged back at a dynamic batch).
-    inits, extra, trial_nodes = [], [], []
-    for n in nodes:
-        proto, target = protos[id(n)], resolved_target(g, n)
-        if target is not None:
-            name = f"{n.inputs[1]}::pipelink_target_{len(inits)}"
-            inits.append(onnx.numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
-            proto = _with_input(onnx, proto, 1, name)
-        trial_nodes.append(proto)
-    needed = {i for proto in trial_nodes for i in proto.input if i}
-    # Small constants go in with their values (a Reshape's target, a Pad's pads); the weights only as
-    # typed inputs of their shape, so a round costs no copy of them. No data propagation: on a hostile
-    # file (a Tile by 2**40) onnx's would try to make the data.
-    for name in sorted(needed & g.constants.keys()):
-        value = np.asarray(g.constants[name])
-        if value.size <= MAX_FOLD_ELEMENTS:
-            inits.append(onnx.numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            extra.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
-    extra += [
-        helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [len(v) if isinstance(v, list) else None])
-        for name, v in g.symbolic.items()
-        if name in needed
-    ]
-    inputs = [i for i in model.graph.input if i.name not in g.constants] + extra
-    # the output of an Expand or ConstantOfShape to a run-time dim its input lacks (runtime_dims.py) has
-    # that dim: typed here by the graph input's name for it (``batch``), onnx would give it a fresh one
-    params = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
-    typed = []
-    for n in nodes:
-        shape = None if resolved_target(g, n) is not None else broadcast_shape(g, n, params)
-        dtype = g.dtypes.get(n.outputs[0]) if n.outputs else None
-        if shape is not None and dtype is not None:
-            elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_dtype(dtype).numpy))
-            typed.append(helper.make_tensor_value_info(n.outputs[0], elem, list(shape)))
-    graph = helper.make_graph(
-        trial_nodes, model.graph.name or "g", inputs, list(model.graph.output), inits, value_info=typed
-    )
-    trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    if not _inferable(trial):
-        return False
-    inferred = infer_shapes(onnx, trial)  # a help, never a requirement: None when it fails
-    if inferred is None:
-        return False
-    # onnx names the dims it cannot relate unk__0, unk__1... afresh on every run: this round's get its tag,
-    # so two tensors share a dim's name only when one run of inference related them (a Reshape copying
-    # a dim of one tensor never copies a dim of another that an earlier round happened to name alike)
-    declared = {
-        d.dim_param
-        for info in [*trial.graph.input, *trial.graph.output]
-        for d in info.type.tensor_type.shape.dim
-        if d.dim_param
-    }
-
-    g.inferences += 1
-
-    def tagged(shape: tuple) -> tuple:
-        return tuple(f"{d}~{g.inferences}" if isinstance(d, str) and d not in declared else d for d in shape)
-
-    def known(shape: tuple | None) -> tuple[int, int]:  # the dims known, then those named as declared
-        shape = shape or ()
-        named = sum(isinstance(d, str) and d in declared for d in shape)
-        return sum(isinstance(d, int) for d in shape), named
-
-    # a round that learns a dim replaces every shape it knows as well as before, so that the dims a
-    # later Reshape relates come from one run
-    better = {}
-    for name, shape in _known_shapes(inferred.graph).items():
-        old = g.shapes.get(name)
-        if _unknown(old) and (old is None or len(old) == len(shape)) and known(shape) >= known(old):
-            better[name] = tagged(shape)
-    # learning: a dim known, or named as a graph input's (each round adds to the total: the rounds end)
-    learned = any(known(shape) > known(g.shapes.get(name)) for name, shape in better.items())
-    if learned:
-        g.shapes.update(better)
-    for name, dtype in _known_dtypes(onnx, inferred.graph).items():
-        g.dtypes.setdefault(name, dtype)
-    return learned
-
-
-def _with_input(onnx, proto, index: int, name: str):
-    """A copy of the NodeProto ``proto`` whose input ``index`` is ``name``."""
-    copy = onnx.NodeProto()
-    copy.CopyFrom(proto)
-    copy.input[index] = name
-    return copy
 
 
 def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | None:
@@ -280,7 +189,11 @@ def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | Non
 
 
 def import_model(
-    model_or_path: Any, out_dir: str | Path | None = None, *, fuse: bool = True
+    model_or_path: Any,
+    out_dir: str | Path | None = None,
+    *,
+    fuse: bool = True,
+    constants: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Convert an ONNX model into a PipeLink config and its weights.
 
@@ -296,6 +209,13 @@ def import_model(
         GELU and LayerNorm chains, MatMul + bias, a gemm's reshapes, activation and residual, no-op
         Casts, Softmax of scaled scores plus a mask, Split parts reshaped and transposed). False
         converts every node into its own stage (what folds at import still leaves none).
+    constants : dict of name -> array, optional
+        Graph inputs whose values are fixed at import: each becomes a weight, no longer an input of the
+        pipeline. For inputs a node needs the value of at import (a Reshape's shape, a TopK's k, a
+        Resize's scales given as inputs: the refusal names them, ``unsupported[i]["graph_input"]``);
+        the pipeline then computes the model for those values only. The value must have the declared
+        shape, in the declared element type or one that converts to it exactly (floats round to a declared
+        float type).
 
     Returns
     -------
@@ -319,6 +239,8 @@ def import_model(
     """
     onnx = _onnx()
     model = _read_model(onnx, model_or_path)
+    if constants:
+        model = _bind_constants(onnx, model, dict(constants))
     # A malformed model (a node its schema does not allow, data that does not match its dims) is refused
     # before anything reads it: onnx's shape inference, the folds and the converters trust the schemas.
     opset, malformed = check_model(onnx, model)
@@ -327,12 +249,12 @@ def import_model(
         raise InvalidArgumentError(
             f"the ONNX model is malformed: {len(malformed)} problem{'s' if len(malformed) > 1 else ''} "
             f"(nothing was imported; check it with onnx.checker.check_model and export it again):\n{listing}",
-            unsupported=[{"op_type": r.op_type, "node": r.node, "why": r.why} for r in malformed],
+            unsupported=[r.as_dict() for r in malformed],
         )
     # Shape inference only adds dtypes (Pow's exponent) and the shapes fusions check; a model it cannot
     # follow imports without them (and the fusions that need a shape do not match). It runs in a child
     # process (infer.py): onnx's C++ crashes on some hostile models.
-    if _inferable(model):
+    if inferable(model):
         model = infer_shapes(onnx, model) or model
     graph = model.graph
     constants = _initializers(onnx, graph)
@@ -340,9 +262,9 @@ def import_model(
     g = Graph(
         opset=opset,
         constants=constants,
-        dtypes=_known_dtypes(onnx, graph),
+        dtypes=known_dtypes(onnx, graph),
         operators=registry.get,
-        shapes=_known_shapes(graph),
+        shapes=known_shapes(graph),
         inputs=frozenset(info.name for info in graph.input),
     )
     rejected: list[Rejected] = []
@@ -374,7 +296,7 @@ def import_model(
     graph_outputs, every_node = {info.name for info in graph.output}, nodes
     nodes = fold(g, every_node, graph_outputs)
     for _ in range(_REFOLDS):
-        if not _reinfer(onnx, model, g, nodes, protos):
+        if not reinfer(onnx, model, g, nodes, protos):
             break
         g.symbolic.clear()
         nodes = fold(g, every_node, graph_outputs)
@@ -389,7 +311,7 @@ def import_model(
         raise InvalidArgumentError(
             f"the ONNX model cannot be imported: {len(rejected)} {noun} PipeLink does not support "
             f"(nothing was imported):\n{listing}\nsupported op types: {', '.join(sorted(CONVERTERS))}",
-            unsupported=[{"op_type": r.op_type, "node": r.node, "why": r.why} for r in rejected],
+            unsupported=[r.as_dict() for r in rejected],
         )
     config: dict[str, Any] = {
         "name": _pipeline_name(graph.name),
@@ -464,7 +386,12 @@ def write_import(
 
 
 def from_onnx(
-    model_or_path: Any, *, device: str = "auto", fuse: bool = True, **load_options: Any
+    model_or_path: Any,
+    *,
+    device: str = "auto",
+    fuse: bool = True,
+    constants: dict[str, Any] | None = None,
+    **load_options: Any,
 ) -> Pipeline:
     """Import an ONNX model and load it: ``pl.load`` of the imported config with its weights bound.
 
@@ -475,8 +402,10 @@ def from_onnx(
         As for :func:`pipelink.load`.
     fuse : bool
         As for :func:`import_model`: False imports every node as its own stage.
+    constants : dict of name -> array, optional
+        As for :func:`import_model`: graph inputs whose values are fixed at import.
     **load_options
         Any other option of :func:`pipelink.load` (``cuda_graph``, ``tuned``, ...).
     """
-    config, weights = import_model(model_or_path, fuse=fuse)
+    config, weights = import_model(model_or_path, fuse=fuse, constants=constants)
     return load(config, device=device, weights=weights, **load_options)

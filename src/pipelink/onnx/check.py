@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .convert import ONNX_DOMAINS, Rejected, Unsupported
+from .graph import ONNX_DOMAINS, Rejected, Unsupported
 
 __all__ = ["MAX_NESTING", "check_model", "read_tensor"]
 

@@ -33,9 +33,9 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..ops.shape import MAX_PARTS
-from .convert import ONNX_DOMAINS, Graph, NameSet, Node, Rejected, _unique
 from .fold import MAX_FOLD_ELEMENTS, fold
-from .infer import infer_shapes
+from .graph import ONNX_DOMAINS, Graph, NameSet, Node, Rejected, unique_name
+from .infer import infer_shapes, inferable, known_dtypes, known_shapes, reinfer
 from .recurrent import MAX_STEPS
 
 __all__ = ["CONTROL_OPS", "MAX_DEPTH", "MAX_INLINED", "ControlError", "lower_control"]
@@ -581,8 +581,6 @@ class _Lowering:
     def _infer(self, sub, inner: _Scope, counter: str = "") -> dict[str, tuple]:
         """ONNX shape inference of one copy of ``sub``: its inputs and the outer names it reads typed
         (small constants with their values) as the values it is given; name -> (dtype, shape)."""
-        from . import _inferable, _known_dtypes, _known_shapes  # the package imports this module
-
         onnx, helper = self.onnx, self.onnx.helper
         inputs, inits, key = [], [], [id(sub)]
         given = [(info.name, inner.names.get(info.name, "")) for info in sub.input]
@@ -615,10 +613,10 @@ class _Lowering:
         trial = helper.make_model(graph, opset_imports=list(self.model.opset_import))
         trial.ir_version = self.model.ir_version
         found: dict[str, tuple] = {}
-        if _inferable(trial):
+        if inferable(trial):
             inferred = infer_shapes(onnx, trial)  # a help: None when it fails (in a child process)
             if inferred is not None:
-                dtypes, shapes = _known_dtypes(onnx, inferred.graph), _known_shapes(inferred.graph)
+                dtypes, shapes = known_dtypes(onnx, inferred.graph), known_shapes(inferred.graph)
                 found = {name: (dtypes.get(name), shapes.get(name)) for name in dtypes.keys() | shapes.keys()}
         self.inferred[key] = (sub, found)
         return found
@@ -652,16 +650,14 @@ class _Lowering:
         return self.shape(name)
 
     def _learn(self) -> bool:
-        """One round of the import's shape inference after folding (``_reinfer``) on the nodes yielded so
+        """One round of the import's shape inference after folding (``reinfer``) on the nodes yielded so
         far, then all of them folded again (a Shape once symbolic may now be a constant); True when it
         learned a shape. At most MAX_RELEARN rounds a model: each infers the whole prefix."""
-        from . import _reinfer  # the package imports this module
-
         if self.relearn <= 0:
             return False
         self.relearn -= 1
         kept = fold(self.g, self.nodes, self.outputs)
-        if not _reinfer(self.onnx, self.model, self.g, kept, self.protos):
+        if not reinfer(self.onnx, self.model, self.g, kept, self.protos):
             return False
         self.g.symbolic.clear()
         fold(self.g, self.nodes, self.outputs)
@@ -715,7 +711,7 @@ class _Lowering:
             self.g.shapes[name] = tuple(shape)
 
     def _fresh(self, prefix: str, name: str) -> str:
-        return _unique(f"{prefix}/{name}", self.taken)
+        return unique_name(f"{prefix}/{name}", self.taken)
 
     def _constant(self, name: str, value: np.ndarray) -> None:
         self.g.constants[name] = value
@@ -726,7 +722,7 @@ class _Lowering:
         """The name of a 0-d constant (one per value: an iteration number, an index, True)."""
         key = (np.asarray(value).dtype.str, value.item())
         if key not in self.scalars:
-            name = _unique(f"control/{value.item()}", self.taken)
+            name = unique_name(f"control/{value.item()}", self.taken)
             self._constant(name, np.asarray(value))
             self.scalars[key] = name
         return self.scalars[key]
@@ -767,7 +763,7 @@ class _Lowering:
         if self.g.opset >= 13:  # the axes an input from opset 13, an attribute before
             key = ("axes", axis)
             if key not in self.scalars:
-                self.scalars[key] = _unique(f"control/axes{axis}", self.taken)
+                self.scalars[key] = unique_name(f"control/axes{axis}", self.taken)
                 self._constant(self.scalars[key], np.array([axis], np.int64))
             return self._glue("Unsqueeze", [x, self.scalars[key]], [out], name)
         return self._glue("Unsqueeze", [x], [out], name, axes=[axis])

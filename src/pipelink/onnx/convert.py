@@ -9,9 +9,7 @@ so a model is imported whole or not at all.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,8 +22,25 @@ from .attention import AttentionError, lower_attention
 from .einsum import EinsumError
 from .einsum import plan as einsum_plan
 from .fold import FOLD_ONLY, Unfoldable, expand_target, reshape_target, unfolded_reason
+from .graph import (
+    FUSED_DOMAIN,
+    ONNX_DOMAINS,
+    Graph,
+    Node,
+    Rejected,
+    Unsupported,
+    float32_attr,
+    onnx_dtype,
+)
 from .losses import LossError, negative_log_likelihood_loss, softmax_cross_entropy_loss
-from .lowerings import dynamic_quantize_linear, max_pool_with_indices, max_unpool, swiglu, tensor_scatter
+from .lowerings import (
+    dynamic_quantize_linear,
+    max_pool_with_indices,
+    max_unpool,
+    swiglu,
+    table_problem,
+    tensor_scatter,
+)
 from .recurrent import RECURRENT_OPS, RecurrentError, lower_recurrent
 from .runtime_dims import RuntimeDimsError, broadcast_to_value
 
@@ -44,199 +59,11 @@ __all__ = [
     "float32_attr",
 ]
 
-_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
-_SYMBOL_BAD = re.compile(r"[^A-Za-z0-9_]")
 _MAX_PORTS = MAX_PARTS  # the most tensors concat takes and split makes
-
-#: The domains of ONNX's standard operators.
-ONNX_DOMAINS = ("", "ai.onnx")
-#: The domain of a node the fusion pass made (``fuse.py``): its op type is a PipeLink operator, its
-#: attributes that operator's.
-FUSED_DOMAIN = "pipelink.fused"
-
-
-class Unsupported(Exception):
-    """Why one node cannot be imported (raised by a converter, collected by :func:`convert`)."""
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """One node PipeLink cannot import: its op type, its name and why."""
-
-    op_type: str
-    node: str
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.op_type} node {self.node!r}: {self.why}"
-
-
-@dataclass
-class Node:
-    """An ONNX node as plain data: attributes decoded (``onnx.helper.get_attribute_value``)."""
-
-    op_type: str
-    name: str
-    domain: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict[str, Any]
-
-
-@dataclass
-class Graph:
-    """What the converters share: the constants (initializers and folded Constant nodes), the dtypes
-    shape inference found, the PipeLink name of every ONNX tensor, and the stages made so far."""
-
-    opset: int
-    constants: dict[str, np.ndarray]
-    dtypes: dict[str, str]  # ONNX tensor name -> PipeLink dtype name, where known
-    operators: Callable[[str], Any]  # PipeLink operator name -> its descriptor (the registry's get)
-    shapes: dict[str, tuple] = field(default_factory=dict)  # ONNX tensor name -> shape (None: unknown dim)
-    names: dict[str, str] = field(default_factory=dict)  # ONNX tensor name -> PipeLink tensor name
-    taken: NameSet = field(default_factory=lambda: NameSet())
-    stages: list[dict[str, Any]] = field(default_factory=list)
-    weights: dict[str, np.ndarray] = field(default_factory=dict)  # PipeLink name -> constant read
-    stage_ids: NameSet = field(default_factory=lambda: NameSet())
-    # ONNX tensor name -> a shape value the model computes from symbolic dims (onnx/fold.py)
-    symbolic: dict[str, Any] = field(default_factory=dict)
-    inputs: frozenset[str] = frozenset()  # the graph's input tensors (they exist before any stage runs)
-    inferences: int = 0  # rounds of shape inference after folding so far (their dims' names are tagged)
-
-    # -- names ---------------------------------------------------------------------------------------
-    def name(self, onnx_name: str) -> str:
-        """The PipeLink tensor name of an ONNX tensor (a valid, unique name; the same one every time)."""
-        found = self.names.get(onnx_name)
-        if found is None:
-            found = _unique(_valid_name(onnx_name, "t"), self.taken)
-            self.names[onnx_name] = found
-        return found
-
-    def fresh(self, base: str) -> str:
-        """A PipeLink tensor name no other tensor has: ``base`` (a valid name), or ``base_1``..."""
-        return _unique(base, self.taken)
-
-    def tensor(self, onnx_name: str) -> str:
-        """The PipeLink name of an input a stage reads; a constant becomes a bound weight.
-
-        Raises
-        ------
-        Unsupported
-            The input is a shape value the import evaluated (onnx/fold.py) that this stage cannot take.
-        """
-        if onnx_name in self.symbolic:
-            raise Unsupported(
-                f"input {onnx_name!r} is a shape the model computes from dims known only when it runs; "
-                "PipeLink takes such shapes only as a Reshape's or an Expand's target (export with fixed "
-                "shapes, or constant-fold the model)"
-            )
-        name = self.name(onnx_name)
-        if onnx_name in self.constants and name not in self.weights:
-            array = self.constants[onnx_name]
-            try:
-                get_dtype(array.dtype)
-            except PipeLinkError:
-                raise Unsupported(
-                    f"constant {onnx_name!r} has dtype {array.dtype}, which PipeLink lacks"
-                ) from None
-            self.weights[name] = array
-        return name
-
-    # -- reading a node ------------------------------------------------------------------------------
-    def const(self, node: Node, index: int, what: str) -> np.ndarray | None:
-        """The value of input ``index`` of ``node`` (None when absent); it must be a constant."""
-        if index >= len(node.inputs) or not node.inputs[index]:
-            return None
-        onnx_name = node.inputs[index]
-        if onnx_name not in self.constants:
-            raise Unsupported(
-                f"input {index} ({what}, {onnx_name!r}) must be a constant (an initializer or a Constant "
-                "node), but the graph computes it"
-            )
-        return self.constants[onnx_name]
-
-    def ints(self, node: Node, index: int, attr: str, what: str) -> list[int] | None:
-        """Integers from a constant input (newer opsets) or, failing that, the attribute (older ones)."""
-        value = self.const(node, index, what)
-        if value is not None:
-            value = np.asarray(value).reshape(-1)
-            if value.dtype.kind not in "iub":  # the spec types these int64: a float one is malformed
-                raise Unsupported(
-                    f"input {index} ({what}, {node.inputs[index]!r}) must be integers (got {value.dtype})"
-                )
-            return [int(v) for v in value]
-        if attr in node.attrs:
-            return [int(v) for v in node.attrs[attr]]
-        return None
-
-    def stage(
-        self, node: Node, operator: str, inputs: list[str], outputs: list[str] | None = None, **attrs: Any
-    ) -> None:
-        """Add one stage computing ``node`` (its outputs by default; absent optional ones get names).
-
-        The attributes are checked against the operator's descriptor here, so a value PipeLink does
-        not implement (Resize's mode 'cubic', say) is listed with the node, not found at load.
-        """
-        try:
-            self.operators(operator).resolve_attrs(attrs, where=f"{node.op_type} as {operator}")
-        except PipeLinkError as e:
-            raise Unsupported(e.message) from None
-        ins = [self.tensor(n) for n in inputs]
-        outs = outputs if outputs is not None else node.outputs
-        stage_id = _unique(_valid_name(node.name or node.op_type, "node"), self.stage_ids)
-        names = []
-        for k, out in enumerate(outs):
-            names.append(self.name(out) if out else _unique(f"{stage_id}.out{k}", self.taken))
-        while names and outs and not outs[-1]:  # trailing absent outputs: scratch the stage keeps
-            names.pop()
-            outs = outs[:-1]
-        entry: dict[str, Any] = {"id": stage_id, "name": operator, "inputs": ins, "outputs": names}
-        if attrs:
-            entry["attrs"] = attrs
-        self.stages.append(entry)
-
-
-def _valid_name(name: str, prefix: str) -> str:
-    name = _NAME_BAD.sub("_", name.strip("/")) or prefix
-    return name if re.match(r"[A-Za-z_]", name) else f"{prefix}_{name}"
-
-
-class NameSet(set):
-    """Names in use, and per base name the next suffix worth trying: a lowering that names a thousand
-    stages alike (an unrolled LSTM's) costs linear time, not quadratic (16 s of a 512-step import)."""
-
-    def __init__(self, names: Any = ()) -> None:
-        super().__init__(names)
-        self.next: dict[str, int] = {}
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_1``, ``name_2``... the first not in ``taken``, which it joins."""
-    n = taken.next.get(name, 0) if isinstance(taken, NameSet) else 0
-    candidate = f"{name}_{n}" if n else name
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}_{n}"
-    taken.add(candidate)
-    if isinstance(taken, NameSet):
-        taken.next[name] = n + 1
-    return candidate
-
-
-def dim_symbol(text: str) -> str:
-    """A PipeLink dimension symbol for an ONNX ``dim_param`` ("batch_size" stays; "N+1" becomes "N_1")."""
-    symbol = _SYMBOL_BAD.sub("_", text) or "d"
-    return symbol if re.match(r"[A-Za-z_]", symbol) else f"d_{symbol}"
 
 
 # -- converters ---------------------------------------------------------------------------------------
 Converter = Callable[[Graph, Node], None]
-
-
-def float32_attr(value: Any) -> float:
-    """An ONNX float attribute (float32) as the shortest decimal that reads back to it (1e-05, not
-    9.999999747378752e-06)."""
-    return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
 
 
 def _attr(node: Node, name: str, default: Any = None) -> Any:
@@ -776,6 +603,9 @@ def _pad(g: Graph, node: Node) -> None:
                 if dtype is None or not all(isinstance(d, int) for d in dims):
                     raise Unsupported("Pad mode constant needs every dim of its input and its dtype")
                 block = [width if i == axis else d for i, d in enumerate(dims)]
+                too_large = table_problem("Pad's constant block", tuple(block), dtype)
+                if too_large:
+                    raise Unsupported(too_large)
                 g.constants[name] = np.full(block, value, dtype=get_dtype(dtype).numpy)
                 g.dtypes[name] = dtype
             elif mode == "edge":
@@ -974,10 +804,8 @@ def _constant_of_shape(g: Graph, node: Node) -> None:
         raise Unsupported(unfolded_reason(g, node))
     import onnx
 
-    from .check import read_tensor
-
     fill = node.attrs.get("value")
-    array = np.zeros(1, np.float32) if fill is None else np.asarray(read_tensor(onnx, fill))
+    array = np.zeros(1, np.float32) if fill is None else onnx.numpy_helper.to_array(fill)  # check.py read it
     if array.size != 1:
         raise Unsupported(f"ConstantOfShape's value must have one element (got {array.size})")
     name = f"{node.outputs[0]}__fill"
@@ -1409,6 +1237,8 @@ def _compress(g: Graph, node: Node) -> None:
     size would depend on its values."""
     x, y = node.inputs[0], node.outputs[0]
     if len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+        if len(node.inputs) > 1 and node.inputs[1] in g.inputs:
+            g.const(node, 1, "the condition")  # a graph input: the refusal asks for its value
         raise Unsupported(
             "Compress with a condition the graph computes: its output size depends on the condition's "
             "values, and PipeLink's sizes are known before a stage runs (the condition must be a constant)"
@@ -1444,6 +1274,8 @@ def _reverse_sequence(g: Graph, node: Node) -> None:
     reversed), viewed back. T and B must be known; computed lengths are refused."""
     x, y = node.inputs[0], node.outputs[0]
     if len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+        if len(node.inputs) > 1 and node.inputs[1] in g.inputs:
+            g.const(node, 1, "sequence_lens")  # a graph input: the refusal asks for its value
         raise Unsupported(
             "ReverseSequence with sequence_lens the graph computes; the reversal is a permutation built at "
             "import, so sequence_lens must be a constant"
@@ -1463,6 +1295,9 @@ def _reverse_sequence(g: Graph, node: Node) -> None:
         raise Unsupported(
             f"sequence_lens {lens.tolist()} must have {batch} entries (the batch), each in [0, {time}]"
         )
+    too_large = table_problem("ReverseSequence's row permutation", (time * batch,), "int64")
+    if too_large:
+        raise Unsupported(too_large)
     rows = np.arange(time * batch, dtype=np.int64).reshape(shape[0], shape[1])
     steps = rows if time_axis == 0 else rows.T  # [time, batch]
     order = steps.copy()
@@ -1610,6 +1445,39 @@ def _resize(g: Graph, node: Node) -> None:
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
 
 
+def _grid_sample(g: Graph, node: Node) -> None:
+    """GridSample: opset 16's mode names (bilinear, nearest, bicubic) are opset 20's linear, nearest and
+    cubic; the padding mode and align_corners as they are."""
+    names = ("bilinear", "nearest", "bicubic") if g.opset < 20 else ("linear", "nearest", "cubic")
+    mode = _attr(node, "mode", names[0])
+    if mode not in names:
+        raise Unsupported(f"mode {mode!r} is not one of opset {g.opset}'s {list(names)}")
+    g.stage(
+        node,
+        "grid_sample",
+        _inputs(node, 2),
+        node.outputs[:1],
+        mode=dict(zip(names, ("linear", "nearest", "cubic"), strict=True))[mode],
+        padding_mode=str(_attr(node, "padding_mode", "zeros")),
+        align_corners=bool(_attr(node, "align_corners", 0)),
+    )
+
+
+def _affine_grid(g: Graph, node: Node) -> None:
+    """AffineGrid: its size a constant input, which becomes affine_grid's attribute."""
+    size = g.ints(node, 1, "", "size")
+    if size is None:
+        raise Unsupported("AffineGrid needs its size input")
+    g.stage(
+        node,
+        "affine_grid",
+        node.inputs[:1],
+        node.outputs[:1],
+        size=size,
+        align_corners=bool(_attr(node, "align_corners", 0)),
+    )
+
+
 def _ratios_of_dims(g: Graph, node: Node) -> list[float]:
     """Resize's sizes as a list of dims the model computes (``F.interpolate(x, size=(h, w))`` at a dynamic
     batch: x's own N and C, then sizes known at import) as the scales they imply: 1 where the entry is x's
@@ -1663,16 +1531,6 @@ def _batch_norm(g: Graph, node: Node) -> None:
         node.outputs[:1],
         eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
-
-
-def onnx_dtype(elem_type: int) -> str:
-    """The PipeLink dtype name of an ONNX element type."""
-    from onnx import helper
-
-    try:
-        return get_dtype(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))).name
-    except (KeyError, TypeError, ValueError, PipeLinkError):
-        raise Unsupported(f"ONNX element type {elem_type} has no PipeLink dtype") from None
 
 
 #: float8 dtypes: ONNX's Cast and CastLike saturate into them by default.
@@ -1955,6 +1813,8 @@ CONVERTERS: dict[str, Converter] = {
     "GlobalAveragePool": _one_to_one("global_average_pool", 1),
     "Resize": _resize,
     "Upsample": _upsample,
+    "GridSample": _grid_sample,
+    "AffineGrid": _affine_grid,
     "LRN": _lrn,
     "MeanVarianceNormalization": _mean_variance_normalization,
     "LpNormalization": _lp_normalization,
@@ -2000,5 +1860,5 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
         try:
             converter(g, node)
         except Unsupported as e:
-            rejected.append(Rejected(node.op_type, label, str(e)))
+            rejected.append(Rejected(node.op_type, label, str(e), e.graph_input))
     return rejected

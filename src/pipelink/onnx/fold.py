@@ -34,7 +34,7 @@ from ..ops.indexing.reference import scatter_elements
 from ..ops.shape.rules import slice_plan
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
-    from .convert import Graph, Node
+    from .graph import Graph, Node
 
 __all__ = [
     "Dim",

@@ -23,17 +23,9 @@ from ..errors import PipeLinkError
 from ..ops._common import FLOATS
 from ..ops.kernel import contiguous_strides
 from ..ops.shape.rules import reshape_target
-from .convert import (
-    FUSED_DOMAIN,
-    ONNX_DOMAINS,
-    Graph,
-    Node,
-    Unsupported,
-    conv2d_stage,
-    gemm_attrs,
-    onnx_dtype,
-)
-from .convert import float32_attr as _float32
+from .convert import conv2d_stage, gemm_attrs
+from .graph import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Unsupported, onnx_dtype
+from .graph import float32_attr as _float32
 
 __all__ = ["FUSED_DOMAIN", "CONST_RTOL", "PATTERNS", "fuse"]
 

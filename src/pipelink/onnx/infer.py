@@ -6,6 +6,9 @@ The child is started on first use and reused. One that dies, or takes longer tha
 replaced, and that model is imported without inference (as when inference raises). The weights do not
 travel: an initializer of more than :data:`SENT_ELEMENTS` elements goes as a typed graph input of its
 shape, and is put back into the result.
+
+What inference gives is read here too (:func:`known_shapes`, :func:`known_dtypes`), and so is a round
+of it after folding (:func:`reinfer`: the nodes left, the folded values as initializers).
 """
 
 from __future__ import annotations
@@ -21,7 +24,24 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["SENT_ELEMENTS", "TIMEOUT_S", "infer_shapes"]
+import numpy as np
+
+from ..dtypes import get_dtype
+from ..errors import PipeLinkError
+from .einsum import dots_are_ellipses
+from .fold import MAX_FOLD_ELEMENTS, resolved_target
+from .graph import Graph, Node
+from .runtime_dims import broadcast_shape
+
+__all__ = [
+    "SENT_ELEMENTS",
+    "TIMEOUT_S",
+    "infer_shapes",
+    "inferable",
+    "known_dtypes",
+    "known_shapes",
+    "reinfer",
+]
 
 #: Seconds one inference may take before its child is killed (a real model's takes well under one).
 TIMEOUT_S = 60.0
@@ -185,3 +205,156 @@ def _set(message: Any, field: Any, value: Any) -> None:
         getattr(message, field.name).CopyFrom(value)
     else:
         setattr(message, field.name, value)
+
+
+# -- what inference knows, and its rounds after folding -------------------------------------------
+def known_dtypes(onnx, graph) -> dict[str, str]:
+    """ONNX tensor name -> PipeLink dtype name, for every typed value shape inference knows."""
+    out: dict[str, str] = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        elem = info.type.tensor_type.elem_type
+        if elem:
+            try:
+                out[info.name] = get_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))).name
+            except (KeyError, TypeError, ValueError, PipeLinkError):
+                continue
+    return out
+
+
+def known_shapes(graph) -> dict[str, tuple]:
+    """ONNX tensor name -> shape (ints, ``dim_param`` names, None for an unknown dim), for every value
+    shape inference gave a shape."""
+    out: dict[str, tuple] = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        ttype = info.type.tensor_type
+        if info.type.HasField("tensor_type") and ttype.HasField("shape"):
+            out[info.name] = tuple(
+                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+                for d in ttype.shape.dim
+            )
+    return out
+
+
+def _unknown(shape: tuple | None) -> bool:
+    return shape is None or any(not isinstance(d, int) for d in shape)
+
+
+def inferable(model) -> bool:
+    """False when onnx's shape inference would never return on ``model``: an Einsum (in the graph, a
+    subgraph or a function) whose equation has a stray ``.`` (the converter then refuses that node)."""
+
+    def graphs(graph):
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    yield from graphs(sub)
+
+    nodes = [n for graph in graphs(model.graph) for n in graph.node]
+    nodes += [n for function in model.functions for n in function.node]
+    for node in nodes:
+        if node.op_type == "Einsum":
+            equation = next((a.s for a in node.attribute if a.name == "equation"), b"")
+            if not dots_are_ellipses(equation.decode("utf-8", "replace")):
+                return False
+    return True
+
+
+def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) -> bool:
+    """Run ONNX shape inference again on the nodes left after folding, the folded values as
+    initializers (shape values still symbolic as int64 inputs), and merge what it learned into
+    ``g.shapes`` and ``g.dtypes``. True when a shape became better known; False when every output of a
+    remaining node was already fully known, or inference fails (the import goes on without it)."""
+    outputs = [o for n in nodes for o in n.outputs if o]
+    if not any(_unknown(g.shapes.get(o)) for o in outputs):
+        return False
+    helper = onnx.helper
+    # A Reshape or Expand whose target is a shape value goes in with the target the import resolved for it
+    # (0 or 1: the input's own dim, -1: the one inferred), so inference keeps the dims it copies; the
+    # symbolic target would give every output dim a fresh name (heads merged back at a dynamic batch).
+    inits, extra, trial_nodes = [], [], []
+    for n in nodes:
+        proto, target = protos[id(n)], resolved_target(g, n)
+        if target is not None:
+            name = f"{n.inputs[1]}::pipelink_target_{len(inits)}"
+            inits.append(onnx.numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
+            proto = _with_input(onnx, proto, 1, name)
+        trial_nodes.append(proto)
+    needed = {i for proto in trial_nodes for i in proto.input if i}
+    # Small constants go in with their values (a Reshape's target, a Pad's pads); the weights only as
+    # typed inputs of their shape, so a round costs no copy of them. No data propagation: on a hostile
+    # file (a Tile by 2**40) onnx's would try to make the data.
+    for name in sorted(needed & g.constants.keys()):
+        value = np.asarray(g.constants[name])
+        if value.size <= MAX_FOLD_ELEMENTS:
+            inits.append(onnx.numpy_helper.from_array(value, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            extra.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
+    extra += [
+        helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [len(v) if isinstance(v, list) else None])
+        for name, v in g.symbolic.items()
+        if name in needed
+    ]
+    inputs = [i for i in model.graph.input if i.name not in g.constants] + extra
+    # the output of an Expand or ConstantOfShape to a run-time dim its input lacks (runtime_dims.py) has
+    # that dim: typed here by the graph input's name for it (``batch``), onnx would give it a fresh one
+    params = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
+    typed = []
+    for n in nodes:
+        shape = None if resolved_target(g, n) is not None else broadcast_shape(g, n, params)
+        dtype = g.dtypes.get(n.outputs[0]) if n.outputs else None
+        if shape is not None and dtype is not None:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_dtype(dtype).numpy))
+            typed.append(helper.make_tensor_value_info(n.outputs[0], elem, list(shape)))
+    graph = helper.make_graph(
+        trial_nodes, model.graph.name or "g", inputs, list(model.graph.output), inits, value_info=typed
+    )
+    trial = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    if not inferable(trial):
+        return False
+    inferred = infer_shapes(onnx, trial)  # a help, never a requirement: None when it fails
+    if inferred is None:
+        return False
+    # onnx names the dims it cannot relate unk__0, unk__1... afresh on every run: this round's get its tag,
+    # so two tensors share a dim's name only when one run of inference related them (a Reshape copying
+    # a dim of one tensor never copies a dim of another that an earlier round happened to name alike)
+    declared = {
+        d.dim_param
+        for info in [*trial.graph.input, *trial.graph.output]
+        for d in info.type.tensor_type.shape.dim
+        if d.dim_param
+    }
+
+    g.inferences += 1
+
+    def tagged(shape: tuple) -> tuple:
+        return tuple(f"{d}~{g.inferences}" if isinstance(d, str) and d not in declared else d for d in shape)
+
+    def known(shape: tuple | None) -> tuple[int, int]:  # the dims known, then those named as declared
+        shape = shape or ()
+        named = sum(isinstance(d, str) and d in declared for d in shape)
+        return sum(isinstance(d, int) for d in shape), named
+
+    # a round that learns a dim replaces every shape it knows as well as before, so that the dims a
+    # later Reshape relates come from one run
+    better = {}
+    for name, shape in known_shapes(inferred.graph).items():
+        old = g.shapes.get(name)
+        if _unknown(old) and (old is None or len(old) == len(shape)) and known(shape) >= known(old):
+            better[name] = tagged(shape)
+    # learning: a dim known, or named as a graph input's (each round adds to the total: the rounds end)
+    learned = any(known(shape) > known(g.shapes.get(name)) for name, shape in better.items())
+    if learned:
+        g.shapes.update(better)
+    for name, dtype in known_dtypes(onnx, inferred.graph).items():
+        g.dtypes.setdefault(name, dtype)
+    return learned
+
+
+def _with_input(onnx, proto, index: int, name: str):
+    """A copy of the NodeProto ``proto`` whose input ``index`` is ``name``."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(proto)
+    copy.input[index] = name
+    return copy

@@ -20,6 +20,7 @@ from ..errors import PipeLinkError
 from ..limits import format_bytes, shape_nbytes
 from ..ops.conv.window import Window, window_2d
 from ..runtime.planfile import MAX_CONSTANT_BYTES
+from .graph import Node, Unsupported, float32_attr
 
 __all__ = [
     "dynamic_quantize_linear",
@@ -37,9 +38,7 @@ _SCATTER_MODES = ("linear", "circular")
 
 
 def _unsupported(why: str) -> Exception:
-    """The converter's Unsupported (looked up when raised: convert.py imports this module for its table)."""
-    from .convert import Unsupported
-
+    """The converter's refusal of the node, for ``why``."""
     return Unsupported(why)
 
 
@@ -106,8 +105,6 @@ def swiglu(g: Any, node: Any) -> None:
     """SwiGLU ``Y = Swish_alpha(A) * B``: ``silu`` with the node's alpha (``a * sigmoid(alpha * a)``, the
     Swish operator's), then ``mul``. A and B must have one shape (the spec broadcasts nothing): shapes
     known to differ are refused; a mismatch known only at run time broadcasts as ``mul`` does."""
-    from .convert import float32_attr
-
     a, b = node.inputs[:2]
     y = node.outputs[0]
     da, db = _dtype(g, a), _dtype(g, b)
@@ -359,8 +356,6 @@ def max_pool_with_indices(g: Any, node: Any, convert_max_pool: Any) -> None:
     ``cast`` to uint8 and ``argmax`` (the first hit); the tap's input index by a ``gather`` of a constant
     table; plus the ``(n * C + c) * H * W`` offsets. X's shape must be known (the tables and the offsets
     are constants)."""
-    from .convert import Node
-
     x = node.inputs[0]
     y, out = node.outputs[:2]
     shape = _shape(g, x)

@@ -159,14 +159,9 @@ def _read(g, node) -> tuple[_Cell, tuple]:
         for d in range(dirs)
     ]
 
-    def weight(index: int, what: str) -> np.ndarray | None:
-        name = _input(node, index)
-        if name and name not in g.constants:
-            raise RecurrentError(
-                f"input {index} ({what}, {name!r}) must be a constant (an initializer or a Constant node), "
-                "but the graph computes it"
-            )
-        return np.asarray(g.constants[name]) if name else None
+    def weight(index: int, what: str) -> np.ndarray | None:  # the Graph's refusal names a graph input
+        value = g.const(node, index, what)
+        return None if value is None else np.asarray(value)
 
     w, r, b = weight(1, "W"), weight(2, "R"), weight(3, "B")
     peep = weight(7, "P") if op == "LSTM" else None

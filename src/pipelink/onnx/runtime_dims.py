@@ -18,7 +18,7 @@ import numpy as np
 from .fold import Dim
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
-    from .convert import Graph, Node
+    from .graph import Graph, Node
 
 __all__ = ["broadcast_to_value", "RuntimeDimsError"]
 

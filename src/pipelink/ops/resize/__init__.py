@@ -1,5 +1,5 @@
-"""Resampling (ONNX Resize with nearest, linear and cubic modes; DepthToSpace as pixel_shuffle):
-descriptors and NumPy references.
+"""Resampling (ONNX Resize with nearest, linear and cubic modes; DepthToSpace as pixel_shuffle; GridSample
+and AffineGrid in ``grid_sample.py``): descriptors and NumPy references.
 
 Resize is separable: each resized axis gathers its source indices (for ``linear``, blends two
 neighbours; for ``cubic``, four, with Keys' weights of ``cubic_coeff_a``) once per axis, with index and
@@ -22,7 +22,8 @@ from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchErr
 from .._common import FLOATS, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
 from .._dims import derived, is_known
 from ..kernel import cuda_variant
-from . import cuda
+from . import cuda, grid_sample
+from .cubic import keys_weights
 from .cuda import MAX_CUBIC_AXES, resized_axes
 
 __all__ = [
@@ -33,10 +34,13 @@ __all__ = [
     "COORDINATE_MODES",
     "NEAREST_MODES",
     "MAX_CUBIC_AXES",
+    "HOST_ONLY",
 ]
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+HOST_ONLY = ("grid_sample", "affine_grid")
+"""This family's operators without a CUDA kernel: on CUDA their NumPy reference runs on staged host copies."""
 
 
 def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
@@ -110,11 +114,7 @@ def cubic_taps(
     ``exclude_outside``, a neighbour outside the axis weighs 0 and the rest are renormalised).
     Returns ``(indices, weights)``, each ``[len(coords), 4]`` (weights in float64)."""
     base = np.floor(coords)
-    t = (coords - base)[:, None]
-    d = np.abs(np.array([-1.0, 0.0, 1.0, 2.0])[None, :] - t)  # distance of each neighbour
-    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
-    weights = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    weights = keys_weights(coords - base, a)
     taps = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
     if exclude_outside:
         weights = np.where((taps >= 0) & (taps < in_size), weights, 0.0)
@@ -261,7 +261,7 @@ def _pixel_shuffle_bind(ctx: KernelContext):
 
 
 def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of resize and pixel_shuffle (one set per registry)."""
+    """Fresh descriptors of resize, pixel_shuffle, grid_sample and affine_grid (one set per registry)."""
     return [
         builtin_operator(
             "resize",
@@ -325,4 +325,5 @@ def descriptors() -> list[OperatorDescriptor]:
             cuda=cuda_variant(cuda.pixel_shuffle_bind, cuda.PIXEL_SHUFFLE_DTYPES),
             onnx="DepthToSpace",
         ),
+        *grid_sample.descriptors(),
     ]

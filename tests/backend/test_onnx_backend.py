@@ -1,0 +1,225 @@
+"""Graph inputs fixed at import (``import_model(constants=...)``, ``pipelink import --constant``) and
+PipeLink as an ONNX backend (``pipelink.onnx.backend``: ``prepare``/``run``, ``run_model``, ``run_node``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+import pipelink as pl  # noqa: E402
+from pipelink.cli import main  # noqa: E402
+from pipelink.onnx import backend as plb  # noqa: E402
+from pipelink.onnx import import_model  # noqa: E402
+
+from . import onnx_models as om  # noqa: E402
+
+F = np.float32
+
+
+def _reshape_topk_model():
+    """x [2, 6] reshaped to the graph input ``shape``, then TopK by the graph input ``k`` on the last axis:
+    both inputs' values are needed at import."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("TopK", ["r", "k"], ["values", "indices"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reshape_topk",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = om.ORT_IR_VERSION
+    return model
+
+
+def _feeds(rng, shape=(3, 4), k=2):
+    return {
+        "x": rng.standard_normal((2, 6)).astype(F),
+        "shape": np.array(shape, np.int64),
+        "k": np.array([k], np.int64),
+    }
+
+
+# -- import_model(constants=...) ------------------------------------------------------------------------
+def test_an_input_needed_at_import_is_named_by_the_refusal():
+    with pytest.raises(
+        pl.InvalidArgumentError, match="is a graph input, known only when the model runs"
+    ) as e:
+        import_model(_reshape_topk_model())
+    assert [u.get("graph_input") for u in e.value.unsupported] == ["shape", "k"]
+    assert "constants={'shape': value}" in str(e.value) and "--constant k=VALUE" in str(e.value)
+
+
+def test_constants_specialise_the_model_and_leave_the_other_inputs(device, rng):
+    model = _reshape_topk_model()
+    feeds = _feeds(rng)
+    constants = {"shape": feeds["shape"], "k": [2]}  # a list converts to the declared int64 exactly
+    config, _ = import_model(model, constants=constants)
+    assert list(config["inputs"]) == ["x"]  # the values became the stages' attributes
+    want = om.run_reference(model, feeds)
+    with pl.from_onnx(model, device=device, constants=constants) as pipe:
+        got = pipe.run(x=feeds["x"])
+        np.testing.assert_allclose(got["values"].numpy(), want[0], rtol=1e-6)
+        np.testing.assert_array_equal(got["indices"].numpy(), want[1])
+
+
+@pytest.mark.parametrize(
+    ("constants", "says"),
+    [
+        ({"shap": [3, 4]}, "'shap' is not an input of the ONNX model; did you mean 'shape'?"),
+        ({"shape": [3, 4, 1]}, "'shape' has shape [3], but the model declares 2"),
+        (
+            {"shape": np.array([3.5, 4.0])},
+            "'shape' is declared int64 and float64 values do not convert exactly",
+        ),
+        ({"k": np.array(["a"])}, "'k' cannot be the model's input"),
+    ],
+)
+def test_constants_that_do_not_fit_the_input_are_refused(constants, says):
+    with pytest.raises(pl.InvalidArgumentError, match="constants: ") as e:
+        import_model(_reshape_topk_model(), constants=constants)
+    assert says in str(e.value)
+
+
+def test_a_float_constant_rounds_to_a_declared_float_type(rng):
+    """x + b with b a float32 input given as float64: rounded to float32 (a float never needs exactness)."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"])],
+        "add",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    b = np.array([0.1, 0.2, 0.3])
+    x = rng.standard_normal(3).astype(F)
+    with pl.from_onnx(model, device="cpu", constants={"b": b}) as pipe:
+        assert list(pipe.inputs) == ["x"]
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x + b.astype(F))
+
+
+# -- pipelink import --constant -------------------------------------------------------------------------
+def test_cli_import_takes_constants_as_numbers_and_npy_files(tmp_path, capsys, rng):
+    onnx.save(_reshape_topk_model(), tmp_path / "m.onnx")
+    np.save(tmp_path / "shape.npy", np.array([4, 3], np.int64))
+    out = tmp_path / "imported"
+    args = [
+        "import",
+        str(tmp_path / "m.onnx"),
+        "-o",
+        str(out),
+        "--constant",
+        f"shape={tmp_path / 'shape.npy'}",
+    ]
+    assert main([*args, "--constant", "k=3"]) == 2  # k is declared [1]: a number is 0-d
+    assert "'k' has shape [], but the model declares 1" in capsys.readouterr().err
+    assert main([*args, "--constant", "k=3,"]) == 2
+    assert "give a .npy file, a number or numbers joined by commas" in capsys.readouterr().err
+    np.save(tmp_path / "k.npy", np.array([3], np.int64))
+    assert main([*args, "--constant", f"k={tmp_path / 'k.npy'}"]) == 0
+    config = json.loads((out / "pipeline.json").read_text())
+    assert list(config["inputs"]) == ["x"]
+    feeds = _feeds(rng, (4, 3), 3)
+    want = om.run_reference(_reshape_topk_model(), feeds)
+    with pl.load(out / "pipeline.json", device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=feeds["x"])["indices"].numpy(), want[1])
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("shape", "--constant takes NAME=VALUE"),
+        ("shape=missing.npy", "cannot read the array"),
+        ("shape=99999999999999999999", "a value does not fit int64"),
+        ("shape=three", "give a .npy file, a number or numbers joined by commas"),
+    ],
+)
+def test_cli_constant_usage_errors_exit_2(tmp_path, capsys, option, says):
+    onnx.save(_reshape_topk_model(), tmp_path / "m.onnx")
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o"), "--constant", option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error[PIPELINK_ERR_INVALID_ARGUMENT]") and says in err and "\n" not in err
+
+
+# -- the ONNX backend -----------------------------------------------------------------------------------
+def test_backend_rep_specialises_on_the_values_it_needs_and_keeps_each_pipeline(device, rng):
+    model = _reshape_topk_model()
+    with plb.prepare(model, device=device.upper()) as rep:
+        for shape, k in [((3, 4), 2), ((4, 3), 1), ((3, 4), 2), ((6, 2), 2)]:
+            feeds = _feeds(rng, shape, k)
+            got = rep.run([feeds["x"], feeds["shape"], feeds["k"]])
+            want = om.run_reference(model, feeds)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+            np.testing.assert_array_equal(got[1], want[1])
+        assert rep._needed == ("shape", "k") and len(rep._pipelines) == 3  # (3, 4) was imported once
+        by_name = rep.run(_feeds(rng, (12, 1), 1))
+        assert by_name[0].shape == (12, 1)
+
+
+def test_backend_rep_drops_the_least_recent_pipeline(rng):
+    values = [(shape, k) for shape in [(2, 6), (3, 4), (4, 3)] for k in (1, 2, 3)]
+    assert len(values) > plb.MAX_SPECIALISED
+    with plb.prepare(_reshape_topk_model()) as rep:
+        for shape, k in values:
+            rep.run(_feeds(rng, shape, k))
+        assert len(rep._pipelines) == plb.MAX_SPECIALISED
+        first = next(iter(rep._pipelines.values()))
+        rep.run(_feeds(rng, (2, 6), 1))  # dropped: imported again, the oldest kept one goes
+        assert first not in rep._pipelines.values() and len(rep._pipelines) == plb.MAX_SPECIALISED
+
+
+def test_backend_run_model_and_run_node_match_the_reference(device, rng):
+    model, feeds = om.mlp_block()
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    got = plb.run_model(model, [feeds[n] for n in names], device=device.upper())
+    for value, want in zip(got, om.run_reference(model, feeds), strict=True):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    x = rng.standard_normal((4, 5)).astype(F)
+    (y,) = plb.run_node(helper.make_node("Softmax", ["x"], ["y"], axis=1), [x], device=device.upper())
+    np.testing.assert_allclose(y, np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-5)
+    (y,) = plb.run_node(helper.make_node("Relu", ["x"], ["y"]), [x], opset_version=13)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_backend_refusals_are_pipelink_errors(rng):
+    model = _reshape_topk_model()
+    with pytest.raises(pl.InvalidArgumentError, match="give CPU, CUDA or CUDA:N"):
+        plb.prepare(model, device="TPU")
+    assert plb.supports_device("CPU") and not plb.supports_device("TPU")
+    with plb.prepare(model) as rep:
+        with pytest.raises(pl.InvalidArgumentError, match="'k'.* must be a constant at import"):
+            rep.run({"x": np.zeros((2, 6), F), "shape": np.array([3, 4])})  # the import's refusal stands
+        rep.run(_feeds(rng))
+        with pytest.raises(pl.InvalidArgumentError, match="4 inputs given; the model has 3"):
+            rep.run([np.zeros((2, 6), F)] * 4)
+        with pytest.raises(pl.InvalidArgumentError, match="'y' is not an input of the model"):
+            rep.run({"y": np.zeros(1, F)})
+        with pytest.raises(pl.InvalidArgumentError, match="input 'k' is needed at import"):
+            rep.run({"x": np.zeros((2, 6), F), "shape": np.array([3, 4])})
+        with pytest.raises(pl.InvalidArgumentError, match="takes no options"):
+            rep.run(_feeds(rng), sync=True)
+        # a value that makes the import refuse (a reshape to 5 elements) is the import's refusal
+        with pytest.raises(pl.PipeLinkError):
+            rep.run(_feeds(rng, (5, 1), 1))
+    with pytest.raises(pl.InvalidArgumentError, match="1 inputs given, the node names 2"):
+        plb.run_node(helper.make_node("Add", ["a", "b"], ["c"]), [np.zeros(2, F)])
+    unknown = helper.make_node("NoSuchOp", ["a"], ["b"], domain="com.example")
+    with pytest.raises(pl.PipeLinkError):
+        plb.run_node(unknown, [np.zeros(2, F)])
