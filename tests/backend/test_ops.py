@@ -736,7 +736,7 @@ def test_cast(reg, device, rng, src, dst):
 )
 def test_cast_to_and_from_float8_is_ml_dtypes_bit_for_bit(reg, device, rng, src, dst):
     """Into a float8: round to nearest even, no saturation (NaN for e4m3fn, inf for e5m2 past the largest
-    finite value), a float64 rounded once (the values just off a midpoint check it); out of one: exact.
+    finite value), a float64 rounded once; out of one: exact.
     Every float8 value, their midpoints and the values beyond the range (as ml_dtypes, the CPU reference)."""
     if src.startswith("float8"):
         x = np.arange(256, dtype=np.uint8).view(get_dtype(src).numpy)
@@ -747,7 +747,11 @@ def test_cast_to_and_from_float8_is_ml_dtypes_bit_for_bit(reg, device, rng, src,
         grid = np.sort(grid[np.isfinite(grid)])
         mids = (grid[:-1] + grid[1:]) / 2
         edges = [np.inf, -np.inf, np.nan, 1e6, -1e6, 3e38, 1e-30, -0.0]
-        x = np.concatenate([grid, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), edges])
+        x = [grid, mids, edges]
+        if src != "float64":  # the GPU host's ml_dtypes rounds a float64 through float32 (twice) just off
+            # a midpoint; 0.7's and PipeLink's round once (tests/unit/test_fp8_conversion.py checks them)
+            x += [np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf)]
+        x = np.concatenate(x)
         x = np.concatenate([x, rng.standard_normal(512) * 2.0 ** rng.integers(-20, 20, 512)])
         x = x.astype(get_dtype(src).numpy)
     (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
