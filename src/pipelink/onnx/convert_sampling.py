@@ -1,0 +1,132 @@
+"""ONNX resampling converters: Resize, Upsample, GridSample and AffineGrid."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .convert_common import _attr, _inputs, _only
+from .graph import Graph, Node, Unsupported, float32_attr
+
+__all__: list[str] = []
+
+
+def _resize_modes(g: Graph, node: Node) -> dict[str, Any]:
+    """The mode attributes of a Resize (or Upsample) stage. Resize-10 and Upsample have no coordinate
+    or nearest modes: they map an output pixel x to ``x / scale`` and take the floor for nearest (the
+    ``asymmetric`` and ``floor`` modes of Resize-11, as onnxruntime runs them)."""
+    old = node.op_type == "Upsample" or g.opset < 11
+    return {
+        "mode": _attr(node, "mode", "nearest"),
+        "coordinate_transformation_mode": "asymmetric"
+        if old
+        else _attr(node, "coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": "floor" if old else _attr(node, "nearest_mode", "round_prefer_floor"),
+    }
+
+
+def _upsample(g: Graph, node: Node) -> None:
+    """ONNX Upsample (opsets 7-9, Resize's predecessor): ``resize`` by the scales (an attribute before
+    opset 9, a constant input from it), with Resize-10's modes (:func:`_resize_modes`)."""
+    scales = (
+        g.const(node, 1, "scales") if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("scales")
+    )
+    if scales is None or not np.asarray(scales).size:
+        raise Unsupported("Upsample needs its scales")
+    attrs = _resize_modes(g, node)
+    attrs["mode"] = "linear" if attrs["mode"] == "bilinear" else attrs["mode"]  # opset 7's spelling
+    g.stage(
+        node, "resize", node.inputs[:1], node.outputs[:1], scales=[float32_attr(v) for v in scales], **attrs
+    )
+
+
+def _resize(g: Graph, node: Node) -> None:
+    _only(node, antialias=0, keep_aspect_ratio_policy="stretch")
+    if "axes" in node.attrs:
+        raise Unsupported("attribute axes is not supported; give scales or sizes for every axis")
+    ratios = None
+    if g.opset < 11:
+        scales = g.const(node, 1, "scales")
+        sizes = None
+    elif len(node.inputs) > 3 and node.inputs[3] in g.symbolic:
+        scales, sizes, ratios = None, None, _ratios_of_dims(g, node)
+    else:
+        scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
+    attrs = _resize_modes(g, node)
+    if attrs["mode"] == "cubic":
+        attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
+        attrs["exclude_outside"] = bool(_attr(node, "exclude_outside", 0))
+    if ratios is not None:
+        attrs["scales"] = ratios
+    elif sizes is not None and sizes.size:
+        attrs["sizes"] = [int(s) for s in sizes]
+    elif scales is not None and scales.size:
+        attrs["scales"] = [float32_attr(s) for s in scales]
+    else:
+        raise Unsupported("Resize needs scales or sizes")
+    g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _grid_sample(g: Graph, node: Node) -> None:
+    """GridSample: opset 16's mode names (bilinear, nearest, bicubic) are opset 20's linear, nearest and
+    cubic; the padding mode and align_corners as they are."""
+    names = ("bilinear", "nearest", "bicubic") if g.opset < 20 else ("linear", "nearest", "cubic")
+    mode = _attr(node, "mode", names[0])
+    if mode not in names:
+        raise Unsupported(f"mode {mode!r} is not one of opset {g.opset}'s {list(names)}")
+    g.stage(
+        node,
+        "grid_sample",
+        _inputs(node, 2),
+        node.outputs[:1],
+        mode=dict(zip(names, ("linear", "nearest", "cubic"), strict=True))[mode],
+        padding_mode=str(_attr(node, "padding_mode", "zeros")),
+        align_corners=bool(_attr(node, "align_corners", 0)),
+    )
+
+
+def _affine_grid(g: Graph, node: Node) -> None:
+    """AffineGrid: its size a constant input, which becomes affine_grid's attribute."""
+    size = g.ints(node, 1, "", "size")
+    if size is None:
+        raise Unsupported("AffineGrid needs its size input")
+    g.stage(
+        node,
+        "affine_grid",
+        node.inputs[:1],
+        node.outputs[:1],
+        size=size,
+        align_corners=bool(_attr(node, "align_corners", 0)),
+    )
+
+
+def _ratios_of_dims(g: Graph, node: Node) -> list[float]:
+    """Resize's sizes as a list of dims the model computes (``F.interpolate(x, size=(h, w))`` at a dynamic
+    batch: x's own N and C, then sizes known at import) as the scales they imply: 1 where the entry is x's
+    own dim, ``out / in`` (float64, resize's own ratio for sizes) for a size of a dim known at import,
+    checked to give the size back (``floor(in * out / in) == out``), so the output and the sampling are
+    those of the sizes."""
+    value, x = g.symbolic[node.inputs[3]], node.inputs[0]
+    shape = g.shapes.get(x)
+    if not isinstance(value, list) or shape is None or len(value) != len(shape):
+        raise Unsupported(
+            "Resize's sizes are computed from dims known only when the model runs, and x's rank is unknown "
+            "or differs from theirs"
+        )
+    ratios = []
+    for axis, (entry, dim) in enumerate(zip(value, shape, strict=True)):
+        if not isinstance(entry, int) and entry.same_as(x, axis, dim):
+            ratios.append(1.0)
+        elif isinstance(entry, int) and isinstance(dim, int) and entry > 0 and dim > 0:
+            ratio = entry / dim
+            if math.floor(dim * ratio) != entry:
+                raise Unsupported(f"Resize's size {entry} of axis {axis} ({dim}) is no scale resize can give")
+            ratios.append(ratio)
+        else:
+            raise Unsupported(
+                f"Resize's size of axis {axis} is known only when the model runs and is not x's own dim "
+                f"there ({dim}), or x's dim is unknown (export with fixed shapes)"
+            )
+    return ratios

@@ -1,0 +1,287 @@
+"""ONNX sliding-window converters: Conv, ConvTranspose, MaxPool, AveragePool, LpPool and the global
+pools; a 1-d window runs as the 2-d one over a unit height.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import get_dtype
+from .convert_common import Converter, _attr, _inputs, _only, _scalar
+from .graph import Graph, Node, Unsupported
+from .lowerings import max_pool_with_indices
+
+__all__ = ["conv2d_stage"]
+
+
+def _global_max_pool(g: Graph, node: Node) -> None:
+    """ONNX GlobalMaxPool: ``reduce_max`` over every spatial dim, kept."""
+    shape = g.shapes.get(node.inputs[0])
+    if shape is None or len(shape) < 3:
+        raise Unsupported("GlobalMaxPool needs its input's rank (N, C and at least one spatial dim)")
+    g.stage(
+        node, "reduce_max", node.inputs[:1], node.outputs[:1], axes=list(range(2, len(shape))), keepdims=True
+    )
+
+
+def _window(node: Node, *names: str) -> dict[str, Any]:
+    """The spatial attributes a 2-d window operator takes, checked to be 2-d."""
+    attrs: dict[str, Any] = {}
+    for name in names:
+        if name in node.attrs:
+            value = _attr(node, name)
+            attrs[name] = value if isinstance(value, str) else [int(v) for v in value]
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None and len(kernel) != 2:
+        raise Unsupported(
+            f"a {len(kernel)}-d window (kernel_shape {list(kernel)}); PipeLink has 2-d ones only"
+        )
+    return attrs
+
+
+def conv2d_stage(g: Graph, node: Node) -> tuple[list[str], dict[str, Any]]:
+    """The inputs and attributes of the conv2d stage of an ONNX Conv node (also for the import's Conv +
+    Relu fusion, onnx/fuse.py).
+
+    Raises
+    ------
+    Unsupported
+        A window other than 2-d, an absent input before a present one.
+    """
+    attrs = _window(node, "strides", "pads", "dilations", "auto_pad")
+    weight = g.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if weight is not None and weight.ndim != 4:
+        raise Unsupported(f"a {weight.ndim - 2}-d convolution; PipeLink's conv2d is 2-d")
+    if int(_attr(node, "group", 1)) != 1:
+        attrs["group"] = int(_attr(node, "group"))
+    return _inputs(node, 3), attrs
+
+
+def _conv(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _conv)
+        return
+    inputs, attrs = conv2d_stage(g, node)
+    g.stage(node, "conv2d", inputs, node.outputs[:1], **attrs)
+
+
+def _is_1d(g: Graph, node: Node) -> bool:
+    """Whether a Conv, ConvTranspose, MaxPool or AveragePool node slides a 1-d window (``[N, C, L]``)."""
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None:
+        return len(kernel) == 1
+    weighted = node.op_type in _WEIGHTED_WINDOWS and len(node.inputs) > 1
+    weight = g.constants.get(node.inputs[1]) if weighted else None
+    if weight is not None:
+        return weight.ndim == 3
+    shape = g.shapes.get(node.inputs[0])
+    return shape is not None and len(shape) == 3
+
+
+def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
+    """A 1-d window node run as the 2-d one over a unit height: x ``[N, C, L]`` unsqueezed to
+    ``[N, C, 1, L]`` (a view), the window attributes given a leading unit axis (kernel ``[1, k]``, pads
+    ``[0, p0, 0, p1]``, a ConvTranspose's output_padding ``[0, p]``), a Conv's or ConvTranspose's
+    constant weight ``[A, B, k]`` reshaped to ``[A, B, 1, k]`` (else unsqueezed by a stage), and the
+    result squeezed back."""
+    y = node.outputs[0]
+    attrs = dict(node.attrs)
+    for name in ("kernel_shape", "strides", "dilations", "output_padding", "pads"):
+        if name in attrs and len(attrs[name]) != (2 if name == "pads" else 1):
+            raise Unsupported(f"attribute {name}={list(attrs[name])} does not fit a 1-d window")
+    units = (
+        ("kernel_shape", 1),
+        ("strides", 1),
+        ("dilations", 1),
+        ("output_padding", 0),
+        ("output_shape", 1),
+    )
+    for name, unit in units:
+        if name in attrs:
+            attrs[name] = [unit, *(int(v) for v in attrs[name])]
+    if "pads" in attrs:
+        begin, end = (int(v) for v in attrs["pads"])
+        attrs["pads"] = [0, begin, 0, end]
+    inputs = list(node.inputs)
+    g.stage(node, "unsqueeze", [inputs[0]], [f"{y}__2d_in"], axes=[2])
+    shape = g.shapes.get(inputs[0])
+    if shape is not None and len(shape) == 3:  # what a 2-d converter reads of its input (pads it implies)
+        g.shapes[f"{y}__2d_in"] = (shape[0], shape[1], 1, shape[2])
+    inputs[0] = f"{y}__2d_in"
+    if node.op_type in _WEIGHTED_WINDOWS and len(inputs) > 1 and inputs[1]:
+        weight = g.constants.get(inputs[1])
+        if weight is not None:
+            name = f"{inputs[1]}__2d"
+            g.constants[name] = weight.reshape(weight.shape[0], weight.shape[1], 1, weight.shape[2])
+            g.dtypes[name] = g.dtypes.get(inputs[1]) or get_dtype(weight.dtype).name
+        else:
+            name = f"{y}__2d_w"
+            g.stage(node, "unsqueeze", [inputs[1]], [name], axes=[2])
+        inputs[1] = name
+    flat = Node(node.op_type, node.name, node.domain, inputs, [f"{y}__2d_out", *node.outputs[1:]], attrs)
+    convert_2d(g, flat)
+    g.stage(node, "squeeze", [f"{y}__2d_out"], [y], axes=[2])
+
+
+_WEIGHTED_WINDOWS = frozenset({"Conv", "ConvTranspose"})
+
+
+def _conv_transpose(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _conv_transpose)
+        return
+    attrs = _window(node, "strides", "pads", "output_padding", "dilations")
+    weight = g.constants.get(node.inputs[1])
+    rank = len(g.shapes[node.inputs[0]]) if g.shapes.get(node.inputs[0]) is not None else None
+    if (weight is not None and weight.ndim != 4) or rank not in (None, 4):
+        dims = weight.ndim - 2 if weight is not None and weight.ndim != 4 else rank - 2
+        raise Unsupported(f"a {dims}-d transposed convolution; PipeLink's are 1-d and 2-d")
+    weight_shape = weight.shape if weight is not None else g.shapes.get(node.inputs[1])
+    for name in ("strides", "dilations", "output_padding", "kernel_shape"):
+        given = attrs.get(name, node.attrs.get(name))
+        if given is not None and len(given) != 2:
+            raise Unsupported(f"attribute {name}={list(given)} must give the 2 spatial dims")
+    _transposed_pads(g, node, attrs, None if weight_shape is None else tuple(weight_shape[2:]))
+    if int(_attr(node, "group", 1)) != 1:
+        attrs["group"] = int(_attr(node, "group"))
+    g.stage(node, "conv_transpose2d", _inputs(node, 3), node.outputs[:1], **attrs)
+
+
+def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], kernel: tuple | None) -> None:
+    """ConvTranspose's output_shape, or auto_pad SAME_UPPER / SAME_LOWER (output = input * stride), as
+    the pads they imply, computed at import from the input's spatial dims: the total padding
+    ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - out`` split as the spec says (the
+    larger half at the end for SAME_UPPER, at the start otherwise, as onnxruntime); a negative end (an
+    output larger than the full one) is more output_padding. VALID is no padding."""
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise Unsupported(
+            f"attribute auto_pad={auto_pad!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
+        )
+    wanted = node.attrs.get("output_shape")
+    if auto_pad == "VALID" and wanted is None:
+        attrs.pop("pads", None)
+        return
+    if wanted is None and auto_pad == "NOTSET":
+        return
+    shape = g.shapes.get(node.inputs[0])
+    sizes = list(shape[2:]) if shape is not None else []
+    kernel = node.attrs.get("kernel_shape", kernel)
+    known = [*sizes, *(kernel or [None])]
+    if len(sizes) != 2 or not all(isinstance(d, int) for d in known):
+        raise Unsupported(
+            f"output_shape or auto_pad={auto_pad!r} needs the input's spatial dims and the kernel known "
+            f"at import (input {shape}, kernel {None if kernel is None else list(kernel)})"
+        )
+    strides = attrs.get("strides", [1, 1])
+    dilations = attrs.get("dilations", [1, 1])
+    extra = list(attrs.get("output_padding", [0, 0]))
+    out = (
+        [int(v) for v in wanted][-2:]
+        if wanted is not None
+        else [n * s for n, s in zip(sizes, strides, strict=True)]
+    )
+    if len(out) != 2:
+        raise Unsupported(f"attribute output_shape={list(wanted)} must give the 2 spatial dims")
+    begins, ends = [], []
+    for axis in range(2):
+        full = strides[axis] * (sizes[axis] - 1) + extra[axis] + (int(kernel[axis]) - 1) * dilations[axis] + 1
+        total = full - out[axis]
+        begin, end = (
+            (total // 2, total - total // 2) if auto_pad == "SAME_UPPER" else (total - total // 2, total // 2)
+        )
+        if begin < 0:
+            raise Unsupported(
+                f"output_shape {out} is {-total} larger than the full output along spatial axis {axis}, "
+                "which would pad the start; PipeLink pads only the end (output_padding)"
+            )
+        if end < 0:
+            extra[axis], end = extra[axis] - end, 0
+        begins.append(begin)
+        ends.append(end)
+    attrs["pads"] = begins + ends
+    if any(extra):
+        attrs["output_padding"] = extra
+
+
+def _max_pool(g: Graph, node: Node) -> None:
+    if len(node.outputs) > 1 and node.outputs[1]:  # Indices: lowerings.py (Y by this converter)
+        max_pool_with_indices(g, node, _max_pool)
+        return
+    if _is_1d(g, node):
+        _as_2d(g, node, _max_pool)
+        return
+    _only(node, storage_order=0)
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if _attr(node, "ceil_mode", 0):
+        attrs["ceil_mode"] = True
+    g.stage(node, "max_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _average_pool(g: Graph, node: Node) -> None:
+    if _is_1d(g, node):
+        _as_2d(g, node, _average_pool)
+        return
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if _attr(node, "ceil_mode", 0):
+        attrs["ceil_mode"] = True
+    if _attr(node, "count_include_pad", 0):
+        attrs["count_include_pad"] = True
+    g.stage(node, "avg_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _lp(g: Graph, node: Node, summed: Callable[[str, str], None]) -> None:
+    """``(sum |x|^p)^(1/p)`` with ``summed(src, dst)`` the summing stages: ``abs`` (p 1), ``mul`` x x
+    (p 2) or ``abs``, ``pow``; then none, ``sqrt`` or ``pow`` by 1/p."""
+    x, y = node.inputs[0], node.outputs[0]
+    p = int(_attr(node, "p", 2))
+    if p < 1:
+        raise Unsupported(f"{node.op_type} p={p}; p must be a positive integer")
+    powered = f"{y}__abs" if p == 1 else f"{y}__square" if p == 2 else f"{y}__pow"
+    if p == 2:
+        g.stage(node, "mul", [x, x], [powered])
+    else:
+        g.stage(node, "abs", [x], [f"{y}__abs"])
+    if p > 2:
+        g.stage(node, "pow", [f"{y}__abs", _scalar(g, node, x, "p", float(p))], [powered])
+    total = y if p == 1 else f"{y}__sum"
+    summed(powered, total)
+    if p == 2:
+        g.stage(node, "sqrt", [total], [y])
+    elif p > 2:
+        g.stage(node, "pow", [total, _scalar(g, node, x, "inverse_p", 1.0 / p)], [y])
+
+
+def _global_lp_pool(g: Graph, node: Node) -> None:
+    """ONNX GlobalLpPool: the Lp norm over every spatial dim, kept (``reduce_sum``)."""
+    shape = g.shapes.get(node.inputs[0])
+    if shape is None or len(shape) < 3:
+        raise Unsupported("GlobalLpPool needs its input's rank (N, C and at least one spatial dim)")
+    axes = list(range(2, len(shape)))
+    _lp(g, node, lambda src, dst: g.stage(node, "reduce_sum", [src], [dst], axes=axes, keepdims=True))
+
+
+def _lp_pool(g: Graph, node: Node) -> None:
+    """ONNX LpPool (2-d, and 1-d as Conv's): each window's sum as the zero-padded average
+    (``avg_pool2d``, count_include_pad) times the window size (``scale``). ceil_mode is refused: its
+    windows past the padding would be averaged over fewer taps."""
+    if _is_1d(g, node):
+        _as_2d(g, node, _lp_pool)
+        return
+    if _attr(node, "ceil_mode", 0):
+        raise Unsupported("LpPool with ceil_mode=1 (the windows past the padding) is not supported")
+    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    if "kernel_shape" not in attrs:
+        raise Unsupported("LpPool needs its kernel_shape")
+    count = float(np.prod(attrs["kernel_shape"]))
+
+    def summed(src: str, dst: str) -> None:
+        mean = f"{node.outputs[0]}__mean"
+        g.stage(node, "avg_pool2d", [src], [mean], count_include_pad=True, **attrs)
+        g.stage(node, "scale", [mean], [dst], factor=count)
+
+    _lp(g, node, summed)
