@@ -223,3 +223,21 @@ def test_backend_refusals_are_pipelink_errors(rng):
     unknown = helper.make_node("NoSuchOp", ["a"], ["b"], domain="com.example")
     with pytest.raises(pl.PipeLinkError):
         plb.run_node(unknown, [np.zeros(2, F)])
+
+
+def test_onnx_backend_test_runner_drives_the_backend():
+    """onnx's own runner (``onnx.backend.test.BackendTest``) prepares and runs models through the backend:
+    a few node cases, among them Reshape with its shape fed as an input (specialised) and GridSample."""
+    import unittest
+
+    import onnx.backend.test
+
+    runner = onnx.backend.test.BackendTest(plb.PipeLinkBackend, __name__)
+    runner.include(r"^test_(relu|reshape_reordered_all_dims|reshape_negative_dim|gridsample|top_k)_cpu$")
+    suite = unittest.TestSuite(
+        unittest.defaultTestLoader.loadTestsFromTestCase(case) for case in runner.test_cases.values()
+    )
+    result = unittest.TestResult()
+    suite.run(result)
+    ran = result.testsRun - len(result.skipped)
+    assert ran == 5 and not result.failures and not result.errors, (result.failures, result.errors)
