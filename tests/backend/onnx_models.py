@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pipelink as pl
+from pipelink.onnx import import_model
 
 __all__ = [
     "mlp_block",
@@ -21,6 +23,9 @@ __all__ = [
     "causal_attention",
     "gpt2_block",
     "make_model",
+    "one_node_model",
+    "stage_names",
+    "refused",
     "run_reference",
     "reference_evaluator",
 ]
@@ -47,6 +52,44 @@ def make_model(nodes, inputs, outputs, initializers, name: str, opset: int = 21)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ORT_IR_VERSION
     return model
+
+
+def one_node_model(op, inputs, feeds, inits, attrs, outputs, *, opset: int, name: str = "one_node"):
+    """A model of one ``op`` node reading ``inputs`` ("" for an absent one) and making ``outputs``
+    (untyped): graph inputs typed from ``feeds`` (name -> array, or name -> (dtype, shape) with symbols
+    allowed), initializers ``inits`` (name -> array), the node's attributes ``attrs``; IR 10."""
+    node = helper.make_node(op, inputs, list(outputs), name="the_node", **attrs)
+    declared = []
+    for tensor, value in feeds.items():
+        dtype, shape = value if isinstance(value, tuple) else (value.dtype, value.shape)
+        declared.append(
+            helper.make_tensor_value_info(tensor, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
+        )
+    graph = helper.make_graph(
+        [node],
+        name,
+        declared,
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ORT_IR_VERSION
+    return model
+
+
+def stage_names(model) -> list[str]:
+    """The operators of the stages ``model`` imports as, in order."""
+    config, _ = import_model(model)
+    return [s["name"] for s in config["pipeline"]]
+
+
+def refused(model, why: str) -> list[dict]:
+    """Check that the import refuses ``model`` with a message matching ``why`` (a regex), as
+    ``PIPELINK_ERR_INVALID_ARGUMENT``; returns the refusal's ``unsupported`` entries."""
+    with pytest.raises(pl.PipeLinkError, match=why) as info:
+        import_model(model)
+    assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
+    return info.value.unsupported
 
 
 def run_pipeline(model, feeds: dict, device: str) -> list[np.ndarray]:

@@ -355,9 +355,32 @@ def _case(rng, op):
             {"i": rng.permutation(96)[:24].reshape(2, 3, 2, 2)},
             {"kernel_shape": [2, 2], "strides": [2, 2]},
         ),
+        # onnx/spectral.py (more in test_onnx_spectral.py): DFT-20 (axis an input), STFT-17
+        "DFT": (
+            {"x": _r(rng, 2, 6, 3, 2)},
+            {"n": np.array(8, np.int64), "axis": np.array(1, np.int64)},
+            {"inverse": 1},
+        ),
+        "STFT": ({"x": _r(rng, 2, 16, 1)}, {"step": np.array(3, np.int64), "w": _r(rng, 6)}, {}),
+        # onnx/stateful.py (more in test_onnx_stateful.py): opset 27, every input given
+        "LinearAttention": (
+            {"q": _r(rng, 2, 3, 8), "k": 0.5 * _r(rng, 2, 3, 4), "v": _r(rng, 2, 3, 6)},
+            {
+                "p": 0.3 * _r(rng, 2, 2, 2, 3),
+                "g": -0.2 * np.abs(_r(rng, 2, 3, 4)),
+                "b": rng.random((2, 3, 2), F),
+            },
+            {"q_num_heads": 4, "kv_num_heads": 2},
+        ),
+        "CausalConvWithState": (
+            {"x": _r(rng, 2, 3, 6)},
+            {"w": _r(rng, 3, 1, 3), "b": _r(rng, 3), "p": _r(rng, 2, 3, 2)},
+            {"activation": "silu"},
+        ),
     }
     feeds, inits, attrs = cases[op]
-    n_out = 2 if op in ("Split", "Dropout", "TopK") else 3 if op == "DynamicQuantizeLinear" else 1
+    two = ("Split", "Dropout", "TopK", "LinearAttention", "CausalConvWithState")
+    n_out = 2 if op in two else 3 if op == "DynamicQuantizeLinear" else 1
     return feeds, inits, attrs, n_out
 
 
@@ -379,9 +402,19 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
         [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
     )
-    opset = {"Upsample": 9, "Swish": 24, "CumProd": 26, "Scatter": 10, "SwiGLU": 28, "TensorScatter": 24}.get(
+    opset = {
+        "Upsample": 9,
+        "Swish": 24,
+        "CumProd": 26,
+        "Scatter": 10,
+        "SwiGLU": 28,
+        "TensorScatter": 24,
+        "LinearAttention": 27,
+        "CausalConvWithState": 27,
+    }.get(
         op, 23 if op in ("RMSNormalization", "RotaryEmbedding", "Attention") else 21
-    )  # Upsample left the standard at opset 10; Swish came at 24, CumProd at 26; the LLM ops at 23
+    )  # Upsample left the standard at opset 10; Swish came at 24, CumProd at 26; the LLM ops at 23, the
+    # stateful sequence ops (LinearAttention, CausalConvWithState) at 27
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     model.ir_version = 10
     pipe = pl.from_onnx(model, device=device)

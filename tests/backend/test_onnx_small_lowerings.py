@@ -13,7 +13,6 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import pipelink as pl  # noqa: E402
-from pipelink.onnx import import_model  # noqa: E402
 from tests.backend import onnx_models as om  # noqa: E402
 from tests.conftest import assert_close  # noqa: E402
 
@@ -22,28 +21,11 @@ helper = onnx.helper
 
 
 def _model(op, feeds, inits, attrs, *, opset, n_out=1, inputs=None):
-    """A one-node model: typed graph inputs from ``feeds`` (name -> array, or name -> (dtype, shape) with
-    symbols allowed), initializers ``inits``, untyped outputs; ``inputs`` the node's input names (default:
-    the feeds', then the initializers')."""
+    """A one-node model (``om.one_node_model``) reading ``inputs`` (default: the feeds', then the
+    initializers') and making ``y0``... ``y{n_out - 1}``."""
     names = inputs if inputs is not None else list(feeds) + list(inits)
     outs = [f"y{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, name="the_node", **attrs)
-    declared = []
-    for name, value in feeds.items():
-        dtype, shape = value if isinstance(value, tuple) else (value.dtype, value.shape)
-        declared.append(
-            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
-        )
-    graph = helper.make_graph(
-        [node],
-        "small_lowering",
-        declared,
-        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs],
-        [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
+    return om.one_node_model(op, names, feeds, inits, attrs, outs, opset=opset, name="small_lowering")
 
 
 def _run(model, feeds, device):
@@ -64,15 +46,11 @@ def _check(got, want, what, dtype="float32"):
 
 
 def _stages(model):
-    config, _ = import_model(model)
-    return [s["name"] for s in config["pipeline"]]
+    return om.stage_names(model)
 
 
 def _refused(model, why):
-    with pytest.raises(pl.PipeLinkError, match=why) as info:
-        import_model(model)
-    assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
-    assert info.value.unsupported[0]["node"] == "the_node"
+    assert om.refused(model, why)[0]["node"] == "the_node"
 
 
 # -- Scatter (opsets 9-10): ScatterElements without reduction --------------------------------------------

@@ -88,6 +88,8 @@ from .graph import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Rejected, Unsupporte
 from .losses import negative_log_likelihood_loss, softmax_cross_entropy_loss
 from .lowerings import dynamic_quantize_linear, max_unpool, swiglu, tensor_scatter
 from .recurrent import RECURRENT_OPS
+from .spectral import dft, stft
+from .stateful import causal_conv_with_state, linear_attention
 
 __all__ = [
     "CONVERTERS",
@@ -110,6 +112,8 @@ CONVERTERS: dict[str, Converter] = {
     "Gemm": _gemm,
     "MatMul": _one_to_one("matmul", 2),
     "Einsum": _einsum,
+    "DFT": dft,
+    "STFT": stft,
     **dict.fromkeys(RECURRENT_OPS, _recurrent),
     "Add": _one_to_one("add", 2),
     "Sub": _one_to_one("sub", 2),
@@ -209,6 +213,8 @@ CONVERTERS: dict[str, Converter] = {
     "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,  # opsets 9-10: ScatterElements without reduction
     "TensorScatter": tensor_scatter,
+    "LinearAttention": linear_attention,
+    "CausalConvWithState": causal_conv_with_state,
     "OneHot": _one_hot,
     "EyeLike": _eye_like,
     "Where": _one_to_one("where", 3),
