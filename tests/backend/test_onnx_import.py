@@ -1029,3 +1029,39 @@ def test_upsample_and_resize_10_map_pixels_asymmetrically(op, opset, mode):
     else:
         want = [[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]]
     np.testing.assert_array_equal(got, np.array(want, F))
+
+
+@pytest.mark.parametrize("axes", [[2, 3], [3, 2], [-1, -2]])
+@pytest.mark.parametrize("given", ["scales", "sizes"])
+def test_resize_axes_spread_the_scales_or_sizes_over_every_axis(rng, device, axes, given):
+    """Resize-18's ``axes``: the values given for those axes, in that order; the other axes keep their
+    size (a symbolic batch too, with scales)."""
+    x = _r(rng, 2, 3, 4, 5)
+    values = {"scales": np.array([2.0, 0.5], F), "sizes": np.array([7, 3], np.int64)}[given]
+    inputs = ["x", "", "scales"] if given == "scales" else ["x", "", "", "sizes"]
+    node = onnx.helper.make_node("Resize", inputs, ["y"], name="resize", mode="linear", axes=axes)
+    batch = "N" if given == "scales" else 2
+    model = om.make_model([node], [("x", [batch, 3, 4, 5])], [("y", None)], {given: values}, "r", opset=19)
+    # onnx's reference takes no negative axes (the spec does): its twin with them counted from the front
+    twin = onnx.helper.make_node("Resize", inputs, ["y"], mode="linear", axes=[a % 4 for a in axes])
+    twin = om.make_model([twin], [("x", [batch, 3, 4, 5])], [("y", None)], {given: values}, "r", opset=19)
+    want = om.reference_evaluator(twin, {"x": x})[0]
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == want.shape
+    assert_close(got, want, "float32", "Resize axes")
+
+
+def test_resize_axes_refusals():
+    def refused(axes, x_shape, given="scales", values=(2.0, 2.0)):
+        inputs = ["x", "", "scales"] if given == "scales" else ["x", "", "", "sizes"]
+        dtype = F if given == "scales" else np.int64
+        node = onnx.helper.make_node("Resize", inputs, ["y"], name="resize", axes=axes)
+        model = om.make_model(
+            [node], [("x", x_shape)], [("y", None)], {given: np.array(values, dtype)}, "r", 19
+        )
+        return om.refused(model, "Resize")[0]["why"]
+
+    assert "must be distinct axes of x's rank 4" in refused([2, 2], [1, 1, 4, 4])
+    assert "one scale or size per axis" in refused([2, 3], [1, 1, 4, 4], values=(2.0,))
+    assert "need x's other dims known at import" in refused([2, 3], ["N", 1, 4, 4], "sizes", (8, 8))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .convert_common import _attr, _inputs, _only
+from .convert_common import _attr, _inputs, _only, _shape
 from .graph import Graph, Node, Unsupported, float32_attr
 
 __all__: list[str] = []
@@ -44,8 +44,6 @@ def _upsample(g: Graph, node: Node) -> None:
 
 def _resize(g: Graph, node: Node) -> None:
     _only(node, antialias=0, keep_aspect_ratio_policy="stretch")
-    if "axes" in node.attrs:
-        raise Unsupported("attribute axes is not supported; give scales or sizes for every axis")
     ratios = None
     if g.opset < 11:
         scales = g.const(node, 1, "scales")
@@ -54,6 +52,8 @@ def _resize(g: Graph, node: Node) -> None:
         scales, sizes, ratios = None, None, _ratios_of_dims(g, node)
     else:
         scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
+    if "axes" in node.attrs and ratios is None:
+        scales, sizes = _on_every_axis(g, node, scales, sizes)
     attrs = _resize_modes(g, node)
     if attrs["mode"] == "cubic":
         attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
@@ -67,6 +67,34 @@ def _resize(g: Graph, node: Node) -> None:
     else:
         raise Unsupported("Resize needs scales or sizes")
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, Any]:
+    """Resize-18's ``axes``: the scales or sizes given for those axes (in that order), spread over every
+    axis of x (scale 1, or x's own size, on the others). Needs x's rank, and for sizes its other dims."""
+    shape = _shape(g, node.inputs[0])
+    if shape is None:
+        raise Unsupported("attribute axes needs x's rank known at import")
+    rank = len(shape)
+    axes = [int(a) for a in node.attrs["axes"]]
+    if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
+        raise Unsupported(f"attribute axes={axes} must be distinct axes of x's rank {rank}")
+    axes = [a % rank for a in axes]
+    given = sizes if sizes is not None and np.asarray(sizes).size else scales
+    if given is None or np.asarray(given).size != len(axes):
+        raise Unsupported(f"with axes={axes}, Resize needs one scale or size per axis")
+    if given is sizes:
+        if any(not isinstance(shape[k], int) for k in range(rank) if k not in axes):
+            raise Unsupported(
+                f"sizes for axes={axes} need x's other dims known at import (x is {list(shape)})"
+            )
+        full = [int(d) if isinstance(d, int) else 0 for d in shape]
+        for a, v in zip(axes, np.asarray(sizes).reshape(-1), strict=True):
+            full[a] = int(v)
+        return None, np.asarray(full, np.int64)
+    full = np.ones(rank, np.float32)
+    full[axes] = np.asarray(scales, np.float32).reshape(-1)
+    return full, None
 
 
 def _grid_sample(g: Graph, node: Node) -> None:
