@@ -1065,3 +1065,35 @@ def test_resize_axes_refusals():
     assert "must be distinct axes of x's rank 4" in refused([2, 2], [1, 1, 4, 4])
     assert "one scale or size per axis" in refused([2, 3], [1, 1, 4, 4], values=(2.0,))
     assert "need x's other dims known at import" in refused([2, 3], ["N", 1, 4, 4], "sizes", (8, 8))
+
+
+@pytest.mark.parametrize(
+    ("policy", "x_shape", "sizes", "axes"),
+    [
+        ("not_larger", [1, 1, 4, 4], [1, 1, 7, 8], None),  # one scale 7/4: [7, 7]
+        ("not_smaller", [1, 1, 4, 4], [1, 1, 7, 8], None),  # 8/4: [8, 8]
+        ("not_larger", [2, 3, 6, 4], [3, 8], [2, 3]),  # 3/6: [3, 2]
+        ("not_smaller", [2, 3, 6, 4], [2, 12], [3, 2]),  # axes in another order: 2: [12, 8]
+    ],
+)
+def test_resize_keeps_the_aspect_ratio_at_one_scale(rng, device, policy, x_shape, sizes, axes):
+    x = _r(rng, *x_shape)
+    attrs = {"mode": "nearest", "keep_aspect_ratio_policy": policy} | ({"axes": axes} if axes else {})
+    node = onnx.helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", **attrs)
+    inits = {"sizes": np.array(sizes, np.int64)}
+    model = om.make_model([node], [("x", x_shape)], [("y", None)], inits, "r", opset=19)
+    want = om.reference_evaluator(model, {"x": x})[0]
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_resize_keeping_the_aspect_ratio_at_a_scale_sizes_cannot_give_is_refused():
+    """not_smaller of [2, 4] to [1, 3]: scale 0.75 gives [2, 3] (rounded half up), but 2 / 2 is not 0.75:
+    the one-scale resampling has no sizes, and resize takes scales or sizes, not both."""
+    attrs = {"keep_aspect_ratio_policy": "not_smaller", "axes": [2, 3]}
+    node = onnx.helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", **attrs)
+    inits = {"sizes": np.array([1, 3], np.int64)}
+    model = om.make_model([node], [("x", [1, 1, 2, 4])], [("y", None)], inits, "r", opset=19)
+    assert "resample at the one scale 0.75" in om.refused(model, "Resize")[0]["why"]

@@ -43,7 +43,7 @@ def _upsample(g: Graph, node: Node) -> None:
 
 
 def _resize(g: Graph, node: Node) -> None:
-    _only(node, antialias=0, keep_aspect_ratio_policy="stretch")
+    _only(node, antialias=0)
     ratios = None
     if g.opset < 11:
         scales = g.const(node, 1, "scales")
@@ -54,6 +54,9 @@ def _resize(g: Graph, node: Node) -> None:
         scales, sizes = g.const(node, 2, "scales"), g.const(node, 3, "sizes")
     if "axes" in node.attrs and ratios is None:
         scales, sizes = _on_every_axis(g, node, scales, sizes)
+    policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        sizes = _keeping_aspect_ratio(g, node, policy, sizes)
     attrs = _resize_modes(g, node)
     if attrs["mode"] == "cubic":
         attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
@@ -95,6 +98,38 @@ def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, 
     full = np.ones(rank, np.float32)
     full[axes] = np.asarray(scales, np.float32).reshape(-1)
     return full, None
+
+
+def _keeping_aspect_ratio(g: Graph, node: Node, policy: str, sizes: Any) -> np.ndarray:
+    """keep_aspect_ratio_policy not_larger / not_smaller: one scale for the resized axes (the smallest or
+    largest of ``size / in`` over them), each output ``floor(scale * in + 0.5)``, as onnx's reference. The
+    resampling then runs at that one scale, so it is imported as sizes only where each resized axis's
+    ``out / in`` is that scale exactly; else refused (PipeLink's resize takes scales or sizes, not both)."""
+    if policy not in ("not_larger", "not_smaller"):
+        raise Unsupported(
+            f"keep_aspect_ratio_policy={policy!r}; the spec's are stretch, not_larger, not_smaller"
+        )
+    shape = _shape(g, node.inputs[0])
+    if sizes is None or not np.asarray(sizes).size or shape is None:
+        raise Unsupported(f"keep_aspect_ratio_policy={policy!r} needs sizes and x's shape known at import")
+    rank = len(shape)
+    axes = [int(a) % rank for a in node.attrs.get("axes", range(rank))]
+    if any(not isinstance(shape[a], int) or shape[a] <= 0 for a in axes):
+        raise Unsupported(
+            f"keep_aspect_ratio_policy={policy!r} needs x's resized dims known (x: {list(shape)})"
+        )
+    ratios = [int(sizes[a]) / shape[a] for a in axes]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    out = [int(d) for d in np.asarray(sizes).reshape(-1)]
+    for a in axes:
+        out[a] = int(scale * shape[a] + 0.5)
+    if any(out[a] / shape[a] != scale for a in axes):
+        raise Unsupported(
+            f"keep_aspect_ratio_policy={policy!r}: sizes {out} of x {list(shape)} resample at the one "
+            f"scale {scale}, which not every resized axis's out / in equals; PipeLink's resize takes scales "
+            "or sizes, not both"
+        )
+    return np.asarray(out, np.int64)
 
 
 def _grid_sample(g: Graph, node: Node) -> None:
