@@ -20,6 +20,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
+from .graph import shape_of as _shape
 from .lowerings import table_problem
 
 __all__ = ["AttentionError", "lower_attention"]
@@ -108,10 +109,6 @@ def _float32(value: Any) -> float:
     """An ONNX float attribute as the shortest decimal that reads back to its float32 (0.01, not
     0.009999999776482582)."""
     return float(str(np.float32(value)))
-
-
-def _shape(g, name: str) -> tuple | None:
-    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)
 
 
 def _dtype(g, name: str) -> str | None:

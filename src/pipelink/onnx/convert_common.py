@@ -59,8 +59,3 @@ def _scalar(g: Graph, node: Node, like: str, key: str, value: float) -> str:
     g.constants[name] = np.array(value, dtype=get_dtype(dtype).numpy)
     g.dtypes[name] = dtype
     return name
-
-
-def _shape(g: Graph, name: str) -> tuple | None:
-    """The shape of an ONNX tensor: a constant's own, else what shape inference found (None: unknown)."""
-    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .convert_common import _attr, _shape
+from .convert_common import _attr
 from .graph import Graph, Node, Unsupported, onnx_dtype
+from .graph import shape_of as _shape
 from .lowerings import table_problem
 
 __all__: list[str] = []

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import get_dtype
-from .convert_common import _attr, _inputs, _only, _scalar, _shape
+from .convert_common import _attr, _inputs, _only, _scalar
 from .graph import Graph, Node, Unsupported, float32_attr
+from .graph import shape_of as _shape
 
 __all__: list[str] = []
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from .convert_common import _attr, _inputs, _only, _shape
+from .convert_common import _attr, _inputs, _only
 from .graph import Graph, Node, Unsupported, float32_attr
+from .graph import shape_of as _shape
 
 __all__: list[str] = []
 

@@ -25,6 +25,9 @@ __all__ = [
     "Rejected",
     "Unsupported",
     "dim_symbol",
+    "dtype_of",
+    "shape_of",
+    "show_shape",
     "float32_attr",
     "onnx_dtype",
     "unique_name",
@@ -249,3 +252,25 @@ def onnx_dtype(elem_type: int) -> str:
         return get_dtype(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))).name
     except (KeyError, TypeError, ValueError, PipeLinkError):
         raise Unsupported(f"ONNX element type {elem_type} has no PipeLink dtype") from None
+
+
+def shape_of(g: Graph, name: str) -> tuple | None:
+    """A tensor's shape: a constant's own, else what shape inference found (None: unknown)."""
+    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)
+
+
+def dtype_of(g: Graph, name: str) -> str | None:
+    """A tensor's PipeLink dtype name: from the graph's types, else a constant's own (None: unknown)."""
+    if name in g.dtypes:
+        return g.dtypes[name]
+    if name in g.constants:
+        try:
+            return get_dtype(g.constants[name].dtype).name
+        except PipeLinkError:
+            return str(g.constants[name].dtype)
+    return None
+
+
+def show_shape(shape: tuple | None) -> str:
+    """A shape for a message: ``[?, 4]`` (None dims as ``?``), ``unknown`` for no shape."""
+    return "unknown" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

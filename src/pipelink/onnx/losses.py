@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from ..errors import PipeLinkError
+from .graph import dtype_of as _dtype
+from .graph import shape_of as _shape
+from .graph import show_shape as _show
 
 __all__ = ["LOSS_DTYPES", "REDUCTIONS", "negative_log_likelihood_loss", "softmax_cross_entropy_loss"]
 
@@ -36,27 +38,6 @@ class LossError(Exception):
 
 def _unsupported(why: str) -> Exception:
     return LossError(why)
-
-
-def _shape(g: Any, name: str) -> tuple | None:
-    """A tensor's shape: a constant's own, else what shape inference found (None: unknown)."""
-    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)
-
-
-def _dtype(g: Any, name: str) -> str | None:
-    """A tensor's PipeLink dtype name: from the graph's types, else a constant's own (None: unknown)."""
-    if name in g.dtypes:
-        return g.dtypes[name]
-    if name in g.constants:
-        try:
-            return get_dtype(g.constants[name].dtype).name
-        except PipeLinkError:
-            return str(g.constants[name].dtype)
-    return None
-
-
-def _show(shape: tuple | None) -> str:
-    return "unknown" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
 def _same(a: Any, b: Any) -> bool:

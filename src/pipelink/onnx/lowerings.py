@@ -21,6 +21,9 @@ from ..limits import format_bytes, shape_nbytes
 from ..ops.conv.window import Window, window_2d
 from ..runtime.planfile import MAX_CONSTANT_BYTES
 from .graph import Node, Unsupported, float32_attr
+from .graph import dtype_of as _dtype
+from .graph import shape_of as _shape
+from .graph import show_shape as _show
 
 __all__ = [
     "dynamic_quantize_linear",
@@ -68,29 +71,8 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _shape(g: Any, name: str) -> tuple | None:
-    """A tensor's shape: a constant's own, else what shape inference found (None: unknown)."""
-    return tuple(g.constants[name].shape) if name in g.constants else g.shapes.get(name)
-
-
-def _dtype(g: Any, name: str) -> str | None:
-    """A tensor's PipeLink dtype name: from the graph's types, else a constant's own (None: unknown)."""
-    if name in g.dtypes:
-        return g.dtypes[name]
-    if name in g.constants:
-        try:
-            return get_dtype(g.constants[name].dtype).name
-        except PipeLinkError:
-            return str(g.constants[name].dtype)
-    return None
-
-
 def _known(shape: tuple | None) -> bool:
     return shape is not None and all(isinstance(d, int) for d in shape)
-
-
-def _show(shape: tuple | None) -> str:
-    return "unknown" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
 def _constant(g: Any, name: str, value: Any, dtype: str) -> str:

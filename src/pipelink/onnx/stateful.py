@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..ops.shape import MAX_PARTS
-from .convert_common import _attr, _shape
+from .convert_common import _attr
 from .convert_window import _conv
 from .graph import Node, Unsupported
+from .graph import shape_of as _shape
 from .lowerings import _constant, _dtype, _show, table_problem
 from .recurrent import MAX_STEPS
 
