@@ -220,6 +220,8 @@ def test_backend_refusals_are_pipelink_errors(rng):
             rep.run(_feeds(rng, (5, 1), 1))
     with pytest.raises(pl.InvalidArgumentError, match="1 inputs given, the node names 2"):
         plb.run_node(helper.make_node("Add", ["a", "b"], ["c"]), [np.zeros(2, F)])
+    with pytest.raises(pl.InvalidArgumentError, match="outputs_info describes 2 outputs, the node has 1"):
+        plb.run_node(helper.make_node("Relu", ["a"], ["b"]), [np.zeros(2, F)], outputs_info=[None, None])
     unknown = helper.make_node("NoSuchOp", ["a"], ["b"], domain="com.example")
     with pytest.raises(pl.PipeLinkError):
         plb.run_node(unknown, [np.zeros(2, F)])

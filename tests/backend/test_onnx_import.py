@@ -1097,3 +1097,11 @@ def test_resize_keeping_the_aspect_ratio_at_a_scale_sizes_cannot_give_is_refused
     inits = {"sizes": np.array([1, 3], np.int64)}
     model = om.make_model([node], [("x", [1, 1, 2, 4])], [("y", None)], inits, "r", opset=19)
     assert "resample at the one scale 0.75" in om.refused(model, "Resize")[0]["why"]
+
+
+def test_resize_keep_aspect_ratio_policy_outside_the_spec_is_refused():
+    attrs = {"keep_aspect_ratio_policy": "fill"}
+    node = onnx.helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", **attrs)
+    inits = {"sizes": np.array([1, 1, 4, 4], np.int64)}
+    model = om.make_model([node], [("x", [1, 1, 2, 2])], [("y", None)], inits, "r", opset=19)
+    assert "the spec's are stretch, not_larger, not_smaller" in om.refused(model, "Resize")[0]["why"]
