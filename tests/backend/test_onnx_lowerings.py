@@ -144,11 +144,28 @@ def test_conv_transpose_refusals_name_their_cause(rng):
     _refused(symbolic, "needs the input's spatial dims and the kernel known at import")
 
 
-def test_pow_of_an_integer_base_is_refused_by_pow_itself():
-    model = _one("Pow", {"x": np.ones(3, np.int32), "e": np.ones(3, np.int32)}, {}, {})
-    with pytest.raises(pl.PipeLinkError, match="dtype int32 is not supported") as info:
-        pl.from_onnx(model, device="cpu")
-    assert info.value.code.name == "PIPELINK_ERR_DTYPE_MISMATCH"
+@pytest.mark.parametrize(
+    ("base", "exponent", "stages"),
+    [
+        (np.int32, np.int32, ["pow"]),  # pow's integer power, wrapping
+        (np.uint16, np.int64, ["cast", "pow"]),  # the exponent cast to the base's type
+        (np.int64, np.float32, ["cast", "cast", "pow", "cast"]),  # in float64 and back, as the reference
+        (np.int16, np.float64, ["cast", "cast", "pow", "cast"]),
+    ],
+)
+def test_pow_of_an_integer_base_matches_the_reference(rng, device, base, exponent, stages):
+    """An integer base: the reference's power(a, b).astype(a.dtype), with a float exponent computed in
+    float64 (truncated back toward zero), with an integer one as an integer power."""
+    signed = np.dtype(base).kind == "i"
+    x = rng.integers(-9 if signed else 0, 10, size=(3, 4)).astype(base)
+    e = (rng.integers(0, 5, size=(4,)) + (0.5 if np.dtype(exponent).kind == "f" else 0)).astype(exponent)
+    model = _one("Pow", {"x": x, "e": e}, {}, {})
+    config, _ = import_model(model)
+    assert [s["name"] for s in config["pipeline"]] == stages
+    (got,) = _run(model, {"x": x, "e": e}, device)
+    (want,) = om.reference_evaluator(model, {"x": x, "e": e})  # onnx's own (onnxruntime lacks int16 Pow)
+    assert got.dtype == want.dtype == np.dtype(base)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize(
@@ -408,8 +425,8 @@ def _computed(op, inputs, feeds, inits, attrs=None, opset=21, n_out=1):
             "LpPool with ceil_mode=1",
         ),
         (
-            _computed("LpPool", ["x"], {"x": (F, [1, 1, 5, 5, 5])}, {}, {"kernel_shape": [2, 2, 2]}),
-            "3-d window",
+            _computed("LpPool", ["x"], {"x": (F, [1, 1, 5, 5, 5, 5])}, {}, {"kernel_shape": [2, 2, 2, 2]}),
+            "4-d window",
         ),
         (_computed("GlobalLpPool", ["x"], {"x": (F, [1, 2, 3])}, {}, {"p": 0}), "GlobalLpPool p=0"),
         (_computed("GlobalLpPool", ["x"], {"x": (F, None)}, {}), "GlobalLpPool needs its input's rank"),

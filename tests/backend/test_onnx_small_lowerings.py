@@ -399,8 +399,8 @@ def test_max_pool_indices_refusals():
     attrs = {"kernel_shape": [2, 2]}
     batch = _model("MaxPool", {"x": (np.float32, ["N", 1, 4, 4])}, {}, attrs, opset=22, n_out=2)
     _refused(batch, "the Indices output needs X's shape, every dim known")
-    cube = _model(
-        "MaxPool", {"x": (np.float32, [1, 1, 4, 4, 4])}, {}, {"kernel_shape": [2, 2, 2]}, opset=22, n_out=2
+    cube = _model(  # a 4-d window: no pool of that rank
+        "MaxPool", {"x": (np.float32, [1, 1, 4, 4, 4, 4])}, {}, {"kernel_shape": [2] * 4}, opset=22, n_out=2
     )
     _refused(cube, r"\[N, C, L\] or \[N, C, H, W\]")
     wrong = _model("MaxPool", {"x": (np.float32, [1, 1, 4, 4])}, {}, {"kernel_shape": [2]}, opset=22, n_out=2)

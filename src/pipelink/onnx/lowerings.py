@@ -18,7 +18,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from ..limits import format_bytes, shape_nbytes
-from ..ops.conv.window import Window, window_2d
+from ..ops.conv.window import Window, window_nd
 from ..runtime.planfile import MAX_CONSTANT_BYTES
 from .graph import Node, Unsupported, float32_attr
 from .graph import dtype_of as _dtype
@@ -326,25 +326,26 @@ def max_unpool(g: Any, node: Any) -> None:
 
 # -- MaxPool's Indices output -------------------------------------------------------------------------
 def max_pool_with_indices(g: Any, node: Any, convert_max_pool: Any) -> None:
-    """MaxPool with its Indices output (1-d and 2-d windows): Y by the MaxPool converter
-    (``convert_max_pool``, ``max_pool2d``), and each output's index: the first tap of its window, in
-    row-major window order, whose value is Y's (or, where Y is NaN, the first NaN), as a flat index over
-    the whole input ``((n * C + c) * H + h) * W + w`` (storage_order 1: ``(n * C + c) * H * W + w * H +
-    h``).
+    """MaxPool with its Indices output (1-d, 2-d and 3-d windows): Y by the MaxPool converter
+    (``convert_max_pool``, ``max_pool2d`` / ``max_pool3d``), and each output's index: the first tap of its
+    window, in row-major window order, whose value is Y's (or, where Y is NaN, the first NaN), as a flat
+    index over the whole input ``((n * C + c) * H + h) * W + w`` (3-d: ``(((n * C + c) * D + d) * H + h)
+    * W + w``; storage_order 1: column major within the plane, ``(n * C + c) * H * W + w * H + h``, 3-d
+    ``+ w * D * H + h * D + d``).
 
-    Stages: the taps of every window gathered from X viewed ``[N, C, H*W]`` by a constant table
-    (``reshape``, ``gather``: ``[N, C, out..., taps]``); ``equal`` to Y (``unsqueeze``d), ``or``
-    ``is_nan`` for floats, ``and`` a constant mask of the taps inside the input (padding never wins);
-    ``cast`` to uint8 and ``argmax`` (the first hit); the tap's input index by a ``gather`` of a constant
-    table; plus the ``(n * C + c) * H * W`` offsets. X's shape must be known (the tables and the offsets
-    are constants)."""
+    Stages: the taps of every window gathered from X viewed ``[N, C, H*W]`` (``[N, C, D*H*W]``) by a
+    constant table (``reshape``, ``gather``: ``[N, C, out..., taps]``); ``equal`` to Y (``unsqueeze``d),
+    ``or`` ``is_nan`` for floats, ``and`` a constant mask of the taps inside the input (padding never
+    wins); ``cast`` to uint8 and ``argmax`` (the first hit); the tap's input index by a ``gather`` of a
+    constant table; plus the ``(n * C + c) * H * W`` offsets. X's shape must be known (the tables and
+    the offsets are constants)."""
     x = node.inputs[0]
     y, out = node.outputs[:2]
     shape = _shape(g, x)
-    if not _known(shape) or len(shape) not in (3, 4):
+    if not _known(shape) or len(shape) not in (3, 4, 5):
         raise _unsupported(
-            "the Indices output needs X's shape, every dim known, [N, C, L] or [N, C, H, W] (got "
-            f"{_show(shape)})"
+            "the Indices output needs X's shape, every dim known, [N, C, L] or [N, C, H, W] or "
+            f"[N, C, D, H, W] (got {_show(shape)})"
         )
     order = int(_attr(node, "storage_order", 0))
     if order not in (0, 1):
@@ -399,8 +400,8 @@ def max_pool_with_indices(g: Any, node: Any, convert_max_pool: Any) -> None:
 
 
 def _pool_window(g: Any, node: Any, spatial: list[int]) -> Window:
-    """MaxPool's resolved window: max_pool2d's own geometry (``window_2d``), a 1-d window as the 2-d one
-    over a unit height (as the converter runs it)."""
+    """MaxPool's resolved window: max_pool2d's or max_pool3d's own geometry (``window_nd``), a 1-d window
+    as the 2-d one over a unit height (as the converter runs it)."""
     one_d = len(spatial) == 1
     kernel = list(node.attrs["kernel_shape"])
     if len(kernel) != len(spatial):
@@ -417,11 +418,12 @@ def _pool_window(g: Any, node: Any, spatial: list[int]) -> Window:
         if one_d:
             value = [0, value[0], 0, value[1]] if name == "pads" else [1, *value]
         attrs[name] = value
+    op = f"max_pool{max(len(spatial), 2)}d"
     try:
-        resolved = g.operators("max_pool2d").resolve_attrs(attrs, where="MaxPool as max_pool2d")
-        hw = (1, spatial[0]) if one_d else tuple(spatial)
-        win = window_2d(
-            hw, tuple(resolved["kernel_shape"]), resolved, op="MaxPool", ceil_mode=resolved["ceil_mode"]
+        resolved = g.operators(op).resolve_attrs(attrs, where=f"MaxPool as {op}")
+        sizes = (1, spatial[0]) if one_d else tuple(spatial)
+        win = window_nd(
+            sizes, tuple(resolved["kernel_shape"]), resolved, op="MaxPool", ceil_mode=resolved["ceil_mode"]
         )
     except PipeLinkError as e:
         raise _unsupported(e.message) from None
@@ -431,23 +433,27 @@ def _pool_window(g: Any, node: Any, spatial: list[int]) -> Window:
 def _window_tables(
     win: Window, spatial: list[int], order: int, out: tuple
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output position (``out``) and window tap (row-major): the tap's element of one ``H*W`` plane
-    (0 for a tap on the padding), its index as MaxPool's Indices give it (storage ``order``), and
-    whether it is inside the input."""
-    height, width = (1, spatial[0]) if len(spatial) == 1 else spatial
-    oh, ow = win.out
-    kh, kw = win.kernel
-    _check_table("the Indices output's tap index (per output and window tap)", (*out, kh * kw), "int64")
-    rows = np.arange(oh)[:, None, None, None] * win.strides[0] - win.pads_begin[0]
-    rows = rows + np.arange(kh)[None, None, :, None] * win.dilations[0]
-    cols = np.arange(ow)[None, :, None, None] * win.strides[1] - win.pads_begin[1]
-    cols = cols + np.arange(kw)[None, None, None, :] * win.dilations[1]
-    rows, cols = np.broadcast_arrays(rows, cols)
-    inside = (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
-    if not inside.any(axis=(2, 3)).all():
+    """Per output position (``out``) and window tap (row-major): the tap's element of one plane (0 for a
+    tap on the padding), its index as MaxPool's Indices give it (storage ``order``: 0 row major, 1
+    column major), and whether it is inside the input."""
+    sizes = (1, spatial[0]) if len(spatial) == 1 else tuple(spatial)
+    rank, count = win.rank, math.prod(win.kernel)
+    _check_table("the Indices output's tap index (per output and window tap)", (*out, count), "int64")
+    # each axis's input position, shaped [*win.out, *win.kernel] by broadcasting
+    positions = []
+    for axis in range(rank):
+        starts = np.arange(win.out[axis]) * win.strides[axis] - win.pads_begin[axis]
+        offsets = np.arange(win.kernel[axis]) * win.dilations[axis]
+        starts = starts.reshape([-1 if k == axis else 1 for k in range(2 * rank)])
+        offsets = offsets.reshape([-1 if k == rank + axis else 1 for k in range(2 * rank)])
+        positions.append(starts + offsets)
+    positions = np.broadcast_arrays(*positions)
+    inside = np.logical_and.reduce([(p >= 0) & (p < size) for p, size in zip(positions, sizes, strict=True)])
+    if not inside.any(axis=tuple(range(rank, 2 * rank))).all():
         raise _unsupported("a MaxPool window lies wholly on the padding (it has no element to index)")
-    taps = np.where(inside, rows * width + cols, 0).astype(np.int64)
-    index = np.where(inside, rows * width + cols if order == 0 else rows + cols * height, 0).astype(np.int64)
-    count = kh * kw
+    row_major = sum(p * math.prod(sizes[axis + 1 :]) for axis, p in enumerate(positions))
+    column_major = sum(p * math.prod(sizes[:axis]) for axis, p in enumerate(positions))
+    taps = np.where(inside, row_major, 0).astype(np.int64)
+    index = np.where(inside, row_major if order == 0 else column_major, 0).astype(np.int64)
     shape = (*out, count)
     return taps.reshape(shape), index.reshape(shape), inside.reshape(shape)

@@ -1,6 +1,7 @@
-"""Sliding-window geometry of 2-d convolution and pooling (ONNX): padding, auto_pad and output size.
+"""Sliding-window geometry of convolution and pooling (ONNX) over 2 or 3 spatial axes: padding, auto_pad
+and output size.
 
-One place for the formulas both families use, so conv2d, max_pool2d and avg_pool2d cannot disagree.
+One place for the formulas both families use, so conv2d and the 2-d and 3-d pools cannot disagree.
 """
 
 from __future__ import annotations
@@ -13,34 +14,43 @@ from ...descriptor import Attr
 from ...errors import InvalidArgumentError, ShapeMismatchError
 from .._dims import check_ints, derived, is_known
 
-__all__ = ["AUTO_PADS", "Window", "window_2d", "window_attrs"]
+__all__ = ["AUTO_PADS", "PADS_ORDER", "Window", "window_2d", "window_attrs", "window_nd"]
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+#: What ``pads`` lists, by the number of spatial axes: every begin, then every end (ONNX's order).
+PADS_ORDER = {2: "[top, left, bottom, right]", 3: "[front, top, left, back, bottom, right]"}
 
 
 @dataclass(frozen=True)
 class Window:
-    """Resolved geometry over (H, W): per-axis kernel size, stride, dilation, begin/end pads, output size."""
+    """Resolved geometry over the spatial axes ((H, W) or (D, H, W)): per-axis kernel size, stride,
+    dilation, begin/end pads, output size."""
 
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads_begin: tuple[int, int]
-    pads_end: tuple[int, int]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
     out: tuple
 
     @property
-    def extent(self) -> tuple[int, int]:
+    def rank(self) -> int:
+        """The number of spatial axes."""
+        return len(self.kernel)
+
+    @property
+    def extent(self) -> tuple[int, ...]:
         """The span of one dilated window: ``(k - 1) * d + 1`` per axis."""
         return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations, strict=True))
 
 
-def window_attrs(*, pads_doc: str = "[top, left, bottom, right] zero padding"):
-    """The attributes every 2-d window operator shares (strides, pads, dilations, auto_pad)."""
+def window_attrs(*, rank: int = 2, pads_doc: str | None = None):
+    """The attributes every window operator over ``rank`` spatial axes shares (strides, pads, dilations,
+    auto_pad), their defaults of that length."""
     return [
-        Attr("strides", "ints", (1, 1), doc="step of the window per spatial axis"),
-        Attr("pads", "ints", (0, 0, 0, 0), doc=pads_doc),
-        Attr("dilations", "ints", (1, 1), doc="spacing of the window's taps"),
+        Attr("strides", "ints", (1,) * rank, doc="step of the window per spatial axis"),
+        Attr("pads", "ints", (0,) * (2 * rank), doc=pads_doc or f"{PADS_ORDER[rank]} zero padding"),
+        Attr("dilations", "ints", (1,) * rank, doc="spacing of the window's taps"),
         Attr(
             "auto_pad",
             "str",
@@ -55,7 +65,25 @@ def window_attrs(*, pads_doc: str = "[top, left, bottom, right] zero padding"):
 def window_2d(
     in_hw: tuple, kernel: tuple[int, int], attrs: Mapping[str, Any], *, op: str, ceil_mode: bool = False
 ) -> Window:
-    """Resolve the window over an input of spatial size ``in_hw`` (ints or symbols).
+    """:func:`window_nd` over the two spatial axes (H, W) of a 2-d window (conv2d, max_pool2d, avg_pool2d).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``in_hw`` is not 2 sizes; else as :func:`window_nd`.
+    ShapeMismatchError
+        As :func:`window_nd`.
+    """
+    if len(in_hw) != 2:
+        raise InvalidArgumentError(f"{op}: a 2-d window needs 2 spatial sizes (got {list(in_hw)})")
+    return window_nd(tuple(in_hw), kernel, attrs, op=op, ceil_mode=ceil_mode)
+
+
+def window_nd(
+    in_sizes: tuple, kernel: tuple, attrs: Mapping[str, Any], *, op: str, ceil_mode: bool = False
+) -> Window:
+    """Resolve the window over an input of spatial size ``in_sizes`` (ints or symbols; its length is the
+    number of spatial axes, which every attribute must match: ``pads`` lists every begin, then every end).
 
     Raises
     ------
@@ -66,11 +94,11 @@ def window_2d(
         The dilated kernel does not fit in the padded input.
     """
     strides, dilations, pads = tuple(attrs["strides"]), tuple(attrs["dilations"]), tuple(attrs["pads"])
-    auto_pad = attrs["auto_pad"]
-    check_ints(kernel, 2, op=op, attr="kernel_shape", minimum=1)
-    check_ints(strides, 2, op=op, attr="strides", minimum=1)
-    check_ints(dilations, 2, op=op, attr="dilations", minimum=1)
-    check_ints(pads, 4, op=op, attr="pads", minimum=0)
+    auto_pad, rank = attrs["auto_pad"], len(in_sizes)
+    check_ints(kernel, rank, op=op, attr="kernel_shape", minimum=1)
+    check_ints(strides, rank, op=op, attr="strides", minimum=1)
+    check_ints(dilations, rank, op=op, attr="dilations", minimum=1)
+    check_ints(pads, 2 * rank, op=op, attr="pads", minimum=0)
     if auto_pad != "NOTSET" and any(pads):
         raise InvalidArgumentError(
             f"{op}: explicit 'pads' {list(pads)} cannot be combined with auto_pad {auto_pad!r}; set one",
@@ -78,8 +106,8 @@ def window_2d(
             got=list(pads),
         )
     begin, end, out = [], [], []
-    for axis in range(2):
-        size, k, s, d = in_hw[axis], kernel[axis], strides[axis], dilations[axis]
+    for axis in range(rank):
+        size, k, s, d = in_sizes[axis], kernel[axis], strides[axis], dilations[axis]
         extent = (k - 1) * d + 1
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             if not is_known(size):
@@ -92,7 +120,7 @@ def window_2d(
             small, large = total // 2, total - total // 2
             pb, pe = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
         else:
-            pb, pe = (pads[axis], pads[axis + 2]) if auto_pad == "NOTSET" else (0, 0)
+            pb, pe = (pads[axis], pads[axis + rank]) if auto_pad == "NOTSET" else (0, 0)
         begin.append(pb)
         end.append(pe)
         if not is_known(size):
@@ -104,7 +132,7 @@ def window_2d(
                 f"{op}: the window ({k} taps, dilation {d}: {extent} wide) does not fit in spatial axis "
                 f"{axis} of size {size} padded by {pb}+{pe}",
                 port="x",
-                symbol=f"axis {axis + 2}",
+                symbol=f"axis {axis + 2}",  # after N and C
                 expected=extent,
                 got=size + pb + pe,
             )
