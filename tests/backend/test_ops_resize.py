@@ -1,7 +1,8 @@
 """resize (nearest, linear, cubic) and pixel_shuffle against element-by-element references (every output
 value computed from its own source coordinate, linear as a sum over the 2^k corners, cubic over 4^k
 neighbours) and ONNX's reference
-evaluator: every coordinate_transformation_mode and nearest_mode, scales and sizes, down- and up-sampling.
+evaluator: every coordinate_transformation_mode and nearest_mode, scales and sizes, down- and up-sampling
+(antialias and half_pixel_symmetric against ONNX's reference: test_ops_resize_antialias.py).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ def reg():
     return make_registry()
 
 
-def _coord(o, n_in, scale, mode):
+def _coord(o, n_in, n_out, scale, mode):
     length = n_in * scale  # ONNX: the resized length before rounding down
+    if mode == "half_pixel_symmetric":  # half_pixel, shifted so the rounding down trims both ends alike
+        return n_in / 2 * (1 - n_out / length) + (o + 0.5) / scale - 0.5
     if mode == "asymmetric":
         return o / scale
     if mode == "align_corners":
@@ -48,7 +51,9 @@ def _resize_ref(x, out_shape, scales, mode, coord_mode, nearest_mode):
     x64 = x.astype(np.float64)
     y = np.empty(out_shape)
     for pos in itertools.product(*(range(d) for d in out_shape)):
-        coords = [_coord(o, n, s, coord_mode) for o, n, s in zip(pos, x.shape, scales, strict=True)]
+        coords = [
+            _coord(o, n, m, s, coord_mode) for o, n, m, s in zip(pos, x.shape, out_shape, scales, strict=True)
+        ]
         if mode == "nearest":
             src = tuple(
                 min(max(_round(c, nearest_mode), 0), n - 1) for c, n in zip(coords, x.shape, strict=True)
@@ -68,7 +73,7 @@ def _resize_ref(x, out_shape, scales, mode, coord_mode, nearest_mode):
     return y
 
 
-COORDS = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric", "align_corners")
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 SCALES = [(1.0, 1.0, 2.0, 2.0), (1.0, 1.0, 0.5, 1.5), (1.0, 1.0, 1.7, 0.6), (1.0, 2.0, 3.0, 1.0)]
 
@@ -237,7 +242,7 @@ def _cubic_ref(x, out_shape, scales, coord_mode, a, exclude):
     for o in np.ndindex(*out_shape):
         per_axis = []
         for k in resized:
-            c = _coord(o[k], x.shape[k], scales[k], coord_mode)
+            c = _coord(o[k], x.shape[k], out_shape[k], scales[k], coord_mode)
             f = math.floor(c)
             taps = [(f + q, _keys(f + q - c, a)) for q in (-1, 0, 1, 2)]
             if exclude:

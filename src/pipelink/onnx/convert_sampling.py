@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .convert_common import _attr, _inputs, _only
+from .convert_common import _attr, _inputs
 from .graph import Graph, Node, Unsupported, float32_attr
 from .graph import shape_of as _shape
 
@@ -44,7 +44,6 @@ def _upsample(g: Graph, node: Node) -> None:
 
 
 def _resize(g: Graph, node: Node) -> None:
-    _only(node, antialias=0)
     ratios = None
     if g.opset < 11:
         scales = g.const(node, 1, "scales")
@@ -59,9 +58,7 @@ def _resize(g: Graph, node: Node) -> None:
     if policy != "stretch":
         sizes = _keeping_aspect_ratio(g, node, policy, sizes)
     attrs = _resize_modes(g, node)
-    if attrs["mode"] == "cubic":
-        attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
-        attrs["exclude_outside"] = bool(_attr(node, "exclude_outside", 0))
+    attrs.update(_resize_filter(node, attrs["mode"]))
     if ratios is not None:
         attrs["scales"] = ratios
     elif sizes is not None and sizes.size:
@@ -71,6 +68,23 @@ def _resize(g: Graph, node: Node) -> None:
     else:
         raise Unsupported("Resize needs scales or sizes")
     g.stage(node, "resize", node.inputs[:1], node.outputs[:1], **attrs)
+
+
+def _resize_filter(node: Node, mode: str) -> dict[str, Any]:
+    """Resize's filter attributes: cubic's coefficient, and antialias (any nonzero value on, as onnx's
+    reference and onnxruntime read it) for linear and cubic, with exclude_outside where it weighs (cubic,
+    antialiased linear: plain linear has an outside neighbour only past the edge, where both neighbours
+    read the edge, so it gives the same values with or without). antialias with nearest is refused, as the
+    reference and onnxruntime refuse it."""
+    antialias = bool(_attr(node, "antialias", 0))
+    if antialias and mode == "nearest":
+        raise Unsupported("attribute antialias=1 filters modes linear and cubic only, not mode 'nearest'")
+    attrs: dict[str, Any] = {"antialias": True} if antialias else {}
+    if mode == "cubic":
+        attrs["cubic_coeff_a"] = float32_attr(_attr(node, "cubic_coeff_a", -0.75))
+    if mode == "cubic" or antialias:
+        attrs["exclude_outside"] = bool(_attr(node, "exclude_outside", 0))
+    return attrs
 
 
 def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, Any]:

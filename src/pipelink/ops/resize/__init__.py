@@ -2,10 +2,11 @@
 and AffineGrid in ``grid_sample.py``): descriptors and NumPy references.
 
 Resize is separable: each resized axis gathers its source indices (for ``linear``, blends two
-neighbours; for ``cubic``, four, with Keys' weights of ``cubic_coeff_a``) once per axis, with index and
+neighbours; for ``cubic``, four, with Keys' weights of ``cubic_coeff_a``; with ``antialias``, the
+filter stretched by ``1 / scale`` when downsampling, ``antialias.py``) once per axis, with index and
 weight tables computed in ``bind``. Linear and cubic resizing compute in float32 (float64 for float64).
-The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate formulas and the same channel
-layouts.
+The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate and weight formulas, evaluated on
+the device, and the same channel layouts.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import numpy as np
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...dtypes import DTYPES
 from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
+from ...limits import shape_nbytes
 from .._common import FLOATS, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
 from .._dims import derived, is_known
 from ..kernel import cuda_variant
 from . import cuda, grid_sample
+from .antialias import antialias_tap_count, antialias_taps
 from .cubic import keys_weights
 from .cuda import MAX_CUBIC_AXES, resized_axes
 
@@ -37,7 +40,7 @@ __all__ = [
     "HOST_ONLY",
 ]
 
-COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric", "align_corners")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 HOST_ONLY = ("grid_sample", "affine_grid")
 """This family's operators without a CUDA kernel: on CUDA their NumPy reference runs on staged host copies."""
@@ -93,10 +96,15 @@ def source_coordinates(out_size: int, in_size: int, scale: float, mode: str) -> 
     """ONNX's coordinate_transformation_mode: where each output index samples the input (float64).
 
     As in ONNX's reference, the resized length in align_corners and pytorch_half_pixel is
-    ``in_size * scale`` (not rounded down), which equals ``out_size`` when the shape came from sizes.
+    ``in_size * scale`` (not rounded down), which equals ``out_size`` when the shape came from sizes;
+    half_pixel_symmetric shifts half_pixel's coordinates by ``in_size / 2 * (1 - out_size / length)``, so
+    the rounding down of the length trims both ends alike.
     """
     o = np.arange(out_size, dtype=np.float64)
     length = in_size * scale
+    if mode == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / length)
+        return offset + (o + 0.5) / scale - 0.5
     if mode == "asymmetric":
         return o / scale
     if mode == "align_corners":
@@ -136,8 +144,15 @@ def _nearest(coords: np.ndarray, mode: str, in_size: int) -> np.ndarray:
 
 def infer_resize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     """Output rule of resize; linear and cubic modes need a float input, cubic at most
-    :data:`MAX_CUBIC_AXES` resized axes."""
+    :data:`MAX_CUBIC_AXES` resized axes; antialias applies to linear and cubic only (as ONNX's spec words
+    it; its reference and onnxruntime refuse it with nearest)."""
     mode = attrs["mode"]
+    if attrs["antialias"] and mode == "nearest":
+        raise InvalidArgumentError(
+            "resize: 'antialias' filters modes 'linear' and 'cubic', not 'nearest' (as ONNX's Resize); "
+            "use mode 'linear', or antialias false",
+            attr="antialias",
+        )
     if mode != "nearest" and in_dtypes[0] not in FLOATS:
         raise DTypeMismatchError(
             f"resize: mode {mode!r} needs a float input (got {in_dtypes[0]}); use mode 'nearest' or cast",
@@ -161,8 +176,10 @@ def _resize_bind(ctx: KernelContext):
     shape = tuple(ctx.in_shapes[0])
     out_shape, scales = resize_plan(shape, ctx.attrs)
     mode = ctx.attrs["mode"]
-    linear = mode == "linear"
+    linear, antialias = mode == "linear", bool(ctx.attrs["antialias"])
     coord_mode, nearest_mode = ctx.attrs["coordinate_transformation_mode"], ctx.attrs["nearest_mode"]
+    if 0 in out_shape:  # nothing to write: build no tables (an empty x may declare any length)
+        return _write_nothing
     dtype = ctx.in_dtypes[0]
     cdt = compute_dtype(dtype) if mode != "nearest" else numpy_dtype(dtype)
     # Linear blends in the compute dtype: widen a half input once into a buffer kept from here.
@@ -174,7 +191,11 @@ def _resize_bind(ctx: KernelContext):
         current[axis] = out
         bshape = [1] * len(shape)
         bshape[axis] = out
-        if mode == "cubic" and size:
+        if antialias and size:
+            taps, weights = _filter_taps(ctx, coords, size, scales[axis], axis)
+            filtered = [(taps[:, j], weights[:, j].astype(cdt).reshape(bshape)) for j in range(taps.shape[1])]
+            steps.append((axis, filtered, None, None, np.empty(current, cdt), np.empty(current, cdt)))
+        elif mode == "cubic" and size:
             taps, weights = cubic_taps(
                 coords, size, float(ctx.attrs["cubic_coeff_a"]), bool(ctx.attrs["exclude_outside"])
             )
@@ -196,7 +217,7 @@ def _resize_bind(ctx: KernelContext):
             np.copyto(widened, data, casting="unsafe")
             data = widened
         for axis, lo, hi, weight, buf, other in steps:
-            if isinstance(lo, list):  # cubic: the four neighbours, weighted, summed in order
+            if isinstance(lo, list):  # cubic, antialias: the taps, weighted, summed in order
                 for j, (taps, w) in enumerate(lo):
                     np.take(data, taps, axis=axis, out=other)
                     np.multiply(other, w, out=other)
@@ -217,6 +238,26 @@ def _resize_bind(ctx: KernelContext):
         np.copyto(outputs[0], data, casting="unsafe")
 
     return kernel
+
+
+def _write_nothing(inputs, outputs, stream) -> None:
+    """The kernel of a resize to an empty y."""
+
+
+def _filter_taps(
+    ctx: KernelContext, coords: np.ndarray, size: int, scale: float, axis: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The antialiased taps of one axis (``antialias_taps``), once their tables are known to fit: a
+    downsampling by a tiny scale blends about ``2 / scale`` inputs per output (cubic ``4 / scale``)."""
+    mode = ctx.attrs["mode"]
+    count = antialias_tap_count(scale, mode)
+    ctx.backend.check_fits(
+        shape_nbytes((len(coords), count), 16),
+        tag=f"stage {ctx.stage!r} resize antialias tables of axis {axis} ({len(coords)} x {count} taps)",
+    )
+    return antialias_taps(
+        coords, size, scale, mode, float(ctx.attrs["cubic_coeff_a"]), bool(ctx.attrs["exclude_outside"])
+    )
 
 
 def infer_pixel_shuffle(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
@@ -265,7 +306,7 @@ def descriptors() -> list[OperatorDescriptor]:
     return [
         builtin_operator(
             "resize",
-            doc="Resample x to new sizes (nearest or linear), each axis by a scale or to a size.",
+            doc="Resample x to new sizes (nearest, linear or cubic), each axis by a scale or to a size.",
             inputs=[Port("x", dtype="T")],
             outputs=[Port("y", dtype="T")],
             attrs=[
@@ -278,7 +319,16 @@ def descriptors() -> list[OperatorDescriptor]:
                 ),
                 Attr("cubic_coeff_a", "float", -0.75, doc="cubic: Keys' coefficient (-0.5 TensorFlow's)"),
                 Attr(
-                    "exclude_outside", "bool", False, doc="cubic: neighbours outside x weigh 0, renormalised"
+                    "exclude_outside",
+                    "bool",
+                    False,
+                    doc="cubic (and antialias): neighbours outside x weigh 0, renormalised",
+                ),
+                Attr(
+                    "antialias",
+                    "bool",
+                    False,
+                    doc="linear, cubic: downsampling stretches the filter by 1 / scale (ONNX antialias)",
                 ),
                 Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
                 Attr("sizes", "ints", (), doc="or: the output shape"),

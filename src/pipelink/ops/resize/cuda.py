@@ -1,6 +1,7 @@
-"""Resampling on CUDA: resize runs ``resize.cu`` (one thread per output element, the coordinates computed
-on the device with the CPU reference's formulas); pixel_shuffle is a permutation of a reshaped x and runs
-the transpose family's kernel. Pure Python + NumPy.
+"""Resampling on CUDA: resize runs ``resize.cu`` (one thread per output element, the coordinates and the
+weights, antialiased filters' included, computed on the device with the CPU reference's formulas: no table
+crosses to the device, so a launch stays one prebuilt kernel the native core replays); pixel_shuffle is a
+permutation of a reshaped x and runs the transpose family's kernel. Pure Python + NumPy.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ RESIZE_DTYPES = FLOATS + ("int8", "int32", "int64", "uint8")
 PIXEL_SHUFFLE_DTYPES = TRANSPOSE_KERNELS["transpose"].dtypes
 _COORD = {
     "half_pixel": "PL_COORD_HALF_PIXEL",
+    "half_pixel_symmetric": "PL_COORD_HALF_PIXEL_SYMMETRIC",
     "pytorch_half_pixel": "PL_COORD_PYTORCH_HALF_PIXEL",
     "asymmetric": "PL_COORD_ASYMMETRIC",
     "align_corners": "PL_COORD_ALIGN_CORNERS",
@@ -87,13 +89,14 @@ def plan_resize(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
     """Plan ``y = resize(x)`` from the shapes and per-axis scales ``resize_plan`` resolved and the stage's
-    ``mode``, ``coordinate_transformation_mode`` and ``nearest_mode``:
-    ``pl_resize(x, y, n, din0..din7, dout0..dout7, sc0..sc7, resized)``.
+    ``mode``, ``coordinate_transformation_mode``, ``nearest_mode`` and ``antialias``:
+    ``pl_resize(x, y, n, din0..din7, dout0..dout7, sc0..sc7, resized, cubic_a)``.
 
     Raises
     ------
     InvalidArgumentError
-        A dtype the kernel does not take (linear: floats only), more than 8 axes, a bad tunable.
+        A dtype the kernel does not take (linear: floats only), more than 8 axes, antialias with mode
+        nearest, a bad tunable.
     """
     source = KERNELS["resize"]
     dt = get_dtype(dtype)
@@ -115,6 +118,11 @@ def plan_resize(
         raise InvalidArgumentError(
             f"resize: mode 'cubic' resizes at most 3 axes (got {len(resized)})", op="resize"
         )
+    antialias = bool(attrs.get("antialias", False))
+    if antialias and not linear:
+        raise InvalidArgumentError(
+            "resize: 'antialias' filters modes 'linear' and 'cubic', not 'nearest'", op="resize"
+        )
     t = tuned_values(source, tuned)
     macros = {
         "PL_T": dt.cuda_type,
@@ -123,6 +131,8 @@ def plan_resize(
         "PL_NL": len(resized) if linear else 0,
         "PL_CUBIC": int(mode == "cubic"),
         "PL_EXCLUDE": int(bool(attrs.get("exclude_outside", False))),
+        # no resized axis: every output copies its input, as the plain linear path does
+        "PL_ANTIALIAS": int(antialias and bool(resized)),
         "PL_COORD": _COORD[attrs["coordinate_transformation_mode"]],
         "PL_NEAREST": _NEAREST[attrs["nearest_mode"]],
         "PL_BLOCK": t["block"],

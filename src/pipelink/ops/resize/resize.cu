@@ -5,16 +5,19 @@
 // nearest rounds it as nearest_mode says, linear blends the two neighbours axis after axis, first
 // resized axis first, in the accumulation type (float; double for double), as the CPU reference does;
 // cubic sums four neighbours per axis the same way, weighted by Keys' kernel (weights in double, as
-// resize/__init__.py's cubic_taps).
+// resize/__init__.py's cubic_taps). With antialias each resized axis blends the taps of
+// resize/antialias.py's filter (stretched by 1 / scale when downsampling: a count known from the scale
+// alone), weights in double normalised as there, summed tap by tap, first resized axis innermost.
 // Never allocate; every index is clamped into the input.
 //
 // Macros (chosen by plan_resize in pipelink/ops/resize/cuda.py):
 //   PL_T        element type (any numeric type for nearest, floats for linear)
 //   PL_NDIM     rank (1..8)
 //   PL_LINEAR   0 nearest, 1 linear or cubic; PL_NL the number of resized axes under them (0..8; cubic
-//               0..3); PL_CUBIC 1 for cubic, with PL_EXCLUDE 1 for exclude_outside
-//   PL_COORD    PL_COORD_HALF_PIXEL, PL_COORD_PYTORCH_HALF_PIXEL, PL_COORD_ASYMMETRIC,
-//               PL_COORD_ALIGN_CORNERS
+//               0..3); PL_CUBIC 1 for cubic, with PL_EXCLUDE 1 for exclude_outside (cubic, antialias);
+//               PL_ANTIALIAS 1 for the antialiasing filters (linear or cubic, PL_NL >= 1)
+//   PL_COORD    PL_COORD_HALF_PIXEL, PL_COORD_HALF_PIXEL_SYMMETRIC, PL_COORD_PYTORCH_HALF_PIXEL,
+//               PL_COORD_ASYMMETRIC, PL_COORD_ALIGN_CORNERS
 //   PL_NEAREST  PL_NEAREST_ROUND_PREFER_FLOOR, PL_NEAREST_ROUND_PREFER_CEIL, PL_NEAREST_FLOOR,
 //               PL_NEAREST_CEIL
 //   PL_BLOCK    threads per block
@@ -30,6 +33,7 @@
 #define PL_COORD_PYTORCH_HALF_PIXEL 1
 #define PL_COORD_ASYMMETRIC 2
 #define PL_COORD_ALIGN_CORNERS 3
+#define PL_COORD_HALF_PIXEL_SYMMETRIC 4
 #define PL_NEAREST_ROUND_PREFER_FLOOR 0
 #define PL_NEAREST_ROUND_PREFER_CEIL 1
 #define PL_NEAREST_FLOOR 2
@@ -47,14 +51,26 @@
 #ifndef PL_EXCLUDE
 #define PL_EXCLUDE 0
 #endif
+#ifndef PL_ANTIALIAS
+#define PL_ANTIALIAS 0
+#endif
 #define PL_TAPS (PL_CUBIC ? 4 : 2)  // neighbours per resized axis
 
 typedef PL_T T;
 
-// where output index o of an axis of in_size samples the input, for that axis's scale
-__device__ __forceinline__ double pl_source_coordinate(long long o, long long in_size, double scale) {
+// where output index o of an axis of in_size (out_size outputs) samples the input, for that axis's scale
+__device__ __forceinline__ double pl_source_coordinate(long long o, long long in_size, long long out_size,
+                                                       double scale) {
     const double od = (double)o;
-#if PL_COORD == PL_COORD_ASYMMETRIC
+#if PL_COORD != PL_COORD_HALF_PIXEL_SYMMETRIC
+    (void)out_size;
+#endif
+#if PL_COORD == PL_COORD_HALF_PIXEL_SYMMETRIC
+    // rounded multiplies: no contraction into an fma, so the coordinate is the reference's to the bit
+    const double adjustment = (double)out_size / __dmul_rn((double)in_size, scale);
+    const double offset = __dmul_rn((double)in_size / 2.0, 1.0 - adjustment);
+    return offset + (od + 0.5) / scale - 0.5;
+#elif PL_COORD == PL_COORD_ASYMMETRIC
     (void)in_size;
     return od / scale;
 #elif PL_COORD == PL_COORD_ALIGN_CORNERS
@@ -94,6 +110,72 @@ __device__ __forceinline__ long long pl_nearest(double c, long long in_size) {
 }
 #endif
 
+#if PL_ANTIALIAS
+// The filter at distance d (resize/antialias.py): linear's triangle clip(1 - |d|, 0, 1), Keys' cubic
+// (resize/cubic.py's keys, the same expressions); PL_HALF_WIDTH its half-width at scale 1.
+#define PL_HALF_WIDTH (PL_CUBIC ? 2.0 : 1.0)
+__device__ __forceinline__ double pl_filter(double d, double a) {
+    d = fabs(d);
+#if PL_CUBIC
+    return d <= 1.0 ? ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+                    : (d < 2.0 ? ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a : 0.0);
+#else
+    (void)a;
+    const double w = 1.0 - d;
+    return w > 0.0 ? w : 0.0;
+#endif
+}
+
+// One resized axis's taps at one output: tap t reads input first + t (clamped into the axis), weighted by
+// pl_filter((start + t - ratio) * scale) / norm (/ renorm with PL_EXCLUDE, 0 outside the axis).
+struct pl_taps {
+    long long first, count, start, size, stride;
+    double ratio, scale, norm, renorm;
+};
+
+__device__ __forceinline__ double pl_tap_weight(const pl_taps& f, long long t, double a) {
+    const double w = pl_filter(((double)(f.start + t) - f.ratio) * f.scale, a) / f.norm;
+#if PL_EXCLUDE
+    const long long at = f.first + t;
+    return at < 0 || at >= f.size ? 0.0 : w / f.renorm;
+#else
+    return w;
+#endif
+}
+
+__device__ __forceinline__ long long pl_tap_offset(const pl_taps& f, long long t) {
+    const long long at = f.first + t;
+    return (at < 0 ? 0 : (at >= f.size ? f.size - 1 : at)) * f.stride;
+}
+
+// The taps of coordinate c on an axis of in_size at `scale` (antialias.py's antialias_taps).
+__device__ __forceinline__ pl_taps pl_filter_taps(double c, long long in_size, long long stride,
+                                                  double scale, double a) {
+    pl_taps f;
+    f.scale = scale < 1.0 ? scale : 1.0;
+    f.start = (long long)floor(-PL_HALF_WIDTH / f.scale) + 1;
+    f.count = 2 - 2 * f.start;
+    const double base = floor(c);
+    const bool whole = c == base;  // a whole coordinate counts as 1 past the previous index
+    f.ratio = whole ? 1.0 : c - base;
+    f.first = (long long)base - (whole ? 1 : 0) + f.start;
+    f.size = in_size;
+    f.stride = stride;
+    double norm = 0.0;  // the raw weights' sum, in tap order
+    for (long long t = 0; t < f.count; ++t) {
+        norm += pl_filter(((double)(f.start + t) - f.ratio) * f.scale, a);
+    }
+    f.norm = norm;
+    f.renorm = 1.0;
+#if PL_EXCLUDE
+    double renorm = 0.0;
+    for (long long t = 0; t < f.count; ++t) renorm += pl_tap_weight(f, t, a);
+    f.renorm = renorm == 0.0 ? 1.0 : renorm;
+#endif
+    return f;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
           long long din0, long long din1, long long din2, long long din3,
@@ -109,8 +191,12 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
         long long rem = i, stride = 1, base = 0;
 #if PL_LINEAR
         typedef typename pl_acc<T>::type A;
+#if PL_ANTIALIAS
+        pl_taps ax[PL_NL > 0 ? PL_NL : 1];
+#else
         long long tap[PL_NL > 0 ? PL_NL : 1][PL_TAPS];
         A w[PL_NL > 0 ? PL_NL : 1][PL_TAPS];
+#endif
         int j = PL_NL - 1;  // slot of the next resized axis, walking from the last axis back
 #else
         (void)cubic_a;
@@ -120,8 +206,11 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             const long long o = rem % dout[k];
             rem /= dout[k];
             if (resized & (1 << k)) {
-                const double c = pl_source_coordinate(o, din[k], sc[k]);
-#if PL_LINEAR && PL_CUBIC
+                const double c = pl_source_coordinate(o, din[k], dout[k], sc[k]);
+#if PL_ANTIALIAS
+                ax[j] = pl_filter_taps(c, din[k], stride, sc[k], cubic_a);
+                --j;
+#elif PL_LINEAR && PL_CUBIC
                 const double f = floor(c), t = c - f, a = cubic_a;
                 double ws[4], sum = 0.0;
 #pragma unroll
@@ -155,7 +244,44 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             }
             stride *= din[k];
         }
-#if PL_LINEAR
+#if PL_ANTIALIAS
+        // The taps of every resized axis, slot 0 (the first resized axis) fastest, as nested sums:
+        // acc[s] sums slot s's taps of acc[s - 1] (of x for slot 0), each weighted, and is folded into
+        // acc[s + 1] when slot s has run through its taps (so the first resized axis sums innermost).
+        long long t[PL_NL], part[PL_NL];
+        double wt[PL_NL];
+        A acc[PL_NL];
+#pragma unroll
+        for (int s = 0; s < PL_NL; ++s) {
+            t[s] = 0;
+            part[s] = pl_tap_offset(ax[s], 0);
+            wt[s] = pl_tap_weight(ax[s], 0, cubic_a);
+            acc[s] = (A)0;
+        }
+        for (bool more = true; more;) {
+            long long off = base;
+#pragma unroll
+            for (int s = 0; s < PL_NL; ++s) off += part[s];
+            acc[0] += pl_to_acc(x[off]) * (A)wt[0];
+            for (int s = 0;; ++s) {  // advance the odometer
+                if (++t[s] < ax[s].count) {
+                    part[s] = pl_tap_offset(ax[s], t[s]);
+                    wt[s] = pl_tap_weight(ax[s], t[s], cubic_a);
+                    break;
+                }
+                if (s + 1 == PL_NL) {  // the last slot ran through its taps: acc[s] is the value
+                    more = false;
+                    break;
+                }
+                acc[s + 1] += acc[s] * (A)wt[s + 1];
+                acc[s] = (A)0;
+                t[s] = 0;
+                part[s] = pl_tap_offset(ax[s], 0);
+                wt[s] = pl_tap_weight(ax[s], 0, cubic_a);
+            }
+        }
+        y[i] = pl_from<T>(acc[PL_NL - 1]);
+#elif PL_LINEAR
         // every combination of the resized axes' neighbours (slot s the s-th digit, base PL_TAPS), then
         // combined axis by axis: first resized axis (slot 0) first
         constexpr int COMBOS = PL_CUBIC ? 1 << (2 * PL_NL) : 1 << PL_NL;
