@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64")
-INT_NAMES = ("int8", "int32", "int64", "uint8")
+INT_NAMES = ("int8", "int32", "int64", "uint8", "int16", "uint16", "uint32", "uint64")
 TOL = TOLERANCES  # (rtol, atol) per output dtype: the package's one table
 
 

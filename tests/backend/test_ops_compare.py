@@ -69,16 +69,16 @@ def _values(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
     npd = get_dtype(dtype).numpy
     if dtype in FLOAT_NAMES:
         return (rng.integers(-4, 5, size=shape) * 0.5).astype(npd)
-    low = 0 if dtype == "uint8" else -3
+    low = 0 if npd.kind == "u" else -3
     return rng.integers(low, low + 7, size=shape).astype(npd)
 
 
 def _exact(a: np.ndarray) -> np.ndarray:
-    """``a`` widened without rounding: floats to float64, ints to int64, bool as it is."""
+    """``a`` widened without rounding: floats to float64, ints to Python ints, bool as it is."""
     if a.dtype == np.bool_:
         return a
     if np.issubdtype(a.dtype, np.integer):
-        return a.astype(np.int64)
+        return a.astype(object)
     return as64(a)
 
 
@@ -105,6 +105,18 @@ def test_comparisons_match_python_on_every_dtype_and_broadcast(reg, device, rng,
     _check_bool(c, want)
     if want.size >= 100:  # ties and both orders drawn: a kernel that ignored equality or order would fail
         assert want.any() and not want.all()
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64", "int16", "uint16"])
+def test_comparisons_of_the_wide_unsigned_values_are_unsigned(reg, device, dtype):
+    """The top bit of uint32 and uint64 is a magnitude, not a sign: 2**63 > 1 in uint64 (a kernel that
+    compared in int or long long would call it negative); int16 keeps its sign."""
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.max // 2 + 1, 0, info.min, 1, info.max], dtype=dtype)
+    b = np.array([1, info.max // 2, info.max, info.max, info.min, info.max], dtype=dtype)
+    for name, ref in COMPARE.items():
+        (c,) = run_op(reg, name, [a, b], device=device)
+        _check_bool(c, np.asarray(ref(a.astype(object), b.astype(object)), dtype=np.bool_))
 
 
 @pytest.mark.parametrize("name", list(LOGICAL))

@@ -21,7 +21,8 @@ from pipelink.errors import DTypeMismatchError, ErrorCode, InvalidArgumentError,
 from .ops_helpers import TOL, make_registry, rand, run_op
 
 FLOAT_TYPES = ("float32", "float16", "bfloat16", "float64")
-KINDS = ("mean", "sum", "max")
+KINDS = ("mean", "sum", "max", "min")
+INT_TYPES = ("int8", "int32", "int64", "uint8", "int16", "uint16", "uint32", "uint64")
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +47,9 @@ def _ref(x: np.ndarray, kind: str, axes, keepdims: bool, noop: bool) -> np.ndarr
         elif kind == "mean":
             out.append(math.fsum(vals) / len(vals) if vals else math.nan)
         else:
+            pick, empty = (max, -math.inf) if kind == "max" else (min, math.inf)
             out.append(
-                max(vals)
-                if vals and not any(math.isnan(v) for v in vals)
-                else (math.nan if vals else -math.inf)
+                pick(vals) if vals and not any(math.isnan(v) for v in vals) else (math.nan if vals else empty)
             )
     res = np.array(out, np.float64).reshape(tuple(x.shape[a] for a in kept))
     if keepdims:
@@ -84,16 +84,19 @@ def test_reductions_on_floats(reg, device, kind, dtype, shape, axes, keepdims):
     assert np.array_equal(np.isnan(y.astype(np.float64)), np.isnan(ref))
 
 
-@pytest.mark.parametrize("kind", ["sum", "max", "prod"])
-@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("dtype", INT_TYPES)
 def test_integer_sum_wraps_and_max_is_exact(reg, device, kind, dtype):
+    """Sums and products wrap in the type; max and min are exact at both ends of the range (uint64's
+    values past 2**63 too, which a signed comparison would order below 0)."""
     rng = np.random.default_rng(22)
     x = _odd(rand(rng, (4, 50), dtype)) if kind == "prod" else rand(rng, (4, 50), dtype)
-    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": [1], "keepdims": False}, device=device)
     info = np.iinfo(x.dtype)
+    x[1, 7], x[2, 9], x[3, 3] = info.max, info.min, info.max // 2 + 1  # the top bit alone, for unsigned
+    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": [1], "keepdims": False}, device=device)
     for i in range(4):
         vals = [int(v) for v in x[i]]
-        want = {"sum": sum, "max": max, "prod": math.prod}[kind](vals)
+        want = {"sum": sum, "max": max, "min": min, "prod": math.prod}[kind](vals)
         want = (want - info.min) % (info.max - info.min + 1) + info.min  # two's-complement wrap
         assert int(y[i]) == want
 
@@ -105,6 +108,41 @@ def test_empty_max_is_the_lowest_value(reg, device):
     assert y.tolist() == [-128] * 3
     (y,) = run_op(reg, "reduce_max", [np.zeros((0, 2), np.float16)], {"axes": [0]}, device=device)
     assert np.all(np.isneginf(y))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "uint64", "float16", "bool"])
+def test_empty_min_is_the_highest_value(reg, device, dtype):
+    npd = get_dtype(dtype).numpy
+    (y,) = run_op(reg, "reduce_min", [np.zeros((3, 0), npd)], {"axes": [1], "keepdims": False}, device=device)
+    if dtype == "float16":
+        assert np.all(np.isposinf(y))
+    else:
+        high = True if dtype == "bool" else int(np.iinfo(npd).max)
+        assert y.dtype == npd and y.tolist() == [high] * 3
+
+
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize(("shape", "axes"), [((5, 7), [1]), ((4, 3000), [1]), ((3, 4, 5), [0, 2])])
+def test_max_and_min_of_bool_are_any_and_all(reg, device, rng, kind, shape, axes):
+    """ONNX ReduceMax / ReduceMin of bool (opset 20): any and all over the axes."""
+    x = rng.random(shape) < (0.1 if kind == "max" else 0.9)  # rows of both answers
+    x[0] = kind == "min"  # a row all True for min, all False for max
+    (y,) = run_op(reg, f"reduce_{kind}", [x], {"axes": axes, "keepdims": False}, device=device)
+    want = np.any(x, axis=tuple(axes)) if kind == "max" else np.all(x, axis=tuple(axes))
+    assert y.dtype == np.bool_ and np.array_equal(y, want)
+    assert y.reshape(-1).view(np.uint8).max() <= 1, "a bool is 0 or 1"
+
+
+def test_min_is_not_the_negated_max_of_the_negation(reg, device):
+    """A real minimum: -max(-x) is wrong at int8's -128 (its negation wraps to itself) and for every
+    unsigned x with a 0 in it; NaN propagates as through max."""
+    (y,) = run_op(reg, "reduce_min", [np.array([[-128, 0, 5]], np.int8)], {"axes": [1]}, device=device)
+    assert y.tolist() == [[-128]]
+    (y,) = run_op(reg, "reduce_min", [np.array([[9, 0, 5]], np.uint32)], {"axes": [1]}, device=device)
+    assert y.tolist() == [[0]]
+    x = np.array([[1.0, np.nan, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    (y,) = run_op(reg, "reduce_min", [x], {"axes": [1], "keepdims": False}, device=device)
+    assert np.isnan(y[0]) and y[1] == -5.0
 
 
 def test_noop_with_empty_axes_copies(reg, device):
@@ -251,7 +289,7 @@ def test_pipeline_reduces_and_plans():
 
 
 # -- argmax / argmin ----------------------------------------------------------------------------------
-ARG_DTYPES = FLOAT_TYPES + ("int8", "int32", "int64", "uint8")
+ARG_DTYPES = FLOAT_TYPES + INT_TYPES
 
 
 def _arg_ref(x: np.ndarray, kind: str, axis: int, keepdims: bool, last: bool) -> np.ndarray:
@@ -323,7 +361,7 @@ def test_arg_ties_go_first_or_last(reg, device, dtype):
     x = np.zeros((4, n), npd)
     x[0, [5, 37, 1500]] = 9  # ties of the maximum
     x[1, [3, 64, 1999]] = 9
-    x[1, [0, 700]] = 1 if dtype == "uint8" else -7  # ... and of the minimum (uint8: 0 is the minimum)
+    x[1, [0, 700]] = 1 if npd.kind == "u" else -7  # ... and of the minimum (unsigned: 0 is the minimum)
     x[2] = 4  # one value
     x[3, [n - 2, n - 1]] = 9  # at the very end
     for last in (False, True):

@@ -60,12 +60,15 @@ static char* rd_str(Reader* r, const char* what) {
     return s;
 }
 
+/* By PIPELINK_DTYPE_* value; the float8s (9, 10, 15..17: bits 0) are not plan tensors and stay refused. */
 int plk_dtype_info(int32_t dtype_id, PipeLinkDataType* dtype, uint32_t* itemsize) {
     static const struct { uint8_t code, bits; } table[] = {
         {PIPELINK_DL_FLOAT, 32}, {PIPELINK_DL_FLOAT, 16}, {PIPELINK_DL_BFLOAT, 16}, {PIPELINK_DL_FLOAT, 64},
         {PIPELINK_DL_INT, 8},    {PIPELINK_DL_INT, 32},   {PIPELINK_DL_INT, 64},    {PIPELINK_DL_UINT, 8},
-        {PIPELINK_DL_BOOL, 8}};
-    if (dtype_id < 0 || dtype_id >= (int32_t)(sizeof table / sizeof table[0])) return 0;
+        {PIPELINK_DL_BOOL, 8},   {0, 0},                  {0, 0},                   {PIPELINK_DL_INT, 16},
+        {PIPELINK_DL_UINT, 16},  {PIPELINK_DL_UINT, 32},  {PIPELINK_DL_UINT, 64},   {0, 0},
+        {0, 0},                  {0, 0}};
+    if (dtype_id < 0 || dtype_id >= (int32_t)(sizeof table / sizeof table[0]) || table[dtype_id].bits == 0) return 0;
     dtype->code = table[dtype_id].code, dtype->bits = table[dtype_id].bits, dtype->lanes = 1;
     *itemsize = table[dtype_id].bits / 8;
     return 1;
@@ -306,7 +309,8 @@ static int read_stage(Reader* r, Stage* s, const Plan* plan) {
             return 0;
         if (s->n_in != 1 || s->n_out != 1) return r->what = "a relayout with one source and one target", 0;
         const PlanTensor *a = &plan->tensors[s->in[0]], *b = &plan->tensors[s->out[0]];
-        if (a->dtype_id != b->dtype_id || a->numel != b->numel) return r->what = "a relayout between equal tensors", 0;
+        /* A copy between tensors of one size: the same dtype, or one as wide (a bitcast copies the bytes). */
+        if (a->dtype.bits != b->dtype.bits || a->numel != b->numel) return r->what = "a relayout between equal tensors", 0;
         if (s->alias_if_contiguous && b->storage != PLK_STORAGE_ARENA) return r->what = "an aliasing relayout into the arena", 0;
         return 1;
     }

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from .convert_common import Converter, _attr, _scalar
-from .graph import Graph, Node, Unsupported, float32_attr
+from .graph import Graph, Node, Unsupported, dtype_of, float32_attr
 
 __all__: list[str] = []
 
@@ -180,14 +180,23 @@ def _pow(g: Graph, node: Node) -> None:
     """Pow: ONNX lets the exponent have its own type, and PipeLink's pow takes one. A float base's
     exponent of another type is converted to the base's: a constant at import, a computed one by a
     ``cast`` stage (an integer exponent is exact in the base's type up to its significand, 2**24 for
-    float32). An integer base is left to pow's own dtype check (it computes floats only)."""
+    float32). An integer base with a float exponent is the reference's ``power(a, b).astype(a.dtype)``:
+    both cast to float64, pow, the result cast back (truncated toward zero). An integer base with an
+    integer exponent runs pow's integer kernel (wrapping), the exponent cast to the base's type."""
     base, exponent = node.inputs[:2]
-    want, have = g.dtypes.get(base), g.dtypes.get(exponent)
+    want, have = dtype_of(g, base), dtype_of(g, exponent)
+    if want is not None and want not in _POW_FLOATS and have in _POW_FLOATS:
+        y = node.outputs[0]
+        g.stage(node, "cast", [base], [f"{y}__base_as_float64"], dtype="float64")
+        g.stage(node, "cast", [exponent], [f"{y}__exponent_as_float64"], dtype="float64")
+        g.stage(node, "pow", [f"{y}__base_as_float64", f"{y}__exponent_as_float64"], [f"{y}__float64"])
+        g.stage(node, "cast", [f"{y}__float64"], [y], dtype=want)
+        return
     if exponent in g.constants and want is not None and str(g.constants[exponent].dtype) != want:
         folded = f"{exponent}.as_{want}"
         g.constants[folded] = g.constants[exponent].astype(get_dtype(want).numpy)
         exponent = folded
-    elif want in _POW_FLOATS and have is not None and have != want:
+    elif want is not None and have is not None and have != want:
         cast = f"{node.outputs[0]}__exponent_as_{want}"
         g.stage(node, "cast", [exponent], [cast], dtype=want)
         exponent = cast

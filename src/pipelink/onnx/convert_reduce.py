@@ -97,11 +97,10 @@ def _top_k(g: Graph, node: Node) -> None:
     )
 
 
-# ReduceMin = -max(-x), ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|),
+# ReduceSumSquare = sum(x * x), ReduceL2 = sqrt(sum(x * x)), ReduceL1 = sum(|x|),
 # ReduceLogSum = log(sum(x)):
 # (before, the reduction, after) in PipeLink's elementwise and reduce operators.
 _COMPOSED_REDUCTIONS = {
-    "ReduceMin": ("neg", "reduce_max", "neg", 18),
     "ReduceSumSquare": ("square", "reduce_sum", None, 18),
     "ReduceL2": ("square", "reduce_sum", "sqrt", 18),
     "ReduceL1": ("abs", "reduce_sum", None, 18),

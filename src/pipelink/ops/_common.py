@@ -30,7 +30,7 @@ __all__ = [
 VERSION = "1.0.0"
 CPU_VARIANT = "cpu:numpy"
 FLOATS = frozenset(FLOAT_DTYPES)
-INTS = frozenset({"int8", "int32", "int64", "uint8"})
+INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 NUMERIC = FLOATS | INTS
 HALF_DTYPES = frozenset({"float16", "bfloat16"})
 

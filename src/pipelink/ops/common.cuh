@@ -55,15 +55,20 @@ __device__ __forceinline__ __nv_bfloat16 pl_bf16_from_bits(unsigned short b) {
 #define PL_FULL_MASK 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
-// Accumulation type: float for float/half/bfloat16, double for double, int for 8-bit integers and
-// int32, long long for int64.
+// Accumulation type: float for float/half/bfloat16, double for double, int for the 8- and 16-bit
+// integers and int32, long long for int64, the type itself for uint32 and uint64 (whose values an int
+// or a long long would not hold: comparisons, remainders and right shifts stay unsigned).
 // ---------------------------------------------------------------------------------------------
 template <class T> struct pl_acc { typedef float type; };
 template <> struct pl_acc<double> { typedef double type; };
 template <> struct pl_acc<signed char> { typedef int type; };
 template <> struct pl_acc<unsigned char> { typedef int type; };
+template <> struct pl_acc<short> { typedef int type; };
+template <> struct pl_acc<unsigned short> { typedef int type; };
 template <> struct pl_acc<int> { typedef int type; };
 template <> struct pl_acc<long long> { typedef long long type; };
+template <> struct pl_acc<unsigned int> { typedef unsigned int type; };
+template <> struct pl_acc<unsigned long long> { typedef unsigned long long type; };
 
 // ---------------------------------------------------------------------------------------------
 // Conversions. to float: exact for every 16-bit value. from float: round to nearest even.
@@ -103,8 +108,12 @@ __device__ __forceinline__ float pl_to_acc(__half x) { return pl_f16_bits_to_flo
 __device__ __forceinline__ float pl_to_acc(__nv_bfloat16 x) { return pl_bf16_bits_to_float(pl_bits(x)); }
 __device__ __forceinline__ int pl_to_acc(signed char x) { return (int)x; }
 __device__ __forceinline__ int pl_to_acc(unsigned char x) { return (int)x; }
+__device__ __forceinline__ int pl_to_acc(short x) { return (int)x; }
+__device__ __forceinline__ int pl_to_acc(unsigned short x) { return (int)x; }
 __device__ __forceinline__ int pl_to_acc(int x) { return x; }
 __device__ __forceinline__ long long pl_to_acc(long long x) { return x; }
+__device__ __forceinline__ unsigned int pl_to_acc(unsigned int x) { return x; }
+__device__ __forceinline__ unsigned long long pl_to_acc(unsigned long long x) { return x; }
 
 // from float or double to any element type: pl_from<T>(value)
 template <class T> struct pl_convert;
@@ -137,11 +146,24 @@ template <> struct pl_convert<signed char> {
 template <> struct pl_convert<unsigned char> {
     static __device__ __forceinline__ unsigned char from(int x) { return (unsigned char)(x & 0xff); }
 };
+// 16-bit integers likewise keep the low 16 bits
+template <> struct pl_convert<short> {
+    static __device__ __forceinline__ short from(int x) { return (short)(x & 0xffff); }
+};
+template <> struct pl_convert<unsigned short> {
+    static __device__ __forceinline__ unsigned short from(int x) { return (unsigned short)(x & 0xffff); }
+};
 template <> struct pl_convert<int> {
     static __device__ __forceinline__ int from(int x) { return x; }
 };
 template <> struct pl_convert<long long> {
     static __device__ __forceinline__ long long from(long long x) { return x; }
+};
+template <> struct pl_convert<unsigned int> {
+    static __device__ __forceinline__ unsigned int from(unsigned int x) { return x; }
+};
+template <> struct pl_convert<unsigned long long> {
+    static __device__ __forceinline__ unsigned long long from(unsigned long long x) { return x; }
 };
 template <class T, class A> __device__ __forceinline__ T pl_from(A x) { return pl_convert<T>::from(x); }
 

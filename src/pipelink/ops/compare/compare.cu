@@ -9,8 +9,8 @@
 // byte being true.
 //
 // Macros, set by the plans of pipelink/ops/compare/cuda.py:
-//   PL_T            input element type (float, double, __half, __nv_bfloat16, signed char, int,
-//                   long long, unsigned char; unsigned char for bool inputs, with PL_BOOL_IN 1)
+//   PL_T            input element type (float, double, __half, __nv_bfloat16, signed char, short, int,
+//                   long long, their unsigned types; unsigned char for bool inputs, with PL_BOOL_IN 1)
 //   PL_CMP_OP       one of the PL_CMP_* codes below: the one-input codes (PL_CMP_NOT, PL_CMP_ISNAN,
 //                   PL_CMP_ISINF) -> pl_predicate, any other -> pl_compare, pl_compare_bcast
 //   PL_DETECT_POS, PL_DETECT_NEG  PL_CMP_ISINF: 1 to report +inf / -inf (ONNX IsInf's attributes)

@@ -56,7 +56,7 @@ __all__ = [
 
 _SOURCE = Path(__file__).resolve().parent / "compare.cu"
 
-_NUMERIC = FLOATS + ("int8", "int32", "int64", "uint8")
+_NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 # operator -> the PL_CMP_* code of compare.cu
 COMPARE = {
     "equal": "PL_CMP_EQ",

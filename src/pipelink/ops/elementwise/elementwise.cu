@@ -4,11 +4,12 @@
 //
 // Which kernels a compilation contains is chosen by macros, set by the plans of
 // pipelink/ops/elementwise/cuda.py:
-//   PL_T            element type (float, double, __half, __nv_bfloat16; and signed char, unsigned char,
-//                   int and long long for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy,
-//                   PL_OP_MAX, PL_OP_MIN, the remainders, the bitwise ops and the shifts; and for the
-//                   unary PL_OP_NEG, PL_OP_ABS, PL_OP_SIGN, PL_OP_BITWISE_NOT and (not long long)
-//                   PL_OP_SHRINK) - every kernel but pl_cast
+//   PL_T            element type (float, double, __half, __nv_bfloat16; and the integers signed char,
+//                   unsigned char, short, unsigned short, int, unsigned int, long long and unsigned long
+//                   long for PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, which wrap around like NumPy, PL_OP_DIV
+//                   (truncating), PL_OP_POW (wrapping), PL_OP_MAX, PL_OP_MIN, the remainders, the bitwise ops and the shifts;
+//                   and for the unary PL_OP_NEG, PL_OP_ABS, PL_OP_SIGN, PL_OP_BITWISE_NOT and (not the
+//                   64-bit ones) PL_OP_SHRINK) - every kernel but pl_cast
 //   PL_UNARY_OP     one of the unary PL_OP_* codes below     -> pl_unary
 //   PL_BINARY_OP    one of the binary PL_OP_* codes below    -> pl_binary, pl_binary_bcast
 //   PL_BIAS_ADD     defined                                 -> pl_bias_add
@@ -35,8 +36,8 @@
 //                   long long d0..d7, long long sa0..sa7, long long sb0..sb7)
 //   pl_bias_add(const T* x, const T* bias, T* y, long long n, long long N)
 //   pl_cast(const TIN* x, TOUT* y, long long n)
-// ACC is float, or double when T is double (int for the 8-bit integer types and int32, long long for
-// int64); P is ACC for the floats and double for the integers (shrink compares and adds in float64, as
+// ACC is float, or double when T is double (int for the 8- and 16-bit integer types and int32, long long
+// for int64, T itself for uint32 and uint64: common.cuh's pl_acc); P is ACC for the floats and double for the integers (shrink compares and adds in float64, as
 // the ONNX reference does). y may equal x (or a, or b): fused epilogues run these
 // kernels in place, so those pointers are not __restrict__ (each element is read before the same
 // thread writes it, so in-place use is safe).
@@ -126,6 +127,12 @@ __device__ __forceinline__ float pl_neg(float x) { return -x; }
 __device__ __forceinline__ double pl_neg(double x) { return -x; }
 __device__ __forceinline__ int pl_neg(int x) { return (int)(0u - (unsigned int)x); }
 __device__ __forceinline__ long long pl_neg(long long x) { return (long long)(0ull - (unsigned long long)x); }
+// uint32 and uint64: |x| is x, -x wraps (2^N - x), as NumPy's absolute and negative of unsigned types (the
+// 8- and 16-bit unsigned types compute in int: the int overloads, and the store keeps the low bits)
+__device__ __forceinline__ unsigned int pl_abs(unsigned int x) { return x; }
+__device__ __forceinline__ unsigned long long pl_abs(unsigned long long x) { return x; }
+__device__ __forceinline__ unsigned int pl_neg(unsigned int x) { return 0u - x; }
+__device__ __forceinline__ unsigned long long pl_neg(unsigned long long x) { return 0ull - x; }
 __device__ __forceinline__ float pl_log(float x) { return logf(x); }  // log(0) = -inf, log(x < 0) = NaN
 __device__ __forceinline__ double pl_log(double x) { return log(x); }
 __device__ __forceinline__ float pl_pow(float a, float b) { return powf(a, b); }
@@ -280,8 +287,12 @@ __device__ __forceinline__ double pl_gelu(double x) { return 0.5 * x * (1.0 + pl
 template <class T> struct pl_param { typedef typename pl_acc<T>::type type; };
 template <> struct pl_param<signed char> { typedef double type; };
 template <> struct pl_param<unsigned char> { typedef double type; };
+template <> struct pl_param<short> { typedef double type; };
+template <> struct pl_param<unsigned short> { typedef double type; };
 template <> struct pl_param<int> { typedef double type; };
+template <> struct pl_param<unsigned int> { typedef double type; };
 template <> struct pl_param<long long> { typedef double type; };
+template <> struct pl_param<unsigned long long> { typedef double type; };
 
 template <class A, class P> __device__ __forceinline__ A pl_unary_apply(A x, P alpha, P beta) {
 #if PL_UNARY_OP != PL_OP_SHRINK
@@ -416,7 +427,8 @@ template <> struct pl_wrap<long long> { typedef unsigned long long type; };
 template <class A> __device__ __forceinline__ A pl_wrapped(typename pl_wrap<A>::type v) { return (A)v; }
 // Remainders. Floats: fmod (the dividend's sign; NaN for b = 0 or an infinite a); mod (NumPy's and
 // Python's: the divisor's sign, a zero result signed as b). Integers: truncated (fmod) or floored (mod),
-// and, as NumPy gives, 0 for b = 0 and for the minimum % -1 (C leaves both undefined).
+// and, as NumPy gives, 0 for b = 0 and for the minimum % -1 (C leaves both undefined; -1 only of a
+// signed type: an unsigned I(-1) is the maximum, an ordinary divisor).
 __device__ __forceinline__ float pl_fmod_float(float a, float b) { return fmodf(a, b); }
 __device__ __forceinline__ double pl_fmod_float(double a, double b) { return fmod(a, b); }
 __device__ __forceinline__ float pl_copysign(float a, float b) { return copysignf(a, b); }
@@ -428,13 +440,55 @@ template <class A> __device__ __forceinline__ A pl_remainder(A a, A b, bool floo
     return (r < A(0)) != (b < A(0)) ? r + b : r;
 }
 template <class I> __device__ __forceinline__ I pl_int_remainder(I a, I b, bool floored) {
-    if (b == I(0) || b == I(-1)) return I(0);  // x % -1 is 0: no overflow for the minimum
+    if (b == I(0) || (I(-1) < I(0) && b == I(-1))) return I(0);  // x % -1 is 0: no overflow for the minimum
     const I r = a % b;
     return floored && r != I(0) && ((r < I(0)) != (b < I(0))) ? r + b : r;
 }
 __device__ __forceinline__ int pl_remainder(int a, int b, bool floored) { return pl_int_remainder(a, b, floored); }
 __device__ __forceinline__ long long pl_remainder(long long a, long long b, bool floored) {
     return pl_int_remainder(a, b, floored);
+}
+__device__ __forceinline__ unsigned int pl_remainder(unsigned int a, unsigned int b, bool floored) {
+    return pl_int_remainder(a, b, floored);
+}
+__device__ __forceinline__ unsigned long long pl_remainder(unsigned long long a, unsigned long long b, bool floored) {
+    return pl_int_remainder(a, b, floored);
+}
+// Quotients. Floats: IEEE (x / 0 is +-inf or NaN). Integers: truncated toward zero as C and the ONNX
+// reference's Div; 0 for b = 0 (the reference's floor_divide gives it; C leaves it undefined) and, for a
+// signed type, the minimum / -1 wraps to the minimum (negated in the unsigned type).
+__device__ __forceinline__ float pl_divide(float a, float b) { return a / b; }
+__device__ __forceinline__ double pl_divide(double a, double b) { return a / b; }
+template <class I> __device__ __forceinline__ I pl_int_divide(I a, I b) {
+    typedef typename pl_wrap<I>::type U;
+    if (b == I(0)) return I(0);
+    if (I(-1) < I(0) && b == I(-1)) return (I)(U(0) - (U)a);
+    return a / b;
+}
+__device__ __forceinline__ int pl_divide(int a, int b) { return pl_int_divide(a, b); }
+__device__ __forceinline__ long long pl_divide(long long a, long long b) { return pl_int_divide(a, b); }
+__device__ __forceinline__ unsigned int pl_divide(unsigned int a, unsigned int b) { return pl_int_divide(a, b); }
+__device__ __forceinline__ unsigned long long pl_divide(unsigned long long a, unsigned long long b) {
+    return pl_int_divide(a, b);
+}
+// Integer powers: by squaring in the unsigned type, wrapping around as NumPy's power; a negative exponent
+// (signed types) truncates the real power toward zero: 1 for a = 1, +-1 for a = -1, else 0 (0 for a = 0
+// too, where the real power is infinite: NumPy refuses it, C's pow would overflow).
+template <class I> __device__ __forceinline__ I pl_int_pow(I a, I b) {
+    typedef typename pl_wrap<I>::type U;
+    if (I(-1) < I(0) && b < I(0)) return a == I(1) ? I(1) : (a == I(-1) ? ((b & I(1)) ? I(-1) : I(1)) : I(0));
+    U r = U(1), x = (U)a;
+    for (U e = (U)b; e != U(0); e >>= 1) {
+        if (e & U(1)) r *= x;
+        x *= x;
+    }
+    return (I)r;
+}
+__device__ __forceinline__ int pl_pow(int a, int b) { return pl_int_pow(a, b); }
+__device__ __forceinline__ long long pl_pow(long long a, long long b) { return pl_int_pow(a, b); }
+__device__ __forceinline__ unsigned int pl_pow(unsigned int a, unsigned int b) { return pl_int_pow(a, b); }
+__device__ __forceinline__ unsigned long long pl_pow(unsigned long long a, unsigned long long b) {
+    return pl_int_pow(a, b);
 }
 
 // ONNX BitShift (opset 28, the integers): a left shift in the unsigned type (bits past the top, the sign
@@ -456,7 +510,7 @@ template <class A> __device__ __forceinline__ A pl_binary_apply(A a, A b) {
 #elif PL_BINARY_OP == PL_OP_MUL
     return pl_wrapped<A>((U)a * (U)b);
 #elif PL_BINARY_OP == PL_OP_DIV
-    return a / b;
+    return pl_divide(a, b);
 #elif PL_BINARY_OP == PL_OP_POW
     return pl_pow(a, b);
 #elif PL_BINARY_OP == PL_OP_MAX

@@ -72,7 +72,10 @@ __all__ = [
 _SOURCE = Path(__file__).resolve().parent / "indexing.cu"
 _ALL = tuple(sorted(DTYPES))
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
-ONE_HOT_INDEX_TYPES = {**INDEX_TYPES, "int8": "signed char", "uint8": "unsigned char"}
+ONE_HOT_INDEX_TYPES = {
+    **INDEX_TYPES,
+    **{n: get_dtype(n).cuda_type for n in ("int8", "int16", "uint8", "uint16", "uint32", "uint64")},
+}
 """one_hot's index dtypes -> their C type in indexing.cu (gather's, and the 8-bit integers)."""
 
 
@@ -208,7 +211,7 @@ def plan_one_hot(
     Raises
     ------
     InvalidArgumentError
-        An index dtype other than int8/int32/int64/uint8, depth below 1, an axis out of range, a bad
+        An index dtype that is not an integer type, depth below 1, an axis out of range, a bad
         tunable.
     """
     op = "one_hot"

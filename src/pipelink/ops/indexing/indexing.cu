@@ -6,7 +6,8 @@
 //
 // Macros (chosen by pipelink/ops/indexing/cuda.py):
 //   PL_BYTES     element size in bytes (1, 2, 4 or 8)
-//   PL_INDEX_T   the index type: int or long long (one_hot also signed char, unsigned char)
+//   PL_INDEX_T   the index type: int or long long (one_hot any integer type: signed char, short, their
+//                unsigned types, unsigned int, unsigned long long too)
 //   PL_GATHER_ND defined -> pl_gather_nd;  PL_K its index tuple length (1..8)
 //   PL_SCATTER_ELEMENTS defined -> pl_scatter_elements;  PL_NDIM its collapsed dims (1..8)
 //   PL_ONE_HOT   defined -> pl_one_hot;  PL_EYE_LIKE defined -> pl_eye_like
@@ -117,7 +118,10 @@ pl_one_hot(const PL_INDEX_T* __restrict__ indices, const W* __restrict__ values,
         const pl_idx r = (pl_idx)i / (pl_idx)inner;
         const pl_idx at = r % (pl_idx)depth;
         const pl_idx o = r / (pl_idx)depth;
-        long long idx = (long long)indices[o * (pl_idx)inner + k];
+        const PL_INDEX_T raw = indices[o * (pl_idx)inner + k];
+        // an unsigned index at or past depth matches nothing (uint64's past 2^63 must not wrap negative)
+        const bool is_unsigned = (PL_INDEX_T)(-1) > (PL_INDEX_T)0;
+        long long idx = is_unsigned && (unsigned long long)raw >= (unsigned long long)depth ? depth : (long long)raw;
         if (idx < 0) idx += depth;
         y[i] = idx == (long long)at ? on : off;
     }

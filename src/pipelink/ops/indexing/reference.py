@@ -139,7 +139,10 @@ def one_hot_bind(ctx: KernelContext):
 
     def kernel(inputs, outputs, stream):
         indices, values = inputs
-        np.copyto(wrapped, indices, casting="unsafe")
+        # an unsigned index past int64 (uint64) is out of range as depth is: clipped there, not wrapped
+        np.copyto(
+            wrapped, np.minimum(indices, depth) if indices.dtype.kind == "u" else indices, casting="unsafe"
+        )
         wrapped[wrapped < 0] += depth
         y = outputs[0]
         y[...] = values[0]

@@ -1,11 +1,11 @@
-"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax/ReduceProd, axes as an attribute; ArgMax/ArgMin and
-Hardmax over one axis; TopK, its k an attribute) and the cumulative sum and product (ONNX CumSum,
-CumProd, the axis an attribute): descriptors and NumPy references.
+"""Reductions (ONNX ReduceMean/ReduceSum/ReduceMax/ReduceMin/ReduceProd, axes as an attribute;
+ArgMax/ArgMin and Hardmax over one axis; TopK, its k an attribute) and the cumulative sum and product
+(ONNX CumSum, CumProd, the axis an attribute): descriptors and NumPy references.
 
 Half types accumulate in float32 and round once on the store; integers sum and multiply in their own type
-(wrapping, as ONNX does). An empty reduction gives 0 (sum), 1 (prod), NaN (mean) or the lowest value of
-the type (max); argmax / argmin refuse an empty axis (``reference.py``). The CUDA variants (``cuda.py``,
-``reduce.cu``, ``scan.cu``, ``topk.cu``) give the same results for every dtype.
+(wrapping, as ONNX does). An empty reduction gives 0 (sum), 1 (prod), NaN (mean), the lowest value of
+the type (max) or the highest (min); argmax / argmin refuse an empty axis (``reference.py``). The CUDA
+variants (``cuda.py``, ``reduce.cu``, ``scan.cu``, ``topk.cu``) give the same results for every dtype.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from . import cuda, reference, topk_cuda
 from .axes import reduced_axes
 
 __all__ = ["descriptors", "reduced_axes"]
+
+BOOL = frozenset({"bool"})
 
 
 def _infer(op: str):
@@ -48,8 +50,15 @@ def _reduce_bind(kind: str):
         is_float = dtype in FLOATS
         scratch = np.empty(ctx.out_shapes[0], np.float32) if half else None
         count = math.prod(shape[a] for a in axes)
-        # max over nothing is the lowest value of the type (-inf for floats), as ONNX says.
-        low = -np.inf if is_float else np.iinfo(numpy_dtype(dtype)).min
+        # max over nothing is the lowest value of the type (-inf for floats, False for bool), min the
+        # highest, as ONNX says.
+        if is_float:
+            low, high = -np.inf, np.inf
+        elif dtype == "bool":
+            low, high = False, True
+        else:
+            info = np.iinfo(numpy_dtype(dtype))
+            low, high = info.min, info.max
         acc = compute_dtype(dtype) if is_float else numpy_dtype(dtype)  # integers wrap like ONNX
 
         def kernel(inputs, outputs, stream):
@@ -57,6 +66,8 @@ def _reduce_bind(kind: str):
             out = scratch if half else y
             if kind == "max":
                 np.max(x, axis=axes, keepdims=keep, out=out, initial=low)
+            elif kind == "min":
+                np.min(x, axis=axes, keepdims=keep, out=out, initial=high)
             elif kind == "prod":
                 with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 is NaN, overflow inf: IEEE
                     np.prod(x, axis=axes, keepdims=keep, out=out, dtype=acc)
@@ -265,15 +276,20 @@ def _scan(kind: str, onnx: str, what: str) -> OperatorDescriptor:
 
 
 def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, reduce_prod, argmax, argmin, hardmax,
-    top_k, cumsum and cumprod (one set per registry)."""
+    """Fresh descriptors of reduce_mean, reduce_sum, reduce_max, reduce_min, reduce_prod, argmax, argmin,
+    hardmax, top_k, cumsum and cumprod (one set per registry)."""
     # NaN as np.argmax / np.argmin; onnx's ReferenceEvaluator agrees, with select_last_index too (its
     # flip gives the last NaN), so the two do not differ.
     rule = "ties (NaNs too) to the first index, to the last with select_last_index"
     return [
         _reduction("mean", "ReduceMean", "Mean over the given axes (float types).", FLOATS),
         _reduction("sum", "ReduceSum", "Sum over the given axes (integers wrap in their type).", NUMERIC),
-        _reduction("max", "ReduceMax", "Maximum over the given axes (NaN propagates).", NUMERIC),
+        _reduction(
+            "max", "ReduceMax", "Maximum over the given axes (NaN propagates; bool: any).", NUMERIC | BOOL
+        ),
+        _reduction(
+            "min", "ReduceMin", "Minimum over the given axes (NaN propagates; bool: all).", NUMERIC | BOOL
+        ),
         _reduction(
             "prod",
             "ReduceProd",

@@ -60,15 +60,23 @@ __all__ = [
     "hardmax_bind",
     "scan_bind",
     "integer_lowest",
+    "integer_highest",
 ]
 
 _SOURCE = Path(__file__).resolve().parent / "reduce.cu"
 _SCAN_SOURCE = Path(__file__).resolve().parent / "scan.cu"
-KINDS = {"sum": "PL_RED_SUM", "mean": "PL_RED_MEAN", "max": "PL_RED_MAX", "prod": "PL_RED_PROD"}
+KINDS = {
+    "sum": "PL_RED_SUM",
+    "mean": "PL_RED_MEAN",
+    "max": "PL_RED_MAX",
+    "min": "PL_RED_MIN",
+    "prod": "PL_RED_PROD",
+}
 DTYPES = {
     "sum": tuple(sorted(NUMERIC)),
     "mean": tuple(sorted(FLOATS)),
-    "max": tuple(sorted(NUMERIC)),
+    "max": tuple(sorted(NUMERIC | {"bool"})),
+    "min": tuple(sorted(NUMERIC | {"bool"})),
     "prod": tuple(sorted(NUMERIC)),
 }
 ARG_KINDS = {"max": "PL_ARG_MAX", "min": "PL_ARG_MIN"}
@@ -117,9 +125,21 @@ TUNED_AS: dict[str, str] = {}
 
 
 def integer_lowest(dtype: np.dtype) -> str:
-    """The lowest value of an integer type as a C literal (INT64_MIN has no literal of its own)."""
+    """The lowest value of an integer type (or bool: 0) as a C literal (INT64_MIN has no literal of its
+    own)."""
+    if np.dtype(dtype) == np.bool_:
+        return "0LL"
     low = int(np.iinfo(dtype).min)
     return f"({low + 1}LL - 1)" if low else "0LL"
+
+
+def integer_highest(dtype: np.dtype) -> str:
+    """The highest value of an integer type (or bool: 1) as a C literal (unsigned for uint64, whose
+    maximum a long long does not hold)."""
+    if np.dtype(dtype) == np.bool_:
+        return "1LL"
+    high = int(np.iinfo(dtype).max)
+    return f"{high}ULL" if high > 2**63 - 1 else f"{high}LL"
 
 
 def _checked_dtype(source: KernelSource, dtype: Any) -> DType:
@@ -167,6 +187,7 @@ def plan_reduce(
     macros: dict[str, Any] = {"PL_REDUCE": KINDS[kind]}
     if not dt.is_floating:
         macros["PL_LOWEST"] = integer_lowest(dt.numpy)
+        macros["PL_HIGHEST"] = integer_highest(dt.numpy)
     return _row_plan(source, "pl_reduce", dt, shp, axes, macros, tuned=tuned, sm_count=sm_count)
 
 

@@ -1,4 +1,5 @@
-// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max, reduce_prod) over any set of axes, and
+// PipeLink's reductions (reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod) over any set of
+// axes, and
 // argmax / argmin / hardmax over one axis (pl_arg_reduce, compiled instead when PL_ARG is set): a strided
 // row reduction. Output element `row` (row-major over the kept dims) folds the `count` elements of the
 // reduced dims; a group of PL_GROUP threads walks them (consecutive threads take consecutive reduced
@@ -6,14 +7,16 @@
 // Never allocate; read only inside x.
 //
 // Macros (chosen by plan_reduce in pipelink/ops/reduce/cuda.py):
-//   PL_T          element type (float, double, __half, __nv_bfloat16, signed char, unsigned char, int,
-//                 long long)
-//   PL_IS_INT     1 for integer types: sum and product accumulate in unsigned long long (wrapping; the
-//                 store keeps the low bits, as NumPy and ONNX give), max in long long; 0 for floats:
-//                 float (double for double), max NaN-propagating
+//   PL_T          element type (float, double, __half, __nv_bfloat16, the integers signed char, short,
+//                 int, long long and their unsigned types; bool for max and min)
+//   PL_IS_INT     1 for integer types and bool: sum and product accumulate in unsigned long long
+//                 (wrapping; the store keeps the low bits, as NumPy and ONNX give), max and min in long
+//                 long (unsigned long long for uint64: pl_int_key); 0 for floats: float (double for
+//                 double), max and min NaN-propagating
 //   PL_LOWEST     integers: the lowest value of PL_T (the max of nothing)
+//   PL_HIGHEST    integers: the highest value of PL_T (the min of nothing)
 //   PL_REDUCE     PL_RED_SUM, PL_RED_MEAN (floats only; 0 / 0 is NaN for an empty reduction), PL_RED_MAX,
-//                 PL_RED_PROD (1 for an empty reduction)
+//                 PL_RED_MIN, PL_RED_PROD (1 for an empty reduction)
 //   PL_BLOCK      threads per block; PL_GROUP threads per output (32, or PL_BLOCK for long reductions)
 //   PL_NDIM_K, PL_NDIM_R  dims (1..8) of the kept and reduced index spaces; PL_INDEX64 0/1 index width
 //
@@ -29,7 +32,7 @@
 //                 line, 1 at the index of the extreme and 0 elsewhere (nothing for an empty line)
 // Kernel: pl_arg_reduce(const T* x, long long* y, ...the arguments of pl_reduce...)  (T* y with PL_ONE_HOT)
 //   y[row] = the index r in [0, count) of the extreme of x[row, r]: values compare in long long
-//   (integers) or in float / double (exact for 16-bit types); a NaN beats every number (np.argmax /
+//   (integers; unsigned long long for uint64) or in float / double (exact for 16-bit types); a NaN beats every number (np.argmax /
 //   np.argmin); equal values, and NaNs among themselves, go to the lower index (the higher with
 //   PL_LAST). That order is total, so the tree of pl_arg_group gives the sequential answer whatever
 //   the geometry: deterministic. count >= 1 (the plan refuses an empty axis).
@@ -39,6 +42,7 @@
 #define PL_RED_MEAN 1
 #define PL_RED_MAX 2
 #define PL_RED_PROD 3
+#define PL_RED_MIN 4
 
 #ifndef PL_NDIM_K
 #define PL_NDIM_K 8
@@ -53,10 +57,14 @@
 #define PL_IS_INT 0
 #endif
 
+// The type integers (and bool) compare in: long long holds every value but uint64's.
+template <class T> struct pl_int_key { typedef long long type; };
+template <> struct pl_int_key<unsigned long long> { typedef unsigned long long type; };
+
 #ifndef PL_ARG  // the value reductions
 typedef PL_T T;
-#if PL_IS_INT && PL_REDUCE == PL_RED_MAX
-typedef long long A;
+#if PL_IS_INT && (PL_REDUCE == PL_RED_MAX || PL_REDUCE == PL_RED_MIN)
+typedef typename pl_int_key<T>::type A;
 #elif PL_IS_INT
 typedef unsigned long long A;
 #else
@@ -67,8 +75,15 @@ struct pl_op_prod {
     template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a * b; }
 };
 
+struct pl_op_min {
+    // NaN-propagating minimum
+    template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return (a != a || a < b) ? a : b; }
+};
+
 #if PL_REDUCE == PL_RED_MAX
 typedef pl_op_max Op;
+#elif PL_REDUCE == PL_RED_MIN
+typedef pl_op_min Op;
 #elif PL_REDUCE == PL_RED_PROD
 typedef pl_op_prod Op;
 #else
@@ -80,6 +95,10 @@ __device__ __forceinline__ A pl_reduce_identity() {
     return (A)(PL_LOWEST);
 #elif PL_REDUCE == PL_RED_MAX
     return pl_neg_inf<A>();
+#elif PL_REDUCE == PL_RED_MIN && PL_IS_INT
+    return (A)(PL_HIGHEST);
+#elif PL_REDUCE == PL_RED_MIN
+    return -pl_neg_inf<A>();
 #elif PL_REDUCE == PL_RED_PROD
     return A(1);
 #else
@@ -156,7 +175,7 @@ pl_reduce(const T* __restrict__ x, T* __restrict__ y, long long rows, long long 
 
 typedef PL_T T;
 #if PL_IS_INT
-typedef long long A;  // every integer type of PL_T is exact in it
+typedef typename pl_int_key<T>::type A;  // every integer value of PL_T is exact in it
 #else
 typedef typename pl_acc<T>::type A;  // float for 16-bit types (exact), double for double
 #endif

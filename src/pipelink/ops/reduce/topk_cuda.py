@@ -50,8 +50,8 @@ KERNEL = KernelSource(
 
 def _value_bytes(dtype: Any) -> int:
     """Bytes of a value in the kernel's compare type (pl_acc: float for 16-bit types and float32,
-    int for the 8-bit types and int32, 8 bytes for float64 and int64)."""
-    return 8 if get_dtype(dtype).name in ("float64", "int64") else 4
+    int for the 8- and 16-bit types and int32, uint32 itself, 8 bytes for the 64-bit types)."""
+    return 8 if get_dtype(dtype).itemsize == 8 else 4
 
 
 def top_k_slots(dtype: Any, length: int) -> tuple[int, bool]:

@@ -38,7 +38,11 @@ from .reference import check_as_strided, resolve_perm
 
 __all__ = ["KERNELS", "TUNED_AS", "plan_transpose", "transpose_bind", "plan_as_strided", "as_strided_bind"]
 
-_ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
+# every dtype but the float8s: pure data movement, only the element size matters
+_ALL = (
+    *("float32", "float16", "bfloat16", "float64", "bool"),
+    *("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+)
 KERNELS: dict[str, KernelSource] = {
     "transpose": KernelSource(
         "transpose",
