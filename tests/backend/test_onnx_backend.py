@@ -158,6 +158,64 @@ def test_cli_constant_usage_errors_exit_2(tmp_path, capsys, option, says):
     assert err.startswith("error[PIPELINK_ERR_INVALID_ARGUMENT]") and says in err and "\n" not in err
 
 
+def _computed_bounds_model():
+    """y = Range(a + 1, limit, 1) and z = Pad(x, pads): Range's start is computed from the graph input
+    ``a``; the pads from x's shape (a Shape) and the graph input ``p``."""
+    one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+    nodes = [
+        helper.make_node("Add", ["a", "one"], ["start"]),
+        helper.make_node("Range", ["start", "limit", "one"], ["y"]),
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Sub", ["xs", "xs"], ["zeros"]),
+        helper.make_node("Concat", ["zeros", "p"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "computed_bounds",
+        [
+            helper.make_tensor_value_info("a", TensorProto.INT64, []),
+            helper.make_tensor_value_info("limit", TensorProto.INT64, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("p", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.INT64, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = om.ORT_IR_VERSION
+    return model
+
+
+def test_values_computed_from_inputs_name_those_inputs_and_not_the_data():
+    with pytest.raises(pl.InvalidArgumentError, match="computed from the graph inputs 'a', 'limit'") as e:
+        import_model(_computed_bounds_model())
+    behind = {u["op_type"]: u.get("graph_inputs") for u in e.value.unsupported}
+    assert behind["Range"] == ["a", "limit"]
+    assert behind["Pad"] == ["p"]  # x reaches the pads through its Shape only: not its values
+
+
+def test_backend_rep_specialises_on_the_inputs_a_computed_value_comes_from(device, rng):
+    model = _computed_bounds_model()
+    with plb.prepare(model, device=device.upper()) as rep:
+        for a, limit, p in [(0, 4, (1, 2)), (2, 9, (0, 3)), (0, 4, (1, 2))]:
+            feeds = {
+                "a": np.array(a, np.int64),
+                "limit": np.array(limit, np.int64),
+                "x": rng.standard_normal((2, 3)).astype(F),
+                "p": np.array(p, np.int64),
+            }
+            got = rep.run(feeds)
+            for value, want in zip(got, om.run_reference(model, feeds), strict=True):
+                np.testing.assert_array_equal(value, want)
+        assert set(rep._needed) == {"a", "limit", "p"} and len(rep._pipelines) == 2
+        pipe = next(iter(rep._pipelines.values()))
+        assert "x" in pipe.inputs  # the data stays an input of the pipeline
+
+
 # -- the ONNX backend -----------------------------------------------------------------------------------
 def test_backend_rep_specialises_on_the_values_it_needs_and_keeps_each_pipeline(device, rng):
     model = _reshape_topk_model()

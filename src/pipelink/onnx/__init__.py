@@ -12,6 +12,7 @@ into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optiona
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from .control import lower_control
 from .convert import CONVERTERS, convert
 from .fold import fold
 from .fuse import fuse as fuse_nodes
-from .graph import Graph, Node, Rejected, Unsupported, dim_symbol
+from .graph import Graph, Node, Rejected, Unsupported, dim_symbol, inputs_behind
 from .infer import infer_shapes, inferable, known_dtypes, known_shapes, reinfer
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
@@ -306,6 +307,8 @@ def import_model(
     rejected += convert(g, nodes)
     outputs = [copied.get(info.name) or g.name(info.name) for info in graph.output]
     if rejected:
+        free = frozenset(info.name for info in graph.input if info.name not in constants)
+        rejected = [_traced(r, graph.node, free) for r in rejected]
         listing = "\n".join(f"  {r}" for r in rejected)
         noun = "node" if len(rejected) == 1 else "nodes"
         raise InvalidArgumentError(
@@ -323,6 +326,23 @@ def import_model(
     if out_dir is not None:
         config = write_import(config, g.weights, out_dir)
     return config, dict(g.weights)
+
+
+def _traced(rejected: Rejected, nodes: Any, inputs: frozenset[str]) -> Rejected:
+    """A refusal whose node needs computed values at import, with the graph inputs those come from
+    (``graph_inputs``) and what to do about it in its message."""
+    if rejected.graph_input or not rejected.needs:
+        return rejected
+    behind = inputs_behind(nodes, rejected.needs, inputs)
+    if not behind:
+        return rejected
+    names = ", ".join(repr(n) for n in behind)
+    why = (
+        f"{rejected.why}; the value is computed from the graph input{'s' if len(behind) > 1 else ''} "
+        f"{names}: give {'their values' if len(behind) > 1 else 'its value'} (import_model(..., "
+        "constants=...), pipelink import --constant NAME=VALUE) and the import evaluates it"
+    )
+    return replace(rejected, why=why, graph_inputs=behind)
 
 
 def _constant_outputs(g: Graph, names: list[str], rejected: list[Rejected]) -> dict[str, str]:

@@ -2,13 +2,15 @@
 the tools built on that interface, call.
 
 ``PipeLinkBackend.prepare(model, device="CPU")`` imports the model and returns a rep whose ``run(inputs)``
-gives the outputs in graph order. A graph input whose value a node needs at import (a Reshape's shape, a
-TopK's k, a Resize's scales fed as inputs; the import's refusal names it, ``graph_input``) is taken from
-the inputs of the run: the rep imports the model specialised on those values (``import_model(constants=
-...)``) and keeps the pipeline for the next run with the same values (the last :data:`MAX_SPECIALISED`
-of them). Every other input stays an input of the pipeline. Nothing is computed by anything but the
-pipeline: an input PipeLink needs at import only specialises it, the way a user fixes it with ``pipelink
-import --constant``.
+gives the outputs in graph order. A node may need a value at import that the model feeds as an input (a
+Reshape's shape, a TopK's k, a Resize's scales) or computes from inputs (a Range's bounds, a Loop's trip
+count); the import's refusal names those graph inputs (``graph_inputs``). The rep then takes their values
+from the run and imports the model specialised on them (``import_model(constants=...)``), the way a user
+fixes them with ``pipelink import --constant``; it keeps the pipeline for the next run with the same
+values (the last :data:`MAX_SPECIALISED` of them). The import evaluates what those values decide (shape
+arithmetic, a Range, at most ``fold.MAX_FOLD_ELEMENTS`` elements); every other input stays an input of
+the pipeline, and the data a node's output size depends on (NonZero, Unique, NonMaxSuppression) is never
+specialised on.
 
 Devices are onnx's names: ``CPU``, ``CUDA``, ``CUDA:N``.
 """
@@ -148,13 +150,15 @@ class PipeLinkBackendRep(BackendRep):
             return pipe
 
     def _more_needed(self, error: PipeLinkError, feeds: dict[str, np.ndarray]) -> list[str]:
-        """The graph inputs an import refusal asks the values of, when that is all it refuses and each is
-        given (else none: the refusal stands)."""
+        """The graph inputs an import refusal asks the values of and that are not specialised on yet, when
+        each is given (else none: the refusal stands). A refusal of other nodes beside them does not
+        stop the retry: a node that reads what those values fold (a shape computed from them) may
+        import once they are constants, and a retry still refused reports what is left."""
         entries = getattr(error, "unsupported", None) or []
-        names = [entry.get("graph_input", "") for entry in entries]
-        if not entries or not all(names) or any(n not in feeds or n in self._needed for n in names):
+        names = list(dict.fromkeys(n for entry in entries for n in entry.get("graph_inputs") or []))
+        if any(n not in feeds for n in names):
             return []
-        return names
+        return [n for n in names if n not in self._needed]
 
 
 class PipeLinkBackend(Backend):

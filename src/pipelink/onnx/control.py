@@ -11,6 +11,8 @@ converted like the model's own (shape arithmetic inside a branch folds).
 - ``Scan`` (opset 9+): the body once per element of the scan axis (its length known at import), each scan
   input's element a ``Gather`` (scan_input_axes, scan_input_directions), the state variables carried, the
   scan outputs stacked along scan_output_axes in scan_output_directions' order.
+- ``FlexAttention`` (``ai.onnx.preview``): its function body's plain nodes, score_mod and prob_mod
+  inlined like a branch (``flex_attention.py``).
 
 A subgraph reads the enclosing graphs' tensors by name; every tensor and node it makes gets a new name,
 unique in the model (``<node>/<then|else|iterT>/<name>``). Each copy of a subgraph is typed by ONNX shape
@@ -44,6 +46,7 @@ from .control_scope import (
     _Scope,
 )
 from .control_unroll import _Unrolling
+from .flex_attention import _FlexAttention
 from .graph import Graph, Node, Rejected
 
 __all__ = ["CONTROL_OPS", "MAX_DEPTH", "MAX_INLINED", "ControlError", "lower_control"]
@@ -57,7 +60,8 @@ _NOT_TENSORS = {
 
 
 def lower_control(onnx, model, g: Graph, nodes: list[Node], rejected: list[Rejected]) -> Iterator[Any]:
-    """The NodeProtos of ``model``'s graph, each If, Loop and Scan replaced by the nodes it runs.
+    """The NodeProtos of ``model``'s graph, each If, Loop, Scan and FlexAttention replaced by the nodes it
+    runs.
 
     Parameters
     ----------
@@ -90,7 +94,7 @@ def lower_control(onnx, model, g: Graph, nodes: list[Node], rejected: list[Rejec
             lowering.protos[id(nodes[-1])] = proto
 
 
-class _Lowering(_Unrolling):
+class _Lowering(_Unrolling, _FlexAttention):
     """One model's lowering: the names taken, the node budget left, the constants and inference made."""
 
     def run(self) -> Iterator[Any]:
@@ -103,18 +107,26 @@ class _Lowering(_Unrolling):
                 try:
                     yield from self.lower(proto, list(proto.input), list(proto.output), label, top, 1)
                 except ControlError as e:
-                    self.rejected.append(Rejected(proto.op_type, proto.name or f"#{k}", str(e)))
+                    self.rejected.append(
+                        Rejected(proto.op_type, proto.name or f"#{k}", str(e), needs=e.needs)
+                    )
             else:
                 yield proto
             defined.update(o for o in proto.output if o)
 
     # -- one control node ------------------------------------------------------------------------------
     def lower(self, proto, inputs: list[str], outputs: list[str], label: str, scope: _Scope, depth: int):
-        """The nodes computing ``proto`` (an If, Loop or Scan) on ``inputs`` into ``outputs`` (inlined
-        names), each named under ``label``; its subgraphs read names through ``scope``."""
+        """The nodes computing ``proto`` (an If, Loop, Scan or FlexAttention) on ``inputs`` into
+        ``outputs`` (inlined names), each named under ``label``; its subgraphs read names through
+        ``scope``."""
         if depth > MAX_DEPTH:
             raise ControlError(f"control flow nested more than {MAX_DEPTH} deep is not lowered")
-        lowering = {"If": self._if, "Loop": self._loop, "Scan": self._scan}[proto.op_type]
+        lowering = {
+            "If": self._if,
+            "Loop": self._loop,
+            "Scan": self._scan,
+            "FlexAttention": self._flex_attention,
+        }[proto.op_type]
         return lowering(proto, inputs, outputs, label, scope, depth)
 
     def _if(self, proto, inputs, outputs, label, scope, depth):

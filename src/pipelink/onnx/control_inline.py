@@ -94,7 +94,7 @@ class _Inlining:
                 try:
                     yield from self.lower(node, inputs, outputs, name, inner, depth + 1)
                 except ControlError as e:
-                    raise ControlError(f"{node.op_type} {name!r}: {e}") from None
+                    raise ControlError(f"{node.op_type} {name!r}: {e}", needs=e.needs) from None
             else:
                 copy = self.onnx.NodeProto()
                 copy.CopyFrom(node)
@@ -216,7 +216,8 @@ class _Inlining:
         if value is None:
             raise ControlError(
                 f"{what} ({name!r}) is computed at run time{when}; PipeLink unrolls a Loop at import, so its "
-                "condition must fold to a constant in every iteration"
+                "condition must fold to a constant in every iteration",
+                needs=(name,),
             )
         if value.size != 1:
             raise ControlError(f"{what} ({name!r}) has {value.size} elements{when}; a condition has one")

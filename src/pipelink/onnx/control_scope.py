@@ -9,10 +9,12 @@ from ..errors import PipeLinkError
 from .graph import ONNX_DOMAINS, NameSet
 from .recurrent import MAX_STEPS
 
-__all__ = ["CONTROL_OPS", "MAX_DEPTH", "MAX_INLINED", "MAX_RELEARN", "ControlError"]
+__all__ = ["CONTROL_OPS", "FLEX_ATTENTION", "MAX_DEPTH", "MAX_INLINED", "MAX_RELEARN", "ControlError"]
 
 #: The ONNX op types lowered here.
 CONTROL_OPS = frozenset({"If", "Loop", "Scan"})
+#: (domain, op type) of the one operator of another domain lowered here too (``flex_attention.py``).
+FLEX_ATTENTION = ("ai.onnx.preview", "FlexAttention")
 #: The deepest nesting of If, Loop and Scan lowered (a model's own nesting; protobuf stops near 30).
 MAX_DEPTH = 16
 #: The most nodes the lowering makes for one model, every branch and iteration together (a body of 16
@@ -26,10 +28,17 @@ MAX_RELEARN = 16
 
 
 class ControlError(ValueError):
-    """Why an If, Loop or Scan node cannot be lowered into plain nodes."""
+    """Why an If, Loop or Scan node cannot be lowered into plain nodes; ``needs``: the tensors computed
+    at run time whose values would let it (a Loop's trip count, its condition)."""
+
+    def __init__(self, why: str, *, needs: tuple[str, ...] = ()):
+        super().__init__(why)
+        self.needs = tuple(needs)
 
 
 def _is_control(node) -> bool:
+    if (node.domain, node.op_type) == FLEX_ATTENTION:
+        return True
     return node.op_type in CONTROL_OPS and node.domain in ONNX_DOMAINS
 
 

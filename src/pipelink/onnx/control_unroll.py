@@ -43,7 +43,8 @@ class _Unrolling(_Inlining):
                 raise ControlError(
                     f"the trip count M ({trip_name!r}) is computed at run time; PipeLink unrolls a Loop at "
                     "import, so M must be a constant (an initializer, a Constant, or shape arithmetic that "
-                    "folds)"
+                    "folds)",
+                    needs=(trip_name,),
                 )
             if value.size != 1 or value.dtype.kind not in "iu":
                 raise ControlError(

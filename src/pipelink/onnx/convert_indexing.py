@@ -59,8 +59,9 @@ def _scatter_elements(g: Graph, node: Node) -> None:
 
 def _one_hot(g: Graph, node: Node) -> None:
     """OneHot: depth a constant (a positive integer, becoming one_hot's attribute), values [off, on] a
-    stage input (its dtype is the output's), integer indices. Opset 11's semantics: before it, a negative
-    index meant an all-off line instead of counting from the end."""
+    stage input (its dtype is the output's); float indices cast to int64 first (toward zero), as the
+    spec says (onnx's reference compares them unconverted, so 1.5 matches no class there). Opset 11's
+    semantics: before it, a negative index meant an all-off line instead of counting from the end."""
     if g.opset < 11:
         raise Unsupported(
             f"OneHot of opset {g.opset}: a negative index means an all-off line there, but one_hot counts "
@@ -76,10 +77,10 @@ def _one_hot(g: Graph, node: Node) -> None:
         raise Unsupported(f"depth must be >= 1 (got {int(value)})")
     indices = node.inputs[0]
     dtype = g.dtypes.get(indices)
-    if dtype is not None and get_dtype(dtype).is_floating:
-        raise Unsupported(
-            f"indices of dtype {dtype}; PipeLink's one_hot takes integer indices (cast them to int64)"
-        )
+    if dtype is not None and get_dtype(dtype).is_floating:  # the spec: cast to int64 before use
+        cast = f"{node.outputs[0]}__indices_int64"
+        g.stage(node, "cast", [indices], [cast], dtype="int64")
+        indices = cast
     g.stage(
         node,
         "one_hot",

@@ -12,7 +12,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..ops.shape import MAX_PARTS
 from .convert_common import _attr, _inputs
-from .fold import Unfoldable, expand_target, reshape_target, unfolded_reason
+from .fold import Unfoldable, expand_target, reshape_target, unfolded_needs, unfolded_reason
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .lowerings import table_problem
 from .runtime_dims import RuntimeDimsError, broadcast_to_value
@@ -256,7 +256,7 @@ def _constant_of_shape(g: Graph, node: Node) -> None:
     inputs fold at import, fold.py): the fill (``value``, default float32 0) broadcast to it."""
     value = g.symbolic.get(node.inputs[0]) if node.inputs else None
     if not isinstance(value, list):
-        raise Unsupported(unfolded_reason(g, node))
+        raise Unsupported(unfolded_reason(g, node), needs=unfolded_needs(g, node))
     import onnx
 
     fill = node.attrs.get("value")

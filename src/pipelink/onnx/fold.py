@@ -40,6 +40,7 @@ __all__ = [
     "Dim",
     "FOLDABLE",
     "FOLD_ONLY",
+    "unfolded_needs",
     "MAX_FOLD_ELEMENTS",
     "Unfoldable",
     "fold",
@@ -81,6 +82,9 @@ FOLDABLE = frozenset(
         "ReduceProd",
         "Floor",
         "Ceil",
+        "Round",
+        "Relu",
+        "Clip",
         "Mod",
         "Sign",
         "GreaterOrEqual",
@@ -295,6 +299,14 @@ def _fold_cast_like(g: Graph, node: Node) -> bool:
     g.constants[node.outputs[0]] = value
     g.dtypes[node.outputs[0]] = target
     return True
+
+
+def unfolded_needs(g: Graph, node: Node) -> tuple[str, ...]:
+    """The computed inputs a node of :data:`FOLD_ONLY` needs the values of to fold (none for the
+    data-dependent ops: their input is the data, which specialising would evaluate whole at import)."""
+    if node.op_type in _DATA_DEPENDENT or node.op_type == "Size":
+        return ()
+    return tuple(n for n in node.inputs if n and n not in g.constants)
 
 
 def unfolded_reason(g: Graph, node: Node) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "shape_of",
     "show_shape",
     "float32_attr",
+    "inputs_behind",
     "onnx_dtype",
     "unique_name",
 ]
@@ -45,32 +46,66 @@ FUSED_DOMAIN = "pipelink.fused"
 
 class Unsupported(Exception):
     """Why one node cannot be imported (raised by a converter, collected by :func:`convert`).
-    ``graph_input`` names the graph input whose value the node needs at import, when that is why."""
+    ``graph_input`` names the graph input whose value the node needs at import, when that is why;
+    ``needs`` the tensors the graph computes whose values the node needs at import (the import traces
+    them back to the graph inputs they come from: :func:`inputs_behind`)."""
 
-    def __init__(self, why: str, *, graph_input: str = ""):
+    def __init__(self, why: str, *, graph_input: str = "", needs: tuple[str, ...] = ()):
         super().__init__(why)
         self.graph_input = graph_input
+        self.needs = tuple(needs)
 
 
 @dataclass(frozen=True)
 class Rejected:
-    """One node PipeLink cannot import: its op type, its name and why (and the graph input whose value it
-    needs at import, when that is why: ``import_model(constants=...)`` gives it)."""
+    """One node PipeLink cannot import: its op type, its name and why. ``graph_input`` is the graph input
+    whose value it needs at import, when that is why; ``needs`` the computed tensors whose values it needs
+    at import; ``graph_inputs`` the graph inputs those values come from, once traced (giving their values,
+    ``import_model(constants=...)``, lets the import evaluate what the node needs)."""
 
     op_type: str
     node: str
     why: str
     graph_input: str = ""
+    needs: tuple[str, ...] = ()
+    graph_inputs: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, str]:
-        """The entry of ``PipeLinkError.unsupported`` (``graph_input`` only when there is one)."""
-        entry = {"op_type": self.op_type, "node": self.node, "why": self.why}
+    def as_dict(self) -> dict[str, Any]:
+        """The entry of ``PipeLinkError.unsupported``: ``graph_input`` when the node needs a graph input's
+        value directly, ``graph_inputs`` (a list) whenever the values it needs come from graph inputs."""
+        entry: dict[str, Any] = {"op_type": self.op_type, "node": self.node, "why": self.why}
         if self.graph_input:
             entry["graph_input"] = self.graph_input
+        behind = self.graph_inputs or ((self.graph_input,) if self.graph_input else ())
+        if behind:
+            entry["graph_inputs"] = list(behind)
         return entry
 
     def __str__(self) -> str:
         return f"{self.op_type} node {self.node!r}: {self.why}"
+
+
+def inputs_behind(nodes: Any, needed: tuple[str, ...], inputs: frozenset[str]) -> tuple[str, ...]:
+    """The graph ``inputs`` the tensors ``needed`` are computed from: the producers of each (ONNX
+    NodeProtos ``nodes``) followed back to graph inputs, initializers and constants (in first-met order;
+    a node with subgraphs counts its explicit inputs only). A Shape or Size reads only its input's shape,
+    not its values: the walk stops there."""
+    producer = {out: node for node in nodes for out in node.output if out}
+    found: dict[str, None] = {}
+    seen: set[str] = set()
+    stack = list(reversed(needed))
+    while stack:
+        name = stack.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found[name] = None
+            continue
+        node = producer.get(name)
+        if node is not None and node.op_type not in ("Shape", "Size"):
+            stack.extend(reversed(list(node.input)))
+    return tuple(found)
 
 
 @dataclass
@@ -160,7 +195,8 @@ class Graph:
         if onnx_name not in self.constants:
             raise Unsupported(
                 f"input {index} ({what}, {onnx_name!r}) must be a constant (an initializer or a Constant "
-                "node), but the graph computes it"
+                "node), but the graph computes it",
+                needs=(onnx_name,),
             )
         return self.constants[onnx_name]
 
