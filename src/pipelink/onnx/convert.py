@@ -8,7 +8,7 @@ so a model is imported whole or not at all.
 
 from __future__ import annotations
 
-from .convert_cast import _cast, _cast_like, _dequantize, _quantize
+from .convert_cast import _bitcast, _cast, _cast_like, _dequantize, _quantize
 from .convert_common import Converter, _attr, _one_to_one
 from .convert_elementwise import (
     _along_axis,
@@ -46,6 +46,7 @@ from .convert_norm import (
     _mean_variance_normalization,
     _rms_norm,
 )
+from .convert_quantized import _conv_integer, _matmul_integer, _qlinear_conv, _qlinear_matmul
 from .convert_reduce import (
     _COMPOSED_REDUCTIONS,
     _arg_reduce,
@@ -56,6 +57,7 @@ from .convert_reduce import (
     _scan,
     _top_k,
 )
+from .convert_roi import _col2im, _roi_align
 from .convert_sampling import _affine_grid, _grid_sample, _resize, _upsample
 from .convert_shape import (
     _center_crop_pad,
@@ -77,13 +79,14 @@ from .convert_window import (
     _average_pool,
     _conv,
     _conv_transpose,
+    _deform_conv,
     _global_lp_pool,
     _global_max_pool,
     _lp_pool,
     _max_pool,
     conv2d_stage,
 )
-from .fold import FOLD_ONLY, unfolded_reason
+from .fold import FOLD_ONLY, unfolded_needs, unfolded_reason
 from .graph import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Rejected, Unsupported, float32_attr, onnx_dtype
 from .losses import negative_log_likelihood_loss, softmax_cross_entropy_loss
 from .lowerings import dynamic_quantize_linear, max_unpool, swiglu, tensor_scatter
@@ -245,6 +248,7 @@ CONVERTERS: dict[str, Converter] = {
     "ReduceMean": _reduce("reduce_mean", 18),
     "ReduceSum": _reduce("reduce_sum", 13),
     "ReduceMax": _reduce("reduce_max", 18),
+    "ReduceMin": _reduce("reduce_min", 18),
     "ReduceProd": _reduce("reduce_prod", 18),
     "ArgMax": _arg_reduce("argmax"),
     "ArgMin": _arg_reduce("argmin"),
@@ -254,6 +258,7 @@ CONVERTERS: dict[str, Converter] = {
     **dict.fromkeys(_COMPOSED_REDUCTIONS, _composed_reduction),
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
+    "DeformConv": _deform_conv,
     "MaxPool": _max_pool,
     "MaxUnpool": max_unpool,
     "AveragePool": _average_pool,
@@ -262,6 +267,8 @@ CONVERTERS: dict[str, Converter] = {
     "Upsample": _upsample,
     "GridSample": _grid_sample,
     "AffineGrid": _affine_grid,
+    "RoiAlign": _roi_align,
+    "Col2Im": _col2im,
     "LRN": _lrn,
     "MeanVarianceNormalization": _mean_variance_normalization,
     "LpNormalization": _lp_normalization,
@@ -275,9 +282,14 @@ CONVERTERS: dict[str, Converter] = {
     "Identity": _one_to_one("identity", 1),
     "Cast": _cast,
     "CastLike": _cast_like,
+    "BitCast": _bitcast,
     "QuantizeLinear": _quantize,
     "DynamicQuantizeLinear": dynamic_quantize_linear,
     "DequantizeLinear": _dequantize,
+    "MatMulInteger": _matmul_integer,
+    "ConvInteger": _conv_integer,
+    "QLinearMatMul": _qlinear_matmul,
+    "QLinearConv": _qlinear_conv,
 }
 
 
@@ -299,13 +311,14 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
             continue
         converter = CONVERTERS.get(node.op_type)
         if converter is None:
-            why = "no PipeLink operator for this op type"
+            why, needs = "no PipeLink operator for this op type", ()
             if node.op_type in FOLD_ONLY:  # evaluated at import when it can be: say why not
                 why = f"{why}: {unfolded_reason(g, node)}"
-            rejected.append(Rejected(node.op_type, label, why))
+                needs = unfolded_needs(g, node)
+            rejected.append(Rejected(node.op_type, label, why, needs=needs))
             continue
         try:
             converter(g, node)
         except Unsupported as e:
-            rejected.append(Rejected(node.op_type, label, str(e), e.graph_input))
+            rejected.append(Rejected(node.op_type, label, str(e), e.graph_input, e.needs))
     return rejected

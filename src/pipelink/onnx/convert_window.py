@@ -1,5 +1,6 @@
-"""ONNX sliding-window converters: Conv, ConvTranspose, MaxPool, AveragePool, LpPool and the global
-pools; a 1-d window runs as the 2-d one over a unit height.
+"""ONNX sliding-window converters: Conv, ConvTranspose, DeformConv, MaxPool, AveragePool, LpPool and the
+global pools; a 1-d window runs as the 2-d one over a unit height; the pools also slide 3-d windows
+(``max_pool3d``, ``avg_pool3d``).
 """
 
 from __future__ import annotations
@@ -27,19 +28,48 @@ def _global_max_pool(g: Graph, node: Node) -> None:
     )
 
 
-def _window(node: Node, *names: str) -> dict[str, Any]:
-    """The spatial attributes a 2-d window operator takes, checked to be 2-d."""
+def _spatial_attrs(node: Node, names: tuple[str, ...]) -> dict[str, Any]:
+    """The window attributes ``names`` the node gives (ints, or auto_pad's string)."""
     attrs: dict[str, Any] = {}
     for name in names:
         if name in node.attrs:
             value = _attr(node, name)
             attrs[name] = value if isinstance(value, str) else [int(v) for v in value]
+    return attrs
+
+
+def _window(node: Node, *names: str) -> dict[str, Any]:
+    """The spatial attributes a 2-d window operator takes, checked to be 2-d."""
+    attrs = _spatial_attrs(node, names)
     kernel = node.attrs.get("kernel_shape")
     if kernel is not None and len(kernel) != 2:
         raise Unsupported(
             f"a {len(kernel)}-d window (kernel_shape {list(kernel)}); PipeLink has 2-d ones only"
         )
     return attrs
+
+
+_POOL_RANKS = (2, 3)  # max_pool2d / avg_pool2d and max_pool3d / avg_pool3d; 1-d runs as 2-d
+
+
+def _pool_window(node: Node) -> tuple[int, dict[str, Any]]:
+    """The number of spatial axes of a MaxPool, AveragePool or LpPool window (its kernel_shape's length)
+    and the attributes its pool operator takes.
+
+    Raises
+    ------
+    Unsupported
+        No kernel_shape, or one of a rank PipeLink has no pool of (more than 3 spatial axes).
+    """
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is None:
+        raise Unsupported(f"{node.op_type} needs its kernel_shape")
+    rank = len(kernel)
+    if rank not in _POOL_RANKS:
+        raise Unsupported(
+            f"a {rank}-d window (kernel_shape {list(kernel)}); PipeLink's pools are 1-d, 2-d and 3-d"
+        )
+    return rank, _spatial_attrs(node, ("kernel_shape", "strides", "pads", "dilations", "auto_pad"))
 
 
 def conv2d_stage(g: Graph, node: Node) -> tuple[list[str], dict[str, Any]]:
@@ -66,6 +96,95 @@ def _conv(g: Graph, node: Node) -> None:
         return
     inputs, attrs = conv2d_stage(g, node)
     g.stage(node, "conv2d", inputs, node.outputs[:1], **attrs)
+
+
+def _deform_conv(g: Graph, node: Node) -> None:
+    """DeformConv-19/22 (2-d). kernel_shape, when given, must be w's. With w's shape and the output's
+    spatial dims known at import: ``deform_im2col`` (the sampled columns ``[N, C * kH * kW, H_out *
+    W_out]``), ``matmul`` by w seen as ``[group, M / group, C / group * kH * kW]`` (cuBLASLt on CUDA),
+    ``reshape`` views and the bias ``add``; else one ``deform_conv2d`` stage (its direct kernel), where a
+    mask without a bias gets a zero bias constant (the operator's optional ports are positional).
+
+    Raises
+    ------
+    Unsupported
+        A window other than 2-d, a kernel_shape other than w's, a mask without a bias and w's shape
+        unknown at import.
+    """
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    weight = g.constants.get(w)
+    w_shape = tuple(weight.shape) if weight is not None else g.shapes.get(w)
+    for what, shape in (("x", g.shapes.get(x)), ("w", w_shape)):
+        if shape is not None and len(shape) != 4:
+            raise Unsupported(
+                f"DeformConv's {what} has rank {len(shape)}; PipeLink's deform_conv2d is 2-d (rank 4)"
+            )
+    known = w_shape is not None and all(isinstance(d, int) for d in w_shape)
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None and (len(kernel) != 2 or (known and tuple(w_shape[2:]) != tuple(kernel))):
+        raise Unsupported(
+            f"attribute kernel_shape={list(kernel)} must be the weight's spatial dims "
+            f"({list(w_shape[2:]) if known else 'unknown'})"
+        )
+    attrs = _spatial_attrs(node, ("strides", "pads", "dilations"))
+    for name in ("group", "offset_group"):
+        if int(_attr(node, name, 1)) != 1:
+            attrs[name] = int(_attr(node, name))
+    bias, mask = (node.inputs[k] if len(node.inputs) > k else "" for k in (3, 4))
+    out_hw = tuple((g.shapes.get(node.inputs[2]) or ())[2:])
+    if known and len(out_hw) == 2 and all(isinstance(d, int) for d in out_hw):
+        _deform_as_product(g, node, w_shape, out_hw, attrs, bias, mask)
+        return
+    if mask and not bias:
+        dtype = g.dtypes.get(x)
+        if not known or dtype is None:
+            raise Unsupported("a DeformConv mask without a bias needs w's shape and x's dtype at import")
+        bias = f"{y}__zero_bias"
+        g.constants[bias] = np.zeros(w_shape[0], get_dtype(dtype).numpy)
+        g.dtypes[bias] = dtype
+    inputs = _inputs(node, 3) + [name for name in (bias, mask) if name]
+    g.stage(node, "deform_conv2d", inputs, node.outputs[:1], **attrs)
+
+
+def _deform_as_product(
+    g: Graph, node: Node, w_shape: tuple, out_hw: tuple, attrs: dict, bias: str, mask: str
+):
+    """DeformConv as its columns times w (see :func:`_deform_conv`)."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    m, per_group, kh, kw = w_shape
+    group = attrs.get("group", 1)
+    sampling = {k: v for k, v in attrs.items() if k != "group"}
+    cols = f"{y}__columns"
+    g.stage(
+        node,
+        "deform_im2col",
+        [x, node.inputs[2], *([mask] if mask else [])],
+        [cols],
+        kernel_shape=[kh, kw],
+        **sampling,
+    )
+    # w as [M, C * kH * kW] (one group) or [group, M / group, C / group * kH * kW], the columns to match
+    matrix = [m, per_group * kh * kw] if group == 1 else [group, m // group, per_group * kh * kw]
+    weights = _reshaped(g, node, w, f"{y}__w_matrix", matrix)
+    if group != 1:
+        g.stage(node, "reshape", [cols], [f"{cols}_grouped"], shape=[0, group, -1, out_hw[0] * out_hw[1]])
+        cols = f"{cols}_grouped"
+    g.stage(node, "matmul", [weights, cols], [f"{y}__product"])
+    unbiased = f"{y}__unbiased" if bias else y
+    g.stage(node, "reshape", [f"{y}__product"], [unbiased], shape=[0, m, *out_hw])
+    if bias:
+        g.stage(node, "add", [unbiased, _reshaped(g, node, bias, f"{y}__bias_column", [m, 1, 1])], [y])
+
+
+def _reshaped(g: Graph, node: Node, name: str, new: str, shape: list) -> str:
+    """``name`` under ``shape``: a constant reshaped at import, else a ``reshape`` stage (a view)."""
+    value = g.constants.get(name)
+    if value is None:
+        g.stage(node, "reshape", [name], [new], shape=shape)
+    else:
+        g.constants[new] = value.reshape(shape)
+        g.dtypes[new] = g.dtypes.get(name) or get_dtype(value.dtype).name
+    return new
 
 
 def _is_1d(g: Graph, node: Node) -> bool:
@@ -110,6 +229,8 @@ def _as_2d(g: Graph, node: Node, convert_2d: Converter) -> None:
     shape = g.shapes.get(inputs[0])
     if shape is not None and len(shape) == 3:  # what a 2-d converter reads of its input (pads it implies)
         g.shapes[f"{y}__2d_in"] = (shape[0], shape[1], 1, shape[2])
+    if inputs[0] in g.dtypes:  # and its dtype (LpPool's constants take it)
+        g.dtypes[f"{y}__2d_in"] = g.dtypes[inputs[0]]
     inputs[0] = f"{y}__2d_in"
     if node.op_type in _WEIGHTED_WINDOWS and len(inputs) > 1 and inputs[1]:
         weight = g.constants.get(inputs[1])
@@ -216,22 +337,22 @@ def _max_pool(g: Graph, node: Node) -> None:
         _as_2d(g, node, _max_pool)
         return
     _only(node, storage_order=0)
-    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    rank, attrs = _pool_window(node)
     if _attr(node, "ceil_mode", 0):
         attrs["ceil_mode"] = True
-    g.stage(node, "max_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+    g.stage(node, f"max_pool{rank}d", node.inputs[:1], node.outputs[:1], **attrs)
 
 
 def _average_pool(g: Graph, node: Node) -> None:
     if _is_1d(g, node):
         _as_2d(g, node, _average_pool)
         return
-    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
+    rank, attrs = _pool_window(node)
     if _attr(node, "ceil_mode", 0):
         attrs["ceil_mode"] = True
     if _attr(node, "count_include_pad", 0):
         attrs["count_include_pad"] = True
-    g.stage(node, "avg_pool2d", node.inputs[:1], node.outputs[:1], **attrs)
+    g.stage(node, f"avg_pool{rank}d", node.inputs[:1], node.outputs[:1], **attrs)
 
 
 def _lp(g: Graph, node: Node, summed: Callable[[str, str], None]) -> None:
@@ -266,22 +387,20 @@ def _global_lp_pool(g: Graph, node: Node) -> None:
 
 
 def _lp_pool(g: Graph, node: Node) -> None:
-    """ONNX LpPool (2-d, and 1-d as Conv's): each window's sum as the zero-padded average
-    (``avg_pool2d``, count_include_pad) times the window size (``scale``). ceil_mode is refused: its
-    windows past the padding would be averaged over fewer taps."""
+    """ONNX LpPool (2-d and 3-d, and 1-d as Conv's): each window's sum as the zero-padded average
+    (``avg_pool2d`` / ``avg_pool3d``, count_include_pad) times the window size (``scale``). ceil_mode is
+    refused: its windows past the padding would be averaged over fewer taps."""
     if _is_1d(g, node):
         _as_2d(g, node, _lp_pool)
         return
     if _attr(node, "ceil_mode", 0):
         raise Unsupported("LpPool with ceil_mode=1 (the windows past the padding) is not supported")
-    attrs = _window(node, "kernel_shape", "strides", "pads", "dilations", "auto_pad")
-    if "kernel_shape" not in attrs:
-        raise Unsupported("LpPool needs its kernel_shape")
+    rank, attrs = _pool_window(node)
     count = float(np.prod(attrs["kernel_shape"]))
 
     def summed(src: str, dst: str) -> None:
         mean = f"{node.outputs[0]}__mean"
-        g.stage(node, "avg_pool2d", [src], [mean], count_include_pad=True, **attrs)
+        g.stage(node, f"avg_pool{rank}d", [src], [mean], count_include_pad=True, **attrs)
         g.stage(node, "scale", [mean], [dst], factor=count)
 
     _lp(g, node, summed)

@@ -24,7 +24,7 @@ from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
 from ..cudnn_graph import CUDNN_VARIANT
 from ..kernel import cuda_variant
-from . import cuda
+from . import col2im, cuda, deform, deform_im2col
 from .window import window_2d, window_attrs
 
 __all__ = ["descriptors", "infer_conv2d", "infer_conv_transpose2d", "transpose_geometry"]
@@ -315,4 +315,7 @@ def descriptors() -> list[OperatorDescriptor]:
             staged_fallback=True,
             onnx="ConvTranspose",
         ),
+        *col2im.descriptors(),
+        *deform.descriptors(),
+        *deform_im2col.descriptors(),
     ]

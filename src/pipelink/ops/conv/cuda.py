@@ -54,6 +54,8 @@ from ..elementwise.cuda import plan_binary, plan_unary
 from ..gemm.cuda import CUBLASLT_VARIANT, plan_bias_expand
 from ..gemm.lt import lt_product, plan_batches
 from ..kernel import FLOATS, PlanLaunch, contiguous_strides
+from .col2im import KERNELS as COL2IM_KERNELS
+from .deform_sampling import KERNELS as DEFORM_KERNELS
 from .window import window_2d
 
 __all__ = [
@@ -71,7 +73,7 @@ __all__ = [
     "bind_conv_transpose2d",
 ]
 
-KERNELS: dict = {}  # cuDNN chooses its own kernels: nothing to plan or tune here
+KERNELS: dict = {**COL2IM_KERNELS, **DEFORM_KERNELS}  # their own kernels; cuDNN chooses conv's
 TUNED_AS: dict[str, str] = {}
 CONV_DTYPES = frozenset(IO_TYPES)
 CONV_ACTIVATIONS = ("none", "relu")  # conv2d's activation attribute: applied after bias and residual
