@@ -17,7 +17,13 @@ from pipelink.errors import DTypeMismatchError, ShapeMismatchError
 
 from .ops_helpers import check_close, make_registry, run_op
 
-FP8 = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+FP8 = {
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+}
+QTYPES = ["int8", "uint8", *FP8]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +45,11 @@ def _nearest_fp8(v: float, dtype, saturate: bool):
     if abs(v) > top:
         if saturate:
             return math.copysign(top, v)
-        # Beyond the largest finite value by at least half an ulp: NaN (e4m3fn has no inf) or inf.
+        # Beyond the largest finite value by at least half an ulp: inf (e5m2), else NaN (no inf).
         below = table[-1][0] - table[-2][0]
         if abs(v) < top + below / 2 or (abs(v) == top + below / 2 and table[-1][1] % 2 == 0):
             return math.copysign(top, v)
-        return math.nan if dtype is ml_dtypes.float8_e4m3fn else math.copysign(math.inf, v)
+        return math.copysign(math.inf, v) if dtype is ml_dtypes.float8_e5m2 else math.nan
     best = min(table, key=lambda vc: (abs(vc[0] - v), vc[1] % 2))
     return 0.0 * math.copysign(1, v) if best[0] == 0 else best[0]
 
@@ -64,7 +70,7 @@ def _quant_ref(x, scale, zero, axis, dtype, saturate=True):
     return out
 
 
-@pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("xtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize(
     ("shape", "axis", "per_axis"),
@@ -86,7 +92,7 @@ def test_quantize_against_elementwise_reference(reg, device, qtype, xtype, shape
     assert np.array_equal(y.astype(np.float64), ref, equal_nan=True)
 
 
-@pytest.mark.parametrize("qtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("qtype", list(FP8))
 @pytest.mark.parametrize("saturate", [True, False])
 def test_float8_saturation_nan_and_inf(reg, device, qtype, saturate):
     big = float(ml_dtypes.finfo(FP8[qtype]).max)
@@ -100,7 +106,7 @@ def test_float8_saturation_nan_and_inf(reg, device, qtype, saturate):
     )
     ref = [_nearest_fp8(float(v), FP8[qtype], saturate) for v in x]
     if not saturate:  # infinities stay infinite where the type has them (e5m2), else NaN
-        ref[2:4] = [math.nan, math.nan] if qtype == "float8_e4m3fn" else [math.inf, -math.inf]
+        ref[2:4] = [math.inf, -math.inf] if qtype == "float8_e5m2" else [math.nan, math.nan]
     else:
         ref[2:4] = [big, -big]
     assert np.array_equal(y.astype(np.float64), np.array(ref), equal_nan=True)
@@ -114,7 +120,7 @@ def test_integers_always_saturate_and_default_to_uint8(reg, device):
     assert y.tolist() == [-128, 127, 0, 2, 0]
 
 
-@pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("stype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("per_axis", [False, True])
 def test_dequantize_against_formula(reg, device, qtype, stype, per_axis):
@@ -177,7 +183,7 @@ def test_dtype_errors(reg):
         run_op(reg, "dequantize_linear", [np.zeros(3, np.int8), s, np.uint8(0)])
 
 
-@pytest.mark.parametrize("qtype", ["int8", "uint8", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("per_axis", [False, True])
 def test_quantize_roundtrip_matches_onnx(reg, device, qtype, per_axis):
     pytest.importorskip("onnx")

@@ -98,7 +98,9 @@ def test_a_plan_of_every_integer_width_loads_and_runs(core, tmp_path, dtype):
         core.pipeLinkDestroyPipeline(handle)
 
 
-@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize(
+    "dtype", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
+)
 def test_a_float8_plan_tensor_is_refused(core, tmp_path, dtype):
     path = tmp_path / f"copy_{dtype}.plk"
     path.write_bytes(_copy_plan(dtype, (4,)))

@@ -1,26 +1,50 @@
-// PipeLink's float8 conversions (e4m3fn, e5m2), in software on the bits: round to nearest even, no
-// dependence on cuda_fp8.h. Used by the (de)quantize kernels (quantize/quantize.cu) and the any-dtype cast
-// (elementwise/cast.cu); __host__ __device__, so tests/unit/test_fp8_conversion.py checks them against
-// ml_dtypes on the CPU, value by value.
+// PipeLink's float8 conversions (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e8m0fnu), in software on the bits: no
+// dependence on cuda_fp8.h (whose types cover e4m3 and e5m2 only). Used by the (de)quantize kernels
+// (quantize/quantize.cu) and the any-dtype cast (elementwise/cast.cu); __host__ __device__, so
+// tests/unit/test_fp8_conversion.py checks them against ml_dtypes (and onnx's reference for e8m0's
+// rounding modes) on the CPU, value by value.
 //
-// The formats are named by PL_Q_E4M3FN and PL_Q_E5M2 (quantize.cu's quantized kinds 2 and 3; 0 and 1 are
-// its integers).
+// The formats are named by PL_Q_E4M3FN, PL_Q_E5M2, PL_Q_E4M3FNUZ, PL_Q_E5M2FNUZ and PL_Q_E8M0 (quantize.cu's
+// quantized kinds 2 to 6; 0 and 1 are its integers). pl_float_to_fp8 / pl_double_to_fp8 convert as
+// ml_dtypes does (with saturate: as NumPy's clip to the finite range first), pl_fp8_to_float exactly;
+// pl_float_to_e8m0 is ONNX Cast's conversion into e8m0 (its round_mode and saturate).
 #pragma once
 
 #define PL_Q_E4M3FN 2
 #define PL_Q_E5M2 3
+#define PL_Q_E4M3FNUZ 4
+#define PL_Q_E5M2FNUZ 5
+#define PL_Q_E8M0 6
+// ONNX Cast's round_mode into e8m0 (pl_float_to_e8m0)
+#define PL_E8M0_UP 0
+#define PL_E8M0_DOWN 1
+#define PL_E8M0_NEAREST 2
 #define PL_HD __host__ __device__ __forceinline__
 
-// float8 formats: exponent bias, mantissa bits, largest finite and NaN encodings (without the sign), and
-// whether the format has an infinity (e5m2: 0x7c) or spends that pattern on finite values (e4m3fn)
+// the sign-magnitude float8 formats: exponent bias, mantissa bits, largest finite and NaN encodings
+// (without the sign), the overflow result without saturation (INF: e5m2's infinity, else the NaN), whether
+// the all-ones exponent is inf/NaN (HAS_INF: e5m2) and whether the format is "fnuz" (UZ: no infinity, no
+// negative zero, 0x80 its only NaN; a result that rounds to zero is +0)
 template <int Q> struct pl_fp8;
 template <> struct pl_fp8<PL_Q_E4M3FN> {
     static constexpr int BIAS = 7, MANT = 3;
     static constexpr unsigned MAX = 0x7e, NAN_BITS = 0x7f, INF = 0x7f;  // no inf: overflow is NaN
+    static constexpr bool HAS_INF = false, UZ = false;
 };
 template <> struct pl_fp8<PL_Q_E5M2> {
     static constexpr int BIAS = 15, MANT = 2;
     static constexpr unsigned MAX = 0x7b, NAN_BITS = 0x7e, INF = 0x7c;
+    static constexpr bool HAS_INF = true, UZ = false;
+};
+template <> struct pl_fp8<PL_Q_E4M3FNUZ> {
+    static constexpr int BIAS = 8, MANT = 3;
+    static constexpr unsigned MAX = 0x7f, NAN_BITS = 0x80, INF = 0x80;
+    static constexpr bool HAS_INF = false, UZ = true;
+};
+template <> struct pl_fp8<PL_Q_E5M2FNUZ> {
+    static constexpr int BIAS = 16, MANT = 2;
+    static constexpr unsigned MAX = 0x7f, NAN_BITS = 0x80, INF = 0x80;
+    static constexpr bool HAS_INF = false, UZ = true;
 };
 
 #if !defined(__CUDACC_RTC__)
@@ -45,13 +69,23 @@ PL_HD float pl_bits_f32(unsigned u) {
 #endif
 }
 
-// float32 -> float8 bits, round to nearest even; overflow saturates or gives F::INF (NaN for e4m3fn)
+PL_HD unsigned long long pl_f64_bits(double d) {
+#if defined(__CUDA_ARCH__)
+    return (unsigned long long)__double_as_longlong(d);
+#else
+    unsigned long long b;
+    memcpy(&b, &d, 8);
+    return b;
+#endif
+}
+
+// float32 -> float8 bits, round to nearest even; overflow saturates or gives F::INF (NaN but for e5m2)
 template <int Q> PL_HD unsigned char pl_float_to_fp8(float f, bool saturate) {
     typedef pl_fp8<Q> F;
     const unsigned b = pl_f32_bits(f);
     const unsigned sign = (b >> 24) & 0x80u;
     const unsigned a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) return (unsigned char)(sign | F::NAN_BITS);
+    if (a > 0x7f800000u) return (unsigned char)(sign | F::NAN_BITS);  // fnuz: 0x80 whatever the sign
     unsigned bits;
     if (a < ((unsigned)(127 - F::BIAS + 1) << 23)) {
         // below the smallest normal: a multiple of the subnormal quantum 2^(1 - BIAS - MANT); the
@@ -65,6 +99,7 @@ template <int Q> PL_HD unsigned char pl_float_to_fp8(float f, bool saturate) {
         bits = r - ((unsigned)(127 - F::BIAS) << F::MANT);
     }
     if (bits > F::MAX) bits = saturate ? F::MAX : F::INF;  // inf lands here as well
+    if (F::UZ && bits == 0) return 0;                      // no negative zero: 0x80 is the NaN
     return (unsigned char)(sign | bits);
 }
 
@@ -75,9 +110,9 @@ template <int Q> PL_HD float pl_fp8_to_float(unsigned char v) {
     const unsigned e = (v & 0x7fu) >> F::MANT, m = v & ((1u << F::MANT) - 1u);
     const unsigned top = (1u << (7 - F::MANT)) - 1u;  // the all-ones exponent
     unsigned out;
-    if (Q == PL_Q_E4M3FN && (v & 0x7fu) == F::NAN_BITS) {
+    if (F::UZ ? v == 0x80u : !F::HAS_INF && (v & 0x7fu) == F::NAN_BITS) {
         out = 0x7fc00000u;
-    } else if (Q == PL_Q_E5M2 && e == top) {
+    } else if (F::HAS_INF && e == top) {
         out = m ? 0x7fc00000u : 0x7f800000u;
     } else if (e == 0) {
         // m * 2^(1 - BIAS - MANT): exact in float32
@@ -95,12 +130,7 @@ template <int Q> PL_HD float pl_fp8_to_float(unsigned char v) {
 // range the value is FLT_MAX (beyond every float8: overflow), under it a signed tiny float (below every
 // float8: zero).
 PL_HD unsigned pl_double_to_float_odd_bits(double d) {
-    unsigned long long b;
-#if defined(__CUDA_ARCH__)
-    b = (unsigned long long)__double_as_longlong(d);
-#else
-    memcpy(&b, &d, 8);
-#endif
+    const unsigned long long b = pl_f64_bits(d);
     const unsigned sign = (unsigned)(b >> 63) << 31;
     const int e = (int)((b >> 52) & 0x7ffu);
     const unsigned long long m = b & ((1ull << 52) - 1u);
@@ -114,4 +144,54 @@ PL_HD unsigned pl_double_to_float_odd_bits(double d) {
 }
 template <int Q> PL_HD unsigned char pl_double_to_fp8(double d, bool saturate) {
     return pl_float_to_fp8<Q>(pl_bits_f32(pl_double_to_float_odd_bits(d)), saturate);
+}
+
+// float8_e8m0fnu: 2^(e - 127) for e < 0xff, 0xff NaN; no sign, no zero, no infinity.
+// As ml_dtypes converts: the nearest power of two, ties up (1.5 * 2^k gives 2^(k + 1)), below 2^-127 the
+// smallest (0x00), from 1.5 * 2^127 on NaN; zero, negatives, inf and NaN are NaN. With saturate, as NumPy's
+// clip to [2^-127, 2^127] first: zero and negatives (-inf too) give 0x00, overflow and inf 0xfe.
+template <> PL_HD unsigned char pl_double_to_fp8<PL_Q_E8M0>(double d, bool saturate) {
+    const unsigned long long b = pl_f64_bits(d);
+    const int e = (int)((b >> 52) & 0x7ffu);
+    const unsigned long long m = b & ((1ull << 52) - 1u);
+    if (e == 0x7ff && (m || !saturate)) return 0xff;                      // NaN; inf unsaturated
+    if ((b >> 63) || (e == 0 && m == 0)) return saturate ? 0x00 : 0xff;  // -inf clips to the smallest
+    if (e == 0x7ff) return 0xfe;
+    const int r = e - 1023 + 127 + (int)((m >> 51) & 1u);  // the exponent, plus one from the half on
+    if (r <= 0) return 0x00;
+    return r > 0xfe ? (saturate ? 0xfe : 0xff) : (unsigned char)r;
+}
+template <> PL_HD unsigned char pl_float_to_fp8<PL_Q_E8M0>(float f, bool saturate) {
+    return pl_double_to_fp8<PL_Q_E8M0>((double)f, saturate);  // exact: a float is a double
+}
+template <> PL_HD float pl_fp8_to_float<PL_Q_E8M0>(unsigned char v) {
+    if (v == 0xffu) return pl_bits_f32(0x7fc00000u);
+    return pl_bits_f32(v ? (unsigned)v << 23 : 0x00400000u);  // 2^-127 is a float subnormal
+}
+// a 64-bit integer -> e8m0 as ml_dtypes (rounded once: through a double, one past 2^53 would round twice)
+PL_HD unsigned char pl_u64_to_e8m0(unsigned long long v) {
+    if (v == 0) return 0xff;
+#if defined(__CUDA_ARCH__)
+    const int top = 63 - __clzll((long long)v);  // the leading one: the exponent
+#else
+    int top = 63;
+    while (!((v >> top) & 1u)) --top;
+#endif
+    return (unsigned char)(127 + top + (top > 0 ? (int)((v >> (top - 1)) & 1u) : 0));
+}
+PL_HD unsigned char pl_i64_to_e8m0(long long v) { return v < 0 ? 0xff : pl_u64_to_e8m0((unsigned long long)v); }
+
+// float32 -> e8m0 bits as ONNX's Cast (onnx.numpy_helper.to_float8e8m0): the float's exponent field (its
+// sign is not read; zero gives 0x00), plus one when any fraction bit is set (PL_E8M0_UP), never
+// (PL_E8M0_DOWN), or from the half on (PL_E8M0_NEAREST: ties up, but for the subnormals' exponent 0,
+// whose half is 2^-127 itself); with saturate the largest exponent does not round up into NaN; inf and NaN
+// give 0xff
+PL_HD unsigned char pl_float_to_e8m0(float f, bool saturate, int round) {
+    const unsigned b = pl_f32_bits(f), e = (b >> 23) & 0xffu, frac = b & 0x7fffffu;
+    if (e == 0xffu) return 0xff;
+    bool up = false;
+    if (round == PL_E8M0_UP) up = frac != 0;
+    if (round == PL_E8M0_NEAREST) up = (frac & 0x400000u) && ((frac & 0x3fffffu) || e > 0);
+    if (saturate && e == 0xfeu) up = false;
+    return (unsigned char)(e + (up ? 1u : 0u));
 }

@@ -77,8 +77,14 @@ __all__ = [
 _DIR = Path(__file__).resolve().parent
 CUDA_VARIANT = "cuda:nvrtc"
 FLOATS = ("float32", "float16", "bfloat16", "float64")
-#: the float8 formats fp8.cuh converts in software, by the macro naming each (PL_Q_E4M3FN, PL_Q_E5M2)
-FP8_KINDS = {"float8_e4m3fn": "PL_Q_E4M3FN", "float8_e5m2": "PL_Q_E5M2"}
+#: the float8 formats fp8.cuh converts in software, by the macro naming each (PL_Q_E4M3FN...PL_Q_E8M0)
+FP8_KINDS = {
+    "float8_e4m3fn": "PL_Q_E4M3FN",
+    "float8_e5m2": "PL_Q_E5M2",
+    "float8_e4m3fnuz": "PL_Q_E4M3FNUZ",
+    "float8_e5m2fnuz": "PL_Q_E5M2FNUZ",
+    "float8_e8m0fnu": "PL_Q_E8M0",
+}
 DEFAULT_SM_COUNT = 132  # H200
 MAX_NDIM = 8
 I32_LIMIT = 2**31

@@ -4,9 +4,11 @@
 //
 // Macros (chosen in pipelink/ops/elementwise/cuda.py, plan_cast_any):
 //   PL_TIN, PL_TOUT  CUDA type names of the input and output (unsigned char for a float8)
-//   PL_TIN_FP8, PL_TOUT_FP8  0, or the float8 format of the input / output (PL_Q_E4M3FN, PL_Q_E5M2 of
-//                    fp8.cuh): as ml_dtypes casts, round to nearest even, no saturation (NaN for e4m3fn
-//                    and inf for e5m2 past the largest finite value), every value rounded once
+//   PL_TIN_FP8, PL_TOUT_FP8  0, or the float8 format of the input / output (PL_Q_E4M3FN, PL_Q_E5M2,
+//                    PL_Q_E4M3FNUZ, PL_Q_E5M2FNUZ, PL_Q_E8M0 of fp8.cuh): as ml_dtypes casts, round to
+//                    nearest even (e8m0: the nearest power of two, ties up), no saturation (NaN, or inf for
+//                    e5m2, past the largest finite value), every value rounded once (a 64-bit integer
+//                    into e8m0, which holds it, by its bits: through a double it would round twice)
 //   PL_DIRECT        1 when neither is a 16-bit float nor a float8 (a plain C cast); else the value goes
 //                    through double (exact for every 16-bit float and float8, and rounded once, to odd,
 //                    before the final narrowing)
@@ -51,11 +53,19 @@ __device__ __forceinline__ PL_TOUT pl_cast_store(double v) {
     return pl_cast_out<PL_TOUT>::from(v);
 #endif
 }
+// an input element into e8m0: by its value as a double, a 64-bit integer by its bits
+template <class T> __device__ __forceinline__ unsigned char pl_cast_e8m0(T v) {
+    return pl_double_to_fp8<PL_Q_E8M0>(pl_cast_load(v), false);
+}
+__device__ __forceinline__ unsigned char pl_cast_e8m0(long long v) { return pl_i64_to_e8m0(v); }
+__device__ __forceinline__ unsigned char pl_cast_e8m0(unsigned long long v) { return pl_u64_to_e8m0(v); }
 
 extern "C" __global__ void __launch_bounds__(PL_BLOCK)
 pl_cast_any(const PL_TIN* __restrict__ x, PL_TOUT* __restrict__ y, long long n) {
     PL_FOR_EACH_INDEX(i, n) {
-#if PL_DIRECT
+#if PL_TOUT_FP8 == PL_Q_E8M0
+        y[i] = pl_cast_e8m0(x[i]);
+#elif PL_DIRECT
         y[i] = (PL_TOUT)x[i];
 #else
         y[i] = pl_cast_store(pl_cast_load(x[i]));

@@ -1,10 +1,14 @@
-"""Linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear): int8, uint8 and the Hopper 8-bit floats
-float8_e4m3fn and float8_e5m2, per tensor or per axis. Descriptors and NumPy references.
+"""Linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear): int8, uint8 and the 8-bit floats
+(float8_e4m3fn, float8_e5m2, their fnuz variants and float8_e8m0fnu), per tensor or per axis. Descriptors
+and NumPy references.
 
 Quantize computes ``x / scale`` in float32, rounds half to even, adds the zero point and saturates to the
 integer range; float8 outputs round to nearest even and, with ``saturate``, clip to the largest finite
-value (without it, overflow is NaN for e4m3fn and inf for e5m2, as ONNX says). The CUDA variants
-(``cuda.py``, ``quantize.cu``) compute the same float32 values and convert bit-exactly.
+value (without it, overflow is NaN, inf for e5m2, as ONNX says). float8_e8m0fnu (an exponent alone, no
+zero: no zero point) converts as ONNX's Cast into it does: by ``round_mode`` (up, down, nearest) on the
+float32 quotient's exponent field, ``saturate`` keeping the largest exponent from rounding into NaN; ONNX's
+Cast to FLOAT8E8M0 is this by a scale of 1. The CUDA variants (``cuda.py``, ``quantize.cu``) compute the
+same float32 values and convert bit-exactly.
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ import ml_dtypes
 import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
-from ...errors import DTypeMismatchError, ShapeMismatchError
+from ...dtypes import FLOAT8_DTYPES
+from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from ...limits import shape_nbytes
 from .._common import builtin_operator, numpy_dtype
 from .._dims import normalize_axis
 from ..kernel import cuda_variant
 from . import cuda
 
-__all__ = ["descriptors", "QUANTIZED_DTYPES", "SCALE_DTYPES", "scale_layout"]
+__all__ = ["descriptors", "QUANTIZED_DTYPES", "ROUND_MODES", "SCALE_DTYPES", "scale_layout", "to_e8m0"]
 
-QUANTIZED_DTYPES = frozenset({"int8", "uint8", "float8_e4m3fn", "float8_e5m2"})
+QUANTIZED_DTYPES = frozenset({"int8", "uint8"}) | FLOAT8_DTYPES
 SCALE_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+#: ONNX Cast's round_mode into float8_e8m0fnu (onnx.numpy_helper.to_float8e8m0), in fp8.cuh's order
+ROUND_MODES = ("up", "down", "nearest")
+_E8M0 = "float8_e8m0fnu"
 
 
 # The CUDA kernels' dtypes of every input: x / y and the scale (floats), the zero point (an 8-bit type).
@@ -87,18 +95,59 @@ def _quantized_dtype(attrs: Mapping[str, Any], zero_dtype: str | None) -> str:
     return dtype
 
 
+def _check_e8m0(op: str, q_dtype: str, zero_dtype: str | None, round_mode: str) -> None:
+    """float8_e8m0fnu has no zero (no zero point); round_mode rounds into it alone (the other types round
+    to nearest even)."""
+    if q_dtype == _E8M0 and zero_dtype is not None:
+        raise DTypeMismatchError(
+            f"{op}: float8_e8m0fnu has no zero, so no zero point (leave it out)",
+            port="zero_point",
+            expected=None,
+            got=zero_dtype,
+        )
+    if q_dtype != _E8M0 and round_mode != "up":
+        raise InvalidArgumentError(
+            f"{op}: round_mode {round_mode!r} applies to float8_e8m0fnu only; {q_dtype} rounds to nearest "
+            "even (leave round_mode at 'up')",
+            attr="round_mode",
+        )
+
+
+def to_e8m0(q: np.ndarray, out: np.ndarray, *, saturate: bool, round_mode: str) -> None:
+    """float32 ``q`` into float8_e8m0fnu ``out`` as ONNX's Cast (onnx.numpy_helper.to_float8e8m0): the
+    exponent field alone (the sign unread, zero gives 0x00), plus one for any fraction (up), never (down)
+    or from the half on (nearest: ties up, but from exponent 0, whose half is 2^-127 itself); with
+    ``saturate`` exponent 0xfe never rounds up into NaN; inf and NaN give 0xff."""
+    bits = q.view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint8)
+    fraction = bits & 0x7FFFFF
+    if round_mode == "up":
+        up = fraction != 0
+    elif round_mode == "nearest":
+        up = ((fraction & 0x400000) != 0) & (((fraction & 0x3FFFFF) != 0) | (exponent > 0))
+    else:
+        up = np.zeros(q.shape, bool)
+    up &= exponent != 0xFF
+    if saturate:
+        up &= exponent != 0xFE
+    np.add(exponent, up, out=out.view(np.uint8), casting="unsafe")
+
+
 def infer_quantize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     """Output rule of quantize_linear: x's shape in the quantized dtype (output_dtype, else the zero
     point's, else uint8)."""
     x = tuple(in_shapes[0])
     scale_layout("quantize_linear", x, tuple(in_shapes[1]), in_shapes[2], int(attrs["axis"]))
-    return (x,), (_quantized_dtype(attrs, in_dtypes[2]),)
+    q_dtype = _quantized_dtype(attrs, in_dtypes[2])
+    _check_e8m0("quantize_linear", q_dtype, in_dtypes[2], attrs["round_mode"])
+    return (x,), (q_dtype,)
 
 
 def infer_dequantize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     """Output rule of dequantize_linear: x's shape in the scale's dtype."""
     x = tuple(in_shapes[0])
     scale_layout("dequantize_linear", x, tuple(in_shapes[1]), in_shapes[2], int(attrs["axis"]))
+    _check_e8m0("dequantize_linear", in_dtypes[0], in_dtypes[2], "up")
     return (x,), (in_dtypes[1],)
 
 
@@ -129,11 +178,16 @@ def _quantize_bind(ctx: KernelContext):
     is_int = out_dtype in ("int8", "uint8")
     limits = (np.iinfo if is_int else ml_dtypes.finfo)(numpy_dtype(out_dtype))
     saturate = bool(ctx.attrs["saturate"])
+    round_mode = ctx.attrs["round_mode"]
     buf = _float32_scratch(ctx, x_shape)
 
     def kernel(inputs, outputs, stream):
         x, scale, zero = inputs
-        np.divide(x, scale.reshape(vec), out=buf, dtype=np.float32)
+        with np.errstate(all="ignore"):  # IEEE: an overflowing quotient is inf, 0 / 0 NaN
+            np.divide(x, scale.reshape(vec), out=buf, dtype=np.float32)
+        if out_dtype == _E8M0:  # no zero point (infer_quantize refuses one)
+            to_e8m0(buf, outputs[0], saturate=saturate, round_mode=round_mode)
+            return
         if is_int:
             np.rint(buf, out=buf)  # round half to even
         if zero is not None:
@@ -191,6 +245,13 @@ def descriptors() -> list[OperatorDescriptor]:
                     "bool",
                     True,
                     doc="float8 only: clip to the largest finite value (integers always saturate)",
+                ),
+                Attr(
+                    "round_mode",
+                    "str",
+                    "up",
+                    choices=ROUND_MODES,
+                    doc="float8_e8m0fnu only (ONNX Cast's): the exponent rounded up, down or to nearest",
                 ),
                 Attr(
                     "output_dtype",

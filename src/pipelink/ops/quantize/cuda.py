@@ -56,6 +56,7 @@ KERNELS: dict[str, KernelSource] = {
     ),
 }
 TUNED_AS: dict[str, str] = {}
+_ROUND_MACROS = {"up": "PL_E8M0_UP", "down": "PL_E8M0_DOWN", "nearest": "PL_E8M0_NEAREST"}  # fp8.cuh's
 
 
 def plan_quantize(
@@ -66,6 +67,7 @@ def plan_quantize(
     axis: int | None,
     *,
     saturate: bool = True,
+    round_mode: str = "up",
     tuned: dict[str, int] | None = None,
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
@@ -73,12 +75,13 @@ def plan_quantize(
     x of ``shape``, with one scale (``axis`` None) or one per index of ``axis``.
 
     Kernel ``pl_quantize(x, scale, zero, y, n, inner, axis_len)`` / ``pl_dequantize(...)`` (same
-    arguments); ``zero`` may be null.
+    arguments); ``zero`` may be null. ``round_mode`` (up, down, nearest) is float8_e8m0fnu's rounding.
 
     Raises
     ------
     InvalidArgumentError
-        An unknown op, a float or quantized dtype the kernel does not take, a bad tunable.
+        An unknown op, a float or quantized dtype the kernel does not take, an unknown round_mode, a bad
+        tunable.
     """
     if op not in KERNELS:
         raise InvalidArgumentError(f"unknown op {op!r}; known: {', '.join(KERNELS)}", op=op)
@@ -89,6 +92,10 @@ def plan_quantize(
             f"{op}: needs a float of {', '.join(FLOAT_TYPES)} and a quantized type of {', '.join(Q_KINDS)} "
             f"(got {ft.name} and {qt.name})",
             op=op,
+        )
+    if round_mode not in _ROUND_MACROS:
+        raise InvalidArgumentError(
+            f"{op}: round_mode must be one of {', '.join(_ROUND_MACROS)} (got {round_mode!r})", op=op
         )
     shp = shape_of(shape, op)
     n = prod(shp)
@@ -102,6 +109,8 @@ def plan_quantize(
         "PL_SATURATE": int(bool(saturate)),
         "PL_BLOCK": t["block"],
     }
+    if qt.name == "float8_e8m0fnu":  # the one type round_mode rounds into
+        macros["PL_ROUND"] = _ROUND_MACROS[round_mode]
     specs = [
         pointer("x"),
         pointer("scale"),
@@ -136,11 +145,20 @@ def quantize_bind(scale_layout):
             "quantize_linear", shape, tuple(ctx.in_shapes[1]), ctx.in_shapes[2], int(ctx.attrs["axis"])
         )
         fdt, qdt, saturate = ctx.in_dtypes[0], ctx.out_dtypes[0], bool(ctx.attrs["saturate"])
+        round_mode = ctx.attrs["round_mode"]
         tuned, sms = tuned_of(ctx, KERNELS["quantize_linear"]), sm_count_of(ctx)
         return PlanLaunch(
             ctx.backend,
             lambda a: plan_quantize(
-                "quantize_linear", fdt, qdt, shape, axis, saturate=saturate, tuned=tuned, sm_count=sms
+                "quantize_linear",
+                fdt,
+                qdt,
+                shape,
+                axis,
+                saturate=saturate,
+                round_mode=round_mode,
+                tuned=tuned,
+                sm_count=sms,
             ),
             _SLOTS,
             ctx.stage,

@@ -1,13 +1,16 @@
 // PipeLink's linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear) to and from int8, uint8 and
-// the Hopper 8-bit floats (e4m3fn, e5m2), per tensor or per axis: one thread per element, in float32 as
-// the CPU reference computes. The float8 conversions are fp8.cuh's.
+// the 8-bit floats (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e8m0fnu), per tensor or per axis: one thread per
+// element, in float32 as the CPU reference computes. The float8 conversions are fp8.cuh's.
 //
 // Macros (chosen by pipelink/ops/quantize/cuda.py):
 //   PL_T         the float type of x (quantize) / y (dequantize) and of the scale: float, __half,
 //                __nv_bfloat16
-//   PL_Q         the quantized kind: PL_Q_INT8, PL_Q_UINT8, PL_Q_E4M3FN, PL_Q_E5M2 (stored as bytes)
-//   PL_SATURATE  float8 quantize: 1 clips to the largest finite value, 0 gives NaN (e4m3fn) or inf
-//                (e5m2) on overflow; integers always saturate
+//   PL_Q         the quantized kind: PL_Q_INT8, PL_Q_UINT8, or a float8 of fp8.cuh (PL_Q_E4M3FN,
+//                PL_Q_E5M2, PL_Q_E4M3FNUZ, PL_Q_E5M2FNUZ, PL_Q_E8M0), stored as bytes
+//   PL_SATURATE  float8 quantize: 1 clips to the largest finite value, 0 gives NaN (inf for e5m2) on
+//                overflow; integers always saturate
+//   PL_ROUND     e8m0 quantize: ONNX Cast's round_mode (PL_E8M0_UP, PL_E8M0_DOWN, PL_E8M0_NEAREST) of
+//                pl_float_to_e8m0; no zero point (e8m0 has no zero)
 //   PL_QUANTIZE / PL_DEQUANTIZE  which kernel; PL_BLOCK threads per block
 //
 // Kernels (n elements; the scale and zero point of element i are at (i / inner) % axis_len: inner = 1,
@@ -18,7 +21,7 @@
 //                 long long axis_len)     y = (x - zero) * scale
 #include "common.cuh"
 
-#include "fp8.cuh"  // the float8 conversions (PL_Q_E4M3FN, PL_Q_E5M2), shared with the cast kernel
+#include "fp8.cuh"  // the float8 conversions (PL_Q_E4M3FN...PL_Q_E8M0), shared with the cast kernel
 
 #define PL_Q_INT8 0
 #define PL_Q_UINT8 1
@@ -27,6 +30,9 @@
 #endif
 #ifndef PL_SATURATE
 #define PL_SATURATE 1
+#endif
+#ifndef PL_ROUND
+#define PL_ROUND PL_E8M0_UP
 #endif
 
 #if PL_Q == PL_Q_INT8
@@ -41,7 +47,7 @@ typedef unsigned char Q;
 
 // the float value of a quantized element (zero points and dequantize inputs)
 __device__ __forceinline__ float pl_q_value(Q v) {
-#if PL_Q == PL_Q_E4M3FN || PL_Q == PL_Q_E5M2
+#if PL_Q >= PL_Q_E4M3FN
     return pl_fp8_to_float<PL_Q>((unsigned char)v);
 #else
     return (float)v;
@@ -61,6 +67,8 @@ pl_quantize(const T* __restrict__ x, const T* __restrict__ scale, const Q* __res
         if (zero != nullptr) v += pl_q_value(zero[c]);
         v = v != v ? 0.0f : fminf(fmaxf(v, PL_QMIN), PL_QMAX);  // NaN has no integer: 0
         y[i] = (Q)v;
+#elif PL_Q == PL_Q_E8M0
+        y[i] = (Q)pl_float_to_e8m0(v, PL_SATURATE != 0, PL_ROUND);
 #else
         if (zero != nullptr) v += pl_q_value(zero[c]);
         y[i] = (Q)pl_float_to_fp8<PL_Q>(v, PL_SATURATE != 0);
