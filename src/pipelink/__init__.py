@@ -11,7 +11,23 @@ from typing import Any
 from . import distributed, memory
 from .backends import get_backend, validate_hardware
 from .descriptor import Attr, OperatorDescriptor, Port, Variant
-from .dtypes import DType, bfloat16, bool_, float16, float32, float64, get_dtype, int8, int32, int64, uint8
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    get_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from .errors import (
     ConfigError,
     CUDAError,
@@ -78,6 +94,10 @@ __all__ = [
     "int32",
     "int64",
     "uint8",
+    "int16",
+    "uint16",
+    "uint32",
+    "uint64",
     "bool_",
     "ErrorCode",
     "Problem",

@@ -23,8 +23,16 @@ __all__ = [
     "int64",
     "uint8",
     "bool_",
+    "int16",
+    "uint16",
+    "uint32",
+    "uint64",
     "float8_e4m3fn",
     "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "FLOAT8_DTYPES",
     "DTYPES",
     "FLOAT_DTYPES",
     "get_dtype",
@@ -34,7 +42,9 @@ __all__ = [
 
 # DLPack type codes (dlpack.h: DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
-DL_FLOAT8_E4M3FN, DL_FLOAT8_E5M2 = 10, 12
+DL_FLOAT8_E4M3FN, DL_FLOAT8_E4M3FNUZ, DL_FLOAT8_E5M2, DL_FLOAT8_E5M2FNUZ = 10, 11, 12, 13
+DL_FLOAT8_E8M0FNU = 14
+_DL_FLOAT8 = (DL_FLOAT8_E4M3FN, DL_FLOAT8_E4M3FNUZ, DL_FLOAT8_E5M2, DL_FLOAT8_E5M2FNUZ, DL_FLOAT8_E8M0FNU)
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,7 @@ class DType:
 
     @property
     def is_floating(self) -> bool:
-        return self.dl_code in (DL_FLOAT, DL_BFLOAT, DL_FLOAT8_E4M3FN, DL_FLOAT8_E5M2)
+        return self.dl_code in (DL_FLOAT, DL_BFLOAT, *_DL_FLOAT8)
 
     def __str__(self) -> str:
         return self.name
@@ -81,6 +91,23 @@ float8_e4m3fn = DType(
     "float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), DL_FLOAT8_E4M3FN, 8, 9, "__nv_fp8_e4m3"
 )
 float8_e5m2 = DType("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), DL_FLOAT8_E5M2, 8, 10, "__nv_fp8_e5m2")
+# The remaining integer widths of ONNX (elem types 5, 4, 12, 13): appended, so earlier enum values stay.
+int16 = DType("int16", np.dtype(np.int16), DL_INT, 16, 11, "short")
+uint16 = DType("uint16", np.dtype(np.uint16), DL_UINT, 16, 12, "unsigned short")
+uint32 = DType("uint32", np.dtype(np.uint32), DL_UINT, 32, 13, "unsigned int")
+uint64 = DType("uint64", np.dtype(np.uint64), DL_UINT, 64, 14, "unsigned long long")
+# The other 8-bit floats of ONNX (elem types 18, 20, 24), storage as the two above: the fnuz formats have
+# no infinity and no negative zero (0x80 is their NaN) and a bias one larger; e8m0 is an exponent alone,
+# 2^(e - 127), 0xff NaN (no sign, no zero). No CUDA type: the kernels take their bytes (fp8.cuh converts).
+float8_e4m3fnuz = DType(
+    "float8_e4m3fnuz", np.dtype(ml_dtypes.float8_e4m3fnuz), DL_FLOAT8_E4M3FNUZ, 8, 15, "unsigned char"
+)
+float8_e5m2fnuz = DType(
+    "float8_e5m2fnuz", np.dtype(ml_dtypes.float8_e5m2fnuz), DL_FLOAT8_E5M2FNUZ, 8, 16, "unsigned char"
+)
+float8_e8m0fnu = DType(
+    "float8_e8m0fnu", np.dtype(ml_dtypes.float8_e8m0fnu), DL_FLOAT8_E8M0FNU, 8, 17, "unsigned char"
+)
 
 DTYPES: dict[str, DType] = {
     d.name: d
@@ -96,9 +123,18 @@ DTYPES: dict[str, DType] = {
         bool_,
         float8_e4m3fn,
         float8_e5m2,
+        int16,
+        uint16,
+        uint32,
+        uint64,
+        float8_e4m3fnuz,
+        float8_e5m2fnuz,
+        float8_e8m0fnu,
     )
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+#: The 8-bit floats: storage dtypes (cast, quantize_linear, dequantize_linear), not compute dtypes.
+FLOAT8_DTYPES = frozenset(d.name for d in DTYPES.values() if d.dl_code in _DL_FLOAT8)
 
 #: (rtol, atol) per dtype for comparing a computed float result with its float64 reference: the one table
 #: of the tests (``assert_allclose``), the tuner's correctness check and the benchmarks (which compare the
@@ -134,9 +170,26 @@ _ALIASES = {
     "bool_": "bool",
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
+    "short": "int16",  # C's (and NumPy's) names; "uint"/"ulong" are left out, their widths vary
+    "ushort": "uint16",
 }
 # The dtypes PyTorch tensors cross in (``getattr(torch, name)`` is the torch.dtype; not imported here).
-TORCH_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
+# uint16, uint32 and uint64 are left out: before torch 2.3 there is no such attribute (the lookup would
+# fail for every dtype), and since then they are "shell" dtypes (empty and copy work, almost no operator
+# does, DLPack export depends on the version), so a pipeline taking them is fed NumPy arrays or DLPack
+# capsules (``from_dlpack_code`` reads DL_UINT 16/32/64), not torch tensors.
+TORCH_DTYPE_NAMES = (
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+)
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
 _BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}

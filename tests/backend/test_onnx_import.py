@@ -254,6 +254,27 @@ def _case(rng, op):
         "DepthToSpace": ({"x": _r(rng, 1, 8, 2, 3)}, {}, {"blocksize": 2, "mode": "DCR"}),
         "GridSample": ({"x": x, "grid": _r(rng, 2, 3, 6, 2)}, {}, {"padding_mode": "border"}),
         "AffineGrid": ({"theta": _r(rng, 2, 2, 3)}, {"size": i64(2, 3, 4, 5)}, {"align_corners": 1}),
+        "RoiAlign": (
+            {
+                "x": x,
+                "rois": np.array([[0.5, 1, 6, 7], [-1, 0, 9, 5], [2, 2, 3, 3]], F),
+                "batch": i64(0, 1, 1),
+            },
+            {},
+            {"output_height": 2, "output_width": 3, "sampling_ratio": 2, "spatial_scale": 0.5},
+        ),
+        "Col2Im": ({"x": _r(rng, 1, 8, 6)}, {"image": i64(4, 5), "block": i64(2, 4)}, {}),
+        "DeformConv": (  # w and b graph inputs: the inputs keep their order x, w, offset, b, mask
+            {
+                "x": x,
+                "w": _r(rng, 4, 3, 2, 2),
+                "offset": _r(rng, 2, 8, 4, 5),
+                "b": _r(rng, 4),
+                "m": _r(rng, 2, 4, 4, 5),
+            },
+            {},
+            {"pads": [1, 0, 0, 1]},
+        ),
         "BatchNormalization": (
             {"x": x},
             {"s": _r(rng, 3), "b": _r(rng, 3), "m": _r(rng, 3), "v": 1 + np.abs(_r(rng, 3))},
@@ -334,6 +355,7 @@ def _case(rng, op):
             {"direction": "LEFT"},
         ),
         "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
+        "BitCast": ({"x": x}, {}, {"to": onnx.TensorProto.INT32}),  # opset 26
         "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
         "DequantizeLinear": (
             {"x": rng.integers(-100, 100, (3, 4)).astype(np.int8)},
@@ -349,6 +371,43 @@ def _case(rng, op):
         "Scatter": ({"data": m}, {"i": i64(0, 2, 1, 2, 1, 0, 2, 0).reshape(2, 4), "u": _r(rng, 2, 4)}, {}),
         "SwiGLU": ({"a": 4 * x, "b": _r(rng, 2, 3, 4, 5)}, {}, {"alpha": 1.702}),  # opset 28
         "DynamicQuantizeLinear": ({"x": 5 * x}, {}, {}),
+        # onnx/convert_quantized.py (more in test_onnx_quantized.py)
+        "MatMulInteger": (
+            {"a": rng.integers(0, 256, (3, 4), dtype=np.uint8)},
+            {"b": rng.integers(-128, 128, (4, 5), dtype=np.int8), "az": np.array(7, np.uint8)},
+            {},
+        ),
+        "ConvInteger": (
+            {"x": rng.integers(0, 256, (1, 2, 5, 5), dtype=np.uint8)},
+            {"w": rng.integers(0, 256, (3, 2, 3, 3), dtype=np.uint8), "xz": np.array(9, np.uint8)},
+            {"pads": [1, 1, 1, 1]},
+        ),
+        "QLinearMatMul": (
+            {"a": rng.integers(0, 256, (3, 4), dtype=np.uint8)},
+            {
+                "as": np.array(0.05, F),
+                "az": np.array(120, np.uint8),
+                "b": rng.integers(0, 256, (4, 2), dtype=np.uint8),
+                "bs": np.array(0.02, F),
+                "bz": np.array(130, np.uint8),
+                "ys": np.array(0.1, F),
+                "yz": np.array(128, np.uint8),
+            },
+            {},
+        ),
+        "QLinearConv": (
+            {"x": rng.integers(-128, 128, (1, 2, 4, 4), dtype=np.int8)},
+            {
+                "xs": np.array(0.05, F),
+                "xz": np.array(3, np.int8),
+                "w": rng.integers(-128, 128, (2, 2, 2, 2), dtype=np.int8),
+                "ws": np.array(0.02, F),
+                "wz": np.array(0, np.int8),
+                "ys": np.array(0.2, F),
+                "yz": np.array(-5, np.int8),
+            },
+            {},
+        ),
         "TensorScatter": ({"past": x, "update": _r(rng, 2, 3, 2, 5)}, {"w": i64(3, 1)}, {"mode": "circular"}),
         "MaxUnpool": (
             {"x": _r(rng, 2, 3, 2, 2)},
@@ -411,6 +470,7 @@ def test_each_mapped_op_type_matches_onnx(op, device, rng):
         "TensorScatter": 24,
         "LinearAttention": 27,
         "CausalConvWithState": 27,
+        "BitCast": 26,
     }.get(
         op, 23 if op in ("RMSNormalization", "RotaryEmbedding", "Attention") else 21
     )  # Upsample left the standard at opset 10; Swish came at 24, CumProd at 26; the LLM ops at 23, the
@@ -663,9 +723,9 @@ def _unsupported_model():
         onnx.helper.make_node("Shape", ["a"], ["shape"], name="shape_of_a"),
         onnx.helper.make_node("Reshape", ["a", "shape"], ["b"], name="reshape_computed"),
         onnx.helper.make_node(
-            "Resize", ["b", "", "", "sizes"], ["c"], name="cubic_resize", mode="cubic", antialias=1
+            "Resize", ["b", "", "", "sizes"], ["c"], name="nearest_resize", mode="nearest", antialias=1
         ),
-        onnx.helper.make_node("MaxPool", ["c"], ["d"], name="pool3d", kernel_shape=[2, 2, 2]),
+        onnx.helper.make_node("MaxPool", ["c"], ["d"], name="pool4d", kernel_shape=[2, 2, 2, 2]),
         onnx.helper.make_node("FusedMatMul", ["d", "d"], ["e"], name="ms_op", domain="com.microsoft"),
         onnx.helper.make_node("Conv", ["e", "w"], ["f"], name="conv"),
     ]
@@ -684,16 +744,16 @@ def test_every_unsupported_node_is_listed_at_once(tmp_path):
         ("NonZero", "nonzero"),
         ("Shape", "shape_of_a"),
         ("Reshape", "reshape_computed"),
-        ("Resize", "cubic_resize"),
-        ("MaxPool", "pool3d"),
+        ("Resize", "nearest_resize"),
+        ("MaxPool", "pool4d"),
         ("FusedMatMul", "ms_op"),
         ("Conv", "conv"),
     }
     assert "no PipeLink operator" in listed[("NonZero", "nonzero")]
     assert "must be a constant" in listed[("Reshape", "reshape_computed")]
     assert "'shape'" in listed[("Reshape", "reshape_computed")]
-    assert "antialias" in listed[("Resize", "cubic_resize")]
-    assert "3-d window" in listed[("MaxPool", "pool3d")]
+    assert "antialias" in listed[("Resize", "nearest_resize")]
+    assert "4-d window" in listed[("MaxPool", "pool4d")]
     assert "com.microsoft" in listed[("FusedMatMul", "ms_op")]
     assert "3-d convolution" in listed[("Conv", "conv")]
     assert "7 nodes" in err.message and "nothing was imported" in err.message

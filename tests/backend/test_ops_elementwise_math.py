@@ -168,10 +168,11 @@ def test_shrink_refuses_integer_results_out_of_range(reg, dtype, attrs, why):
     assert "stage 's'" in str(info.value)
 
 
-def test_shrink_refuses_int64_and_says_what_to_do(reg):
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_shrink_refuses_64_bit_integers_and_says_what_to_do(reg, dtype):
     desc = reg.get("shrink")
-    with pytest.raises(DTypeMismatchError, match="int64.*cast x to float64") as info:
-        infer_outputs(desc, ((4,),), ("int64",), desc.resolve_attrs({}, where="s"), stage="s")
+    with pytest.raises(DTypeMismatchError, match=f"{dtype}.*cast x to float64") as info:
+        infer_outputs(desc, ((4,),), (dtype,), desc.resolve_attrs({}, where="s"), stage="s")
     assert info.value.code == ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH
 
 
@@ -281,7 +282,7 @@ def test_bit_shift_by_the_bit_width_or_more_gives_the_sign_fill(reg, device, dty
     np.testing.assert_array_equal(left[:4], 0)
     np.testing.assert_array_equal(right[:4], [0, 0, -1 if info.min < 0 else 0, 0])
     assert int(left[4]) == _shift_ref(a[4:], b[4:], True, dtype)[0]  # the top bit itself is kept
-    if dtype == "uint8":
+    if np.dtype(dtype).kind == "u":
         np.testing.assert_array_equal(left, np.left_shift(a, b))  # NumPy's own answer for unsigned
         np.testing.assert_array_equal(right, np.right_shift(a, b))
 
@@ -401,3 +402,51 @@ def test_onnx_shrink_of_int8_out_of_range_is_refused_when_the_pipeline_is_built(
     with pytest.raises(pl.PipeLinkError, match="outside int8's range") as info:
         pl.from_onnx(model, device="cpu")
     assert info.value.code == ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+
+
+# -------------------------------------------------------------------------- bitcast
+
+_BITCASTS = [
+    ("float32", "int32"),
+    ("int32", "float32"),
+    ("float32", "uint32"),
+    ("float64", "int64"),
+    ("uint64", "float64"),
+    ("float16", "int16"),
+    ("bfloat16", "uint16"),
+    ("int8", "uint8"),
+    ("uint8", "bool"),
+    ("float8_e4m3fn", "int8"),
+]
+
+
+@pytest.mark.parametrize(("src", "dst"), _BITCASTS, ids=[f"{a}-{b}" for a, b in _BITCASTS])
+def test_bitcast_keeps_every_bit_pattern(reg, device, rng, src, dst):
+    """Random bytes (NaN payloads, subnormals, negative zero included) come out as the same bytes."""
+    width = get_dtype(src).itemsize
+    raw = rng.integers(0, 256, size=(3, 5, width), dtype=np.uint8)
+    if dst == "bool":
+        raw &= 1  # bool's only bit patterns are 0 and 1
+    x = raw.view(get_dtype(src).numpy).reshape(3, 5)
+    (y,) = run_op(reg, "bitcast", [x], {"dtype": dst}, device=device)
+    assert y.dtype == get_dtype(dst).numpy and y.shape == x.shape
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+
+
+@pytest.mark.parametrize(("src", "dst"), [("float32", "float16"), ("int8", "int32"), ("bool", "int64")])
+def test_bitcast_between_widths_is_refused(src, dst):
+    desc = make_registry().get("bitcast")
+    with pytest.raises(DTypeMismatchError, match="same width") as info:
+        infer_outputs(desc, ((4,),), (src,), desc.resolve_attrs({"dtype": dst}, where="s"), stage="s")
+    assert info.value.code == ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH
+
+
+def test_onnx_bitcast_matches_the_reference(device, rng):
+    onnx = pytest.importorskip("onnx")
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    x[0, :3] = [np.nan, -0.0, np.inf]
+    got, want = _check_against_onnx(onnx, device, "BitCast", {"x": x}, {"to": onnx.TensorProto.INT32}, 26)
+    np.testing.assert_array_equal(got, want)
+    model = _onnx_model(onnx, "BitCast", {"x": x}, {"to": onnx.TensorProto.DOUBLE}, 26)
+    with pytest.raises(pl.PipeLinkError, match="same width"):
+        pl.from_onnx(model, device="cpu")

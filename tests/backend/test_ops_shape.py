@@ -597,7 +597,9 @@ def _trilu_ref(x: np.ndarray, k: int, upper: bool) -> np.ndarray:
 
 
 @pytest.mark.parametrize("upper", [True, False])
-@pytest.mark.parametrize("dtype", DATA_TYPES + ("float64", "int32", "uint8"))
+@pytest.mark.parametrize(
+    "dtype", DATA_TYPES + ("float64", "int32", "uint8", "int16", "uint16", "uint32", "uint64")
+)
 @pytest.mark.parametrize(
     ("shape", "k"),
     [

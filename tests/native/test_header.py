@@ -66,3 +66,24 @@ def test_header_builds_a_cxx_module_with_the_seed_descriptor(tmp_path):
         assert module.library.cxx_op_compute(None, 0, None, 0, None, 0, None, None) == 0
     finally:
         module.unload()
+
+
+def test_dtype_id_of_every_dlpack_type_is_its_table_row(tmp_path):
+    """pipelink_dtype_id (the header's helper a module calls on a tensor) names each row's (code, bits),
+    int16/uint16/uint32/uint64 included; another width of a known code is UNKNOWN (-1)."""
+    src = tmp_path / "ids.c"
+    src.write_text(
+        "#include <pipelink.h>\n"
+        "int32_t dtype_id_of(uint8_t code, uint8_t bits) {\n"
+        "    PipeLinkTensor t = {0};\n"
+        "    t.dtype.code = code, t.dtype.bits = bits, t.dtype.lanes = 1;\n"
+        "    return (int32_t)pipelink_dtype_id(&t);\n"
+        "}\n"
+    )
+    lib = ctypes.CDLL(str(build_module(src, tmp_path / "libids.so", extra_flags=["-Wall", "-Werror"])))
+    lib.dtype_id_of.restype = ctypes.c_int32
+    lib.dtype_id_of.argtypes = [ctypes.c_uint8, ctypes.c_uint8]
+    for name, dtype in DTYPES.items():
+        assert lib.dtype_id_of(dtype.dl_code, dtype.bits) == dtype.c_enum, name
+    for code, bits in ((0, 128), (1, 128), (2, 8), (4, 32)):  # int128, uint128, float8 of DL_FLOAT, bf32
+        assert lib.dtype_id_of(code, bits) == -1, (code, bits)

@@ -76,10 +76,30 @@ def _views(dtype: str) -> dict:
     }
 
 
+def _bitcasts(dtype: str) -> dict:
+    """An intermediate reinterpreted as an integer type of its width and back (two copies of its bytes
+    between tensors of different dtypes in the .plk)."""
+    ints = "int32" if dtype == "float32" else "int16"
+    return {
+        "name": "bitcasts",
+        "inputs": {"x": {"shape": [64, 1024], "dtype": dtype}},
+        "outputs": ["y"],
+        "pipeline": [
+            {"name": "relu", "id": "r", "inputs": ["x"], "outputs": ["h"]},
+            {"name": "bitcast", "id": "b", "inputs": ["h"], "outputs": ["hi"], "attrs": {"dtype": ints}},
+            {"name": "bitcast", "id": "f", "inputs": ["hi"], "outputs": ["hf"], "attrs": {"dtype": dtype}},
+            {"name": "gelu", "id": "g", "inputs": ["hf"], "outputs": ["y"]},
+        ],
+    }
+
+
+_SMALL = {"relu_gelu": _relu_gelu, "views": _views, "bitcasts": _bitcasts}
+
+
 def _case(name: str, dtype: str) -> tuple[dict, dict]:
     """(config, inputs: name -> (shape, scale, offset))."""
-    if name in ("relu_gelu", "views"):
-        return (_relu_gelu if name == "relu_gelu" else _views)(dtype), {"x": ((64, 1024), 1.0, 0.0)}
+    if name in _SMALL:
+        return _SMALL[name](dtype), {"x": ((64, 1024), 1.0, 0.0)}
     case = cases.layer_norm(64, D, dtype) if name == "layer_norm" else cases.mlp(T, D, dtype)
     return case.doc, case.inputs
 
@@ -166,7 +186,7 @@ def _poisoned(ref: np.ndarray, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp", "views"])
+@pytest.mark.parametrize("name", ["relu_gelu", "layer_norm", "mlp", "views", "bitcasts"])
 def test_core_matches_python_run(core, tmp_path, name, dtype):
     pipe, plan, spec = _compiled(tmp_path, name, dtype)
     h = core.load(plan)

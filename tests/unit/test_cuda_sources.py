@@ -6,6 +6,7 @@ scripts/kernel_selftest.py and tests/cuda/.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -24,7 +25,11 @@ from pipelink.ops import FAMILIES, cuda_kernel, cuda_kernels
 from pipelink.ops.batch_norm.cuda import plan_batch_norm
 from pipelink.ops.compare.cuda import COMPARE, LOGICAL, plan_compare, plan_logical_not, plan_predicate
 from pipelink.ops.compare.cuda import DTYPES as COMPARE_DTYPES
-from pipelink.ops.conv.window import window_2d
+from pipelink.ops.conv.col2im import col2im_geometry, plan_col2im
+from pipelink.ops.conv.deform import plan_deform_conv2d
+from pipelink.ops.conv.deform_im2col import plan_deform_im2col
+from pipelink.ops.conv.deform_sampling import deform_geometry
+from pipelink.ops.conv.window import window_2d, window_nd
 from pipelink.ops.elementwise.cuda import (
     BINARY,
     BINARY_DTYPES,
@@ -39,7 +44,7 @@ from pipelink.ops.elementwise.cuda import (
 from pipelink.ops.indexing.cuda import plan_eye_like, plan_gather_nd, plan_one_hot, plan_scatter_elements
 from pipelink.ops.kernel import CUDA_VARIANT, LaunchPlan, include_dir
 from pipelink.ops.normalization.cuda import plan_layer_norm, plan_rms_norm
-from pipelink.ops.pool.cuda import plan_pool2d
+from pipelink.ops.pool.cuda import plan_pool
 from pipelink.ops.quantize.cuda import Q_KINDS, plan_quantize
 from pipelink.ops.reduce.cuda import (
     ARG_DTYPES,
@@ -53,6 +58,7 @@ from pipelink.ops.reduce.cuda import DTYPES as REDUCE_DTYPES
 from pipelink.ops.reduce.topk_cuda import plan_top_k
 from pipelink.ops.resize import resize_plan
 from pipelink.ops.resize.cuda import plan_resize
+from pipelink.ops.roi.cuda import plan_roi_align
 from pipelink.ops.rotary.cuda import ROTARY_DTYPES, plan_rotary_embedding
 from pipelink.ops.shape.cuda import (
     plan_concat,
@@ -122,7 +128,8 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         cases.append(
             (f"batch_norm-2d-{dt}", plan_batch_norm(dt, (5, 16), has_gamma=False, has_beta=False, eps=EPS))
         )
-    cases.append(("transpose-int8", plan_transpose("int8", (5, 7))))
+    for dt in ("int8", "int16", "uint16", "uint32", "uint64"):
+        cases.append((f"transpose-{dt}", plan_transpose(dt, (5, 7))))
     for dt in ("bool", "float16", "float32", "float64"):  # element words of 1, 2, 4 and 8 bytes
         cases.append((f"as_strided-{dt}", plan_as_strided(dt, (2, 8, 48), (2, 2, 8, 8), (384, 8, 48, 1), 1)))
         cases.append(
@@ -149,7 +156,7 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append(
                 (f"scatter_elements-{dt}-{it}", plan_scatter_elements(dt, (5, 7, 3), it, (4, 6, 3), -2))
             )
-        for it in ("int8", "uint8", "int64"):
+        for it in ("int8", "uint8", "int64", "int16", "uint16", "uint32", "uint64"):
             cases.append((f"one_hot-{dt}-{it}", plan_one_hot(dt, it, (3, 4), 10, 1)))
         cases.append((f"eye_like-{dt}", plan_eye_like(dt, (4, 6), -1)))
     cases.append(("gather_nd-k8", plan_gather_nd("float32", (2,) * 9, "int64", (3, 8))))
@@ -168,17 +175,25 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         op="pool",
         ceil_mode=True,
     )
-    for dt in ALL_FLOATS + ("int8", "uint8"):
-        cases.append((f"max_pool2d-{dt}", plan_pool2d("max_pool2d", dt, (2, 3, 17, 19), win)))
-    for dt in ALL_FLOATS:
-        for pad in (False, True):
-            cases.append(
-                (
-                    f"avg_pool2d-{dt}-{pad}",
-                    plan_pool2d("avg_pool2d", dt, (2, 3, 17, 19), win, count_include_pad=pad),
+    win3 = window_nd(
+        (5, 17, 19),
+        (2, 3, 2),
+        {"strides": (1, 2, 1), "dilations": (2, 1, 2), "pads": (1, 1, 0, 0, 1, 1), "auto_pad": "NOTSET"},
+        op="pool",
+        ceil_mode=True,
+    )
+    for rank, shape, window in ((2, (2, 3, 17, 19), win), (3, (2, 3, 5, 17, 19), win3)):
+        for dt in ALL_FLOATS + ("int8", "uint8"):
+            cases.append((f"max_pool{rank}d-{dt}", plan_pool(f"max_pool{rank}d", dt, shape, window)))
+        for dt in ALL_FLOATS:
+            for pad in (False, True):
+                cases.append(
+                    (
+                        f"avg_pool{rank}d-{dt}-{pad}",
+                        plan_pool(f"avg_pool{rank}d", dt, shape, window, count_include_pad=pad),
+                    )
                 )
-            )
-    for coord in ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"):
+    for coord in ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric", "align_corners"):
         for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
             attrs = {
                 "mode": "nearest",
@@ -204,6 +219,10 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
             cases.append((f"resize-linear-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, attrs)))
             cubic = {**attrs, "mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": scales[1] == 3.0}
             cases.append((f"resize-cubic-{dt}-{scales}", plan_resize(dt, (2, 3, 5, 6), out, sc, cubic)))
+            for filtered in (attrs, cubic):  # antialias: the filter stretched when downsampling
+                aa = {**filtered, "antialias": True, "coordinate_transformation_mode": "half_pixel_symmetric"}
+                name = f"resize-{aa['mode']}-antialias-{dt}-{scales}"
+                cases.append((name, plan_resize(dt, (2, 3, 5, 6), out, sc, aa)))
     for q in Q_KINDS:
         for ft in FLOATS:
             for op in ("quantize_linear", "dequantize_linear"):
@@ -214,6 +233,9 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
                 plan_quantize("quantize_linear", "float32", q, (9,), None, saturate=False),
             )
         )
+    for mode in ("down", "nearest"):  # e8m0's other round modes (up is the default, above)
+        plan = plan_quantize("quantize_linear", "float16", "float8_e8m0fnu", (9,), None, round_mode=mode)
+        cases.append((f"quantize_linear-float8_e8m0fnu-{mode}", plan))
     for kind, dtypes in REDUCE_DTYPES.items():
         for dt in dtypes:
             cases.append((f"reduce_{kind}-{dt}", plan_reduce(kind, dt, (8, 5, 40), (0, 2))))
@@ -262,6 +284,22 @@ def _cases() -> list[tuple[str, LaunchPlan]]:
         ("float8_e4m3fn", "float16"),
         ("float8_e5m2", "int32"),
         ("float8_e4m3fn", "float8_e5m2"),
+        ("uint64", "float32"),
+        ("float16", "uint16"),
+        ("int16", "uint32"),
+        ("uint32", "bool"),
+        ("float64", "uint64"),
+        ("float8_e5m2", "int16"),
+        ("float32", "float8_e4m3fnuz"),
+        ("float64", "float8_e5m2fnuz"),
+        ("float8_e4m3fnuz", "bfloat16"),
+        ("float8_e5m2fnuz", "float8_e4m3fn"),
+        ("float16", "float8_e8m0fnu"),
+        ("int64", "float8_e8m0fnu"),
+        ("uint64", "float8_e8m0fnu"),
+        ("float8_e8m0fnu", "float32"),
+        ("float8_e8m0fnu", "int32"),
+        ("float8_e4m3fnuz", "float8_e8m0fnu"),
     ):
         cases.append((f"cast_any-{din}-{dout}", plan_cast_any(din, dout, (1000,))))
     for op in (*COMPARE, *LOGICAL):  # every op x input dtype, same shape; broadcast per dtype and per op
@@ -566,9 +604,15 @@ def test_reduce_plan_refuses_what_its_kernel_lacks():
     with pytest.raises(InvalidArgumentError, match=r"k must be in \[0, 4\]"):
         plan_top_k("float32", (4, 4), 1, 5)
     with pytest.raises(InvalidArgumentError, match="unknown reduction"):
-        plan_reduce("min", "float32", (4, 4), (1,))
+        plan_reduce("l2", "float32", (4, 4), (1,))
+    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
+        plan_reduce("sum", "bool", (4, 4), (1,))  # bool reduces by max and min (any, all) only
     assert plan_reduce("sum", "float32", (4, 5000), (1,)).params["group"] == 256  # a block per output
     assert plan_reduce("max", "int8", (4, 50), (1,)).macros["PL_LOWEST"] == "(-127LL - 1)"
+    # the empty min is the highest value: a uint64 literal of its own, bool's True
+    assert plan_reduce("min", "uint64", (4, 50), (1,)).macros["PL_HIGHEST"] == "18446744073709551615ULL"
+    assert plan_reduce("min", "int16", (4, 50), (1,)).macros["PL_HIGHEST"] == "32767LL"
+    assert plan_reduce("min", "bool", (4, 50), (1,)).macros["PL_HIGHEST"] == "1LL"
 
 
 def _arg_wins(kind: str, last: bool, a: tuple, b: tuple) -> bool:
@@ -658,6 +702,10 @@ def test_every_kernel_source_defines_its_kernel():
             assert default in allowed, (op, name)
 
 
+# conv's operators with kernels of their own (ops/conv/col2im.cu, deform.cu), not cuDNN's
+OWN_KERNELS = ("col2im", "deform_conv2d", "deform_im2col")
+
+
 def test_every_builtin_operator_declares_its_cuda_variant():
     """Each family with kernels registers its operators with a CUDA variant, but those it declares
     ``HOST_ONLY`` (their reference runs on staged host copies); operators tuned as another one find that
@@ -676,7 +724,8 @@ def test_every_builtin_operator_declares_its_cuda_variant():
             if desc.name in getattr(family, "HOST_ONLY", ()):  # declared: its reference runs staged
                 assert [d for d, _ in devices] == ["cpu"] and desc.variants[0].host_ok, desc.name
                 continue
-            assert ("cuda", variant) in devices, desc.name
+            own = desc.name in OWN_KERNELS  # an operator of a library family with a built-in kernel
+            assert ("cuda", CUDA_VARIANT if own else variant) in devices, desc.name
     assert cuda_kernel("silu_activation") is cuda_kernel("silu")
     assert cuda_kernel("gemm") is None  # cuBLASLt: nothing to tune
 
@@ -739,10 +788,13 @@ def test_the_tuner_finds_tunables_aliases_and_hashes_through_the_operator():
 
 
 def test_binary_plans_refuse_dtypes_their_kernel_lacks():
-    """div, pow and prelu have no integer kernel, no binary kernel takes bool: the plan says which dtypes."""
-    for op, dt in (("div", "int8"), ("pow", "int64"), ("prelu", "int32"), ("add", "bool")):
+    """prelu has no integer kernel, the bitwise ops no float one, no binary kernel takes bool or a float8:
+    the plan says which dtypes; div and pow take every integer width."""
+    for op, dt in (("prelu", "int32"), ("add", "bool"), ("bitwise_and", "float32"), ("mul", "float8_e5m2")):
         with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
             plan_binary(op, dt, (4,), (4,))
+    for op, dt in (("div", "int8"), ("div", "uint64"), ("pow", "int64"), ("pow", "uint16")):
+        assert plan_binary(op, dt, (4,), (4,)).macros["PL_T"] == get_dtype(dt).cuda_type
     assert plan_binary("mul", "uint8", (64,), (64,)).params["vec"] == 16  # 16 bytes per access
     assert plan_binary("add", "int64", (64,), (64,)).params["vec"] == 2
 
@@ -772,15 +824,26 @@ def test_pool_plans_pass_the_resolved_window_and_refuse_what_they_lack():
         op="max_pool2d",
         ceil_mode=True,
     )
-    plan = plan_pool2d("max_pool2d", "float16", (1, 2, 7, 6), win)
+    plan = plan_pool("max_pool2d", "float16", (1, 2, 7, 6), win)
     s = plan.scalars
     window = tuple(s[k] for k in ("kh", "kw", "sh", "sw", "pt", "pl", "pb", "pr"))
     assert window == (3, 2, 2, 3, 1, 0, 2, 1)
     assert (s["OH"], s["OW"]) == win.out and s["n"] == 2 * win.out[0] * win.out[1]
     with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
-        plan_pool2d("avg_pool2d", "int8", (1, 2, 7, 6), win)
+        plan_pool("avg_pool2d", "int8", (1, 2, 7, 6), win)
     with pytest.raises(InvalidArgumentError, match=r"\[N, C, H, W\]"):
-        plan_pool2d("max_pool2d", "float32", (2, 7, 6), win)
+        plan_pool("max_pool2d", "float32", (2, 7, 6), win)
+    # 3-d: pads as [front, top, left, back, bottom, right], the depth's arguments first
+    attrs3 = {"strides": (2, 1, 3), "dilations": (1, 2, 1), "pads": (1, 0, 1, 0, 2, 1), "auto_pad": "NOTSET"}
+    win3 = window_nd((4, 7, 6), (2, 3, 2), attrs3, op="avg_pool3d", ceil_mode=True)
+    plan = plan_pool("avg_pool3d", "bfloat16", (1, 2, 4, 7, 6), win3, count_include_pad=True)
+    s = plan.scalars
+    pads = tuple(s[k] for k in ("pf", "pt", "pl", "pk", "pb", "pr"))
+    assert pads == (1, 0, 1, 0, 2, 1) and (s["kd"], s["sd"], s["dd"], s["dh"]) == (2, 2, 1, 2)
+    assert (s["D"], s["OD"], s["OH"], s["OW"]) == (4, *win3.out) and s["n"] == 2 * math.prod(win3.out)
+    assert plan.kernel == "pl_pool3d" and plan.macros["PL_NDIM"] == "3" and plan.macros["PL_COUNT_PAD"] == "1"
+    with pytest.raises(InvalidArgumentError, match=r"\[N, C, D, H, W\] with a 3-d window"):
+        plan_pool("max_pool3d", "float32", (1, 2, 7, 6), win)
 
 
 def test_small_flat_work_is_spread_over_more_sms_unless_tuned():
@@ -944,3 +1007,79 @@ def test_a_launch_checks_each_pointer_against_its_own_alignment():
     assert len(backend.launched) == 2 and backend.launched[-1] == launch._fallback._dims
     with pytest.raises(InvalidArgumentError, match="not a multiple of its element size"):
         launch([_At(1 << 20)], [_At((1 << 20) + 1)], None)
+
+
+def _roi_and_col2im_plans() -> list[tuple[str, LaunchPlan]]:
+    """roi_align in every mode x coordinate mode x float dtype (adaptive and fixed grids share a module),
+    col2im over 1, 2, 3 and 6 spatial axes."""
+    plans = []
+    for dt in ALL_FLOATS:
+        for mode in ("avg", "max"):
+            for coord in ("half_pixel", "output_half_pixel"):
+                attrs = {
+                    "mode": mode,
+                    "output_height": 7,
+                    "output_width": 5,
+                    "sampling_ratio": 0,
+                    "spatial_scale": 0.25,
+                    "coordinate_transformation_mode": coord,
+                }
+                plans.append(
+                    (f"roi_align-{dt}-{mode}-{coord}", plan_roi_align(dt, (2, 3, 17, 19), 11, attrs))
+                )
+        for d in (1, 2, 3, 6):
+            attrs = {"image_shape": [5] * d, "block_shape": [2] * d, "dilations": [1] * d}
+            geo = col2im_geometry({**attrs, "pads": [1] * (2 * d), "strides": [2] * d})
+            plans.append((f"col2im-{dt}-{d}d", plan_col2im(dt, (2, 3 * 2**d, int(np.prod(geo.blocks))), geo)))
+    return plans
+
+
+@pytest.mark.parametrize(
+    ("name", "plan"), _roi_and_col2im_plans(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_roi_align_and_col2im_compile(name, plan):
+    """roi_align's and col2im's kernels compile with NVRTC to the argument list their plans pass."""
+    _nvrtc()
+    ok, text = _nvrtc_compile(plan.source(), plan.file, plan.options(arch="sm_90"))
+    assert ok, f"{name} {plan.macros}:\n{text}"
+    _check_ptx(text, plan)
+
+
+def _deform_plans() -> list[tuple[str, LaunchPlan]]:
+    """deform_conv2d in every float dtype, with and without its bias and its mask, and deform_im2col with
+    and without the mask (groups and offset groups are arguments, not macros)."""
+    attrs = {"strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2], "group": 2, "offset_group": 2}
+    geo = deform_geometry((2, 4, 9, 8), (3, 3), attrs, m=6)
+    plans = [
+        (f"deform_conv2d-{dt}-bias{bias}-mask{mask}", plan_deform_conv2d(dt, geo, bias=bias, mask=mask))
+        for dt in ALL_FLOATS
+        for bias in (False, True)
+        for mask in (False, True)
+    ]
+    columns = [
+        (f"deform_im2col-{dt}-mask{mask}", plan_deform_im2col(dt, geo, mask=mask))
+        for dt in ALL_FLOATS
+        for mask in (False, True)
+    ]
+    return plans + columns
+
+
+@pytest.mark.parametrize(("name", "plan"), _deform_plans(), ids=lambda v: v if isinstance(v, str) else "")
+def test_deform_conv2d_compiles(name, plan):
+    """deform_conv2d's and deform_im2col's kernels compile with NVRTC to the argument lists their plans
+    pass."""
+    _nvrtc()
+    ok, text = _nvrtc_compile(plan.source(), plan.file, plan.options(arch="sm_90"))
+    assert ok, f"{name} {plan.macros}:\n{text}"
+    _check_ptx(text, plan)
+
+
+def test_quantize_plan_rounds_e8m0_alone_by_round_mode():
+    """round_mode picks e8m0's rounding (PL_ROUND, fp8.cuh's PL_E8M0_*); the other quantized types get no
+    such macro (their variants stay as they were), and an unknown mode is refused before any compile."""
+    for mode, macro in (("up", "PL_E8M0_UP"), ("down", "PL_E8M0_DOWN"), ("nearest", "PL_E8M0_NEAREST")):
+        plan = plan_quantize("quantize_linear", "float32", "float8_e8m0fnu", (9,), None, round_mode=mode)
+        assert plan.macros["PL_ROUND"] == macro and plan.macros["PL_Q"] == "PL_Q_E8M0"
+    assert "PL_ROUND" not in plan_quantize("quantize_linear", "float32", "float8_e4m3fnuz", (9,), None).macros
+    with pytest.raises(InvalidArgumentError, match="round_mode must be one of"):
+        plan_quantize("quantize_linear", "float32", "float8_e8m0fnu", (9,), None, round_mode="even")

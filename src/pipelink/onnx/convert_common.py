@@ -12,7 +12,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from .graph import Graph, Node, Unsupported
 
-__all__ = ["Converter"]
+__all__ = ["Converter", "saturating_cast"]
 
 
 Converter = Callable[[Graph, Node], None]
@@ -59,3 +59,18 @@ def _scalar(g: Graph, node: Node, like: str, key: str, value: float) -> str:
     g.constants[name] = np.array(value, dtype=get_dtype(dtype).numpy)
     g.dtypes[name] = dtype
     return name
+
+
+def saturating_cast(
+    g: Graph, node: Node, value: str, y: str, dtype: str, compute: str, tag: str = ""
+) -> None:
+    """``y = cast(clip(value, the range of the integer dtype), dtype)``: ``value`` (a float tensor of type
+    ``compute``, already rounded) clipped by a max and a min stage, so the cast after is exact."""
+    limits = np.iinfo(get_dtype(dtype).numpy)
+    for op, bound in (("max", limits.min), ("min", limits.max)):
+        name = f"{y}__{tag}{op}_bound"
+        g.constants[name] = np.asarray(bound, get_dtype(compute).numpy)
+        g.dtypes[name] = compute
+        g.stage(node, op, [value, name], [f"{y}__{tag}{op}"])
+        value = f"{y}__{tag}{op}"
+    g.stage(node, "cast", [value], [y], dtype=dtype)

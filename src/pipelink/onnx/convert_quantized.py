@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..dtypes import get_dtype
+from .convert_common import saturating_cast
 from .convert_window import conv2d_stage
 from .graph import Graph, Node, Unsupported, dtype_of, shape_of, show_shape
 
@@ -252,7 +253,6 @@ def _requantize(g: Graph, node: Node, acc: str, compute: str, factor: np.ndarray
     if compute != "float64":
         g.stage(node, "cast", [acc], [f"{y}__acc_float64"], dtype="float64")
         acc = f"{y}__acc_float64"
-    lo, hi = _RANGES[dtype]
     steps = [("mul", factor, "scaled"), ("add", zero, "shifted")]
     value = acc
     for op, operand, tag in steps:
@@ -263,13 +263,7 @@ def _requantize(g: Graph, node: Node, acc: str, compute: str, factor: np.ndarray
         value = f"{y}__requant_{tag}"
     g.stage(node, "round", [value], [f"{y}__requant_rounded"])
     value = f"{y}__requant_rounded"
-    for op, bound in (("max", lo), ("min", hi)):
-        name = f"{y}__requant_{op}_bound"
-        g.constants[name] = np.asarray(bound, np.float64)
-        g.dtypes[name] = "float64"
-        g.stage(node, op, [value, name], [f"{y}__requant_{op}"])
-        value = f"{y}__requant_{op}"
-    g.stage(node, "cast", [value], [y], dtype=dtype)
+    saturating_cast(g, node, value, y, dtype, "float64", "requant_")
 
 
 def _scale(g: Graph, node: Node, index: int, what: str, lengths: dict[int, str]) -> np.ndarray:

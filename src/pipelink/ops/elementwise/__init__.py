@@ -15,12 +15,15 @@ from ...descriptor import REQUIRED, Attr, OperatorDescriptor, Port
 from .._common import FLOATS, INTS, NUMERIC, builtin_operator
 from ..kernel import cuda_variant
 from . import cuda, reference
+from .integer import divide, power
 from .reference import (
     binary_bind,
     bit_shift_bind,
+    bitcast_bind,
     cast_bind,
     fixed,
     identity_bind,
+    infer_bitcast,
     infer_precision_cast,
     infer_shrink,
     make_celu,
@@ -107,7 +110,7 @@ def descriptors() -> list[OperatorDescriptor]:
     list of OperatorDescriptor
         ``identity, relu, silu, gelu, scale, sigmoid, tanh, hardswish, erf, exp, sqrt, neg, abs, log,
         reciprocal, leaky_relu, sin, cos, floor, ceil, round, sign, softplus, softsign, mish, elu, celu,
-        thresholded_relu, precision_cast, add, sub, mul, div, pow, max, min, prelu, bias_add, cast,
+        thresholded_relu, precision_cast, add, sub, mul, div, pow, max, min, prelu, bias_add, cast, bitcast,
         silu_activation, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, shrink, bitwise_not,
         bitwise_and, bitwise_or, bitwise_xor, bit_shift``.
     """
@@ -295,18 +298,17 @@ def descriptors() -> list[OperatorDescriptor]:
         _binary("mul", "Elementwise product with NumPy broadcasting: c = a * b.", np.multiply, "Mul"),
         _binary(
             "div",
-            "Elementwise quotient with NumPy broadcasting: c = a / b (IEEE: x / 0 is +-inf or NaN).",
-            np.divide,
+            "Elementwise quotient with NumPy broadcasting: c = a / b (floats IEEE: x / 0 is +-inf or NaN; "
+            "integers truncate toward zero, 0 where b is 0, the minimum / -1 wraps, as ONNX's reference).",
+            divide,
             "Div",
-            FLOATS,
         ),
         _binary(
             "pow",
-            "Elementwise power with NumPy broadcasting: c = a ** b (a negative base with a "
-            "non-integer exponent gives NaN).",
-            np.power,
+            "Elementwise power with NumPy broadcasting: c = a ** b (floats: a negative base with a "
+            "non-integer exponent gives NaN; integers wrap, a negative exponent truncates toward zero).",
+            power,
             "Pow",
-            FLOATS,
         ),
         _binary(
             "max",
@@ -365,6 +367,18 @@ def descriptors() -> list[OperatorDescriptor]:
             cuda=cuda_variant(cuda.cast_bind, None),
             onnx="Cast",
         ),
+        builtin_operator(
+            "bitcast",
+            doc="Reinterpret x's bytes as another dtype of the same width (no value converted).",
+            inputs=[Port("x")],
+            outputs=[Port("y", shape="x", dtype="attr:dtype")],
+            attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype, as wide as x's")],
+            infer=infer_bitcast,
+            bind=bitcast_bind,
+            cuda=cuda_variant(cuda.bitcast_bind, None),
+            onnx="BitCast",
+            view=True,
+        ),
         _unary(
             "silu_activation",
             "The seed's SiLU module: output = input * sigmoid(input).",
@@ -380,7 +394,7 @@ def descriptors() -> list[OperatorDescriptor]:
         _unary(
             "shrink",
             "Shrink: y = x + bias where x < -lambd, x - bias where x > lambd, else 0 (ONNX Shrink; integers "
-            "in float64, truncated, as the ONNX reference; not int64).",
+            "in float64, truncated, as the ONNX reference; not int64 or uint64).",
             make_shrink,
             attrs=[
                 Attr("lambd", "float", 0.5, doc="the half-width of the band mapped to 0"),

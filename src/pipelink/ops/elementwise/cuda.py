@@ -55,6 +55,7 @@ __all__ = [
     "binary_bind",
     "bias_add_bind",
     "copy_bind",
+    "bitcast_bind",
     "cast_bind",
 ]
 
@@ -122,11 +123,12 @@ BINARY = {
     "bit_shift_right": "PL_OP_SHIFT_RIGHT",
 }
 # integer dtypes of the binary kernel: two's-complement arithmetic that wraps around, like NumPy
-_WRAPPING = ("int8", "uint8", "int32", "int64")
+_WRAPPING = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SIGNED_UNARY = ("neg", "abs", "sign")  # the unary kernels that also take the integers (wrapping neg/abs)
 _BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "bit_shift_left", "bit_shift_right", "bitwise_not")
-# shrink of the integers computes in float64 as the ONNX reference does: exact for these, not for int64
-SHRINK_INTS = ("int8", "uint8", "int32")
+# shrink of the integers computes in float64 as the ONNX reference does: exact for these, not for the
+# 64-bit ones
+SHRINK_INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
 UNARY_DTYPES: dict[str, tuple[str, ...]] = {
     op: (
         _WRAPPING
@@ -139,7 +141,8 @@ UNARY_DTYPES: dict[str, tuple[str, ...]] = {
 BINARY_DTYPES: dict[str, tuple[str, ...]] = {
     op: _WRAPPING
     if op in _BITWISE
-    else FLOATS + (_WRAPPING if op in ("add", "sub", "mul", "max", "min", "mod", "fmod") else ())
+    else FLOATS
+    + (_WRAPPING if op in ("add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod") else ())
     for op in BINARY
 }
 """The dtypes each binary kernel accepts (the CUDA variant's dtypes)."""
@@ -184,7 +187,7 @@ _ALPHA_ATTR = {
 }
 _BETA_ATTR = {"shrink": "bias"}  # unary op -> the attribute its beta is
 _CAST_ANY_BLOCK, _CAST_ANY_BLOCKS_PER_SM = 256, 8  # integer casts are rare: fixed, untuned geometry
-_ALL = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool")
+_ALL = (*FLOATS, *_WRAPPING, "bool")
 
 KERNELS: dict[str, KernelSource] = {
     **{
@@ -232,8 +235,9 @@ def plan_unary(
     Kernel ``pl_unary(const T* x, T* y, long long n, P alpha, P beta)``; alpha is ``factor`` (the
     factor of ``scale``, the alpha of ``silu`` and the ELUs, the lambd of ``shrink``), beta the bias of
     ``shrink``; P is the accumulation type of a float dtype, double for the integers. neg, abs and sign
-    also take the integers, bitwise_not takes only them, shrink int8, uint8 and int32
-    (:data:`UNARY_DTYPES`; neg and abs wrap around at the dtype's minimum, as NumPy).
+    also take the integers, bitwise_not takes only them, shrink those of up to 32 bits
+    (:data:`UNARY_DTYPES`; neg and abs wrap around at the dtype's minimum, as NumPy; abs of an unsigned
+    value is itself, neg of one wraps to ``2**N - x``).
 
     Raises
     ------
@@ -287,8 +291,9 @@ def plan_binary(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
     """Plan ``y = a op b`` (op in :data:`BINARY`) with NumPy broadcasting; y is contiguous. Floats compute
-    in float (double for float64); the integers (add, sub, mul, max, min) in int (long long for int64),
-    sums, differences and products wrapping around as in NumPy.
+    in float (double for float64); the integers (add, sub, mul, div, pow, max, min, the remainders) in
+    int (long long for int64, their own type for uint32 and uint64), sums, differences, products and
+    powers wrapping around as in NumPy, quotients truncated toward zero (0 where b is 0).
 
     Same contiguous shapes: ``pl_binary(const T* a, const T* b, T* y, long long n)`` (vectorised).
     Otherwise ``pl_binary_bcast(a, b, y, long long n, d0..d7, sa0..sa7, sb0..sb7)`` over the output
@@ -512,6 +517,16 @@ def copy_bind(ctx: KernelContext):
 
     def kernel(ins, outs, stream):
         backend.copy(outs[0], ins[0], stream=stream)
+
+    return kernel
+
+
+def bitcast_bind(ctx: KernelContext):
+    """bitcast: the bytes copied as they are (one stream-ordered memcpy; both ports are contiguous)."""
+    backend = ctx.backend
+
+    def kernel(ins, outs, stream):
+        backend.memcpy(outs[0].ptr, ins[0].ptr, ins[0].nbytes, stream=stream)
 
     return kernel
 

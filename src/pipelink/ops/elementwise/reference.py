@@ -13,10 +13,13 @@ from collections.abc import Callable
 import numpy as np
 
 from ...descriptor import KernelContext
+from ...dtypes import get_dtype
 from ...errors import DTypeMismatchError, InvalidArgumentError
 from .._common import FLOATS, HALF_DTYPES
 
 __all__ = [
+    "bitcast_bind",
+    "infer_bitcast",
     "erf",
     "gelu_into",
     "gelu_tanh_into",
@@ -394,23 +397,24 @@ def _shrink_value(x: float, lambd: float, bias: float) -> float:
 
 def infer_shrink(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
     """y has x's shape and dtype. On the integers the ONNX reference computes ``x +- bias`` in float64
-    and truncates toward zero into the dtype: exact for int8, uint8 and int32, defined where every result
-    stays in the dtype's range (checked here at the ends of both branches, where the results are
-    extreme, since they grow with x); int64 is refused (float64 rounds its large values, and the cast of
-    a result past 2**63, which x near the maximum gives for any small bias, is undefined).
+    and truncates toward zero into the dtype: exact for the integers of up to 32 bits, defined where every
+    result stays in the dtype's range (checked here at the ends of both branches, where the results are
+    extreme, since they grow with x); int64 and uint64 are refused (float64 rounds their large values,
+    and the cast of a result past the range, which x near the maximum gives for any small bias, is
+    undefined).
 
     Raises
     ------
     DTypeMismatchError
-        int64 x.
+        int64 or uint64 x.
     InvalidArgumentError
         An integer x with a lambd and bias that take some value of the dtype out of its range.
     """
     dtype, lambd, bias = in_dtypes[0], float(attrs["lambd"]), float(attrs["bias"])
-    if dtype == "int64":
+    if dtype in ("int64", "uint64"):
         raise DTypeMismatchError(
-            "shrink of int64: the ONNX reference computes x +- bias in float64, inexact above 2**53 and "
-            "undefined past the int64 range; cast x to float64 (or to int32) first",
+            f"shrink of {dtype}: the ONNX reference computes x +- bias in float64, inexact above 2**53 and "
+            f"undefined past the {dtype} range; cast x to float64 (or to a 32-bit integer) first",
             port="x",
             dtype=dtype,
         )
@@ -610,6 +614,35 @@ def cast_bind(ctx: KernelContext):
     def kernel(inputs, outputs, stream):
         with np.errstate(invalid="ignore", over="ignore"):
             np.copyto(outputs[0], inputs[0], casting="unsafe")
+
+    return kernel
+
+
+def infer_bitcast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
+    """bitcast keeps the shape and takes ``dtype``, which must be as wide as x's (ONNX BitCast).
+
+    Raises
+    ------
+    DTypeMismatchError
+        A target dtype of another width.
+    """
+    source, target = get_dtype(in_dtypes[0]), get_dtype(attrs["dtype"])
+    if source.bits != target.bits:
+        raise DTypeMismatchError(
+            f"bitcast: {source.name} is {source.bits} bits wide and {target.name} {target.bits}; a bitcast "
+            "reinterprets bytes between dtypes of the same width (use cast to convert values)",
+            port="x",
+            expected=f"a {target.bits}-bit dtype",
+            got=source.name,
+        )
+    return (tuple(in_shapes[0]),), (target.name,)
+
+
+def bitcast_bind(ctx: KernelContext):
+    """x's bytes as y's dtype (NumPy's ``view``): no value is converted, bit patterns kept."""
+
+    def kernel(inputs, outputs, stream):
+        np.copyto(outputs[0].view(inputs[0].dtype), inputs[0])
 
     return kernel
 
