@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipelink.descriptor import Variant, infer_outputs
-from pipelink.dtypes import get_dtype
+from pipelink.dtypes import FLOAT8_DTYPES, get_dtype
 from pipelink.errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from pipelink.modules.registry import OperatorRegistry
 from pipelink.ops import BUILTIN_OPERATORS, register_builtins
@@ -850,7 +850,10 @@ def test_cast_to_and_from_float8_is_ml_dtypes_bit_for_bit(reg, device, rng, src,
         with np.errstate(over="ignore"):
             x = x.astype(get_dtype(src).numpy)
     (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
-    want = x.astype(get_dtype(dst).numpy)
+    # between two float8s through float32 (exact for every float8): older ml_dtypes (the GPU host's) have
+    # no direct cast from a fnuz type into e8m0
+    exact = x.astype(np.float32) if src in FLOAT8_DTYPES and dst in FLOAT8_DTYPES else x
+    want = exact.astype(get_dtype(dst).numpy)
     assert y.dtype == want.dtype and y.shape == want.shape
     nan = np.isnan(want.astype(np.float32)) if dst != "int32" else np.zeros(want.shape, bool)
     if dst != "int32":
