@@ -356,6 +356,7 @@ def _case(rng, op):
         ),
         "Cast": ({"x": 10 * x}, {}, {"to": onnx.TensorProto.INT32}),
         "BitCast": ({"x": x}, {}, {"to": onnx.TensorProto.INT32}),  # opset 26
+        "Det": ({"x": np.eye(3, dtype=F) + 0.3 * _r(rng, 2, 3, 3)}, {}, {}),
         "QuantizeLinear": ({"x": 20 * x}, {"s": np.array(0.5, F), "z": np.array(3, np.int8)}, {}),
         "DequantizeLinear": (
             {"x": rng.integers(-100, 100, (3, 4)).astype(np.int8)},

@@ -171,8 +171,8 @@ STAGED_FALLBACK = {
 CUDNN = {"conv2d", "conv_transpose2d", "attention"}  # ... and scatter_nd's combining reductions
 # Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
 WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}
-# No CUDA kernel: the reference runs on staged host copies on CUDA (ops/resize HOST_ONLY).
-HOST_ONLY = {"grid_sample", "affine_grid"}
+# No CUDA kernel: the reference runs on staged host copies on CUDA (ops/resize, ops/gemm HOST_ONLY).
+HOST_ONLY = {"grid_sample", "affine_grid", "det"}
 EXPECTED_OPS = WITH_CUDA | WITH_NCCL | HOST_ONLY
 
 

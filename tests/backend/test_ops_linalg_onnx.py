@@ -1,4 +1,4 @@
-"""gemm, matmul, layer_norm and rms_norm against ONNX's own reference implementation
+"""gemm, matmul, det, layer_norm and rms_norm against ONNX's own reference implementation
 (``onnx.reference.ReferenceEvaluator``) on one-node models, on every device: the ONNX operator's inputs
 and attributes mapped to PipeLink's, the outputs (and their shapes) compared."""
 
@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+import pipelink as pl
+from pipelink.descriptor import infer_outputs
 
 from .ops_helpers import check_close, make_registry, rand, run_op
 
@@ -95,6 +98,27 @@ def test_matmul_matches_onnx_matmul(reg, device, rng, dtype, a_shape, b_shape):
 
 
 NORMS = [((3, 7), -1), ((2, 5, 33), -1), ((2, 5, 33), -2), ((2, 5, 33), 0), ((3, 4, 5, 6), 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (3, 5, 5), (2, 3, 2, 2), (0, 3, 3), (2, 0, 0)])
+def test_det_matches_onnx_det(reg, device, rng, dtype, shape):
+    """Well-conditioned random matrices (the identity plus noise), an empty batch, 0 x 0 matrices (1)."""
+    x = (np.eye(shape[-1]) + 0.3 * rng.standard_normal(shape)).astype(dtype)
+    # onnx's reference (numpy.linalg.det) takes no float16: the float64 determinant is the oracle there
+    want = np.linalg.det(x.astype(np.float64)) if dtype == "float16" else onnx_run("Det", [x], {}, 1, 22)[0]
+    (got,) = run_op(reg, "det", [x], device=device, staged_ok=True)
+    _check(got, want, dtype)
+
+
+def test_det_of_a_singular_matrix_is_zero_and_of_a_non_square_one_refused(reg, device):
+    x = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    (got,) = run_op(reg, "det", [x], device=device, staged_ok=True)
+    assert got.shape == () and abs(float(got)) < 1e-6
+    desc = reg.get("det")
+    for bad in [(3,), (2, 3, 4)]:
+        with pytest.raises(pl.ShapeMismatchError, match=r"det: x"):
+            infer_outputs(desc, (bad,), ("float32",), desc.resolve_attrs({}, where="s"), stage="s")
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float64"))

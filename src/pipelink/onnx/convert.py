@@ -115,6 +115,7 @@ CONVERTERS: dict[str, Converter] = {
     "Gemm": _gemm,
     "MatMul": _one_to_one("matmul", 2),
     "Einsum": _einsum,
+    "Det": _one_to_one("det", 1),
     "DFT": dft,
     "STFT": stft,
     **dict.fromkeys(RECURRENT_OPS, _recurrent),

@@ -1,7 +1,8 @@
 """The gemm family: ``gemm`` (ONNX Gemm with a fused epilogue,
 ``c = act(alpha * op(a) @ op(b) + beta * bias) + residual``) and ``matmul`` (ONNX MatMul, batched with
 broadcasting), with their NumPy reference (``reference.py``) and their CUDA variant (``cuda.py``:
-cuBLASLt through nvmath-python, other families' kernels for what cuBLASLt cannot fuse)."""
+cuBLASLt through nvmath-python, other families' kernels for what cuBLASLt cannot fuse); ``det`` (ONNX
+Det), whose reference (LAPACK's LU) runs on staged host copies on CUDA (:data:`HOST_ONLY`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,20 @@ from ...descriptor import Attr, OperatorDescriptor, Port
 from .._common import FLOATS, builtin_operator
 from ..kernel import cuda_variant
 from . import cuda
-from .reference import GEMM_ACTIVATIONS, gemm_bind, infer_gemm, infer_matmul, matmul_bind
+from .reference import (
+    GEMM_ACTIVATIONS,
+    det_bind,
+    gemm_bind,
+    infer_det,
+    infer_gemm,
+    infer_matmul,
+    matmul_bind,
+)
 
-__all__ = ["descriptors", "GEMM_ACTIVATIONS"]
+__all__ = ["descriptors", "GEMM_ACTIVATIONS", "HOST_ONLY"]
+
+HOST_ONLY = ("det",)
+"""This family's operators without a CUDA kernel: on CUDA their NumPy reference runs on staged host copies."""
 
 
 def descriptors() -> list[OperatorDescriptor]:
@@ -81,5 +93,16 @@ def descriptors() -> list[OperatorDescriptor]:
                 cuda.bind_matmul, FLOATS, supports_graphs=has_nvmath, name=cuda.CUBLASLT_VARIANT
             ),
             onnx="MatMul",
+        ),
+        builtin_operator(
+            "det",
+            doc="Determinant of each square matrix of x [..., M, M] (ONNX Det): y [...].",
+            inputs=[Port("x", shape=None, dtype="T", doc="[..., M, M]")],
+            outputs=[Port("y", shape=None, dtype="T", doc="[...]")],
+            dtype_vars={"T": FLOATS},
+            variant_dtypes=FLOATS,
+            infer=infer_det,
+            bind=det_bind,
+            onnx="Det",
         ),
     ]

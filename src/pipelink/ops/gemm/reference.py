@@ -24,6 +24,8 @@ __all__ = [
     "infer_gemm",
     "infer_matmul",
     "matmul_bind",
+    "infer_det",
+    "det_bind",
     "matmul_dims",
     "gemm_dims",
     "broadcasts_to",
@@ -229,5 +231,44 @@ def gemm_bind(ctx: KernelContext):
             np.add(acc, residual, out=c, dtype=cdt, casting="unsafe")  # one rounding on the store
         else:
             np.copyto(c, acc, casting="unsafe")
+
+    return kernel
+
+
+def infer_det(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of det (ONNX Det): x ``[..., M, M]`` gives ``[...]``.
+
+    Raises
+    ------
+    ShapeMismatchError
+        x has fewer than 2 dims, or its last two differ (when both are known).
+    """
+    x = tuple(in_shapes[0])
+    if len(x) < 2:
+        raise ShapeMismatchError(
+            f"det: x must be [..., M, M], at least 2-d (got {list(x)})",
+            port="x",
+            expected="[..., M, M]",
+            got=list(x),
+        )
+    rows, cols = x[-2], x[-1]
+    if isinstance(rows, int) and isinstance(cols, int) and rows != cols:
+        raise ShapeMismatchError(
+            f"det: x's last two dims must be equal, square matrices (got {list(x)})",
+            port="x",
+            expected="[..., M, M]",
+            got=list(x),
+        )
+    return (x[:-2],), (in_dtypes[0],)
+
+
+def det_bind(ctx: KernelContext):
+    """LAPACK's LU (``numpy.linalg.det``) in the compute dtype (float32 for the 16-bit floats), one
+    rounding to the output's."""
+    cdt = compute_dtype(ctx.in_dtypes[0])
+
+    def kernel(inputs, outputs, stream):
+        value = np.linalg.det(inputs[0].astype(cdt, copy=False))  # a 0 x 0 matrix's is 1
+        np.copyto(outputs[0], value, casting="unsafe")
 
     return kernel
