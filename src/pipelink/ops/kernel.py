@@ -55,6 +55,7 @@ __all__ = [
     "spread_small",
     "tuned_of",
     "float_dtype",
+    "kernel_dtype",
     "acc_kind",
     "pick_vec",
     "prod",
@@ -502,20 +503,26 @@ def tuned_values(source: KernelSource, tuned: Mapping[str, int] | None) -> dict[
     return values
 
 
-def float_dtype(dtype: Any, op: str) -> DType:
-    """The DType of ``dtype``, which must be a float the kernels support.
+def kernel_dtype(dtype: Any, op: str, allowed: Iterable[str]) -> DType:
+    """The DType of ``dtype``, which must be one of ``allowed`` (the dtypes a kernel is built for).
 
     Raises
     ------
     InvalidArgumentError
-        For a non-float dtype.
+        For another dtype, naming the allowed ones.
     """
     dt = get_dtype(dtype)
-    if dt.name not in FLOATS:
+    allowed = tuple(allowed)
+    if dt.name not in allowed:
         raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(FLOATS)} (got {dt.name})", op=op, dtype=dt.name
+            f"{op}: dtype must be one of {', '.join(allowed)} (got {dt.name})", op=op, dtype=dt.name
         )
     return dt
+
+
+def float_dtype(dtype: Any, op: str) -> DType:
+    """The DType of ``dtype``, which must be a float the kernels support (:func:`kernel_dtype`)."""
+    return kernel_dtype(dtype, op, FLOATS)
 
 
 def acc_kind(dt: DType) -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError
 from ..kernel import (
     DEFAULT_SM_COUNT,
@@ -26,6 +25,7 @@ from ..kernel import (
     broadcast_walk,
     flat_grid,
     flat_launch,
+    kernel_dtype,
     make_plan,
     pick_vec,
     pointer,
@@ -96,11 +96,7 @@ TUNED_AS: dict[str, str] = {}
 def _input_dtype(op: str, dtype: Any):
     """The DType of the inputs, checked against :data:`DTYPES`, and the C type the kernel reads them as
     (bool as its byte)."""
-    dt = get_dtype(dtype)
-    if dt.name not in DTYPES[op]:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = kernel_dtype(dtype, op, DTYPES[op])
     return dt, "unsigned char" if dt.name == "bool" else dt.cuda_type
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
-from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError, ShapeMismatchError
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
@@ -34,6 +33,7 @@ from ..kernel import (
     PlanLaunch,
     cuda_variant,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     prod,
@@ -202,11 +202,7 @@ def plan_col2im(
         A dtype the kernel does not take, an x that is not 3-d, a bad tunable.
     """
     source = KERNELS["col2im"]
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"col2im: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op="col2im"
-        )
+    dt = kernel_dtype(dtype, "col2im", source.dtypes)
     shp = tuple(int(v) for v in x_shape)
     if len(shp) != 3:
         raise InvalidArgumentError(f"col2im: x must be [N, C * K, L] (got {list(shp)})", op="col2im")

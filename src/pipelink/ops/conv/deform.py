@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
-from ...dtypes import get_dtype
-from ...errors import InvalidArgumentError, ShapeMismatchError
+from ...errors import ShapeMismatchError
 from ...limits import shape_nbytes
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import is_known
@@ -44,6 +43,7 @@ from ..kernel import (
     PlanLaunch,
     cuda_variant,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     sm_count_of,
@@ -148,11 +148,7 @@ def plan_deform_conv2d(
         A dtype the kernel does not take, a bad tunable.
     """
     source = KERNELS[_OP]
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{_OP}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=_OP
-        )
+    dt = kernel_dtype(dtype, _OP, source.dtypes)
     t = tuned_values(source, tuned)
     n = geo.n * geo.m * math.prod(geo.out_hw)
     macros = {"PL_T": dt.cuda_type, "PL_BIAS": int(bias), "PL_MASK": int(mask), "PL_BLOCK": t["block"]}

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
-from ...dtypes import get_dtype
-from ...errors import InvalidArgumentError
 from .._common import FLOATS, builtin_operator, compute_dtype
 from .._dims import check_ints, derived, is_known
 from ..kernel import (
@@ -29,6 +27,7 @@ from ..kernel import (
     PlanLaunch,
     cuda_variant,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     sm_count_of,
@@ -112,11 +111,7 @@ def plan_deform_im2col(
         A dtype the kernel does not take, a bad tunable.
     """
     source = KERNELS[_OP]
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{_OP}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=_OP
-        )
+    dt = kernel_dtype(dtype, _OP, source.dtypes)
     t = tuned_values(source, tuned)
     n = geo.n * geo.c * geo.taps * math.prod(geo.out_hw)
     macros = {"PL_T": dt.cuda_type, "PL_MASK": int(mask), "PL_BLOCK": t["block"]}

@@ -28,6 +28,7 @@ from ..kernel import (
     flat_grid,
     flat_launch,
     float_dtype,
+    kernel_dtype,
     make_plan,
     pick_vec,
     pointer,
@@ -246,11 +247,7 @@ def plan_unary(
     """
     if op not in UNARY:
         raise InvalidArgumentError(f"unknown unary op {op!r}; known: {', '.join(UNARY)}", op=op)
-    dt = get_dtype(dtype)
-    if dt.name not in UNARY_DTYPES[op]:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(UNARY_DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = kernel_dtype(dtype, op, UNARY_DTYPES[op])
     n = prod(shape_of(shape, op))
     t = tuned_values(KERNELS[op], tuned)
     t["unroll"] = _unroll(t, op, dt.itemsize)
@@ -308,11 +305,7 @@ def plan_binary(
     """
     if op not in BINARY:
         raise InvalidArgumentError(f"unknown binary op {op!r}; known: {', '.join(BINARY)}", op=op)
-    dt = get_dtype(dtype)
-    if dt.name not in BINARY_DTYPES[op]:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(BINARY_DTYPES[op])} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = kernel_dtype(dtype, op, BINARY_DTYPES[op])
     sa, sb = shape_of(shape_a, op), shape_of(shape_b, op)
     walk = broadcast_walk(op, [sa, sb], [a_strides, b_strides])
     n = walk.n

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError
 from ..conv.window import Window
 from ..kernel import (
@@ -23,6 +22,7 @@ from ..kernel import (
     LaunchPlan,
     PlanLaunch,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     shape_of,
@@ -88,11 +88,7 @@ def plan_pool(
         raise InvalidArgumentError(f"unknown pooling {op!r}; known: {', '.join(KERNELS)}", op=op)
     source = KERNELS[op]
     rank = int(source.macros["PL_NDIM"])
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = kernel_dtype(dtype, op, source.dtypes)
     shp = shape_of(shape, op)
     if len(shp) != 2 + rank or win.rank != rank:
         axes = ", ".join(("N", "C") + _SIZES[rank])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import KernelContext
-from ...dtypes import DType, get_dtype
+from ...dtypes import DType
 from ...errors import InvalidArgumentError
 from .._common import FLOATS, NUMERIC
 from .._dims import normalize_axis
@@ -32,6 +32,7 @@ from ..kernel import (
     collapse,
     contiguous_strides,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     prod,
@@ -144,14 +145,7 @@ def integer_highest(dtype: np.dtype) -> str:
 
 def _checked_dtype(source: KernelSource, dtype: Any) -> DType:
     """The DType of ``dtype``, which ``source``'s kernel must take (else InvalidArgumentError)."""
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"{source.op}: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})",
-            op=source.op,
-            dtype=dt.name,
-        )
-    return dt
+    return kernel_dtype(dtype, source.op, source.dtypes)
 
 
 def _merged(shape: tuple[int, ...], strides: tuple[int, ...], axes) -> tuple[list[int], list[int]]:

@@ -23,6 +23,7 @@ from ..kernel import (
     KernelSource,
     LaunchPlan,
     PlanLaunch,
+    kernel_dtype,
     make_plan,
     pointer,
     prod,
@@ -99,11 +100,7 @@ def plan_top_k(
         the kernel cannot take (:func:`top_k_decline`), a bad tunable.
     """
     op = KERNEL.op
-    dt = get_dtype(dtype)
-    if dt.name not in KERNEL.dtypes:
-        raise InvalidArgumentError(
-            f"{op}: dtype must be one of {', '.join(KERNEL.dtypes)} (got {dt.name})", op=op, dtype=dt.name
-        )
+    dt = kernel_dtype(dtype, op, KERNEL.dtypes)
     shp = shape_of(shape, op)
     if not 0 <= int(axis) < len(shp):
         raise InvalidArgumentError(

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ...descriptor import KernelContext
-from ...dtypes import get_dtype
 from ...errors import InvalidArgumentError
 from ..kernel import (
     BLOCKS,
@@ -19,6 +18,7 @@ from ..kernel import (
     LaunchPlan,
     PlanLaunch,
     flat_grid,
+    kernel_dtype,
     make_plan,
     pointer,
     shape_of,
@@ -61,13 +61,7 @@ def plan_roi_align(
         A dtype the kernel does not take, an x that is not 4-d, a bad tunable.
     """
     source = KERNELS["roi_align"]
-    dt = get_dtype(dtype)
-    if dt.name not in source.dtypes:
-        raise InvalidArgumentError(
-            f"roi_align: dtype must be one of {', '.join(source.dtypes)} (got {dt.name})",
-            op="roi_align",
-            dtype=dt.name,
-        )
+    dt = kernel_dtype(dtype, "roi_align", source.dtypes)
     shp = shape_of(x_shape, "roi_align")
     if len(shp) != 4:
         raise InvalidArgumentError(f"roi_align: x must be [N, C, H, W] (got {list(shp)})", op="roi_align")
