@@ -117,8 +117,18 @@ def test_det_of_a_singular_matrix_is_zero_and_of_a_non_square_one_refused(reg, d
     assert got.shape == () and abs(float(got)) < 1e-6
     desc = reg.get("det")
     for bad in [(3,), (2, 3, 4)]:
-        with pytest.raises(pl.ShapeMismatchError, match=r"det: x"):
+        with pytest.raises(pl.ShapeMismatchError, match=r"det: x") as info:
             infer_outputs(desc, (bad,), ("float32",), desc.resolve_attrs({}, where="s"), stage="s")
+        assert info.value.code == pl.ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
+
+
+def test_onnx_det_of_integers_is_refused_naming_the_dtypes():
+    from . import onnx_models as om
+
+    model = om.one_node_model("Det", ["x"], {"x": np.ones((2, 2), np.int32)}, {}, {}, ["y"], opset=22)
+    with pytest.raises(pl.PipeLinkError, match="dtype int32 is not supported") as info:
+        pl.from_onnx(model)
+    assert info.value.code == pl.ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float64"))
