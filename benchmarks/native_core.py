@@ -259,26 +259,36 @@ def load_ms(tmp: Path) -> float:
     return statistics.median(samples[1:])  # the first also opens the driver and cuBLASLt
 
 
-def wall_us_per_call(fn, iterations: int) -> float:
-    """Microseconds per call of ``fn`` over back-to-back calls with one device sync at the end: the median of
-    5 loops of ``iterations // 10`` calls, after 200 warm-up calls."""
+def wall_us_per_call(fns: dict, iterations: int, rounds: int = 7) -> dict:
+    """Microseconds per call of each of ``fns`` (name -> callable) over back-to-back calls with one device
+    sync at the end of a loop of ``iterations // 10`` calls, after 200 warm-up calls each. The callables
+    take turns, one loop each per round, so a drift of the host's speed (this host's driver calls vary by
+    1.5x between minutes) falls on all of them alike: {name: [us per call in each round]}."""
     import torch
 
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(iterations // 10):
+    for fn in fns.values():
+        for _ in range(200):
             fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / (iterations // 10) * 1e6)
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    times: dict = {name: [] for name in fns}
+    n = iterations // 10
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - t0) / n * 1e6)
+    return times
 
 
-def python_runs(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
-    """Microseconds per eager call: {(stages, "native" | "auto" | "python" | "torch"): us}."""
+def ratio(times: dict, a: str, b: str) -> float:
+    """The median over rounds of ``a``'s time over ``b``'s in the same round (:func:`wall_us_per_call`)."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+
+def python_runs(tmp: Path, iterations: int) -> dict[int, dict[str, list[float]]]:
+    """Microseconds per eager call, per round: {stages: {"native" | "auto" | "python" | "torch": [us]}}."""
     import torch
 
     out = {}
@@ -304,8 +314,7 @@ def python_runs(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
             return y
 
         runs["torch"] = torch_chain
-        for mode, fn in runs.items():
-            out[(stages, mode)] = wall_us_per_call(fn, iterations)
+        out[stages] = wall_us_per_call(runs, iterations)
         for pipe in calls.values():
             pipe.close()
     return out
@@ -377,14 +386,16 @@ def main() -> None:
     _target("MLP plan load time", load, 5.0, "ms")
     _target("libpipelink_runtime.so size", library_path().stat().st_size / 2**20, 1.0, "MiB")
     for stages, limit in ((1, 1.0), (20, 0.5)):
-        times = {mode: python[(stages, mode)] for mode in ("native", "auto", "python", "torch")}
+        times = python[stages]
         print(
-            f"python eager run, {stages}-stage relu chain (us/call): "
-            + ", ".join(f"{k} {v:.1f}" for k, v in times.items())
+            f"python eager run, {stages}-stage relu chain (us/call, median of {len(times['torch'])} "
+            "interleaved rounds): " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in times.items())
         )
+        rounds = zip(times["native"], times["torch"], strict=True)
+        print("  native / torch in each round: " + " ".join(f"{x / y:.3f}" for x, y in rounds))
         _target(
             f"Python eager run() through the core vs PyTorch eager, {stages} stage(s)",
-            times["native"] / times["torch"],
+            ratio(times, "native", "torch"),
             limit,
             "x",
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -24,7 +25,7 @@ from pipelink.modules.build import include_dir
 from pipelink.native import lib_dir, open_runtime
 from pipelink.native.build import find_compiler
 
-from .native_core import HARNESS, _chain, _launch_lines, _target, _tensor_array, wall_us_per_call
+from .native_core import HARNESS, _chain, _launch_lines, _target, _tensor_array, ratio, wall_us_per_call
 
 
 def _plans(stages: int, tmp: Path) -> tuple:
@@ -56,8 +57,8 @@ def host_times(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
     return out
 
 
-def wall_times(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
-    """{(stages, "core_eager" | "core_graph" | "torch" | "torch_graph"): wall us per run}."""
+def wall_times(tmp: Path, iterations: int) -> dict[int, dict[str, list[float]]]:
+    """{stages: {"core_eager" | "core_graph" | "torch" | "torch_graph": [wall us per run, per round]}}."""
     import torch
 
     rt = open_runtime()
@@ -100,7 +101,7 @@ def wall_times(tmp: Path, iterations: int) -> dict[tuple[int, str], float]:
             if mode.startswith("core"):
                 assert torch.equal(y, torch.relu(x)), mode
                 assert rt.pipeLinkGetLastErrorMessage() == b"", rt.pipeLinkGetLastErrorMessage()
-            out[(stages, mode)] = wall_us_per_call(fn, iterations)
+        out[stages] = wall_us_per_call(runs, iterations)
         assert torch.equal(static_y, torch.relu(x))
         for h in handles:
             rt.pipeLinkDestroyPipeline(h)
@@ -125,11 +126,11 @@ def main() -> None:
         modes = ("core_eager", "core_graph", "torch", "torch_graph")
         print(
             f"{stages:2d}-stage relu chain, wall us per run: "
-            + ", ".join(f"{m} {wall[(stages, m)]:.2f}" for m in modes)
+            + ", ".join(f"{m} {statistics.median(wall[stages][m]):.2f}" for m in modes)
         )
         _target(
             f"core cuda_graph plan vs PyTorch's CUDA graph, {stages}-stage chain (wall time per run)",
-            wall[(stages, "core_graph")] / wall[(stages, "torch_graph")],
+            ratio(wall[stages], "core_graph", "torch_graph"),
             1.0,
             "x",
         )
