@@ -763,11 +763,11 @@ def test_every_unsupported_node_is_listed_at_once(tmp_path):
 
 def test_unsupported_attribute_value_is_named(rng):
     node = onnx.helper.make_node(
-        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train", training_mode=1
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train", training_mode=2
     )
     init = {k: np.ones(3, np.float32) for k in "sbmv"}
     model = om.make_model([node], [("x", [1, 3, 2, 2])], [("y", None)], init, "train")
-    match = r"BatchNormalization node 'bn_train': .*training_mode=1"
+    match = r"BatchNormalization node 'bn_train': .*training_mode=2 must be 0 or 1"
     with pytest.raises(pl.InvalidArgumentError, match=match):
         import_model(model)
 

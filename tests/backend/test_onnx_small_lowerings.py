@@ -1,7 +1,8 @@
 """Small ONNX op types lowered onto existing operators (``onnx/lowerings.py``; Scatter through the
 ScatterElements converter): Scatter, SwiGLU, DynamicQuantizeLinear, TensorScatter, MaxUnpool and
-MaxPool's Indices output, each against onnx's ReferenceEvaluator on random inputs (MaxPool's Indices
-against the spec's rule where the reference departs from it), on every device, and every refusal."""
+MaxPool's Indices output, BatchNormalization's and Dropout's training modes, each against onnx's
+ReferenceEvaluator on random inputs (MaxPool's Indices against the spec's rule where the reference departs
+from it), on every device, and every refusal."""
 
 from __future__ import annotations
 
@@ -413,3 +414,41 @@ def test_max_pool_indices_refusals():
     spread = {"kernel_shape": [2, 2], "dilations": [5, 5], "pads": [1, 1, 1, 1]}
     hollow = _model("MaxPool", {"x": (np.float32, [1, 1, 4, 4])}, {}, spread, opset=22, n_out=2)
     _refused(hollow, "wholly on the padding")
+
+
+# -- BatchNormalization with training_mode=1: the batch's statistics, the running ones updated ----------
+@pytest.mark.parametrize(
+    ("shape", "n_out", "attrs"),
+    [((2, 3, 4, 5), 3, {}), ((6, 4), 3, {"momentum": 0.75, "epsilon": 1e-3}), ((3, 2, 7), 1, {})],
+)
+def test_batch_norm_training_mode_uses_the_batch_statistics(rng, device, shape, n_out, attrs):
+    c = shape[1]
+    feeds = {"x": (rng.standard_normal(shape) * 3 + 1).astype(F)}
+    inits = {
+        "s": rng.standard_normal(c).astype(F),
+        "b": rng.standard_normal(c).astype(F),
+        "m": rng.standard_normal(c).astype(F),
+        "v": rng.uniform(0.5, 2, c).astype(F),
+    }
+    model = _model("BatchNormalization", feeds, inits, {"training_mode": 1, **attrs}, opset=15, n_out=n_out)
+    want = om.reference_evaluator(model, feeds)  # onnxruntime's inference build has no training mode
+    _check(_run(model, feeds, device), want, f"BatchNormalization training {shape}")
+
+
+def test_batch_norm_training_mode_refusals():
+    inits = {k: np.ones(3, F) for k in "sbmv"}
+    unranked = _model("BatchNormalization", {"x": (F, None)}, inits, {"training_mode": 1}, opset=15)
+    _refused(unranked, "rank must be known")
+    stats = _model("BatchNormalization", {"x": (F, [1, 3, 2])}, inits, {}, opset=15, n_out=3)
+    _refused(stats, "in training mode only")
+
+
+# -- Dropout in training mode: a ratio of 0 drops nothing (a copy, the mask all true) --------------------
+def test_dropout_training_mode_with_zero_ratio_is_a_copy(rng, device):
+    feeds = {"x": rng.standard_normal((3, 4)).astype(F)}
+    inits = {"r": np.array(0.0, F), "t": np.array(True)}
+    model = _model("Dropout", feeds, inits, {}, opset=13, n_out=2)
+    got = _run(model, feeds, device)
+    _check(got, [feeds["x"], np.ones((3, 4), bool)], "Dropout training, ratio 0")
+    inits["r"] = np.array(0.25, F)
+    _refused(_model("Dropout", feeds, inits, {}, opset=13, n_out=2), "ratio 0.25.*no random operators")

@@ -63,13 +63,21 @@ def _variadic_sum(mean: bool) -> Converter:
 
 
 def _dropout(g: Graph, node: Node) -> None:
-    """ONNX Dropout at inference: the output is the input (a copy); the optional mask is all true, made
-    by expanding a constant to the input's shape (which must then be known). Training mode (a constant
-    true ``training_mode``) is refused, and so is one the graph computes."""
+    """ONNX Dropout at inference, or in training mode with a ratio of 0 (nothing dropped, a scale of 1):
+    the output is the input (a copy); the optional mask is all true, made by expanding a constant to the
+    input's shape (which must then be known). Training mode with a ratio above 0 draws a random mask:
+    refused (PipeLink has no random operators), and so is a training_mode or ratio the graph computes."""
     if len(node.inputs) > 2 and node.inputs[2]:
         training = g.const(node, 2, "training_mode")
         if bool(np.asarray(training).reshape(-1)[0]):
-            raise Unsupported("training_mode is true: PipeLink runs inference only (dropout is a copy there)")
+            given = g.const(node, 1, "ratio")
+            ratio = 0.5 if given is None else float(np.asarray(given, dtype=np.float64).reshape(-1)[0])
+            if ratio != 0.0:
+                raise Unsupported(
+                    f"training_mode is true with ratio {ratio}: that drops a random {ratio:.0%} of the "
+                    "input, and PipeLink has no random operators (with ratio 0, or training_mode false, "
+                    "Dropout is a copy)"
+                )
     x = node.inputs[0]
     g.stage(node, "identity", [x], node.outputs[:1])
     if len(node.outputs) > 1 and node.outputs[1]:

@@ -199,9 +199,18 @@ def _lp_normalization(g: Graph, node: Node) -> None:
 
 
 def _batch_norm(g: Graph, node: Node) -> None:
-    _only(node, training_mode=0)
+    """BatchNormalization with the running statistics (inference), or with ``training_mode=1``
+    (opset 14 on) the batch's own: :func:`_batch_norm_training`."""
+    training = _attr(node, "training_mode", 0)
+    if training not in (0, 1):
+        raise Unsupported(f"attribute training_mode={training!r} must be 0 or 1")
+    if training:
+        _batch_norm_training(g, node)
+        return
     if len([o for o in node.outputs if o]) > 1:
-        raise Unsupported("the running mean/var outputs (training) are not supported")
+        raise Unsupported(
+            "the running mean and var outputs exist in training mode only (training_mode=1, opset 14 on)"
+        )
     x, scale, bias, mean, var = node.inputs[:5]
     g.stage(
         node,
@@ -210,3 +219,38 @@ def _batch_norm(g: Graph, node: Node) -> None:
         node.outputs[:1],
         eps=float32_attr(_attr(node, "epsilon", 1e-5)),
     )
+
+
+def _batch_norm_training(g: Graph, node: Node) -> None:
+    """BatchNormalization with ``training_mode=1``, as the spec's function: the batch's mean and population
+    variance over every axis but the channels' (reduce_mean of x, and of its squared deviations from that
+    mean) normalise x (batch_norm's formula with them), and the optional outputs are the updated running
+    statistics, ``input * momentum + batch * (1 - momentum)``. Needs x's rank (the axes reduced)."""
+    x, scale, bias, mean, var = node.inputs[:5]
+    y = node.outputs[0]
+    shape = g.shapes.get(x)
+    if shape is None or len(shape) < 2:
+        raise Unsupported("training_mode=1 reduces every axis of x but the channels': x's rank must be known")
+    axes = [0, *range(2, len(shape))]
+    momentum = float32_attr(_attr(node, "momentum", 0.9))
+    g.stage(node, "reduce_mean", [x], [f"{y}__batch_mean"], axes=axes, keepdims=True)
+    g.stage(node, "sub", [x, f"{y}__batch_mean"], [f"{y}__centered"])
+    g.stage(node, "mul", [f"{y}__centered", f"{y}__centered"], [f"{y}__squared"])
+    g.stage(node, "reduce_mean", [f"{y}__squared"], [f"{y}__batch_var"], axes=axes, keepdims=True)
+    stats = {}
+    for name in ("mean", "var"):
+        stats[name] = f"{y}__batch_{name}_c"
+        g.stage(node, "reshape", [f"{y}__batch_{name}"], [stats[name]], shape=[-1], allowzero=False)
+    g.stage(
+        node,
+        "batch_norm",
+        [x, stats["mean"], stats["var"], scale, bias],
+        [y],
+        eps=float32_attr(_attr(node, "epsilon", 1e-5)),
+    )
+    for running, batch, out in zip((mean, var), stats.values(), node.outputs[1:3], strict=False):
+        if not out:
+            continue
+        g.stage(node, "scale", [running], [f"{out}__kept"], factor=momentum)
+        g.stage(node, "scale", [batch], [f"{out}__new"], factor=1.0 - momentum)
+        g.stage(node, "add", [f"{out}__kept", f"{out}__new"], [out])
