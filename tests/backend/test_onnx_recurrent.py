@@ -67,7 +67,8 @@ _ACT = {
 
 
 def _numpy_cell(op, feeds, inits, attrs):
-    """The ONNX spec's recurrence in float64, with activations and clip (the inputs of f and g clipped)."""
+    """The ONNX spec's recurrence in float64, with activations, clip (the inputs of f and g clipped) and
+    sequence_lens (which ReferenceEvaluator ignores)."""
     layout, direction = attrs.get("layout", 0), attrs.get("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
     per = {"LSTM": 3, "GRU": 2, "RNN": 1}[op]
@@ -91,6 +92,8 @@ def _numpy_cell(op, feeds, inits, attrs):
             state0[k] = np.zeros((dirs, batch, n))
         else:
             state0[k] = (v.swapaxes(0, 1) if layout else v).astype(np.float64)
+    lens = inits.get("sequence_lens", feeds.get("sequence_lens"))
+    lens = np.full(batch, seq) if lens is None else np.asarray(lens)
     ys, hs, cs = [], [], []
     for d in range(dirs):
         f, gg, hh = (acts[d * per : (d + 1) * per] + [None, None])[:3]
@@ -102,7 +105,7 @@ def _numpy_cell(op, feeds, inits, attrs):
         steps = range(seq - 1, -1, -1) if (d == 1 or direction == "reverse") else range(seq)
         out = [None] * seq
         for t in steps:
-            xt = x[t]
+            xt, h_was, c_was = x[t], h, c
             if op == "LSTM":
                 gates = xt @ w.T + h @ r.T + wb + rb
                 i, o, fg, cc = np.split(gates, 4, -1)
@@ -122,7 +125,9 @@ def _numpy_cell(op, feeds, inits, attrs):
                 h = (1 - z) * cand + z * h
             else:
                 h = act(f, xt @ w.T + h @ r.T + wb + rb)
-            out[t] = h
+            active = (lens > t)[:, None]  # rows past their length: state kept, zeros in Y
+            out[t] = np.where(active, h, 0.0)
+            h, c = np.where(active, h, h_was), np.where(active, c, c_was)
         ys.append(np.stack(out))
         hs.append(h)
         cs.append(c)
@@ -350,10 +355,42 @@ def test_refuses_computed_weights(rng):
     _refused("LSTM", feeds, inits, r"input 7 \(P, 'P'\) must be a constant")
 
 
-def test_refuses_variable_sequence_lengths(rng):
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(("direction", "layout"), [("forward", 0), ("reverse", 1), ("bidirectional", 0)])
+def test_variable_sequence_lengths_mask_the_steps(op, direction, layout, device, rng):
+    """Rows shorter than seq_length (one of length 0) keep their state past their end, give zeros in Y,
+    and a reverse direction starts at each row's own last step."""
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds, inits = _inputs(rng, op, dirs, layout, initial=True, peepholes=op == "LSTM")
+    inits["sequence_lens"] = np.array([SEQ - 2, SEQ, 0], np.int32)
+    attrs = {"direction": direction, "hidden_size": HIDDEN, "layout": layout}
+    want = _numpy_cell(op, feeds, inits, attrs)
+    _run_and_compare(op, feeds, inits, OUTPUTS[op], device, want=want, **attrs)
+
+
+def test_the_numpy_cell_with_sequence_lens_agrees_with_onnxruntime(rng):
+    """The oracle above against onnxruntime (which implements sequence_lens; ReferenceEvaluator does not)."""
+    ort = pytest.importorskip("onnxruntime")
+    for op in ("LSTM", "GRU"):
+        feeds, inits = _inputs(rng, op, 2, 0, initial=True)
+        inits["sequence_lens"] = np.array([2, SEQ, 1], np.int32)
+        attrs = {"direction": "bidirectional", "hidden_size": HIDDEN}
+        model = _model(op, feeds, inits, OUTPUTS[op], **attrs)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = dict(zip(OUTPUTS[op], session.run(None, feeds), strict=True))
+        want = _numpy_cell(op, feeds, inits, attrs)
+        for name in OUTPUTS[op]:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=f"{op} {name}")
+
+
+def test_refuses_bad_or_computed_sequence_lengths(rng):
     feeds, inits = _inputs(rng, "RNN", 1, 0)
-    inits["sequence_lens"] = np.array([SEQ, SEQ - 1, SEQ], np.int32)
-    _refused("RNN", feeds, inits, r"sequence_lens, 'sequence_lens'\) is \[5, 4, 5\]; .*no variable sequence")
+    inits["sequence_lens"] = np.array([SEQ, SEQ + 1, SEQ], np.int32)
+    _refused("RNN", feeds, inits, r"sequence_lens \[5, 6, 5\] must lie in \[0, 5\]")
+    inits["sequence_lens"] = np.array([SEQ, SEQ], np.int32)
+    _refused("RNN", feeds, inits, r"sequence_lens has 2 entries for a batch of 3")
+    inits["sequence_lens"] = np.full(BATCH, SEQ, np.float32)
+    _refused("RNN", feeds, inits, r"sequence_lens must be a 1-d int32 tensor \(got float32")
     # A computed sequence_lens (a graph input), even of the full length: its value is not known at import.
     feeds["sequence_lens"] = np.full(BATCH, SEQ, np.int32)
     node = helper.make_node(
@@ -370,9 +407,7 @@ def test_refuses_variable_sequence_lengths(rng):
         [numpy_helper.from_array(v, k) for k, v in inits.items() if k != "sequence_lens"],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    with pytest.raises(
-        pl.PipeLinkError, match="is computed by the graph; PipeLink supports no variable"
-    ) as info:
+    with pytest.raises(pl.PipeLinkError, match="sequence_lens, 'sequence_lens'.* must be a constant") as info:
         import_model(model)
     assert info.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
 

@@ -4,10 +4,15 @@ recurrent product (``h @ R^T``, the step's projection as its bias), and slice, s
 (sigmoid, tanh, relu, softsign, softplus), mul, add and sub make the gates and the new state; Y is the
 concat of the steps' h.
 
+Variable sequence lengths (a constant ``sequence_lens``, some entry below seq_length) mask each step:
+a batch row past its length keeps its state (``where``) and gives zeros in Y, so Y_h (Y_c) is the state
+after its last step; a reverse direction starts, per row, at its own last step (the rows still before it
+keep their initial state until then), as the spec has it.
+
 It adds no kernel and computes nothing at run time itself; what those operators cannot express exactly
-(computed weights, variable sequence lengths, an unknown sequence length, activations with parameters,
-LSTM's input_forget) is refused with :class:`RecurrentError`, naming the input or the attribute; the
-converter reports it with the node.
+(computed weights or sequence lengths, an unknown sequence length, activations with parameters, LSTM's
+input_forget) is refused with :class:`RecurrentError`, naming the input or the attribute; the converter
+reports it with the node.
 """
 
 from __future__ import annotations
@@ -62,6 +67,17 @@ class _Cell:
     time_axis: int  # 0 (layout 0: [seq, batch, ...]) or 1 (layout 1: [batch, seq, ...])
     acts: list[list[str]]  # per direction, the PipeLink operators of the spec's f, g (, h)
     clip: float | None
+    lengths: np.ndarray | None = None  # sequence_lens when some row is shorter than seq, else None
+
+    def active(self, t: int) -> str:
+        """A bool constant, true for the batch rows whose sequence reaches step ``t``, shaped as a
+        step's slice (time axis of size 1, hidden axis of size 1) so that it broadcasts over h."""
+        assert self.lengths is not None
+        rows = (self.lengths > t).reshape((1, -1, 1) if self.time_axis == 0 else (-1, 1, 1))
+        name = f"{self.base}__active_t{t}"
+        self.g.constants[name] = rows
+        self.g.dtypes[name] = "bool"
+        return name
 
     def constant(self, tag: str, value: np.ndarray) -> str:
         name = f"{self.base}__{tag}"
@@ -117,7 +133,7 @@ def lower_recurrent(g, node) -> None:
     Raises
     ------
     RecurrentError
-        W, R, B or P computed; sequence_lens not all seq_length; seq_length or the input's rank unknown;
+        W, R, B, P or sequence_lens computed; seq_length or the input's rank unknown;
         an activation other than Sigmoid, Tanh, Relu, Softsign or Softplus, activation_alpha or
         activation_beta; LSTM's input_forget = 1; weights that are not floats; sizes that disagree.
     """
@@ -203,15 +219,21 @@ def _read(g, node) -> tuple[_Cell, tuple]:
             f"step and direction), at most {MAX_STEPS} steps: export with shorter sequences, or run the "
             "recurrence as a native module"
         )
-    lens_name = _input(node, 4)
-    if lens_name:
-        lens = g.constants.get(lens_name)
-        if lens is None or not np.all(np.asarray(lens) == seq):
-            got = "computed by the graph" if lens is None else f"{np.asarray(lens).reshape(-1).tolist()}"
+    lengths = g.const(node, 4, "sequence_lens")  # the Graph's refusal names a graph input
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        batch = shape[1 - layout]
+        if lengths.dtype.kind not in "iu" or lengths.ndim != 1:
             raise RecurrentError(
-                f"input 4 (sequence_lens, {lens_name!r}) is {got}; PipeLink supports no variable sequence "
-                f"lengths: leave it out, or make it a constant where every entry is seq_length {seq}"
+                f"sequence_lens must be a 1-d int32 tensor (got {lengths.dtype} {lengths.shape})"
             )
+        if isinstance(batch, int) and lengths.shape[0] != batch:
+            raise RecurrentError(f"sequence_lens has {lengths.shape[0]} entries for a batch of {batch}")
+        if lengths.size and (lengths.min() < 0 or lengths.max() > seq):
+            raise RecurrentError(
+                f"sequence_lens {lengths.tolist()} must lie in [0, {seq}]: X {x!r} has seq_length {seq}"
+            )
+        lengths = None if np.all(lengths == seq) else lengths.astype(np.int64)
     clip = _attr(node, "clip")
     if clip is not None:
         clip = float(clip)
@@ -230,7 +252,7 @@ def _read(g, node) -> tuple[_Cell, tuple]:
     if g.dtypes.get(x) not in (None, dtype_name):
         raise RecurrentError(f"X {x!r} is {g.dtypes[x]} but W is {dtype}; they must have one type")
     base = next((o for o in node.outputs if o), node.name or op)
-    cell = _Cell(g, node, base, dtype, seq, hidden, layout, per_dir, clip)
+    cell = _Cell(g, node, base, dtype, seq, hidden, layout, per_dir, clip, lengths)
     if b is None:
         b = np.zeros((dirs, 2 * gates * hidden), dtype)
     return cell, (w, r, b, peep)
@@ -291,14 +313,29 @@ def _concat(cell: _Cell, parts: list[str], axis: int, tag: str) -> str:
     return parts[0]
 
 
-def _unroll(cell: _Cell, dirs: int, step: Callable[[int, int, str], None]) -> None:
+def _unroll(
+    cell: _Cell, dirs: int, step: Callable[[int, int, str], None], state: list[list], hs: list[list[str]]
+) -> None:
     """Call ``step(d, t, tag)`` for each direction d at each time index t in the order it runs
-    (backwards for direction 1 and for direction 'reverse')."""
+    (backwards for direction 1 and for direction 'reverse'); ``step`` sets ``state[d]`` and appends the
+    step's h to ``hs[d]``. With variable sequence lengths the rows past their length are masked after
+    each step: their state stays what it was (the initial state, zeros when absent, until a reverse
+    direction reaches the row's last step) and their h in Y is zero."""
     reverse = _attr(cell.node, "direction", "forward") == "reverse"
     for d in range(dirs):
         for s in range(cell.seq):
             t = cell.seq - 1 - s if (d == 1 or reverse) else s
+            before = list(state[d])
             step(d, t, f"d{d}_t{t}")
+            if cell.lengths is None or np.all(cell.lengths > t):
+                continue
+            active, tag = cell.active(t), f"d{d}_t{t}"
+            zero = cell.constant("zero", np.zeros(()))
+            state[d] = [
+                cell.op("where", [active, new, old if old is not None else zero], f"{tag}_kept{k}")
+                for k, (new, old) in enumerate(zip(state[d], before, strict=True))
+            ]
+            hs[d][-1] = cell.op("where", [active, hs[d][-1], zero], f"{tag}_y")
 
 
 def _in_time_order(hs: list[str], reversed_steps: bool) -> list[str]:
@@ -343,7 +380,7 @@ def _lstm(cell: _Cell, w, r, b, peep) -> None:
         state[d] = [new_h, new_c]
         hs[d].append(new_h)
 
-    _unroll(cell, dirs, step)
+    _unroll(cell, dirs, step, state, hs)
     _finish(cell, hs, state, with_c=True)
 
 
@@ -409,7 +446,7 @@ def _gru(cell: _Cell, w, r, b, _peep) -> None:
         state[d] = [new_h]
         hs[d].append(new_h)
 
-    _unroll(cell, dirs, step)
+    _unroll(cell, dirs, step, state, hs)
     _finish(cell, hs, state, with_c=False)
 
 
@@ -434,7 +471,7 @@ def _rnn(cell: _Cell, w, r, b, _peep) -> None:
         state[d] = [new_h]
         hs[d].append(new_h)
 
-    _unroll(cell, dirs, step)
+    _unroll(cell, dirs, step, state, hs)
     _finish(cell, hs, state, with_c=False)
 
 
