@@ -148,11 +148,14 @@ def _hidden_states(torch, module):
     return LastHidden()
 
 
-def _torchvision(name: str) -> Callable[[Any], Any]:
+def _torchvision(name: str, family: str = "") -> Callable[[Any], Any]:
+    """torchvision's ``models.{family}.{name}`` (``family`` "" for classification, "video"...)."""
+
     def build(torch):
         import torchvision
 
-        return getattr(torchvision.models, name)(weights=None)
+        models = getattr(torchvision.models, family) if family else torchvision.models
+        return getattr(models, name)(weights=None)
 
     return build
 
@@ -498,6 +501,42 @@ ZOO: dict[str, ZooSpec] = {
                 lambda tf: tf.MobileNetV2Model(tf.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "convnext_tiny",
+            "ConvNeXt-T (torchvision, 64x64: 7x7 depthwise convs, LayerNorm over channels last, GELU)",
+            _torchvision("convnext_tiny"),
+            lambda t: (t.randn(1, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "shufflenet_v2",
+            "ShuffleNetV2 x1.0 (torchvision, 64x64: channel shuffles as reshape/transpose)",
+            _torchvision("shufflenet_v2_x1_0"),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "regnet_y_400mf",
+            "RegNetY-400MF (torchvision, 64x64: grouped convs, squeeze-excitation)",
+            _torchvision("regnet_y_400mf"),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "r3d_18",
+            "R3D-18 (torchvision video, 8 frames of 56x56: 3-d convolutions, BatchNorm3d)",
+            _torchvision("r3d_18", "video"),
+            lambda t: (t.randn(1, 3, 8, 56, 56),),
+        ),
+        ZooSpec(
+            "r2plus1d_18",
+            "R(2+1)D-18 (torchvision video, 8 frames of 56x56: 1x3x3 and 3x1x1 convolutions)",
+            _torchvision("r2plus1d_18", "video"),
+            lambda t: (t.randn(1, 3, 8, 56, 56),),
+        ),
+        ZooSpec(
+            "s3d",
+            "S3D (torchvision video, 16 frames of 64x64: separable 3-d convs, 3-d max pools)",
+            _torchvision("s3d", "video"),
+            lambda t: (t.randn(1, 3, 16, 64, 64),),
         ),
     )
 }

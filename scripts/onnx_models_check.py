@@ -6,9 +6,10 @@ the unsupported nodes), the largest relative error, and the stages that ran on s
 check, not a benchmark: ``python -m benchmarks.models`` races them. ``--zoo wide`` checks the wider zoo
 instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet; ViT, BERT, RoBERTa, T5,
 Whisper, BEiT and wav2vec2 encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon, BLOOM and Mixtral decoders;
-Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; small, random weights).
+Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; ConvNeXt, ShuffleNetV2, RegNetY;
+the video nets R3D-18, R(2+1)D-18 and S3D; small, random weights).
 
-python scripts/onnx_models_check.py [--zoo race|wide] [--devices cpu,cuda] [--out DIR]
+python scripts/onnx_models_check.py [--zoo race|wide] [--only NAME,...] [--devices cpu,cuda] [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from benchmarks.model_zoo import MODELS, ZOO, export_onnx_inputs, onnx_op_counts  # noqa: E402
 
 
-def _cases(zoo: str, torch) -> list[tuple[str, object, tuple]]:
-    """(name, module, inputs) of every model of ``zoo``."""
+def _cases(zoo: str, torch, only: set[str]) -> list[tuple[str, object, tuple]]:
+    """(name, module, inputs) of every model of ``zoo`` (of those named in ``only``, when not empty)."""
+    specs = MODELS if zoo == "race" else ZOO
+    unknown = only - set(specs)
+    if unknown:
+        raise SystemExit(f"--only: no model {sorted(unknown)} in the {zoo} zoo; it has {', '.join(specs)}")
+    chosen = [(name, spec) for name, spec in specs.items() if not only or name in only]
     if zoo == "race":
-        return [
-            (name, spec.build(torch).eval(), (torch.randn(spec.input_shape(1)),))
-            for name, spec in MODELS.items()
-        ]
-    return [(name, spec.build(torch).eval(), spec.inputs(torch)) for name, spec in ZOO.items()]
+        return [(n, spec.build(torch).eval(), (torch.randn(spec.input_shape(1)),)) for n, spec in chosen]
+    return [(name, spec.build(torch).eval(), spec.inputs(torch)) for name, spec in chosen]
 
 
 def main() -> int:
@@ -42,14 +45,16 @@ def main() -> int:
     parser.add_argument("--zoo", choices=("race", "wide"), default="race", help="which models (default race)")
     parser.add_argument("--devices", default="cpu,cuda", help="comma-separated devices (default cpu,cuda)")
     parser.add_argument("--out", type=Path, default=None, help="keep the exported .onnx files here")
+    parser.add_argument("--only", default="", help="comma-separated model names of the zoo (default: all)")
     args = parser.parse_args()
+    only = {n for n in args.only.split(",") if n}
     import onnx
     import onnxruntime as ort
     import torch
 
     torch.manual_seed(0)
     failures = 0
-    for name, module, inputs in _cases(args.zoo, torch):
+    for name, module, inputs in _cases(args.zoo, torch, only):
         names = ["x"] if args.zoo == "race" else None
         try:
             data = export_onnx_inputs(module, inputs, names)
