@@ -216,6 +216,60 @@ def test_backend_rep_specialises_on_the_inputs_a_computed_value_comes_from(devic
         assert "x" in pipe.inputs  # the data stays an input of the pipeline
 
 
+def _split_in_a_branch_model():
+    """x [2, 6] reshaped to a shape split out of the graph input ``dims`` inside an If's taken branch
+    (the condition, on ``dims``'s size, folds): Split folds, and the refusal traces through the branch."""
+    branch = helper.make_graph(
+        [helper.make_node("Split", ["dims"], ["rows", "cols"], num_outputs=2)],
+        "then",
+        [],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in ("rows", "cols")],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", [n], [f"{n}_out"]) for n in ("r1", "c1")],
+        "else",
+        [],
+        [helper.make_tensor_value_info(f"{n}_out", TensorProto.INT64, [1]) for n in ("r1", "c1")],
+    )
+    nodes = [
+        helper.make_node("Size", ["dims"], ["n"]),
+        helper.make_node("Equal", ["n", "two"], ["is_2d"]),
+        helper.make_node("If", ["is_2d"], ["rows", "cols"], then_branch=branch, else_branch=other),
+        helper.make_node("Concat", ["rows", "cols"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "split_branch",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+            helper.make_tensor_value_info("dims", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor("two", TensorProto.INT64, [], [2]),
+            helper.make_tensor("r1", TensorProto.INT64, [1], [1]),
+            helper.make_tensor("c1", TensorProto.INT64, [1], [12]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = om.ORT_IR_VERSION
+    return model
+
+
+def test_a_value_split_inside_a_branch_is_traced_to_its_graph_input(device, rng):
+    model = _split_in_a_branch_model()
+    with pytest.raises(pl.InvalidArgumentError, match="computed from the graph input 'dims'") as e:
+        import_model(model)
+    assert [u.get("graph_inputs") for u in e.value.unsupported] == [["dims"]]
+    with plb.prepare(model, device=device.upper()) as rep:
+        for dims in [(3, 4), (4, 3)]:
+            feeds = {"x": rng.standard_normal((2, 6)).astype(F), "dims": np.array(dims, np.int64)}
+            (got,) = rep.run(feeds)
+            np.testing.assert_array_equal(got, feeds["x"].reshape(dims))
+        assert rep._needed == ("dims",)
+
+
 # -- the ONNX backend -----------------------------------------------------------------------------------
 def test_backend_rep_specialises_on_the_values_it_needs_and_keeps_each_pipeline(device, rng):
     model = _reshape_topk_model()

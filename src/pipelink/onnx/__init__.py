@@ -308,7 +308,9 @@ def import_model(
     outputs = [copied.get(info.name) or g.name(info.name) for info in graph.output]
     if rejected:
         free = frozenset(info.name for info in graph.input if info.name not in constants)
-        rejected = [_traced(r, graph.node, free) for r in rejected]
+        # traced through the nodes If, Loop and Scan became too (their outputs come from those nodes)
+        lowered = [*graph.node, *protos.values()]
+        rejected = [_traced(r, lowered, free) for r in rejected]
         listing = "\n".join(f"  {r}" for r in rejected)
         noun = "node" if len(rejected) == 1 else "nodes"
         raise InvalidArgumentError(

@@ -115,6 +115,7 @@ FOLDABLE = frozenset(
         "NonZero",
         "Unique",
         "NonMaxSuppression",
+        "Split",
     }
 )
 #: Op types PipeLink runs only as folded constants (no converter): :func:`unfolded_reason` says why one
@@ -124,7 +125,7 @@ FOLD_ONLY = frozenset(
     | {"NonZero", "Unique", "NonMaxSuppression"}
 )
 _DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression"})
-_MULTI_OUTPUT = frozenset({"Unique"})  # folded whole: every output it names
+_MULTI_OUTPUT = frozenset({"Unique", "Split"})  # folded whole: every output it names
 MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
 
 
