@@ -128,8 +128,8 @@ def test_conv_transpose_output_shape_smaller_than_the_full_output_splits_its_pad
 
 
 def test_conv_transpose_refusals_name_their_cause(rng):
-    w3 = rng.standard_normal((1, 1, 2, 2, 2)).astype(F)
-    _refused(_conv_transpose(np.zeros((1, 1, 3, 3, 3), F), w3), "a 3-d transposed convolution")
+    w4 = rng.standard_normal((1, 1, 2, 2, 2, 2)).astype(F)
+    _refused(_conv_transpose(np.zeros((1, 1, 3, 3, 3, 3), F), w4), "a 4-d transposed convolution")
     w = rng.standard_normal((1, 1, 3, 3)).astype(F)
     _refused(
         _conv_transpose(np.zeros((1, 1, 3, 3), F), w, output_shape=[12, 12]),

@@ -85,6 +85,7 @@ from .convert_window import (
     _lp_pool,
     _max_pool,
     conv2d_stage,
+    conv_stage,
 )
 from .fold import FOLD_ONLY, unfolded_needs, unfolded_reason
 from .graph import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Rejected, Unsupported, float32_attr, onnx_dtype
@@ -104,6 +105,7 @@ __all__ = [
     "Rejected",
     "convert",
     "conv2d_stage",
+    "conv_stage",
     "gemm_attrs",
     "onnx_dtype",
     "float32_attr",

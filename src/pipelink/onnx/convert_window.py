@@ -1,6 +1,6 @@
 """ONNX sliding-window converters: Conv, ConvTranspose, DeformConv, MaxPool, AveragePool, LpPool and the
-global pools; a 1-d window runs as the 2-d one over a unit height; the pools also slide 3-d windows
-(``max_pool3d``, ``avg_pool3d``).
+global pools; a 1-d window runs as the 2-d one over a unit height; Conv, ConvTranspose and the pools also
+slide 3-d windows (``conv3d``, ``conv_transpose3d``, ``max_pool3d``, ``avg_pool3d``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_dtype
+from ..ops.conv.reference import conv_name, conv_transpose_name
 from .convert_common import Converter, _attr, _inputs, _only, _scalar
 from .graph import Graph, Node, Unsupported
 from .lowerings import max_pool_with_indices
 
-__all__ = ["conv2d_stage"]
+__all__ = ["conv2d_stage", "conv_stage"]
 
 
 def _global_max_pool(g: Graph, node: Node) -> None:
@@ -35,17 +36,6 @@ def _spatial_attrs(node: Node, names: tuple[str, ...]) -> dict[str, Any]:
         if name in node.attrs:
             value = _attr(node, name)
             attrs[name] = value if isinstance(value, str) else [int(v) for v in value]
-    return attrs
-
-
-def _window(node: Node, *names: str) -> dict[str, Any]:
-    """The spatial attributes a 2-d window operator takes, checked to be 2-d."""
-    attrs = _spatial_attrs(node, names)
-    kernel = node.attrs.get("kernel_shape")
-    if kernel is not None and len(kernel) != 2:
-        raise Unsupported(
-            f"a {len(kernel)}-d window (kernel_shape {list(kernel)}); PipeLink has 2-d ones only"
-        )
     return attrs
 
 
@@ -72,30 +62,120 @@ def _pool_window(node: Node) -> tuple[int, dict[str, Any]]:
     return rank, _spatial_attrs(node, ("kernel_shape", "strides", "pads", "dilations", "auto_pad"))
 
 
+_CONV_RANKS = (1, 2, 3)  # conv2d / conv3d (and the transposed ones); 1-d runs as 2-d
+
+
+def _conv_rank(g: Graph, node: Node) -> int:
+    """The number of spatial axes of a Conv or ConvTranspose node, from what the import knows of its
+    kernel_shape, its weight's rank and its input's rank (2 when it knows none: the 2-d operator's ports
+    then check the rank at load).
+
+    Raises
+    ------
+    Unsupported
+        These disagree, or give a rank PipeLink has no convolution of (more than 3 spatial axes).
+    """
+    known = {}
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None:
+        known["kernel_shape"] = len(kernel)
+    for port, name in ((1, "w"), (0, "x")):
+        shape = _shape_of(g, node.inputs[port]) if len(node.inputs) > port and node.inputs[port] else None
+        if shape is not None:
+            known[f"{name} (rank {len(shape)})"] = len(shape) - 2
+    ranks = set(known.values())
+    if len(ranks) > 1:
+        said = ", ".join(f"{what}: {rank}" for what, rank in known.items())
+        raise Unsupported(f"its kernel_shape, w and x disagree on the number of spatial axes ({said})")
+    rank = ranks.pop() if ranks else 2
+    if rank not in _CONV_RANKS:
+        kind = "convolution" if node.op_type == "Conv" else "transposed convolution"
+        raise Unsupported(f"a {rank}-d {kind}; PipeLink's are 1-d, 2-d and 3-d")
+    return rank
+
+
+def _shape_of(g: Graph, name: str) -> tuple | None:
+    """A tensor's shape as the import knows it: a constant's, else the inferred one (None: unknown)."""
+    value = g.constants.get(name)
+    if value is not None:
+        return tuple(value.shape)
+    shape = g.shapes.get(name)
+    return None if shape is None else tuple(shape)
+
+
+def _conv_attrs(g: Graph, node: Node, rank: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """The window attributes ``names`` of a Conv or ConvTranspose node over ``rank`` spatial axes (and
+    its group), each checked to give every spatial axis (pads: each begin, then each end), its
+    kernel_shape to be w's spatial dims where the import knows them.
+
+    Raises
+    ------
+    Unsupported
+        An attribute of another length, a kernel_shape other than w's.
+    """
+    attrs = _spatial_attrs(node, names)
+    for name in (*names, "kernel_shape"):
+        given = attrs.get(name, node.attrs.get(name))
+        if isinstance(given, str) or given is None:
+            continue
+        count = 2 * rank if name == "pads" else rank
+        if len(given) != count:
+            spread = "a begin and an end for each of the" if name == "pads" else "the"
+            raise Unsupported(f"attribute {name}={list(given)} must give {spread} {rank} spatial dims")
+    kernel, w_shape = node.attrs.get("kernel_shape"), _shape_of(g, node.inputs[1])
+    w_kernel = [] if w_shape is None else list(w_shape[2:])
+    known = kernel is not None and w_shape is not None and all(isinstance(d, int) for d in w_kernel)
+    if known and [int(k) for k in kernel] != w_kernel:
+        raise Unsupported(
+            f"attribute kernel_shape={list(kernel)} must be the weight's spatial dims {w_kernel}"
+        )
+    if int(_attr(node, "group", 1)) != 1:
+        attrs["group"] = int(_attr(node, "group"))
+    return attrs
+
+
+def conv_stage(g: Graph, node: Node) -> tuple[str, list[str], dict[str, Any]]:
+    """The operator (``conv2d`` or ``conv3d``), inputs and attributes of the stage of an ONNX Conv node of
+    2 or 3 spatial axes.
+
+    Raises
+    ------
+    Unsupported
+        A 1-d window (its converter runs it as the 2-d one) or one of more than 3 axes, bad attribute
+        lengths, an absent input before a present one.
+    """
+    rank = _conv_rank(g, node)
+    if rank == 1:
+        raise Unsupported("a 1-d convolution has no stage of its own (the Conv converter runs it as 2-d)")
+    attrs = _conv_attrs(g, node, rank, ("strides", "pads", "dilations", "auto_pad"))
+    return conv_name(rank), _inputs(node, 3), attrs
+
+
 def conv2d_stage(g: Graph, node: Node) -> tuple[list[str], dict[str, Any]]:
     """The inputs and attributes of the conv2d stage of an ONNX Conv node (also for the import's Conv +
-    Relu fusion, onnx/fuse.py).
+    Relu fusion, onnx/fuse.py, and the integer convolutions).
 
     Raises
     ------
     Unsupported
         A window other than 2-d, an absent input before a present one.
     """
-    attrs = _window(node, "strides", "pads", "dilations", "auto_pad")
-    weight = g.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
-    if weight is not None and weight.ndim != 4:
-        raise Unsupported(f"a {weight.ndim - 2}-d convolution; PipeLink's conv2d is 2-d")
-    if int(_attr(node, "group", 1)) != 1:
-        attrs["group"] = int(_attr(node, "group"))
-    return _inputs(node, 3), attrs
+    rank = _conv_rank(g, node)
+    if rank != 2:
+        raise Unsupported(
+            f"a {rank}-d convolution where a conv2d stage is needed (the fused and integer convolutions "
+            "are 2-d)"
+        )
+    _, inputs, attrs = conv_stage(g, node)
+    return inputs, attrs
 
 
 def _conv(g: Graph, node: Node) -> None:
-    if _is_1d(g, node):
+    if _conv_rank(g, node) == 1:
         _as_2d(g, node, _conv)
         return
-    inputs, attrs = conv2d_stage(g, node)
-    g.stage(node, "conv2d", inputs, node.outputs[:1], **attrs)
+    op, inputs, attrs = conv_stage(g, node)
+    g.stage(node, op, inputs, node.outputs[:1], **attrs)
 
 
 def _deform_conv(g: Graph, node: Node) -> None:
@@ -188,14 +268,11 @@ def _reshaped(g: Graph, node: Node, name: str, new: str, shape: list) -> str:
 
 
 def _is_1d(g: Graph, node: Node) -> bool:
-    """Whether a Conv, ConvTranspose, MaxPool or AveragePool node slides a 1-d window (``[N, C, L]``)."""
+    """Whether a MaxPool, AveragePool or LpPool node slides a 1-d window (``[N, C, L]``; Conv and
+    ConvTranspose: :func:`_conv_rank`)."""
     kernel = node.attrs.get("kernel_shape")
     if kernel is not None:
         return len(kernel) == 1
-    weighted = node.op_type in _WEIGHTED_WINDOWS and len(node.inputs) > 1
-    weight = g.constants.get(node.inputs[1]) if weighted else None
-    if weight is not None:
-        return weight.ndim == 3
     shape = g.shapes.get(node.inputs[0])
     return shape is not None and len(shape) == 3
 
@@ -251,27 +328,24 @@ _WEIGHTED_WINDOWS = frozenset({"Conv", "ConvTranspose"})
 
 
 def _conv_transpose(g: Graph, node: Node) -> None:
-    if _is_1d(g, node):
+    """ConvTranspose over 1 (as 2), 2 or 3 spatial axes: ``conv_transpose2d`` / ``conv_transpose3d``, with
+    output_shape and auto_pad resolved to pads at import (:func:`_transposed_pads`)."""
+    rank = _conv_rank(g, node)
+    if rank == 1:
         _as_2d(g, node, _conv_transpose)
         return
-    attrs = _window(node, "strides", "pads", "output_padding", "dilations")
-    weight = g.constants.get(node.inputs[1])
-    rank = len(g.shapes[node.inputs[0]]) if g.shapes.get(node.inputs[0]) is not None else None
-    if (weight is not None and weight.ndim != 4) or rank not in (None, 4):
-        dims = weight.ndim - 2 if weight is not None and weight.ndim != 4 else rank - 2
-        raise Unsupported(f"a {dims}-d transposed convolution; PipeLink's are 1-d and 2-d")
-    weight_shape = weight.shape if weight is not None else g.shapes.get(node.inputs[1])
-    for name in ("strides", "dilations", "output_padding", "kernel_shape"):
-        given = attrs.get(name, node.attrs.get(name))
-        if given is not None and len(given) != 2:
-            raise Unsupported(f"attribute {name}={list(given)} must give the 2 spatial dims")
-    _transposed_pads(g, node, attrs, None if weight_shape is None else tuple(weight_shape[2:]))
-    if int(_attr(node, "group", 1)) != 1:
-        attrs["group"] = int(_attr(node, "group"))
-    g.stage(node, "conv_transpose2d", _inputs(node, 3), node.outputs[:1], **attrs)
+    attrs = _conv_attrs(g, node, rank, ("strides", "pads", "output_padding", "dilations"))
+    given = node.attrs.get("output_shape")
+    if given is not None and len(given) not in (rank, rank + 2):
+        raise Unsupported(
+            f"attribute output_shape={list(given)} must give the {rank} spatial dims (or all {rank + 2})"
+        )
+    weight_shape = _shape_of(g, node.inputs[1])
+    _transposed_pads(g, node, attrs, rank, None if weight_shape is None else tuple(weight_shape[2:]))
+    g.stage(node, conv_transpose_name(rank), _inputs(node, 3), node.outputs[:1], **attrs)
 
 
-def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], kernel: tuple | None) -> None:
+def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], rank: int, kernel: tuple | None) -> None:
     """ConvTranspose's output_shape, or auto_pad SAME_UPPER / SAME_LOWER (output = input * stride), as
     the pads they imply, computed at import from the input's spatial dims: the total padding
     ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - out`` split as the spec says (the
@@ -293,23 +367,21 @@ def _transposed_pads(g: Graph, node: Node, attrs: dict[str, Any], kernel: tuple 
     sizes = list(shape[2:]) if shape is not None else []
     kernel = node.attrs.get("kernel_shape", kernel)
     known = [*sizes, *(kernel or [None])]
-    if len(sizes) != 2 or not all(isinstance(d, int) for d in known):
+    if len(sizes) != rank or not all(isinstance(d, int) for d in known):
         raise Unsupported(
             f"output_shape or auto_pad={auto_pad!r} needs the input's spatial dims and the kernel known "
             f"at import (input {shape}, kernel {None if kernel is None else list(kernel)})"
         )
-    strides = attrs.get("strides", [1, 1])
-    dilations = attrs.get("dilations", [1, 1])
-    extra = list(attrs.get("output_padding", [0, 0]))
+    strides = attrs.get("strides", [1] * rank)
+    dilations = attrs.get("dilations", [1] * rank)
+    extra = list(attrs.get("output_padding", [0] * rank))
     out = (
-        [int(v) for v in wanted][-2:]
+        [int(v) for v in wanted][-rank:]
         if wanted is not None
         else [n * s for n, s in zip(sizes, strides, strict=True)]
     )
-    if len(out) != 2:
-        raise Unsupported(f"attribute output_shape={list(wanted)} must give the 2 spatial dims")
     begins, ends = [], []
-    for axis in range(2):
+    for axis in range(rank):
         full = strides[axis] * (sizes[axis] - 1) + extra[axis] + (int(kernel[axis]) - 1) * dilations[axis] + 1
         total = full - out[axis]
         begin, end = (

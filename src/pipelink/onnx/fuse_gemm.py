@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .convert import conv2d_stage, gemm_attrs
+from .convert import conv_stage, gemm_attrs
 from .fuse_view import _is_float, _is_onnx, _other, _View
 from .graph import FUSED_DOMAIN, Node, Unsupported
 from .graph import float32_attr as _float32
@@ -120,19 +120,19 @@ def _gemm_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
 
 
 def _conv_activation(v: _View, node: Node) -> tuple[list[Node], Node] | None:
-    """Conv -> Relu -> one conv2d with activation relu (on CUDA: cuDNN's conv + bias + relu graph, or the
-    pointwise GEMM form's RELU epilogue; ResNet's convolutions but the last of each block)."""
+    """Conv -> Relu -> one conv2d (conv3d) with activation relu (on CUDA: cuDNN's conv + bias + relu graph,
+    or the pointwise GEMM form's RELU epilogue; ResNet's convolutions but the last of each block)."""
     if not _is_onnx(node, "Conv"):
         return None
     readers = v.readers.get(node.outputs[0], [])
     if len(readers) != 1 or not _is_onnx(readers[0], "Relu"):
         return None
     try:
-        inputs, attrs = conv2d_stage(v.g, node)
+        op, inputs, attrs = conv_stage(v.g, node)
     except Unsupported:
         return None  # left to the Conv converter, which names what is wrong
     fused = Node(
-        "conv2d", node.name, FUSED_DOMAIN, inputs, [readers[0].outputs[0]], {**attrs, "activation": "relu"}
+        op, node.name, FUSED_DOMAIN, inputs, [readers[0].outputs[0]], {**attrs, "activation": "relu"}
     )
     return [node, readers[0]], fused
 
@@ -177,14 +177,15 @@ def _new_constant(v: _View, base: str, array: np.ndarray) -> str:
 
 
 def _conv_batch_norm(v: _View, node: Node) -> tuple[list[Node], Node] | None:
-    """Conv -> BatchNormalization (inference, constant parameters) -> one Conv with the normalisation
-    folded into its weights and bias: ``w' = w * s``, ``b' = (b - mean) * s + B`` per output channel, with
-    ``s = scale / sqrt(var + epsilon)``, computed in float64 and rounded once to the weights' dtype (a
-    model exported without constant folding, or in training mode then set to eval, keeps the BN nodes)."""
+    """Conv (2-d or 3-d) -> BatchNormalization (inference, constant parameters) -> one Conv with the
+    normalisation folded into its weights and bias: ``w' = w * s``, ``b' = (b - mean) * s + B`` per output
+    channel, with ``s = scale / sqrt(var + epsilon)``, computed in float64 and rounded once to the weights'
+    dtype (a model exported without constant folding, or in training mode then set to eval, keeps the BN
+    nodes)."""
     if not _is_onnx(node, "Conv") or len(node.inputs) < 2:
         return None
     w = v.g.constants.get(node.inputs[1])
-    if w is None or w.ndim != 4 or not _is_float(w):
+    if w is None or w.ndim not in (4, 5) or not _is_float(w):
         return None
     dtype = get_dtype(w.dtype).name
     b = v.g.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -202,7 +203,7 @@ def _conv_batch_norm(v: _View, node: Node) -> tuple[list[Node], Node] | None:
         return None  # a non-positive variance: the batch_norm stage computes what the model says (NaN, inf)
     s = scale / np.sqrt(denom)
     with np.errstate(over="ignore", invalid="ignore"):
-        w_folded = (w.astype(np.float64) * s[:, None, None, None]).astype(w.dtype)
+        w_folded = (w.astype(np.float64) * s.reshape(-1, *([1] * (w.ndim - 1)))).astype(w.dtype)
         b_folded = (((0.0 if b is None else b.astype(np.float64)) - mean) * s + shift).astype(w.dtype)
     if not (np.isfinite(w_folded).all() and np.isfinite(b_folded).all()):
         return None  # the folded weights would overflow their dtype where the two stages do not
@@ -217,8 +218,8 @@ def _conv_batch_norm(v: _View, node: Node) -> tuple[list[Node], Node] | None:
 def _conv_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
     """Conv (with a bias) -> Add of a tensor of its output's exact shape (-> Relu) -> one conv2d with that
     tensor as its residual (and activation relu): ResNet's ``relu(bn(conv(h)) + shortcut)`` once BN is
-    folded into the Conv. On CUDA, cuDNN's conv + bias + add + relu graph where it has a plan. A Conv
-    without a bias is left alone: conv2d's ports are positional, and the residual follows the bias."""
+    folded into the Conv (conv3d for a 3-d one). On CUDA, cuDNN's conv + bias + add + relu graph where it
+    has a plan. A Conv without a bias is left alone: the ports are positional, the residual after the bias."""
     if not _is_onnx(node, "Conv") or len(node.inputs) < 3 or not node.inputs[2]:
         return None
     found = _residual_of(v, node.outputs[0])
@@ -226,14 +227,14 @@ def _conv_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:
         return None
     add, r = found
     try:
-        inputs, attrs = conv2d_stage(v.g, node)
+        op, inputs, attrs = conv_stage(v.g, node)
     except Unsupported:
         return None  # left to the Conv converter, which names what is wrong
     chain, result = [node, add], add.outputs[0]
     relu = v.only_reader(result, "Relu")
     if relu is not None:
         chain, result, attrs = [*chain, relu], relu.outputs[0], {**attrs, "activation": "relu"}
-    return chain, Node("conv2d", node.name, FUSED_DOMAIN, [*inputs, r], [result], attrs)
+    return chain, Node(op, node.name, FUSED_DOMAIN, [*inputs, r], [result], attrs)
 
 
 def _gemm_residual(v: _View, node: Node) -> tuple[list[Node], Node] | None:

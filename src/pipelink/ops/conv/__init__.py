@@ -1,11 +1,12 @@
-"""2-d convolution (ONNX Conv, ConvTranspose; NCHW): descriptors and NumPy reference kernels.
+"""Convolution over 2 or 3 spatial axes (ONNX Conv, ConvTranspose; NCHW and NCDHW): descriptors and shape
+rules of conv2d, conv3d, conv_transpose2d and conv_transpose3d; the deformable and col2im operators.
 
-Half types are computed in float32 and rounded once on the store; padded input and accumulator buffers
-are allocated in ``bind``, not per run. On CUDA both run cuDNN (``cuda.py``), except a pointwise conv2d
-(kernel 1x1, strides 1, no pads, group 1), which runs cuBLASLt as a batched GEMM (variant
-``cuda:cublaslt``, ranked first; it declines every other stage); where cuDNN is missing or declines a stage
-(and for float64 outside the GEMM form), the reference runs on staged host copies and the load report
-says why.
+The four share one shape rule per kind, one NumPy reference (``reference.py``) and one CUDA bind
+(``cuda.py``), each reading the rank from x's shape. On CUDA all four run cuDNN, except a pointwise conv2d
+or conv3d (kernel of ones, strides 1, no pads, group 1), which runs cuBLASLt as a batched GEMM (variant
+``cuda:cublaslt``, ranked first; it declines every other stage); where cuDNN is missing or declines a
+stage (and for float64 outside the GEMM form), the reference runs on staged host copies and the load
+report says why.
 """
 
 from __future__ import annotations
@@ -14,20 +15,28 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
-
-from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
+from ...descriptor import Attr, OperatorDescriptor, Port
 from ...errors import InvalidArgumentError, ShapeMismatchError
 from ...shapes import unify
-from .._common import FLOATS, builtin_operator, compute_dtype
-from .._dims import check_ints, derived, is_known
+from .._common import FLOATS, builtin_operator
+from .._dims import derived, is_known
 from ..cudnn_graph import CUDNN_VARIANT
 from ..kernel import cuda_variant
 from . import col2im, cuda, deform, deform_im2col
-from .window import window_2d, window_attrs
+from .reference import bind_conv, bind_conv_transpose, conv_name, conv_transpose_name
+from .window import PADS_ORDER, SPATIAL_AXES, transpose_geometry, window_attrs, window_nd
 
-__all__ = ["descriptors", "infer_conv2d", "infer_conv_transpose2d", "transpose_geometry"]
+__all__ = ["descriptors", "infer_conv", "infer_conv_transpose", "transpose_geometry"]
+
+
+def _kernel_axes(rank: int) -> list[str]:
+    """``kH, kW`` / ``kD, kH, kW``: the names of w's kernel axes."""
+    return [f"k{axis}" for axis in SPATIAL_AXES[rank]]
+
+
+def _out_layout(rank: int) -> str:
+    """``[N, M, H_out, W_out]`` / ``[N, M, D_out, H_out, W_out]``."""
+    return f"[N, M, {', '.join(f'{axis}_out' for axis in SPATIAL_AXES[rank])}]"
 
 
 def _check_groups(op: str, channels, group: int, per_group, out_channels, *, w_layout: str):
@@ -66,25 +75,12 @@ def _check_bias(op: str, bias_shape, out_channels) -> None:
         )
 
 
-def infer_conv2d(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """Output rule of conv2d: ``[N, M, H_out, W_out]`` with ONNX's window arithmetic."""
-    (n, c, h, w), (m, cg, kh, kw) = tuple(in_shapes[0]), tuple(in_shapes[1])
-    _check_groups("conv2d", c, int(attrs["group"]), cg, m, w_layout="[M, C/group, kH, kW]")
-    if not is_known(kh, kw):
-        out = (n, m, derived("conv2d", h), derived("conv2d", w))
-    else:
-        out = (n, m) + window_2d((h, w), (kh, kw), attrs, op="conv2d").out
-    if len(in_shapes) > 3 and in_shapes[3] is not None:
-        _check_residual(tuple(in_shapes[3]), out)
-    return (out,), (in_dtypes[0],)
-
-
-def _check_residual(shape: tuple, out: tuple) -> None:
-    """conv2d's ``residual`` has the output's shape exactly (it is added before the activation)."""
+def _check_residual(op: str, shape: tuple, out: tuple) -> None:
+    """A convolution's ``residual`` has the output's shape exactly (it is added before the activation)."""
     same = len(shape) == len(out) and all(unify(a, b) is not None for a, b in zip(shape, out, strict=True))
     if not same:
         raise ShapeMismatchError(
-            f"conv2d: input 'residual' has shape {list(shape)}, but the output is {list(out)}; the residual "
+            f"{op}: input 'residual' has shape {list(shape)}, but the output is {list(out)}; the residual "
             "is added to the output element by element, so give it the output's shape",
             port="residual",
             expected=list(out),
@@ -92,66 +88,50 @@ def _check_residual(shape: tuple, out: tuple) -> None:
         )
 
 
-def transpose_geometry(in_hw: tuple, kernel: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """conv_transpose2d: the output size per axis and the full (uncropped) size the taps scatter into.
-
-    ``out = stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``.
+def infer_conv(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of conv2d and conv3d: ``[N, M, *out]`` with ONNX's window arithmetic per spatial axis.
 
     Raises
     ------
-    InvalidArgumentError
-        Bad attribute lengths or values; output_padding not smaller than the stride or the dilation.
-    ShapeMismatchError
-        The pads crop the whole output away.
+    InvalidArgumentError, ShapeMismatchError
+        Groups that do not divide the channels, bad window attributes, a kernel larger than the padded
+        input, a residual of another shape.
     """
-    op = "conv_transpose2d"
-    strides, dilations = tuple(attrs["strides"]), tuple(attrs["dilations"])
-    pads, extra = tuple(attrs["pads"]), tuple(attrs["output_padding"])
-    check_ints(strides, 2, op=op, attr="strides", minimum=1)
-    check_ints(dilations, 2, op=op, attr="dilations", minimum=1)
-    check_ints(pads, 4, op=op, attr="pads", minimum=0)
-    check_ints(extra, 2, op=op, attr="output_padding", minimum=0)
-    out, full = [], []
-    for axis in range(2):
-        s, d, p = strides[axis], dilations[axis], extra[axis]
-        if p >= s and p >= d:
-            raise InvalidArgumentError(
-                f"{op}: output_padding {list(extra)} must be smaller than the stride {list(strides)} or the "
-                f"dilation {list(dilations)} on each axis",
-                attr="output_padding",
-                got=list(extra),
-            )
-        size = in_hw[axis]
-        if not is_known(size):
-            out.append(derived(op, size))
-            full.append(None)
-            continue
-        whole = s * (size - 1) + p + (kernel[axis] - 1) * d + 1
-        cropped = whole - pads[axis] - pads[axis + 2]
-        if cropped < 0:
-            raise ShapeMismatchError(
-                f"{op}: pads {list(pads)} remove more than the {whole} output positions of spatial axis "
-                f"{axis}",
-                port="x",
-                attr="pads",
-                expected=f"<= {whole}",
-                got=pads[axis] + pads[axis + 2],
-            )
-        out.append(cropped)
-        full.append(whole)
-    return tuple(out), tuple(full)
+    x_shape, w_shape = tuple(in_shapes[0]), tuple(in_shapes[1])
+    rank = len(x_shape) - 2
+    op = conv_name(rank)
+    (n, c, *sizes), (m, cg, *kernel) = x_shape, w_shape
+    layout = f"[M, C/group, {', '.join(_kernel_axes(rank))}]"
+    _check_groups(op, c, int(attrs["group"]), cg, m, w_layout=layout)
+    if not is_known(*kernel):
+        out = (n, m, *(derived(op, size) for size in sizes))
+    else:
+        out = (n, m) + window_nd(tuple(sizes), tuple(kernel), attrs, op=op).out
+    if len(in_shapes) > 3 and in_shapes[3] is not None:
+        _check_residual(op, tuple(in_shapes[3]), out)
+    return (out,), (in_dtypes[0],)
 
 
-def infer_conv_transpose2d(
-    in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]
-) -> tuple[tuple, tuple]:
-    """Output rule of conv_transpose2d: ``[N, M, H_out, W_out]``, ``M = w.shape[1] * group``."""
-    (n, c, h, w), (cw, mg, kh, kw) = tuple(in_shapes[0]), tuple(in_shapes[1])
+def infer_conv_transpose(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Output rule of conv_transpose2d and conv_transpose3d: ``[N, M, *out]``, ``M = w.shape[1] * group``
+    (:func:`~pipelink.ops.conv.window.transpose_geometry` per spatial axis).
+
+    Raises
+    ------
+    InvalidArgumentError, ShapeMismatchError
+        w's channels other than x's, a group that does not divide them, a bias of another length, bad
+        attributes, pads that crop the whole output.
+    """
+    x_shape, w_shape = tuple(in_shapes[0]), tuple(in_shapes[1])
+    rank = len(x_shape) - 2
+    op = conv_transpose_name(rank)
+    (n, c, *sizes), (cw, mg, *kernel) = x_shape, w_shape
     group = int(attrs["group"])
-    m = mg * group if is_known(mg) else derived("conv_transpose2d", mg, group)
+    m = mg * group if is_known(mg) else derived(op, mg, group)
     if unify(c, cw) is None:
         raise ShapeMismatchError(
-            f"conv_transpose2d: input 'x' has {c} channels, but weight 'w' [C, M/group, kH, kW] has {cw}",
+            f"{op}: input 'x' has {c} channels, but weight 'w' [C, M/group, {', '.join(_kernel_axes(rank))}] "
+            f"has {cw}",
             port="w",
             symbol="C",
             expected=c,
@@ -159,162 +139,113 @@ def infer_conv_transpose2d(
         )
     if group < 1 or (is_known(c) and c % group):
         raise InvalidArgumentError(
-            f"conv_transpose2d: attribute 'group' must be >= 1 and divide the {c} input channels "
-            f"(got {group})",
+            f"{op}: attribute 'group' must be >= 1 and divide the {c} input channels (got {group})",
             attr="group",
             got=group,
         )
-    _check_bias("conv_transpose2d", in_shapes[2], m)
-    out, _ = transpose_geometry((h, w), (kh, kw), attrs)
+    _check_bias(op, in_shapes[2], m)
+    out, _ = transpose_geometry(tuple(sizes), tuple(kernel), attrs, op=op)
     return ((n, m) + out,), (in_dtypes[0],)
 
 
-def _conv2d_bind(ctx: KernelContext):
-    x_shape, w_shape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-    n, c, h, w = x_shape
-    m, cg = w_shape[0], w_shape[1]
-    group = int(ctx.attrs["group"])
-    mg = m // group
-    relu = ctx.attrs["activation"] == "relu"
-    win = window_2d((h, w), w_shape[2:], ctx.attrs, op="conv2d")
-    (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
-    cdt = compute_dtype(ctx.in_dtypes[0])
-    padded = np.zeros((n, c, h + pt + pb, w + pl + pr), cdt)  # the border stays 0 across runs
-    inner = padded[:, :, pt : pt + h, pl : pl + w]
-    acc = np.empty(ctx.out_shapes[0], cdt)
-    (sh, sw), (dh, dw) = win.strides, win.dilations
-    windows = sliding_window_view(padded, win.extent, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-
-    def kernel(inputs, outputs, stream):
-        x, weight, bias, residual = inputs
-        np.copyto(inner, x, casting="unsafe")
-        wt = weight.astype(cdt, copy=False)
-        for g in range(group):
-            part = np.tensordot(
-                windows[:, g * cg : (g + 1) * cg], wt[g * mg : (g + 1) * mg], axes=([1, 4, 5], [1, 2, 3])
-            )  # [N, Ho, Wo, Mg]
-            acc[:, g * mg : (g + 1) * mg] = part.transpose(0, 3, 1, 2)
-        if bias is not None:
-            np.add(acc, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=acc)
-        if residual is not None:
-            np.add(acc, residual.astype(cdt, copy=False), out=acc)
-        if relu:
-            np.maximum(acc, 0, out=acc)  # NaN stays NaN, as the relu operator
-        np.copyto(outputs[0], acc, casting="unsafe")
-
-    return kernel
-
-
-def _conv_transpose2d_bind(ctx: KernelContext):
-    x_shape, w_shape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
-    n, c, h, w = x_shape
-    mg, kh, kw = w_shape[1], w_shape[2], w_shape[3]
-    group = int(ctx.attrs["group"])
-    cg, m = c // group, mg * group
-    out_hw, full_hw = transpose_geometry((h, w), (kh, kw), ctx.attrs)
-    (sh, sw), (dh, dw) = tuple(ctx.attrs["strides"]), tuple(ctx.attrs["dilations"])
-    pt, pl = ctx.attrs["pads"][0], ctx.attrs["pads"][1]
-    cdt = compute_dtype(ctx.in_dtypes[0])
-    full = np.empty((n, m) + full_hw, cdt)
-    crop = full[:, :, pt : pt + out_hw[0], pl : pl + out_hw[1]]
-
-    def kernel(inputs, outputs, stream):
-        x, weight, bias = inputs
-        xc, wt = x.astype(cdt, copy=False), weight.astype(cdt, copy=False)
-        full.fill(0)
-        # Each input pixel scatters its kernel into the output: tap (i, j) lands at stride * pos + d * (i, j).
-        for g in range(group):
-            xs, ws = xc[:, g * cg : (g + 1) * cg], wt[g * cg : (g + 1) * cg]
-            for i in range(kh):
-                for j in range(kw):
-                    tap = np.tensordot(xs, ws[:, :, i, j], axes=([1], [0])).transpose(0, 3, 1, 2)
-                    full[
-                        :,
-                        g * mg : (g + 1) * mg,
-                        i * dh : i * dh + sh * (h - 1) + 1 : sh,
-                        j * dw : j * dw + sw * (w - 1) + 1 : sw,
-                    ] += tap
-        if bias is not None:
-            np.add(crop, bias.astype(cdt, copy=False).reshape(m, 1, 1), out=crop)
-        np.copyto(outputs[0], crop, casting="unsafe")
-
-    return kernel
-
-
 def _with_gemm_variant(desc: OperatorDescriptor) -> OperatorDescriptor:
-    """conv2d's pointwise GEMM variant, tried before cuDNN (priority 1); it declines the other stages."""
-    gemm = cuda_variant(cuda.bind_conv2d_gemm, cuda.GEMM_DTYPES, name=cuda.CUBLASLT_VARIANT)
+    """A convolution's pointwise GEMM variant, tried before cuDNN (priority 1); it declines the other
+    stages."""
+    gemm = cuda_variant(cuda.bind_conv_gemm, cuda.GEMM_DTYPES, name=cuda.CUBLASLT_VARIANT)
     desc.variants.append(dataclasses.replace(gemm, priority=1))
     return desc
 
 
-def descriptors() -> list[OperatorDescriptor]:
-    """Fresh descriptors of conv2d and conv_transpose2d (one set per registry)."""
-    floats = {"T": FLOATS}
-    group = Attr("group", "int", 1, doc="channel groups (C and M both split into group parts)")
-    return [
-        _with_gemm_variant(
-            builtin_operator(
-                "conv2d",
-                doc="2-d convolution (cross-correlation) of NCHW x with weights w: "
-                "y = activation(conv(x, w) + b + residual).",
-                inputs=[
-                    Port("x", shape=["N", "C", "H", "W"], dtype="T"),
-                    Port("w", shape=["M", "Cg", "kH", "kW"], dtype="T", doc="[M, C/group, kH, kW]"),
-                    Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
-                    Port(
-                        "residual",
-                        dtype="T",
-                        optional=True,
-                        doc="[N, M, H_out, W_out], added before the activation (ResNet's shortcut)",
-                    ),
-                ],
-                outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
-                attrs=window_attrs()
-                + [
-                    group,
-                    Attr(
-                        "activation",
-                        "str",
-                        "none",
-                        choices=cuda.CONV_ACTIVATIONS,
-                        doc="applied after the bias and the residual (the import fuses a Relu that reads "
-                        "a Conv, or a Conv's Add)",
-                    ),
-                ],
-                dtype_vars=floats,
-                variant_dtypes=FLOATS,
-                infer=infer_conv2d,
-                bind=_conv2d_bind,
-                cuda=cuda_variant(cuda.bind_conv2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
-                staged_fallback=True,
-                onnx="Conv",
-            )
-        ),
+_GROUP = "channel groups (C and M both split into group parts)"
+
+
+def _conv(rank: int) -> OperatorDescriptor:
+    """conv2d (NCHW) or conv3d (NCDHW)."""
+    axes, kernel = list(SPATIAL_AXES[rank]), _kernel_axes(rank)
+    layout, out = "NC" + "".join(axes), _out_layout(rank)
+    return _with_gemm_variant(
         builtin_operator(
-            "conv_transpose2d",
-            doc="2-d transposed convolution (the gradient of conv2d) of NCHW x.",
+            conv_name(rank),
+            doc=f"{rank}-d convolution (cross-correlation) of {layout} x with weights w: "
+            "y = activation(conv(x, w) + b + residual).",
             inputs=[
-                Port("x", shape=["N", "C", "H", "W"], dtype="T"),
-                Port("w", shape=["Cw", "Mg", "kH", "kW"], dtype="T", doc="[C, M/group, kH, kW]"),
+                Port("x", shape=["N", "C", *axes], dtype="T"),
+                Port("w", shape=["M", "Cg", *kernel], dtype="T", doc=f"[M, C/group, {', '.join(kernel)}]"),
                 Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+                Port(
+                    "residual",
+                    dtype="T",
+                    optional=True,
+                    doc=f"{out}, added before the activation (ResNet's shortcut)",
+                ),
             ],
-            outputs=[Port("y", dtype="T", doc="[N, M, H_out, W_out]")],
-            attrs=[
-                Attr("strides", "ints", (1, 1), doc="input pixel spacing in the output"),
-                Attr("pads", "ints", (0, 0, 0, 0), doc="[top, left, bottom, right] cropped off"),
-                Attr("output_padding", "ints", (0, 0), doc="extra rows/columns at the bottom/right"),
-                Attr("dilations", "ints", (1, 1), doc="spacing of the kernel's taps"),
-                group,
+            outputs=[Port("y", dtype="T", doc=out)],
+            attrs=window_attrs(rank=rank)
+            + [
+                Attr("group", "int", 1, doc=_GROUP),
+                Attr(
+                    "activation",
+                    "str",
+                    "none",
+                    choices=cuda.CONV_ACTIVATIONS,
+                    doc="applied after the bias and the residual (the import fuses a Relu that reads "
+                    "a Conv, or a Conv's Add)",
+                ),
             ],
-            dtype_vars=floats,
+            dtype_vars={"T": FLOATS},
             variant_dtypes=FLOATS,
-            infer=infer_conv_transpose2d,
-            bind=_conv_transpose2d_bind,
-            cuda=cuda_variant(cuda.bind_conv_transpose2d, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
+            infer=infer_conv,
+            bind=bind_conv,
+            cuda=cuda_variant(cuda.bind_conv, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
             staged_fallback=True,
-            onnx="ConvTranspose",
-        ),
+            onnx="Conv",
+        )
+    )
+
+
+def _conv_transpose(rank: int) -> OperatorDescriptor:
+    """conv_transpose2d (NCHW) or conv_transpose3d (NCDHW)."""
+    axes, kernel = list(SPATIAL_AXES[rank]), _kernel_axes(rank)
+    layout = "NC" + "".join(axes)
+    return builtin_operator(
+        conv_transpose_name(rank),
+        doc=f"{rank}-d transposed convolution (the gradient of {conv_name(rank)}) of {layout} x.",
+        inputs=[
+            Port("x", shape=["N", "C", *axes], dtype="T"),
+            Port("w", shape=["Cw", "Mg", *kernel], dtype="T", doc=f"[C, M/group, {', '.join(kernel)}]"),
+            Port("b", shape=["M"], dtype="T", optional=True, doc="per output channel"),
+        ],
+        outputs=[Port("y", dtype="T", doc=_out_layout(rank))],
+        attrs=[
+            Attr("strides", "ints", (1,) * rank, doc="input position spacing in the output"),
+            Attr("pads", "ints", (0,) * (2 * rank), doc=f"{PADS_ORDER[rank]} cropped off"),
+            Attr(
+                "output_padding",
+                "ints",
+                (0,) * rank,
+                doc="extra output positions at the end of each spatial axis",
+            ),
+            Attr("dilations", "ints", (1,) * rank, doc="spacing of the kernel's taps"),
+            Attr("group", "int", 1, doc=_GROUP),
+        ],
+        dtype_vars={"T": FLOATS},
+        variant_dtypes=FLOATS,
+        infer=infer_conv_transpose,
+        bind=bind_conv_transpose,
+        cuda=cuda_variant(cuda.bind_conv_transpose, cuda.CONV_DTYPES, name=CUDNN_VARIANT),
+        staged_fallback=True,
+        onnx="ConvTranspose",
+    )
+
+
+def descriptors() -> list[OperatorDescriptor]:
+    """Fresh descriptors of conv2d, conv3d, conv_transpose2d, conv_transpose3d and the deformable and col2im
+    operators (one set per registry)."""
+    return [
+        _conv(2),
+        _conv(3),
+        _conv_transpose(2),
+        _conv_transpose(3),
         *col2im.descriptors(),
         *deform.descriptors(),
         *deform_im2col.descriptors(),

@@ -1,30 +1,32 @@
-"""conv2d and conv_transpose2d on CUDA: cuBLASLt for pointwise conv2d, else cuDNN graphs through
-nvidia-cudnn-frontend (``ops/cudnn_graph.py``).
+"""conv2d, conv3d, conv_transpose2d and conv_transpose3d on CUDA: cuBLASLt for a pointwise convolution,
+else cuDNN graphs through nvidia-cudnn-frontend (``ops/cudnn_graph.py``). One bind per kind serves both
+ranks: cuDNN takes the 5-d NCDHW tensors of the 3-d operators with the same calls, and the pads, strides
+and dilations as lists of one entry per spatial axis.
 
-- A *pointwise* ``conv2d`` (kernel 1x1, strides 1, no pads, one group; dilations do not matter for one
-  tap) is a batched GEMM: ``y[n] = w[M, C] @ x[n][C, H*W] (+ b[M] over H*W)``, w shared by the batch
-  (batch stride 0). It runs the gemm family's cuBLASLt product (``gemm/lt.py``: ``lt_product``,
-  ``plan_batches``), the variant ``cuda:cublaslt``, ranked before cuDNN (whose NCHW plans transpose to
-  NHWC: 91-98 us on the H200 for N=32, 256->64 channels at 56x56 in float16, where PyTorch's conv2d took
-  40 us and the bare batched product 22 us). cuBLASLt's BIAS
-  epilogue adds a vector per row of column-major D, and y[n] row-major ``[M, HW]`` is column-major
-  ``[HW, M]``: b over M is per column there. So the bias is first broadcast into y
-  (``plan_bias_expand``) and the product accumulates onto it (beta = 1, C = D = y): one rounding, as the
-  reference. Other geometries decline this variant (:func:`pointwise_gemm` says why) and run cuDNN.
-- ``conv2d`` is cuDNN's ``conv_fprop`` (cross-correlation, as ONNX Conv) over x ``[N, C, H, W]`` and w
-  ``[M, C/group, kH, kW]`` described with their dims and dense NCHW strides, as ONNX has them; cuDNN reads
-  the group count from w. Begin and end pads are passed apart (asymmetric pads, auto_pad resolved by
-  ``window_2d``). The bias is added in the same graph (a pointwise add of b seen as ``[1, M, 1, 1]``)
-  when cuDNN has a fused plan, else by the elementwise family's add kernel right after, on the stream.
-  So are the ``residual`` (a second pointwise add, of a full ``[N, M, H_out, W_out]`` tensor) and the
-  relu ``activation`` after both: the most fused graph cuDNN has a plan for runs, and the parts it cannot
-  fuse follow as kernels, in the reference's order (bias, residual, relu). In the pointwise GEMM form the
-  bias and the residual are put in y before the product accumulates onto it, and the relu is cuBLASLt's
-  RELU epilogue.
-- ``conv_transpose2d`` is ``conv_dgrad``: the transposed convolution of x by w ``[C, M/group, kH, kW]``
-  is the data gradient of the convolution of y by w whose output is x; the pads are that convolution's
-  pads and output_padding only lengthens y (the output dims are given to cuDNN). Its bias is the add
-  kernel after.
+- A *pointwise* ``conv2d`` or ``conv3d`` (kernel 1x1 / 1x1x1, strides 1, no pads, one group; dilations do
+  not matter for one tap) is a batched GEMM: ``y[n] = w[M, C] @ x[n][C, H*W] (+ b[M] over H*W)`` (D*H*W
+  for conv3d), w shared by the batch (batch stride 0). It runs the gemm family's cuBLASLt product
+  (``gemm/lt.py``: ``lt_product``, ``plan_batches``), the variant ``cuda:cublaslt``, ranked before cuDNN
+  (whose NCHW plans transpose to NHWC: 91-98 us on the H200 for N=32, 256->64 channels at 56x56 in
+  float16, where PyTorch's conv2d took 40 us and the bare batched product 22 us). cuBLASLt's BIAS epilogue
+  adds a vector per row of column-major D, and y[n] row-major ``[M, HW]`` is column-major ``[HW, M]``: b
+  over M is per column there. So the bias is first broadcast into y (``plan_bias_expand``) and the product
+  accumulates onto it (beta = 1, C = D = y): one rounding, as the reference. Other geometries decline this
+  variant (:func:`pointwise_gemm` says why) and run cuDNN.
+- ``conv2d`` / ``conv3d`` is cuDNN's ``conv_fprop`` (cross-correlation, as ONNX Conv) over x
+  ``[N, C, (D,) H, W]`` and w ``[M, C/group, (kD,) kH, kW]`` described with their dims and dense strides,
+  as ONNX has them; cuDNN reads the group count from w. Begin and end pads are passed apart (asymmetric
+  pads, auto_pad resolved by ``window_nd``). The bias is added in the same graph (a pointwise add of b
+  seen as ``[1, M, 1, 1]``, ``[1, M, 1, 1, 1]`` for conv3d) when cuDNN has a fused plan, else by the
+  elementwise family's add kernel right after, on the stream. So are the ``residual`` (a second pointwise
+  add, of a full output-shaped tensor) and the relu ``activation`` after both: the most fused graph cuDNN
+  has a plan for runs, and the parts it cannot fuse follow as kernels, in the reference's order (bias,
+  residual, relu). In the pointwise GEMM form the bias and the residual are put in y before the product
+  accumulates onto it, and the relu is cuBLASLt's RELU epilogue.
+- ``conv_transpose2d`` / ``conv_transpose3d`` is ``conv_dgrad``: the transposed convolution of x by w
+  ``[C, M/group, (kD,) kH, kW]`` is the data gradient of the convolution of y by w whose output is x; the
+  pads are that convolution's pads and output_padding only lengthens y (the output dims are given to
+  cuDNN). Its bias is the add kernel after.
 
 Precision: float16/bfloat16 in and out with float32 accumulation (plans that down-convert inputs or
 reduce in reduced precision are dropped). float32 is computed in float32: plans using tensor cores
@@ -56,7 +58,8 @@ from ..gemm.lt import lt_product, plan_batches
 from ..kernel import FLOATS, PlanLaunch, contiguous_strides
 from .col2im import KERNELS as COL2IM_KERNELS
 from .deform_sampling import KERNELS as DEFORM_KERNELS
-from .window import window_2d
+from .reference import conv_name
+from .window import window_nd
 
 __all__ = [
     "KERNELS",
@@ -68,6 +71,9 @@ __all__ = [
     "PointwiseGemm",
     "pointwise_gemm",
     "numeric_notes_off",
+    "bind_conv",
+    "bind_conv_gemm",
+    "bind_conv_transpose",
     "bind_conv2d",
     "bind_conv2d_gemm",
     "bind_conv_transpose2d",
@@ -76,7 +82,7 @@ __all__ = [
 KERNELS: dict = {**COL2IM_KERNELS, **DEFORM_KERNELS}  # their own kernels; cuDNN chooses conv's
 TUNED_AS: dict[str, str] = {}
 CONV_DTYPES = frozenset(IO_TYPES)
-CONV_ACTIVATIONS = ("none", "relu")  # conv2d's activation attribute: applied after bias and residual
+CONV_ACTIVATIONS = ("none", "relu")  # conv2d's / conv3d's activation: applied after bias and residual
 GEMM_DTYPES = frozenset(FLOATS)  # cuBLASLt's: float64 too, which cuDNN lacks
 
 # Graph tensor uids.
@@ -108,11 +114,16 @@ def _geometry(begin, end, strides, dilations) -> dict[str, list[int]]:
     }
 
 
+def _per_channel(out_shape: tuple) -> tuple[int, ...]:
+    """How a bias of ``M`` entries broadcasts over ``[N, M, *spatial]``: ``[M, 1, ..., 1]``."""
+    return (out_shape[1],) + (1,) * (len(out_shape) - 2)
+
+
 def _add_into_y(ctx: KernelContext, port: int) -> PlanLaunch:
-    """``y += b`` (``port`` 2, read as ``[M, 1, 1]``) or ``y += residual`` (``port`` 3, y's shape): the
-    elementwise family's add, in place."""
+    """``y += b`` (``port`` 2, read as ``[M, 1, ..., 1]``) or ``y += residual`` (``port`` 3, y's shape):
+    the elementwise family's add, in place."""
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
-    other = (out_shape[1], 1, 1) if port == 2 else out_shape
+    other = _per_channel(out_shape) if port == 2 else out_shape
     return PlanLaunch(
         ctx.backend,
         lambda al: plan_binary("add", dtype, out_shape, other, alignment=al),
@@ -130,8 +141,8 @@ def _residual_add(ctx: KernelContext) -> PlanLaunch:
 
 
 def _relu(ctx: KernelContext) -> PlanLaunch:
-    """``y = relu(y)`` in place (the elementwise family's kernel): conv2d's activation when cuDNN has no
-    plan with it fused."""
+    """``y = relu(y)`` in place (the elementwise family's kernel): the activation when cuDNN has no plan
+    with it fused."""
     dtype, out_shape = ctx.in_dtypes[0], tuple(ctx.out_shapes[0])
     return PlanLaunch(
         ctx.backend,
@@ -142,7 +153,7 @@ def _relu(ctx: KernelContext) -> PlanLaunch:
 
 
 def _output(t: Any, shape: tuple, io: Any) -> None:
-    """Mark ``t`` as the stage's output ``y``: dense NCHW, io dtype."""
+    """Mark ``t`` as the stage's output ``y``: dense (NCHW / NCDHW), io dtype."""
     t.set_output(True).set_uid(Y).set_dim(list(shape)).set_stride(list(contiguous_strides(shape)))
     t.set_data_type(io)
 
@@ -162,7 +173,7 @@ def _conv_graph(
     w = tensor(graph, "w", ctx.in_shapes[1], W)
     y = graph.conv_fprop(image=x, weight=w, name="conv", **geometry)
     if fuse_bias:
-        b = tensor(graph, "b", (1, out_shape[1], 1, 1), B)
+        b = tensor(graph, "b", (1, *_per_channel(out_shape)), B)
         y = graph.add(a=y, b=b, name="bias")
     if fuse_residual:
         r = tensor(graph, "residual", out_shape, R)
@@ -176,8 +187,8 @@ def _conv_graph(
 
 @dataclass(frozen=True)
 class PointwiseGemm:
-    """A pointwise conv2d as ``batch`` products ``[m, k] @ [k, n]``: m output channels, k input channels,
-    n = H * W pixels."""
+    """A pointwise convolution as ``batch`` products ``[m, k] @ [k, n]``: m output channels, k input
+    channels, n = H * W (D * H * W) positions."""
 
     batch: int
     m: int
@@ -186,20 +197,21 @@ class PointwiseGemm:
 
 
 def pointwise_gemm(x_shape: tuple, w_shape: tuple, attrs: Any) -> PointwiseGemm:
-    """The GEMM of a conv2d stage that is pointwise (kernel 1x1, strides 1, no pads, group 1).
+    """The GEMM of a conv2d or conv3d stage that is pointwise (kernel of ones, strides 1, no pads, group 1).
 
     Raises
     ------
     VariantDeclined
         Any other stage, with the reason (it then runs cuDNN).
     """
-    n, c, h, w = (int(d) for d in x_shape)
+    n, c, *sizes = (int(d) for d in x_shape)
     m, kernel = int(w_shape[0]), tuple(int(d) for d in w_shape[2:])
-    win = window_2d((h, w), kernel, attrs, op="conv2d")
-    why = []
-    if kernel != (1, 1):
-        why.append(f"kernel {kernel[0]}x{kernel[1]}")
-    if tuple(win.strides) != (1, 1):
+    rank = len(sizes)
+    win = window_nd(tuple(sizes), kernel, attrs, op=conv_name(rank))
+    ones, why = "x".join("1" * rank), []
+    if kernel != (1,) * rank:
+        why.append(f"kernel {'x'.join(str(k) for k in kernel)}")
+    if tuple(win.strides) != (1,) * rank:
         why.append(f"strides {list(win.strides)}")
     if any(win.pads_begin) or any(win.pads_end):
         why.append(f"pads {list(win.pads_begin) + list(win.pads_end)}")
@@ -209,14 +221,15 @@ def pointwise_gemm(x_shape: tuple, w_shape: tuple, attrs: Any) -> PointwiseGemm:
         why.append("no input channels")
     if why:
         raise VariantDeclined(
-            f"not a pointwise convolution ({', '.join(why)}); the GEMM form needs kernel 1x1, strides 1, no "
-            "pads, group 1"
+            f"not a pointwise convolution ({', '.join(why)}); the GEMM form needs kernel {ones}, strides 1, "
+            "no pads, group 1"
         )
-    return PointwiseGemm(batch=n, m=m, k=c, n=h * w)
+    return PointwiseGemm(batch=n, m=m, k=c, n=math.prod(sizes))
 
 
-def bind_conv2d_gemm(ctx: KernelContext) -> Any:
-    """A pointwise conv2d stage as one cuBLASLt strided-batched product (see the module docstring).
+def bind_conv_gemm(ctx: KernelContext) -> Any:
+    """A pointwise conv2d or conv3d stage as one cuBLASLt strided-batched product (see the module
+    docstring).
 
     Raises
     ------
@@ -227,12 +240,12 @@ def bind_conv2d_gemm(ctx: KernelContext) -> Any:
     if math.prod(out_shape) == 0:
         return write_nothing
     geo = pointwise_gemm(tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1]), ctx.attrs)
-    # a = w [M, C] shared by the batch, b = x[n] [C, HW], c = y[n] [M, HW]
+    # a = w [M, C] shared by the batch, b = x[n] [C, HW], c = y[n] [M, HW] (HW: every spatial position)
     batch = plan_batches((), (geo.batch,), (geo.batch,), geo.m, geo.k, geo.n)
     dtype, pre = ctx.in_dtypes[0], []
     bias, residual = ctx.in_shapes[2] is not None, len(ctx.in_shapes) > 3 and ctx.in_shapes[3] is not None
     if bias or residual:  # y = b broadcast, or the residual, then (both) += the residual
-        source, shape = (2, (geo.m, 1, 1)) if bias else (3, out_shape)
+        source, shape = (2, _per_channel(out_shape)) if bias else (3, out_shape)
         pre.append(
             PlanLaunch(
                 ctx.backend,
@@ -260,8 +273,8 @@ def bind_conv2d_gemm(ctx: KernelContext) -> Any:
         raise VariantDeclined(f"cuBLASLt unavailable for this pointwise convolution ({e})") from e
 
 
-def bind_conv2d(ctx: KernelContext) -> Any:
-    """The cuDNN kernel of one conv2d stage (graph and plan chosen here, once).
+def bind_conv(ctx: KernelContext) -> Any:
+    """The cuDNN kernel of one conv2d or conv3d stage (graph and plan chosen here, once).
 
     Raises
     ------
@@ -271,8 +284,8 @@ def bind_conv2d(ctx: KernelContext) -> Any:
     if math.prod(ctx.out_shapes[0]) == 0:
         return write_nothing
     cudnn = import_cudnn()
-    w_shape = tuple(ctx.in_shapes[1])
-    win = window_2d(tuple(ctx.in_shapes[0])[2:], w_shape[2:], ctx.attrs, op="conv2d")
+    x_shape, w_shape = tuple(ctx.in_shapes[0]), tuple(ctx.in_shapes[1])
+    win = window_nd(x_shape[2:], w_shape[2:], ctx.attrs, op=conv_name(len(x_shape) - 2))
     geometry = _geometry(win.pads_begin, win.pads_end, win.strides, win.dilations)
     operands = [(X, ("in", 0)), (W, ("in", 1)), (Y, ("out", 0))]
     relu = ctx.attrs["activation"] == "relu"
@@ -303,8 +316,9 @@ def bind_conv2d(ctx: KernelContext) -> Any:
     raise AssertionError("unreachable: the last try raises")
 
 
-def bind_conv_transpose2d(ctx: KernelContext) -> Any:
-    """The cuDNN kernel of one conv_transpose2d stage: ``conv_dgrad``, then the bias add.
+def bind_conv_transpose(ctx: KernelContext) -> Any:
+    """The cuDNN kernel of one conv_transpose2d or conv_transpose3d stage: ``conv_dgrad``, then the bias
+    add.
 
     Raises
     ------
@@ -316,8 +330,8 @@ def bind_conv_transpose2d(ctx: KernelContext) -> Any:
         return write_nothing
     cudnn = import_cudnn()
     dtype, attrs = ctx.in_dtypes[0], ctx.attrs
-    pads = tuple(attrs["pads"])
-    geometry = _geometry(pads[:2], pads[2:], attrs["strides"], attrs["dilations"])
+    pads, rank = tuple(attrs["pads"]), len(out_shape) - 2
+    geometry = _geometry(pads[:rank], pads[rank:], attrs["strides"], attrs["dilations"])
     graph = new_graph(cudnn, ctx)
     x = tensor(graph, "x", ctx.in_shapes[0], X)
     w = tensor(graph, "w", ctx.in_shapes[1], W)
@@ -327,3 +341,9 @@ def bind_conv_transpose2d(ctx: KernelContext) -> Any:
     workspace = build_graph(cudnn, graph, numeric_notes_off=numeric_notes_off(dtype, policy))
     post = [_bias_add(ctx)] if ctx.in_shapes[2] is not None else []
     return CuDNNKernel(ctx, graph, [(X, ("in", 0)), (W, ("in", 1)), (Y, ("out", 0))], workspace, post=post)
+
+
+# The 2-d names the binds had before they served the 3-d operators too.
+bind_conv2d = bind_conv
+bind_conv2d_gemm = bind_conv_gemm
+bind_conv_transpose2d = bind_conv_transpose

@@ -1,7 +1,8 @@
-"""Sliding-window geometry of convolution and pooling (ONNX) over 2 or 3 spatial axes: padding, auto_pad
-and output size.
+"""Sliding-window geometry of convolution and pooling (ONNX) over 2 or 3 spatial axes: padding, auto_pad,
+output size, the transposed convolution's output size, and the strided view of every window.
 
-One place for the formulas both families use, so conv2d and the 2-d and 3-d pools cannot disagree.
+One place for the formulas both families use, so the 2-d and 3-d convolutions and pools cannot disagree.
+Nothing here allocates array data.
 """
 
 from __future__ import annotations
@@ -10,15 +11,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from ...descriptor import Attr
 from ...errors import InvalidArgumentError, ShapeMismatchError
 from .._dims import check_ints, derived, is_known
 
-__all__ = ["AUTO_PADS", "PADS_ORDER", "Window", "window_2d", "window_attrs", "window_nd"]
+__all__ = [
+    "AUTO_PADS",
+    "PADS_ORDER",
+    "SPATIAL_AXES",
+    "Window",
+    "window_2d",
+    "window_attrs",
+    "window_nd",
+    "window_view",
+    "transpose_geometry",
+]
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: What ``pads`` lists, by the number of spatial axes: every begin, then every end (ONNX's order).
 PADS_ORDER = {2: "[top, left, bottom, right]", 3: "[front, top, left, back, bottom, right]"}
+#: The spatial axes after N and C, by their number.
+SPATIAL_AXES = {2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 @dataclass(frozen=True)
@@ -141,3 +157,69 @@ def window_nd(
             n -= 1  # the last window would start in the end padding: ONNX and PyTorch drop it
         out.append(n)
     return Window(tuple(kernel), strides, dilations, tuple(begin), tuple(end), tuple(out))
+
+
+def window_view(padded: np.ndarray, win: Window) -> np.ndarray:
+    """The strided view (no copy) of every window of ``padded``, whose last ``win.rank`` axes are the
+    padded spatial ones: ``[..., *out, *kernel]``, each window's taps already dilated."""
+    axes = tuple(range(padded.ndim - win.rank, padded.ndim))
+    views = sliding_window_view(padded, win.extent, axis=axes)
+    steps = tuple(slice(None, o * s, s) for o, s in zip(win.out, win.strides, strict=True))
+    taps = tuple(slice(None, None, d) for d in win.dilations)
+    return views[(..., *steps, *taps)]
+
+
+def transpose_geometry(
+    in_sizes: tuple, kernel: tuple, attrs: Mapping[str, Any], *, op: str
+) -> tuple[tuple, tuple]:
+    """A transposed convolution over ``len(in_sizes)`` spatial axes: the output size per axis and the full
+    (uncropped) size the taps scatter into, ``None`` where the input or kernel size is a symbol.
+
+    ``full = stride * (in - 1) + output_padding + (k - 1) * dilation + 1`` and
+    ``out = full - pad_begin - pad_end`` (``pads`` lists every begin, then every end).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Bad attribute lengths or values; output_padding not smaller than the stride or the dilation.
+    ShapeMismatchError
+        The pads crop the whole output away.
+    """
+    rank = len(in_sizes)
+    strides, dilations = tuple(attrs["strides"]), tuple(attrs["dilations"])
+    pads, extra = tuple(attrs["pads"]), tuple(attrs["output_padding"])
+    if is_known(*kernel):
+        check_ints(kernel, rank, op=op, attr="kernel_shape", minimum=1)
+    check_ints(strides, rank, op=op, attr="strides", minimum=1)
+    check_ints(dilations, rank, op=op, attr="dilations", minimum=1)
+    check_ints(pads, 2 * rank, op=op, attr="pads", minimum=0)
+    check_ints(extra, rank, op=op, attr="output_padding", minimum=0)
+    out, full = [], []
+    for axis in range(rank):
+        s, d, p = strides[axis], dilations[axis], extra[axis]
+        if p >= s and p >= d:
+            raise InvalidArgumentError(
+                f"{op}: output_padding {list(extra)} must be smaller than the stride {list(strides)} or the "
+                f"dilation {list(dilations)} on each axis",
+                attr="output_padding",
+                got=list(extra),
+            )
+        size = in_sizes[axis]
+        if not is_known(size, kernel[axis]):
+            out.append(derived(op, size, kernel[axis]))
+            full.append(None)
+            continue
+        whole = s * (size - 1) + p + (kernel[axis] - 1) * d + 1
+        cropped = whole - pads[axis] - pads[axis + rank]
+        if cropped < 0:
+            raise ShapeMismatchError(
+                f"{op}: pads {list(pads)} remove more than the {whole} output positions of spatial axis "
+                f"{axis}",
+                port="x",
+                attr="pads",
+                expected=f"<= {whole}",
+                got=pads[axis] + pads[axis + rank],
+            )
+        out.append(cropped)
+        full.append(whole)
+    return tuple(out), tuple(full)
