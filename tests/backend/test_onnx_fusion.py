@@ -874,10 +874,16 @@ def test_a_batch_norm_whose_fold_would_change_the_result_stays_a_stage(bad):
         assert "batch_norm" in _ops(model)
 
 
-def test_a_training_batch_norm_is_not_folded():
-    model, _ = _conv_bn(training=True)
-    with pytest.raises(pl.PipeLinkError, match="training_mode"):
-        import_model(model)
+def test_a_training_batch_norm_is_not_folded(device):
+    """training_mode=1 normalises by the batch's statistics, not the constants a fold would use: the
+    conv stays, the batch's mean and variance are reduced after it."""
+    model, feeds = _conv_bn(training=True)
+    ops = _ops(model)
+    assert "batch_norm" in ops and ops.count("reduce_mean") == 2
+    with pl.from_onnx(model, device=device) as pipe:
+        got = np.asarray(pipe.run(feeds)["y"].numpy())
+    (want,) = om.reference_evaluator(model, feeds)  # onnxruntime's inference build has no training mode
+    assert_close(got, want, "float32", "training batch norm after a conv")
 
 
 def test_the_helper_built_resnet_folds_its_batch_norms():

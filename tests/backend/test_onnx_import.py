@@ -294,6 +294,20 @@ def _case(rng, op):
             {},
         ),
         "EyeLike": ({"x": m}, {}, {"k": 1, "dtype": onnx.TensorProto.INT32}),
+        "TfIdfVectorizer": (
+            {"x": rng.integers(0, 6, (3, 8)).astype(np.int64)},
+            {},
+            {
+                "mode": "TFIDF",
+                "min_gram_length": 1,
+                "max_gram_length": 2,
+                "max_skip_count": 2,
+                "ngram_counts": [0, 3],
+                "ngram_indexes": [0, 1, 2, 3, 4],
+                "pool_int64s": [1, 2, 3, 1, 2, 4, 5],
+                "weights": [0.5, 1.5, 2.0, 1.0, 3.0],
+            },
+        ),
         "CastLike": ({"x": 10 * x}, {"like": np.array([7], np.int8)}, {}),
         "CumSum": ({"x": x}, {"axis": np.array(-2, np.int32)}, {"exclusive": 1, "reverse": 1}),
         "CumProd": ({"x": 0.5 * x}, {"axis": np.array(-1, np.int64)}, {"exclusive": 1}),  # opset 26
@@ -730,7 +744,7 @@ def _unsupported_model():
         onnx.helper.make_node("FusedMatMul", ["d", "d"], ["e"], name="ms_op", domain="com.microsoft"),
         onnx.helper.make_node("Conv", ["e", "w"], ["f"], name="conv"),
     ]
-    init = {"sizes": np.array([1, 2, 4, 4, 4], np.int64), "w": np.ones((1, 1, 1, 1, 1), np.float32)}
+    init = {"sizes": np.array([1, 2, 4, 4, 4], np.int64), "w": np.ones((1, 1, 1, 1, 1, 1), np.float32)}
     return om.make_model(nodes, [("x", [1, 2, 2, 2, 2])], [("f", None)], init, "unsupported")
 
 
@@ -756,7 +770,7 @@ def test_every_unsupported_node_is_listed_at_once(tmp_path):
     assert "antialias" in listed[("Resize", "nearest_resize")]
     assert "4-d window" in listed[("MaxPool", "pool4d")]
     assert "com.microsoft" in listed[("FusedMatMul", "ms_op")]
-    assert "3-d convolution" in listed[("Conv", "conv")]
+    assert "4-d convolution" in listed[("Conv", "conv")]
     assert "7 nodes" in err.message and "nothing was imported" in err.message
     assert not out.exists()  # nothing half-imported
 

@@ -116,6 +116,8 @@ WITH_CUDA = {
     "dequantize_linear",
     "conv2d",
     "conv_transpose2d",
+    "conv3d",
+    "conv_transpose3d",
     "attention",
     "rotary_embedding",
     "equal",
@@ -162,17 +164,20 @@ WITH_CUDA = {
 STAGED_FALLBACK = {
     "conv2d",
     "conv_transpose2d",
+    "conv3d",
+    "conv_transpose3d",
     "attention",
     "scatter_nd",
     "scatter_elements",
     "top_k",
     "gather_nd",
 }
-CUDNN = {"conv2d", "conv_transpose2d", "attention"}  # ... and scatter_nd's combining reductions
+CUDNN = {"conv2d", "conv_transpose2d", "conv3d", "conv_transpose3d", "attention"}  # ... and scatter_nd's combining reductions
 # Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
 WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}
-# No CUDA kernel: the reference runs on staged host copies on CUDA (ops/resize, ops/gemm HOST_ONLY).
-HOST_ONLY = {"grid_sample", "affine_grid", "det"}
+# No CUDA kernel: the reference runs on staged host copies on CUDA (ops/resize, ops/gemm, ops/indexing
+# HOST_ONLY).
+HOST_ONLY = {"grid_sample", "affine_grid", "det", "tfidf_vectorizer"}
 EXPECTED_OPS = WITH_CUDA | WITH_NCCL | HOST_ONLY
 
 
@@ -196,7 +201,7 @@ def test_register_builtins_registers_every_operator_once_with_a_numpy_variant():
         gpu = "cuda:cublaslt" if name in ("gemm", "matmul") else gpu  # and cuBLASLt's
         expected = ["cpu:numpy"] + ([gpu] if name in WITH_CUDA else [])
         expected += ["cuda:nccl"] if name in WITH_NCCL else []
-        expected += ["cuda:cublaslt"] if name == "conv2d" else []  # its pointwise GEMM, tried first
+        expected += ["cuda:cublaslt"] if name in ("conv2d", "conv3d") else []  # pointwise GEMM, first
         assert [v.name for v in desc.variants] == expected  # each family declares its variants
         assert desc.variants[0].host_ok == (name in STAGED_FALLBACK | HOST_ONLY)
         assert desc.doc and "\n" not in desc.doc, f"{name} needs a one-line doc"

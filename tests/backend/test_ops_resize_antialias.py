@@ -167,12 +167,16 @@ def test_import_passes_antialias_and_half_pixel_symmetric(device, attrs, expecte
     ("attrs", "why"),
     [
         ({"mode": "nearest", "antialias": 1}, "antialias=1 filters modes linear and cubic only"),
-        ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
+        (
+            {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
+            "'tf_crop_and_resize' needs its roi input",
+        ),
     ],
 )
 def test_import_refuses_what_resize_does_not_do(attrs, why):
     """antialias with nearest (refused by onnx's reference and onnxruntime alike) and tf_crop_and_resize
-    (roi and extrapolation_value, not implemented) are refused with the reason, never run otherwise."""
+    without its roi (onnx's reference fails there: it has no window to sample) are refused with the
+    reason, never run otherwise (tf_crop_and_resize with a roi: test_ops_resize_tf_crop.py)."""
     from . import onnx_models as om
 
     (entry,) = om.refused(_resize_model(attrs, (1, 1, 4, 4), [1, 1, 0.5, 0.5]), "Resize")

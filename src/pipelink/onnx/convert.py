@@ -75,6 +75,7 @@ from .convert_shape import (
     _transpose,
     _unsqueeze,
 )
+from .convert_text import _tfidf_vectorizer
 from .convert_window import (
     _average_pool,
     _conv,
@@ -118,6 +119,7 @@ CONVERTERS: dict[str, Converter] = {
     "MatMul": _one_to_one("matmul", 2),
     "Einsum": _einsum,
     "Det": _one_to_one("det", 1),
+    "TfIdfVectorizer": _tfidf_vectorizer,
     "DFT": dft,
     "STFT": stft,
     **dict.fromkeys(RECURRENT_OPS, _recurrent),

@@ -59,6 +59,9 @@ def _resize(g: Graph, node: Node) -> None:
         sizes = _keeping_aspect_ratio(g, node, policy, sizes)
     attrs = _resize_modes(g, node)
     attrs.update(_resize_filter(node, attrs["mode"]))
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        attrs["roi"] = _crop_roi(g, node)
+        attrs["extrapolation_value"] = float32_attr(_attr(node, "extrapolation_value", 0.0))
     if ratios is not None:
         attrs["scales"] = ratios
     elif sizes is not None and sizes.size:
@@ -87,9 +90,8 @@ def _resize_filter(node: Node, mode: str) -> dict[str, Any]:
     return attrs
 
 
-def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, Any]:
-    """Resize-18's ``axes``: the scales or sizes given for those axes (in that order), spread over every
-    axis of x (scale 1, or x's own size, on the others). Needs x's rank, and for sizes its other dims."""
+def _resize_axes(g: Graph, node: Node) -> tuple[tuple, list[int]]:
+    """x's shape and Resize-18's ``axes`` (each in ``[0, rank)``). Needs x's rank."""
     shape = _shape(g, node.inputs[0])
     if shape is None:
         raise Unsupported("attribute axes needs x's rank known at import")
@@ -97,7 +99,37 @@ def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, 
     axes = [int(a) for a in node.attrs["axes"]]
     if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
         raise Unsupported(f"attribute axes={axes} must be distinct axes of x's rank {rank}")
-    axes = [a % rank for a in axes]
+    return tuple(shape), [a % rank for a in axes]
+
+
+def _crop_roi(g: Graph, node: Node) -> list[float]:
+    """tf_crop_and_resize's roi (input 1, a constant: a graph input's value can be given at import) as
+    resize's ``roi``: a start and an end per axis of x, normalised; with ``axes``, the roi's for those
+    axes and the whole axis (0 to 1) on the others. float32 values as their shortest decimals (as the
+    scales); resize itself refuses a roi of the wrong length or with NaN or infinities."""
+    roi = g.const(node, 1, "roi")
+    if roi is None or not np.asarray(roi).size:
+        raise Unsupported("coordinate_transformation_mode 'tf_crop_and_resize' needs its roi input (input 1)")
+    roi = np.asarray(roi).reshape(-1)
+    if roi.dtype.kind != "f":
+        raise Unsupported(f"input 1 (roi, {node.inputs[1]!r}) must be floats (got {roi.dtype})")
+    values = [float(v) if roi.dtype == np.float64 else float32_attr(v) for v in roi]
+    if "axes" not in node.attrs:
+        return values
+    shape, axes = _resize_axes(g, node)
+    if len(values) != 2 * len(axes):
+        raise Unsupported(f"with axes={axes}, Resize's roi needs a start and an end per axis (got {values})")
+    full = [0.0] * len(shape) + [1.0] * len(shape)
+    for i, a in enumerate(axes):
+        full[a], full[len(shape) + a] = values[i], values[len(axes) + i]
+    return full
+
+
+def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, Any]:
+    """Resize-18's ``axes``: the scales or sizes given for those axes (in that order), spread over every
+    axis of x (scale 1, or x's own size, on the others). Needs x's rank, and for sizes its other dims."""
+    shape, axes = _resize_axes(g, node)
+    rank = len(shape)
     given = sizes if sizes is not None and np.asarray(sizes).size else scales
     if given is None or np.asarray(given).size != len(axes):
         raise Unsupported(f"with axes={axes}, Resize needs one scale or size per axis")

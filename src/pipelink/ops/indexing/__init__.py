@@ -15,11 +15,14 @@ from .._common import INTS, builtin_operator
 from ..kernel import cuda_variant
 from ..shape import descriptors as shape_descriptors
 from ..shape.rules import SCATTER_REDUCTIONS
-from . import cuda
+from . import cuda, tfidf
 from .reference import eye_like_bind, gather_nd_bind, one_hot_bind, scatter_elements_bind
 from .rules import EYE_DTYPES, infer_eye_like, infer_gather_nd, infer_one_hot, infer_scatter_elements
 
-__all__ = ["descriptors"]
+__all__ = ["descriptors", "HOST_ONLY"]
+
+HOST_ONLY = tfidf.HOST_ONLY
+"""This family's operators without a CUDA kernel: on CUDA their NumPy reference runs on staged host copies."""
 
 ANY = frozenset(DTYPES)
 INDEX = frozenset({"int32", "int64"})
@@ -37,7 +40,7 @@ def descriptors() -> list[OperatorDescriptor]:
     Returns
     -------
     list of OperatorDescriptor
-        ``gather_nd, scatter_elements, one_hot, eye_like``.
+        ``gather_nd, scatter_elements, one_hot, eye_like, tfidf_vectorizer`` (``tfidf.py``).
     """
     return [
         builtin_operator(
@@ -134,4 +137,5 @@ def descriptors() -> list[OperatorDescriptor]:
             cuda=cuda_variant(cuda.eye_like_bind, None),
             onnx="EyeLike",
         ),
+        *tfidf.descriptors(),
     ]

@@ -5,6 +5,8 @@ Resize is separable: each resized axis gathers its source indices (for ``linear`
 neighbours; for ``cubic``, four, with Keys' weights of ``cubic_coeff_a``; with ``antialias``, the
 filter stretched by ``1 / scale`` when downsampling, ``antialias.py``) once per axis, with index and
 weight tables computed in ``bind``. Linear and cubic resizing compute in float32 (float64 for float64).
+``tf_crop_and_resize`` samples the ``roi`` window of each axis and gives outputs sampled outside x the
+``extrapolation_value`` (``crop.py``).
 The CUDA variants (``cuda.py``, ``resize.cu``) use the same coordinate and weight formulas, evaluated on
 the device, and the same channel layouts.
 """
@@ -26,6 +28,7 @@ from .._dims import derived, is_known
 from ..kernel import cuda_variant
 from . import cuda, grid_sample
 from .antialias import antialias_tap_count, antialias_taps
+from .crop import TF_CROP, crop_coordinates, crop_windows, extrapolation_fill, outside_axis
 from .cubic import keys_weights
 from .cuda import MAX_CUBIC_AXES, resized_axes
 
@@ -40,7 +43,14 @@ __all__ = [
     "HOST_ONLY",
 ]
 
-COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric", "align_corners")
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "asymmetric",
+    "align_corners",
+    TF_CROP,
+)
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 HOST_ONLY = ("grid_sample", "affine_grid")
 """This family's operators without a CUDA kernel: on CUDA their NumPy reference runs on staged host copies."""
@@ -92,14 +102,19 @@ def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
     return out, scales
 
 
-def source_coordinates(out_size: int, in_size: int, scale: float, mode: str) -> np.ndarray:
+def source_coordinates(
+    out_size: int, in_size: int, scale: float, mode: str, window: tuple[float, float] = (0.0, 1.0)
+) -> np.ndarray:
     """ONNX's coordinate_transformation_mode: where each output index samples the input (float64).
 
     As in ONNX's reference, the resized length in align_corners and pytorch_half_pixel is
     ``in_size * scale`` (not rounded down), which equals ``out_size`` when the shape came from sizes;
     half_pixel_symmetric shifts half_pixel's coordinates by ``in_size / 2 * (1 - out_size / length)``, so
-    the rounding down of the length trims both ends alike.
+    the rounding down of the length trims both ends alike; tf_crop_and_resize samples the axis's roi
+    ``window`` (``crop.crop_coordinates``).
     """
+    if mode == TF_CROP:
+        return crop_coordinates(out_size, in_size, scale, window)
     o = np.arange(out_size, dtype=np.float64)
     length = in_size * scale
     if mode == "half_pixel_symmetric":
@@ -162,7 +177,10 @@ def infer_resize(in_shapes: tuple, in_dtypes: tuple, attrs: Mapping[str, Any]) -
         )
     shape = tuple(in_shapes[0])
     out, scales = resize_plan(shape, attrs)
-    count = len(resized_axes(shape, out, scales))
+    windows = crop_windows(len(shape), attrs)
+    if windows is not None:
+        extrapolation_fill(in_dtypes[0], attrs["extrapolation_value"])  # y must hold it
+    count = len(resized_axes(shape, out, scales, windows))
     if mode == "cubic" and count > MAX_CUBIC_AXES:
         raise InvalidArgumentError(
             f"resize: mode 'cubic' resizes at most {MAX_CUBIC_AXES} axes (got {count} "
@@ -178,19 +196,27 @@ def _resize_bind(ctx: KernelContext):
     mode = ctx.attrs["mode"]
     linear, antialias = mode == "linear", bool(ctx.attrs["antialias"])
     coord_mode, nearest_mode = ctx.attrs["coordinate_transformation_mode"], ctx.attrs["nearest_mode"]
+    windows = crop_windows(len(shape), ctx.attrs)
     if 0 in out_shape:  # nothing to write: build no tables (an empty x may declare any length)
         return _write_nothing
     dtype = ctx.in_dtypes[0]
     cdt = compute_dtype(dtype) if mode != "nearest" else numpy_dtype(dtype)
     # Linear blends in the compute dtype: widen a half input once into a buffer kept from here.
     widened = np.empty(shape, cdt) if cdt != numpy_dtype(dtype) else None
-    steps, current = [], list(shape)
-    for axis in resized_axes(shape, out_shape, scales):  # an axis left as it is samples itself
+    # tf_crop_and_resize: outputs sampled outside x on any axis take the fill, y's value (exact in cdt)
+    fill = None if windows is None else extrapolation_fill(dtype, ctx.attrs["extrapolation_value"])
+    steps, current, outside = [], list(shape), []
+    for axis in resized_axes(shape, out_shape, scales, windows):  # an axis left as it is samples itself
         size, out = shape[axis], out_shape[axis]
-        coords = source_coordinates(out, size, scales[axis], coord_mode) if size else np.zeros(0)
+        window = windows[axis] if windows is not None else (0.0, 1.0)
+        coords = source_coordinates(out, size, scales[axis], coord_mode, window) if size else np.zeros(0)
         current[axis] = out
         bshape = [1] * len(shape)
         bshape[axis] = out
+        if windows is not None:  # the fill replaces those outputs: sample x's start there (never NaN)
+            mask = outside_axis(coords, size)
+            coords = np.where(mask, 0.0, coords)
+            outside.append(mask.reshape(bshape))
         if antialias and size:
             taps, weights = _filter_taps(ctx, coords, size, scales[axis], axis)
             filtered = [(taps[:, j], weights[:, j].astype(cdt).reshape(bshape)) for j in range(taps.shape[1])]
@@ -235,6 +261,8 @@ def _resize_bind(ctx: KernelContext):
                 np.multiply(other, weight, out=other)
                 np.add(buf, other, out=buf)
             data = buf
+        for mask in outside:  # every resized axis's extrapolated outputs (data is y's shape by now)
+            np.copyto(data, fill, where=mask, casting="unsafe")  # exact: fill is a value of y's dtype
         np.copyto(outputs[0], data, casting="unsafe")
 
     return kernel
@@ -345,6 +373,19 @@ def descriptors() -> list[OperatorDescriptor]:
                     "round_prefer_floor",
                     choices=NEAREST_MODES,
                     doc="rounding of the coordinate in mode 'nearest'",
+                ),
+                Attr(
+                    "roi",
+                    "floats",
+                    (),
+                    doc="tf_crop_and_resize (needed there only): the window of each axis, normalised: "
+                    "[start0, ..., end0, ...], 2 * rank values",
+                ),
+                Attr(
+                    "extrapolation_value",
+                    "float",
+                    0.0,
+                    doc="tf_crop_and_resize: the value of outputs sampled outside x (a value of T)",
                 ),
             ],
             dtype_vars={"T": NUMERIC},

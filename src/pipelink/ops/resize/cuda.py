@@ -1,6 +1,7 @@
 """Resampling on CUDA: resize runs ``resize.cu`` (one thread per output element, the coordinates and the
 weights, antialiased filters' included, computed on the device with the CPU reference's formulas: no table
-crosses to the device, so a launch stays one prebuilt kernel the native core replays); pixel_shuffle is a
+crosses to the device, so a launch stays one prebuilt kernel the native core replays; tf_crop_and_resize's
+roi windows and extrapolation value are kernel arguments too); pixel_shuffle is a
 permutation of a reshaped x and runs the transpose family's kernel. Pure Python + NumPy.
 """
 
@@ -33,6 +34,7 @@ from ..kernel import (
 )
 from ..transpose.cuda import KERNELS as TRANSPOSE_KERNELS
 from ..transpose.cuda import plan_transpose
+from .crop import FULL, crop_windows, extrapolation_fill
 
 __all__ = [
     "KERNELS",
@@ -58,6 +60,7 @@ _COORD = {
     "pytorch_half_pixel": "PL_COORD_PYTORCH_HALF_PIXEL",
     "asymmetric": "PL_COORD_ASYMMETRIC",
     "align_corners": "PL_COORD_ALIGN_CORNERS",
+    "tf_crop_and_resize": "PL_COORD_TF_CROP_AND_RESIZE",
 }
 _NEAREST = {
     "round_prefer_floor": "PL_NEAREST_ROUND_PREFER_FLOOR",
@@ -71,10 +74,13 @@ KERNELS: dict[str, KernelSource] = {
 TUNED_AS: dict[str, str] = {}
 
 
-def resized_axes(shape: tuple, out_shape: tuple, scales) -> list[int]:
-    """The axes resize samples: an axis of the same size at scale 1 maps to itself in every mode."""
+def resized_axes(shape: tuple, out_shape: tuple, scales, windows=None) -> list[int]:
+    """The axes resize samples: an axis of the same size at scale 1 maps to itself in every mode (in
+    tf_crop_and_resize, one whose roi ``windows`` entry crops nothing, ``(0, 1)``)."""
     return [
-        k for k, (d, o) in enumerate(zip(shape, out_shape, strict=True)) if not (d == o and scales[k] == 1)
+        k
+        for k, (d, o) in enumerate(zip(shape, out_shape, strict=True))
+        if not (d == o and scales[k] == 1 and (windows is None or tuple(windows[k]) == FULL))
     ]
 
 
@@ -89,14 +95,16 @@ def plan_resize(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> LaunchPlan:
     """Plan ``y = resize(x)`` from the shapes and per-axis scales ``resize_plan`` resolved and the stage's
-    ``mode``, ``coordinate_transformation_mode``, ``nearest_mode`` and ``antialias``:
-    ``pl_resize(x, y, n, din0..din7, dout0..dout7, sc0..sc7, resized, cubic_a)``.
+    ``mode``, ``coordinate_transformation_mode``, ``nearest_mode``, ``antialias`` and, for
+    tf_crop_and_resize, ``roi`` and ``extrapolation_value``:
+    ``pl_resize(x, y, n, din0..din7, dout0..dout7, sc0..sc7, resized, cubic_a, rs0..rs7, re0..re7,
+    fill)`` (``rs``/``re`` each axis's roi start and end, ``fill`` the extrapolation value as y holds it).
 
     Raises
     ------
     InvalidArgumentError
         A dtype the kernel does not take (linear: floats only), more than 8 axes, antialias with mode
-        nearest, a bad tunable.
+        nearest, a roi or extrapolation value ``crop.py`` refuses, a bad tunable.
     """
     source = KERNELS["resize"]
     dt = get_dtype(dtype)
@@ -112,8 +120,11 @@ def plan_resize(
     shp, out = shape_of(shape, "resize"), shape_of(out_shape, "resize")
     if len(shp) > MAX_NDIM:
         raise InvalidArgumentError(f"resize: at most {MAX_NDIM} axes (got {len(shp)})", op="resize")
+    windows = crop_windows(len(shp), attrs)
+    value = attrs.get("extrapolation_value", 0.0)
+    fill = 0.0 if windows is None else float(extrapolation_fill(dt.name, value))  # a value of y's dtype
     # an axis left as it is samples itself in every coordinate mode (as the CPU reference skips it)
-    resized = [k for k, (d, o) in enumerate(zip(shp, out, strict=True)) if not (d == o and scales[k] == 1)]
+    resized = resized_axes(shp, out, scales, windows)
     if mode == "cubic" and len(resized) > 3:
         raise InvalidArgumentError(
             f"resize: mode 'cubic' resizes at most 3 axes (got {len(resized)})", op="resize"
@@ -142,11 +153,14 @@ def plan_resize(
         "n": n,
         "resized": sum(1 << k for k in resized),
         "cubic_a": float(attrs.get("cubic_coeff_a", -0.75)),
+        "fill": fill,
     }
     for k in range(MAX_NDIM):
         scalars[f"din{k}"] = shp[k] if k < len(shp) else 1
         scalars[f"dout{k}"] = max(out[k], 1) if k < len(out) else 1
         scalars[f"sc{k}"] = float(scales[k]) if k < len(shp) else 1.0
+        window = windows[k] if windows is not None and k < len(shp) else FULL
+        scalars[f"rs{k}"], scalars[f"re{k}"] = window
     specs = [
         pointer("x"),
         pointer("y"),
@@ -155,6 +169,8 @@ def plan_resize(
         *[ArgSpec(f"sc{k}", "f64") for k in range(MAX_NDIM)],
         ArgSpec("resized", "i32"),
         ArgSpec("cubic_a", "f64"),
+        *[ArgSpec(f"{p}{k}", "f64") for p in ("rs", "re") for k in range(MAX_NDIM)],
+        ArgSpec("fill", "f64"),
     ]
     grid = flat_grid(n, t["block"], 1, t["max_blocks_per_sm"], sm_count)
     return make_plan(source, "pl_resize", macros, grid, t["block"], specs, scalars, dict(t))

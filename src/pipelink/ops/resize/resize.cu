@@ -8,6 +8,8 @@
 // resize/__init__.py's cubic_taps). With antialias each resized axis blends the taps of
 // resize/antialias.py's filter (stretched by 1 / scale when downsampling: a count known from the scale
 // alone), weights in double normalised as there, summed tap by tap, first resized axis innermost.
+// tf_crop_and_resize samples each resized axis's roi window (resize/crop.py's crop_coordinates); an output
+// whose coordinate on any resized axis is not in [0, in - 1] (NaN included) stores `fill` instead.
 // Never allocate; every index is clamped into the input.
 //
 // Macros (chosen by plan_resize in pipelink/ops/resize/cuda.py):
@@ -17,16 +19,18 @@
 //               0..3); PL_CUBIC 1 for cubic, with PL_EXCLUDE 1 for exclude_outside (cubic, antialias);
 //               PL_ANTIALIAS 1 for the antialiasing filters (linear or cubic, PL_NL >= 1)
 //   PL_COORD    PL_COORD_HALF_PIXEL, PL_COORD_HALF_PIXEL_SYMMETRIC, PL_COORD_PYTORCH_HALF_PIXEL,
-//               PL_COORD_ASYMMETRIC, PL_COORD_ALIGN_CORNERS
+//               PL_COORD_ASYMMETRIC, PL_COORD_ALIGN_CORNERS, PL_COORD_TF_CROP_AND_RESIZE
 //   PL_NEAREST  PL_NEAREST_ROUND_PREFER_FLOOR, PL_NEAREST_ROUND_PREFER_CEIL, PL_NEAREST_FLOOR,
 //               PL_NEAREST_CEIL
 //   PL_BLOCK    threads per block
 //
 // Kernel: pl_resize(const T* x, T* y, long long n, long long din0..din7, long long dout0..dout7,
-//                   double sc0..sc7, int resized, double cubic_a)
+//                   double sc0..sc7, int resized, double cubic_a, double rs0..rs7, double re0..re7,
+//                   double fill)
 //   x contiguous with shape din, y contiguous with shape dout (n elements); sc the per-axis scales;
 //   bit k of `resized` set when axis k is resampled (else it maps to itself); cubic_a the cubic
-//   coefficient (unused by the other modes). Distinct buffers.
+//   coefficient (unused by the other modes); rs, re each axis's roi start and end and fill the
+//   extrapolation value, a value of T (tf_crop_and_resize; unused by the other modes). Distinct buffers.
 #include "common.cuh"
 
 #define PL_COORD_HALF_PIXEL 0
@@ -34,6 +38,7 @@
 #define PL_COORD_ASYMMETRIC 2
 #define PL_COORD_ALIGN_CORNERS 3
 #define PL_COORD_HALF_PIXEL_SYMMETRIC 4
+#define PL_COORD_TF_CROP_AND_RESIZE 5
 #define PL_NEAREST_ROUND_PREFER_FLOOR 0
 #define PL_NEAREST_ROUND_PREFER_CEIL 1
 #define PL_NEAREST_FLOOR 2
@@ -59,13 +64,25 @@
 typedef PL_T T;
 
 // where output index o of an axis of in_size (out_size outputs) samples the input, for that axis's scale
+// (and, in tf_crop_and_resize, its roi window from start to end)
 __device__ __forceinline__ double pl_source_coordinate(long long o, long long in_size, long long out_size,
-                                                       double scale) {
+                                                       double scale, double start, double end) {
     const double od = (double)o;
 #if PL_COORD != PL_COORD_HALF_PIXEL_SYMMETRIC
     (void)out_size;
 #endif
-#if PL_COORD == PL_COORD_HALF_PIXEL_SYMMETRIC
+#if PL_COORD != PL_COORD_TF_CROP_AND_RESIZE
+    (void)start;
+    (void)end;
+#endif
+#if PL_COORD == PL_COORD_TF_CROP_AND_RESIZE
+    // crop.py's operations in its order, every multiply rounded (no fma): the reference's coordinate
+    const double span = (double)(in_size - 1);
+    const double length = __dmul_rn((double)in_size, scale);
+    const double c = length == 1.0 ? __dmul_rn(end - start, span) / 2.0
+                                   : __dmul_rn(__dmul_rn(od, end - start), span) / (length - 1.0);
+    return c + __dmul_rn(start, span);
+#elif PL_COORD == PL_COORD_HALF_PIXEL_SYMMETRIC
     // rounded multiplies: no contraction into an fma, so the coordinate is the reference's to the bit
     const double adjustment = (double)out_size / __dmul_rn((double)in_size, scale);
     const double offset = __dmul_rn((double)in_size / 2.0, 1.0 - adjustment);
@@ -74,7 +91,7 @@ __device__ __forceinline__ double pl_source_coordinate(long long o, long long in
     (void)in_size;
     return od / scale;
 #elif PL_COORD == PL_COORD_ALIGN_CORNERS
-    const double length = (double)in_size * scale;
+    const double length = __dmul_rn((double)in_size, scale);  // rounded: no fma into length - 1
     return length != 1.0 ? od * (((double)in_size - 1.0) / (length - 1.0)) : 0.0;
 #else
 #if PL_COORD == PL_COORD_PYTORCH_HALF_PIXEL
@@ -183,12 +200,25 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
           long long dout0, long long dout1, long long dout2, long long dout3,
           long long dout4, long long dout5, long long dout6, long long dout7,
           double sc0, double sc1, double sc2, double sc3, double sc4, double sc5, double sc6, double sc7,
-          int resized, double cubic_a) {
+          int resized, double cubic_a,
+          double rs0, double rs1, double rs2, double rs3, double rs4, double rs5, double rs6, double rs7,
+          double re0, double re1, double re2, double re3, double re4, double re5, double re6, double re7,
+          double fill) {
     const long long din[8] = {din0, din1, din2, din3, din4, din5, din6, din7};
     const long long dout[8] = {dout0, dout1, dout2, dout3, dout4, dout5, dout6, dout7};
     const double sc[8] = {sc0, sc1, sc2, sc3, sc4, sc5, sc6, sc7};
+    const double rs[8] = {rs0, rs1, rs2, rs3, rs4, rs5, rs6, rs7};
+    const double re[8] = {re0, re1, re2, re3, re4, re5, re6, re7};
+#if PL_COORD == PL_COORD_TF_CROP_AND_RESIZE
+    const T fill_value = pl_from<T>((typename pl_acc<T>::type)fill);  // exact: fill is a value of T
+#else
+    (void)fill;
+#endif
     PL_FOR_EACH_INDEX(i, n) {
         long long rem = i, stride = 1, base = 0;
+#if PL_COORD == PL_COORD_TF_CROP_AND_RESIZE
+        bool outside = false;  // sampled outside x on some resized axis: y[i] is fill_value
+#endif
 #if PL_LINEAR
         typedef typename pl_acc<T>::type A;
 #if PL_ANTIALIAS
@@ -206,7 +236,15 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             const long long o = rem % dout[k];
             rem /= dout[k];
             if (resized & (1 << k)) {
-                const double c = pl_source_coordinate(o, din[k], dout[k], sc[k]);
+#if PL_COORD == PL_COORD_TF_CROP_AND_RESIZE
+                // outside x (NaN included): y[i] is the fill; the taps sample x's start (never NaN)
+                const double raw = pl_source_coordinate(o, din[k], dout[k], sc[k], rs[k], re[k]);
+                const bool in_x = raw >= 0.0 && raw <= (double)(din[k] - 1);
+                outside = outside || !in_x;
+                const double c = in_x ? raw : 0.0;
+#else
+                const double c = pl_source_coordinate(o, din[k], dout[k], sc[k], rs[k], re[k]);
+#endif
 #if PL_ANTIALIAS
                 ax[j] = pl_filter_taps(c, din[k], stride, sc[k], cubic_a);
                 --j;
@@ -244,6 +282,12 @@ pl_resize(const T* __restrict__ x, T* __restrict__ y, long long n,
             }
             stride *= din[k];
         }
+#if PL_COORD == PL_COORD_TF_CROP_AND_RESIZE
+        if (outside) {
+            y[i] = fill_value;
+            continue;
+        }
+#endif
 #if PL_ANTIALIAS
         // The taps of every resized axis, slot 0 (the first resized axis) fastest, as nested sums:
         // acc[s] sums slot s's taps of acc[s - 1] (of x for slot 0), each weighted, and is folded into
