@@ -15,21 +15,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import InvalidArgumentError
 from ...limits import check_fits
 from .._common import FLOATS, builtin_operator, compute_dtype, numpy_dtype
-from ..conv.window import PADS_ORDER, Window, window_attrs, window_nd
+from ..conv.window import PADS_ORDER, SPATIAL_AXES, Window, window_attrs, window_nd, window_view
 from ..kernel import cuda_variant
 from . import cuda
 
 __all__ = ["descriptors", "infer_global_average_pool", "MAX_POOL_DTYPES", "SPATIAL_AXES"]
 
 MAX_POOL_DTYPES = FLOATS | {"int8", "uint8"}
-#: The spatial axes of the windowed pools, by rank (max_pool2d, max_pool3d, ...).
-SPATIAL_AXES = {2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 def _window(shape: tuple, attrs: Mapping[str, Any], op: str) -> Window:
@@ -73,17 +70,6 @@ def _padded_size(shape: tuple, win: Window) -> tuple[int, ...]:
     )
 
 
-def _window_view(padded: np.ndarray, win: Window) -> np.ndarray:
-    """The strided view of every pooling window of ``padded`` (its last ``win.rank`` axes spatial):
-    ``[..., *out, *kernel]``."""
-    rank = win.rank
-    axes = tuple(range(padded.ndim - rank, padded.ndim))
-    views = sliding_window_view(padded, win.extent, axis=axes)
-    steps = tuple(slice(None, o * s, s) for o, s in zip(win.out, win.strides, strict=True))
-    taps = tuple(slice(None, None, d) for d in win.dilations)
-    return views[(..., *steps, *taps)]
-
-
 def _padded_windows(shape: tuple, win: Window, cdt, fill: float, op: str):
     """A padded buffer (border = ``fill``, kept across runs), its interior view, and the strided view of
     every pooling window ``[N, C, *out, *kernel]``.
@@ -97,7 +83,7 @@ def _padded_windows(shape: tuple, win: Window, cdt, fill: float, op: str):
     check_fits(math.prod(shape[:2]) * math.prod(need) * np.dtype(cdt).itemsize, f"{op}'s padded input")
     padded = np.full((*shape[:2], *need), fill, cdt)
     inner = padded[(..., *(slice(b, b + size) for b, size in zip(win.pads_begin, shape[2:], strict=True)))]
-    return padded, inner, _window_view(padded, win)
+    return padded, inner, window_view(padded, win)
 
 
 def _max_pool_bind(op: str):
@@ -137,7 +123,7 @@ def _avg_pool_bind(op: str):
         else:
             mask[tuple(slice(b, b + n) for n, b in zip(sizes, begin, strict=True))] = 1
         taps = tuple(range(-win.rank, 0))
-        counts = _window_view(mask, win).sum(axis=taps)
+        counts = window_view(mask, win).sum(axis=taps)
         acc = np.empty(ctx.out_shapes[0], cdt)
 
         def kernel(inputs, outputs, stream):
