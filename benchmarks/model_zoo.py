@@ -534,9 +534,10 @@ ZOO: dict[str, ZooSpec] = {
         ),
         ZooSpec(
             "s3d",
-            "S3D (torchvision video, 16 frames of 64x64: separable 3-d convs, 3-d max pools)",
+            "S3D (torchvision video, 16 frames of 224x224, its head's 2x7x7 average pool needs them: "
+            "separable 3-d convs, 3-d max pools)",
             _torchvision("s3d", "video"),
-            lambda t: (t.randn(1, 3, 16, 64, 64),),
+            lambda t: (t.randn(1, 3, 16, 224, 224),),
         ),
     )
 }
