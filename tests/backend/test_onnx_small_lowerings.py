@@ -452,3 +452,16 @@ def test_dropout_training_mode_with_zero_ratio_is_a_copy(rng, device):
     _check(got, [feeds["x"], np.ones((3, 4), bool)], "Dropout training, ratio 0")
     inits["r"] = np.array(0.25, F)
     _refused(_model("Dropout", feeds, inits, {}, opset=13, n_out=2), "ratio 0.25.*no random operators")
+
+
+# -- OptionalHasElement and OptionalGetElement: PipeLink's values are tensors, never optionals ----------
+def test_optional_has_element_is_known_at_import_and_get_element_is_a_copy(rng, device):
+    x = rng.standard_normal((2, 3)).astype(F)
+    for inputs, want in (([], False), ([""], False), (["x"], True)):
+        feeds = {"x": x} if inputs == ["x"] else {}
+        model = _model("OptionalHasElement", feeds, {}, {}, opset=18, inputs=inputs)
+        assert _stages(model) == ["identity"]  # the folded constant, copied out as the graph output
+        (got,) = _run(model, feeds, device)
+        assert got.dtype == np.bool_ and got.shape == () and bool(got) is want, inputs
+    model = _model("OptionalGetElement", {"x": x}, {}, {}, opset=18)
+    _check(_run(model, {"x": x}, device), [x], "OptionalGetElement of a tensor")

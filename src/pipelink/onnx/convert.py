@@ -285,6 +285,8 @@ CONVERTERS: dict[str, Converter] = {
     "DepthToSpace": _depth_to_space,
     "BatchNormalization": _batch_norm,
     "Identity": _one_to_one("identity", 1),
+    # an optional holding a tensor is that tensor (PipeLink's values are never optionals): a copy
+    "OptionalGetElement": _one_to_one("identity", 1),
     "Cast": _cast,
     "CastLike": _cast_like,
     "BitCast": _bitcast,

@@ -162,6 +162,7 @@ def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
         made = [out for out in node.outputs if out in outputs]
         if not made and (
             _fold_identity(g, node, alias=True)
+            or _fold_optional(g, node)
             or _fold_shape(g, node)
             or _fold_constant(g, node)
             or _fold_cast_like(g, node)
@@ -171,6 +172,7 @@ def fold(g: Graph, nodes: list[Node], outputs: set[str]) -> list[Node]:
             continue
         if made and (
             _fold_identity(g, node, alias=False)
+            or _fold_optional(g, node)
             or _fold_shape(g, node)
             or _fold_constant(g, node)
             or _fold_cast_like(g, node)
@@ -198,6 +200,17 @@ def _fold_identity(g: Graph, node: Node, *, alias: bool) -> bool:
         g.dtypes[out] = g.dtypes[source]
     if alias:
         g.names[out] = g.name(source)
+    return True
+
+
+def _fold_optional(g: Graph, node: Node) -> bool:
+    """OptionalHasElement, known at import: PipeLink's values are tensors, never optionals (an optional
+    graph input is refused), so a present input has an element and an absent one (no input, or "") has
+    none: a constant bool scalar."""
+    if node.op_type != "OptionalHasElement" or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    g.constants[node.outputs[0]] = np.array(bool(node.inputs and node.inputs[0]))
+    g.dtypes[node.outputs[0]] = "bool"
     return True
 
 
