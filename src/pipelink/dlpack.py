@@ -1,4 +1,5 @@
-"""DLPack capsules in and out, through ctypes (no compiled extension, any dtype, any device).
+"""DLPack capsules in and out, through ctypes (no compiled extension, any device, every dtype but the
+sub-byte ones: DLPack packs those, PipeLink holds them one value per byte).
 
 Export builds a ``DLManagedTensor`` whose deleter releases a reference to the owning Python object;
 import reads a producer's capsule and keeps the producer alive until the tensor is dropped.
@@ -9,6 +10,9 @@ from __future__ import annotations
 import ctypes
 import threading
 from typing import Any
+
+from .dtypes import DTYPES, sub_byte_refusal
+from .errors import InvalidArgumentError
 
 __all__ = [
     "DLDevice",
@@ -75,6 +79,9 @@ _raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 _live: dict[int, tuple[Any, ...]] = {}
 _live_lock = threading.Lock()
 
+# PipeLink's own codes of the sub-byte dtypes (dtypes.DL_UNPACKED_*): no capsule carries them
+_SUB_BYTE = {d.dl_code: d for d in DTYPES.values() if d.is_sub_byte}
+
 
 @_Deleter
 def _delete_managed(ptr):
@@ -100,7 +107,16 @@ def to_capsule(
     device_type: int,
     device_id: int,
 ) -> Any:
-    """A ``dltensor`` PyCapsule describing memory that ``owner`` keeps alive. Strides are in elements."""
+    """A ``dltensor`` PyCapsule describing memory that ``owner`` keeps alive. Strides are in elements.
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a sub-byte dtype's code (int4, uint4, int2, uint2, float4_e2m1fn): DLPack's are packed.
+    """
+    sub_byte = _SUB_BYTE.get(dl_code)
+    if sub_byte is not None:
+        raise InvalidArgumentError(sub_byte_refusal(sub_byte), dtype=sub_byte.name)
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
     strides_arr = (ctypes.c_int64 * max(ndim, 1))(*strides)

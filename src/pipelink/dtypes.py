@@ -32,10 +32,17 @@ __all__ = [
     "float8_e4m3fnuz",
     "float8_e5m2fnuz",
     "float8_e8m0fnu",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
+    "float4_e2m1fn",
     "FLOAT8_DTYPES",
+    "SUB_BYTE_DTYPES",
     "DTYPES",
     "FLOAT_DTYPES",
     "get_dtype",
+    "sub_byte_refusal",
     "TOLERANCES",
     "tolerance",
 ]
@@ -43,8 +50,16 @@ __all__ = [
 # DLPack type codes (dlpack.h: DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
 DL_FLOAT8_E4M3FN, DL_FLOAT8_E4M3FNUZ, DL_FLOAT8_E5M2, DL_FLOAT8_E5M2FNUZ = 10, 11, 12, 13
-DL_FLOAT8_E8M0FNU = 14
+DL_FLOAT8_E8M0FNU, DL_FLOAT4_E2M1FN = 14, 17
 _DL_FLOAT8 = (DL_FLOAT8_E4M3FN, DL_FLOAT8_E4M3FNUZ, DL_FLOAT8_E5M2, DL_FLOAT8_E5M2FNUZ, DL_FLOAT8_E8M0FNU)
+# PipeLink's own type codes (DLPack's end at 17) for the sub-byte types, which PipeLink holds one value per
+# byte, as ml_dtypes' arrays do: DLPack's int4, uint4, float4_e2m1fn (bits 4), int2 and uint2 (bits 2) are
+# packed, several values to a byte, so no DLPack code describes these tensors. A capsule never carries
+# them (dlpack.to_capsule refuses them, from_dlpack_code does not find them); they keep each row's
+# (code, bits) distinct, from int8's and uint8's above all, wherever a tensor is told by it (the native
+# hot path's signatures, pipelink.h's pipelink_dtype_id).
+DL_UNPACKED_INT4, DL_UNPACKED_UINT4, DL_UNPACKED_INT2, DL_UNPACKED_UINT2 = 128, 129, 130, 131
+DL_UNPACKED_FLOAT4_E2M1FN = 132
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,9 @@ class DType:
     """A supported element type.
 
     ``c_enum`` is the value of ``PIPELINK_DTYPE_*`` in ``pipelink.h``; ``cuda_type`` the CUDA C type name
-    used by the built-in kernels.
+    used by the built-in kernels. ``bits`` is the width of an element's storage (its item size, in bits);
+    ``value_bits`` the width of its value, narrower for the sub-byte types (4 or 2, held one per byte);
+    left at 0 it is ``bits``.
     """
 
     name: str
@@ -61,6 +78,11 @@ class DType:
     bits: int
     c_enum: int
     cuda_type: str
+    value_bits: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.value_bits:
+            object.__setattr__(self, "value_bits", self.bits)  # frozen: set once, here
 
     @property
     def itemsize(self) -> int:
@@ -68,7 +90,12 @@ class DType:
 
     @property
     def is_floating(self) -> bool:
-        return self.dl_code in (DL_FLOAT, DL_BFLOAT, *_DL_FLOAT8)
+        return self.dl_code in (DL_FLOAT, DL_BFLOAT, DL_UNPACKED_FLOAT4_E2M1FN, *_DL_FLOAT8)
+
+    @property
+    def is_sub_byte(self) -> bool:
+        """Whether the value is narrower than its byte (int4, uint4, int2, uint2, float4_e2m1fn)."""
+        return self.value_bits < self.bits
 
     def __str__(self) -> str:
         return self.name
@@ -108,6 +135,24 @@ float8_e5m2fnuz = DType(
 float8_e8m0fnu = DType(
     "float8_e8m0fnu", np.dtype(ml_dtypes.float8_e8m0fnu), DL_FLOAT8_E8M0FNU, 8, 17, "unsigned char"
 )
+# The sub-byte types of ONNX (elem types 22, 21, 26, 25, 23): storage for cast and (de)quantization, one
+# value per byte as ml_dtypes holds them, in the byte's low bits (two's complement for int4 and int2: -1 is
+# 0x0f, 0x03) with the high bits zero; a reader takes the low bits alone, as ml_dtypes does. float4_e2m1fn:
+# sign, 2 exponent bits (bias 1), 1 mantissa bit; +-0, 0.5 ... 6, no infinity, no NaN. The kernels take
+# their bytes (fp8.cuh converts).
+int4 = DType("int4", np.dtype(ml_dtypes.int4), DL_UNPACKED_INT4, 8, 18, "unsigned char", value_bits=4)
+uint4 = DType("uint4", np.dtype(ml_dtypes.uint4), DL_UNPACKED_UINT4, 8, 19, "unsigned char", value_bits=4)
+int2 = DType("int2", np.dtype(ml_dtypes.int2), DL_UNPACKED_INT2, 8, 20, "unsigned char", value_bits=2)
+uint2 = DType("uint2", np.dtype(ml_dtypes.uint2), DL_UNPACKED_UINT2, 8, 21, "unsigned char", value_bits=2)
+float4_e2m1fn = DType(
+    "float4_e2m1fn",
+    np.dtype(ml_dtypes.float4_e2m1fn),
+    DL_UNPACKED_FLOAT4_E2M1FN,
+    8,
+    22,
+    "unsigned char",
+    value_bits=4,
+)
 
 DTYPES: dict[str, DType] = {
     d.name: d
@@ -130,11 +175,18 @@ DTYPES: dict[str, DType] = {
         float8_e4m3fnuz,
         float8_e5m2fnuz,
         float8_e8m0fnu,
+        int4,
+        uint4,
+        int2,
+        uint2,
+        float4_e2m1fn,
     )
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
 #: The 8-bit floats: storage dtypes (cast, quantize_linear, dequantize_linear), not compute dtypes.
 FLOAT8_DTYPES = frozenset(d.name for d in DTYPES.values() if d.dl_code in _DL_FLOAT8)
+#: The sub-byte types, held one value per byte: storage dtypes as the float8s, not compute dtypes.
+SUB_BYTE_DTYPES = frozenset(d.name for d in DTYPES.values() if d.is_sub_byte)
 
 #: (rtol, atol) per dtype for comparing a computed float result with its float64 reference: the one table
 #: of the tests (``assert_allclose``), the tuner's correctness check and the benchmarks (which compare the
@@ -191,7 +243,15 @@ TORCH_DTYPE_NAMES = (
     "bool",
 )
 _BY_NUMPY = {d.numpy: d for d in DTYPES.values()}
-_BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values()}
+_BY_DLPACK = {(d.dl_code, d.bits): d for d in DTYPES.values() if not d.is_sub_byte}
+# DLPack's (packed) descriptions of the sub-byte types: named in the refusal of a capsule of one
+_PACKED_DLPACK = {
+    (DL_INT, 4): int4,
+    (DL_UINT, 4): uint4,
+    (DL_INT, 2): int2,
+    (DL_UINT, 2): uint2,
+    (DL_FLOAT4_E2M1FN, 4): float4_e2m1fn,
+}
 _BY_ENUM = {d.c_enum: d for d in DTYPES.values()}
 _FAST: dict = {
     **{d: d for d in DTYPES.values()},
@@ -234,8 +294,26 @@ def get_dtype(value: object) -> DType:
     )
 
 
+def sub_byte_refusal(dtype: DType) -> str:
+    """Why a tensor of a sub-byte dtype crosses no DLPack boundary, and what to do instead."""
+    return (
+        f"{dtype.name} tensors are held one value per byte; view them as int8/uint8 to exchange them "
+        f"(DLPack's {dtype.name} is packed, {8 // dtype.value_bits} values to a byte)"
+    )
+
+
 def from_dlpack_code(code: int, bits: int, lanes: int = 1) -> DType:
-    """The dtype of a DLPack ``DLDataType``."""
+    """The dtype of a DLPack ``DLDataType``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a type PipeLink lacks, a vector type (lanes > 1), and DLPack's packed sub-byte types (PipeLink
+        holds them one value per byte: :func:`sub_byte_refusal`).
+    """
+    packed = _PACKED_DLPACK.get((code, bits))
+    if packed is not None:
+        raise InvalidArgumentError(sub_byte_refusal(packed), dtype=packed.name)
     found = _BY_DLPACK.get((code, bits))
     if found is None or lanes != 1:
         raise InvalidArgumentError(

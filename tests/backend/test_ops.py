@@ -172,7 +172,8 @@ STAGED_FALLBACK = {
     "top_k",
     "gather_nd",
 }
-CUDNN = {"conv2d", "conv_transpose2d", "conv3d", "conv_transpose3d", "attention"}  # ... and scatter_nd's combining reductions
+# ... and scatter_nd's combining reductions
+CUDNN = {"conv2d", "conv_transpose2d", "conv3d", "conv_transpose3d", "attention"}
 # Issue-15 collectives: their GPU variant is NCCL (ops/collective), not an NVRTC kernel.
 WITH_NCCL = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"}
 # No CUDA kernel: the reference runs on staged host copies on CUDA (ops/resize, ops/gemm, ops/indexing

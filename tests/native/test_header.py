@@ -70,7 +70,8 @@ def test_header_builds_a_cxx_module_with_the_seed_descriptor(tmp_path):
 
 def test_dtype_id_of_every_dlpack_type_is_its_table_row(tmp_path):
     """pipelink_dtype_id (the header's helper a module calls on a tensor) names each row's (code, bits),
-    int16/uint16/uint32/uint64 included; another width of a known code is UNKNOWN (-1)."""
+    int16/uint16/uint32/uint64 and the sub-byte types (PipeLink's own codes) included; another width of a
+    known code is UNKNOWN (-1)."""
     src = tmp_path / "ids.c"
     src.write_text(
         "#include <pipelink.h>\n"
@@ -86,4 +87,8 @@ def test_dtype_id_of_every_dlpack_type_is_its_table_row(tmp_path):
     for name, dtype in DTYPES.items():
         assert lib.dtype_id_of(dtype.dl_code, dtype.bits) == dtype.c_enum, name
     for code, bits in ((0, 128), (1, 128), (2, 8), (4, 32)):  # int128, uint128, float8 of DL_FLOAT, bf32
+        assert lib.dtype_id_of(code, bits) == -1, (code, bits)
+    # DLPack's packed int4, uint4, float4_e2m1fn, int2, uint2 are no PipeLink tensor (one value per byte is
+    # PipeLink's own code, 128 on, with bits 8); nor is PipeLink's code with any other width
+    for code, bits in ((0, 4), (1, 4), (17, 4), (0, 2), (1, 2), (128, 4), (132, 16)):
         assert lib.dtype_id_of(code, bits) == -1, (code, bits)

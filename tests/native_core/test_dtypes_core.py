@@ -1,6 +1,6 @@
 """The native core's dtype table (plan.c: plk_dtype_info) reads a plan tensor of every integer width,
-int16/uint16/uint32/uint64 included, and runs it bit for bit; a float8 tensor stays refused (no plan
-stage of the core takes one)."""
+int16/uint16/uint32/uint64 included, and runs it bit for bit; a float8 or sub-byte tensor (int4, uint4,
+int2, uint2, float4_e2m1fn) stays refused (no plan stage of the core takes one)."""
 
 from __future__ import annotations
 
@@ -99,9 +99,13 @@ def test_a_plan_of_every_integer_width_loads_and_runs(core, tmp_path, dtype):
 
 
 @pytest.mark.parametrize(
-    "dtype", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
+    "dtype",
+    [
+        *("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"),
+        *("int4", "uint4", "int2", "uint2", "float4_e2m1fn"),  # ids 18..22, past plan.c's table
+    ],
 )
-def test_a_float8_plan_tensor_is_refused(core, tmp_path, dtype):
+def test_a_float8_or_sub_byte_plan_tensor_is_refused(core, tmp_path, dtype):
     path = tmp_path / f"copy_{dtype}.plk"
     path.write_bytes(_copy_plan(dtype, (4,)))
     handle = ctypes.c_void_p()

@@ -89,13 +89,24 @@ typedef enum PipeLinkDTypeId {
     PIPELINK_DTYPE_FLOAT8_E4M3FNUZ = 15,
     PIPELINK_DTYPE_FLOAT8_E5M2FNUZ = 16,
     PIPELINK_DTYPE_FLOAT8_E8M0FNU = 17,
+    /* the sub-byte types, one value per byte in its low bits (two's complement for the signed ones), the
+     * high bits zero; a tensor of them has code PIPELINK_DL_UNPACKED_* and bits 8 */
+    PIPELINK_DTYPE_INT4 = 18,
+    PIPELINK_DTYPE_UINT4 = 19,
+    PIPELINK_DTYPE_INT2 = 20,
+    PIPELINK_DTYPE_UINT2 = 21,
+    PIPELINK_DTYPE_FLOAT4_E2M1FN = 22,
     PIPELINK_DTYPE_UNKNOWN = -1
 } PipeLinkDTypeId;
 
-/* DLPack type codes (DLDataTypeCode) used in PipeLinkDataType.code. */
+/* DLPack type codes (DLDataTypeCode) used in PipeLinkDataType.code, and PipeLink's own codes (from 128)
+ * of the sub-byte types held one value per byte: DLPack's int4, uint4, int2, uint2 and float4_e2m1fn are
+ * packed, several values to a byte, so no DLPack code describes these (pipelink.dtypes says the same). */
 enum { PIPELINK_DL_INT = 0, PIPELINK_DL_UINT = 1, PIPELINK_DL_FLOAT = 2, PIPELINK_DL_BFLOAT = 4,
        PIPELINK_DL_BOOL = 6, PIPELINK_DL_FLOAT8_E4M3FN = 10, PIPELINK_DL_FLOAT8_E4M3FNUZ = 11,
-       PIPELINK_DL_FLOAT8_E5M2 = 12, PIPELINK_DL_FLOAT8_E5M2FNUZ = 13, PIPELINK_DL_FLOAT8_E8M0FNU = 14 };
+       PIPELINK_DL_FLOAT8_E5M2 = 12, PIPELINK_DL_FLOAT8_E5M2FNUZ = 13, PIPELINK_DL_FLOAT8_E8M0FNU = 14,
+       PIPELINK_DL_UNPACKED_INT4 = 128, PIPELINK_DL_UNPACKED_UINT4 = 129, PIPELINK_DL_UNPACKED_INT2 = 130,
+       PIPELINK_DL_UNPACKED_UINT2 = 131, PIPELINK_DL_UNPACKED_FLOAT4_E2M1FN = 132 };
 
 /* Device types: DLPack's DLDeviceType values. */
 enum { PIPELINK_DEVICE_CPU = 1, PIPELINK_DEVICE_CUDA = 2, PIPELINK_DEVICE_CUDA_HOST = 3 };
@@ -241,6 +252,12 @@ static inline PipeLinkDTypeId pipelink_dtype_id(const PipeLinkTensor* t) {
         return t->dtype.bits == 8 ? PIPELINK_DTYPE_FLOAT8_E5M2FNUZ : PIPELINK_DTYPE_UNKNOWN;
     case PIPELINK_DL_FLOAT8_E8M0FNU:
         return t->dtype.bits == 8 ? PIPELINK_DTYPE_FLOAT8_E8M0FNU : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_UNPACKED_INT4: return t->dtype.bits == 8 ? PIPELINK_DTYPE_INT4 : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_UNPACKED_UINT4: return t->dtype.bits == 8 ? PIPELINK_DTYPE_UINT4 : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_UNPACKED_INT2: return t->dtype.bits == 8 ? PIPELINK_DTYPE_INT2 : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_UNPACKED_UINT2: return t->dtype.bits == 8 ? PIPELINK_DTYPE_UINT2 : PIPELINK_DTYPE_UNKNOWN;
+    case PIPELINK_DL_UNPACKED_FLOAT4_E2M1FN:
+        return t->dtype.bits == 8 ? PIPELINK_DTYPE_FLOAT4_E2M1FN : PIPELINK_DTYPE_UNKNOWN;
     default: return PIPELINK_DTYPE_UNKNOWN;
     }
 }

@@ -1,5 +1,7 @@
 """ONNX cast and quantization converters: Cast, CastLike (saturating into float8), BitCast, QuantizeLinear and
-DequantizeLinear (per tensor, per axis, and in blocks lowered onto elementwise stages).
+DequantizeLinear (per tensor, per axis, and in blocks lowered onto elementwise stages). The sub-byte types
+(INT4, UINT4, INT2, UINT2, FLOAT4E2M1) are PipeLink's one value per byte, as onnx.numpy_helper unpacks
+their initializers and as the arrays fed for them hold them.
 """
 
 from __future__ import annotations
@@ -33,12 +35,23 @@ _SATURATING_FROM = ("float32", "float16", "bfloat16")
 #: float32, which holds every value of them exactly.
 _BLOCKED_INTEGERS = ("int8", "uint8", "int16", "uint16")
 
+#: The sub-byte integers: blocked as the others, both ways (float32 holds them; the saturating cast takes
+#: their bounds from ml_dtypes.iinfo).
+_SUB_BYTE_INTEGERS = ("int4", "uint4", "int2", "uint2")
+
+#: float4_e2m1fn: blocked as the float8s into it (quantize_linear by a scale of 1) and as the integers out
+#: of it (float32 holds every value).
+_FLOAT4 = "float4_e2m1fn"
+
 
 def _cast_to(g: Graph, node: Node, dtype: str) -> None:
     """Cast, CastLike: ``cast`` to ``dtype``; into a float8 type with saturate (ONNX's default) a value
     beyond the finite range (or an infinity) clips to its largest finite value, as ``quantize_linear``
     by a scale of 1 computes it (round to nearest even, then clip); saturate 0 is the plain cast (NaN, or
-    inf for float8_e5m2). Into float8_e8m0fnu: ``_cast_to_e8m0`` (round_mode applies to it alone)."""
+    inf for float8_e5m2). Into float8_e8m0fnu: ``_cast_to_e8m0`` (round_mode applies to it alone). Into
+    float4_e2m1fn, which has no infinity, the plain cast saturates either way (to +-6; NaN gives a zero of
+    the opposite sign, as onnx's reference); into the sub-byte integers an integer keeps its low bits and
+    a float is truncated, 0 outside the range (the spec leaves it undefined; onnx's reference gives 0)."""
     round_mode = _attr(node, "round_mode", "up")
     if round_mode not in ROUND_MODES:
         raise Unsupported(f"round_mode {round_mode!r}: the spec's are {', '.join(ROUND_MODES)}")
@@ -210,14 +223,15 @@ def _blocks(g: Graph, node: Node, name: str, axis: int, index: np.ndarray, dtype
 def _dequantize_blocked(g: Graph, node: Node, block: int) -> None:
     """Blocked DequantizeLinear as onnx's reference computes it: ``(float32(x) - zero) * scale`` in
     float32, the scale and zero point repeated over their blocks (``_blocks``), then ``cast`` to
-    output_dtype (default: the scale's dtype). x of an integer type (float8 is dequantized per tensor or
-    per axis only), the zero point of x's."""
+    output_dtype (default: the scale's dtype). x of an integer type, the sub-byte ones included, or
+    float4_e2m1fn (float8 is dequantized per tensor or per axis only), the zero point of x's."""
     x, scale = node.inputs[:2]
     zero = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    if dtype_of(g, x) not in _BLOCKED_INTEGERS:
+    blocked = (*_BLOCKED_INTEGERS, *_SUB_BYTE_INTEGERS, _FLOAT4)
+    if dtype_of(g, x) not in blocked:
         raise Unsupported(
             f"blocked DequantizeLinear of x {dtype_of(g, x) or 'of unknown dtype'}: PipeLink blocks "
-            f"{' and '.join(_BLOCKED_INTEGERS)} (float8 per tensor or per axis)"
+            f"{', '.join(blocked)} (float8 per tensor or per axis)"
         )
     if zero is not None and dtype_of(g, zero) != dtype_of(g, x):
         raise Unsupported(f"the zero point's dtype {dtype_of(g, zero)} differs from x's {dtype_of(g, x)}")
@@ -233,7 +247,7 @@ def _dequantize_blocked(g: Graph, node: Node, block: int) -> None:
     axis, index = _block_index(g, node, block)
     y = node.outputs[0]
     value = f"{y}__float32"
-    g.stage(node, "cast", [x], [value], dtype="float32")  # every int8/uint8 value is exact in float32
+    g.stage(node, "cast", [x], [value], dtype="float32")  # every value of x's dtype is exact in float32
     if zero is not None:
         g.stage(
             node,
@@ -253,8 +267,9 @@ def _quantize_blocked(g: Graph, node: Node, block: int) -> None:
     repeated over its blocks (``_blocks``). Into an integer type: ``round`` (halves to even), ``cast`` to
     float32, ``add`` of the repeated zero point (exact: integers), saturated by ``max`` and ``min`` to the
     type's range and ``cast`` (exact: an integer in range; a quotient beyond int32 saturates, where the
-    reference's int32 cast wraps; a NaN gives an unspecified value). Into float8: ``quantize_linear`` by
-    a scale of 1 converts the quotient (saturate as the node says; no zero point: the spec's is 0)."""
+    reference's int32 cast wraps; a NaN gives an unspecified value). Into float8 and float4_e2m1fn:
+    ``quantize_linear`` by a scale of 1 converts the quotient (saturate as the node says; no zero point:
+    the spec's is 0). The sub-byte integers as the other integers."""
     x, scale = node.inputs[:2]
     zero = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     x_dtype = dtype_of(g, x)
@@ -268,21 +283,23 @@ def _quantize_blocked(g: Graph, node: Node, block: int) -> None:
     if wanted and zero_dtype and wanted != zero_dtype:
         raise Unsupported(f"output_dtype {wanted} differs from the zero point's dtype {zero_dtype}")
     out_dtype = wanted or zero_dtype or "uint8"
-    if out_dtype not in _BLOCKED_INTEGERS + _FLOAT8:
+    integers = (*_BLOCKED_INTEGERS, *_SUB_BYTE_INTEGERS)
+    blocked = (*integers, *_FLOAT8, _FLOAT4)
+    if out_dtype not in blocked:
         raise Unsupported(
-            f"blocked QuantizeLinear to {out_dtype}: PipeLink quantizes in blocks to "
-            f"{', '.join(_BLOCKED_INTEGERS + _FLOAT8)}"
+            f"blocked QuantizeLinear to {out_dtype}: PipeLink quantizes in blocks to {', '.join(blocked)}"
         )
-    if zero is not None and out_dtype not in _BLOCKED_INTEGERS:
+    if zero is not None and out_dtype not in integers:
         raise Unsupported(
-            f"a blocked {out_dtype} zero point: the spec's float8 zero point is 0 (leave it out)"
+            f"a blocked {out_dtype} zero point: the spec's float8 zero point is 0, as float4's is "
+            "(leave it out)"
         )
     axis, index = _block_index(g, node, block)
     y = node.outputs[0]
     quotient = f"{y}__quotient"
     g.stage(node, "div", [x, _blocks(g, node, scale, axis, index, x_dtype, "scale")], [quotient])
     attrs: dict[str, Any] = {"output_dtype": out_dtype}
-    if out_dtype not in _BLOCKED_INTEGERS:
+    if out_dtype not in integers:
         if not _attr(node, "saturate", 1):
             attrs["saturate"] = False
         g.stage(node, "quantize_linear", [quotient, _unit_scale(g, y, x_dtype)], [y], **attrs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..dtypes import get_dtype
@@ -66,7 +67,7 @@ def saturating_cast(
 ) -> None:
     """``y = cast(clip(value, the range of the integer dtype), dtype)``: ``value`` (a float tensor of type
     ``compute``, already rounded) clipped by a max and a min stage, so the cast after is exact."""
-    limits = np.iinfo(get_dtype(dtype).numpy)
+    limits = ml_dtypes.iinfo(get_dtype(dtype).numpy)  # NumPy's integers and the sub-byte ones
     for op, bound in (("max", limits.min), ("min", limits.max)):
         name = f"{y}__{tag}{op}_bound"
         g.constants[name] = np.asarray(bound, get_dtype(compute).numpy)

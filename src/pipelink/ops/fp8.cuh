@@ -1,13 +1,16 @@
-// PipeLink's float8 conversions (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e8m0fnu), in software on the bits: no
-// dependence on cuda_fp8.h (whose types cover e4m3 and e5m2 only). Used by the (de)quantize kernels
-// (quantize/quantize.cu) and the any-dtype cast (elementwise/cast.cu); __host__ __device__, so
-// tests/unit/test_fp8_conversion.py checks them against ml_dtypes (and onnx's reference for e8m0's
-// rounding modes) on the CPU, value by value.
+// PipeLink's conversions of the narrow storage types, in software on the bits: the float8s (e4m3fn, e5m2,
+// e4m3fnuz, e5m2fnuz, e8m0fnu), float4_e2m1fn and the sub-byte integers (int4, uint4, int2, uint2, held one
+// value per byte as ml_dtypes holds them). No dependence on cuda_fp8.h / cuda_fp4.h (whose types cover
+// e4m3, e5m2 and e2m1 only). Used by the (de)quantize kernels (quantize/quantize.cu) and the any-dtype
+// cast (elementwise/cast.cu); __host__ __device__, so tests/unit/test_fp8_conversion.py and
+// test_fp4_conversion.py check them against ml_dtypes (and onnx's reference for e8m0's rounding modes) on
+// the CPU, value by value.
 //
-// The formats are named by PL_Q_E4M3FN, PL_Q_E5M2, PL_Q_E4M3FNUZ, PL_Q_E5M2FNUZ and PL_Q_E8M0 (quantize.cu's
-// quantized kinds 2 to 6; 0 and 1 are its integers). pl_float_to_fp8 / pl_double_to_fp8 convert as
-// ml_dtypes does (with saturate: as NumPy's clip to the finite range first), pl_fp8_to_float exactly;
-// pl_float_to_e8m0 is ONNX Cast's conversion into e8m0 (its round_mode and saturate).
+// The formats are named by PL_Q_E4M3FN, PL_Q_E5M2, PL_Q_E4M3FNUZ, PL_Q_E5M2FNUZ, PL_Q_E8M0, PL_Q_E2M1 and
+// PL_Q_INT4, PL_Q_UINT4, PL_Q_INT2, PL_Q_UINT2 (quantize.cu's quantized kinds 2 to 11; 0, 1, 12 and 13 are
+// its 8- and 16-bit integers). pl_float_to_fp8 / pl_double_to_fp8 convert as ml_dtypes does (with saturate:
+// as NumPy's clip to the finite range first), pl_fp8_to_float exactly; pl_float_to_e8m0 is ONNX Cast's
+// conversion into e8m0 (its round_mode and saturate); pl_subint_* read and write the sub-byte integers.
 #pragma once
 
 #define PL_Q_E4M3FN 2
@@ -15,6 +18,13 @@
 #define PL_Q_E4M3FNUZ 4
 #define PL_Q_E5M2FNUZ 5
 #define PL_Q_E8M0 6
+#define PL_Q_E2M1 7
+#define PL_Q_INT4 8
+#define PL_Q_UINT4 9
+#define PL_Q_INT2 10
+#define PL_Q_UINT2 11
+// whether a kind is a sub-byte integer (PL_Q_INT4...PL_Q_UINT2)
+#define PL_IS_SUBINT(Q) ((Q) >= PL_Q_INT4 && (Q) <= PL_Q_UINT2)
 // ONNX Cast's round_mode into e8m0 (pl_float_to_e8m0)
 #define PL_E8M0_UP 0
 #define PL_E8M0_DOWN 1
@@ -194,4 +204,59 @@ PL_HD unsigned char pl_float_to_e8m0(float f, bool saturate, int round) {
     if (round == PL_E8M0_NEAREST) up = (frac & 0x400000u) && ((frac & 0x3fffffu) || e > 0);
     if (saturate && e == 0xfeu) up = false;
     return (unsigned char)(e + (up ? 1u : 0u));
+}
+
+// float4_e2m1fn: sign (0x8), 2 exponent bits (bias 1), 1 mantissa bit, in a byte's low 4 bits (the high
+// bits zero when written; read as ml_dtypes reads them, any set bit above the magnitude's is the sign):
+// +-0, 0.5, 1, 1.5, 2, 3, 4, 6; no infinity, no NaN.
+// As ml_dtypes converts: round to nearest even, every magnitude past 6 (inf too) 6 whatever saturate says
+// (the format has no infinity to overflow into), a value rounding to zero keeps its sign, and NaN gives a
+// zero of the opposite sign (NaN -> 0x8, -NaN -> 0x0).
+template <> PL_HD unsigned char pl_float_to_fp8<PL_Q_E2M1>(float f, bool saturate) {
+    (void)saturate;  // always saturated: there is no infinity
+    const unsigned b = pl_f32_bits(f);
+    const unsigned sign = (b >> 28) & 0x8u;
+    const unsigned a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned char)(sign ^ 0x8u);
+    unsigned bits;
+    if (a < 0x3f800000u) {
+        // below 1 (the smallest normal): a multiple of the subnormal quantum 0.5, rounded half to even;
+        // 2 quanta encode 1.0 by themselves (exponent 1, mantissa 0)
+        bits = (unsigned)rintf(pl_bits_f32(a) * 2.0f);
+    } else {
+        const unsigned r = (a + ((1u << 21) - 1u) + ((a >> 22) & 1u)) >> 22;  // RNE to 1 mantissa bit
+        bits = r - (126u << 1);
+    }
+    return (unsigned char)(sign | (bits > 7u ? 7u : bits));  // inf lands past 7 as well
+}
+template <> PL_HD float pl_fp8_to_float<PL_Q_E2M1>(unsigned char v) {
+    const unsigned sign = v > 0x7u ? 0x80000000u : 0u, e = (v >> 1) & 0x3u, m = v & 0x1u;
+    if (e == 0) return pl_bits_f32(sign | (m ? 0x3f000000u : 0u));  // 0.5 or zero
+    return pl_bits_f32(sign | ((e + 126u) << 23) | (m << 22));
+}
+
+// The sub-byte integers, one value per byte as ml_dtypes holds them: the value in the low BITS bits (two's
+// complement for int4 and int2: -1 is 0x0f, 0x03), the high bits zero when written and unread when read.
+template <int Q> struct pl_subint;
+template <> struct pl_subint<PL_Q_INT4> { static constexpr int BITS = 4, MIN = -8, MAX = 7; };
+template <> struct pl_subint<PL_Q_UINT4> { static constexpr int BITS = 4, MIN = 0, MAX = 15; };
+template <> struct pl_subint<PL_Q_INT2> { static constexpr int BITS = 2, MIN = -2, MAX = 1; };
+template <> struct pl_subint<PL_Q_UINT2> { static constexpr int BITS = 2, MIN = 0, MAX = 3; };
+
+// the value of a byte: its low bits, sign-extended for the signed types
+template <int Q> PL_HD int pl_subint_value(unsigned char b) {
+    typedef pl_subint<Q> I;
+    const int v = b & ((1 << I::BITS) - 1), top = 1 << (I::BITS - 1);
+    return I::MIN < 0 ? (v ^ top) - top : v;
+}
+// an integer's low bits (two's complement): ONNX Cast's wrap of an integer into a narrower one, as
+// ml_dtypes casts; a value of the type's range is stored as itself
+template <int Q> PL_HD unsigned char pl_subint_wrap(unsigned long long v) {
+    return (unsigned char)(v & ((1u << pl_subint<Q>::BITS) - 1u));
+}
+// a float truncated toward zero; outside the type's range (inf too) and NaN 0, as ml_dtypes casts
+template <int Q> PL_HD unsigned char pl_subint_from_double(double d) {
+    typedef pl_subint<Q> I;
+    const double t = trunc(d);
+    return t >= I::MIN && t <= I::MAX ? pl_subint_wrap<Q>((unsigned long long)(long long)t) : 0;
 }

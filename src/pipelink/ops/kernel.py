@@ -72,19 +72,25 @@ __all__ = [
     "strided_specs",
     "row_geometry",
     "sm_count_of",
-    "FP8_KINDS",
+    "STORAGE_KINDS",
 ]
 
 _DIR = Path(__file__).resolve().parent
 CUDA_VARIANT = "cuda:nvrtc"
 FLOATS = ("float32", "float16", "bfloat16", "float64")
-#: the float8 formats fp8.cuh converts in software, by the macro naming each (PL_Q_E4M3FN...PL_Q_E8M0)
-FP8_KINDS = {
+#: the storage types fp8.cuh converts in software, each held as a byte, by the macro naming each: the
+#: float8s (PL_Q_E4M3FN...PL_Q_E8M0), float4_e2m1fn (PL_Q_E2M1), the sub-byte integers (PL_Q_INT4...)
+STORAGE_KINDS = {
     "float8_e4m3fn": "PL_Q_E4M3FN",
     "float8_e5m2": "PL_Q_E5M2",
     "float8_e4m3fnuz": "PL_Q_E4M3FNUZ",
     "float8_e5m2fnuz": "PL_Q_E5M2FNUZ",
     "float8_e8m0fnu": "PL_Q_E8M0",
+    "float4_e2m1fn": "PL_Q_E2M1",
+    "int4": "PL_Q_INT4",
+    "uint4": "PL_Q_UINT4",
+    "int2": "PL_Q_INT2",
+    "uint2": "PL_Q_UINT2",
 }
 DEFAULT_SM_COUNT = 132  # H200
 MAX_NDIM = 8

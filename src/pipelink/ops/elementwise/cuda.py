@@ -18,7 +18,7 @@ from ..kernel import (
     DEFAULT_UNROLL,
     FLAT_TUNABLES,
     FLOATS,
-    FP8_KINDS,
+    STORAGE_KINDS,
     ArgSpec,
     KernelSource,
     LaunchPlan,
@@ -430,19 +430,21 @@ def plan_cast_any(
     dtype_in: Any, dtype_out: Any, shape: Any, *, sm_count: int = DEFAULT_SM_COUNT
 ) -> LaunchPlan:
     """Plan a cast between any two dtypes with C semantics (ints, bool): ``pl_cast_any(const TIN* x,
-    TOUT* y, long long n)`` of ``cast.cu``. A 16-bit float on either side goes through double."""
+    TOUT* y, long long n)`` of ``cast.cu``. A 16-bit float, a float8, float4_e2m1fn or a sub-byte integer
+    on either side goes through double (each a byte converted by fp8.cuh); into a sub-byte integer an
+    integer keeps its low bits and a float is truncated (0 outside the range), as ml_dtypes casts."""
     source = KERNELS["cast_any"]
     ti, to = get_dtype(dtype_in), get_dtype(dtype_out)
     n = prod(shape_of(shape, "cast"))
-    direct = int(ti.itemsize == 4 or ti.itemsize == 8 or not ti.is_floating) and int(
-        to.itemsize == 4 or to.itemsize == 8 or not to.is_floating
+    direct = int(
+        all(t.name not in STORAGE_KINDS and (t.itemsize in (4, 8) or not t.is_floating) for t in (ti, to))
     )
     block = _CAST_ANY_BLOCK
-    macros = {"PL_DIRECT": direct, "PL_BLOCK": block}
-    for side, t in (("PL_TIN", ti), ("PL_TOUT", to)):  # a float8 is its bits, converted by fp8.cuh
-        kind = FP8_KINDS.get(t.name)
+    macros = {"PL_DIRECT": direct, "PL_BLOCK": block, "PL_TIN_FLOAT": int(ti.is_floating)}
+    for side, t in (("PL_TIN", ti), ("PL_TOUT", to)):  # a storage type is its byte, converted by fp8.cuh
+        kind = STORAGE_KINDS.get(t.name)
         macros[side] = "unsigned char" if kind else t.cuda_type
-        macros[f"{side}_FP8"] = kind or 0
+        macros[f"{side}_KIND"] = kind or 0
     specs = [pointer("x"), pointer("y"), ArgSpec("n", "i64")]
     grid = flat_grid(n, block, 1, _CAST_ANY_BLOCKS_PER_SM, sm_count)
     return make_plan(

@@ -619,7 +619,9 @@ def cast_bind(ctx: KernelContext):
 
 
 def infer_bitcast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
-    """bitcast keeps the shape and takes ``dtype``, which must be as wide as x's (ONNX BitCast).
+    """bitcast keeps the shape and takes ``dtype``, whose values must be as wide as x's (ONNX BitCast): a
+    sub-byte type pairs with another of its width alone (int4, uint4, float4_e2m1fn; int2, uint2), whose
+    byte holds the same bits where its value is.
 
     Raises
     ------
@@ -627,12 +629,13 @@ def infer_bitcast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tup
         A target dtype of another width.
     """
     source, target = get_dtype(in_dtypes[0]), get_dtype(attrs["dtype"])
-    if source.bits != target.bits:
+    if source.value_bits != target.value_bits:
         raise DTypeMismatchError(
-            f"bitcast: {source.name} is {source.bits} bits wide and {target.name} {target.bits}; a bitcast "
-            "reinterprets bytes between dtypes of the same width (use cast to convert values)",
+            f"bitcast: {source.name} is {source.value_bits} bits wide and {target.name} "
+            f"{target.value_bits}; a bitcast reinterprets bits between dtypes of the same width (use cast "
+            "to convert values)",
             port="x",
-            expected=f"a {target.bits}-bit dtype",
+            expected=f"a {target.value_bits}-bit dtype",
             got=source.name,
         )
     return (tuple(in_shapes[0]),), (target.name,)

@@ -1,10 +1,15 @@
-"""Linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear): int8, uint8 and the 8-bit floats
-(float8_e4m3fn, float8_e5m2, their fnuz variants and float8_e8m0fnu), per tensor or per axis. Descriptors
-and NumPy references.
+"""Linear (de)quantization (ONNX QuantizeLinear / DequantizeLinear): int8, uint8, int16, uint16, the 8-bit
+floats (float8_e4m3fn, float8_e5m2, their fnuz variants and float8_e8m0fnu) and the sub-byte types (int4,
+uint4, int2, uint2, float4_e2m1fn: one value per byte), per tensor or per axis. Descriptors and NumPy
+references.
 
 Quantize computes ``x / scale`` in float32, rounds half to even, adds the zero point and saturates to the
-integer range; float8 outputs round to nearest even and, with ``saturate``, clip to the largest finite
-value (without it, overflow is NaN, inf for e5m2, as ONNX says). float8_e8m0fnu (an exponent alone, no
+integer range (int4 [-8, 7], uint4 [0, 15], int2 [-2, 1], uint2 [0, 3]); float8 outputs round to nearest
+even and, with ``saturate``, clip to the largest finite value (without it, overflow is NaN, inf for e5m2,
+as ONNX says); float4_e2m1fn rounds to nearest even and always saturates to +-6 (it has no infinity; a NaN
+quotient gives a zero of the opposite sign, as ml_dtypes and onnx's reference convert). A float zero point
+(float8, float4_e2m1fn; the spec's is 0) is added to the quotient before the rounding and subtracted by
+dequantize, as the spec's formula says. float8_e8m0fnu (an exponent alone, no
 zero: no zero point) converts as ONNX's Cast into it does: by ``round_mode`` (up, down, nearest) on the
 float32 quotient's exponent field, ``saturate`` keeping the largest exponent from rounding into NaN; ONNX's
 Cast to FLOAT8E8M0 is this by a scale of 1. The CUDA variants (``cuda.py``, ``quantize.cu``) compute the
@@ -20,7 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
-from ...dtypes import FLOAT8_DTYPES
+from ...dtypes import FLOAT8_DTYPES, SUB_BYTE_DTYPES, get_dtype
 from ...errors import DTypeMismatchError, InvalidArgumentError, ShapeMismatchError
 from ...limits import shape_nbytes
 from .._common import builtin_operator, numpy_dtype
@@ -28,16 +33,26 @@ from .._dims import normalize_axis
 from ..kernel import cuda_variant
 from . import cuda
 
-__all__ = ["descriptors", "QUANTIZED_DTYPES", "ROUND_MODES", "SCALE_DTYPES", "scale_layout", "to_e8m0"]
+__all__ = [
+    "descriptors",
+    "INTEGER_QUANTIZED",
+    "QUANTIZED_DTYPES",
+    "ROUND_MODES",
+    "SCALE_DTYPES",
+    "scale_layout",
+    "to_e8m0",
+]
 
-QUANTIZED_DTYPES = frozenset({"int8", "uint8"}) | FLOAT8_DTYPES
+QUANTIZED_DTYPES = frozenset({"int8", "uint8", "int16", "uint16"}) | FLOAT8_DTYPES | SUB_BYTE_DTYPES
+#: the quantized types that round half to even and saturate to their range (the rest are floats)
+INTEGER_QUANTIZED = frozenset(d for d in QUANTIZED_DTYPES if not get_dtype(d).is_floating)
 SCALE_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 #: ONNX Cast's round_mode into float8_e8m0fnu (onnx.numpy_helper.to_float8e8m0), in fp8.cuh's order
 ROUND_MODES = ("up", "down", "nearest")
 _E8M0 = "float8_e8m0fnu"
 
 
-# The CUDA kernels' dtypes of every input: x / y and the scale (floats), the zero point (an 8-bit type).
+# The CUDA kernels' dtypes of every input: x / y and the scale (floats), the zero point (a quantized type).
 _CUDA_DTYPES = frozenset(cuda.FLOAT_TYPES) | frozenset(cuda.Q_KINDS)
 
 
@@ -175,8 +190,8 @@ def _quantize_bind(ctx: KernelContext):
     )
     vec = _broadcastable(len(x_shape), axis, x_shape[axis] if axis is not None else 1)
     out_dtype = ctx.out_dtypes[0]
-    is_int = out_dtype in ("int8", "uint8")
-    limits = (np.iinfo if is_int else ml_dtypes.finfo)(numpy_dtype(out_dtype))
+    is_int = out_dtype in INTEGER_QUANTIZED
+    limits = (ml_dtypes.iinfo if is_int else ml_dtypes.finfo)(numpy_dtype(out_dtype))  # int4's too
     saturate = bool(ctx.attrs["saturate"])
     round_mode = ctx.attrs["round_mode"]
     buf = _float32_scratch(ctx, x_shape)
@@ -210,11 +225,12 @@ def _dequantize_bind(ctx: KernelContext):
 
     def kernel(inputs, outputs, stream):
         x, scale, zero = inputs
-        np.copyto(buf, x, casting="unsafe")  # every int8/uint8/float8 value is exact in float32
+        np.copyto(buf, x, casting="unsafe")  # every quantized value is exact in float32
         if zero is not None:
             np.subtract(buf, zero.reshape(vec).astype(np.float32), out=buf)
         np.multiply(buf, scale.reshape(vec), out=buf, dtype=np.float32)
-        np.copyto(outputs[0], buf, casting="unsafe")
+        with np.errstate(over="ignore"):  # IEEE: past a 16-bit scale's range the product is inf
+            np.copyto(outputs[0], buf, casting="unsafe")
 
     return kernel
 
@@ -226,7 +242,8 @@ def descriptors() -> list[OperatorDescriptor]:
     return [
         builtin_operator(
             "quantize_linear",
-            doc="y = saturate(round_half_even(x / scale) + zero_point) in an 8-bit type.",
+            doc="y = saturate(round_half_even(x / scale) + zero_point) in a quantized type (8-bit, 16-bit "
+            "and sub-byte integers, float8, float4_e2m1fn).",
             inputs=[
                 Port("x", dtype="T"),
                 Port("scale", dtype="T", doc=scale_doc),
@@ -237,14 +254,15 @@ def descriptors() -> list[OperatorDescriptor]:
                     doc="same shape as scale; its dtype is the output's",
                 ),
             ],
-            outputs=[Port("y", doc="x's shape, int8/uint8/float8")],
+            outputs=[Port("y", doc="x's shape, a quantized type")],
             attrs=[
                 axis,
                 Attr(
                     "saturate",
                     "bool",
                     True,
-                    doc="float8 only: clip to the largest finite value (integers always saturate)",
+                    doc="float8 only: clip to the largest finite value (integers and float4_e2m1fn, which "
+                    "has no infinity, always saturate)",
                 ),
                 Attr(
                     "round_mode",
@@ -269,7 +287,7 @@ def descriptors() -> list[OperatorDescriptor]:
         ),
         builtin_operator(
             "dequantize_linear",
-            doc="y = (x - zero_point) * scale, from an 8-bit type to the scale's type.",
+            doc="y = (x - zero_point) * scale, from a quantized type to the scale's type.",
             inputs=[
                 Port("x", dtype="Q"),
                 Port("scale", dtype=SCALE_DTYPES, doc=scale_doc),

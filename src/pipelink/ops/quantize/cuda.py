@@ -1,5 +1,6 @@
 """Linear (de)quantization on CUDA: ``quantize.cu`` (one thread per element, float32 arithmetic as the CPU
-reference, float8 conversions in software on the bits), its plans and binds. Pure Python + NumPy.
+reference, float8, float4 and sub-byte conversions in software on the bits), its plans and binds. Pure
+Python + NumPy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ...errors import InvalidArgumentError
 from ..kernel import (
     BLOCKS,
     DEFAULT_SM_COUNT,
-    FP8_KINDS,
+    STORAGE_KINDS,
     ArgSpec,
     KernelSource,
     LaunchPlan,
@@ -40,7 +41,13 @@ __all__ = [
 
 _SOURCE = Path(__file__).resolve().parent / "quantize.cu"
 _TUNABLES = {"block": (256, BLOCKS), "max_blocks_per_sm": (8, (1, 2, 4, 8, 16, 32))}
-Q_KINDS = {"int8": "PL_Q_INT8", "uint8": "PL_Q_UINT8", **FP8_KINDS}
+Q_KINDS = {
+    "int8": "PL_Q_INT8",
+    "uint8": "PL_Q_UINT8",
+    "int16": "PL_Q_INT16",
+    "uint16": "PL_Q_UINT16",
+    **STORAGE_KINDS,
+}
 FLOAT_TYPES = ("float32", "float16", "bfloat16")  # of x / y and the scale
 KERNELS: dict[str, KernelSource] = {
     "quantize_linear": KernelSource(
