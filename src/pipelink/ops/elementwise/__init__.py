@@ -359,7 +359,11 @@ def descriptors() -> list[OperatorDescriptor]:
         ),
         builtin_operator(
             "cast",
-            doc="Convert to another dtype (C semantics: float -> int truncates, bool is 0/1).",
+            doc=(
+                "Convert to another dtype (C semantics: float -> int truncates, bool is 0/1). Into int4, "
+                "uint4, int2, uint2 an integer keeps its low bits and a float truncates (0 when out of "
+                "range, as ml_dtypes); into float4_e2m1fn and the float8s round to nearest even."
+            ),
             inputs=[Port("x")],
             outputs=[Port("y", shape="x", dtype="attr:dtype")],
             attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype")],
@@ -369,7 +373,10 @@ def descriptors() -> list[OperatorDescriptor]:
         ),
         builtin_operator(
             "bitcast",
-            doc="Reinterpret x's bytes as another dtype of the same width (no value converted).",
+            doc=(
+                "Reinterpret x's bytes as another dtype of the same value width (no value converted; the "
+                "sub-byte types pair by their 4 or 2 bits)."
+            ),
             inputs=[Port("x")],
             outputs=[Port("y", shape="x", dtype="attr:dtype")],
             attrs=[Attr("dtype", "dtype", REQUIRED, doc="name of the output dtype, as wide as x's")],
