@@ -14,6 +14,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import pipelink as pl  # noqa: E402
+from pipelink.onnx import import_model  # noqa: E402
 from tests.backend import onnx_models as om  # noqa: E402
 from tests.conftest import assert_close  # noqa: E402
 
@@ -465,3 +466,33 @@ def test_optional_has_element_is_known_at_import_and_get_element_is_a_copy(rng, 
         assert got.dtype == np.bool_ and got.shape == () and bool(got) is want, inputs
     model = _model("OptionalGetElement", {"x": x}, {}, {}, opset=18)
     _check(_run(model, {"x": x}, device), [x], "OptionalGetElement of a tensor")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda: helper.make_tensor_sequence_value_info("x", onnx.TensorProto.FLOAT, [2]), "a sequence"),
+        (
+            lambda: helper.make_value_info(
+                "x",
+                helper.make_optional_type_proto(helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [2])),
+            ),
+            "an optional",
+        ),
+        (
+            lambda: helper.make_tensor_value_info("x", onnx.TensorProto.UNDEFINED, [2]),
+            "a tensor without an element type",
+        ),
+    ],
+)
+def test_graph_inputs_that_are_not_tensors_are_named_by_kind(make, says):
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="the_node")],
+        "not_tensors",
+        [make()],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(pl.PipeLinkError, match=f"the graph input is {says}; PipeLink's pipeline inputs") as e:
+        import_model(model)
+    assert e.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"

@@ -166,7 +166,21 @@ _REFOLDS = 64
 def _declare_input(onnx, info, rejected: list[Rejected]) -> dict[str, Any] | None:
     ttype = info.type.tensor_type
     if not info.type.HasField("tensor_type") or not ttype.elem_type:
-        rejected.append(Rejected("input", info.name, "only tensor inputs with an element type are supported"))
+        kind = info.type.WhichOneof("value")
+        what = {
+            "sequence_type": "a sequence",
+            "optional_type": "an optional",
+            "map_type": "a map",
+            "sparse_tensor_type": "a sparse tensor",
+        }.get(kind or "", "a tensor without an element type" if kind == "tensor_type" else "of no type")
+        rejected.append(
+            Rejected(
+                "input",
+                info.name,
+                f"the graph input is {what}; PipeLink's pipeline inputs are dense tensors with an element "
+                "type (export the model with tensor inputs)",
+            )
+        )
         return None
     try:
         dtype = get_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))).name
