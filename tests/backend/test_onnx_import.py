@@ -294,6 +294,7 @@ def _case(rng, op):
             {},
         ),
         "EyeLike": ({"x": m}, {}, {"k": 1, "dtype": onnx.TensorProto.INT32}),
+        "OptionalGetElement": ({"x": x}, {}, {}),  # opset 18: of a tensor, that tensor
         "TfIdfVectorizer": (
             {"x": rng.integers(0, 6, (3, 8)).astype(np.int64)},
             {},

@@ -150,7 +150,7 @@ def test_dtypes_are_checked_and_normalised():
     assert "unsupported dtype 'float17'" in by_path["/dtypes/a"]
     assert "did you mean 'b'" in by_path["/dtypes/bb"]
     with pytest.raises(ConfigError) as info:
-        load_tune_config({**base, "dtypes": "int4"})
+        load_tune_config({**base, "dtypes": "int3"})
     assert paths(info.value.errors) == ["/dtypes"]
 
 
