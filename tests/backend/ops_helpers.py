@@ -136,6 +136,24 @@ def run_op(
     return [np.array(backend.to_host(backend.wrap(out)).numpy()) for out in outs]
 
 
+def infer_float_shapes(reg: OperatorRegistry, name: str, shapes, attrs: dict) -> list:
+    """The output shapes ``name`` infers from float32 inputs of ``shapes`` (absent trailing optional
+    ports padded with None)."""
+    desc = reg.get(name)
+    shapes = list(shapes) + [None] * (len(desc.inputs) - len(shapes))
+    dtypes = ["float32" if s is not None else None for s in shapes]
+    resolved = desc.resolve_attrs(attrs, where="t")
+    return infer_outputs(desc, tuple(shapes), tuple(dtypes), resolved, stage="t")[0]
+
+
+def assert_same_bytes(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal dtypes and shapes, and every byte equal (NaN payloads and signed zeros included)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype)
+    g, w = got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)
+    bad = np.flatnonzero(g != w)
+    assert bad.size == 0, (what, bad[:6], g[bad[:6]], w[bad[:6]])
+
+
 def as64(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
 

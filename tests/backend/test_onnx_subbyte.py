@@ -18,6 +18,7 @@ from onnx import numpy_helper  # noqa: E402
 from pipelink.dtypes import get_dtype  # noqa: E402
 from pipelink.onnx import import_model  # noqa: E402
 from tests.backend import onnx_models as om  # noqa: E402
+from tests.backend.ops_helpers import assert_same_bytes  # noqa: E402
 
 TensorProto = onnx.TensorProto
 SUB_BYTE = {
@@ -30,11 +31,6 @@ SUB_BYTE = {
 INTS = (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2)
 
 
-def _same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype)
-    g, w = got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, (what, bad[:6], g[bad[:6]], w[bad[:6]])
 
 
 def _values(rng, dtype) -> np.ndarray:
@@ -61,7 +57,7 @@ def test_cast_into_sub_byte_types_matches_the_reference(rng, device, to, src):
     model = _cast(x, to)
     (got,) = om.run_pipeline(model, {"x": x}, device)
     (want,) = om.reference_evaluator(model, {"x": x})
-    _same_bits(got, want, f"Cast {np.dtype(src)} -> {np.dtype(SUB_BYTE[to]).name}")
+    assert_same_bytes(got, want, f"Cast {np.dtype(src)} -> {np.dtype(SUB_BYTE[to]).name}")
 
 
 @pytest.mark.parametrize("to", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.INT64])
@@ -74,7 +70,7 @@ def test_cast_out_of_sub_byte_graph_inputs_is_exact(device, src, to):
     model = _cast(x, to)
     (got,) = om.run_pipeline(model, {"x": x}, device)
     (want,) = om.reference_evaluator(model, {"x": x})
-    _same_bits(got, want, f"Cast {np.dtype(dtype).name} -> {to}")
+    assert_same_bytes(got, want, f"Cast {np.dtype(dtype).name} -> {to}")
 
 
 @pytest.mark.parametrize("like", list(SUB_BYTE))
@@ -84,7 +80,7 @@ def test_castlike_takes_the_sub_byte_type_of_its_target(rng, device, like):
     model = om.one_node_model("CastLike", ["x", "t"], {"x": x}, {"t": target}, {}, ["y"], opset=25)
     (got,) = om.run_pipeline(model, {"x": x}, device)
     (want,) = om.reference_evaluator(model, {"x": x})
-    _same_bits(got, want, f"CastLike {np.dtype(SUB_BYTE[like]).name}")
+    assert_same_bytes(got, want, f"CastLike {np.dtype(SUB_BYTE[like]).name}")
 
 
 def test_initializers_are_unpacked_at_import():
@@ -128,7 +124,7 @@ def test_quantize_and_dequantize_match_the_reference(rng, device, q, per_axis):
     feeds = {"x": x, "s": scale, "z": zero}
     (got,) = om.run_pipeline(quant, feeds, device)
     (want,) = om.reference_evaluator(quant, feeds)
-    _same_bits(got, want, f"QuantizeLinear to {np.dtype(dtype).name}")
+    assert_same_bytes(got, want, f"QuantizeLinear to {np.dtype(dtype).name}")
     dequant = om.one_node_model(
         "DequantizeLinear", ["q", "s", "z"], {"q": want}, {"s": scale, "z": zero}, attrs, ["y"], opset=25
     )
@@ -168,7 +164,7 @@ def test_blocked_quantize_into_float4_matches_the_reference(rng, device):
     model = om.one_node_model("QuantizeLinear", ["x", "s"], {"x": x}, {"s": scale}, attrs, ["y"], opset=25)
     (got,) = om.run_pipeline(model, {"x": x}, device)
     (want,) = om.reference_evaluator(model, {"x": x})
-    _same_bits(got, want, "blocked QuantizeLinear to float4")
+    assert_same_bytes(got, want, "blocked QuantizeLinear to float4")
 
 
 @pytest.mark.parametrize("q", INTS)
@@ -188,4 +184,4 @@ def test_blocked_quantize_into_sub_byte_integers_matches_the_reference(rng, devi
     model = om.one_node_model("QuantizeLinear", inputs, {"x": x}, inits, attrs, ["y"], opset=25)
     (got,) = om.run_pipeline(model, {"x": x}, device)
     (want,) = om.reference_evaluator(model, {"x": x})
-    _same_bits(got, want, f"blocked QuantizeLinear to {q}")
+    assert_same_bytes(got, want, f"blocked QuantizeLinear to {q}")

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import pipelink as pl
-from pipelink.descriptor import infer_outputs
 from pipelink.errors import InvalidArgumentError, ShapeMismatchError
 
-from .ops_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, run_op
+from .ops_helpers import FLOAT_NAMES, as64, check_close, infer_float_shapes, make_registry, rand, run_op
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +22,6 @@ def reg():
     return make_registry()
 
 
-def _infer(reg, name, shapes, attrs):
-    desc = reg.get(name)
-    shapes = list(shapes) + [None] * (len(desc.inputs) - len(shapes))
-    dtypes = ["float32" if s is not None else None for s in shapes]
-    resolved = desc.resolve_attrs(attrs, where="t")
-    return infer_outputs(desc, tuple(shapes), tuple(dtypes), resolved, stage="t")[0]
 
 
 def _conv_ref(x, w, b, strides, pads, dilations, group, out_hw):
@@ -164,11 +157,11 @@ def test_conv2d_auto_pad(reg, device, auto_pad, size, stride, expected_pads):
 )
 def test_conv2d_errors(reg, shapes, attrs, error, match):
     with pytest.raises(error, match=match):
-        _infer(reg, "conv2d", shapes, attrs)
+        infer_float_shapes(reg, "conv2d", shapes, attrs)
 
 
 def test_conv2d_symbolic_batch_passes_through(reg):
-    (shape,) = _infer(reg, "conv2d", [("N", 3, 8, 8), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
+    (shape,) = infer_float_shapes(reg, "conv2d", [("N", 3, 8, 8), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
     assert shape == ("N", 4, 8, 8)
 
 
@@ -233,15 +226,15 @@ def test_conv_transpose2d_against_gather_loop(reg, device, xs, ws, attrs, dtype)
 
 def test_conv_transpose2d_errors(reg):
     with pytest.raises(InvalidArgumentError, match="output_padding"):
-        _infer(reg, "conv_transpose2d", [(1, 2, 3, 3), (2, 1, 3, 3)], {"output_padding": [1, 1]})
+        infer_float_shapes(reg, "conv_transpose2d", [(1, 2, 3, 3), (2, 1, 3, 3)], {"output_padding": [1, 1]})
     with pytest.raises(ShapeMismatchError, match="weight 'w'"):
-        _infer(reg, "conv_transpose2d", [(1, 2, 3, 3), (3, 1, 3, 3)], {})
+        infer_float_shapes(reg, "conv_transpose2d", [(1, 2, 3, 3), (3, 1, 3, 3)], {})
     with pytest.raises(InvalidArgumentError, match="divide the 3 input channels"):
-        _infer(reg, "conv_transpose2d", [(1, 3, 3, 3), (3, 1, 3, 3)], {"group": 2})
+        infer_float_shapes(reg, "conv_transpose2d", [(1, 3, 3, 3), (3, 1, 3, 3)], {"group": 2})
     with pytest.raises(ShapeMismatchError, match="bias 'b' has 3 entries, but the output has 2 channels"):
-        _infer(reg, "conv_transpose2d", [(1, 2, 3, 3), (2, 1, 3, 3), (3,)], {"group": 2})
+        infer_float_shapes(reg, "conv_transpose2d", [(1, 2, 3, 3), (2, 1, 3, 3), (3,)], {"group": 2})
     with pytest.raises(ShapeMismatchError, match="remove more than"):
-        _infer(reg, "conv_transpose2d", [(1, 2, 1, 1), (2, 1, 1, 1)], {"pads": [1, 0, 1, 0]})
+        infer_float_shapes(reg, "conv_transpose2d", [(1, 2, 1, 1), (2, 1, 1, 1)], {"pads": [1, 0, 1, 0]})
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import types
 import numpy as np
 import pytest
 
-from pipelink.descriptor import KernelContext, VariantDeclined, infer_outputs
+from pipelink.descriptor import KernelContext, VariantDeclined
 from pipelink.errors import InvalidArgumentError, OutOfMemoryError, ShapeMismatchError
 from pipelink.ops.conv.cuda import (
     CUBLASLT_VARIANT,
@@ -29,20 +29,12 @@ from pipelink.ops.conv.cuda import (
 )
 from pipelink.ops.cudnn_graph import CUDNN_VARIANT, CuDNNKernel
 
-from .ops_helpers import FLOAT_NAMES, as64, check_close, make_registry, rand, run_op
+from .ops_helpers import FLOAT_NAMES, as64, check_close, infer_float_shapes, make_registry, rand, run_op
 
 
 @pytest.fixture(scope="module")
 def reg():
     return make_registry()
-
-
-def _infer(reg, name, shapes, attrs):
-    desc = reg.get(name)
-    shapes = list(shapes) + [None] * (len(desc.inputs) - len(shapes))
-    dtypes = ["float32" if s is not None else None for s in shapes]
-    resolved = desc.resolve_attrs(attrs, where="t")
-    return infer_outputs(desc, tuple(shapes), tuple(dtypes), resolved, stage="t")[0]
 
 
 def _full(attrs: dict, rank: int = 3) -> dict:
@@ -322,9 +314,10 @@ def test_3d_convolutions_match_onnx(reg, device, rng, op, xs, ws, attrs):
 
 
 def test_symbolic_dims_pass_through(reg):
-    (shape,) = _infer(reg, "conv3d", [("N", 3, "D", 8, 8), (4, 3, 3, 3, 3)], {"pads": [1] * 6})
+    (shape,) = infer_float_shapes(reg, "conv3d", [("N", 3, "D", 8, 8), (4, 3, 3, 3, 3)], {"pads": [1] * 6})
     assert shape[:2] == ("N", 4) and shape[3:] == (8, 8) and isinstance(shape[2], str)
-    (shape,) = _infer(reg, "conv_transpose3d", [("N", 4, 3, 3, 3), (4, 2, 2, 2, 2)], {"strides": [2] * 3})
+    shapes = [("N", 4, 3, 3, 3), (4, 2, 2, 2, 2)]
+    (shape,) = infer_float_shapes(reg, "conv_transpose3d", shapes, {"strides": [2] * 3})
     assert shape == ("N", 2, 6, 6, 6)
 
 
@@ -404,7 +397,7 @@ def test_pointwise_conv3d_runs_cublaslt_on_cuda(reg, rng, xs, dtype, with_bias):
 )
 def test_conv3d_refusals(reg, shapes, attrs, error, match):
     with pytest.raises(error, match=match):
-        _infer(reg, "conv3d", shapes, attrs)
+        infer_float_shapes(reg, "conv3d", shapes, attrs)
 
 
 @pytest.mark.parametrize(
@@ -443,7 +436,7 @@ def test_conv3d_refusals(reg, shapes, attrs, error, match):
 )
 def test_conv_transpose3d_refusals(reg, shapes, attrs, error, match):
     with pytest.raises(error, match=match):
-        _infer(reg, "conv_transpose3d", shapes, attrs)
+        infer_float_shapes(reg, "conv_transpose3d", shapes, attrs)
 
 
 def test_hostile_sizes_are_refused_before_allocating(reg):

@@ -17,7 +17,7 @@ import pytest
 from pipelink.dtypes import get_dtype
 from pipelink.errors import DTypeMismatchError
 
-from .ops_helpers import make_registry, run_op
+from .ops_helpers import assert_same_bytes, make_registry, run_op
 
 SUB_INTS = ("int4", "uint4", "int2", "uint2")
 FP4 = "float4_e2m1fn"
@@ -33,11 +33,6 @@ def reg():
     return make_registry()
 
 
-def _same_bytes(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype)
-    g, w = got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, (what, bad[:6], g[bad[:6]], w[bad[:6]])
 
 
 def _floats(rng, dtype) -> np.ndarray:
@@ -65,7 +60,7 @@ def test_cast_floats_into_sub_byte_types_as_ml_dtypes(reg, device, rng, src, dst
     (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
     with np.errstate(invalid="ignore", over="ignore"):
         want = x.astype(get_dtype(dst).numpy)
-    _same_bytes(y, want, f"{src} -> {dst}")
+    assert_same_bytes(y, want, f"{src} -> {dst}")
 
 
 @pytest.mark.parametrize("dst", [*SUB_INTS, FP4])
@@ -85,7 +80,7 @@ def test_cast_integers_into_sub_byte_types_as_ml_dtypes(reg, device, rng, src, d
             ]
         )
     (y,) = run_op(reg, "cast", [x], {"dtype": dst}, device=device)
-    _same_bytes(y, x.astype(get_dtype(dst).numpy), f"{src} -> {dst}")
+    assert_same_bytes(y, x.astype(get_dtype(dst).numpy), f"{src} -> {dst}")
 
 
 @pytest.mark.parametrize("src", [*SUB_INTS, FP4])
@@ -121,7 +116,7 @@ def test_cast_out_of_sub_byte_types_as_ml_dtypes(reg, device, src, dst):
     exact = x.astype(np.float32) if src == FP4 and dst.startswith("float8") else x
     with np.errstate(invalid="ignore"):  # ml_dtypes warns on some of its own casts
         want = exact.astype(get_dtype(dst).numpy)
-    _same_bytes(y, want, f"{src} -> {dst}")
+    assert_same_bytes(y, want, f"{src} -> {dst}")
 
 
 def _quantize_spec(x, scale, zero, dtype: str, axis: int | None) -> np.ndarray:
@@ -172,7 +167,7 @@ def test_quantize_into_sub_byte_and_16_bit_types(reg, device, rng, dtype, axis, 
     finite = np.isfinite(x.astype(np.float32))
     if dtype != FP4:  # NaN has no integer: unspecified on the CPU (NumPy), 0 on CUDA
         y, want = y[finite], want[finite]
-    _same_bytes(y, want, f"quantize {xtype} -> {dtype}")
+    assert_same_bytes(y, want, f"quantize {xtype} -> {dtype}")
 
 
 @pytest.mark.parametrize("stype", ["float32", "float16", "bfloat16"])
@@ -206,7 +201,7 @@ def test_bitcast_pairs_sub_byte_types_of_one_width(reg, device):
     (u,) = run_op(reg, "bitcast", [x], {"dtype": "uint4"}, device=device)
     assert u.astype(np.int32).tolist() == [*range(8, 16), *range(8)]
     (f,) = run_op(reg, "bitcast", [u], {"dtype": FP4}, device=device)
-    _same_bytes(f, x.view(np.uint8).view(ml_dtypes.float4_e2m1fn), "uint4 -> float4")
+    assert_same_bytes(f, x.view(np.uint8).view(ml_dtypes.float4_e2m1fn), "uint4 -> float4")
     with pytest.raises(DTypeMismatchError, match="int4 is 4 bits wide and int8 8.*same width"):
         run_op(reg, "bitcast", [x], {"dtype": "int8"}, device=device)
     with pytest.raises(DTypeMismatchError, match="same width"):

@@ -10,7 +10,6 @@ sub-byte type compile with NVRTC to the argument list they pass.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import zlib
 
@@ -20,8 +19,8 @@ import pytest
 
 from pipelink.dtypes import DTYPES, SUB_BYTE_DTYPES
 from pipelink.ops.elementwise.cuda import plan_cast_any
-from pipelink.ops.kernel import include_dir
 from tests.unit.test_cuda_sources import _check_ptx, _nvrtc, _nvrtc_compile
+from tests.unit.test_fp8_conversion import build_host_program
 
 FP4 = ml_dtypes.float4_e2m1fn
 SUB_INTS = (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)  # fp8.cuh's kinds 8 to 11
@@ -68,18 +67,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def converter(tmp_path_factory):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not installed: fp8.cuh's conversions cannot be built for the host")
-    folder = tmp_path_factory.mktemp("fp4")
-    (folder / "host.cu").write_text(_HOST)
-    done = subprocess.run(
-        [nvcc, "-std=c++17", f"-I{include_dir()}", "-o", str(folder / "host"), str(folder / "host.cu")],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return folder / "host"
+    return build_host_program(tmp_path_factory, _HOST, "fp4", "fp8.cuh's sub-byte conversions")
 
 
 @pytest.fixture

@@ -68,13 +68,14 @@ int main(int argc, char** argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def converter(tmp_path_factory):
+def build_host_program(tmp_path_factory, source: str, name: str, what: str):
+    """``source`` (CUDA C++ including ``ops/fp8.cuh``) built for the host by nvcc: the executable's path;
+    the test is skipped without nvcc (``what`` says what cannot be built then)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc is not installed: the float8 conversions cannot be built for the host")
-    folder = tmp_path_factory.mktemp("fp8")
-    (folder / "host.cu").write_text(_HOST)
+        pytest.skip(f"nvcc is not installed: {what} cannot be built for the host")
+    folder = tmp_path_factory.mktemp(name)
+    (folder / "host.cu").write_text(source)
     done = subprocess.run(
         [nvcc, "-std=c++17", f"-I{include_dir()}", "-o", str(folder / "host"), str(folder / "host.cu")],
         capture_output=True,
@@ -82,6 +83,11 @@ def converter(tmp_path_factory):
     )
     assert done.returncode == 0, done.stderr
     return folder / "host"
+
+
+@pytest.fixture(scope="module")
+def converter(tmp_path_factory):
+    return build_host_program(tmp_path_factory, _HOST, "fp8", "the float8 conversions")
 
 
 def _e8m0_classes() -> np.ndarray:
