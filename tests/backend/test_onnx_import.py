@@ -1165,14 +1165,30 @@ def test_resize_keeps_the_aspect_ratio_at_one_scale(rng, device, policy, x_shape
     np.testing.assert_array_equal(got, want)
 
 
-def test_resize_keeping_the_aspect_ratio_at_a_scale_sizes_cannot_give_is_refused():
-    """not_smaller of [2, 4] to [1, 3]: scale 0.75 gives [2, 3] (rounded half up), but 2 / 2 is not 0.75:
-    the one-scale resampling has no sizes, and resize takes scales or sizes, not both."""
-    attrs = {"keep_aspect_ratio_policy": "not_smaller", "axes": [2, 3]}
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize(
+    ("policy", "x_shape", "sizes"),
+    [
+        ("not_smaller", [1, 1, 2, 4], [1, 3]),
+        ("not_larger", [1, 2, 5, 3], [3, 4]),
+        ("not_smaller", [1, 1, 3, 5], [4, 2]),
+    ],
+)
+def test_resize_keeping_the_aspect_ratio_samples_at_the_one_scale(rng, device, mode, policy, x_shape, sizes):
+    """not_smaller of [2, 4] to [1, 3]: the scale 0.75 gives sizes [2, 3] (rounded half up), and both axes
+    are sampled at 0.75, though 2 / 2 is 1: resize takes the sizes and the scales both."""
+    attrs = {"keep_aspect_ratio_policy": policy, "axes": [2, 3], "mode": mode}
     node = onnx.helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", **attrs)
-    inits = {"sizes": np.array([1, 3], np.int64)}
-    model = om.make_model([node], [("x", [1, 1, 2, 4])], [("y", None)], inits, "r", opset=19)
-    assert "resample at the one scale 0.75" in om.refused(model, "Resize")[0]["why"]
+    inits = {"sizes": np.array(sizes, np.int64)}
+    model = om.make_model([node], [("x", x_shape)], [("y", None)], inits, "r", opset=19)
+    (stage,) = import_model(model)[0]["pipeline"]
+    assert stage["attrs"]["scales"][:2] == [1.0, 1.0] and len(set(stage["attrs"]["scales"][2:])) == 1
+    x = _r(rng, *x_shape)
+    want = om.reference_evaluator(model, {"x": x})[0]
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_resize_keep_aspect_ratio_policy_outside_the_spec_is_refused():

@@ -120,13 +120,30 @@ def test_sizes_give_the_shape_and_out_over_in_scales(reg, device, sizes):
     check_close(y, _resize_ref(x, sizes, scales, "linear", "half_pixel", ""))
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_sizes_and_scales_both_give_the_shape_and_the_sampling(reg, device, mode):
+    """ONNX's keep_aspect_ratio_policy: the output [2, 3] of [4, 5] sampled at one scale 0.55 on both axes
+    (2 / 4 and 3 / 5 are not it)."""
+    x = rand(np.random.default_rng(54), (1, 2, 4, 5), "float32")
+    scales = [1.0, 1.0, 0.55, 0.55]
+    attrs = {"mode": mode, "sizes": [1, 2, 2, 3], "scales": scales}
+    (y,) = run_op(reg, "resize", [x], attrs, device=device)
+    assert y.shape == (1, 2, 2, 3)
+    check_close(y, _resize_ref(x, (1, 2, 2, 3), scales, mode, "half_pixel", "round_prefer_floor"))
+
+
 @pytest.mark.parametrize(
     ("attrs", "error", "match"),
     [
-        ({}, InvalidArgumentError, "exactly one of"),
-        ({"scales": [1.0, 2.0], "sizes": [1, 2]}, InvalidArgumentError, "exactly one of"),
+        ({}, InvalidArgumentError, "give 'scales' or 'sizes'"),
+        (
+            {"scales": [1.0, 2.0], "sizes": [1, 2, 3]},
+            InvalidArgumentError,
+            "'sizes' needs one value per axis",
+        ),
         ({"scales": [2.0, 2.0, 2.0]}, InvalidArgumentError, "one value per axis"),
         ({"scales": [1.0, 0.0]}, InvalidArgumentError, "> 0"),
+        ({"scales": [1.0, float("inf")]}, InvalidArgumentError, "finite and > 0"),
         ({"sizes": [2, -1]}, InvalidArgumentError, ">= 0"),
         ({"scales": [1.0, 2.0], "mode": "bicubic"}, InvalidArgumentError, "must be one of"),
     ],

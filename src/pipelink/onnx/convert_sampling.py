@@ -55,8 +55,9 @@ def _resize(g: Graph, node: Node) -> None:
     if "axes" in node.attrs and ratios is None:
         scales, sizes = _on_every_axis(g, node, scales, sizes)
     policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+    sampled_at = None
     if policy != "stretch":
-        sizes = _keeping_aspect_ratio(g, node, policy, sizes)
+        sizes, sampled_at = _keeping_aspect_ratio(g, node, policy, sizes)
     attrs = _resize_modes(g, node)
     attrs.update(_resize_filter(node, attrs["mode"]))
     if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
@@ -66,6 +67,8 @@ def _resize(g: Graph, node: Node) -> None:
         attrs["scales"] = ratios
     elif sizes is not None and sizes.size:
         attrs["sizes"] = [int(s) for s in sizes]
+        if sampled_at is not None:
+            attrs["scales"] = sampled_at
     elif scales is not None and scales.size:
         attrs["scales"] = [float32_attr(s) for s in scales]
     else:
@@ -147,11 +150,11 @@ def _on_every_axis(g: Graph, node: Node, scales: Any, sizes: Any) -> tuple[Any, 
     return full, None
 
 
-def _keeping_aspect_ratio(g: Graph, node: Node, policy: str, sizes: Any) -> np.ndarray:
+def _keeping_aspect_ratio(g: Graph, node: Node, policy: str, sizes: Any) -> tuple[np.ndarray, list | None]:
     """keep_aspect_ratio_policy not_larger / not_smaller: one scale for the resized axes (the smallest or
-    largest of ``size / in`` over them), each output ``floor(scale * in + 0.5)``, as onnx's reference. The
-    resampling then runs at that one scale, so it is imported as sizes only where each resized axis's
-    ``out / in`` is that scale exactly; else refused (PipeLink's resize takes scales or sizes, not both)."""
+    largest of ``size / in`` over them), each output ``floor(scale * in + 0.5)``, as onnx's reference, and
+    the resampling at that one scale. ``(sizes, scales)``: the output sizes, and the per-axis scales the
+    resize samples at where some axis's ``out / in`` is not the scale (else None: the sizes say it)."""
     if policy not in ("not_larger", "not_smaller"):
         raise Unsupported(
             f"keep_aspect_ratio_policy={policy!r}; the spec's are stretch, not_larger, not_smaller"
@@ -170,13 +173,10 @@ def _keeping_aspect_ratio(g: Graph, node: Node, policy: str, sizes: Any) -> np.n
     out = [int(d) for d in np.asarray(sizes).reshape(-1)]
     for a in axes:
         out[a] = int(scale * shape[a] + 0.5)
-    if any(out[a] / shape[a] != scale for a in axes):
-        raise Unsupported(
-            f"keep_aspect_ratio_policy={policy!r}: sizes {out} of x {list(shape)} resample at the one "
-            f"scale {scale}, which not every resized axis's out / in equals; PipeLink's resize takes scales "
-            "or sizes, not both"
-        )
-    return np.asarray(out, np.int64)
+    if all(out[a] / shape[a] == scale for a in axes):
+        return np.asarray(out, np.int64), None
+    scales = [scale if a in axes else 1.0 for a in range(rank)]
+    return np.asarray(out, np.int64), scales
 
 
 def _grid_sample(g: Graph, node: Node) -> None:

@@ -57,32 +57,35 @@ HOST_ONLY = ("grid_sample", "affine_grid")
 
 
 def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
-    """Output shape and the per-axis scale of resize (``sizes`` give ``scale = out / in``).
+    """Output shape and the per-axis scale of resize: ``scales`` give ``out = floor(in * scale)``,
+    ``sizes`` give ``scale = out / in``, and both give the output shape by ``sizes`` sampled at ``scales``
+    (ONNX's keep_aspect_ratio_policy: one scale for every resized axis, each size rounded from it).
 
     Raises
     ------
     InvalidArgumentError
-        Neither or both of scales/sizes, a length other than x's rank, a scale <= 0, a size < 0.
+        Neither of scales/sizes, a length other than x's rank, a scale <= 0, a size < 0.
     ShapeMismatchError
         ``sizes`` asks for elements along an empty axis.
     """
     scales, sizes = tuple(attrs["scales"]), tuple(attrs["sizes"])
-    if bool(scales) == bool(sizes):
+    if not scales and not sizes:
         raise InvalidArgumentError(
-            f"resize: give exactly one of 'scales' and 'sizes' (got scales={list(scales)}, "
-            f"sizes={list(sizes)})",
+            "resize: give 'scales' or 'sizes' (or both: sizes for the output, scales for the sampling)",
             attr="scales",
         )
-    given, name = (scales, "scales") if scales else (sizes, "sizes")
-    if len(given) != len(shape):
+    for given, name in ((scales, "scales"), (sizes, "sizes")):
+        if given and len(given) != len(shape):
+            raise InvalidArgumentError(
+                f"resize: {name!r} needs one value per axis of the {len(shape)}-d input {list(shape)} "
+                f"(got {list(given)})",
+                attr=name,
+                got=list(given),
+            )
+    if scales and not all(s > 0 and math.isfinite(s) for s in scales):
         raise InvalidArgumentError(
-            f"resize: {name!r} needs one value per axis of the {len(shape)}-d input {list(shape)} "
-            f"(got {list(given)})",
-            attr=name,
-            got=list(given),
+            f"resize: 'scales' must be finite and > 0 (got {list(scales)})", attr="scales"
         )
-    if scales and any(s <= 0 for s in scales):
-        raise InvalidArgumentError(f"resize: 'scales' must be > 0 (got {list(scales)})", attr="scales")
     if sizes and any(s < 0 for s in sizes):
         raise InvalidArgumentError(f"resize: 'sizes' must be >= 0 (got {list(sizes)})", attr="sizes")
     if sizes:
@@ -93,6 +96,8 @@ def resize_plan(shape: tuple, attrs: Mapping[str, Any]) -> tuple[tuple, tuple]:
                 attr="sizes",
                 got=list(sizes),
             )
+        if scales:
+            return tuple(sizes), tuple(float(s) for s in scales)
         ratio = tuple(o / d if is_known(d) and d else 1.0 for o, d in zip(sizes, shape, strict=True))
         return tuple(sizes), ratio
     out = tuple(
@@ -359,7 +364,7 @@ def descriptors() -> list[OperatorDescriptor]:
                     doc="linear, cubic: downsampling stretches the filter by 1 / scale (ONNX antialias)",
                 ),
                 Attr("scales", "floats", (), doc="per axis: out = floor(in * scale)"),
-                Attr("sizes", "ints", (), doc="or: the output shape"),
+                Attr("sizes", "ints", (), doc="or the output shape (with scales too: sampled at scales)"),
                 Attr(
                     "coordinate_transformation_mode",
                     "str",
