@@ -95,6 +95,7 @@ from .lowerings import dynamic_quantize_linear, max_unpool, swiglu, tensor_scatt
 from .recurrent import RECURRENT_OPS
 from .spectral import dft, stft
 from .stateful import causal_conv_with_state, linear_attention
+from .training import TRAINING_CONVERTERS, TRAINING_DOMAIN
 
 __all__ = [
     "CONVERTERS",
@@ -300,6 +301,10 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
+#: The other domains whose op types PipeLink imports: domain -> (op type -> converter).
+_OTHER_DOMAINS: dict[str, dict[str, Converter]] = {TRAINING_DOMAIN: TRAINING_CONVERTERS}
+
+
 def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
     """Convert ``nodes`` (in graph order) into ``g.stages``; every node that cannot be, with why."""
     rejected: list[Rejected] = []
@@ -311,12 +316,13 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
             except Unsupported as e:
                 rejected.append(Rejected(f"fused {node.op_type}", label, str(e)))
             continue
-        if node.domain not in ONNX_DOMAINS:
+        table = CONVERTERS if node.domain in ONNX_DOMAINS else _OTHER_DOMAINS.get(node.domain)
+        if table is None:
             rejected.append(
                 Rejected(node.op_type, label, f"operator domain {node.domain!r} is not supported")
             )
             continue
-        converter = CONVERTERS.get(node.op_type)
+        converter = table.get(node.op_type)
         if converter is None:
             why, needs = "no PipeLink operator for this op type", ()
             if node.op_type in FOLD_ONLY:  # evaluated at import when it can be: say why not
