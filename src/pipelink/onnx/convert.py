@@ -92,6 +92,7 @@ from .fold import FOLD_ONLY, unfolded_needs, unfolded_reason
 from .graph import FUSED_DOMAIN, ONNX_DOMAINS, Graph, Node, Rejected, Unsupported, float32_attr, onnx_dtype
 from .losses import negative_log_likelihood_loss, softmax_cross_entropy_loss
 from .lowerings import dynamic_quantize_linear, max_unpool, swiglu, tensor_scatter
+from .ml import ML_CONVERTERS, ML_DOMAIN
 from .recurrent import RECURRENT_OPS
 from .spectral import dft, stft
 from .stateful import causal_conv_with_state, linear_attention
@@ -302,7 +303,10 @@ CONVERTERS: dict[str, Converter] = {
 
 
 #: The other domains whose op types PipeLink imports: domain -> (op type -> converter).
-_OTHER_DOMAINS: dict[str, dict[str, Converter]] = {TRAINING_DOMAIN: TRAINING_CONVERTERS}
+_OTHER_DOMAINS: dict[str, dict[str, Converter]] = {
+    ML_DOMAIN: ML_CONVERTERS,
+    TRAINING_DOMAIN: TRAINING_CONVERTERS,
+}
 
 
 def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
@@ -325,6 +329,8 @@ def convert(g: Graph, nodes: list[Node]) -> list[Rejected]:
         converter = table.get(node.op_type)
         if converter is None:
             why, needs = "no PipeLink operator for this op type", ()
+            if table is not CONVERTERS:
+                why = f"{why} of domain {node.domain!r} (PipeLink imports {', '.join(sorted(table))} from it)"
             if node.op_type in FOLD_ONLY:  # evaluated at import when it can be: say why not
                 why = f"{why}: {unfolded_reason(g, node)}"
                 needs = unfolded_needs(g, node)
