@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import numbers
 from typing import Any
 
 from . import distributed, memory
@@ -166,6 +167,18 @@ def empty(shape, dtype=float32, device: str = "cpu") -> Tensor:
     space. The tensor is a ``cuda:N`` tensor kernels read and write in place over the bus (no upload);
     ``Tensor.host()`` is its NumPy view on the host (docs/interop.md, "Host-mapped memory").
     """
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, list | tuple) or not all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InvalidArgumentError(
+            f"empty(): the shape is a sequence of non-negative ints, got {shape!r}", shape=repr(shape)
+        )
+    if not isinstance(device, str):
+        raise InvalidArgumentError(
+            f"empty(): the device is a string such as 'cpu' or 'cuda:0', got {device!r}"
+        )
     shape, dtype = tuple(int(s) for s in shape), get_dtype(dtype)
     if device == "cuda_host" or device.startswith("cuda_host:"):
         return get_backend("cuda" + device[len("cuda_host") :]).empty_mapped(shape, dtype)

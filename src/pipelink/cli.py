@@ -122,7 +122,9 @@ def run(
     shape: Annotated[list[str], typer.Option("--shape", help="NAME=DxD for --random")] = [],  # noqa: B006
     dtype: Annotated[list[str], typer.Option("--dtype", help="NAME=DTYPE for --random")] = [],  # noqa: B006
     value: Annotated[list[str], typer.Option("--value", help="NAME=NUMBER for a scalar input")] = [],  # noqa: B006
-    seed: Annotated[int, typer.Option(help="random seed (rank R of a launched world uses seed + R)")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, help="random seed (rank R of a launched world uses seed + R)")
+    ] = 0,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write outputs to .npz")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     cuda_graph: Annotated[bool, typer.Option("--cuda-graph", help="CUDA graph mode")] = False,
@@ -183,7 +185,7 @@ def run(
     if trace is not None:
         from .runtime.trace import write_trace
 
-        write_trace(trace, pipe, report)
+        _write_file(trace, "the trace", lambda: write_trace(trace, pipe, report))
         console.print(f"trace written to {trace}")
     if output is not None:
         if world.is_distributed:  # one file per rank
@@ -192,10 +194,21 @@ def run(
         for name, t in outs.items():
             arr = t.numpy()
             arrays[name] = arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
-        np.savez(output, **arrays)
+        _write_file(output, "the outputs", lambda: np.savez(output, **arrays))
         console.print(f"outputs written to {output}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _write_file(path: Path, what: str, write) -> None:
+    """Run ``write``; a path that cannot be written (no such folder, a directory, a full disk) is an
+    InvalidArgumentError naming it, not an OSError."""
+    try:
+        write()
+    except OSError as e:
+        raise InvalidArgumentError(
+            f"cannot write {what} to {path}: {e.strerror or e}; give a writable file path", path=str(path)
+        ) from e
 
 
 @contextlib.contextmanager
@@ -346,8 +359,8 @@ def graph(
     from .graph.render import write
 
     try:
-        write(dot, out)
-    except PipeLinkError as e:  # a usage problem: wrong suffix, Graphviz missing
+        _write_file(out, "the graph", lambda: write(dot, out))
+    except PipeLinkError as e:  # a usage problem: wrong suffix, Graphviz missing, a path not writable
         raise UsageFailure(e) from e
     console.print(f"graph written to {out}")
 
@@ -651,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             "please report this)",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
         return 1
     return 0

@@ -6,6 +6,7 @@ Raises PipeLinkErrors only; the CLI reports each as a usage error. Never casts a
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .config.schema_errors import did_you_mean
+from .config.weights import npz_array
 from .dtypes import get_dtype
 from .errors import InvalidArgumentError
 from .limits import check_fits, shape_nbytes
@@ -141,14 +143,14 @@ def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
     try:
         data = np.load(path, allow_pickle=False)
         files = data.files
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError, AttributeError, EOFError, zipfile.BadZipFile) as e:
         raise InvalidArgumentError(
             f"cannot read inputs {path}: {e}; give a .npz written by numpy.savez"
         ) from e
     decls = pipe.graph.config.inputs or {}
     out = {}
     for name in files:
-        arr = data[name]
+        arr = npz_array(data, name, f"input {name!r} of {path}")
         decl = decls.get(name)
         # The one exception to run()'s dtype rule: .npz cannot store bfloat16, so float32 stands in for it.
         if (

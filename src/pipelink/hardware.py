@@ -9,10 +9,10 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
-from .errors import HardwareUnsupportedError
+from .errors import HardwareUnsupportedError, InvalidArgumentError
 
 __all__ = ["FEATURES", "HardwareInfo", "Requirement", "cpu_info", "check_requirements"]
 
@@ -127,16 +127,36 @@ def requirements_from(compute_capability: str | None = None, features=()) -> tup
     """Requirements from the config's ``requires`` block (a capability specifier and feature names)."""
     reqs: list[Requirement] = []
     if compute_capability:
-        spec = SpecifierSet(
-            compute_capability if compute_capability[0] in "<>=!~" else f">={compute_capability}"
-        )
-        lows = [Version(s.version) for s in spec if s.operator in (">=", ">", "==", "~=")]
+        if not isinstance(compute_capability, str):
+            raise InvalidArgumentError(
+                f"compute_capability must be a version specifier such as '>=8.0' "
+                f"(got {type(compute_capability).__name__})"
+            )
+        text = compute_capability if compute_capability[0] in "<>=!~" else f">={compute_capability}"
+        try:
+            spec = SpecifierSet(text)
+            lows = [Version(s.version) for s in spec if s.operator in (">=", ">", "==", "~=")]
+        except (InvalidSpecifier, InvalidVersion) as e:
+            raise InvalidArgumentError(
+                f"compute_capability {compute_capability!r} is not a version specifier ({e}); write "
+                "e.g. '>=8.0' or '8.0'"
+            ) from None
         if lows:
             low = max(lows)
             reqs.append(Requirement("compute_capability", low.major + low.minor / 10))
     for feat in features or ():
-        if isinstance(feat, dict):
-            reqs.append(Requirement(str(feat["feature"]), float(feat.get("minimum", 1))))
+        if isinstance(feat, dict) and "feature" in feat:
+            try:
+                minimum = float(feat.get("minimum", 1))
+            except (TypeError, ValueError):
+                minimum = None
+            if minimum is None or minimum != minimum:
+                raise InvalidArgumentError(f"feature {feat!r}: 'minimum' must be a number")
+            reqs.append(Requirement(str(feat["feature"]), minimum))
+        elif isinstance(feat, str):
+            reqs.append(Requirement(feat))
         else:
-            reqs.append(Requirement(str(feat)))
+            raise InvalidArgumentError(
+                f"a required feature is a name or {{'feature': name, 'minimum': N}} (got {feat!r})"
+            )
     return tuple(reqs)

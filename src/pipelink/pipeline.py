@@ -63,6 +63,10 @@ log = logging.getLogger("pipelink")
 def _registry(registry: OperatorRegistry | None) -> OperatorRegistry:
     """The registry a load resolves against, with every built-in operator and all its variants (a custom
     ``registry=`` on a GPU resolves the built-in CUDA kernels too, not only their CPU references)."""
+    if registry is not None and not isinstance(registry, OperatorRegistry):
+        raise InvalidArgumentError(
+            f"registry= must be a pipelink OperatorRegistry or None (got {type(registry).__name__})"
+        )
     reg = registry or default_registry
     register_builtins(reg)  # each family declares its CUDA variant too (no CUDA import); idempotent
     load_entry_points()  # operators of installed packages (the pipelink.operators entry points)
@@ -104,6 +108,10 @@ def _bound_arrays(doc: Any, base_dir: Path, weights: Mapping[str, Any] | None) -
     if isinstance(doc, dict) and "weights" in doc:
         raise InvalidArgumentError(
             "the config names a weights file and load() was given weights= too; pass one of them"
+        )
+    if not isinstance(weights, Mapping):
+        raise InvalidArgumentError(
+            f"weights= must be a mapping of input name -> array (got {type(weights).__name__})"
         )
     arrays = {}
     for name, value in weights.items():
@@ -424,6 +432,11 @@ class Pipeline:
             ``last_report.executor`` says whether the native core or the Python executor made the run
             (docs/run-time-contract.md, "Which executor runs").
         """
+        if inputs.__class__ is not dict and inputs is not None and not isinstance(inputs, Mapping):
+            raise InvalidArgumentError(
+                f"run() takes its inputs as a dict of name -> array or as keyword arguments "
+                f"(got {type(inputs).__name__})"
+            )
         if kwargs:
             given = dict(inputs, **kwargs) if inputs else kwargs
         else:
@@ -843,6 +856,10 @@ class Pipeline:
         InvalidArgumentError
             Bound weights over ``max_constant_bytes``; an input without a concrete shape and dtype.
         """
+        if not isinstance(path, str | Path):
+            raise InvalidArgumentError(
+                f"save() takes a path (str or pathlib.Path), got {type(path).__name__}"
+            )
         graph = self.cuda_graph if cuda_graph is None else bool(cuda_graph)
         with self._lock:
             return write_plan(self, path, shapes, cuda_graph=graph, max_constant_bytes=max_constant_bytes)

@@ -31,8 +31,6 @@ SUB_BYTE = {
 INTS = (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2)
 
 
-
-
 def _values(rng, dtype) -> np.ndarray:
     """Random values over and past the sub-byte ranges (their halves: float4's ties), zeros, infinities
     and NaN; integers of every size for an integer dtype."""

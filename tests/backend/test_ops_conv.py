@@ -22,8 +22,6 @@ def reg():
     return make_registry()
 
 
-
-
 def _conv_ref(x, w, b, strides, pads, dilations, group, out_hw):
     x, w = x.astype(np.float64), w.astype(np.float64)
     n, c, h, wd = x.shape

@@ -33,8 +33,6 @@ def reg():
     return make_registry()
 
 
-
-
 def _floats(rng, dtype) -> np.ndarray:
     """Random values over and past the sub-byte ranges, the integers and halves of -20..20 (the ties of
     float4's grid among them), the float4 grid's midpoints, zeros, the infinities and NaN."""

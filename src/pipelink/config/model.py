@@ -142,6 +142,9 @@ def assign_stage_ids(stages: Sequence[Any]) -> list[str | None]:
     explicit id or an earlier defaulted one. Entries that are not objects with a string name get None.
     """
     taken = {s["id"] for s in stages if isinstance(s, dict) and isinstance(s.get("id"), str)}
+    # Where each name's search for a free suffix stopped: names only get taken, so the next stage of
+    # that operator resumes there (linear in the stages, not quadratic in a name used thousands of times).
+    last: dict[str, int] = {}
     ids: list[str | None] = []
     for stage in stages:
         if not isinstance(stage, dict):
@@ -149,10 +152,13 @@ def assign_stage_ids(stages: Sequence[Any]) -> list[str | None]:
         elif isinstance(stage.get("id"), str):
             ids.append(stage["id"])
         elif isinstance(stage.get("name"), str):
-            base, candidate, n = stage["name"], stage["name"], 0
+            base = stage["name"]
+            n = last.get(base, 0)
+            candidate = f"{base}_{n}" if n else base
             while candidate in taken:
                 n += 1
                 candidate = f"{base}_{n}"
+            last[base] = n
             taken.add(candidate)
             ids.append(candidate)
         else:

@@ -9,19 +9,34 @@ from __future__ import annotations
 
 import bisect
 import copy
+import errno
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ErrorCode, InvalidArgumentError, Problem
+from ..limits import format_bytes
 from .schema_errors import json_pointer
 
-__all__ = ["read_config", "loads_relaxed", "strip_json_extras", "check_tree", "MAX_DEPTH"]
+__all__ = [
+    "read_config",
+    "read_config_bytes",
+    "loads_relaxed",
+    "strip_json_extras",
+    "check_tree",
+    "MAX_DEPTH",
+    "MAX_CONFIG_BYTES",
+]
 
 
 MAX_DEPTH = 64  # a pipeline config is a few levels deep; this bounds every recursive consumer of it
+# Weights live in .npz files, so a config is text about stages: an imported ONNX model of ten thousand
+# nodes is a few MiB. The bound keeps a path such as /dev/zero from being read until memory runs out.
+MAX_CONFIG_BYTES = 64 << 20
 
 # A JSON string, unrolled so long strings are matched in one step. Strings come first in every scan, so
 # comment markers and commas inside them are never touched.
@@ -335,6 +350,40 @@ def _raise_if_hostile(doc: Any, label: str) -> None:
         )
 
 
+def read_config_bytes(path: Path, label: str) -> bytes:
+    """The bytes of a config file: refused before opening unless it is a regular file (opening a FIFO
+    waits for a writer, a device never ends) and once past MAX_CONFIG_BYTES.
+
+    Raises
+    ------
+    ConfigError
+        Not a regular file, or too large.
+    OSError
+        What opening or reading raised (FileNotFoundError, IsADirectoryError, PermissionError...).
+    """
+    st = path.stat()
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), label)
+    if not stat.S_ISREG(mode):
+        raise _fail(
+            f"config path is not a regular file (a device, FIFO or socket): {label}; save the config "
+            "to a file",
+            file=label,
+        )
+    data = b""
+    if st.st_size <= MAX_CONFIG_BYTES:  # the size a file reports is checked first, what it holds after
+        with path.open("rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    if st.st_size > MAX_CONFIG_BYTES or len(data) > MAX_CONFIG_BYTES:
+        raise _fail(
+            f"config file {label} is larger than {format_bytes(MAX_CONFIG_BYTES)}; a config describes "
+            "stages (put arrays in its 'weights' .npz file)",
+            file=label,
+        )
+    return data
+
+
 def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Path, Path | None]:
     """Read a config from a file or take an already-parsed one.
 
@@ -357,7 +406,8 @@ def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Pa
     Raises
     ------
     ConfigError
-        When the file is missing or unreadable, is not UTF-8, is not valid JSON (the message gives the
+        When the file is missing, unreadable, not a regular file or larger than MAX_CONFIG_BYTES, is
+        not UTF-8, is not valid JSON (the message gives the
         file, line, column and the parser's reason, and ``.errors`` holds one problem at ``""``), or
         its top level is not an object.
     InvalidArgumentError
@@ -373,7 +423,9 @@ def read_config(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], Pa
     path = Path(source).expanduser()
     label = str(path)
     try:
-        data = path.read_bytes()
+        data = read_config_bytes(path, label)
+    except ConfigError:
+        raise
     except FileNotFoundError:
         hint = (
             " (to load JSON text, parse it with json.loads first)" if str(source).lstrip()[:1] in "{[" else ""

@@ -263,9 +263,8 @@ def schema_problems(doc: Any) -> list[Problem]:
     """
     if IS_VALID(doc):  # the compiled check: one fast pass for the usual, valid config
         return []
-    problems: list[Problem] = []
+    problems: dict[Problem, None] = {}  # insertion-ordered and deduplicated in constant time
     for err in VALIDATOR.iter_errors(doc):
         for problem in _convert(err):
-            if problem not in problems:
-                problems.append(problem)
+            problems.setdefault(problem, None)
     return sorted(problems, key=_sort_key)

@@ -7,6 +7,7 @@ what needs operator descriptors or hardware belongs to the linker and the loader
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 import os
@@ -30,6 +31,7 @@ _MIN_ALIGNMENT = 32
 _NAME_MAX = 255  # bytes in one file or folder name (Linux NAME_MAX)
 _NAME_CUTOFF = 0.75  # tensor names share suffixes ("_tensor"): a lower cutoff suggests unrelated names
 _WARN_CUTOFF = 0.8
+_HINT_COMPARISONS = 200_000  # name comparisons check_warnings may spend on typo hints (~0.3 s)
 
 
 @dataclass
@@ -85,7 +87,9 @@ class _Checker:
         self.doc = doc
         self.bound = bound
         self.bad = {p.path for p in schema_found}
+        self._bad_sorted = sorted(self.bad)  # for clean(): what lies inside a pointer sorts right after it
         self.problems: list[Problem] = []
+        self._found: set[Problem] = set()  # the problems, for add()'s duplicate check in constant time
         self.stages = _read_stages(doc)
         raw_inputs = doc.get("inputs")
         self.declared: dict[str, Any] | None = raw_inputs if isinstance(raw_inputs, dict) else None
@@ -104,11 +108,15 @@ class _Checker:
 
     def clean(self, ptr: str) -> bool:
         """No schema problem at ``ptr`` or inside it."""
-        return not any(b == ptr or b.startswith(ptr + "/") for b in self.bad)
+        if ptr in self.bad:
+            return False
+        inside = bisect.bisect_left(self._bad_sorted, ptr + "/")
+        return inside == len(self._bad_sorted) or not self._bad_sorted[inside].startswith(ptr + "/")
 
     def add(self, ptr: str, message: str) -> None:
         problem = Problem(_CODE, ptr, message)
-        if problem not in self.problems:
+        if problem not in self._found:
+            self._found.add(problem)
             self.problems.append(problem)
 
     def check_declared_names(self) -> None:
@@ -460,11 +468,19 @@ def check_warnings(doc: Any) -> list[Problem]:
         for _, name in stage.outputs:
             producer.setdefault(name, stage)
     warnings = []
+    candidates = sorted(producer)
+    # A hint costs a difflib scan of every produced name: look each unproduced name up once, and stop
+    # hinting past a budget of comparisons, so a config of thousands of stages loads in linear time.
+    matches: dict[str, str | None] = {}
+    budget = _HINT_COMPARISONS
     for stage in stages:
         for j, name in stage.inputs:
             if name in producer:
                 continue
-            match = closest(name, producer, cutoff=_WARN_CUTOFF)
+            if name not in matches and budget >= len(candidates):
+                budget -= len(candidates)
+                matches[name] = closest(name, candidates, cutoff=_WARN_CUTOFF)
+            match = matches.get(name)
             if match is not None and not _differs_in_core(name, match):
                 warnings.append(
                     Problem(

@@ -4,16 +4,19 @@ name once at load (``pl.load`` uploads them to the device once; ``run()`` no lon
 from __future__ import annotations
 
 import re
+import stat
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import get_dtype
-from ..errors import ConfigError, ErrorCode, PipeLinkError, Problem
+from ..errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError, Problem
+from ..limits import check_fits, shape_nbytes
 from .schema import TENSOR_NAME_PATTERN
 
-__all__ = ["read_weights", "weights_path"]
+__all__ = ["read_weights", "weights_path", "npz_array"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _PTR = "/weights"
@@ -38,13 +41,18 @@ def read_weights(doc: dict[str, Any], base_dir: Path) -> dict[str, np.ndarray]:
     Raises
     ------
     ConfigError
-        At ``/weights``: the file is missing or unreadable, is not an ``.npz`` archive, holds pickled
-        objects (never unpickled), an array name that is not a tensor name, or a dtype PipeLink lacks.
+        At ``/weights``: the file is missing, unreadable or not a regular file, is not an ``.npz``
+        archive, holds pickled objects (never unpickled) or a damaged array, an array name that is not
+        a tensor name, or a dtype PipeLink lacks.
+    OutOfMemoryError
+        An array whose header describes more bytes than the host has available.
     """
     path = weights_path(doc, base_dir)
     if path is None:
         return {}
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # opening a FIFO would wait for a writer
+            raise _fail(f"weights file {str(path)!r} is not a regular file; give the path of an .npz file")
         with open(path, "rb") as f:  # our handle, closed whatever the archive holds
             if f.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
                 raise _fail(f"weights file {str(path)!r} is not an .npz archive; write it with numpy.savez")
@@ -57,17 +65,60 @@ def read_weights(doc: dict[str, Any], base_dir: Path) -> dict[str, np.ndarray]:
         ) from None
 
 
+def npz_array(archive: Any, name: str, what: str) -> np.ndarray:
+    """One array of an open ``.npz`` (``np.load(..., allow_pickle=False)``), its header read and checked
+    before its data: a header may claim any shape (a few bytes that would allocate terabytes), and an
+    object array would need pickle.
+
+    Parameters
+    ----------
+    archive : numpy.lib.npyio.NpzFile
+    name : str
+        The array's name in ``archive.files``.
+    what : str
+        How messages name the array (``"weights array 'w' of 'model.npz'"``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        An object array, or a member that is not a readable ``.npy`` (damaged, cut short).
+    OutOfMemoryError
+        The array the header describes does not fit the host's available memory.
+    """
+    member = f"{name}.npy" if f"{name}.npy" in archive.zip.namelist() else name
+    try:
+        with archive.zip.open(member) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise InvalidArgumentError(f"{what} is not a readable .npy array ({e})", array=name) from None
+    if dtype.hasobject:
+        raise InvalidArgumentError(
+            f"{what} holds pickled objects, which are never loaded (an array of dtype {dtype}); save plain "
+            "numeric arrays",
+            array=name,
+        )
+    check_fits(shape_nbytes(shape, dtype.itemsize), f"{what} (shape {list(shape)}, {dtype})")
+    try:
+        return archive[name]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InvalidArgumentError(f"{what} is damaged: its data cannot be read ({e})", array=name) from None
+
+
 def _read_archive(path: Path, f: Any) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(f, allow_pickle=False) as archive:
             for name in archive.files:
-                arrays[name] = np.asarray(archive[name], order="C")  # 0-d stays 0-d
-    except ValueError as e:
-        raise _fail(
-            f"weights file {str(path)!r} holds pickled objects, which are never loaded ({e}); save "
-            "plain numeric arrays"
-        ) from None
+                array = npz_array(archive, name, f"weights array {name!r} of {str(path)!r}")
+                arrays[name] = np.asarray(array, order="C")  # 0-d stays 0-d
+    except InvalidArgumentError as e:
+        raise _fail(e.message) from None
+    except PipeLinkError:
+        raise  # OutOfMemoryError: the size it would need, before any allocation
     except Exception as e:  # a damaged archive: zipfile.BadZipFile, EOFError, OSError
         raise _fail(
             f"weights file {str(path)!r} is not a readable .npz archive ({e}); write it with numpy.savez"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ..backends.cuda import device_count
 from ..config import PipelineConfig, StageConfig
 from ..descriptor import OperatorDescriptor, infer_outputs
-from ..errors import ErrorCode, PipeLinkError, Problem
+from ..errors import ErrorCode, PipeLinkError, Problem, error_for_code
 from ..hardware import HardwareInfo, missing_requirement, requirements_from, unmet_message
 from ..modules.registry import OperatorRegistry, UnknownOperatorError
 from ..versioning import check_compatible
@@ -22,7 +22,7 @@ from .placement import placement_problems
 from .precision import apply_precision
 from .stages import LinkedGraph, LinkedStage, TensorInfo
 
-__all__ = ["LinkedStage", "TensorInfo", "LinkedGraph", "link", "infer_signature"]
+__all__ = ["LinkedStage", "TensorInfo", "LinkedGraph", "link", "infer_signature", "check_policies"]
 
 log = logging.getLogger("pipelink")
 
@@ -277,17 +277,46 @@ def _problem_path(graph: LinkedGraph, err: PipeLinkError) -> str:
 
 def _check_policies(graph: LinkedGraph, registry: OperatorRegistry) -> list[Problem]:
     """``identity`` needs matching input/output shapes and dtypes; ``fallback`` matching outputs."""
-    problems: list[Problem] = []
+    return [p for st in graph.stages for p in _policy_problems(graph, st)]
+
+
+def check_policies(graph: LinkedGraph, known: Mapping[str, tuple[tuple, str]]) -> None:
+    """Check the ``identity`` and ``fallback`` policies against one input signature's concrete shapes
+    (``infer_signature``): at load a policy whose shapes were still symbolic was let through.
+
+    Raises
+    ------
+    ShapeMismatchError, DTypeMismatchError, ConfigError
+        Naming the stage, both tensors and what to use instead, before anything runs.
+    """
     for st in graph.stages:
-        policy = st.config.on_error.kind
-        if policy == "identity":
-            problems += _check_identity(graph, st)
-        elif policy == "fallback" and st.fallback is not None:
-            problems += _check_fallback(graph, st)
-    return problems
+        problems = _policy_problems(graph, st, known)
+        if problems:
+            raise error_for_code(problems[0].code)(problems[0].message, stage=st.id, path=problems[0].path)
 
 
-def _check_identity(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
+def _policy_problems(
+    graph: LinkedGraph, st: LinkedStage, known: Mapping[str, tuple[tuple, str]] | None = None
+) -> list[Problem]:
+    policy = st.config.on_error.kind
+    if policy == "identity":
+        return _check_identity(graph, st, known)
+    if policy == "fallback" and st.fallback is not None:
+        return _check_fallback(graph, st, known)
+    return []
+
+
+def _typed(graph: LinkedGraph, known: Mapping[str, tuple[tuple, str]] | None, name: str) -> tuple:
+    """A tensor's (shape, dtype): a signature's concrete ones when given, else the linked graph's."""
+    if known is not None and name in known:
+        return known[name]
+    t = graph.tensors[name]
+    return t.shape, t.dtype
+
+
+def _check_identity(
+    graph: LinkedGraph, st: LinkedStage, known: Mapping[str, tuple[tuple, str]] | None = None
+) -> list[Problem]:
     path = f"{st.path}/on_error"
     present = [n for n in st.inputs if n is not None]
     named = st.config.outputs  # unnamed outputs are scratch nobody reads
@@ -302,25 +331,27 @@ def _check_identity(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
             )
         ]
     for src, dst in zip(present, named, strict=False):
-        a, b = graph.tensors[src], graph.tensors[dst]
-        if a.shape is None or b.shape is None:
-            continue  # checked at the first run()
-        if a.shape != b.shape or a.dtype != b.dtype:
+        (a_shape, a_dtype), (b_shape, b_dtype) = _typed(graph, known, src), _typed(graph, known, dst)
+        if a_shape is None or b_shape is None:
+            continue  # checked when a signature's plan is compiled (check_policies)
+        if tuple(a_shape) != tuple(b_shape) or a_dtype != b_dtype:
             return [
                 Problem(
                     ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH
-                    if a.shape != b.shape
+                    if tuple(a_shape) != tuple(b_shape)
                     else ErrorCode.PIPELINK_ERR_DTYPE_MISMATCH,
                     path,
                     f"stage {st.id!r}: on_error 'identity' passes input {src!r} "
-                    f"({list(a.shape)}, {a.dtype}) as output {dst!r} ({list(b.shape)}, {b.dtype}); "
+                    f"({list(a_shape)}, {a_dtype}) as output {dst!r} ({list(b_shape)}, {b_dtype}); "
                     "they must match: use 'skip' or a fallback operator",
                 )
             ]
     return []
 
 
-def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
+def _check_fallback(
+    graph: LinkedGraph, st: LinkedStage, known: Mapping[str, tuple[tuple, str]] | None = None
+) -> list[Problem]:
     path = f"{st.path}/on_error/fallback"
     fb = st.fallback
     if len(fb.outputs) < len(st.config.outputs) or sum(not p.optional for p in fb.inputs) > len(
@@ -334,8 +365,8 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
                 f"(inputs {[p.name for p in fb.inputs]}, outputs {[p.name for p in fb.outputs]})",
             )
         ]
-    shapes = [graph.tensors[n].shape if n else None for n in st.inputs][: len(fb.inputs)]
-    dtypes = [graph.tensors[n].dtype if n else None for n in st.inputs][: len(fb.inputs)]
+    shapes = [_typed(graph, known, n)[0] if n else None for n in st.inputs][: len(fb.inputs)]
+    dtypes = [_typed(graph, known, n)[1] if n else None for n in st.inputs][: len(fb.inputs)]
     shapes += [None] * (len(fb.inputs) - len(shapes))
     dtypes += [None] * (len(fb.inputs) - len(dtypes))
     if any(s is None for s, p in zip(shapes, fb.inputs, strict=True) if not p.optional):
@@ -347,14 +378,14 @@ def _check_fallback(graph: LinkedGraph, st: LinkedStage) -> list[Problem]:
     except PipeLinkError as e:
         return [Problem(e.code, path, f"fallback operator {fb.name!r}: {e.message}")]
     for name, shape, dtype in zip(st.config.outputs, out_shapes, out_dtypes, strict=False):
-        t = graph.tensors[name]
-        if t.shape is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype):
+        t_shape, t_dtype = _typed(graph, known, name)
+        if t_shape is not None and (tuple(t_shape) != tuple(shape) or t_dtype != dtype):
             return [
                 Problem(
                     ErrorCode.PIPELINK_ERR_SHAPE_MISMATCH,
                     path,
                     f"stage {st.id!r}: fallback {fb.name!r} produces {list(shape)} {dtype} for "
-                    f"{name!r}, but the stage produces {list(t.shape)} {t.dtype}",
+                    f"{name!r}, but the stage produces {list(t_shape)} {t_dtype}",
                 )
             ]
     return []

@@ -20,6 +20,7 @@ import numpy as np
 from ..descriptor import KernelContext, OperatorDescriptor, Variant
 from ..errors import (
     ErrorCode,
+    InvalidArgumentError,
     ModuleCrashError,
     ModuleLoadError,
     PipeLinkError,
@@ -183,6 +184,10 @@ def load_library(
         version, a missing symbol, version symbols that disagree with the manifest, a name and version
         another module has, or (probed) a library that crashes, exits or hangs when opened.
     """
+    if not isinstance(path, str | Path):
+        raise InvalidArgumentError(
+            f"load_library takes the path of a shared library (str or Path), got {type(path).__name__}"
+        )
     return load_image(read_image(path, sha256), registry=registry, sidecar=sidecar, probe=probe, open=open)
 
 

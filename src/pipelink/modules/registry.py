@@ -104,6 +104,8 @@ class OperatorRegistry:
         return list(self._ops.get(name, ()))
 
     def suggest(self, name: str) -> str | None:
+        if not isinstance(name, str):
+            return None  # an operator name that is not text resembles none
         hit = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
         return hit[0] if hit else None
 

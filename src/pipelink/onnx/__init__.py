@@ -12,6 +12,8 @@ into a stage; ``from_onnx`` loads the result. The ``onnx`` package is an optiona
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,14 @@ def import_model(
     HardwareUnsupportedError
         When the ``onnx`` package is missing.
     """
+    if out_dir is not None and not isinstance(out_dir, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"out_dir is a folder path (str or pathlib.Path), got {type(out_dir).__name__}"
+        )
+    if constants is not None and not isinstance(constants, Mapping):
+        raise InvalidArgumentError(
+            f"constants is a mapping of graph input names to values, got {type(constants).__name__}"
+        )
     onnx = _onnx()
     model = _read_model(onnx, model_or_path)
     if constants:
@@ -416,8 +426,9 @@ def write_import(
         if weights:
             np.savez(out / WEIGHTS_NAME, **weights)
         (out / CONFIG_NAME).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
-    except OSError as e:
-        raise InvalidArgumentError(f"cannot write the import to {str(out)!r}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:  # ValueError: a path NUL bytes make no file name of
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InvalidArgumentError(f"cannot write the import to {str(out)!r}: {why}") from None
     return written
 
 
@@ -443,5 +454,10 @@ def from_onnx(
     **load_options
         Any other option of :func:`pipelink.load` (``cuda_graph``, ``tuned``, ...).
     """
+    if "weights" in load_options:
+        raise InvalidArgumentError(
+            "from_onnx() binds the model's own initializers as the weights; to give other values, import "
+            "with import_model() and load the config with pl.load(config, weights=...)"
+        )
     config, weights = import_model(model_or_path, fuse=fuse, constants=constants)
     return load(config, device=device, weights=weights, **load_options)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..descriptor import KernelContext, OperatorDescriptor, Variant
 from ..dtypes import FLOAT_DTYPES, get_dtype
+from ..limits import check_fits, shape_nbytes
 
 __all__ = [
     "VERSION",
@@ -23,6 +24,7 @@ __all__ = [
     "numpy_dtype",
     "compute_dtype",
     "stats_dtype",
+    "host_scratch",
     "builtin_operator",
     "Bind",
 ]
@@ -35,6 +37,24 @@ NUMERIC = FLOATS | INTS
 HALF_DTYPES = frozenset({"float16", "bfloat16"})
 
 Bind = Callable[[KernelContext], Callable[[list, list, Any], None]]
+
+
+def host_scratch(ctx: KernelContext, shape: tuple, dtype: Any, what: str) -> np.ndarray:
+    """A host buffer a CPU kernel allocates once at bind (widened half inputs, wrapped indices, a mask),
+    sized from the stage's shapes: declared shapes may be huge, so it is refused with the numbers
+    (``OutOfMemoryError``) before NumPy is asked for it.
+
+    Raises
+    ------
+    OutOfMemoryError
+        More bytes than the host has available, or a shape NumPy cannot index even with no elements.
+    """
+    dtype = np.dtype(dtype)
+    tag = f"stage {ctx.stage!r}: {what} (shape {list(shape)}, {dtype})"
+    check_fits(shape_nbytes(shape, dtype.itemsize), tag)
+    # NumPy refuses any shape whose non-zero dims multiply past its index type, empty or not.
+    check_fits(shape_nbytes([d for d in shape if d], dtype.itemsize), tag, limit=np.iinfo(np.intp).max)
+    return np.empty(shape, dtype)
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["configure_error_log", "record", "error_log_path"]
 
 log = logging.getLogger("pipelink")
@@ -29,6 +31,8 @@ def configure_error_log(path: str | os.PathLike | None) -> None:
     environment.
     """
     global _path
+    if path is not None and not isinstance(path, str | os.PathLike):
+        raise InvalidArgumentError(f"the error log is a file path or None (got {type(path).__name__})")
     with _lock:
         _path = Path(path) if path is not None else None
         if _path is not None:

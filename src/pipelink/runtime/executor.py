@@ -21,7 +21,7 @@ from ..errors import (
     InvalidArgumentError,
     ModuleCrashError,
 )
-from ..graph.linker import LinkedGraph, LinkedStage, infer_signature
+from ..graph.linker import LinkedGraph, LinkedStage, check_policies, infer_signature
 from ..graph.planner import BufferRequest, MemoryPlan, plan_memory
 from ..modules.registry import OperatorRegistry
 from .checked import GUARD_BYTES, CheckedPlan
@@ -84,6 +84,7 @@ def compile_plan(
     """
     inputs = {name: (tuple(shape), dtype) for name, shape, dtype, _ in signature}
     known = infer_signature(graph, inputs)
+    check_policies(graph, known)  # what was symbolic at load is concrete now
     shapes = {n: tuple(int(d) for d in s) for n, (s, _) in known.items()}
     dtypes = {n: d for n, (_, d) in known.items()}
     contiguous = {name: contig for name, _, _, contig in signature}
@@ -615,6 +616,12 @@ def check_inputs(graph: LinkedGraph, given: Mapping[str, Any], bound: Collection
     """Missing and unexpected input names are errors naming the input; so is one of ``bound`` (the
     inputs a weights file binds at load, which ``run()`` does not take)."""
 
+    odd = next((n for n in given if not isinstance(n, str)), None)
+    if odd is not None:
+        raise InvalidArgumentError(
+            f"input names are strings; run() was given the key {odd!r} ({type(odd).__name__})",
+            input=repr(odd),
+        )
     clash = [n for n in given if n in bound]
     expected = [n for n in graph.external_inputs if n not in bound]
     if clash:

@@ -692,10 +692,28 @@ def write_plan(
         for s in signatures
     ]
     data = bundle(plans) if len(plans) > 1 else plans[0]
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    _write_atomically(out, data)
     return out
+
+
+def _write_atomically(out: Path, data: bytes) -> None:
+    """Write ``out`` through a temporary file beside it and a rename, so a reader never sees half a plan;
+    only a regular file (or nothing) is replaced: the rename would put a plan in place of a device."""
+    if out.exists() and not out.is_file():
+        raise InvalidArgumentError(
+            f"cannot write the plan to {out}: it exists and is not a regular file; give a .plk file path",
+            path=str(out),
+        )
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InvalidArgumentError(
+            f"cannot write the plan to {out}: {e.strerror or e}; give a writable .plk file path",
+            path=str(out),
+        ) from e
 
 
 def signatures_of(options: Sequence[str]) -> dict | list[dict]:

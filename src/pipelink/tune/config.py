@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from ..config.reader import loads_relaxed
+from ..config.reader import loads_relaxed, read_config_bytes
 from ..dtypes import get_dtype
 from ..errors import ConfigError, ErrorCode, InvalidArgumentError, PipeLinkError, Problem
 from .space import ParameterSpace
@@ -208,7 +208,7 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         return dict(source), "<dict>"
     path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_bytes(path, str(path)).decode("utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read tune config {str(path)!r}: {e.strerror or e}", file=str(path)) from e
     except UnicodeDecodeError as e:

@@ -15,7 +15,7 @@ import numpy as np
 from ...descriptor import KernelContext
 from ...dtypes import get_dtype
 from ...errors import DTypeMismatchError, InvalidArgumentError
-from .._common import FLOATS, HALF_DTYPES
+from .._common import FLOATS, HALF_DTYPES, host_scratch
 
 __all__ = [
     "bitcast_bind",
@@ -549,8 +549,8 @@ def unary_bind(make: Callable[[KernelContext], Compute]):
 
             return kernel
         # Half types: widen once into scratch allocated here (not per run), round once on the store.
-        xs = np.empty(ctx.in_shapes[0], np.float32)
-        ys = np.empty(ctx.out_shapes[0], np.float32)
+        xs = host_scratch(ctx, tuple(ctx.in_shapes[0]), np.float32, "float32 scratch of x")
+        ys = host_scratch(ctx, tuple(ctx.out_shapes[0]), np.float32, "float32 scratch of y")
 
         def half_kernel(inputs, outputs, stream):
             np.copyto(xs, inputs[0], casting="unsafe")

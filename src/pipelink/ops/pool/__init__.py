@@ -19,7 +19,7 @@ import numpy as np
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...errors import InvalidArgumentError
 from ...limits import check_fits
-from .._common import FLOATS, builtin_operator, compute_dtype, numpy_dtype
+from .._common import FLOATS, builtin_operator, compute_dtype, host_scratch, numpy_dtype
 from ..conv.window import PADS_ORDER, SPATIAL_AXES, Window, window_attrs, window_nd, window_view
 from ..kernel import cuda_variant
 from . import cuda
@@ -142,7 +142,7 @@ def _global_average_pool_bind(ctx: KernelContext):
     cdt = compute_dtype(ctx.in_dtypes[0])
     axes = tuple(range(2, len(shape)))
     count = math.prod(shape[2:])
-    acc = np.empty(ctx.out_shapes[0], cdt)
+    acc = host_scratch(ctx, tuple(ctx.out_shapes[0]), cdt, "the sums")
 
     def kernel(inputs, outputs, stream):
         np.sum(inputs[0], axis=axes, dtype=cdt, keepdims=True, out=acc)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...descriptor import Attr, KernelContext, OperatorDescriptor, Port
-from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, numpy_dtype
+from .._common import FLOATS, HALF_DTYPES, NUMERIC, builtin_operator, compute_dtype, host_scratch, numpy_dtype
 from .._dims import normalize_axis
 from ..kernel import cuda_variant
 from . import cuda, reference, topk_cuda
@@ -48,7 +48,7 @@ def _reduce_bind(kind: str):
         keep = bool(ctx.attrs["keepdims"])
         half = dtype in HALF_DTYPES
         is_float = dtype in FLOATS
-        scratch = np.empty(ctx.out_shapes[0], np.float32) if half else None
+        scratch = host_scratch(ctx, tuple(ctx.out_shapes[0]), np.float32, "float32 sums") if half else None
         count = math.prod(shape[a] for a in axes)
         # max over nothing is the lowest value of the type (-inf for floats, False for bool), min the
         # highest, as ONNX says.

@@ -13,7 +13,7 @@ import numpy as np
 from ...descriptor import REQUIRED, Attr, KernelContext, OperatorDescriptor, Port
 from ...dtypes import DTYPES
 from ...errors import InvalidArgumentError, ShapeMismatchError
-from .._common import builtin_operator
+from .._common import builtin_operator, host_scratch
 from .._dims import normalize_axis
 from ..kernel import contiguous_strides, cuda_variant
 from . import cuda
@@ -79,7 +79,8 @@ def _infer_trilu(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tupl
 def _trilu_bind(ctx: KernelContext):
     rows, cols = ctx.in_shapes[0][-2:]
     k, upper = trilu_diagonal(rows, cols, ctx.attrs["k"]), bool(ctx.attrs["upper"])
-    keep = (np.triu if upper else np.tril)(np.ones((rows, cols), bool), k)
+    keep = host_scratch(ctx, (rows, cols), bool, "the kept triangle")
+    keep[...] = (np.triu if upper else np.tril)(np.ones((rows, cols), bool), k)
 
     def kernel(inputs, outputs, stream):
         outputs[0][...] = 0
@@ -141,7 +142,8 @@ def _gather_bind(ctx: KernelContext):
     data_shape = tuple(ctx.in_shapes[0])
     axis = normalize_axis(int(ctx.attrs["axis"]), len(data_shape), op="gather")
     n = data_shape[axis]
-    fixed = np.empty(ctx.in_shapes[1], np.int64)  # indices with negatives wrapped, reused every run
+    # indices with negatives wrapped, reused every run
+    fixed = host_scratch(ctx, tuple(ctx.in_shapes[1]), np.int64, "wrapped indices")
     stage = ctx.stage
 
     def kernel(inputs, outputs, stream):
