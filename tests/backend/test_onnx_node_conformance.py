@@ -39,8 +39,33 @@ def _array(value):
     return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
-def _check(name: str, got: np.ndarray, want: np.ndarray, case) -> None:
+def _undefined(model, feeds: dict) -> np.ndarray | None:
+    """Where the spec leaves a Cast's result undefined and ml_dtypes' versions disagree: a float out of
+    a sub-byte integer type's range (NaN and inf too) cast into it (a one-input Cast or CastLike model;
+    onnx computes the expected values with the installed ml_dtypes: 0 in 0.7, wrapped before)."""
+    types = {o.type.tensor_type.elem_type for o in model.graph.output}
+    sub_ints = {
+        onnx.TensorProto.INT4: (-8, 7),
+        onnx.TensorProto.UINT4: (0, 15),
+        onnx.TensorProto.INT2: (-2, 1),
+        onnx.TensorProto.UINT2: (0, 3),
+    }
+    ops = {n.op_type for n in model.graph.node}
+    if len(types) != 1 or next(iter(types)) not in sub_ints or not ops & {"Cast", "CastLike"} or not feeds:
+        return None
+    x = next(iter(feeds.values()))
+    if x.dtype.kind not in "fV" or x.dtype.kind == "V" and get_dtype(x.dtype).is_sub_byte:
+        return None
+    lo, hi = sub_ints[next(iter(types))]
+    with np.errstate(invalid="ignore"):
+        whole = np.trunc(x.astype(np.float64))
+        return ~(np.isfinite(whole) & (whole >= lo) & (whole <= hi))
+
+
+def _check(name: str, got: np.ndarray, want: np.ndarray, case, undefined=None) -> None:
     assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
+    if undefined is not None:
+        got, want = got[~undefined], want[~undefined]
     try:
         dtype = get_dtype(want.dtype).name
         floating = get_dtype(want.dtype).is_floating
@@ -87,8 +112,9 @@ def run_case(case, device: str) -> str | None:
             except pl.PipeLinkError as e:  # refused at import or load, or at run (a shape the dims forbid)
                 assert e.code.name.startswith("PIPELINK_ERR_"), e
                 return str(e)
+            undefined = _undefined(model, feeds)
             for out, value, want in zip(model.graph.output, got, outputs, strict=False):
-                _check(f"{case.name} {out.name}", value, _array(want), case)
+                _check(f"{case.name} {out.name}", value, _array(want), case, undefined)
     return None
 
 

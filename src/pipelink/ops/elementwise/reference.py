@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from ...descriptor import KernelContext
@@ -608,14 +609,75 @@ def identity_bind(ctx: KernelContext):
     return kernel
 
 
+#: float4_e2m1fn's magnitudes by the three low bits of its code.
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+
+
+def _sub_byte_value(x: np.ndarray) -> np.ndarray:
+    """The values of a sub-byte array read from its bytes, as ml_dtypes reads them: an integer type's low
+    bits (sign-extended for int4, int2) as int64; float4_e2m1fn's code as float32, any high bit its sign."""
+    dtype, raw = get_dtype(x.dtype), x.view(np.uint8).astype(np.int64)
+    if dtype.is_floating:
+        magnitude = _E2M1[raw & 0x7]
+        return np.where(raw & 0xF8, -magnitude, magnitude)
+    bits = dtype.value_bits
+    low = raw & ((1 << bits) - 1)
+    return low - ((low >> (bits - 1)) << bits) if _signed(dtype) else low
+
+
+def _signed(dtype) -> bool:
+    return dtype.name in ("int4", "int2")
+
+
+def _sub_byte_store(values: np.ndarray, out: np.ndarray) -> None:
+    """``values`` (a NumPy bool, integer or float array) cast into the sub-byte array ``out``: an integer
+    into int4/uint4/int2/uint2 keeps its low bits (two's complement; the byte holds them alone, as
+    ml_dtypes stores them); a float truncates toward zero and gives 0 outside the type's range, NaN and inf
+    too (the spec leaves it undefined; ml_dtypes 0.7's choice, and the CUDA kernel's); into
+    float4_e2m1fn through float32, rounding to nearest even and saturating at +-6."""
+    dtype = get_dtype(out.dtype)
+    if dtype.is_floating:
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(out, np.asarray(values, np.float32).astype(out.dtype))
+        return
+    if values.dtype.kind == "f":
+        info = ml_dtypes.iinfo(out.dtype)
+        with np.errstate(invalid="ignore"):
+            whole = np.trunc(values.astype(np.float64))
+            inside = (whole >= info.min) & (whole <= info.max)
+        ints = np.where(inside, whole, 0).astype(np.int64)
+    else:
+        ints = values.astype(np.int64)
+    out.view(np.uint8)[...] = (ints & ((1 << dtype.value_bits) - 1)).astype(np.uint8)
+
+
 def cast_bind(ctx: KernelContext):
     # NumPy's unsafe cast is C's: float -> int truncates toward zero, anything -> bool is "!= 0",
     # bool -> number is 0/1. NaN, inf and out-of-range values give unspecified integers, as in C.
-    def kernel(inputs, outputs, stream):
-        with np.errstate(invalid="ignore", over="ignore"):
-            np.copyto(outputs[0], inputs[0], casting="unsafe")
+    # The sub-byte types go through their values (_sub_byte_value, _sub_byte_store): ml_dtypes' own
+    # casts among them, and into some types, differ between its versions or are missing in older ones.
+    sub_in, sub_out = get_dtype(ctx.in_dtypes[0]).is_sub_byte, get_dtype(ctx.out_dtypes[0]).is_sub_byte
+    if not (sub_in or sub_out):
 
-    return kernel
+        def kernel(inputs, outputs, stream):
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.copyto(outputs[0], inputs[0], casting="unsafe")
+
+        return kernel
+
+    def sub_byte_kernel(inputs, outputs, stream):
+        values = _sub_byte_value(inputs[0]) if sub_in else inputs[0]
+        if values.dtype.kind not in "biuf":  # bfloat16, the float8s: through float32 (exact)
+            values = values.astype(np.float32)
+        if sub_out:
+            _sub_byte_store(values, outputs[0])
+            return
+        if outputs[0].dtype.kind not in "biuf":  # into bfloat16 or a float8: from float32
+            values = values.astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.copyto(outputs[0], values, casting="unsafe")
+
+    return sub_byte_kernel
 
 
 def infer_bitcast(in_shapes: tuple, in_dtypes: tuple, attrs) -> tuple[tuple, tuple]:
