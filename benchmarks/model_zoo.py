@@ -1,6 +1,7 @@
-"""The three real models of issue 14 in one place: their PyTorch definitions, input shapes and ONNX export
-(used by the model race, ``benchmarks/models.py``, and by ``scripts/onnx_models_check.py``), and their tiny
-``onnx.helper`` twins for a host without torch (the CPU smoke run in CI).
+"""The race's real models (issue 14's three, and R3D-18 for 3-d convolutions) in one place: their PyTorch
+definitions, input shapes and ONNX export (used by the model race, ``benchmarks/models.py``, and by
+``scripts/onnx_models_check.py``), and their tiny ``onnx.helper`` twins for a host without torch (the CPU
+smoke run in CI).
 
 Never imports torch, torchvision or transformers at module level: they exist only on the GPU host.
 """
@@ -28,6 +29,7 @@ __all__ = [
 GPT2_EMBED, GPT2_HEADS, GPT2_TOKENS = 768, 12, 128
 IMAGE = 224  # ResNet-18's ImageNet resolution; ESPCN's input (a 224x224 luminance image, upscaled 3x)
 OPSET = 18
+CLIP_FRAMES, CLIP_SIZE = 16, 112  # R3D-18's training clips (Kinetics-400): 16 frames of 112x112
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,18 @@ def _gpt2_block(torch):
     return CausalBlock()
 
 
+def _torchvision(name: str, family: str = "") -> Callable[[Any], Any]:
+    """torchvision's ``models.{family}.{name}`` (``family`` "" for classification, "video"...)."""
+
+    def build(torch):
+        import torchvision
+
+        models = getattr(torchvision.models, family) if family else torchvision.models
+        return getattr(models, name)(weights=None)
+
+    return build
+
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -114,6 +128,13 @@ MODELS: dict[str, ModelSpec] = {
             (1, IMAGE, IMAGE),
             _espcn,
             "espcn",
+        ),
+        ModelSpec(
+            "r3d_18",
+            f"R3D-18 video ResNet (torchvision, random weights, 3x{CLIP_FRAMES}x{CLIP_SIZE}x{CLIP_SIZE})",
+            (3, CLIP_FRAMES, CLIP_SIZE, CLIP_SIZE),
+            _torchvision("r3d_18", "video"),
+            "video_block",
         ),
     )
 }
@@ -146,18 +167,6 @@ def _hidden_states(torch, module):
             return getattr(out, "last_hidden_state", out[0] if isinstance(out, tuple) else out)
 
     return LastHidden()
-
-
-def _torchvision(name: str, family: str = "") -> Callable[[Any], Any]:
-    """torchvision's ``models.{family}.{name}`` (``family`` "" for classification, "video"...)."""
-
-    def build(torch):
-        import torchvision
-
-        models = getattr(torchvision.models, family) if family else torchvision.models
-        return getattr(models, name)(weights=None)
-
-    return build
 
 
 def _transformers(make: Callable[[Any], Any]) -> Callable[[Any], Any]:

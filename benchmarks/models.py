@@ -1,5 +1,6 @@
-"""The model race (issue 14): GPT-2 block, ResNet-18 and ESPCN imported with ``pl.from_onnx`` and timed
-side by side with onnxruntime, PyTorch eager and torch.compile, after a correctness check in the same run.
+"""The model race (issue 14): GPT-2 block, ResNet-18, ESPCN and R3D-18 imported with ``pl.from_onnx`` and
+timed side by side with onnxruntime, PyTorch eager and torch.compile, after a correctness check in the same
+run.
 
 python -m benchmarks.models [--out DIR] [--models a,b] [--batches 1,32] [--quick] [--no-compile] [--tiny]
 
@@ -50,7 +51,7 @@ TIME_LIMIT = 480.0  # soft, seconds: later records are skipped, the files are st
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.models",
-        description="PipeLink (ONNX import) vs onnxruntime vs PyTorch on three real models.",
+        description="PipeLink (ONNX import) vs onnxruntime vs PyTorch on real models.",
     )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")

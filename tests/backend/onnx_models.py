@@ -318,6 +318,34 @@ def espcn(batch: int = 1, upscale: int = 3, height: int = 12, width: int = 10):
     return model, {"lr": _rand(rng, batch, 1, height, width)}
 
 
+def video_block(batch: int = 2, channels: int = 4, frames: int = 4, size: int = 6):
+    """R3D-18's basic block (torchvision's video ResNet): Conv 3x3x3 -> BatchNormalization -> Relu ->
+    Conv 3x3x3 -> BatchNormalization, plus the block's input, -> Relu, over NCDHW clips."""
+    rng = np.random.default_rng(5)
+    init = {}
+    nodes = []
+    h = "x"
+    for k in range(2):
+        init[f"w{k}"] = _rand(rng, channels, channels, 3, 3, 3, scale=0.2)
+        init[f"b{k}"] = _rand(rng, channels, scale=0.1)
+        for name in ("scale", "shift", "mean"):
+            init[f"{name}{k}"] = _rand(rng, channels)
+        init[f"var{k}"] = rng.uniform(0.5, 1.5, channels).astype(np.float32)
+        nodes.append(
+            helper.make_node("Conv", [h, f"w{k}", f"b{k}"], [f"c{k}"], name=f"conv{k}", pads=[1] * 6)
+        )
+        bn = [f"c{k}", f"scale{k}", f"shift{k}", f"mean{k}", f"var{k}"]
+        nodes.append(helper.make_node("BatchNormalization", bn, [f"n{k}"], name=f"bn{k}"))
+        if k == 0:
+            nodes.append(helper.make_node("Relu", ["n0"], ["r0"], name="relu0"))
+            h = "r0"
+    nodes.append(helper.make_node("Add", ["n1", "x"], ["sum"], name="shortcut"))
+    nodes.append(helper.make_node("Relu", ["sum"], ["y"], name="relu1"))
+    shape = ["N", channels, frames, size, size]
+    model = make_model(nodes, [("x", shape)], [("y", None)], init, "video_block", opset=17)
+    return model, {"x": _rand(rng, batch, channels, frames, size, size)}
+
+
 def _attention_nodes(
     rng, init: dict, src: str, dst: str, t: int, d: int, heads: int, masking: str, qkv: str = "separate"
 ) -> list:

@@ -121,39 +121,13 @@ def pl_from(model, device):
     return pl.from_onnx(model, device=device)
 
 
-def _video_block(rng):
-    """r3d_18's basic block: Conv -> BatchNormalization -> Relu -> Conv -> BatchNormalization, plus the
-    block's input, -> Relu (the ops the fused import may fold or fuse; the 3-d convolutions stay right)."""
-    c = 4
-    inits = {}
-    nodes = []
-    h = "x"
-    for k in range(2):
-        inits[f"w{k}"] = _r(rng, c, c, 3, 3, 3)
-        inits[f"b{k}"] = _r(rng, c)
-        for name in ("scale", "shift", "mean"):
-            inits[f"{name}{k}"] = _r(rng, c)
-        inits[f"var{k}"] = rng.uniform(0.5, 1.5, c).astype(F)
-        nodes.append(
-            helper.make_node("Conv", [h, f"w{k}", f"b{k}"], [f"c{k}"], name=f"conv{k}", pads=[1] * 6)
-        )
-        bn = [f"c{k}", f"scale{k}", f"shift{k}", f"mean{k}", f"var{k}"]
-        nodes.append(helper.make_node("BatchNormalization", bn, [f"n{k}"], name=f"bn{k}"))
-        if k == 0:
-            nodes.append(helper.make_node("Relu", ["n0"], ["r0"], name="relu0"))
-            h = "r0"
-    nodes.append(helper.make_node("Add", ["n1", "x"], ["sum"], name="shortcut"))
-    nodes.append(helper.make_node("Relu", ["sum"], ["y"], name="relu1"))
-    return om.make_model(nodes, [("x", [2, c, 4, 6, 6])], [("y", None)], inits, "video_block", opset=17)
-
-
 @pytest.mark.parametrize("fuse", [True, False])
 def test_a_video_block_imports_and_matches_onnx(device, rng, fuse):
     import pipelink as pl
     from pipelink.onnx import import_model
 
-    model = _video_block(rng)
-    x = _r(rng, 2, 4, 4, 6, 6)
+    model, feeds = om.video_block(batch=2)
+    x = feeds["x"]
     config, weights = import_model(model, fuse=fuse)
     names = [s["name"] for s in config["pipeline"]]
     assert names.count("conv3d") == 2 and "conv2d" not in names, names
