@@ -150,9 +150,16 @@ def validate(
     return problems
 
 
+#: The most problems a load error's message lists (its ``.errors`` holds every one).
+MAX_LISTED_PROBLEMS = 50
+
+
 def _raise_problems(problems: list[Problem], source: str) -> None:
     codes = {p.code for p in problems}
-    listing = "\n".join(f"  {p}" for p in problems)
+    listing = "\n".join(f"  {p}" for p in problems[:MAX_LISTED_PROBLEMS])
+    if len(problems) > MAX_LISTED_PROBLEMS:
+        more = len(problems) - MAX_LISTED_PROBLEMS
+        listing += f"\n  ... and {more} more (the error's .errors lists them all)"
     noun = "problem" if len(problems) == 1 else "problems"
     message = f"invalid pipeline {source}: {len(problems)} {noun}:\n{listing}"
     if len(codes) == 1 and ErrorCode.PIPELINK_ERR_INVALID_CONFIG not in codes:
@@ -216,6 +223,21 @@ def load(
         With ``.errors``, every problem found (or the specific error class when all problems share one
         code, e.g. ShapeMismatchError for a declared shape that does not fit).
     """
+    for name, value, optional in (
+        ("cuda_graph", cuda_graph, False),
+        ("tuned", tuned, False),
+        ("static_outputs", static_outputs, False),
+        ("checked", checked, True),
+        ("graph", graph, True),
+        ("native", native, True),
+    ):
+        if not (isinstance(value, bool | np.bool_) or optional and value is None):
+            raise InvalidArgumentError(
+                f"load({name}=...) is True or False{' (or None)' if optional else ''}, got {value!r}",
+                option=name,
+            )
+    if not isinstance(device, str):
+        raise InvalidArgumentError(f"load(device=...) is a string such as 'cpu' or 'cuda:0', got {device!r}")
     if graph is not None:
         warnings.warn(
             "pl.load(graph=...) is deprecated: use cuda_graph=... (Pipeline.graph is the pipeline's DAG)",

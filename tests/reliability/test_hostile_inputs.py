@@ -475,3 +475,45 @@ def test_the_float32_scratch_of_a_half_unary_op_past_the_host_is_refused():
     }
     with pytest.raises(pl.OutOfMemoryError, match="stage 's'"):
         pl.load(doc, device="cpu")
+
+
+# -- load()'s options, the import's path, and a config with very many problems -------------------------------
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("cuda_graph", "x", r"load\(cuda_graph=...\) is True or False, got 'x'"),
+        ("native", 1, r"load\(native=...\) is True or False \(or None\), got 1"),
+        ("static_outputs", None, r"load\(static_outputs=...\) is True or False, got None"),
+        ("device", 3, r"load\(device=...\) is a string"),
+    ],
+)
+def test_load_refuses_options_of_the_wrong_type(option, value, says):
+    # A truthy string once turned CUDA graphs on; an int device escaped as an AttributeError.
+    with pytest.raises(pl.InvalidArgumentError, match=says):
+        pl.load("examples/transformer_mlp/pipeline.json", **{option: value})
+
+
+def test_the_onnx_import_of_a_folder_says_it_is_not_a_file(tmp_path):
+    pytest.importorskip("onnx")
+    with pytest.raises(pl.InvalidArgumentError, match="is not a regular file"):
+        pl.onnx.import_model(tmp_path)
+    with pytest.raises(pl.InvalidArgumentError, match="not found"):
+        pl.onnx.import_model(tmp_path / "missing.onnx")
+
+
+def test_a_config_with_very_many_problems_lists_the_first_ones_and_keeps_them_all():
+    from pipelink.pipeline import MAX_LISTED_PROBLEMS
+
+    count = MAX_LISTED_PROBLEMS + 25
+    doc = {
+        "inputs": {"x": {"shape": [2], "dtype": "float32"}},
+        "pipeline": [
+            {"name": f"no_such_op_{k}", "id": f"s{k}", "inputs": ["x"], "outputs": [f"y{k}"]}
+            for k in range(count)
+        ],
+    }
+    with pytest.raises(pl.PipeLinkError) as e:
+        pl.load(doc, device="cpu")
+    assert len(e.value.errors) >= count
+    assert f"... and {len(e.value.errors) - MAX_LISTED_PROBLEMS} more" in e.value.message
+    assert e.value.message.count("\n  ") == MAX_LISTED_PROBLEMS + 1

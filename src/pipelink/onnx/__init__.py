@@ -60,8 +60,17 @@ def _read_model(onnx, model_or_path: Any):
             f"{type(model_or_path).__name__}"
         )
     path = Path(model_or_path).expanduser()
-    if not path.is_file():
+    try:
+        exists, regular = path.exists(), path.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        exists = regular = False
+    if not exists:
         raise InvalidArgumentError(f"ONNX model {str(path)!r} not found; give the path of an .onnx file")
+    if not regular:
+        raise InvalidArgumentError(
+            f"ONNX model {str(path)!r} is not a regular file (a folder, a pipe or a device); give the path "
+            "of an .onnx file"
+        )
     try:
         return onnx.load(str(path))
     except Exception as e:  # the protobuf parser's DecodeError, a missing external-data file, ...
