@@ -6,6 +6,7 @@ Raises PipeLinkErrors only; the CLI reports each as a usage error. Never casts a
 
 from __future__ import annotations
 
+import stat
 import zipfile
 from collections.abc import Collection
 from pathlib import Path
@@ -33,6 +34,18 @@ def _parse_kv(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _regular_file(path: Path, what: str) -> None:
+    """Refuse a path that is not a regular file before anything opens it (opening a FIFO waits for a
+    writer; a device never ends)."""
+    try:
+        regular = stat.S_ISREG(path.stat().st_mode)
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise InvalidArgumentError(f"{what}: cannot read {str(path)!r}: {why}") from None
+    if not regular:
+        raise InvalidArgumentError(f"{what}: {str(path)!r} is not a regular file (a folder, pipe or device)")
+
+
 def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
     """``pipelink import --constant NAME=VALUE``: VALUE a ``.npy`` file, a number (a 0-d array) or numbers
     joined by commas (1-d); integers as int64, others float64 (the import converts them to the input's
@@ -47,6 +60,7 @@ def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
     for name, text in _parse_kv(items, "constant").items():
         if text.lower().endswith(".npy"):
             path = Path(text).expanduser()
+            _regular_file(path, f"--constant {name}")
             try:
                 out[name] = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
@@ -140,6 +154,7 @@ def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: i
 
 
 def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
+    _regular_file(path, "--inputs")
     try:
         data = np.load(path, allow_pickle=False)
         files = data.files

@@ -517,3 +517,20 @@ def test_a_config_with_very_many_problems_lists_the_first_ones_and_keeps_them_al
     assert len(e.value.errors) >= count
     assert f"... and {len(e.value.errors) - MAX_LISTED_PROBLEMS} more" in e.value.message
     assert e.value.message.count("\n  ") == MAX_LISTED_PROBLEMS + 1
+
+
+def test_cli_inputs_and_constants_that_are_fifos_are_refused_without_opening_them(tmp_path, capsys):
+    # np.load on a FIFO waited for a writer forever.
+    os.mkfifo(tmp_path / "x.npz")
+    os.mkfifo(tmp_path / "c.npy")
+    config = "examples/transformer_mlp/pipeline.json"
+    assert main(["run", config, "--inputs", str(tmp_path / "x.npz"), "--device", "cpu"]) == 2
+    line = _one_line_error(capsys)
+    assert "--inputs" in line and "not a regular file" in line, line
+    pytest.importorskip("onnx")
+    assert (
+        main(["import", "model.onnx", "-o", str(tmp_path / "out"), "--constant", f"k={tmp_path / 'c.npy'}"])
+        == 2
+    )
+    line = _one_line_error(capsys)
+    assert "--constant k" in line and "not a regular file" in line, line
