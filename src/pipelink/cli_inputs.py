@@ -34,16 +34,16 @@ def _parse_kv(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _regular_file(path: Path, what: str) -> None:
+def _regular_file(path: Path, cannot: str) -> None:
     """Refuse a path that is not a regular file before anything opens it (opening a FIFO waits for a
-    writer; a device never ends)."""
+    writer; a device never ends); ``cannot`` starts the message ("cannot read inputs")."""
     try:
         regular = stat.S_ISREG(path.stat().st_mode)
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or e
-        raise InvalidArgumentError(f"{what}: cannot read {str(path)!r}: {why}") from None
+        raise InvalidArgumentError(f"{cannot} {str(path)!r}: {why}") from None
     if not regular:
-        raise InvalidArgumentError(f"{what}: {str(path)!r} is not a regular file (a folder, pipe or device)")
+        raise InvalidArgumentError(f"{cannot} {str(path)!r}: not a regular file (a folder, pipe or device)")
 
 
 def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
@@ -60,7 +60,7 @@ def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
     for name, text in _parse_kv(items, "constant").items():
         if text.lower().endswith(".npy"):
             path = Path(text).expanduser()
-            _regular_file(path, f"--constant {name}")
+            _regular_file(path, f"--constant {name}: cannot read")
             try:
                 out[name] = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
@@ -154,7 +154,7 @@ def _random_inputs(pipe, shapes: dict[str, str], dtypes: dict[str, str], seed: i
 
 
 def _read_inputs(pipe, path: Path) -> dict[str, np.ndarray]:
-    _regular_file(path, "--inputs")
+    _regular_file(path, "--inputs: cannot read inputs")
     try:
         data = np.load(path, allow_pickle=False)
         files = data.files
