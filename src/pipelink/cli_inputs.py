@@ -60,7 +60,7 @@ def parse_constants(items: list[str]) -> dict[str, np.ndarray]:
     for name, text in _parse_kv(items, "constant").items():
         if text.lower().endswith(".npy"):
             path = Path(text).expanduser()
-            _regular_file(path, f"--constant {name}: cannot read")
+            _regular_file(path, f"--constant {name}: cannot read the array")
             try:
                 out[name] = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
