@@ -473,7 +473,6 @@ def test_scan_axes_and_directions(in_axis, in_dir, out_axes, out_dirs, device, r
 
 
 def test_scan_refusals():
-    _refused(_scan_model(opset=8), "Scan of opset 8 .* convert the model to opset 9 or later")
     _refused(_scan_model(x_shape=("seq", 2, 3)), r"scan axis 0 of size seq, known only when the model runs")
     _refused(
         _scan_model(x_shape=(MAX_STEPS + 1, 2, 3)), f"sequence length {MAX_STEPS + 1}; .* at most {MAX_STEPS}"
@@ -481,6 +480,51 @@ def test_scan_refusals():
     _refused(_scan_model(in_axes=[3]), r"scan_input_axes\[0\]=3 is out of range for rank 3")
     _refused(_scan_model(in_dirs=[2]), r"scan_input_directions=\[2\]: a direction is 0 \(forward\) or 1")
     _refused(_scan_model(out_axes=[0]), "scan_output_axes has 1 entries; it needs 2")
+
+
+def _scan8_model(batch, seq, directions=None, lens=None):
+    """Scan-8: the running sum of x's rows per batch entry (a state [2]) and each step's sum (a scan
+    output), over x [batch, seq, 2] with the batch axis first and sequence_lens the first input."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "v"], ["s_out"]),
+            helper.make_node("Identity", ["s_out"], ["scan"]),
+        ],
+        "body",
+        [_info("s_in", FLOAT, [2]), _info("v", FLOAT, [2])],
+        [_info("s_out", FLOAT, [2]), _info("scan", FLOAT, [2])],
+    )
+    attrs = {"num_scan_inputs": 1, "body": body} | ({"directions": directions} if directions else {})
+    inits = {} if lens is None else {"lens": np.array(lens, np.int32)}
+    node = helper.make_node(
+        "Scan", ["lens" if lens is not None else "", "init", "x"], ["y", "z"], name="ctl", **attrs
+    )
+    return _model(
+        [node],
+        [_info("init", FLOAT, [batch, 2]), _info("x", FLOAT, [batch, seq, 2])],
+        [_info("y", FLOAT, [batch, 2]), _info("z", FLOAT, [batch, seq, 2])],
+        inits,
+        opset=8,
+    )
+
+
+@pytest.mark.parametrize(("directions", "lens"), [(None, None), ([1], None), (None, [4, 4, 4])])
+def test_scan8_scans_each_batch_entry(rng, device, directions, lens):
+    batch, seq = 3, 4
+    feeds = {
+        "init": rng.standard_normal((batch, 2)).astype(F),
+        "x": rng.standard_normal((batch, seq, 2)).astype(F),
+    }
+    xs = feeds["x"][:, ::-1] if directions == [1] else feeds["x"]
+    steps = feeds["init"][:, None, :] + np.cumsum(xs, axis=1)
+    want = {"y": steps[:, -1], "z": steps}
+    _run(_scan8_model(batch, seq, directions, lens), feeds, device, want=want)
+
+
+def test_scan8_refusals():
+    _refused(
+        _scan8_model(2, 3, lens=[3, 2]), r"sequence_lens \('lens'\) must be absent or a constant of the full"
+    )
 
 
 # -- hostile subgraphs ---------------------------------------------------------------------------------

@@ -91,17 +91,30 @@ class _Unrolling(_Inlining):
         yield from self._finish(states, scans, [0] * k, outputs, label, "the loop runs no iteration")
 
     def _scan(self, proto, inputs, outputs, label, scope, depth):
-        if self.g.opset < 9:
-            raise ControlError(
-                f"Scan of opset {self.g.opset} (a batch axis and sequence_lens) is not supported; convert "
-                "the model to opset 9 or later"
-            )
         body = _graph_attr(proto, "body")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in proto.attribute if a.name != "body"}
         if "num_scan_inputs" not in attrs:
             raise ControlError("attribute num_scan_inputs is missing")
         m = int(attrs["num_scan_inputs"])
+        if self.g.opset < 9:
+            yield from self._scan8(body, attrs, m, inputs, outputs, label, scope, depth)
+            return
         n = len(inputs) - m
+        k = self._scan_arity(body, m, n, inputs, outputs)
+        in_axes = _ints(attrs, "scan_input_axes", m)
+        in_dirs = _ints(attrs, "scan_input_directions", m, directions=True)
+        out_axes = _ints(attrs, "scan_output_axes", k)
+        out_dirs = _ints(attrs, "scan_output_directions", k, directions=True)
+        states, scans = yield from self._scan_steps(
+            body, list(inputs[:n]), inputs[n:], in_axes, in_dirs, label, scope, depth
+        )
+        for j in range(k):
+            if out_dirs[j]:  # prepended each iteration: the last iteration's element first
+                scans[j].reverse()
+        yield from self._finish(states, scans, out_axes, outputs, label, "the scan axis is empty")
+
+    def _scan_arity(self, body, m: int, n: int, inputs, outputs) -> int:
+        """The number of scan outputs, the node's and the body's inputs and outputs checked."""
         if m < 1 or n < 0 or len(body.input) != n + m:
             raise ControlError(
                 f"num_scan_inputs={m} with {len(inputs)} inputs and a body of {len(body.input)} inputs; the "
@@ -113,13 +126,15 @@ class _Unrolling(_Inlining):
                 f"the body has {len(body.output)} outputs and the node {len(outputs)}; the body makes the "
                 f"{n} state variables, then the scan outputs' elements"
             )
-        in_axes = _ints(attrs, "scan_input_axes", m)
-        in_dirs = _ints(attrs, "scan_input_directions", m, directions=True)
-        out_axes = _ints(attrs, "scan_output_axes", k)
-        out_dirs = _ints(attrs, "scan_output_directions", k, directions=True)
-        xs = inputs[n:]
         if "" in inputs:
             raise ControlError("an absent input is not supported (every state and scan input is needed)")
+        return k
+
+    def _scan_steps(self, body, states, xs, in_axes, in_dirs, label, scope, depth):
+        """The body's nodes, once per element along the scan inputs' axes (a generator; its value is the
+        final states and, per scan output, the elements in iteration order)."""
+        m, n = len(xs), len(states)
+        k = len(body.output) - n
         length, axes = None, []
         for j, x in enumerate(xs):
             shape = self.known_shape(x, axis=in_axes[j])
@@ -148,7 +163,6 @@ class _Unrolling(_Inlining):
                 "steps (export with shorter sequences, or run the scan as a native module)"
             )
         self._afford(length * (self._size(body) + m + k), f"{length} steps of a body")
-        states = list(inputs[:n])
         scans: list[list[str]] = [[] for _ in range(k)]
         for t in range(length):
             prefix = f"{label}/iter{t}"
@@ -169,10 +183,64 @@ class _Unrolling(_Inlining):
             states = made[:n]
             for j in range(k):
                 scans[j].append(made[n + j])
-        for j in range(k):
-            if out_dirs[j]:  # prepended each iteration: the last iteration's element first
-                scans[j].reverse()
-        yield from self._finish(states, scans, out_axes, outputs, label, "the scan axis is empty")
+        return states, scans
+
+    def _scan8(self, body, attrs, m, inputs, outputs, label, scope, depth):
+        """Scan of opset 8: a batch axis first on every state and scan input (the scan axis second), and
+        sequence_lens first among the inputs. Each batch entry is scanned on its own (the inputs gathered
+        at that entry), and the states and scan outputs stacked along the batch axis again. sequence_lens
+        must be absent or a constant of the full length (a shorter sequence's outputs past its end are
+        left undefined by the spec)."""
+        lens, inputs = (inputs[0] if inputs else ""), list(inputs[1:])
+        n = len(inputs) - m
+        k = self._scan_arity(body, m, n, inputs, outputs)
+        dirs = _ints(attrs, "directions", m, directions=True)
+        batch = None
+        for name in inputs:
+            shape = self.known_shape(name, axis=0)
+            size = shape[0] if shape else None
+            if not isinstance(size, int):
+                raise ControlError(f"Scan-8 input {name!r} has its batch axis unknown at import")
+            if batch is not None and size != batch:
+                raise ControlError(f"Scan-8 inputs disagree on the batch: {batch} and {size} ({name!r})")
+            batch = size
+        if lens:
+            value = self.constant(lens)
+            full = [self.known_shape(x, axis=1)[1] for x in inputs[n:]]
+            if value is None or not np.all(np.asarray(value) == full[0]):
+                raise ControlError(
+                    f"sequence_lens ({lens!r}) must be absent or a constant of the full sequence length "
+                    f"{full[0]}: PipeLink unrolls every entry over the whole sequence"
+                )
+        per_states: list[list[str]] = [[] for _ in range(n)]
+        per_scans: list[list[str]] = [[] for _ in range(k)]
+        for b in range(batch or 0):
+            prefix = f"{label}/batch{b}"
+            entries = []
+            for j, name in enumerate(inputs):
+                entry = self._fresh(prefix, f"entry{j}")
+                yield self._glue(
+                    "Gather", [name, self._scalar(np.int64(b))], [entry], f"{prefix}/entry{j}", axis=0
+                )
+                self._record(entry, self.dtype(name), self.shape(name)[1:])
+                entries.append(entry)
+            states, scans = yield from self._scan_steps(
+                body, entries[:n], entries[n:], [0] * m, dirs, prefix, scope, depth
+            )
+            for j, state in enumerate(states):
+                per_states[j].append(state)
+            for j, parts in enumerate(scans):
+                if not parts:
+                    raise ControlError("the scan axis is empty, so the scan outputs would be empty")
+                stacked = self._fresh(prefix, f"scan{j}")
+                yield from self._stack(parts, 0, stacked, f"{prefix}/scan{j}")
+                per_scans[j].append(stacked)
+        if not batch:
+            raise ControlError("Scan-8 with a batch of 0 entries: PipeLink has no empty tensors")
+        for j, parts in enumerate(per_states + per_scans):
+            y = outputs[j] if j < len(outputs) else ""
+            if y:
+                yield from self._stack(parts, 0, y, f"{label}/out{j}")
 
     def _finish(self, states, scans, axes, outputs, label, why_empty):
         """The final loop-carried values (copied into the node's outputs) and the scan outputs stacked."""
