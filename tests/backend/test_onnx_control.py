@@ -525,6 +525,10 @@ def test_scan8_refusals():
     _refused(
         _scan8_model(2, 3, lens=[3, 2]), r"sequence_lens \('lens'\) must be absent or a constant of the full"
     )
+    unknown = _scan8_model(2, 3)
+    for info in unknown.graph.input:
+        info.type.tensor_type.shape.dim[0].dim_param = "B"
+    _refused(unknown, r"Scan-8 input 'init' has its batch axis unknown at import")
 
 
 # -- hostile subgraphs ---------------------------------------------------------------------------------

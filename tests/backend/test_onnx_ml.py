@@ -80,6 +80,9 @@ def test_refusals_name_their_cause():
     with pytest.raises(pl.PipeLinkError, match="threshold inf: give a finite one") as e:
         import_model(infinite)
     assert e.value.code.name == "PIPELINK_ERR_INVALID_ARGUMENT"
+    boolean = _model("Binarizer", [("x", TensorProto.BOOL, [2])])
+    with pytest.raises(pl.PipeLinkError, match="Binarizer of x bool: the spec's are floats, int32, int64"):
+        import_model(boolean)
     unranked = _model(
         "ArrayFeatureExtractor", [("x", TensorProto.FLOAT, None), ("i", TensorProto.INT64, [1])]
     )
