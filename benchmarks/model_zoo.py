@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "EXPORTERS",
     "MODELS",
     "ModelSpec",
     "ZOO",
@@ -553,31 +554,54 @@ ZOO: dict[str, ZooSpec] = {
 """Architectures beyond the race's three, for ``scripts/onnx_models_check.py --zoo wide``."""
 
 
-def export_onnx_inputs(module: Any, inputs: tuple, names: list[str] | None = None) -> bytes:
-    """``module`` (eval mode, on the CPU) exported on ``inputs`` with fixed shapes: its inputs named
-    ``names`` (default ``in0``, ``in1``...), its one output ``y``; by the TorchScript exporter, or by
-    ``torch.export`` (``dynamo=True``, with onnxscript installed) where the former fails. Fixed shapes keep
-    every Reshape's shape a constant (a dynamic batch makes the exporter compute shapes, which the import
-    folds where it can)."""
+EXPORTERS = ("auto", "torchscript", "dynamo")
+"""``auto``: the TorchScript exporter, ``torch.export`` where it fails; or either one alone (``dynamo`` is
+``torch.onnx.export``'s default from torch 2.9, so it is what a user exporting with defaults gets)."""
+
+
+def export_onnx_inputs(
+    module: Any,
+    inputs: tuple,
+    names: list[str] | None = None,
+    exporter: str = "auto",
+    dynamic_batch: bool = False,
+) -> bytes:
+    """``module`` (eval mode, on the CPU) exported on ``inputs``: its inputs named ``names`` (default ``in0``,
+    ``in1``...), its one output ``y``; by ``exporter`` (:data:`EXPORTERS`; ``dynamo`` needs onnxscript).
+    Fixed shapes keep every Reshape's shape a constant; ``dynamic_batch`` makes dim 0 of every input and of
+    ``y`` the symbol ``batch`` (``dynamic_axes``, or ``torch.export``'s ``dynamic_shapes``), so the exporter
+    computes shapes from it and the import folds what it can. ``inputs`` should then have a batch of 2 or
+    more (``torch.export`` specializes a dim of size 1)."""
     import torch
 
-    buf = io.BytesIO()
+    if exporter not in EXPORTERS:
+        raise ValueError(f"exporter {exporter!r}: one of {', '.join(EXPORTERS)}")
     names = names or [f"in{k}" for k in range(len(inputs))]
+    common = {"input_names": names, "output_names": ["y"], "opset_version": OPSET}
+
+    def torchscript() -> bytes:
+        buf = io.BytesIO()
+        axes = {n: {0: "batch"} for n in [*names, "y"]} if dynamic_batch else None
+        torch.onnx.export(module, inputs, buf, dynamic_axes=axes, dynamo=False, **common)
+        return buf.getvalue()
+
+    def dynamo() -> bytes:
+        batch = torch.export.Dim("batch")
+        shapes = tuple({0: batch} for _ in inputs) if dynamic_batch else None
+        program = torch.onnx.export(module, inputs, dynamic_shapes=shapes, dynamo=True, **common)
+        return program.model_proto.SerializeToString()
+
     with torch.no_grad():
+        if exporter != "auto":
+            return torchscript() if exporter == "torchscript" else dynamo()
         try:
-            torch.onnx.export(
-                module, inputs, buf, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=False
-            )
+            return torchscript()
         except Exception:  # the TorchScript exporter lacks an op (aten::diff of newer transformers' masks)
             import importlib.util
 
             if importlib.util.find_spec("onnxscript") is None:
                 raise
-            program = torch.onnx.export(
-                module, inputs, input_names=names, output_names=["y"], opset_version=OPSET, dynamo=True
-            )
-            return program.model_proto.SerializeToString()
-    return buf.getvalue()
+            return dynamo()
 
 
 def export_onnx(module: Any, x: Any) -> bytes:

@@ -9,7 +9,11 @@ Whisper, BEiT and wav2vec2 encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon, BLOOM
 Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; ConvNeXt, ShuffleNetV2, RegNetY;
 the video nets R3D-18, R(2+1)D-18 and S3D; small, random weights).
 
+``--exporter dynamo`` exports as ``torch.onnx.export`` does by default (torch.export, with onnxscript), and
+``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3.
+
 python scripts/onnx_models_check.py [--zoo race|wide] [--only NAME,...] [--devices cpu,cuda] [--out DIR]
+                                    [--exporter auto|torchscript|dynamo] [--dynamic-batch]
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pipelink as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks/
 
-from benchmarks.model_zoo import MODELS, ZOO, export_onnx_inputs, onnx_op_counts  # noqa: E402
+from benchmarks.model_zoo import EXPORTERS, MODELS, ZOO, export_onnx_inputs, onnx_op_counts  # noqa: E402
 
 
 def _cases(zoo: str, torch, only: set[str]) -> list[tuple[str, object, tuple]]:
@@ -40,12 +44,23 @@ def _cases(zoo: str, torch, only: set[str]) -> list[tuple[str, object, tuple]]:
     return [(name, spec.build(torch).eval(), spec.inputs(torch)) for name, spec in chosen]
 
 
+def _rebatch(torch, t, batch: int):
+    """A fresh tensor like ``t`` with ``batch`` rows: floats drawn with its mean and spread, integers (token
+    ids, masks) within its range."""
+    shape = (batch, *t.shape[1:])
+    if t.is_floating_point():
+        return torch.randn(shape, dtype=t.dtype) * t.std() + t.mean()
+    return torch.randint(int(t.min()), int(t.max()) + 1, shape, dtype=t.dtype)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--zoo", choices=("race", "wide"), default="race", help="which models (default race)")
     parser.add_argument("--devices", default="cpu,cuda", help="comma-separated devices (default cpu,cuda)")
-    parser.add_argument("--out", type=Path, default=None, help="keep the exported .onnx files here")
+    parser.add_argument("--out", type=Path, default=None, help="keep the exports and feeds here")
     parser.add_argument("--only", default="", help="comma-separated model names of the zoo (default: all)")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="auto", help="which exporter (default auto)")
+    parser.add_argument("--dynamic-batch", action="store_true", help="export a symbolic batch, run batch 3")
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     import onnx
@@ -56,25 +71,37 @@ def main() -> int:
     failures = 0
     for name, module, inputs in _cases(args.zoo, torch, only):
         names = ["x"] if args.zoo == "race" else None
+        if args.dynamic_batch:
+            inputs, run_inputs = (tuple(_rebatch(torch, t, n) for t in inputs) for n in (2, 3))
+        else:
+            run_inputs = inputs
         try:
-            data = export_onnx_inputs(module, inputs, names)
+            data = export_onnx_inputs(module, inputs, names, args.exporter, args.dynamic_batch)
             model = onnx.load_from_string(data)
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             print(f"{name}: export failed: {type(e).__name__}: {e}")
             failures += 1
             continue
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"{name}.onnx").write_bytes(data)
         ops = list(onnx_op_counts(model))
         declared = {i.name for i in model.graph.input}
         given = names or [f"in{k}" for k in range(len(inputs))]
-        feeds = {n: t.numpy() for n, t in zip(given, inputs, strict=True) if n in declared}
-        ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        feeds = {n: t.numpy() for n, t in zip(given, run_inputs, strict=True) if n in declared}
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{name}.onnx").write_bytes(data)
+            np.savez(args.out / f"{name}.npz", **feeds)
+        try:
+            ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        except Exception as e:  # noqa: BLE001 - the export, not PipeLink: report it and go on
+            print(f"{name}: onnxruntime failed on the export: {type(e).__name__}: {str(e)[:500]}")
+            failures += 1
+            continue
         for device in args.devices.split(","):
             try:
                 with pl.from_onnx(model, device=device) as pipe:
                     out = np.asarray(pipe.run(feeds)["y"].numpy())
+                    if out.shape != ref.shape:
+                        raise AssertionError(f"output shape {out.shape}, onnxruntime's {ref.shape}")
                     err = float(np.max(np.abs(out - ref)) / max(1e-6, float(np.max(np.abs(ref)))))
                     staged = list(pipe.load_report.staged)
                 print(
