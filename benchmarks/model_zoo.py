@@ -8,6 +8,7 @@ Never imports torch, torchvision or transformers at module level: they exist onl
 
 from __future__ import annotations
 
+import inspect
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -587,7 +588,11 @@ def export_onnx_inputs(
 
     def dynamo() -> bytes:
         batch = torch.export.Dim("batch")
-        shapes = tuple({0: batch} for _ in inputs) if dynamic_batch else None
+        shapes: Any = tuple({0: batch} for _ in inputs) if dynamic_batch else None
+        params = inspect.signature(module.forward).parameters.values()
+        star = [p.name for p in params if p.kind == p.VAR_POSITIONAL]
+        if shapes is not None and star:  # forward(*args): one entry, the tuple of its inputs' specs
+            shapes = {star[0]: shapes}
         program = torch.onnx.export(module, inputs, dynamic_shapes=shapes, dynamo=True, **common)
         return program.model_proto.SerializeToString()
 

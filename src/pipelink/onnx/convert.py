@@ -67,6 +67,7 @@ from .convert_shape import (
     _expand,
     _flatten,
     _pad,
+    _range,
     _reshape,
     _space_to_depth,
     _split,
@@ -248,6 +249,7 @@ CONVERTERS: dict[str, Converter] = {
     ),
     "Expand": _expand,
     "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
     "Mod": lambda g, node: g.stage(
         node, "fmod" if _attr(node, "fmod", 0) else "mod", node.inputs[:2], node.outputs[:1]
     ),

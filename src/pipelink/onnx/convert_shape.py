@@ -1,5 +1,5 @@
 """ONNX layout converters: Reshape, Flatten, (Un)Squeeze, Transpose, Concat, Split, Expand, Tile, Pad,
-CenterCropPad, ConstantOfShape, SpaceToDepth and DepthToSpace.
+CenterCropPad, ConstantOfShape, Range (to a dim known only at run time), SpaceToDepth and DepthToSpace.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..ops.shape import MAX_PARTS
 from .convert_common import _attr, _inputs
-from .fold import Unfoldable, expand_target, reshape_target, unfolded_needs, unfolded_reason
+from .fold import Dim, Unfoldable, expand_target, reshape_target, unfolded_needs, unfolded_reason
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .lowerings import table_problem
-from .runtime_dims import RuntimeDimsError, broadcast_to_value
+from .runtime_dims import RuntimeDimsError, arange_to_dim, broadcast_to_value
 
 __all__: list[str] = []
 
@@ -192,14 +192,19 @@ def _pad(g: Graph, node: Node) -> None:
                 continue
             name = out(side)
             if mode == "constant":
-                if dtype is None or not all(isinstance(d, int) for d in dims):
-                    raise Unsupported("Pad mode constant needs every dim of its input and its dtype")
-                block = [width if i == axis else d for i, d in enumerate(dims)]
+                if dtype is None or any(d is None for d in dims):
+                    raise Unsupported("Pad mode constant needs the input's dtype and rank")
+                # a dim known only when the model runs (a dynamic batch) is 1 in the block, which is then
+                # broadcast to x's dim there (runtime_dims.py)
+                block = [width if i == axis else d if isinstance(d, int) else 1 for i, d in enumerate(dims)]
                 too_large = table_problem("Pad's constant block", tuple(block), dtype)
                 if too_large:
                     raise Unsupported(too_large)
-                g.constants[name] = np.full(block, value, dtype=get_dtype(dtype).numpy)
-                g.dtypes[name] = dtype
+                fill = np.full(block, value, dtype=get_dtype(dtype).numpy)
+                if all(isinstance(d, int) for d in dims):
+                    g.constants[name], g.dtypes[name] = fill, dtype
+                else:
+                    _broadcast_block(g, node, x, fill, dtype, block, name)
             elif mode == "edge":
                 edge = out(f"{side}_edge")
                 at = 0 if side == "begin" else size - 1
@@ -222,6 +227,21 @@ def _pad(g: Graph, node: Node) -> None:
         dims[axis] = size + begin + end
     if cur == x:  # nothing to pad
         g.stage(node, "identity", [x], [y])
+
+
+def _broadcast_block(g: Graph, node: Node, x: str, fill: np.ndarray, dtype: str, block: list, y: str) -> None:
+    """``y``: the constant ``fill`` broadcast to ``x``'s dims known only when the model runs (where
+    ``block`` has 1 for them)."""
+    g.constants[f"{y}__fill"], g.dtypes[f"{y}__fill"] = fill, dtype
+    g.shapes[f"{y}__fill"] = tuple(block)
+    shape = g.shapes[x]
+    value = [
+        Dim(d, x, k) if isinstance(d, str) else b for k, (d, b) in enumerate(zip(shape, block, strict=True))
+    ]
+    try:
+        broadcast_to_value(g, node, f"{y}__fill", value, y)
+    except RuntimeDimsError as why:
+        raise Unsupported(f"Pad mode constant of dims known only when the model runs: {why}") from None
 
 
 def _split(g: Graph, node: Node) -> None:
@@ -271,6 +291,21 @@ def _constant_of_shape(g: Graph, node: Node) -> None:
         broadcast_to_value(g, node, name, value, node.outputs[0])
     except RuntimeDimsError as why:
         raise Unsupported(f"ConstantOfShape to a shape known only when the model runs: {why}") from None
+
+
+def _range(g: Graph, node: Node) -> None:
+    """Range whose limit is a dim known only when the model runs (``arange(x.size(0))``; a Range of
+    constants folds at import, fold.py): counted along that dim of the tensor it was read from."""
+    limit = g.symbolic.get(node.inputs[1]) if len(node.inputs) == 3 else None
+    ends = [g.constants.get(n) for n in (node.inputs[0], node.inputs[2])] if limit is not None else [None]
+    if any(e is None or np.size(e) != 1 for e in ends):
+        raise Unsupported(unfolded_reason(g, node), needs=unfolded_needs(g, node))
+    start, delta = (np.asarray(e).reshape(-1)[0].item() for e in ends)
+    dtype = g.dtypes.get(node.inputs[0]) or get_dtype(np.asarray(ends[0]).dtype).name
+    try:
+        arange_to_dim(g, node, start, limit, delta, dtype, node.outputs[0])
+    except RuntimeDimsError as why:
+        raise Unsupported(f"Range to a limit known only when the model runs: {why}") from None
 
 
 def _center_crop_pad(g: Graph, node: Node) -> None:

@@ -31,7 +31,7 @@ from ..errors import PipeLinkError
 from .einsum import dots_are_ellipses
 from .fold import MAX_FOLD_ELEMENTS, resolved_target
 from .graph import Graph, Node
-from .runtime_dims import broadcast_shape
+from .runtime_dims import named_output_shape
 
 __all__ = [
     "SENT_ELEMENTS",
@@ -297,12 +297,14 @@ def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) ->
         if name in needed
     ]
     inputs = [i for i in model.graph.input if i.name not in g.constants] + extra
-    # the output of an Expand or ConstantOfShape to a run-time dim its input lacks (runtime_dims.py) has
-    # that dim: typed here by the graph input's name for it (``batch``), onnx would give it a fresh one
+    # the output of an Expand or ConstantOfShape to a run-time dim its input lacks, of a Range to one, and
+    # of a Reshape to one (runtime_dims.py) has that dim: typed here by the graph input's name for it
+    # (``batch``), onnx would give it a fresh one
     params = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
     typed = []
     for n in nodes:
-        shape = None if resolved_target(g, n) is not None else broadcast_shape(g, n, params)
+        plain = resolved_target(g, n) is not None and n.op_type != "Reshape"  # an Expand inference follows
+        shape = None if plain else named_output_shape(g, n, params)
         dtype = g.dtypes.get(n.outputs[0]) if n.outputs else None
         if shape is not None and dtype is not None:
             elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_dtype(dtype).numpy))

@@ -1,26 +1,29 @@
 """Expand and ConstantOfShape to a shape with dims known only when the model runs, dims of other tensors
-(``cls_token.expand(batch, -1, -1)``, a mask of ones ``[batch, seq]``), lowered onto existing operators.
+(``cls_token.expand(batch, -1, -1)``, a mask of ones ``[batch, seq]``), and Range up to such a dim
+(``arange(batch)``, which transformers' masks index with), lowered onto existing operators.
 
 PipeLink's ``expand`` takes its target as an attribute, so a dim known only at run time can only be kept
 where the input has it. Here such a dim is read from the tensor whose ``Shape`` the model took: a slice of
 that tensor down to the one dim, viewed at the dim's place in the output, compared with itself gives a
 bool tensor ``[1, .., D, .., 1]``, and ``where(mask, x, x)`` broadcasts x to it. The mask's values never
-matter (both branches are x). Never guesses a dim: the source must be a graph input or a tensor an
-earlier stage computed, else the node is refused.
+matter (both branches are x). A Range to the dim takes the same mask: ``where(mask, 1, 1)`` is a line of
+ones as long as the dim, its exclusive running sum counts 0, 1, 2... Never guesses a dim: the source must
+be a graph input or a tensor an earlier stage computed, else the node is refused.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import get_dtype
 from .fold import Dim
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
 
-__all__ = ["broadcast_to_value", "RuntimeDimsError"]
+__all__ = ["arange_to_dim", "broadcast_to_value", "RuntimeDimsError"]
 
 
 class RuntimeDimsError(Exception):
@@ -85,6 +88,49 @@ def broadcast_to_value(g: Graph, node: Node, x: str, value: list, y: str) -> Non
     g.stage(node, "where", [mask, source, source], [y])
 
 
+def arange_to_dim(g: Graph, node: Node, start: Any, limit: Any, delta: Any, dtype: str, y: str) -> None:
+    """Stages making ``y``: ONNX Range from the constant ``start`` to ``limit``, a dim known only when the
+    model runs (a :class:`Dim` of a tensor computed before this node), by the constant ``delta``, in
+    ``dtype``: ``start + k * delta`` for ``k`` below ``ceil((limit - start) / delta)``.
+
+    Raises
+    ------
+    RuntimeDimsError
+        ``limit`` is no dim of an available tensor, or ``start`` is not a whole number >= 0 or ``delta``
+        one >= 1 (the count is then no dim any tensor has).
+    """
+    if not isinstance(limit, Dim):
+        raise RuntimeDimsError("its limit is neither a constant nor a dim of a tensor")
+    whole = [v for v in (start, delta) if isinstance(v, int | float | np.number) and float(v).is_integer()]
+    if len(whole) != 2 or start < 0 or delta < 1:
+        raise RuntimeDimsError(
+            f"a limit known only when the model runs needs a start that is a whole number >= 0 and a delta "
+            f">= 1 (got start {start}, delta {delta})"
+        )
+    _check_source(g, limit)
+    mask = _mask(g, node, y, 0, 1, limit)
+    one = _scalar(g, f"{y}__one", 1, dtype)
+    line = f"{y}__ones"
+    g.stage(node, "where", [mask, one, one], [line])
+    start, delta = int(start), int(delta)
+    if start or delta != 1:  # the entries k*delta from start: the line sliced likewise, then scaled
+        kept = f"{y}__kept"
+        g.stage(node, "slice", [line], [kept], starts=[start], ends=[2**62], axes=[0], steps=[delta])
+        line = kept
+    counted = y if not start and delta == 1 else f"{y}__count"
+    g.stage(node, "cumsum", [line], [counted], axis=0, exclusive=True)
+    if counted == y:
+        return
+    g.stage(node, "mul", [counted, _scalar(g, f"{y}__delta", delta, dtype)], [f"{y}__scaled"])
+    g.stage(node, "add", [f"{y}__scaled", _scalar(g, f"{y}__start", start, dtype)], [y])
+
+
+def _scalar(g: Graph, name: str, value: int, dtype: str) -> str:
+    """``name``, now a 0-d constant ``value`` of ``dtype``."""
+    g.constants[name], g.shapes[name], g.dtypes[name] = np.asarray(value, get_dtype(dtype).numpy), (), dtype
+    return name
+
+
 def _check_source(g: Graph, dim: Dim) -> None:
     source = dim.tensor
     if source is None or dim.axis is None or g.shapes.get(source) is None or not _available(g, source):
@@ -111,11 +157,21 @@ def _mask(g: Graph, node: Node, y: str, place: int, rank: int, dim: Dim) -> str:
     return mask
 
 
-def broadcast_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
-    """The output shape of an Expand or ConstantOfShape of a shape value whose dims known only at run time
-    are all named by a graph input's ``dim_param`` in ``names`` (``batch``): ints and those names, for
-    the import's shape inference to carry past it (onnx gives such an output fresh dims). None when an
-    entry is unnamed or the broadcast is not clear at import."""
+def named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    """The output shape of a node reading a shape value whose dims known only at run time are named by a
+    graph input's ``dim_param`` in ``names`` (``batch``), for the import's shape inference to carry past
+    it (onnx gives such an output fresh dims): an Expand or ConstantOfShape (ints and those names; None
+    when an entry is unnamed or the broadcast is not clear at import), a Range from 0 to such a dim by 1,
+    and a Reshape (its named entries; None for the dim it infers and other unknowns, and no shape at all
+    when no entry is named)."""
+    if node.op_type == "Reshape" and len(node.inputs) == 2:
+        return _reshape_shape(g, node, names)
+    if node.op_type == "Range" and len(node.inputs) == 3:
+        limit = g.symbolic.get(node.inputs[1])
+        ends = [np.asarray(g.constants.get(n, np.nan)).reshape(-1) for n in (node.inputs[0], node.inputs[2])]
+        if isinstance(limit, Dim) and limit.name in names and [e.tolist() for e in ends] == [[0], [1]]:
+            return (limit.name,)
+        return None
     if node.op_type not in ("Expand", "ConstantOfShape") or not node.inputs:
         return None
     value = g.symbolic.get(node.inputs[-1] if node.op_type == "Expand" else node.inputs[0])
@@ -141,3 +197,19 @@ def broadcast_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
         else:
             return None
     return tuple(out)
+
+
+def _reshape_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    value, x_shape = g.symbolic.get(node.inputs[1]), g.shapes.get(node.inputs[0])
+    if not isinstance(value, list) or x_shape is None or node.attrs.get("allowzero", 0):
+        return None
+    out: list = []
+    for k, entry in enumerate(value):
+        if isinstance(entry, Dim):
+            own = k < len(x_shape) and entry.same_as(node.inputs[0], k, x_shape[k])
+            out.append(x_shape[k] if own else entry.name if entry.name in names else None)
+        elif entry == 0:
+            out.append(x_shape[k] if k < len(x_shape) else None)
+        else:
+            out.append(entry if entry > 0 else None)
+    return tuple(out) if any(isinstance(d, str) and d in names for d in out) else None
