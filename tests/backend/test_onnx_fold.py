@@ -591,3 +591,239 @@ def test_a_castlike_of_a_constant_folds_on_its_targets_dtype_alone(device, rng):
     (want,) = om.run_reference(model, {"x": x})
     with pl.from_onnx(model, device=device) as pipe:
         np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)
+
+
+def _range_model(start, delta, dtype=np.int64):
+    """y = Range(start, x.size(0), delta) of x [batch, 4], in ``dtype`` (the exporter casts the dim)."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["d0"], axis=0),
+        _n("Cast", ["d0"], ["limit"], to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype))),
+        _n("Range", ["start", "limit", "delta"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "start": np.array(start, dtype), "delta": np.array(delta, dtype)}
+    model = om.make_model(nodes, [("x", ["batch", 4])], [], init, "range")
+    model.graph.output.append(
+        helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), None)
+    )
+    return model
+
+
+@pytest.mark.parametrize(
+    ("start", "delta", "dtype"), [(0, 1, np.int64), (1, 2, np.int64), (2, 1, np.int32), (0, 3, F)]
+)
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_a_range_to_the_run_time_batch_counts_along_it(start, delta, dtype, batch, device, rng):
+    """``arange(x.size(0))``, as transformers' masks index the batch: the limit is x's batch, known only
+    when the model runs; the import counts along it (a line of ones read from x, its exclusive running sum,
+    sliced, scaled and shifted for another start or step), and an empty range (start past the batch) is
+    empty, as onnx's reference says."""
+    model = _range_model(start, delta, dtype)
+    x = rng.standard_normal((batch, 4)).astype(F)
+    want = np.arange(start, batch, delta, dtype=dtype)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("start", "delta", "why"), [(0.5, 1.0, "whole number"), (0, -1, "delta >= 1"), (-2, 1, "start")]
+)
+def test_a_range_to_a_run_time_limit_with_another_start_or_step_is_refused(start, delta, why):
+    """The count of a Range from 0.5, backwards, or from below 0 is no dim any tensor has."""
+    dtype = F if isinstance(start, float) else np.int64
+    with pytest.raises(pl.PipeLinkError, match=f"Range to a limit known only .*{why}") as info:
+        import_model(_range_model(start, delta, dtype))
+    assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Range"]
+
+
+def test_a_range_to_arithmetic_on_the_batch_is_refused():
+    """Range(0, 2 * batch): a limit no tensor has as a dim."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["d0"], axis=0),
+        _n("Mul", ["d0", "two"], ["limit"]),
+        _n("Range", ["zero", "limit", "one"], ["r"]),
+        _n("Cast", ["r"], ["y"], to=1),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "two": i64(2).reshape(()),
+        "zero": i64(0).reshape(()),
+        "one": i64(1).reshape(()),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], init, "range_twice")
+    with pytest.raises(pl.PipeLinkError, match="Range to a limit known only .* no tensor"):
+        import_model(model)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_batch_index_flattened_and_viewed_back_keeps_the_batch_for_an_expand(batch, device, rng):
+    """transformers' mask pattern: ``arange(batch)`` unsqueezed to [batch, 1, 1], times 4, plus ``arange(4)``,
+    gathers from x flattened, viewed by ``Shape`` of the indices ([batch, 1, 4]) after a flatten to [-1],
+    then expanded to [batch, 3, 4]. ONNX's inference gives the view back fresh dims (its target is
+    computed); the import types it with the batch it names, so the Expand keeps x's batch."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["d0"], axis=0),
+        _n("Range", ["zero", "d0", "one"], ["rows"]),
+        _n("Unsqueeze", ["rows", "axes12"], ["rows3"]),
+        _n("Mul", ["rows3", "four"], ["base"]),
+        _n("Add", ["base", "cols"], ["index"]),
+        _n("Reshape", ["x", "flat"], ["xflat"]),
+        _n("Gather", ["xflat", "index"], ["picked"], axis=0),
+        _n("Reshape", ["picked", "flat"], ["line"]),
+        _n("Shape", ["index"], ["index_shape"]),
+        _n("Reshape", ["line", "index_shape"], ["back"]),
+        _n("Unsqueeze", ["d0", "axis0"], ["d0_1d"]),
+        _n("Concat", ["d0_1d", "three", "four_1d"], ["target"], axis=0),
+        _n("Expand", ["back", "target"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "zero": i64(0).reshape(()),
+        "one": i64(1).reshape(()),
+        "axes12": i64(1, 2),
+        "four": i64(4).reshape(()),
+        "cols": i64(0, 1, 2, 3).reshape(1, 1, 4),
+        "flat": i64(-1),
+        "axis0": i64(0),
+        "three": i64(3),
+        "four_1d": i64(4),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], init, "batch_index")
+    x = rng.standard_normal((batch, 4)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == (batch, 3, 4)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_constant_pad_of_an_input_with_a_run_time_batch(batch, device, rng):
+    """HF MobileNetV2's "same" padding at a dynamic batch: the constant blocks padded on H and W are 1 on
+    the batch, broadcast to x's batch when the model runs."""
+    nodes = [_n("Pad", ["x", "pads", "value"], ["y"], mode="constant")]
+    init = {"pads": i64(0, 0, 1, 0, 0, 0, 2, 1), "value": np.array(0.5, F)}
+    model = om.make_model(nodes, [("x", ["batch", 2, 5, 5])], [("y", None)], init, "pad_batch")
+    x = rng.standard_normal((batch, 2, 5, 5)).astype(F)
+    want = np.pad(x, [(0, 0), (0, 0), (1, 2), (0, 1)], constant_values=0.5)
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)
+
+
+def _tile_model(repeats_after_batch: list[int], query_shape: list[int]):
+    """y = Tile(query, [x.size(0), *repeats_after_batch]): DETR's ``query.repeat(batch, 1, 1)``."""
+    nodes = _dims("x", 0) + [
+        _n("Concat", ["x_u0", "rest"], ["repeats"], axis=0),
+        _n("Tile", ["query", "repeats"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "rest": i64(*repeats_after_batch)}
+    inputs = [("x", ["batch", 3]), ("query", query_shape)]
+    return om.make_model(nodes, inputs, [("y", None)], init, "tile_batch")
+
+
+@pytest.mark.parametrize("rest", [[1, 1], [2, 1]])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_tile_by_the_run_time_batch_broadcasts_a_dim_of_one(rest, batch, device, rng):
+    """The batch repeats query's dim of 1: x's batch broadcast to; a constant repeat of 2 is tiled first."""
+    model = _tile_model(rest, [1, 10, 4])
+    x = rng.standard_normal((batch, 3)).astype(F)
+    query = rng.standard_normal((1, 10, 4)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x, query=query)["y"].numpy()
+    np.testing.assert_array_equal(got, np.tile(query, [batch, *rest]))
+
+
+def test_a_tile_by_the_run_time_batch_of_a_dim_other_than_one_is_refused():
+    with pytest.raises(pl.PipeLinkError, match="Tile's repeats .* a dim of size other than 1") as info:
+        import_model(_tile_model([1, 1], [2, 10, 4]))
+    assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Tile"]
+
+
+def _heads_fold_model(factor: int = 4):
+    """BLOOM's attention at a dynamic batch: x [batch, 16, 4, 8] (sequence, heads, head dim) transposed to
+    [batch, 4, 16, 8], viewed as ``[x.size(0) * factor, -1, 8]``, scaled, and viewed back as
+    ``[t.size(0) // factor, 4, 16, -1]``."""
+    nodes = _dims("x", 0) + [
+        _n("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+        _n("Mul", ["x_d0", "factor"], ["bh"]),
+        _n("Unsqueeze", ["bh", "axis0"], ["bh_1d"]),
+        _n("Concat", ["bh_1d", "minus1", "eight"], ["merge"], axis=0),
+        _n("Reshape", ["t", "merge"], ["m"]),
+        _n("Mul", ["m", "half"], ["scaled"]),
+        _n("Shape", ["scaled"], ["s_shape"]),
+        _n("Gather", ["s_shape", "idx0"], ["s_d0"], axis=0),
+        _n("Div", ["s_d0", "factor"], ["b"]),
+        _n("Unsqueeze", ["b", "axis0"], ["b_1d"]),
+        _n("Concat", ["b_1d", "four", "sixteen", "minus1"], ["split"], axis=0),
+        _n("Reshape", ["scaled", "split"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "factor": i64(factor).reshape(()),
+        "minus1": i64(-1),
+        "eight": i64(8),
+        "four": i64(4),
+        "sixteen": i64(16),
+        "half": np.array(0.5, F),
+    }
+    return om.make_model(nodes, [("x", ["batch", 16, 4, 8])], [("y", None)], init, "bloom_heads")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_view_by_a_multiple_of_the_batch_resolves_by_the_element_count(batch, device, rng):
+    """``[batch * 4, -1, 8]`` of [batch, 4, 16, 8] has two entries known only at run time, but the batch
+    cancels in the element count: the -1 is 16, and the multiple of the batch is the one -1. The view back
+    (``size(0) // 4``) then reads that dim as 4 times the batch, and keeps it."""
+    model = _heads_fold_model()
+    config, _ = import_model(model)
+    shapes = [s["attrs"]["shape"] for s in config["pipeline"] if s["name"] == "reshape"]
+    assert shapes == [[-1, 16, 8], [-1, 4, 16, 8]], shapes
+    x = rng.standard_normal((batch, 16, 4, 8)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_view_by_a_multiple_of_the_batch_that_does_not_divide_is_refused():
+    """``[batch * 3, -1, 8]`` of [batch, 4, 16, 8]: 512 elements per batch entry over 3 * 8 is no whole
+    dim."""
+    with pytest.raises(pl.PipeLinkError, match=r"Reshape's shape \[\?, -1, 8\] has 1 entries known only"):
+        import_model(_heads_fold_model(factor=3))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_expand_to_a_multiple_of_the_batch_matches_a_view_that_made_it(batch, device, rng):
+    """Swin's windows at a dynamic batch (torch.export): x [batch, 2, 2, 8] viewed by a constant target as
+    [-1, 8] (4 windows per image), normalized by its L2 norm expanded to ``[x.size(0) * 4, 8]``. Shape
+    inference gives the view a fresh dim; the import names it 4 times the batch, which the Expand's
+    computed entry is."""
+    nodes = _dims("x", 0) + [
+        _n("Reshape", ["x", "flat"], ["r"], allowzero=1),
+        _n("ReduceL2", ["r", "axis1"], ["norm"], keepdims=1),
+        _n("Mul", ["x_d0", "four"], ["windows"]),
+        _n("Reshape", ["windows", "one"], ["windows_1d"]),
+        _n("Concat", ["windows_1d", "eight"], ["target"], axis=0),
+        _n("Expand", ["norm", "target"], ["spread"]),
+        _n("Div", ["r", "spread"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "flat": i64(-1, 8),
+        "axis1": i64(1),
+        "four": i64(4).reshape(()),
+        "one": i64(1),
+        "eight": i64(8),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 2, 2, 8])], [("y", None)], init, "windows")
+    x = rng.standard_normal((batch, 2, 2, 8)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -226,6 +226,8 @@ def _case(rng, op):
             {"shape": i64(2, 3, 4)},
             {"value": onnx.numpy_helper.from_array(np.array([2.5], F))},
         ),
+        # of constants it folds (a graph output copied out); to a run-time batch: test_onnx_fold.py
+        "Range": ({}, {"start": np.array(1.5, F), "limit": np.array(7.0, F), "delta": np.array(2.0, F)}, {}),
         "ReduceMean": ({"x": x}, {"axes": i64(1, 3)}, {"keepdims": 1}),
         "ReduceSum": ({"x": x}, {"axes": i64(-1)}, {"keepdims": 0}),
         "ReduceMax": ({"x": x}, {"axes": i64(2)}, {"keepdims": 1}),

@@ -33,8 +33,14 @@ def _static_shape(g: Graph, name: str, op_type: str, what: str) -> list[int]:
 
 def _tile(g: Graph, node: Node) -> None:
     """ONNX Tile: x viewed with a unit axis before each repeated one, expanded to the repeats, viewed
-    back (reshape, expand, reshape: one copy). The repeats must be constant, the input's shape known."""
+    back (reshape, expand, reshape: one copy). The repeats must be constant, the input's shape known;
+    or a shape value whose dims known only when the model runs repeat a dim of 1 (``query.repeat(batch,
+    1, 1)``): x broadcast to them."""
     x, y = node.inputs[0], node.outputs[0]
+    value = g.symbolic.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if isinstance(value, list):
+        _tile_to_run_time_dims(g, node, value)
+        return
     repeats = g.ints(node, 1, "repeats", "the repeats")
     shape = _static_shape(g, x, "Tile", "to place the repeats")
     if repeats is None or len(repeats) != len(shape):
@@ -55,6 +61,34 @@ def _tile(g: Graph, node: Node) -> None:
     g.stage(node, "reshape", [x], [f"{y}__spread"], shape=spread, allowzero=True)
     g.stage(node, "expand", [f"{y}__spread"], [f"{y}__tiled"], shape=target)
     g.stage(node, "reshape", [f"{y}__tiled"], [y], shape=final, allowzero=True)
+
+
+def _tile_to_run_time_dims(g: Graph, node: Node, value: list) -> None:
+    """Tile by repeats known only when the model runs where x's dim is 1 (a repeat of 1 is that dim's
+    broadcast): the constant repeats tiled first, then x broadcast to the rest (runtime_dims.py)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = _static_shape(g, x, "Tile", "to place repeats known only when the model runs")
+    if len(value) != len(shape):
+        raise Unsupported(f"Tile needs one repeat per input dim ({len(shape)}), got {len(value)}")
+    if any(isinstance(r, Dim) and d != 1 for r, d in zip(value, shape, strict=True)):
+        raise Unsupported(
+            f"Tile's repeats {value} repeat a dim of size other than 1 by a count known only when the model "
+            "runs; PipeLink takes such a count only for a dim of 1 (export with fixed shapes)"
+        )
+    if any(isinstance(r, int) and r < 0 for r in value):
+        raise Unsupported(f"Tile repeats must not be negative (got {value})")
+    fixed = [r if isinstance(r, int) else 1 for r in value]
+    source = x
+    if any(r != 1 for r in fixed):
+        source = f"{y}__tiled"
+        g.constants[f"{y}__repeats"], g.dtypes[f"{y}__repeats"] = np.asarray(fixed, np.int64), "int64"
+        _tile(g, Node("Tile", node.name, node.domain, [x, f"{y}__repeats"], [source], {}))
+        g.shapes[source] = tuple(d * r for d, r in zip(shape, fixed, strict=True))
+    target = [r if isinstance(r, Dim) else d * r for r, d in zip(value, shape, strict=True)]
+    try:
+        broadcast_to_value(g, node, source, target, y)
+    except RuntimeDimsError as why:
+        raise Unsupported(f"Tile by repeats known only when the model runs: {why}") from None
 
 
 def _space_to_depth(g: Graph, node: Node) -> None:

@@ -136,17 +136,44 @@ class Unfoldable(Exception):
 @dataclass(frozen=True)
 class Dim:
     """One entry of a shape value known only when the model runs: the dim ``axis`` of ``tensor`` (its
-    ``dim_param`` ``name`` where shape inference has one), or an unknown (all None: arithmetic on dims)."""
+    ``dim_param`` ``name`` where shape inference has one), or an unknown (all None: arithmetic on dims).
+    An unknown may still be known as ``factor`` times the dim ``base`` (``batch * heads``): only a
+    Reshape's element count reads that (:func:`reshape_target`); everywhere else it is unknown."""
 
     name: str | None = None
     tensor: str | None = None
     axis: int | None = None
+    base: Dim | None = None
+    factor: int = 1
+
+    def product(self) -> tuple[int, str] | None:
+        """``(factor, name)``: this dim as a multiple of a named dim; None when it is none."""
+        if self.base is not None:
+            if self.base.name is None:
+                return None
+            factor, name = split_multiple(self.base.name)
+            return factor * self.factor, name
+        return split_multiple(self.name) if self.name is not None else None
 
     def same_as(self, tensor: str, axis: int, dim: Any) -> bool:
         """Whether this is dim ``axis`` of ``tensor``, whose shape inference says ``dim`` there."""
         if self.tensor == tensor and self.axis == axis:
             return True
-        return self.name is not None and self.name == dim
+        if self.name is not None and self.name == dim:
+            return True
+        product = self.product()  # a multiple of a named dim, and the tensor's dim named as that multiple
+        return product is not None and isinstance(dim, str) and split_multiple(dim) == product
+
+
+def multiple_name(factor: int, name: str) -> str:
+    """The name the import gives ``factor`` times the dim ``name`` in shape inference (``4*batch``)."""
+    return name if factor == 1 else f"{factor}*{name}"
+
+
+def split_multiple(name: str) -> tuple[int, str]:
+    """:func:`multiple_name` undone: ``(4, "batch")`` of ``4*batch``; ``(1, name)`` of any other name."""
+    head, star, rest = name.partition("*")
+    return (int(head), rest) if star and head.isdigit() and rest else (1, name)
 
 
 ShapeValue = list  # of int | Dim (1-d), or a bare int | Dim (0-d)
@@ -528,7 +555,10 @@ def _follow_symbolic(g: Graph, node: Node) -> bool:
     data = values[0]
     result: ShapeValue | None = None
     if op in ("Identity", "Cast") and data is not None:
-        result = data if op == "Identity" or int(node.attrs.get("to", 7)) in (6, 7) else None
+        to = int(node.attrs.get("to", 7))
+        # a dim cast to a float stays a dim only as a scalar: a Range's limit (``arange(n, dtype=float)``)
+        kept = op == "Identity" or to in (6, 7) or (to in (1, 10, 11, 16) and not isinstance(data, list))
+        result = data if kept else None
     elif op == "Gather" and isinstance(data, list) and values[1] is not None:
         if int(node.attrs.get("axis", 0)) == 0:
             idx = values[1]
@@ -549,9 +579,11 @@ def _follow_symbolic(g: Graph, node: Node) -> bool:
     elif op in ("Add", "Sub", "Mul", "Div") and all(
         v is not None and not isinstance(v, list) for v in values
     ):
-        result = Dim()  # arithmetic on a dim known only at run time: unknown, at most -1 in a Reshape
+        result = _arithmetic(op, values)
     elif op == "Reshape" and isinstance(data, list) and values[1] in ([-1], [len(data)]):
         result = data  # the 1-d value viewed as 1-d (PyTorch's export of ``expand``)
+    elif op == "Reshape" and data is not None and not isinstance(data, list) and values[1] in ([-1], [1]):
+        result = [data]  # a 0-d value viewed as 1-d (torch.export's Concat of computed dims)
     elif op == "Equal" and len(values) == 2:
         return _equal_value(g, node, values)
     elif op == "Where" and len(ins) == 3:
@@ -560,6 +592,36 @@ def _follow_symbolic(g: Graph, node: Node) -> bool:
         return False
     _set(g, node.outputs[0], result)
     return True
+
+
+def _arithmetic(op: str, values: list) -> Dim:
+    """Arithmetic on a dim known only at run time: unknown (at most -1 in a Reshape), but a dim times an
+    int, or such a multiple divided by an int that divides its factor, stays known as a multiple."""
+    dims = [v for v in values if isinstance(v, Dim)]
+    ints = [v for v in values if isinstance(v, int)]
+    if (
+        len(dims) != 1
+        or len(ints) != 1
+        or op not in ("Mul", "Div")
+        or (op == "Div" and values[0] is not dims[0])
+    ):
+        return Dim()
+    dim, k = dims[0], ints[0]
+    product = dim.product()
+    if product is None:
+        return Dim()
+    factor, name = product
+    # the dim itself where it is one (its tensor kept: a broadcast can read it), else the named dim
+    base = dim if dim.base is None and factor == 1 else Dim(name=name)
+    if op == "Mul":
+        factor *= k
+    elif k > 0 and factor % k == 0:
+        factor //= k
+    else:
+        return Dim()
+    if factor == 1:
+        return base
+    return Dim(base=base, factor=factor) if factor > 1 else Dim()
 
 
 def _pairs(a: ShapeValue | None, b: ShapeValue | None) -> list[tuple] | None:
@@ -655,12 +717,49 @@ def reshape_target(g: Graph, node: Node) -> list[int] | None:
             target.append(-1)
     unknown = sum(1 for e, t in zip(value, target, strict=True) if not isinstance(e, int) and t == -1)
     if target.count(-1) > 1:
+        counted = _by_element_count(value, target, x_shape)
+        if counted is not None:
+            return counted
         raise Unfoldable(
             f"Reshape's shape {_describe(value)} has {unknown} entries known only when the model runs that "
             "are not the input's own dims; at most one can be inferred (export with fixed shapes, or keep "
             "the dynamic dims where the input has them)"
         )
     return target
+
+
+def _by_element_count(value: list, target: list[int], x_shape: tuple) -> list[int] | None:
+    """A Reshape target with a -1 and one entry that is a multiple of the input's named dims (BLOOM's
+    ``view(batch * heads, -1, head_dim)`` of ``[batch, seq, heads, head_dim]``): the -1 is what the
+    element count leaves once the named dims cancel (an int), and the multiple becomes the one -1. None
+    when the dims do not cancel, or more than one such entry is left."""
+    if any(not isinstance(d, int | str) for d in x_shape):
+        return None
+    multiples_in = [split_multiple(d) for d in x_shape if isinstance(d, str)]
+    coef_in = math.prod(d for d in x_shape if isinstance(d, int)) * math.prod(f for f, _ in multiples_in)
+    names_in = sorted(n for _, n in multiples_in)
+    coef, names, literal, multiples = 1, [], [], []
+    for k, (entry, t) in enumerate(zip(value, target, strict=True)):
+        if t == 0:  # the input's own dim, copied
+            mine = x_shape[k]
+            factor, name = (mine, None) if isinstance(mine, int) else split_multiple(mine)
+            coef, names = coef * factor, names if name is None else [*names, name]
+        elif isinstance(entry, int):
+            if entry == -1:
+                literal.append(k)
+            else:
+                coef *= entry
+        else:
+            product = entry.product()
+            if product is None:
+                return None
+            coef, names = coef * product[0], [*names, product[1]]
+            multiples.append(k)
+    if len(literal) != 1 or len(multiples) != 1 or sorted(names) != names_in or coef <= 0 or coef_in % coef:
+        return None
+    counted = list(target)
+    counted[literal[0]], counted[multiples[0]] = coef_in // coef, -1
+    return counted
 
 
 def expand_target(g: Graph, node: Node) -> list[int] | None:

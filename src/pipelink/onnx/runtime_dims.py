@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .fold import Dim
+from .fold import Dim, multiple_name, split_multiple
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
@@ -200,16 +200,58 @@ def named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
 
 
 def _reshape_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
-    value, x_shape = g.symbolic.get(node.inputs[1]), g.shapes.get(node.inputs[0])
-    if not isinstance(value, list) or x_shape is None or node.attrs.get("allowzero", 0):
+    """A Reshape's output dims: its named entries (a shape value's, or the input's copied by 0) and the
+    one it infers (-1) by the element count where the named dims leave one, as a multiple of it
+    (``view(-1, window, window, c)`` of ``[batch, 4 * window, 4 * window, c]`` is ``16*batch``)."""
+    x_shape = g.shapes.get(node.inputs[0])
+    value = g.symbolic.get(node.inputs[1])
+    target = np.asarray(g.constants.get(node.inputs[1], np.zeros((0, 0))))
+    if value is None and target.ndim == 1 and target.dtype.kind in "iu":
+        value = [int(v) for v in target]  # a malformed target is refused by the converter
+    if not isinstance(value, list) or x_shape is None:
         return None
+    if node.attrs.get("allowzero", 0) and any(not isinstance(e, int) or e == 0 for e in value):
+        return None  # allowzero matters only for a 0 (torch.export writes it on every view)
     out: list = []
     for k, entry in enumerate(value):
         if isinstance(entry, Dim):
             own = k < len(x_shape) and entry.same_as(node.inputs[0], k, x_shape[k])
-            out.append(x_shape[k] if own else entry.name if entry.name in names else None)
+            product = entry.product()  # a named dim, or a multiple of one (``4*batch``)
+            named = product is not None and product[1] in names
+            out.append(x_shape[k] if own else multiple_name(*product) if named else None)
         elif entry == 0:
             out.append(x_shape[k] if k < len(x_shape) else None)
         else:
             out.append(entry if entry > 0 else None)
-    return tuple(out) if any(isinstance(d, str) and d in names for d in out) else None
+    if out.count(None) == 1:
+        out[out.index(None)] = _left_over(x_shape, [d for d in out if d is not None], names)
+    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+
+
+def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None:
+    """What the element count of ``x_shape`` leaves for one more dim beside ``known`` (ints and names):
+    an int, a multiple of one named dim (``16*batch``), or None (an unknown dim, or no whole left-over)."""
+
+    def count(dims) -> tuple[int, list[str]] | None:
+        factor, left = 1, []
+        for d in dims:
+            if isinstance(d, int):
+                factor *= d
+            elif isinstance(d, str) and split_multiple(d)[1] in names:
+                f, name = split_multiple(d)
+                factor, left = factor * f, [*left, name]
+            else:
+                return None
+        return factor, sorted(left)
+
+    have, want = count(x_shape), count(known)
+    if have is None or want is None or want[0] <= 0 or have[0] % want[0]:
+        return None
+    rest = list(have[1])
+    for name in want[1]:
+        if name not in rest:
+            return None
+        rest.remove(name)
+    if len(rest) > 1:
+        return None
+    return multiple_name(have[0] // want[0], rest[0]) if rest else have[0] // want[0]
