@@ -827,3 +827,48 @@ def test_an_expand_to_a_multiple_of_the_batch_matches_a_view_that_made_it(batch,
     with pl.from_onnx(model, device=device) as pipe:
         got = pipe.run(x=x)["y"].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_tile_of_a_constant_and_a_resize_to_computed_sizes_keep_the_batch(batch, device, rng):
+    """DETR at a dynamic batch: its queries (a constant) tiled by ``[batch, 1, 1]`` and its mask resized
+    to sizes built from ``Shape`` of its input. ONNX's inference gives both outputs fresh dims; the import
+    names them with the batch, so their sums with batch-sized tensors keep it, and the views
+    ``[x.size(0), 2, -1]`` of those sums have one entry to infer, not two."""
+    nodes = [
+        *_dims("x", 0),
+        _n("Concat", ["x_u0", "one_one"], ["reps"], axis=0),
+        _n("Tile", ["query", "reps"], ["tiled"]),
+        _n("Add", ["tiled", "x"], ["q"]),
+        _n("Shape", ["m"], ["m_shape"]),
+        _n("Slice", ["m_shape", "zero", "two", "zero"], ["m_lead"]),
+        _n("Concat", ["m_lead", "eight_eight"], ["sizes"], axis=0),
+        _n("Resize", ["m", "", "", "sizes"], ["big"], mode="nearest"),
+        _n("Add", ["big", "z"], ["masked"]),
+        _n("Concat", ["x_u0", "two", "minus1"], ["merge"], axis=0),
+        _n("Reshape", ["q", "merge"], ["q_view"]),
+        _n("Reshape", ["masked", "merge"], ["m_view"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "one_one": i64(1, 1),
+        "query": rng.standard_normal((1, 10, 4)).astype(F),
+        "zero": i64(0),
+        "two": i64(2),
+        "eight_eight": i64(8, 8),
+        "minus1": i64(-1),
+    }
+    inputs = [("x", ["batch", 10, 4]), ("m", ["batch", 2, 4, 4]), ("z", ["batch", 2, 8, 8])]
+    model = om.make_model(nodes, inputs, [("q_view", None), ("m_view", None)], init, "detr_batch")
+    feeds = {
+        "x": rng.standard_normal((batch, 10, 4)).astype(F),
+        "m": rng.standard_normal((batch, 2, 4, 4)).astype(F),
+        "z": rng.standard_normal((batch, 2, 8, 8)).astype(F),
+    }
+    want = om.run_reference(model, feeds)
+    with pl.from_onnx(model, device=device) as pipe:
+        outs = pipe.run(**feeds)
+        got = [outs["q_view"].numpy(), outs["m_view"].numpy()]
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-6, atol=1e-6)

@@ -67,7 +67,10 @@ def _tile_to_run_time_dims(g: Graph, node: Node, value: list) -> None:
     """Tile by repeats known only when the model runs where x's dim is 1 (a repeat of 1 is that dim's
     broadcast): the constant repeats tiled first, then x broadcast to the rest (runtime_dims.py)."""
     x, y = node.inputs[0], node.outputs[0]
-    shape = _static_shape(g, x, "Tile", "to place repeats known only when the model runs")
+    if x in g.constants:
+        shape = list(np.shape(g.constants[x]))
+    else:
+        shape = _static_shape(g, x, "Tile", "to place repeats known only when the model runs")
     if len(value) != len(shape):
         raise Unsupported(f"Tile needs one repeat per input dim ({len(shape)}), got {len(value)}")
     if any(isinstance(r, Dim) and d != 1 for r, d in zip(value, shape, strict=True)):

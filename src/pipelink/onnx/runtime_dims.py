@@ -162,10 +162,16 @@ def named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     graph input's ``dim_param`` in ``names`` (``batch``), for the import's shape inference to carry past
     it (onnx gives such an output fresh dims): an Expand or ConstantOfShape (ints and those names; None
     when an entry is unnamed or the broadcast is not clear at import), a Range from 0 to such a dim by 1,
-    and a Reshape (its named entries; None for the dim it infers and other unknowns, and no shape at all
-    when no entry is named)."""
+    a Reshape (its named entries; None for the dim it infers and other unknowns, and no shape at all
+    when no entry is named), and a Resize to sizes the model computes (DETR's mask resized to its
+    feature map at a dynamic batch: the entries that are the input's own dims keep them), and a Tile by
+    such repeats of dims of 1 (``query.repeat(batch, 1, 1)``)."""
     if node.op_type == "Reshape" and len(node.inputs) == 2:
         return _reshape_shape(g, node, names)
+    if node.op_type == "Resize" and len(node.inputs) == 4 and "axes" not in node.attrs:
+        return _resize_shape(g, node, names)
+    if node.op_type == "Tile" and len(node.inputs) == 2:
+        return _tile_shape(g, node, names)
     if node.op_type == "Range" and len(node.inputs) == 3:
         limit = g.symbolic.get(node.inputs[1])
         ends = [np.asarray(g.constants.get(n, np.nan)).reshape(-1) for n in (node.inputs[0], node.inputs[2])]
@@ -225,6 +231,37 @@ def _reshape_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
             out.append(entry if entry > 0 else None)
     if out.count(None) == 1:
         out[out.index(None)] = _left_over(x_shape, [d for d in out if d is not None], names)
+    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+
+
+def _resize_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    value, x_shape = g.symbolic.get(node.inputs[3]), g.shapes.get(node.inputs[0])
+    if not isinstance(value, list) or x_shape is None or len(value) != len(x_shape):
+        return None
+    out: list = []
+    for k, entry in enumerate(value):
+        if isinstance(entry, int):
+            out.append(entry)
+        elif entry.same_as(node.inputs[0], k, x_shape[k]):
+            out.append(x_shape[k])
+        else:
+            out.append(entry.name if entry.name in names else None)
+    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+
+
+def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    value = g.symbolic.get(node.inputs[1])
+    x = node.inputs[0]
+    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    if not isinstance(value, list) or x_shape is None or len(value) != len(x_shape):
+        return None
+    out: list = []
+    for entry, mine in zip(value, x_shape, strict=True):
+        if isinstance(entry, int):
+            out.append(mine * entry if isinstance(mine, int) else mine if entry == 1 else None)
+        else:
+            product = entry.product()
+            out.append(multiple_name(*product) if mine == 1 and product and product[1] in names else None)
     return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
 
 
