@@ -10,10 +10,12 @@ attributes, so the import evaluates that arithmetic here:
   a shape becomes a constant the fusions see;
 - a ``Shape`` with symbolic dims is a *shape value*: a list whose entries are ints or :class:`Dim` (a dim
   of some tensor, by its ``dim_param`` name where shape inference has one). Gather, Unsqueeze, Squeeze,
-  Concat, Slice, Cast and Identity follow it; arithmetic on a symbolic entry gives an unknown Dim.
+  Concat, Slice, Cast and Identity follow it; arithmetic on a symbolic entry gives an unknown Dim, which
+  a dim times an int stays known as a multiple of (``batch * heads``).
 - Reshape and Expand read a shape value through :func:`reshape_target` and :func:`expand_target`: an
   entry that is the input's own dim at that place becomes 0 (Reshape: copy it) or 1 (Expand: keep it), one
-  unknown entry of a Reshape becomes -1, and anything else is refused with the reason.
+  unknown entry of a Reshape becomes -1 (with a -1 beside a multiple, the element count resolves the
+  -1), and anything else is refused with the reason.
 
 Folded nodes leave the graph; a node reading a shape value it cannot use is refused by its converter (its
 input "must be a constant"), so nothing is half-imported.
