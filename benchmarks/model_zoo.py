@@ -566,13 +566,15 @@ def export_onnx_inputs(
     names: list[str] | None = None,
     exporter: str = "auto",
     dynamic_batch: bool = False,
+    dynamic_seq: bool = False,
 ) -> bytes:
     """``module`` (eval mode, on the CPU) exported on ``inputs``: its inputs named ``names`` (default ``in0``,
     ``in1``...), its one output ``y``; by ``exporter`` (:data:`EXPORTERS`; ``dynamo`` needs onnxscript).
     Fixed shapes keep every Reshape's shape a constant; ``dynamic_batch`` makes dim 0 of every input and of
-    ``y`` the symbol ``batch`` (``dynamic_axes``, or ``torch.export``'s ``dynamic_shapes``), so the exporter
-    computes shapes from it and the import folds what it can. ``inputs`` should then have a batch of 2 or
-    more (``torch.export`` specializes a dim of size 1)."""
+    ``y`` the symbol ``batch``, and ``dynamic_seq`` dim 1 of every 2-d input (token ids, masks, audio
+    samples) the symbol ``seq`` (``dynamic_axes``, or ``torch.export``'s ``dynamic_shapes``), so the
+    exporter computes shapes from them and the import folds what it can. ``inputs`` should then have a
+    batch of 2 or more (``torch.export`` specializes a dim of size 1)."""
     import torch
 
     if exporter not in EXPORTERS:
@@ -580,15 +582,22 @@ def export_onnx_inputs(
     names = names or [f"in{k}" for k in range(len(inputs))]
     common = {"input_names": names, "output_names": ["y"], "opset_version": OPSET}
 
+    def dims(t: Any, batch: Any, seq: Any) -> dict:
+        return ({0: batch} if dynamic_batch else {}) | ({1: seq} if dynamic_seq and t.dim() == 2 else {})
+
     def torchscript() -> bytes:
         buf = io.BytesIO()
-        axes = {n: {0: "batch"} for n in [*names, "y"]} if dynamic_batch else None
+        axes = {n: dims(t, "batch", "seq") for n, t in zip(names, inputs, strict=True)}
+        if dynamic_batch:
+            axes["y"] = {0: "batch"}
+        axes = {n: a for n, a in axes.items() if a} or None
         torch.onnx.export(module, inputs, buf, dynamic_axes=axes, dynamo=False, **common)
         return buf.getvalue()
 
     def dynamo() -> bytes:
-        batch = torch.export.Dim("batch")
-        shapes: Any = tuple({0: batch} for _ in inputs) if dynamic_batch else None
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim.AUTO
+        shapes: Any = tuple(dims(t, batch, seq) or None for t in inputs)
+        shapes = shapes if dynamic_batch or dynamic_seq else None
         params = inspect.signature(module.forward).parameters.values()
         star = [p.name for p in params if p.kind == p.VAR_POSITIONAL]
         if shapes is not None and star:  # forward(*args): one entry, the tuple of its inputs' specs

@@ -10,10 +10,11 @@ Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; ConvNeXt,
 the video nets R3D-18, R(2+1)D-18 and S3D; small, random weights).
 
 ``--exporter dynamo`` exports as ``torch.onnx.export`` does by default (torch.export, with onnxscript), and
-``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3.
+``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3, and
+``--dynamic-seq`` with a symbolic dim 1 of the 2-d inputs (token ids, audio samples), run at 3/4 of it.
 
 python scripts/onnx_models_check.py [--zoo race|wide] [--only NAME,...] [--devices cpu,cuda] [--out DIR]
-                                    [--exporter auto|torchscript|dynamo] [--dynamic-batch]
+                                    [--exporter auto|torchscript|dynamo] [--dynamic-batch] [--dynamic-seq]
 """
 
 from __future__ import annotations
@@ -44,10 +45,13 @@ def _cases(zoo: str, torch, only: set[str]) -> list[tuple[str, object, tuple]]:
     return [(name, spec.build(torch).eval(), spec.inputs(torch)) for name, spec in chosen]
 
 
-def _rebatch(torch, t, batch: int):
-    """A fresh tensor like ``t`` with ``batch`` rows: floats drawn with its mean and spread, integers (token
-    ids, masks) within its range."""
-    shape = (batch, *t.shape[1:])
+def _reshaped(torch, t, batch: int | None, seq: int | None):
+    """A fresh tensor like ``t`` with ``batch`` rows and, if it is 2-d, ``seq`` columns (None: as ``t``):
+    floats drawn with its mean and spread, integers (token ids, masks) within its range."""
+    shape = [*t.shape]
+    shape[0] = batch or shape[0]
+    if t.dim() == 2 and seq:
+        shape[1] = seq
     if t.is_floating_point():
         return torch.randn(shape, dtype=t.dtype) * t.std() + t.mean()
     return torch.randint(int(t.min()), int(t.max()) + 1, shape, dtype=t.dtype)
@@ -61,6 +65,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated model names of the zoo (default: all)")
     parser.add_argument("--exporter", choices=EXPORTERS, default="auto", help="which exporter (default auto)")
     parser.add_argument("--dynamic-batch", action="store_true", help="export a symbolic batch, run batch 3")
+    parser.add_argument("--dynamic-seq", action="store_true", help="export a symbolic dim 1 of 2-d inputs")
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     import onnx
@@ -71,12 +76,21 @@ def main() -> int:
     failures = 0
     for name, module, inputs in _cases(args.zoo, torch, only):
         names = ["x"] if args.zoo == "race" else None
-        if args.dynamic_batch:
-            inputs, run_inputs = (tuple(_rebatch(torch, t, n) for t in inputs) for n in (2, 3))
-        else:
-            run_inputs = inputs
+        run_inputs = inputs
+        if args.dynamic_batch or args.dynamic_seq:
+            batches = (2, 3) if args.dynamic_batch else (None, None)
+            seqs = [
+                (None, t.shape[1] * 3 // 4) if args.dynamic_seq and t.dim() == 2 else (None, None)
+                for t in inputs
+            ]
+            inputs, run_inputs = (
+                tuple(_reshaped(torch, t, batches[k], seq[k]) for t, seq in zip(inputs, seqs, strict=True))
+                for k in (0, 1)
+            )
         try:
-            data = export_onnx_inputs(module, inputs, names, args.exporter, args.dynamic_batch)
+            data = export_onnx_inputs(
+                module, inputs, names, args.exporter, args.dynamic_batch, args.dynamic_seq
+            )
             model = onnx.load_from_string(data)
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             print(f"{name}: export failed: {type(e).__name__}: {e}")
