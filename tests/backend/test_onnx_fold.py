@@ -872,3 +872,52 @@ def test_a_tile_of_a_constant_and_a_resize_to_computed_sizes_keep_the_batch(batc
         got = [outs["q_view"].numpy(), outs["m_view"].numpy()]
     for g_, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g_, w, rtol=1e-6, atol=1e-6)
+
+
+def _heads_merge_split_model():
+    """Attention heads at a dynamic batch and sequence (torch.export's bmm): x [batch, 4, seq, 16] viewed
+    as ``[-1, x.size(2), 16]`` (heads merged into the batch), transposed to [4 * batch, 16, seq], and
+    viewed as ``[t.size(0) // 4, 4, 16, t.size(2)]`` (split back)."""
+    nodes = [
+        _n("Shape", ["x"], ["x_shape"]),
+        _n("Slice", ["x_shape", "two", "three"], ["x_seq"]),
+        _n("Concat", ["minus1", "x_seq", "sixteen"], ["merge"], axis=0),
+        _n("Reshape", ["x", "merge"], ["m"], allowzero=1),
+        _n("Transpose", ["m"], ["t"], perm=[0, 2, 1]),
+        _n("Shape", ["t"], ["t_shape"]),
+        _n("Gather", ["t_shape", "idx0"], ["t_d0"], axis=0),
+        _n("Div", ["t_d0", "four0"], ["b"]),
+        _n("Unsqueeze", ["b", "axis0"], ["b_1d"]),
+        _n("Slice", ["t_shape", "two", "three"], ["t_seq"]),
+        _n("Concat", ["b_1d", "four", "sixteen", "t_seq"], ["split"], axis=0),
+        _n("Reshape", ["t", "split"], ["y"], allowzero=1),
+    ]
+    init = {
+        "two": i64(2),
+        "three": i64(3),
+        "minus1": i64(-1),
+        "sixteen": i64(16),
+        "idx0": i64(0).reshape(()),
+        "four0": i64(4).reshape(()),
+        "axis0": i64(0),
+        "four": i64(4),
+    }
+    return om.make_model(nodes, [("x", ["batch", 4, "seq", 16])], [("y", None)], init, "heads_merge_split")
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
+def test_views_with_two_run_time_dims_line_up_the_input_and_copy_them(batch, seq, device, rng):
+    """Each view has two entries known only at run time that are not the input's dims at the same place,
+    so no one reshape target says it; the tail of each is the input's tail moved along: merged (flatten,
+    then a reshape copying the sequence) or given a unit dim (unsqueeze, then a reshape copying 16 and the
+    sequence)."""
+    model = _heads_merge_split_model()
+    config, _ = import_model(model)
+    ops = [s["name"] for s in config["pipeline"]]
+    assert ops.count("flatten") == 1 and ops.count("unsqueeze") == 1, ops
+    x = rng.standard_normal((batch, 4, seq, 16)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == (batch, 4, 16, seq)
+    np.testing.assert_array_equal(got, want)

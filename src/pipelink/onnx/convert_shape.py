@@ -15,7 +15,7 @@ from .convert_common import _attr, _inputs
 from .fold import Dim, Unfoldable, expand_target, reshape_target, unfolded_needs, unfolded_reason
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .lowerings import table_problem
-from .runtime_dims import RuntimeDimsError, arange_to_dim, broadcast_to_value
+from .runtime_dims import RuntimeDimsError, arange_to_dim, broadcast_to_value, reshape_by_alignment
 
 __all__: list[str] = []
 
@@ -133,16 +133,23 @@ def _target(g: Graph, node: Node, from_shape_value: Callable, what: str) -> list
 
 
 def _reshape(g: Graph, node: Node) -> None:
-    shape = _target(g, node, reshape_target, "the new shape")
+    try:
+        shape = _target(g, node, reshape_target, "the new shape")
+    except Unsupported:  # two entries known only at run time: lined up with the input's, if they can be
+        if reshape_by_alignment(g, node, node.outputs[0]):
+            return
+        raise
     if shape is None:
         raise Unsupported("Reshape needs its shape input")
+    # a target resolved from a shape value copies dims with 0 (reshape_target): allowzero off for it
+    computed = node.inputs[1] in g.symbolic if len(node.inputs) > 1 else False
     g.stage(
         node,
         "reshape",
         node.inputs[:1],
         node.outputs[:1],
         shape=shape,
-        allowzero=bool(_attr(node, "allowzero", 0)),
+        allowzero=bool(_attr(node, "allowzero", 0)) and not computed,
     )
 
 

@@ -699,7 +699,7 @@ def reshape_target(g: Graph, node: Node) -> list[int] | None:
     Raises
     ------
     Unfoldable
-        More than one entry known only when the model runs, or ``allowzero`` with a symbolic entry.
+        More than one entry known only when the model runs, or ``allowzero`` with a 0 entry.
     """
     value = g.symbolic.get(node.inputs[1]) if len(node.inputs) > 1 else None
     if value is None:
@@ -707,8 +707,10 @@ def reshape_target(g: Graph, node: Node) -> list[int] | None:
     if not isinstance(value, list):
         raise Unfoldable("Reshape's shape is a scalar the model computes; it must be 1-d")
     x, x_shape = node.inputs[0], g.shapes.get(node.inputs[0]) or ()
-    if node.attrs.get("allowzero", 0):
-        raise Unfoldable("Reshape with allowzero=1 and a shape the model computes from its dims")
+    # allowzero=1 (torch.export writes it on every view) changes only what a 0 entry means: the target
+    # made here copies a dim with 0 and is run with allowzero off, so a literal 0 cannot be in it
+    if node.attrs.get("allowzero", 0) and any(isinstance(e, int) and e == 0 for e in value):
+        raise Unfoldable("Reshape with allowzero=1, an entry 0 and a shape the model computes from its dims")
     target = []
     for axis, entry in enumerate(value):
         if isinstance(entry, int):

@@ -279,6 +279,10 @@ def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) ->
             name = f"{n.inputs[1]}::pipelink_target_{len(inits)}"
             inits.append(onnx.numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
             proto = _with_input(onnx, proto, 1, name)
+            if n.op_type == "Reshape":  # the resolved target's 0s copy dims, as the stage runs it
+                kept = [a for a in proto.attribute if a.name != "allowzero"]
+                del proto.attribute[:]
+                proto.attribute.extend(kept)
         trial_nodes.append(proto)
     needed = {i for proto in trial_nodes for i in proto.input if i}
     # Small constants go in with their values (a Reshape's target, a Pad's pads); the weights only as

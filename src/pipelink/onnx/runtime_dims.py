@@ -292,3 +292,62 @@ def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None
     if len(rest) > 1:
         return None
     return multiple_name(have[0] // want[0], rest[0]) if rest else have[0] // want[0]
+
+
+_INFERRED = object()  # a Reshape entry known only as what the element count leaves (-1, or an unknown dim)
+
+
+def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
+    """Stages making ``y``: a Reshape whose computed target has two or more entries known only at run time
+    that are not the input's own dims at the same place, when its tail is the input's tail moved along
+    (the same dims, by name or value) and what precedes it holds at most one such entry: the input's dims
+    before the tail are merged (``flatten``) or given unit dims (``unsqueeze``) so the tail lines up with
+    the target's, and one ``reshape`` copies it (0s) and infers the one entry (-1). ``view(-1, seq, 16)``
+    of ``[batch, 4, seq, 16]`` (heads merged into the batch) and ``view(batch, 4, 16, seq)`` of
+    ``[4*batch, 16, seq]`` are the two moves. False (nothing made) when the target does not align."""
+    value, x = g.symbolic.get(node.inputs[1]), node.inputs[0]
+    x_shape = g.shapes.get(x)
+    if not isinstance(value, list) or x_shape is None or any(d is None for d in x_shape):
+        return False
+    if node.attrs.get("allowzero", 0) and any(isinstance(e, int) and e == 0 for e in value):
+        return False
+    wanted = []  # each entry as a dim: an int, a name, or _INFERRED
+    for k, entry in enumerate(value):
+        if isinstance(entry, int):
+            wanted.append(
+                _INFERRED if entry == -1 else x_shape[k] if entry == 0 and k < len(x_shape) else entry
+            )
+        elif k < len(x_shape) and entry.same_as(x, k, x_shape[k]):
+            wanted.append(x_shape[k])
+        else:
+            product = entry.product()
+            wanted.append(multiple_name(*product) if product is not None else _INFERRED)
+    for tail in range(min(len(wanted), len(x_shape)) - 1, 0, -1):  # the longest tail that lines up
+        k, i = len(wanted) - tail, len(x_shape) - tail
+        if list(x_shape[i:]) != wanted[k:]:
+            continue
+        head = wanted[:k]
+        if sum(not isinstance(d, int) for d in head) > 1:
+            continue
+        head_target = [d if isinstance(d, int) else -1 for d in head]
+        if i <= k:  # unit dims after the head, so the tail sits where the target has it
+            source = x
+            if k > i:
+                source = f"{y}__aligned"
+                g.stage(node, "unsqueeze", [x], [source], axes=list(range(i, k)))
+            g.stage(node, "reshape", [source], [y], shape=head_target + [0] * tail, allowzero=False)
+            return True
+        symbolic_tail = [d for d in x_shape[i:] if not isinstance(d, int)]
+        if k == 1 and len(symbolic_tail) <= 1:  # the head merged into one dim, the tail split back
+            flat = f"{y}__merged"
+            g.stage(node, "flatten", [x], [flat], axis=i)
+            g.stage(
+                node,
+                "reshape",
+                [flat],
+                [y],
+                shape=[0] + [d if isinstance(d, int) else -1 for d in x_shape[i:]],
+                allowzero=False,
+            )
+            return True
+    return False
