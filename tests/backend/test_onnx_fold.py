@@ -874,14 +874,24 @@ def test_a_tile_of_a_constant_and_a_resize_to_computed_sizes_keep_the_batch(batc
         np.testing.assert_allclose(g_, w, rtol=1e-6, atol=1e-6)
 
 
-def _heads_merge_split_model():
+def _heads_merge_split_model(bloom: bool = False):
     """Attention heads at a dynamic batch and sequence (torch.export's bmm): x [batch, 4, seq, 16] viewed
-    as ``[-1, x.size(2), 16]`` (heads merged into the batch), transposed to [4 * batch, 16, seq], and
-    viewed as ``[t.size(0) // 4, 4, 16, t.size(2)]`` (split back)."""
+    as ``[-1, x.size(2), 16]`` (heads merged into the batch; BLOOM writes ``[x.size(0) * 4, -1, 16]``),
+    transposed to [4 * batch, 16, seq], and viewed as ``[t.size(0) // 4, 4, 16, t.size(2)]`` (split)."""
+    merge = [
+        _n("Gather", ["x_shape", "idx0"], ["x_d0"], axis=0),
+        _n("Mul", ["x_d0", "four0"], ["bh"]),
+        _n("Unsqueeze", ["bh", "axis0"], ["bh_1d"]),
+        _n("Concat", ["bh_1d", "minus1", "sixteen"], ["merge"], axis=0),
+    ]
+    if not bloom:
+        merge = [
+            _n("Slice", ["x_shape", "two", "three"], ["x_seq"]),
+            _n("Concat", ["minus1", "x_seq", "sixteen"], ["merge"], axis=0),
+        ]
     nodes = [
         _n("Shape", ["x"], ["x_shape"]),
-        _n("Slice", ["x_shape", "two", "three"], ["x_seq"]),
-        _n("Concat", ["minus1", "x_seq", "sixteen"], ["merge"], axis=0),
+        *merge,
         _n("Reshape", ["x", "merge"], ["m"], allowzero=1),
         _n("Transpose", ["m"], ["t"], perm=[0, 2, 1]),
         _n("Shape", ["t"], ["t_shape"]),
@@ -905,13 +915,15 @@ def _heads_merge_split_model():
     return om.make_model(nodes, [("x", ["batch", 4, "seq", 16])], [("y", None)], init, "heads_merge_split")
 
 
+@pytest.mark.parametrize("bloom", [False, True])
 @pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
-def test_views_with_two_run_time_dims_line_up_the_input_and_copy_them(batch, seq, device, rng):
+def test_views_with_two_run_time_dims_line_up_the_input_and_copy_them(batch, seq, bloom, device, rng):
     """Each view has two entries known only at run time that are not the input's dims at the same place,
     so no one reshape target says it; the tail of each is the input's tail moved along: merged (flatten,
     then a reshape copying the sequence) or given a unit dim (unsqueeze, then a reshape copying 16 and the
-    sequence)."""
-    model = _heads_merge_split_model()
+    sequence). BLOOM's merge has its -1 in the tail: it is the input's sequence there, since the heads
+    (``4 * batch`` and ``[batch, 4]``) have one product."""
+    model = _heads_merge_split_model(bloom)
     config, _ = import_model(model)
     ops = [s["name"] for s in config["pipeline"]]
     assert ops.count("flatten") == 1 and ops.count("unsqueeze") == 1, ops

@@ -297,6 +297,21 @@ def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None
 _INFERRED = object()  # a Reshape entry known only as what the element count leaves (-1, or an unknown dim)
 
 
+def _monomial(dims) -> tuple[int, list[str]] | None:
+    """The product of ``dims`` (ints, names, multiples of names): its int factor and its names; None when
+    one is unknown."""
+    factor, names = 1, []
+    for d in dims:
+        if isinstance(d, int):
+            factor *= d
+        elif isinstance(d, str):
+            f, name = split_multiple(d)
+            factor, names = factor * f, [*names, name]
+        else:
+            return None
+    return factor, sorted(names)
+
+
 def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
     """Stages making ``y``: a Reshape whose computed target has two or more entries known only at run time
     that are not the input's own dims at the same place, when its tail is the input's tail moved along
@@ -324,10 +339,18 @@ def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
             wanted.append(multiple_name(*product) if product is not None else _INFERRED)
     for tail in range(min(len(wanted), len(x_shape)) - 1, 0, -1):  # the longest tail that lines up
         k, i = len(wanted) - tail, len(x_shape) - tail
-        if list(x_shape[i:]) != wanted[k:]:
+        moved = wanted[k:]
+        if any(w is not _INFERRED and w != d for w, d in zip(moved, x_shape[i:], strict=True)):
             continue
         head = wanted[:k]
-        if sum(not isinstance(d, int) for d in head) > 1:
+        if _INFERRED in moved:  # the -1 is the input's dim there only if the heads have one product
+            if (
+                moved.count(_INFERRED) > 1
+                or _monomial(head) is None
+                or _monomial(head) != _monomial(x_shape[:i])
+            ):
+                continue
+        elif sum(not isinstance(d, int) for d in head) > 1:
             continue
         head_target = [d if isinstance(d, int) else -1 for d in head]
         if i <= k:  # unit dims after the head, so the tail sits where the target has it
