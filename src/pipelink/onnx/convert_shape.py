@@ -12,7 +12,15 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..ops.shape import MAX_PARTS
 from .convert_common import _attr, _inputs
-from .fold import Dim, Unfoldable, expand_target, reshape_target, unfolded_needs, unfolded_reason
+from .fold import (
+    Dim,
+    Unfoldable,
+    describe_value,
+    expand_target,
+    reshape_target,
+    unfolded_needs,
+    unfolded_reason,
+)
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .lowerings import table_problem
 from .runtime_dims import RuntimeDimsError, arange_to_dim, broadcast_to_value, reshape_by_alignment
@@ -75,11 +83,11 @@ def _tile_to_run_time_dims(g: Graph, node: Node, value: list) -> None:
         raise Unsupported(f"Tile needs one repeat per input dim ({len(shape)}), got {len(value)}")
     if any(isinstance(r, Dim) and d != 1 for r, d in zip(value, shape, strict=True)):
         raise Unsupported(
-            f"Tile's repeats {value} repeat a dim of size other than 1 by a count known only when the model "
-            "runs; PipeLink takes such a count only for a dim of 1 (export with fixed shapes)"
+            f"Tile's repeats {describe_value(value)} repeat a dim of size other than 1 by a count known only "
+            "when the model runs; PipeLink takes such a count only for a dim of 1 (export with fixed shapes)"
         )
     if any(isinstance(r, int) and r < 0 for r in value):
-        raise Unsupported(f"Tile repeats must not be negative (got {value})")
+        raise Unsupported(f"Tile repeats must not be negative (got {describe_value(value)})")
     fixed = [r if isinstance(r, int) else 1 for r in value]
     source = x
     if any(r != 1 for r in fixed):

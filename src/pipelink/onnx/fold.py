@@ -50,6 +50,9 @@ __all__ = [
     "expand_target",
     "resolved_target",
     "unfolded_reason",
+    "describe_value",
+    "multiple_name",
+    "split_multiple",
 ]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
@@ -725,9 +728,9 @@ def reshape_target(g: Graph, node: Node) -> list[int] | None:
         if counted is not None:
             return counted
         raise Unfoldable(
-            f"Reshape's shape {_describe(value)} has {unknown} entries known only when the model runs that "
-            "are not the input's own dims; at most one can be inferred (export with fixed shapes, or keep "
-            "the dynamic dims where the input has them)"
+            f"Reshape's shape {describe_value(value)} has {unknown} entries known only when the model runs "
+            "that are not the input's own dims; at most one can be inferred (export with fixed shapes, or "
+            "keep the dynamic dims where the input has them)"
         )
     return target
 
@@ -791,8 +794,8 @@ def expand_target(g: Graph, node: Node) -> list[int] | None:
             target.append(1)
         else:
             raise Unfoldable(
-                f"Expand's shape {_describe(value)} has an entry known only when the model runs that is not "
-                "the input's own dim there (export with fixed shapes)"
+                f"Expand's shape {describe_value(value)} has an entry known only when the model runs that is "
+                "not the input's own dim there (export with fixed shapes)"
             )
     return target
 
@@ -809,5 +812,14 @@ def resolved_target(g: Graph, node: Node) -> list[int] | None:
         return None
 
 
-def _describe(value: list) -> str:
-    return "[" + ", ".join(str(v) if isinstance(v, int) else (v.name or "?") for v in value) + "]"
+def describe_value(value: list) -> str:
+    """A shape value as a message shows it: ints, and each run-time dim by its name (a multiple of one as
+    ``4*batch``, ``?`` for an unknown)."""
+
+    def one(v: int | Dim) -> str:
+        if isinstance(v, int):
+            return str(v)
+        product = v.product()
+        return v.name or (multiple_name(*product) if product else "?")
+
+    return "[" + ", ".join(one(v) for v in value) + "]"
