@@ -935,3 +935,50 @@ def test_views_with_two_run_time_dims_line_up_the_input_and_copy_them(batch, seq
         got = pipe.run(x=x)["y"].numpy()
     assert got.shape == (batch, 4, 16, seq)
     np.testing.assert_array_equal(got, want)
+
+
+def _conv1d_model(split_by: str = "x"):
+    """GPT-2's ``Conv1D`` at a dynamic batch and sequence: x [batch, seq, 8] viewed as [-1, 8], times w,
+    plus b, viewed back as ``split_by.size()[:-1] + (6,)``."""
+    nodes = [
+        _n("Reshape", ["x", "rows"], ["flat"]),
+        _n("MatMul", ["flat", "w"], ["prod"]),
+        _n("Add", ["prod", "b"], ["biased"]),
+        _n("Shape", [split_by], ["lead_shape"]),
+        _n("Slice", ["lead_shape", "zero", "minus1"], ["lead"]),
+        _n("Concat", ["lead", "six"], ["back"], axis=0),
+        _n("Reshape", ["biased", "back"], ["y"]),
+    ]
+    init = {
+        "rows": i64(-1, 8),
+        "w": np.linspace(-1, 1, 48, dtype=F).reshape(8, 6),
+        "b": np.linspace(0, 1, 6, dtype=F),
+        "zero": i64(0),
+        "minus1": i64(-1),
+        "six": i64(6),
+    }
+    inputs = [("x", ["batch", "seq", 8]), ("z", ["batch", "other", 8])]
+    return om.make_model(nodes, inputs, [("y", None)], init, "conv1d")
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
+def test_a_view_back_of_rows_flattened_from_two_run_time_dims_gathers_them(batch, seq, device, rng):
+    """``[batch * seq, 6]`` viewed as ``[batch, seq, 6]``: a split into two dims known only at run time.
+    The first view's -1 is named ``batch*seq`` for shape inference, which the MatMul and Add keep, so
+    the split is provably of that product, and the rows are gathered by the grid of their indices."""
+    model = _conv1d_model()
+    config, _ = import_model(model)
+    assert "gather" in [s["name"] for s in config["pipeline"]]
+    x = rng.standard_normal((batch, seq, 8)).astype(F)
+    z = rng.standard_normal((batch, 2, 8)).astype(F)
+    (want,) = om.run_reference(model, {"x": x, "z": z})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x, z=z)["y"].numpy()
+    assert got.shape == (batch, seq, 6)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_split_into_dims_of_another_tensor_is_refused():
+    """Viewed back by z's ``[batch, other]``: the rows are ``batch*seq``, which no import can split so."""
+    with pytest.raises(pl.PipeLinkError, match=r"Reshape's shape \[batch, other, 6\] has 2 entries"):
+        import_model(_conv1d_model("z"))

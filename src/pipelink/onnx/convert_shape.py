@@ -23,7 +23,13 @@ from .fold import (
 )
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .lowerings import table_problem
-from .runtime_dims import RuntimeDimsError, arange_to_dim, broadcast_to_value, reshape_by_alignment
+from .runtime_dims import (
+    RuntimeDimsError,
+    arange_to_dim,
+    broadcast_to_value,
+    reshape_by_alignment,
+    split_by_gather,
+)
 
 __all__: list[str] = []
 
@@ -144,7 +150,7 @@ def _reshape(g: Graph, node: Node) -> None:
     try:
         shape = _target(g, node, reshape_target, "the new shape")
     except Unsupported:  # two entries known only at run time: lined up with the input's, if they can be
-        if reshape_by_alignment(g, node, node.outputs[0]):
+        if reshape_by_alignment(g, node, node.outputs[0]) or split_by_gather(g, node, node.outputs[0]):
             return
         raise
     if shape is None:

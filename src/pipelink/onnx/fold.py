@@ -52,7 +52,9 @@ __all__ = [
     "unfolded_reason",
     "describe_value",
     "multiple_name",
+    "product_name",
     "split_multiple",
+    "split_product",
 ]
 
 #: Nodes evaluated at import when every input is a constant (deterministic, small). Not Identity: an
@@ -170,15 +172,33 @@ class Dim:
         return product is not None and isinstance(dim, str) and split_multiple(dim) == product
 
 
+def product_name(factor: int, names: list[str]) -> str:
+    """The name the import gives ``factor`` times the product of the dims ``names`` in shape inference
+    (``4*batch``, ``batch*seq``): the factor first (left out when 1), then the names in order."""
+    return "*".join([str(factor)] * (factor != 1) + sorted(names))
+
+
+def split_product(name: str) -> tuple[int, list[str]]:
+    """:func:`product_name` undone: ``(4, ["batch"])`` of ``4*batch``, ``(1, ["batch", "seq"])`` of
+    ``batch*seq``; ``(1, [name])`` of any other name."""
+    parts = name.split("*")
+    factor = int(parts[0]) if len(parts) > 1 and parts[0].isdigit() else 1
+    names = parts[1:] if len(parts) > 1 and parts[0].isdigit() else parts
+    if not names or any(not n or n.isdigit() for n in names):
+        return 1, [name]
+    return factor, sorted(names)
+
+
 def multiple_name(factor: int, name: str) -> str:
-    """The name the import gives ``factor`` times the dim ``name`` in shape inference (``4*batch``)."""
-    return name if factor == 1 else f"{factor}*{name}"
+    """:func:`product_name` of one dim: ``4*batch``."""
+    return product_name(factor, [name])
 
 
 def split_multiple(name: str) -> tuple[int, str]:
-    """:func:`multiple_name` undone: ``(4, "batch")`` of ``4*batch``; ``(1, name)`` of any other name."""
-    head, star, rest = name.partition("*")
-    return (int(head), rest) if star and head.isdigit() and rest else (1, name)
+    """:func:`split_product` of a multiple of one dim: ``(4, "batch")`` of ``4*batch``; ``(1, name)`` of
+    any other name (a product of several dims too)."""
+    factor, names = split_product(name)
+    return (factor, names[0]) if len(names) == 1 else (1, name)
 
 
 ShapeValue = list  # of int | Dim (1-d), or a bare int | Dim (0-d)
@@ -742,15 +762,15 @@ def _by_element_count(value: list, target: list[int], x_shape: tuple) -> list[in
     when the dims do not cancel, or more than one such entry is left."""
     if any(not isinstance(d, int | str) for d in x_shape):
         return None
-    multiples_in = [split_multiple(d) for d in x_shape if isinstance(d, str)]
-    coef_in = math.prod(d for d in x_shape if isinstance(d, int)) * math.prod(f for f, _ in multiples_in)
-    names_in = sorted(n for _, n in multiples_in)
+    products_in = [split_product(d) for d in x_shape if isinstance(d, str)]
+    coef_in = math.prod(d for d in x_shape if isinstance(d, int)) * math.prod(f for f, _ in products_in)
+    names_in = sorted(n for _, names in products_in for n in names)
     coef, names, literal, multiples = 1, [], [], []
     for k, (entry, t) in enumerate(zip(value, target, strict=True)):
         if t == 0:  # the input's own dim, copied
             mine = x_shape[k]
-            factor, name = (mine, None) if isinstance(mine, int) else split_multiple(mine)
-            coef, names = coef * factor, names if name is None else [*names, name]
+            factor, own = (mine, []) if isinstance(mine, int) else split_product(mine)
+            coef, names = coef * factor, [*names, *own]
         elif isinstance(entry, int):
             if entry == -1:
                 literal.append(k)

@@ -29,7 +29,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from .einsum import dots_are_ellipses
-from .fold import MAX_FOLD_ELEMENTS, resolved_target, split_multiple
+from .fold import MAX_FOLD_ELEMENTS, resolved_target, split_product
 from .graph import Graph, Node
 from .runtime_dims import named_output_shape
 
@@ -334,15 +334,15 @@ def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) ->
 
     g.inferences += 1
 
-    def tagged(shape: tuple) -> tuple:  # a multiple of a declared dim (``4*batch``, typed above) is kept
-        return tuple(
-            f"{d}~{g.inferences}" if isinstance(d, str) and split_multiple(d)[1] not in declared else d
-            for d in shape
-        )
+    def ours(d: Any) -> bool:  # a declared dim, or a product of them the import named (``4*batch``)
+        return isinstance(d, str) and all(n in declared for n in split_product(d)[1])
+
+    def tagged(shape: tuple) -> tuple:
+        return tuple(f"{d}~{g.inferences}" if isinstance(d, str) and not ours(d) else d for d in shape)
 
     def known(shape: tuple | None) -> tuple[int, int]:  # the dims known, then those named as declared
         shape = shape or ()
-        named = sum(isinstance(d, str) and split_multiple(d)[1] in declared for d in shape)
+        named = sum(ours(d) for d in shape)
         return sum(isinstance(d, int) for d in shape), named
 
     # a round that learns a dim replaces every shape it knows as well as before, so that the dims a

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .fold import Dim, multiple_name, split_multiple
+from .fold import Dim, multiple_name, product_name, split_product
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
@@ -223,7 +223,7 @@ def _reshape_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
         if isinstance(entry, Dim):
             own = k < len(x_shape) and entry.same_as(node.inputs[0], k, x_shape[k])
             product = entry.product()  # a named dim, or a multiple of one (``4*batch``)
-            named = product is not None and product[1] in names
+            named = product is not None and _named(product[1], names)
             out.append(x_shape[k] if own else multiple_name(*product) if named else None)
         elif entry == 0:
             out.append(x_shape[k] if k < len(x_shape) else None)
@@ -231,7 +231,7 @@ def _reshape_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
             out.append(entry if entry > 0 else None)
     if out.count(None) == 1:
         out[out.index(None)] = _left_over(x_shape, [d for d in out if d is not None], names)
-    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+    return tuple(out) if any(_named(d, names) for d in out) else None
 
 
 def _resize_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
@@ -246,7 +246,7 @@ def _resize_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
             out.append(x_shape[k])
         else:
             out.append(entry.name if entry.name in names else None)
-    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+    return tuple(out) if any(_named(d, names) for d in out) else None
 
 
 def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
@@ -261,27 +261,22 @@ def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
             out.append(mine * entry if isinstance(mine, int) else mine if entry == 1 else None)
         else:
             product = entry.product()
-            out.append(multiple_name(*product) if mine == 1 and product and product[1] in names else None)
-    return tuple(out) if any(isinstance(d, str) and split_multiple(d)[1] in names for d in out) else None
+            out.append(
+                multiple_name(*product) if mine == 1 and product and _named(product[1], names) else None
+            )
+    return tuple(out) if any(_named(d, names) for d in out) else None
+
+
+def _named(d: Any, names: set[str]) -> bool:
+    """Whether ``d`` is a graph input's dim in ``names``, or a product of them the import named."""
+    return isinstance(d, str) and all(n in names for n in split_product(d)[1])
 
 
 def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None:
     """What the element count of ``x_shape`` leaves for one more dim beside ``known`` (ints and names):
-    an int, a multiple of one named dim (``16*batch``), or None (an unknown dim, or no whole left-over)."""
-
-    def count(dims) -> tuple[int, list[str]] | None:
-        factor, left = 1, []
-        for d in dims:
-            if isinstance(d, int):
-                factor *= d
-            elif isinstance(d, str) and split_multiple(d)[1] in names:
-                f, name = split_multiple(d)
-                factor, left = factor * f, [*left, name]
-            else:
-                return None
-        return factor, sorted(left)
-
-    have, want = count(x_shape), count(known)
+    an int, a product of named dims (``16*batch``, ``batch*seq``), or None (an unknown dim, or no whole
+    left-over)."""
+    have, want = _monomial(x_shape, names), _monomial(known, names)
     if have is None or want is None or want[0] <= 0 or have[0] % want[0]:
         return None
     rest = list(have[1])
@@ -289,27 +284,25 @@ def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None
         if name not in rest:
             return None
         rest.remove(name)
-    if len(rest) > 1:
-        return None
-    return multiple_name(have[0] // want[0], rest[0]) if rest else have[0] // want[0]
+    return product_name(have[0] // want[0], rest) if rest else have[0] // want[0]
 
 
 _INFERRED = object()  # a Reshape entry known only as what the element count leaves (-1, or an unknown dim)
 
 
-def _monomial(dims) -> tuple[int, list[str]] | None:
-    """The product of ``dims`` (ints, names, multiples of names): its int factor and its names; None when
-    one is unknown."""
-    factor, names = 1, []
+def _monomial(dims, names: set[str] | None = None) -> tuple[int, list[str]] | None:
+    """The product of ``dims`` (ints, names, products of names; of ``names`` only, when given): its int
+    factor and its names; None when one is unknown."""
+    factor, found = 1, []
     for d in dims:
         if isinstance(d, int):
             factor *= d
-        elif isinstance(d, str):
-            f, name = split_multiple(d)
-            factor, names = factor * f, [*names, name]
+        elif isinstance(d, str) and (names is None or _named(d, names)):
+            f, more = split_product(d)
+            factor, found = factor * f, [*found, *more]
         else:
             return None
-    return factor, sorted(names)
+    return factor, sorted(found)
 
 
 def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
@@ -374,3 +367,49 @@ def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
             )
             return True
     return False
+
+
+def split_by_gather(g: Graph, node: Node, y: str) -> bool:
+    """Stages making ``y``: a Reshape splitting its input's dim 0, a product of run-time dims the import
+    named (``batch*seq``: a view to ``[-1, n]`` made it), back into those dims (``[batch, seq, n]``, GPT-2's
+    ``Conv1D``): no reshape target with one -1 says it, so the rows are gathered instead, by the index grid
+    ``[batch, seq]`` (the ones broadcast to the dims, their exclusive running sums along each axis times
+    the counts after it). False (nothing made) when the target is not such a split."""
+    value, x = g.symbolic.get(node.inputs[1]), node.inputs[0]
+    x_shape = g.shapes.get(x)
+    if not isinstance(value, list) or not x_shape or not isinstance(x_shape[0], str):
+        return False
+    lead = 0
+    while lead < len(value) and isinstance(value[lead], Dim):
+        lead += 1
+    dims, rest = value[:lead], value[lead:]
+    if lead < 2 or list(rest) != list(x_shape[1:]) or any(d.name is None for d in dims):
+        return False
+    if split_product(x_shape[0]) != (1, sorted(d.name for d in dims)):  # the split of the product named
+        return False
+    for dim in dims:
+        try:
+            _check_source(g, dim)
+        except RuntimeDimsError:
+            return False
+    one = f"{y}__one"
+    g.constants[one], g.shapes[one], g.dtypes[one] = np.ones((), np.int64), (), "int64"
+    ones = f"{y}__grid_ones"
+    broadcast_to_value(g, node, one, list(dims), ones)
+    index = None
+    for axis in range(lead):
+        counted = f"{y}__grid{axis}"
+        g.stage(node, "cumsum", [ones], [counted], axis=axis, exclusive=True)
+        if axis < lead - 1:  # times the count of the entries after it: the sum of the ones over them
+            after = f"{y}__after{axis}"
+            g.stage(node, "reduce_sum", [ones], [after], axes=list(range(axis + 1, lead)), keepdims=True)
+            scaled = f"{y}__stride{axis}"
+            g.stage(node, "mul", [counted, after], [scaled])
+            counted = scaled
+        if index is not None:
+            total = f"{y}__index{axis}"
+            g.stage(node, "add", [index, counted], [total])
+            counted = total
+        index = counted
+    g.stage(node, "gather", [x, index], [y], axis=0)
+    return True
