@@ -4,6 +4,7 @@ pool bins and the pool's bookkeeping over a fake allocator."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 
 import pytest
@@ -387,3 +388,25 @@ def test_a_cached_block_is_reused_only_for_its_stream():
         pool.acquire(100, stream=-1)
     with pytest.raises(OverflowError):
         stream_tag(-1)
+
+
+def test_without_the_c_pool_the_cuda_backend_says_how_to_build_it():
+    """A PipeLink installed without a C compiler has no ``_pool`` extension: the CUDA backend's pool
+    refuses to start with ModuleLoadError and the fix (docs/architecture.md), never an AttributeError."""
+    code = (
+        "import importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'pipelink.backends.cuda._pool':\n"
+        "            raise ImportError('not built')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from pipelink.backends.cuda.pool import BinnedPool\n"
+        "from pipelink.errors import ModuleLoadError\n"
+        "try:\n"
+        "    BinnedPool(None, None)\n"
+        "except ModuleLoadError as e:\n"
+        "    print('refused:', e.message)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "Install gcc or clang" in out.stdout, out.stdout
