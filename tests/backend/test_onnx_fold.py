@@ -982,3 +982,27 @@ def test_a_split_into_dims_of_another_tensor_is_refused():
     """Viewed back by z's ``[batch, other]``: the rows are ``batch*seq``, which no import can split so."""
     with pytest.raises(pl.PipeLinkError, match=r"Reshape's shape \[batch, other, 6\] has 2 entries"):
         import_model(_conv1d_model("z"))
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"), [("InstanceNormalization", {}), ("GroupNormalization", {"num_groups": 2})]
+)
+@pytest.mark.parametrize(("batch", "length"), [(1, 9), (3, 20)])
+def test_a_grouped_norm_of_a_run_time_length(op, attrs, batch, length, device, rng):
+    """wav2vec2's feature extractor normalizes [batch, channels, samples] with the samples known only when
+    the model runs: the view back after the layer_norm infers that length (-1)."""
+    nodes = [helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", epsilon=1e-5, **attrs)]
+    init = {"s": np.linspace(0.5, 1.5, 4, dtype=F), "b": np.linspace(-0.2, 0.2, 4, dtype=F)}
+    model = om.make_model(nodes, [("x", ["batch", 4, "samples"])], [("y", None)], init, "norm_length")
+    x = rng.standard_normal((batch, 4, length)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_allclose(pipe.run(x=x)["y"].numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_grouped_norm_of_two_run_time_spatial_dims_is_refused():
+    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="norm")]
+    init = {"s": np.ones(4, F), "b": np.zeros(4, F)}
+    model = om.make_model(nodes, [("x", ["batch", 4, "h", "w"])], [("y", None)], init, "norm_hw")
+    with pytest.raises(pl.PipeLinkError, match="every spatial dim but one"):
+        import_model(model)

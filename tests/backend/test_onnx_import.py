@@ -665,11 +665,14 @@ def test_group_and_instance_norm_are_layer_norms_of_the_groups(rng, op, groups, 
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_group_norm_needs_its_channels_and_spatial_dims():
+@pytest.mark.parametrize("shape", [["N", 4, "H", "W"], ["N", "C", "H", 5]])
+def test_group_norm_needs_its_channels_and_all_spatial_dims_but_one(shape):
+    """One spatial dim known only at run time is the view back's -1 (test_onnx_fold.py); two, or unknown
+    channels, are refused."""
     node = onnx.helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="norm", num_groups=2)
     init = {"s": np.ones(4, F), "b": np.zeros(4, F)}
-    model = om.make_model([node], [("x", ["N", 4, "H", 5])], [("y", None)], init, "gn", opset=21)
-    with pytest.raises(pl.PipeLinkError, match="every dim but the batch"):
+    model = om.make_model([node], [("x", shape)], [("y", None)], init, "gn", opset=21)
+    with pytest.raises(pl.PipeLinkError, match="its channels and every spatial dim but one"):
         import_model(model)
 
 

@@ -84,11 +84,22 @@ def _grouped_norm(g: Graph, node: Node, groups: int | None) -> None:
     """GroupNormalization (``groups`` from its attribute) and InstanceNormalization (``groups`` None: one
     per channel) of x ``[N, C, ...]``: x viewed as ``[N, G, C/G * spatial]``, ``layer_norm`` over the last
     axis, viewed back, then the per-channel scale and bias (``mul``, ``add`` of ``[C, 1, ...]`` constants).
-    C and the spatial dims must be known (N may be symbolic)."""
+    C must be known, and the spatial dims but one (N may be symbolic; a spatial dim known only at run
+    time, an audio length, is the view back's -1)."""
     x, y = node.inputs[0], node.outputs[0]
     shape, dtype = g.shapes.get(x), g.dtypes.get(x)
-    if shape is None or len(shape) < 3 or dtype is None or not all(isinstance(d, int) for d in shape[1:]):
-        raise Unsupported(f"{node.op_type} needs its input's dtype and every dim but the batch")
+    spatial_unknown = sum(not isinstance(d, int) for d in shape[2:]) if shape is not None else 0
+    if (
+        shape is None
+        or len(shape) < 3
+        or dtype is None
+        or not isinstance(shape[1], int)
+        or spatial_unknown > 1
+    ):
+        raise Unsupported(
+            f"{node.op_type} needs its input's dtype, its channels and every spatial dim but one "
+            f"(got {list(shape) if shape is not None else None})"
+        )
     channels = shape[1]
     groups = channels if groups is None else groups
     if groups < 1 or channels % groups:
@@ -110,7 +121,8 @@ def _grouped_norm(g: Graph, node: Node, groups: int | None) -> None:
     eps = float32_attr(_attr(node, "epsilon", 1e-5))
     g.stage(node, "reshape", [x], [f"{y}__groups"], shape=[0, groups, -1], allowzero=False)
     g.stage(node, "layer_norm", [f"{y}__groups"], [f"{y}__normed"], axis=-1, eps=eps)
-    g.stage(node, "reshape", [f"{y}__normed"], [f"{y}__back"], shape=[0, *shape[1:]], allowzero=False)
+    back = [0, *(d if isinstance(d, int) else -1 for d in shape[1:])]
+    g.stage(node, "reshape", [f"{y}__normed"], [f"{y}__back"], shape=back, allowzero=False)
     g.stage(node, "mul", [f"{y}__back", per_channel[0]], [f"{y}__scaled"])
     g.stage(node, "add", [f"{y}__scaled", per_channel[1]], [y])
 
