@@ -370,14 +370,16 @@ def test_constant_nodes_too_big_to_evaluate_stay_nodes(nodes, init):
 
 
 def test_a_node_that_cannot_take_a_run_time_shape_is_refused_by_name():
-    # Gather of index 5 from a rank-2 shape is not followed: the Gather stays and cannot read the shape
+    # Gather of index 5 from a rank-2 shape: the shape's length is known at import, so the index is bad
     nodes = [
         _n("Shape", ["x"], ["s"]),
         _n("Gather", ["s", "five"], ["d"], axis=0),
         _n("Cast", ["d"], ["y"], to=1),
     ]
     model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], {"five": i64(5).reshape(())}, "bad")
-    with pytest.raises(pl.PipeLinkError, match="'s' is a shape the model computes") as info:
+    with pytest.raises(
+        pl.PipeLinkError, match="Gather index 5 is out of range for 's', a shape of 2"
+    ) as info:
         import_model(model)
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Gather"]
 
@@ -1005,4 +1007,52 @@ def test_a_grouped_norm_of_two_run_time_spatial_dims_is_refused():
     init = {"s": np.ones(4, F), "b": np.zeros(4, F)}
     model = om.make_model(nodes, [("x", ["batch", 4, "h", "w"])], [("y", None)], init, "norm_hw")
     with pytest.raises(pl.PipeLinkError, match="every spatial dim but one"):
+        import_model(model)
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
+def test_dims_read_as_data_are_counted_when_the_model_runs(batch, seq, device, rng):
+    """transformers' masks compute with dims: ``arange(batch) * seq`` and ``x + float(batch)``. Each dim
+    read as data is counted along the tensor it came from (its probe's ones summed), a multiple times its
+    factor, and cast to the value's dtype."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["b"], axis=0),
+        _n("Gather", ["s", "idx1"], ["t"], axis=0),
+        _n("Range", ["zero", "b", "one"], ["rows"]),
+        _n("Mul", ["rows", "t"], ["starts"]),
+        _n("Mul", ["t", "two"], ["twice"]),
+        _n("Add", ["starts", "twice"], ["offsets"]),
+        _n("Cast", ["b"], ["b_float"], to=1),
+        _n("Add", ["x", "b_float"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "idx1": i64(1).reshape(()),
+        "zero": i64(0).reshape(()),
+        "one": i64(1).reshape(()),
+        "two": i64(2).reshape(()),
+    }
+    model = om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "dims_as_data")
+    model.graph.output.append(helper.make_tensor_value_info("offsets", onnx.TensorProto.INT64, None))
+    x = rng.standard_normal((batch, seq)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        outs = pipe.run(x=x)
+        np.testing.assert_array_equal(outs["offsets"].numpy(), np.arange(batch) * seq + 2 * seq)
+        np.testing.assert_array_equal(outs["y"].numpy(), x + np.float32(batch))
+
+
+def test_arithmetic_of_two_run_time_dims_read_as_data_is_refused():
+    """``batch * seq`` as data: a dim no tensor has (the import knows no product of two dims' values)."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["b"], axis=0),
+        _n("Gather", ["s", "idx1"], ["t"], axis=0),
+        _n("Mul", ["b", "t"], ["n"]),
+        _n("Cast", ["n"], ["n_float"], to=1),
+        _n("Add", ["x", "n_float"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "idx1": i64(1).reshape(())}
+    model = om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "product_as_data")
+    with pytest.raises(pl.PipeLinkError, match="read as data: the dim .* no tensor computed before"):
         import_model(model)

@@ -13,11 +13,15 @@ from .convert_common import _attr
 from .graph import Graph, Node, Unsupported, onnx_dtype
 from .graph import shape_of as _shape
 from .lowerings import table_problem
+from .runtime_dims import RuntimeDimsError, arange_to_dim
 
 __all__: list[str] = []
 
 
 def _slice(g: Graph, node: Node) -> None:
+    if len(node.inputs) > 2 and isinstance(g.symbolic.get(node.inputs[2]), list):
+        _slice_to_run_time_end(g, node)
+        return
     starts = g.ints(node, 1, "starts", "starts")
     ends = g.ints(node, 2, "ends", "ends")
     axes = g.ints(node, 3, "axes", "axes")
@@ -32,7 +36,54 @@ def _slice(g: Graph, node: Node) -> None:
     g.stage(node, "slice", node.inputs[:1], node.outputs[:1], **attrs)
 
 
+def _slice_to_run_time_end(g: Graph, node: Node) -> None:
+    """A Slice of one axis by 1 from a constant start to an end known only when the model runs
+    (``position_ids[:, :seq]``, BERT's position table cut to the sequence): the entries gathered at
+    ``arange(start, end)`` (runtime_dims.py), with their indices checked, since Slice would clamp an end
+    past the axis and a gather cannot: such a run is an error, not a shorter output."""
+    ends = g.symbolic[node.inputs[2]]
+    starts, axes, steps = (
+        g.ints(node, k, "", what) for k, what in ((1, "starts"), (3, "axes"), (4, "steps"))
+    )
+    x_shape = _shape(g, node.inputs[0])
+    if (
+        starts is None
+        or len(ends) != 1
+        or len(starts) != 1
+        or (axes and len(axes) != 1)
+        or steps not in (None, [], [1])
+    ):
+        raise Unsupported(
+            "Slice to an end known only when the model runs: PipeLink takes one axis, a constant start and "
+            f"step 1 (got starts {starts}, {len(ends)} ends, axes {axes}, steps {steps})"
+        )
+    if x_shape is None:
+        raise Unsupported("Slice to an end known only when the model runs needs its input's rank")
+    axis = (axes[0] if axes else 0) % max(len(x_shape), 1)
+    size = x_shape[axis]
+    if not isinstance(size, int) or not 0 <= starts[0] <= size:
+        raise Unsupported(
+            f"Slice to an end known only when the model runs needs a start within the axis, whose size is "
+            f"known (axis {axis} of size {size}, start {starts[0]})"
+        )
+    index = f"{node.outputs[0]}__index"
+    try:
+        arange_to_dim(g, node, starts[0], ends[0], 1, "int64", index)
+    except RuntimeDimsError as why:
+        raise Unsupported(f"Slice to an end known only when the model runs: {why}") from None
+    g.stage(node, "gather", [node.inputs[0], index], node.outputs[:1], axis=axis, check_indices=True)
+
+
 def _gather(g: Graph, node: Node) -> None:
+    value = g.symbolic.get(node.inputs[0])
+    index = g.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if isinstance(value, list) and index is not None and np.asarray(index).dtype.kind in "iu":
+        bad = [int(i) for i in np.asarray(index).reshape(-1) if not -len(value) <= int(i) < len(value)]
+        if bad:  # a shape value's length is known at import: so is an index past it
+            raise Unsupported(
+                f"Gather index {bad[0]} is out of range for {node.inputs[0]!r}, a shape of "
+                f"{len(value)} entries"
+            )
     g.stage(node, "gather", node.inputs[:2], node.outputs[:1], axis=int(_attr(node, "axis", 0)))
 
 

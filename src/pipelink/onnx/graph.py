@@ -137,6 +137,8 @@ class Graph:
     stage_ids: NameSet = field(default_factory=lambda: NameSet())
     # ONNX tensor name -> a shape value the model computes from symbolic dims (onnx/fold.py)
     symbolic: dict[str, Any] = field(default_factory=dict)
+    # a shape value read as data -> the ONNX name of the tensor stages made holding it (runtime_dims.py)
+    values: dict[str, str] = field(default_factory=dict)
     inputs: frozenset[str] = frozenset()  # the graph's input tensors (they exist before any stage runs)
     inferences: int = 0  # rounds of shape inference after folding so far (their dims' names are tagged)
 
@@ -153,20 +155,35 @@ class Graph:
         """A PipeLink tensor name no other tensor has: ``base`` (a valid name), or ``base_1``..."""
         return unique_name(base, self.taken)
 
-    def tensor(self, onnx_name: str) -> str:
-        """The PipeLink name of an input a stage reads; a constant becomes a bound weight.
+    def tensor(self, onnx_name: str, node: Node | None = None) -> str:
+        """The PipeLink name of an input a stage reads; a constant becomes a bound weight; a shape value the
+        import evaluated (onnx/fold.py) read as data by ``node``'s stage, a tensor stages before it count
+        (onnx/runtime_dims.py), once per value.
 
         Raises
         ------
         Unsupported
-            The input is a shape value the import evaluated (onnx/fold.py) that this stage cannot take.
+            The input is a shape value with a dim no earlier tensor has.
         """
         if onnx_name in self.symbolic:
-            raise Unsupported(
-                f"input {onnx_name!r} is a shape the model computes from dims known only when it runs; "
-                "PipeLink takes such shapes only as a Reshape's or an Expand's target (export with fixed "
-                "shapes, or constant-fold the model)"
-            )
+            made = self.values.get(onnx_name)
+            if made is None and node is not None:
+                from .runtime_dims import RuntimeDimsError, shape_value_tensor
+
+                try:
+                    made = self.values[onnx_name] = shape_value_tensor(self, node, onnx_name)
+                except RuntimeDimsError as why:
+                    raise Unsupported(
+                        f"input {onnx_name!r} is a shape the model computes from dims known only when it "
+                        f"runs, read as data: {why} (export with fixed shapes, or constant-fold the model)"
+                    ) from None
+            if made is None:
+                raise Unsupported(
+                    f"input {onnx_name!r} is a shape the model computes from dims known only when it runs; "
+                    "PipeLink takes such shapes only as a Reshape's or an Expand's target (export with "
+                    "fixed shapes, or constant-fold the model)"
+                )
+            return self.name(made) if made not in self.constants else self.tensor(made)
         name = self.name(onnx_name)
         if onnx_name in self.constants and name not in self.weights:
             array = self.constants[onnx_name]
@@ -226,7 +243,7 @@ class Graph:
             self.operators(operator).resolve_attrs(attrs, where=f"{node.op_type} as {operator}")
         except PipeLinkError as e:
             raise Unsupported(e.message) from None
-        ins = [self.tensor(n) for n in inputs]
+        ins = [self.tensor(n, node) for n in inputs]
         outs = outputs if outputs is not None else node.outputs
         stage_id = unique_name(_valid_name(node.name or node.op_type, "node"), self.stage_ids)
         names = []

@@ -165,13 +165,16 @@ def named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     a Reshape (its named entries; None for the dim it infers and other unknowns, and no shape at all
     when no entry is named), and a Resize to sizes the model computes (DETR's mask resized to its
     feature map at a dynamic batch: the entries that are the input's own dims keep them), and a Tile by
-    such repeats of dims of 1 (``query.repeat(batch, 1, 1)``)."""
+    such repeats of dims of 1 (``query.repeat(batch, 1, 1)``), and a Slice from 0 to such a dim
+    (``position_ids[:, :seq]``)."""
     if node.op_type == "Reshape" and len(node.inputs) == 2:
         return _reshape_shape(g, node, names)
     if node.op_type == "Resize" and len(node.inputs) == 4 and "axes" not in node.attrs:
         return _resize_shape(g, node, names)
     if node.op_type == "Tile" and len(node.inputs) == 2:
         return _tile_shape(g, node, names)
+    if node.op_type == "Slice" and len(node.inputs) >= 3:
+        return _slice_shape(g, node, names)
     if node.op_type == "Range" and len(node.inputs) == 3:
         limit = g.symbolic.get(node.inputs[1])
         ends = [np.asarray(g.constants.get(n, np.nan)).reshape(-1) for n in (node.inputs[0], node.inputs[2])]
@@ -270,6 +273,24 @@ def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
 def _named(d: Any, names: set[str]) -> bool:
     """Whether ``d`` is a graph input's dim in ``names``, or a product of them the import named."""
     return isinstance(d, str) and all(n in names for n in split_product(d)[1])
+
+
+def _slice_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    ends = g.symbolic.get(node.inputs[2])
+    x = node.inputs[0]
+    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    starts = g.constants.get(node.inputs[1])
+    axes = (
+        g.constants.get(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.zeros(1, np.int64)
+    )
+    if not isinstance(ends, list) or len(ends) != 1 or x_shape is None or starts is None:
+        return None
+    if np.size(starts) != 1 or np.asarray(starts).reshape(-1)[0] != 0 or np.size(axes) != 1:
+        return None
+    end, axis = ends[0], int(np.asarray(axes).reshape(-1)[0]) % max(len(x_shape), 1)
+    if not isinstance(end, Dim) or end.name not in names:
+        return None
+    return tuple(end.name if k == axis else d for k, d in enumerate(x_shape))
 
 
 def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None:
@@ -374,16 +395,19 @@ def split_by_gather(g: Graph, node: Node, y: str) -> bool:
     named (``batch*seq``: a view to ``[-1, n]`` made it), back into those dims (``[batch, seq, n]``, GPT-2's
     ``Conv1D``): no reshape target with one -1 says it, so the rows are gathered instead, by the index grid
     ``[batch, seq]`` (the ones broadcast to the dims, their exclusive running sums along each axis times
-    the counts after it). False (nothing made) when the target is not such a split."""
+    the counts after it); unit dims between them (``[batch, 1, 1, seq]``, a mask) are unsqueezed after.
+    False (nothing made) when the target is not such a split."""
     value, x = g.symbolic.get(node.inputs[1]), node.inputs[0]
     x_shape = g.shapes.get(x)
     if not isinstance(value, list) or not x_shape or not isinstance(x_shape[0], str):
         return False
-    lead = 0
-    while lead < len(value) and isinstance(value[lead], Dim):
-        lead += 1
-    dims, rest = value[:lead], value[lead:]
-    if lead < 2 or list(rest) != list(x_shape[1:]) or any(d.name is None for d in dims):
+    head = len(value) - (len(x_shape) - 1)  # the entries x's dim 0 splits into; x's other dims follow
+    if head < 2 or list(value[head:]) != list(x_shape[1:]):
+        return False
+    dims = [d for d in value[:head] if isinstance(d, Dim)]
+    units = [k for k, d in enumerate(value[:head]) if not isinstance(d, Dim)]  # unit dims between: 1s
+    lead = len(dims)
+    if lead < 2 or any(value[k] != 1 for k in units) or any(d.name is None for d in dims):
         return False
     if split_product(x_shape[0]) != (1, sorted(d.name for d in dims)):  # the split of the product named
         return False
@@ -411,5 +435,65 @@ def split_by_gather(g: Graph, node: Node, y: str) -> bool:
             g.stage(node, "add", [index, counted], [total])
             counted = total
         index = counted
-    g.stage(node, "gather", [x, index], [y], axis=0)
+    if not units:
+        g.stage(node, "gather", [x, index], [y], axis=0)
+        return True
+    g.stage(node, "gather", [x, index], [f"{y}__rows"], axis=0)
+    g.stage(node, "unsqueeze", [f"{y}__rows"], [y], axes=units)
     return True
+
+
+def shape_value_tensor(g: Graph, node: Node, name: str) -> str:
+    """The ONNX name of a tensor, made by stages before ``node``'s, holding the shape value ``name`` as
+    data (``batch_idx * seq``: transformers' masks compute with dims): each dim counted along its source
+    tensor (the ones of its probe, summed), times its factor, the ints as constants, concatenated (a 0-d
+    value viewed as a scalar), in the value's dtype.
+
+    Raises
+    ------
+    RuntimeDimsError
+        An entry no earlier tensor has as a dim.
+    """
+    value = g.symbolic[name]
+    entries = value if isinstance(value, list) else [value]
+    dims = []
+    for entry in entries:
+        base, factor = (
+            (entry.base, entry.factor) if isinstance(entry, Dim) and entry.base is not None else (entry, 1)
+        )
+        if isinstance(entry, Dim):
+            _check_source(g, base)
+        dims.append((base, factor))
+    one = f"{name}__value_one"
+    g.constants[one], g.shapes[one], g.dtypes[one] = np.ones((), np.int64), (), "int64"
+    parts = []
+    for k, (dim, factor) in enumerate(dims):
+        part = f"{name}__value{k}"
+        if isinstance(dim, int):
+            g.constants[part], g.shapes[part], g.dtypes[part] = np.asarray([dim], np.int64), (1,), "int64"
+        else:
+            mask = _mask(g, node, part, 0, 1, dim)
+            g.stage(node, "where", [mask, one, one], [f"{part}_ones"])
+            g.stage(node, "reduce_sum", [f"{part}_ones"], [part], axes=[0], keepdims=True)
+            if factor != 1:
+                scale = f"{part}_factor"
+                g.constants[scale], g.shapes[scale], g.dtypes[scale] = (
+                    np.asarray(factor, np.int64),
+                    (),
+                    "int64",
+                )
+                g.stage(node, "mul", [part, scale], [f"{part}_scaled"])
+                part = f"{part}_scaled"
+        parts.append(part)
+    out = parts[0]
+    if len(parts) > 1:
+        out = f"{name}__value"
+        g.stage(node, "concat", parts, [out], axis=0)
+    if not isinstance(value, list):
+        g.stage(node, "reshape", [out], [f"{name}__scalar"], shape=[], allowzero=False)
+        out = f"{name}__scalar"
+    dtype = g.dtypes.get(name) or "int64"
+    if dtype != "int64":
+        g.stage(node, "cast", [out], [f"{name}__as_{dtype}"], dtype=dtype)
+        out = f"{name}__as_{dtype}"
+    return out
