@@ -1056,3 +1056,32 @@ def test_arithmetic_of_two_run_time_dims_read_as_data_is_refused():
     model = om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "product_as_data")
     with pytest.raises(pl.PipeLinkError, match="read as data: the dim .* no tensor computed before"):
         import_model(model)
+
+
+def _position_slice_model():
+    """BERT's ``position_ids[:, :seq]``: a constant [1, 12] table sliced to x's run-time sequence."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Slice", ["s", "one", "two"], ["seq"]),
+        _n("Slice", ["table", "zero", "seq", "one"], ["picked"]),
+        _n("Add", ["x", "picked"], ["y"]),
+    ]
+    init = {"table": np.arange(12, dtype=F).reshape(1, 12), "zero": i64(0), "one": i64(1), "two": i64(2)}
+    return om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "position_slice")
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 12)])
+def test_a_slice_to_the_run_time_sequence_gathers_the_table(batch, seq, device, rng):
+    model = _position_slice_model()
+    x = rng.standard_normal((batch, seq)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)
+
+
+def test_a_slice_to_a_run_time_end_past_the_axis_is_an_error_when_it_runs(rng):
+    """ONNX clamps the end to the table's 12 entries (the Add then fails there, [13] against [12]); the
+    gather's checked indices make the run an error that names the index."""
+    pipe = pl.from_onnx(_position_slice_model(), device="cpu")
+    with pipe, pytest.raises(pl.PipeLinkError, match="gather index 12 is out of range for axis 1 of size 12"):
+        pipe.run(x=rng.standard_normal((2, 13)).astype(F))
