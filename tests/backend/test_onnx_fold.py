@@ -1085,3 +1085,36 @@ def test_a_slice_to_a_run_time_end_past_the_axis_is_an_error_when_it_runs(rng):
     pipe = pl.from_onnx(_position_slice_model(), device="cpu")
     with pipe, pytest.raises(pl.PipeLinkError, match="gather index 12 is out of range for axis 1 of size 12"):
         pipe.run(x=rng.standard_normal((2, 13)).astype(F))
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
+def test_a_merge_before_a_tail_of_two_run_time_dims_moves_the_tail_to_the_front(batch, seq, device, rng):
+    """BLOOM's scores [batch, 4, seq, seq] viewed as ``[batch * 4, seq, -1]``: the tail has two dims known
+    only at run time, which a flatten cannot split back; transposed to the front, the head's merge copies
+    them (0s), and a transpose puts them back."""
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Gather", ["s", "idx0"], ["b"], axis=0),
+        _n("Mul", ["b", "four"], ["bh"]),
+        _n("Unsqueeze", ["bh", "axis0"], ["bh_1d"]),
+        _n("Slice", ["s", "two", "three"], ["t"]),
+        _n("Concat", ["bh_1d", "t", "minus1"], ["merge"], axis=0),
+        _n("Reshape", ["x", "merge"], ["y"]),
+    ]
+    init = {
+        "idx0": i64(0).reshape(()),
+        "four": i64(4).reshape(()),
+        "axis0": i64(0),
+        "two": i64(2),
+        "three": i64(3),
+        "minus1": i64(-1),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 4, "seq", "seq"])], [("y", None)], init, "bloom_scores")
+    config, _ = import_model(model)
+    assert [s["name"] for s in config["pipeline"]].count("transpose") == 2
+    x = rng.standard_normal((batch, 4, seq, seq)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    assert got.shape == (4 * batch, seq, seq)
+    np.testing.assert_array_equal(got, want)

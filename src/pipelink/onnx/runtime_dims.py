@@ -330,7 +330,8 @@ def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
     """Stages making ``y``: a Reshape whose computed target has two or more entries known only at run time
     that are not the input's own dims at the same place, when its tail is the input's tail moved along
     (the same dims, by name or value) and what precedes it holds at most one such entry: the input's dims
-    before the tail are merged (``flatten``) or given unit dims (``unsqueeze``) so the tail lines up with
+    before the tail are merged (``flatten``; or, a tail of two run-time dims, with the tail moved to the
+    front and back by ``transpose`` copies) or given unit dims (``unsqueeze``) so the tail lines up with
     the target's, and one ``reshape`` copies it (0s) and infers the one entry (-1). ``view(-1, seq, 16)``
     of ``[batch, 4, seq, 16]`` (heads merged into the batch) and ``view(batch, 4, 16, seq)`` of
     ``[4*batch, 16, seq]`` are the two moves. False (nothing made) when the target does not align."""
@@ -387,6 +388,14 @@ def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
                 allowzero=False,
             )
             return True
+        # the tail moved to the front (a copy), where the head's merge copies it with 0s, and back
+        rank = len(x_shape)
+        front = f"{y}__tail_first"
+        g.stage(node, "transpose", [x], [front], perm=[*range(i, rank), *range(i)])
+        merged = f"{y}__merged"
+        g.stage(node, "reshape", [front], [merged], shape=[0] * tail + head_target, allowzero=False)
+        g.stage(node, "transpose", [merged], [y], perm=[*range(tail, tail + k), *range(tail)])
+        return True
     return False
 
 
