@@ -1118,3 +1118,24 @@ def test_a_merge_before_a_tail_of_two_run_time_dims_moves_the_tail_to_the_front(
         got = pipe.run(x=x)["y"].numpy()
     assert got.shape == (4 * batch, seq, seq)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 7)])
+def test_two_slices_of_a_run_time_dim_by_one_share_its_name(batch, seq, device, rng):
+    """BART's ``shift_tokens_right`` at a dynamic sequence: ``x[:, :-1]`` expanded to the shape of
+    ``zeros[:, 1:]``. ONNX's inference gives each slice a fresh dim; the import names both ``seq-1``,
+    so the Expand keeps x's."""
+    nodes = [
+        _n("Slice", ["x", "zero", "minus1", "one"], ["head"]),
+        _n("Shape", ["x"], ["s"]),
+        _n("ConstantOfShape", ["s"], ["zeros"]),
+        _n("Slice", ["zeros", "one", "end", "one"], ["tail"]),
+        _n("Shape", ["tail"], ["tail_shape"]),
+        _n("Expand", ["head", "tail_shape"], ["y"]),
+    ]
+    init = {"zero": i64(0), "minus1": i64(-1), "one": i64(1), "end": i64(2**63 - 1)}
+    model = om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "shift_right")
+    x = rng.standard_normal((batch, seq)).astype(F)
+    (want,) = om.run_reference(model, {"x": x})
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)

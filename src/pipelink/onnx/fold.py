@@ -52,7 +52,9 @@ __all__ = [
     "unfolded_reason",
     "describe_value",
     "multiple_name",
+    "offset_name",
     "product_name",
+    "split_offset",
     "split_multiple",
     "split_product",
 ]
@@ -187,6 +189,17 @@ def split_product(name: str) -> tuple[int, list[str]]:
     if not names or any(not n or n.isdigit() for n in names):
         return 1, [name]
     return factor, sorted(names)
+
+
+def offset_name(name: str, taken: int) -> str:
+    """The name the import gives the dim ``name`` less ``taken`` (``seq-1``: a slice's output)."""
+    return name if taken == 0 else f"{name}-{taken}"
+
+
+def split_offset(name: str) -> tuple[str, int]:
+    """:func:`offset_name` undone: ``("seq", 1)`` of ``seq-1``; ``(name, 0)`` of any other name."""
+    base, dash, count = name.rpartition("-")
+    return (base, int(count)) if dash and base and count.isdigit() else (name, 0)
 
 
 def multiple_name(factor: int, name: str) -> str:

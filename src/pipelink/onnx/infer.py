@@ -29,7 +29,7 @@ import numpy as np
 from ..dtypes import get_dtype
 from ..errors import PipeLinkError
 from .einsum import dots_are_ellipses
-from .fold import MAX_FOLD_ELEMENTS, resolved_target, split_product
+from .fold import MAX_FOLD_ELEMENTS, resolved_target, split_offset, split_product
 from .graph import Graph, Node
 from .runtime_dims import named_output_shape
 
@@ -334,8 +334,8 @@ def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) ->
 
     g.inferences += 1
 
-    def ours(d: Any) -> bool:  # a declared dim, or a product of them the import named (``4*batch``)
-        return isinstance(d, str) and all(n in declared for n in split_product(d)[1])
+    def ours(d: Any) -> bool:  # a declared dim, or a product of them, or one less an int, the import named
+        return isinstance(d, str) and all(split_offset(n)[0] in declared for n in split_product(d)[1])
 
     def tagged(shape: tuple) -> tuple:
         return tuple(f"{d}~{g.inferences}" if isinstance(d, str) and not ours(d) else d for d in shape)

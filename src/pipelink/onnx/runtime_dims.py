@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .fold import Dim, multiple_name, product_name, split_product
+from .fold import Dim, multiple_name, offset_name, product_name, split_offset, split_product
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
@@ -271,26 +271,47 @@ def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
 
 
 def _named(d: Any, names: set[str]) -> bool:
-    """Whether ``d`` is a graph input's dim in ``names``, or a product of them the import named."""
-    return isinstance(d, str) and all(n in names for n in split_product(d)[1])
+    """Whether ``d`` is a graph input's dim in ``names``, or a product of them, or one less an int, that
+    the import named."""
+    return isinstance(d, str) and all(split_offset(n)[0] in names for n in split_product(d)[1])
 
 
 def _slice_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
-    ends = g.symbolic.get(node.inputs[2])
+    """A Slice to an end known only at run time (from 0: that dim), or by constants of a named dim: its
+    size less what the start and a negative end take (``input_ids[:, :-1]`` of ``seq`` is ``seq-1``, a
+    name two such slices share)."""
     x = node.inputs[0]
     x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
-    starts = g.constants.get(node.inputs[1])
-    axes = (
-        g.constants.get(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.zeros(1, np.int64)
-    )
-    if not isinstance(ends, list) or len(ends) != 1 or x_shape is None or starts is None:
+    consts = [g.constants.get(n) if n else None for n in (node.inputs[1:5] + [""] * 4)[:4]]
+    starts, ends_const, axes, steps = (None if c is None else np.asarray(c).reshape(-1) for c in consts)
+    ends = g.symbolic.get(node.inputs[2])
+    if x_shape is None or starts is None or starts.dtype.kind not in "iu":
         return None
-    if np.size(starts) != 1 or np.asarray(starts).reshape(-1)[0] != 0 or np.size(axes) != 1:
+    axes = np.arange(len(starts)) if axes is None else axes
+    if len(axes) != len(starts) or (steps is not None and any(int(v) != 1 for v in steps)):
         return None
-    end, axis = ends[0], int(np.asarray(axes).reshape(-1)[0]) % max(len(x_shape), 1)
-    if not isinstance(end, Dim) or end.name not in names:
-        return None
-    return tuple(end.name if k == axis else d for k, d in enumerate(x_shape))
+    out = list(x_shape)
+    for k, (start, axis) in enumerate(zip(starts.tolist(), axes.tolist(), strict=True)):
+        axis %= max(len(x_shape), 1)
+        if isinstance(ends, list):  # a run-time end: from 0 only, the end's dim
+            end = ends[k] if len(ends) == len(starts) else None
+            if start != 0 or not isinstance(end, Dim) or end.name not in names:
+                return None
+            out[axis] = end.name
+            continue
+        if (
+            ends_const is None
+            or not isinstance(x_shape[axis], str)
+            or x_shape[axis] not in names
+            or start < 0
+        ):
+            return None
+        end = int(ends_const[k])
+        taken = start + (-end if end < 0 else 0)
+        if end >= 0 and end < 2**62:  # an end from the front: min(dim, end) - start, no name for it
+            return None
+        out[axis] = offset_name(x_shape[axis], taken)
+    return tuple(out) if any(_named(d, names) for d in out) else None
 
 
 def _left_over(x_shape: tuple, known: list, names: set[str]) -> int | str | None:
