@@ -33,6 +33,7 @@ from .fold import fold
 from .fuse import fuse as fuse_nodes
 from .graph import Graph, Node, Rejected, Unsupported, dim_symbol, inputs_behind
 from .infer import infer_shapes, inferable, known_dtypes, known_shapes, reinfer
+from .runtime_dims import read_as_data
 
 __all__ = ["import_model", "from_onnx", "write_import", "CONVERTERS", "CONFIG_NAME", "WEIGHTS_NAME"]
 
@@ -300,6 +301,7 @@ def import_model(
         operators=registry.get,
         shapes=known_shapes(graph),
         inputs=frozenset(info.name for info in graph.input),
+        shape_values=read_as_data,
     )
     rejected: list[Rejected] = []
     nodes: list[Node] = []

@@ -137,8 +137,10 @@ class Graph:
     stage_ids: NameSet = field(default_factory=lambda: NameSet())
     # ONNX tensor name -> a shape value the model computes from symbolic dims (onnx/fold.py)
     symbolic: dict[str, Any] = field(default_factory=dict)
-    # a shape value read as data -> the ONNX name of the tensor stages made holding it (runtime_dims.py)
+    # a shape value read as data -> the ONNX name of the tensor stages made holding it, made by
+    # ``shape_values(graph, reader_node, name)`` (runtime_dims.read_as_data; it raises Unsupported)
     values: dict[str, str] = field(default_factory=dict)
+    shape_values: Callable[[Any, Any, str], str] | None = None
     inputs: frozenset[str] = frozenset()  # the graph's input tensors (they exist before any stage runs)
     inferences: int = 0  # rounds of shape inference after folding so far (their dims' names are tagged)
 
@@ -158,7 +160,7 @@ class Graph:
     def tensor(self, onnx_name: str, node: Node | None = None) -> str:
         """The PipeLink name of an input a stage reads; a constant becomes a bound weight; a shape value the
         import evaluated (onnx/fold.py) read as data by ``node``'s stage, a tensor stages before it count
-        (onnx/runtime_dims.py), once per value.
+        (``shape_values``), once per value.
 
         Raises
         ------
@@ -167,16 +169,8 @@ class Graph:
         """
         if onnx_name in self.symbolic:
             made = self.values.get(onnx_name)
-            if made is None and node is not None:
-                from .runtime_dims import RuntimeDimsError, shape_value_tensor
-
-                try:
-                    made = self.values[onnx_name] = shape_value_tensor(self, node, onnx_name)
-                except RuntimeDimsError as why:
-                    raise Unsupported(
-                        f"input {onnx_name!r} is a shape the model computes from dims known only when it "
-                        f"runs, read as data: {why} (export with fixed shapes, or constant-fold the model)"
-                    ) from None
+            if made is None and node is not None and self.shape_values is not None:
+                made = self.values[onnx_name] = self.shape_values(self, node, onnx_name)
             if made is None:
                 raise Unsupported(
                     f"input {onnx_name!r} is a shape the model computes from dims known only when it runs; "

@@ -19,11 +19,21 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from .fold import Dim, multiple_name, offset_name, product_name, split_offset, split_product
+from .graph import Unsupported
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
 
-__all__ = ["arange_to_dim", "broadcast_to_value", "RuntimeDimsError"]
+__all__ = [
+    "RuntimeDimsError",
+    "arange_to_dim",
+    "broadcast_to_value",
+    "named_output_shape",
+    "read_as_data",
+    "reshape_by_alignment",
+    "shape_value_tensor",
+    "split_by_gather",
+]
 
 
 class RuntimeDimsError(Exception):
@@ -527,3 +537,15 @@ def shape_value_tensor(g: Graph, node: Node, name: str) -> str:
         g.stage(node, "cast", [out], [f"{name}__as_{dtype}"], dtype=dtype)
         out = f"{name}__as_{dtype}"
     return out
+
+
+def read_as_data(g: Graph, node: Node, name: str) -> str:
+    """:func:`shape_value_tensor`, for :meth:`Graph.tensor` (the import gives it to the graph): a dim no
+    earlier tensor has is the reading node's refusal."""
+    try:
+        return shape_value_tensor(g, node, name)
+    except RuntimeDimsError as why:
+        raise Unsupported(
+            f"input {name!r} is a shape the model computes from dims known only when it runs, read as data: "
+            f"{why} (export with fixed shapes, or constant-fold the model)"
+        ) from None
