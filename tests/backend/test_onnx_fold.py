@@ -1139,3 +1139,44 @@ def test_two_slices_of_a_run_time_dim_by_one_share_its_name(batch, seq, device, 
     (want,) = om.run_reference(model, {"x": x})
     with pl.from_onnx(model, device=device) as pipe:
         np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), want)
+
+
+@pytest.mark.parametrize(
+    ("build", "changes"),
+    [
+        (lambda: _tile_model([2**62, 1], [1, 10, 4]), {}),  # a typed dim past int64
+        (_heads_fold_model, {"minus1": i64(0), "four": i64(-1)}),  # a 0 (copy) past the input's rank
+        (_conv1d_model, {"six": i64(0)}),
+        (_heads_fold_model, {"factor": i64(-(2**63)).reshape(())}),
+        (lambda: _heads_merge_split_model(True), {"sixteen": i64(2**62)}),
+        (_conv1d_model, {"six": i64(-3)}),
+        (lambda: _range_model(0, 2**62), {}),
+    ],
+)
+def test_hostile_constants_in_the_run_time_shape_lowerings_are_refused_or_match(build, changes, rng):
+    """Constants a fuzz of these models found (huge, negative, a copy past the rank): the import refuses
+    them with a PipeLinkError or imports a model that matches onnxruntime, or refuses when it runs; never
+    another exception."""
+    model = build()
+    for init in model.graph.initializer:
+        if init.name in changes:
+            init.CopyFrom(onnx.numpy_helper.from_array(np.asarray(changes[init.name]), init.name))
+    try:
+        import_model(model)
+    except pl.PipeLinkError:
+        return
+    feeds = {
+        i.name: rng.standard_normal([d.dim_value or 3 for d in i.type.tensor_type.shape.dim]).astype(F)
+        for i in model.graph.input
+    }
+    try:
+        with pl.from_onnx(model, device="cpu") as pipe:
+            got = pipe.run(**feeds)
+    except pl.PipeLinkError:
+        return
+    try:
+        want = om.run_reference(model, feeds)
+    except Exception:  # noqa: BLE001 - onnxruntime refuses the model too: nothing to compare
+        return
+    for out, w in zip(model.graph.output, want, strict=True):
+        np.testing.assert_allclose(got[out.name].numpy(), w, rtol=1e-5, atol=1e-5)

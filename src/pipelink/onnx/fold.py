@@ -781,6 +781,8 @@ def _by_element_count(value: list, target: list[int], x_shape: tuple) -> list[in
     coef, names, literal, multiples = 1, [], [], []
     for k, (entry, t) in enumerate(zip(value, target, strict=True)):
         if t == 0:  # the input's own dim, copied
+            if k >= len(x_shape):  # past the input's rank: the reshape rule refuses it
+                return None
             mine = x_shape[k]
             factor, own = (mine, []) if isinstance(mine, int) else split_product(mine)
             coef, names = coef * factor, [*names, *own]

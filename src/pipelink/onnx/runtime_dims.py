@@ -168,6 +168,15 @@ def _mask(g: Graph, node: Node, y: str, place: int, rank: int, dim: Dim) -> str:
 
 
 def named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
+    """:func:`_named_output_shape`, kept only where every int is a dim an ONNX shape can hold (a hostile
+    repeat or view makes others)."""
+    shape = _named_output_shape(g, node, names)
+    if shape is None or any(isinstance(d, int) and not 0 <= d < 2**63 for d in shape):
+        return None
+    return shape
+
+
+def _named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     """The output shape of a node reading a shape value whose dims known only at run time are named by a
     graph input's ``dim_param`` in ``names`` (``batch``), for the import's shape inference to carry past
     it (onnx gives such an output fresh dims): an Expand or ConstantOfShape (ints and those names; None
@@ -372,6 +381,8 @@ def reshape_by_alignment(g: Graph, node: Node, y: str) -> bool:
         return False
     if node.attrs.get("allowzero", 0) and any(isinstance(e, int) and e == 0 for e in value):
         return False
+    if any(isinstance(e, int) and (e < -1 or (e == 0 and k >= len(x_shape))) for k, e in enumerate(value)):
+        return False  # a malformed target: the reshape rule says why
     wanted = []  # each entry as a dim: an int, a name, or _INFERRED
     for k, entry in enumerate(value):
         if isinstance(entry, int):
