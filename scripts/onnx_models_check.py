@@ -35,10 +35,7 @@ from benchmarks.model_zoo import EXPORTERS, MODELS, ZOO, export_onnx_inputs, onn
 
 def _cases(zoo: str, torch, only: set[str]) -> list[tuple[str, object, tuple]]:
     """(name, module, inputs) of every model of ``zoo`` (of those named in ``only``, when not empty)."""
-    specs = MODELS if zoo == "race" else ZOO
-    unknown = only - set(specs)
-    if unknown:
-        raise SystemExit(f"--only: no model {sorted(unknown)} in the {zoo} zoo; it has {', '.join(specs)}")
+    specs = MODELS if zoo == "race" else ZOO  # main() checked ``only`` against them
     chosen = [(name, spec) for name, spec in specs.items() if not only or name in only]
     if zoo == "race":
         return [(n, spec.build(torch).eval(), (torch.randn(spec.input_shape(1)),)) for n, spec in chosen]
@@ -68,9 +65,15 @@ def main() -> int:
     parser.add_argument("--dynamic-seq", action="store_true", help="export a symbolic dim 1 of 2-d inputs")
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
-    import onnx
-    import onnxruntime as ort
-    import torch
+    unknown = only - set(MODELS if args.zoo == "race" else ZOO)
+    if unknown:
+        parser.error(f"--only: no model {', '.join(sorted(unknown))} in the {args.zoo} zoo")
+    try:
+        import onnx
+        import onnxruntime as ort
+        import torch
+    except ImportError as e:
+        parser.error(f"needs torch, onnx and onnxruntime (and transformers for the wide zoo): {e}")
 
     torch.manual_seed(0)
     failures = 0

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtypes import get_dtype
 from .fold import Dim, multiple_name, offset_name, product_name, split_offset, split_product
-from .graph import Unsupported
+from .graph import Unsupported, shape_of
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
     from .graph import Graph, Node
@@ -60,7 +60,7 @@ def broadcast_to_value(g: Graph, node: Node, x: str, value: list, y: str) -> Non
         x's rank unknown, an entry whose source tensor is not available or whose dim x has as neither 1
         nor the same dim, or a value longer than x's rank would allow.
     """
-    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    x_shape = shape_of(g, x)
     if x_shape is None:
         raise RuntimeDimsError("needs the input's rank to place the dims known only when the model runs")
     rank = max(len(value), len(x_shape))
@@ -136,8 +136,9 @@ def arange_to_dim(g: Graph, node: Node, start: Any, limit: Any, delta: Any, dtyp
 
 
 def _scalar(g: Graph, name: str, value: int, dtype: str) -> str:
-    """``name``, now a 0-d constant ``value`` of ``dtype``."""
-    g.constants[name], g.shapes[name], g.dtypes[name] = np.asarray(value, get_dtype(dtype).numpy), (), dtype
+    """``name``, now a constant ``value`` (a scalar, or a list: 1-d) of ``dtype``."""
+    array = np.asarray(value, get_dtype(dtype).numpy)
+    g.constants[name], g.shapes[name], g.dtypes[name] = array, array.shape, dtype
     return name
 
 
@@ -209,7 +210,7 @@ def _named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     if node.op_type == "ConstantOfShape":
         x_shape: tuple = ()
     else:
-        x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+        x_shape = shape_of(g, x)
     if x_shape is None or len(x_shape) > len(value):
         return None
     x_dims = (1,) * (len(value) - len(x_shape)) + tuple(x_shape)
@@ -274,7 +275,7 @@ def _resize_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
 def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     value = g.symbolic.get(node.inputs[1])
     x = node.inputs[0]
-    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    x_shape = shape_of(g, x)
     if not isinstance(value, list) or x_shape is None or len(value) != len(x_shape):
         return None
     out: list = []
@@ -300,7 +301,7 @@ def _slice_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     size less what the start and a negative end take (``input_ids[:, :-1]`` of ``seq`` is ``seq-1``, a
     name two such slices share)."""
     x = node.inputs[0]
-    x_shape = tuple(np.shape(g.constants[x])) if x in g.constants else g.shapes.get(x)
+    x_shape = shape_of(g, x)
     consts = [g.constants.get(n) if n else None for n in (node.inputs[1:5] + [""] * 4)[:4]]
     starts, ends_const, axes, steps = (None if c is None else np.asarray(c).reshape(-1) for c in consts)
     ends = g.symbolic.get(node.inputs[2])
@@ -467,8 +468,7 @@ def split_by_gather(g: Graph, node: Node, y: str) -> bool:
             _check_source(g, dim)
         except RuntimeDimsError:
             return False
-    one = f"{y}__one"
-    g.constants[one], g.shapes[one], g.dtypes[one] = np.ones((), np.int64), (), "int64"
+    one = _scalar(g, f"{y}__one", 1, "int64")
     ones = f"{y}__grid_ones"
     broadcast_to_value(g, node, one, list(dims), ones)
     index = None
@@ -515,24 +515,18 @@ def shape_value_tensor(g: Graph, node: Node, name: str) -> str:
         if isinstance(entry, Dim):
             _check_source(g, base)
         dims.append((base, factor))
-    one = f"{name}__value_one"
-    g.constants[one], g.shapes[one], g.dtypes[one] = np.ones((), np.int64), (), "int64"
+    one = _scalar(g, f"{name}__value_one", 1, "int64")
     parts = []
     for k, (dim, factor) in enumerate(dims):
         part = f"{name}__value{k}"
         if isinstance(dim, int):
-            g.constants[part], g.shapes[part], g.dtypes[part] = np.asarray([dim], np.int64), (1,), "int64"
+            _scalar(g, part, [dim], "int64")
         else:
             mask = _mask(g, node, part, 0, 1, dim)
             g.stage(node, "where", [mask, one, one], [f"{part}_ones"])
             g.stage(node, "reduce_sum", [f"{part}_ones"], [part], axes=[0], keepdims=True)
             if factor != 1:
-                scale = f"{part}_factor"
-                g.constants[scale], g.shapes[scale], g.dtypes[scale] = (
-                    np.asarray(factor, np.int64),
-                    (),
-                    "int64",
-                )
+                scale = _scalar(g, f"{part}_factor", factor, "int64")
                 g.stage(node, "mul", [part, scale], [f"{part}_scaled"])
                 part = f"{part}_scaled"
         parts.append(part)
