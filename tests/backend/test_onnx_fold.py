@@ -1180,3 +1180,19 @@ def test_hostile_constants_in_the_run_time_shape_lowerings_are_refused_or_match(
         return
     for out, w in zip(model.graph.output, want, strict=True):
         np.testing.assert_allclose(got[out.name].numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_slice_to_a_run_time_end_by_a_step_other_than_one_is_refused():
+    nodes = [
+        _n("Shape", ["x"], ["s"]),
+        _n("Slice", ["s", "one", "two"], ["seq"]),
+        _n("Slice", ["table", "zero", "seq", "one", "two"], ["picked"]),
+        _n("Add", ["x", "picked"], ["y"]),
+    ]
+    init = {"table": np.arange(12, dtype=F).reshape(1, 12), "zero": i64(0), "one": i64(1), "two": i64(2)}
+    model = om.make_model(nodes, [("x", ["batch", "seq"])], [("y", None)], init, "slice_step")
+    with pytest.raises(
+        pl.PipeLinkError, match=r"Slice to an end known only .* step 1 \(got .*steps \[2\]"
+    ) as info:
+        import_model(model)
+    assert "Slice" in [u["op_type"] for u in info.value.context["unsupported"]]
