@@ -43,6 +43,7 @@ class ModelSpec:
     sample_shape: tuple[int, ...]  # one input without the batch dimension
     build: Callable[[Any], Any]  # torch -> torch.nn.Module (random weights, nothing downloaded)
     tiny: str  # the onnx.helper twin in tests/backend/onnx_models.py
+    needs: str  # the package beside torch that ``build`` imports ("torch" where none)
 
     def input_shape(self, batch: int) -> tuple[int, ...]:
         return (batch, *self.sample_shape)
@@ -95,16 +96,41 @@ def _gpt2_block(torch):
     return CausalBlock()
 
 
-def _torchvision(name: str, family: str = "") -> Callable[[Any], Any]:
-    """torchvision's ``models.{family}.{name}`` (``family`` "" for classification, "video"...)."""
+def _torchvision(
+    name: str,
+    family: str = "",
+    pick: Callable[[Any], Any] | None = None,
+    forward: dict[str, Any] | None = None,
+    **kwargs: Any,
+):
+    """torchvision's ``models.{family}.{name}`` (``family`` "" for classification, "video"...) with random
+    weights and ``kwargs``; ``pick`` chooses the tensor to return from its output (a segmentation net's
+    ``out``, an optical-flow net's last refinement), ``forward`` adds keyword arguments to its calls."""
 
     def build(torch):
         import torchvision
 
         models = getattr(torchvision.models, family) if family else torchvision.models
-        return getattr(models, name)(weights=None)
+        if family in ("segmentation", "detection"):
+            kwargs.setdefault("weights_backbone", None)
+        module = getattr(models, name)(weights=None, **kwargs)
+        return module if pick is None else _picked(torch, module, pick, forward or {})
 
     return build
+
+
+def _picked(torch, module, pick: Callable[[Any], Any], forward: dict[str, Any]):
+    """``module`` called with ``forward`` as keyword arguments, returning ``pick(output)``."""
+
+    class Picked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *args):
+            return pick(self.inner(*args, **forward))
+
+    return Picked()
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -116,6 +142,7 @@ MODELS: dict[str, ModelSpec] = {
             (GPT2_TOKENS, GPT2_EMBED),
             _gpt2_block,
             "gpt2_block",
+            "transformers",
         ),
         ModelSpec(
             "resnet18",
@@ -123,6 +150,7 @@ MODELS: dict[str, ModelSpec] = {
             (3, IMAGE, IMAGE),
             _resnet18,
             "resnet_block",
+            "torchvision",
         ),
         ModelSpec(
             "espcn",
@@ -130,6 +158,7 @@ MODELS: dict[str, ModelSpec] = {
             (1, IMAGE, IMAGE),
             _espcn,
             "espcn",
+            "torch",
         ),
         ModelSpec(
             "r3d_18",
@@ -137,6 +166,7 @@ MODELS: dict[str, ModelSpec] = {
             (3, CLIP_FRAMES, CLIP_SIZE, CLIP_SIZE),
             _torchvision("r3d_18", "video"),
             "video_block",
+            "torchvision",
         ),
     )
 }
@@ -156,8 +186,10 @@ class ZooSpec:
     inputs: Callable[[Any], tuple]  # torch -> the forward's positional inputs
 
 
-def _hidden_states(torch, module):
-    """``module`` returning its tensor output: a transformers model's ``last_hidden_state``."""
+def _hidden_states(torch, module, keywords: tuple[str, ...] = ()):
+    """``module`` returning its tensor output: a transformers model's ``last_hidden_state`` (else its
+    output's first field: a depth map); ``keywords`` name the forward's inputs where they are not its first
+    positional parameters (Whisper's ``decoder_input_ids``)."""
 
     class LastHidden(torch.nn.Module):
         def __init__(self):
@@ -165,17 +197,21 @@ def _hidden_states(torch, module):
             self.inner = module
 
         def forward(self, *args):
-            out = self.inner(*args)
-            return getattr(out, "last_hidden_state", out[0] if isinstance(out, tuple) else out)
+            out = self.inner(**dict(zip(keywords, args, strict=True))) if keywords else self.inner(*args)
+            if getattr(out, "last_hidden_state", None) is not None:
+                return out.last_hidden_state
+            if isinstance(out, dict):  # a ModelOutput: its first field that is set
+                return next(v for v in out.values() if v is not None)
+            return out[0] if isinstance(out, tuple) else out
 
     return LastHidden()
 
 
-def _transformers(make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _transformers(make: Callable[[Any], Any], keywords: tuple[str, ...] = ()) -> Callable[[Any], Any]:
     def build(torch):
         import transformers
 
-        return _hidden_states(torch, make(transformers))
+        return _hidden_states(torch, make(transformers), keywords)
 
     return build
 
@@ -549,6 +585,672 @@ ZOO: dict[str, ZooSpec] = {
             "separable 3-d convs, 3-d max pools)",
             _torchvision("s3d", "video"),
             lambda t: (t.randn(1, 3, 16, 224, 224),),
+        ),
+        # -- torchvision's other families
+        ZooSpec(
+            "mobilenet_v3_small",
+            "MobileNetV3-Small (torchvision, 64x64: hardswish, hardsigmoid squeeze-excitation)",
+            _torchvision("mobilenet_v3_small"),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "mnasnet0_5",
+            "MNASNet 0.5 (torchvision, 64x64)",
+            _torchvision("mnasnet0_5"),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "googlenet",
+            "GoogLeNet (torchvision, 64x64: inception branches concatenated, ceil-mode max pools)",
+            _torchvision("googlenet", init_weights=True),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "inception_v3",
+            "Inception v3 (torchvision, 96x96: 1x7 and 7x1 convolutions, average pools without pads)",
+            _torchvision("inception_v3", init_weights=True),
+            lambda t: (t.randn(2, 3, 96, 96),),
+        ),
+        ZooSpec(
+            "efficientnet_v2_s",
+            "EfficientNetV2-S (torchvision, 64x64: fused MBConv, SiLU, squeeze-excitation)",
+            _torchvision("efficientnet_v2_s"),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "vit_b_16",
+            "ViT-B/16 (torchvision, 64x64: a class token concatenated, nn.MultiheadAttention)",
+            _torchvision("vit_b_16", image_size=64),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "maxvit_t",
+            "MaxViT-T (torchvision, 224x224: block and grid attention, relative position bias, MBConv)",
+            _torchvision("maxvit_t"),
+            lambda t: (t.randn(1, 3, 224, 224),),
+        ),
+        ZooSpec(
+            "lraspp_mobilenet_v3",
+            "LR-ASPP MobileNetV3-Large (torchvision segmentation, 128x128: bilinear upsampling to the "
+            "input's size)",
+            _torchvision("lraspp_mobilenet_v3_large", "segmentation", pick=lambda out: out["out"]),
+            lambda t: (t.randn(2, 3, 128, 128),),
+        ),
+        ZooSpec(
+            "deeplabv3_mobilenet_v3",
+            "DeepLabV3 MobileNetV3-Large (torchvision segmentation, 128x128: ASPP, dilated convolutions, "
+            "a global pool upsampled)",
+            _torchvision("deeplabv3_mobilenet_v3_large", "segmentation", pick=lambda out: out["out"]),
+            lambda t: (t.randn(2, 3, 128, 128),),
+        ),
+        ZooSpec(
+            "raft_small",
+            "RAFT-Small (torchvision optical flow, two 128x128 frames, 4 refinements: a correlation "
+            "pyramid sampled by grid_sample, a ConvGRU)",
+            _torchvision(
+                "raft_small", "optical_flow", pick=lambda flows: flows[-1], forward={"num_flow_updates": 4}
+            ),
+            lambda t: (t.randn(1, 3, 128, 128), t.randn(1, 3, 128, 128)),
+        ),
+        # -- transformers' encoders
+        ZooSpec(
+            "distilbert",
+            "DistilBERT encoder (transformers, d=64, 2 layers, with its attention mask)",
+            _transformers(
+                lambda tf: tf.DistilBertModel(
+                    tf.DistilBertConfig(vocab_size=100, dim=64, n_layers=2, n_heads=4, hidden_dim=128)
+                )
+            ),
+            lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
+        ),
+        ZooSpec(
+            "albert",
+            "ALBERT encoder (transformers, d=64, 2 layers sharing weights, embeddings of 32 projected)",
+            _transformers(
+                lambda tf: tf.AlbertModel(tf.AlbertConfig(vocab_size=100, embedding_size=32, **_SMALL))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "deberta_v2",
+            "DeBERTa-v2 encoder (transformers, d=64, 2 layers; disentangled attention, log-bucketed "
+            "relative positions gathered both ways)",
+            _transformers(
+                lambda tf: tf.DebertaV2Model(
+                    tf.DebertaV2Config(
+                        vocab_size=100,
+                        relative_attention=True,
+                        position_buckets=8,
+                        max_relative_positions=16,
+                        pos_att_type=["p2c", "c2p"],
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
+        ),
+        ZooSpec(
+            "electra",
+            "ELECTRA discriminator (transformers, d=64, 2 layers, embeddings of 32 projected)",
+            _transformers(
+                lambda tf: tf.ElectraModel(tf.ElectraConfig(vocab_size=100, embedding_size=32, **_SMALL))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "mpnet",
+            "MPNet encoder (transformers, d=64, 2 layers; relative position buckets)",
+            _transformers(lambda tf: tf.MPNetModel(tf.MPNetConfig(vocab_size=100, **_SMALL))),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "squeezebert",
+            "SqueezeBERT encoder (transformers, d=64, 2 layers; grouped 1x1 Conv1d projections)",
+            _transformers(
+                lambda tf: tf.SqueezeBertModel(
+                    tf.SqueezeBertConfig(vocab_size=100, embedding_size=64, **_SMALL)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "roformer",
+            "RoFormer encoder (transformers, d=64, 2 layers; sinusoidal rotary embeddings)",
+            _transformers(
+                lambda tf: tf.RoFormerModel(tf.RoFormerConfig(vocab_size=100, embedding_size=64, **_SMALL))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "esm",
+            "ESM protein encoder (transformers, d=64, 2 layers; rotary embeddings, token dropout rescale)",
+            _transformers(
+                lambda tf: tf.EsmModel(
+                    tf.EsmConfig(
+                        vocab_size=100,
+                        position_embedding_type="rotary",
+                        pad_token_id=1,
+                        mask_token_id=99,
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "modernbert",
+            "ModernBERT encoder (transformers, d=64, 2 layers; global and sliding-window (8) attention, "
+            "rotary embeddings, GeGLU)",
+            _transformers(
+                lambda tf: tf.ModernBertModel(
+                    tf.ModernBertConfig(
+                        vocab_size=100,
+                        hidden_size=64,
+                        intermediate_size=128,
+                        num_hidden_layers=2,
+                        num_attention_heads=4,
+                        local_attention=8,
+                        pad_token_id=0,
+                        eos_token_id=1,
+                        bos_token_id=2,
+                        cls_token_id=2,
+                        sep_token_id=1,
+                    )
+                )
+            ),
+            lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
+        ),
+        ZooSpec(
+            "funnel",
+            "Funnel Transformer (transformers, d=64, blocks of 1 and 1; mean pooling of the sequence, "
+            "relative-shift attention, upsampled back)",
+            _transformers(
+                lambda tf: tf.FunnelModel(
+                    tf.FunnelConfig(
+                        vocab_size=100, block_sizes=[1, 1], d_model=64, n_head=4, d_head=16, d_inner=128
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "xlnet",
+            "XLNet (transformers, d=64, 2 layers; two-stream relative attention by einsum)",
+            _transformers(
+                lambda tf: tf.XLNetModel(
+                    tf.XLNetConfig(vocab_size=100, d_model=64, n_layer=2, n_head=4, d_inner=128)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "longformer",
+            "Longformer encoder (transformers, d=64, 2 layers; sliding-window attention of 4 by chunked "
+            "strided views)",
+            _transformers(
+                lambda tf: tf.LongformerModel(
+                    tf.LongformerConfig(vocab_size=100, attention_window=4, pad_token_id=1, **_SMALL)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "t5",
+            "T5 encoder-decoder (transformers, d=64, 1+1 layers; cross attention, the decoder's causal "
+            "relative position buckets)",
+            _transformers(
+                lambda tf: tf.T5Model(
+                    tf.T5Config(
+                        vocab_size=100,
+                        d_model=64,
+                        d_kv=16,
+                        d_ff=128,
+                        num_layers=1,
+                        num_decoder_layers=1,
+                        num_heads=4,
+                    )
+                ),
+                keywords=("input_ids", "decoder_input_ids"),
+            ),
+            lambda t: (_ids(t), _ids(t, tokens=8)),
+        ),
+        ZooSpec(
+            "whisper",
+            "Whisper encoder-decoder (transformers, d=64, 1+1 layers; 16 mel bins, 8 decoder tokens)",
+            _transformers(
+                lambda tf: tf.WhisperModel(
+                    tf.WhisperConfig(
+                        vocab_size=100,
+                        d_model=64,
+                        encoder_layers=1,
+                        decoder_layers=1,
+                        encoder_attention_heads=4,
+                        decoder_attention_heads=4,
+                        encoder_ffn_dim=128,
+                        decoder_ffn_dim=128,
+                        num_mel_bins=16,
+                        max_source_positions=50,
+                        max_target_positions=32,
+                        pad_token_id=0,
+                        bos_token_id=1,
+                        eos_token_id=2,
+                        decoder_start_token_id=1,
+                    )
+                ),
+                keywords=("input_features", "decoder_input_ids"),
+            ),
+            lambda t: (t.randn(2, 16, 100), _ids(t, tokens=8)),
+        ),
+        ZooSpec(
+            "wavlm",
+            "WavLM encoder (transformers, d=64, 2 layers; gated relative position bias, conv front end)",
+            _transformers(
+                lambda tf: tf.WavLMModel(
+                    tf.WavLMConfig(
+                        conv_dim=(32, 32, 32),
+                        conv_stride=(5, 2, 2),
+                        conv_kernel=(10, 3, 3),
+                        num_conv_pos_embeddings=16,
+                        num_conv_pos_embedding_groups=4,
+                        num_buckets=32,
+                        max_bucket_distance=64,
+                        **_SMALL,
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 1600),),
+        ),
+        # -- transformers' vision models
+        ZooSpec(
+            "clip_vision",
+            "CLIP vision tower (transformers, d=64, 2 layers, 32x32 image, 8x8 patches; quick GELU)",
+            _transformers(
+                lambda tf: tf.CLIPVisionModel(tf.CLIPVisionConfig(image_size=32, patch_size=8, **_SMALL))
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "clip_text",
+            "CLIP text tower (transformers, d=64, 2 layers; causal mask, 32 positions)",
+            _transformers(
+                lambda tf: tf.CLIPTextModel(
+                    tf.CLIPTextConfig(vocab_size=100, max_position_embeddings=32, **_SMALL)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "siglip_vision",
+            "SigLIP vision tower (transformers, d=64, 2 layers, 32x32 image; attention-pooling head)",
+            _transformers(
+                lambda tf: tf.SiglipVisionModel(tf.SiglipVisionConfig(image_size=32, patch_size=8, **_SMALL))
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "dinov3",
+            "DINOv3 ViT (transformers, d=64, 2 layers, 32x32 image, 4 register tokens; 2-d rotary "
+            "embeddings of patch coordinates)",
+            _transformers(
+                lambda tf: tf.DINOv3ViTModel(
+                    tf.DINOv3ViTConfig(image_size=32, patch_size=8, num_register_tokens=4, **_SMALL)
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "sam_vision",
+            "SAM image encoder (transformers, d=64, 2 layers, 64x64 image; windowed attention with pads, "
+            "decomposed relative positions, a global layer)",
+            _transformers(
+                lambda tf: tf.SamVisionModel(
+                    tf.SamVisionConfig(
+                        hidden_size=64,
+                        num_hidden_layers=2,
+                        num_attention_heads=4,
+                        image_size=64,
+                        patch_size=8,
+                        window_size=3,
+                        global_attn_indexes=[1],
+                        output_channels=32,
+                        mlp_dim=128,
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "segformer",
+            "SegFormer encoder (transformers, 64x64; overlapping patch merges, spatial-reduction attention, "
+            "Mix-FFN depthwise convs)",
+            _transformers(
+                lambda tf: tf.SegformerModel(
+                    tf.SegformerConfig(
+                        hidden_sizes=[16, 32, 48, 64], num_attention_heads=[1, 2, 2, 4], depths=[1, 1, 1, 1]
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "pvt_v2",
+            "PVTv2 encoder (transformers, 64x64; spatial-reduction attention, overlapping patch embeds)",
+            _transformers(
+                lambda tf: tf.PvtV2Model(
+                    tf.PvtV2Config(
+                        image_size=64,
+                        hidden_sizes=[16, 32, 48, 64],
+                        num_attention_heads=[1, 2, 2, 4],
+                        depths=[1, 1, 1, 1],
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "mobilevit",
+            "MobileViT (transformers, 64x64; patches unfolded for attention and folded back)",
+            _transformers(
+                lambda tf: tf.MobileViTModel(
+                    tf.MobileViTConfig(
+                        image_size=64,
+                        hidden_sizes=[32, 48, 64],
+                        neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "convnextv2",
+            "ConvNeXt V2 (transformers, 64x64; global response normalization)",
+            _transformers(
+                lambda tf: tf.ConvNextV2Model(
+                    tf.ConvNextV2Config(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1])
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "poolformer",
+            "PoolFormer (transformers, 64x64; average-pool token mixing without pads counted, GroupNorm)",
+            _transformers(
+                lambda tf: tf.PoolFormerModel(
+                    tf.PoolFormerConfig(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1])
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "bit",
+            "BiT (transformers, 64x64; weight-standardized convolutions, GroupNorm, pre-activation)",
+            _transformers(
+                lambda tf: tf.BitModel(
+                    tf.BitConfig(
+                        embedding_size=16, hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_groups=8
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "focalnet",
+            "FocalNet (transformers, 64x64; focal modulation: depthwise convs gated and summed by level)",
+            _transformers(
+                lambda tf: tf.FocalNetModel(
+                    tf.FocalNetConfig(
+                        image_size=64, embed_dim=16, hidden_sizes=[32, 48, 64, 64], depths=[1, 1, 1, 1]
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "cvt",
+            "CvT (transformers, 64x64; convolutional projections of queries, keys and values, a class token "
+            "in the last stage)",
+            _transformers(
+                lambda tf: tf.CvtModel(
+                    tf.CvtConfig(embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3])
+                )
+            ),
+            lambda t: (t.randn(2, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "swin2sr",
+            "Swin2SR super-resolution (transformers, 32x32 image, x2; windows of 8, pixel shuffle)",
+            _transformers(
+                lambda tf: tf.Swin2SRModel(
+                    tf.Swin2SRConfig(image_size=32, embed_dim=32, depths=[2], num_heads=[2], window_size=8)
+                )
+            ),
+            lambda t: (t.randn(1, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "dpt",
+            "DPT depth estimation (transformers, ViT d=64, 4 layers, 32x32 image; reassembled features "
+            "fused and upsampled to a depth map)",
+            _transformers(
+                lambda tf: tf.DPTForDepthEstimation(
+                    tf.DPTConfig(
+                        image_size=32,
+                        patch_size=8,
+                        hidden_size=64,
+                        num_hidden_layers=4,
+                        num_attention_heads=4,
+                        intermediate_size=128,
+                        backbone_out_indices=[0, 1, 2, 3],
+                        neck_hidden_sizes=[16, 32, 48, 64],
+                        fusion_hidden_size=32,
+                        head_in_index=-1,
+                    )
+                )
+            ),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        # -- transformers' decoders
+        ZooSpec(
+            "opt",
+            "OPT decoder (transformers, d=64, 2 layers; learned positions offset by 2 from a CumSum)",
+            _transformers(
+                lambda tf: tf.OPTModel(
+                    tf.OPTConfig(
+                        vocab_size=100,
+                        hidden_size=64,
+                        num_hidden_layers=2,
+                        ffn_dim=128,
+                        num_attention_heads=4,
+                    )
+                )
+            ),
+            lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
+        ),
+        ZooSpec(
+            "gptj",
+            "GPT-J decoder (transformers, d=64, 2 layers; interleaved rotary on 8 of 16 head dims, "
+            "parallel attention and MLP)",
+            _transformers(
+                lambda tf: tf.GPTJModel(
+                    tf.GPTJConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "codegen",
+            "CodeGen decoder (transformers, d=64, 2 layers; fused QKV split by a mesh reshape, rotary)",
+            _transformers(
+                lambda tf: tf.CodeGenModel(
+                    tf.CodeGenConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gpt_bigcode",
+            "GPT-BigCode / StarCoder decoder (transformers, d=64, 2 layers; multi-query attention)",
+            _transformers(
+                lambda tf: tf.GPTBigCodeModel(
+                    tf.GPTBigCodeConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, multi_query=True)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "mpt",
+            "MPT decoder (transformers, d=64, 2 layers; ALiBi, no biases)",
+            _transformers(
+                lambda tf: tf.MptModel(
+                    tf.MptConfig(vocab_size=100, d_model=64, n_layers=2, n_heads=4, expansion_ratio=2)
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "phi",
+            "Phi decoder (transformers, d=64, 2 layers; partial rotary, parallel attention and MLP)",
+            _transformers(
+                lambda tf: tf.PhiModel(tf.PhiConfig(vocab_size=100, partial_rotary_factor=0.5, **_SMALL))
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "starcoder2",
+            "StarCoder2 decoder (transformers, d=64, 2 layers, grouped KV heads; biased projections)",
+            _gqa_decoder("Starcoder2"),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "stablelm",
+            "StableLM decoder (transformers, d=64, 2 layers, grouped KV heads; partial rotary, LayerNorm)",
+            _gqa_decoder("StableLm"),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "olmo2",
+            "OLMo 2 decoder (transformers, d=64, 2 layers, grouped KV heads; RMSNorm of queries and keys)",
+            _gqa_decoder("Olmo2"),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "granite",
+            "Granite decoder (transformers, d=64, 2 layers, grouped KV heads; scaled embeddings, residuals "
+            "and logits)",
+            _gqa_decoder(
+                "Granite", embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gemma3",
+            "Gemma 3 text decoder (transformers, d=64, 2 layers; local and global layers with their own "
+            "rotary bases, RMSNorm of queries and keys)",
+            _transformers(
+                lambda tf: tf.Gemma3TextModel(
+                    tf.Gemma3TextConfig(
+                        vocab_size=100, num_key_value_heads=2, head_dim=16, sliding_window=8, **_SMALL
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "qwen2_moe",
+            "Qwen2-MoE decoder (transformers, d=64, 2 layers, 4 experts, top 2, a gated shared expert)",
+            _gqa_decoder(
+                "Qwen2Moe",
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=64,
+                shared_expert_intermediate_size=64,
+                experts_implementation="batched_mm",
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "deepseek_v3",
+            "DeepSeek-V3 decoder (transformers, d=64, 2 layers; multi-head latent attention, 4 routed "
+            "experts by grouped top-k, a shared expert)",
+            _transformers(
+                lambda tf: tf.DeepseekV3Model(
+                    tf.DeepseekV3Config(
+                        vocab_size=100,
+                        hidden_size=64,
+                        intermediate_size=128,
+                        moe_intermediate_size=32,
+                        num_hidden_layers=2,
+                        num_attention_heads=4,
+                        num_key_value_heads=4,
+                        n_routed_experts=4,
+                        num_experts_per_tok=2,
+                        n_group=1,
+                        topk_group=1,
+                        kv_lora_rank=16,
+                        q_lora_rank=32,
+                        qk_rope_head_dim=8,
+                        qk_nope_head_dim=8,
+                        v_head_dim=16,
+                        first_k_dense_replace=1,
+                        experts_implementation="batched_mm",
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "gpt_oss",
+            "gpt-oss decoder (transformers, d=64, 2 layers, 4 experts, top 2; attention sinks, sliding and "
+            "full layers, clamped SwiGLU)",
+            _transformers(
+                lambda tf: tf.GptOssModel(
+                    tf.GptOssConfig(
+                        vocab_size=100,
+                        hidden_size=64,
+                        intermediate_size=64,
+                        num_hidden_layers=2,
+                        num_attention_heads=4,
+                        num_key_value_heads=2,
+                        head_dim=16,
+                        num_local_experts=4,
+                        num_experts_per_tok=2,
+                        sliding_window=8,
+                        attn_implementation="eager",
+                        experts_implementation="batched_mm",
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "mamba2",
+            "Mamba-2 (transformers, d=64, 2 layers, 8 heads of 16; the chunked state-space scan, chunks of 8 "
+            "tokens)",
+            _transformers(
+                lambda tf: tf.Mamba2Model(
+                    tf.Mamba2Config(
+                        vocab_size=100,
+                        hidden_size=64,
+                        num_hidden_layers=2,
+                        num_heads=8,
+                        head_dim=16,
+                        state_size=16,
+                        expand=2,
+                        n_groups=1,
+                        chunk_size=8,
+                    )
+                )
+            ),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "rwkv",
+            "RWKV-4 (transformers, d=64, 2 layers; the WKV recurrence unrolled over 16 tokens, token shift)",
+            _transformers(
+                lambda tf: tf.RwkvModel(
+                    tf.RwkvConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, context_length=16)
+                )
+            ),
+            lambda t: (_ids(t),),
         ),
     )
 }

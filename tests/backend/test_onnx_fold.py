@@ -197,19 +197,33 @@ def test_an_expand_and_a_constant_of_shape_to_a_run_time_batch_take_it_from_the_
         np.testing.assert_array_equal(pipe.run(x=x, cls=cls)["y"].numpy(), want)
 
 
-def test_a_run_time_dim_no_earlier_tensor_has_is_refused():
-    """A ConstantOfShape to ``2 * batch``: a dim known only at run time that no tensor has (arithmetic on
-    the batch), so nothing can be broadcast to it."""
+def _constant_of_shape_model(factor: str):
+    """A ConstantOfShape to ``x.size(0) * factor`` (``two``: 2, ``x_d0``: the batch again) concatenated
+    to x."""
     nodes = _dims("x", 0) + [
-        _n("Mul", ["x_d0", "two"], ["twice"]),
-        _n("Unsqueeze", ["twice", "axis0"], ["twice_1d"]),
-        _n("ConstantOfShape", ["twice_1d"], ["zeros"]),
+        _n("Mul", ["x_d0", factor], ["count"]),
+        _n("Unsqueeze", ["count", "axis0"], ["count_1d"]),
+        _n("ConstantOfShape", ["count_1d"], ["zeros"]),
         _n("Concat", ["x", "zeros"], ["y"], axis=0),
     ]
     init = {"idx0": i64(0).reshape(()), "axis0": i64(0), "two": i64(2).reshape(())}
-    model = om.make_model(nodes, [("x", ["batch"])], [("y", None)], init, "twice")
+    return om.make_model(nodes, [("x", ["batch"])], [("y", None)], init, "count")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_run_time_multiple_of_the_batch_is_broadcast_from_the_batch(batch, device, rng):
+    """A ConstantOfShape to ``2 * batch``: no tensor has that dim, but it is twice x's batch (x's dim
+    repeated twice)."""
+    x = rng.standard_normal(batch).astype(F)
+    with pl.from_onnx(_constant_of_shape_model("two"), device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), np.concatenate([x, np.zeros(2 * batch, F)]))
+
+
+def test_a_run_time_dim_no_earlier_tensor_has_is_refused():
+    """A ConstantOfShape to ``batch * batch``: a dim known only at run time that no tensor has, nor is a
+    multiple of one, so nothing can be broadcast to it."""
     with pytest.raises(pl.PipeLinkError, match="ConstantOfShape to a shape known only .* no tensor") as info:
-        import_model(model)
+        import_model(_constant_of_shape_model("x_d0"))
     assert [u["op_type"] for u in info.value.unsupported] == ["ConstantOfShape"]
 
 
@@ -318,6 +332,20 @@ def test_two_dims_known_only_at_run_time_are_refused_with_the_reshape_named():
     with pytest.raises(pl.PipeLinkError, match=r"Reshape.*2 entries known only when the model runs") as info:
         import_model(model)
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Reshape"]
+
+
+def test_a_table_past_the_shape_arithmetic_limit_folds(rng):
+    """WavLM's [frames, frames] position buckets start from a ConstantOfShape of constants: 79 * 79 = 6,241
+    elements, past what shape arithmetic folds (a table op's only way in is folding)."""
+    from pipelink.onnx.fold import MAX_FOLD_ELEMENTS, fold_limit
+
+    assert MAX_FOLD_ELEMENTS < 79 * 79 <= fold_limit("ConstantOfShape")
+    value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [0.5])
+    nodes = [_n("ConstantOfShape", ["shape"], ["table"], value=value), _n("Add", ["x", "table"], ["y"])]
+    model = om.make_model(nodes, [("x", [79, 79])], [("y", None)], {"shape": i64(79, 79)}, "table")
+    x = rng.standard_normal((79, 79)).astype(F)
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x + F(0.5))
 
 
 def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
@@ -640,12 +668,12 @@ def test_a_range_to_a_run_time_limit_with_another_start_or_step_is_refused(start
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Range"]
 
 
-def test_a_range_to_arithmetic_on_the_batch_is_refused():
-    """Range(0, 2 * batch): a limit no tensor has as a dim."""
+def _range_times_model(factor: str):
+    """Range(0, x.size(0) * factor), cast to float (``two``: 2, ``d0``: the batch again)."""
     nodes = [
         _n("Shape", ["x"], ["s"]),
         _n("Gather", ["s", "idx0"], ["d0"], axis=0),
-        _n("Mul", ["d0", "two"], ["limit"]),
+        _n("Mul", ["d0", factor], ["limit"]),
         _n("Range", ["zero", "limit", "one"], ["r"]),
         _n("Cast", ["r"], ["y"], to=1),
     ]
@@ -655,9 +683,20 @@ def test_a_range_to_arithmetic_on_the_batch_is_refused():
         "zero": i64(0).reshape(()),
         "one": i64(1).reshape(()),
     }
-    model = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], init, "range_twice")
+    return om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], init, "range_times")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_range_to_a_multiple_of_the_batch_counts_along_it(batch, device, rng):
+    x = rng.standard_normal((batch, 4)).astype(F)
+    with pl.from_onnx(_range_times_model("two"), device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), np.arange(2 * batch, dtype=F))
+
+
+def test_a_range_to_arithmetic_on_the_batch_is_refused():
+    """Range(0, batch * batch): a limit no tensor has as a dim, nor is a multiple of one."""
     with pytest.raises(pl.PipeLinkError, match="Range to a limit known only .* no tensor"):
-        import_model(model)
+        import_model(_range_times_model("d0"))
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -739,9 +778,91 @@ def test_a_tile_by_the_run_time_batch_broadcasts_a_dim_of_one(rest, batch, devic
     np.testing.assert_array_equal(got, np.tile(query, [batch, *rest]))
 
 
-def test_a_tile_by_the_run_time_batch_of_a_dim_other_than_one_is_refused():
-    with pytest.raises(pl.PipeLinkError, match="Tile's repeats .* a dim of size other than 1") as info:
-        import_model(_tile_model([1, 1], [2, 10, 4]))
+@pytest.mark.parametrize("rest", [[1, 1], [1, 3]])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_tile_by_the_run_time_batch_of_a_dim_other_than_one_spreads_it(rest, batch, device, rng):
+    """DeBERTa's ``pos_key.repeat(batch, 1, 1)`` of [heads, span, d]: heads viewed as [1, heads], broadcast
+    to [batch, heads] and merged (a constant repeat tiled first)."""
+    model = _tile_model(rest, [2, 10, 4])
+    x = rng.standard_normal((batch, 3)).astype(F)
+    query = rng.standard_normal((2, 10, 4)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x, query=query)["y"].numpy()
+    np.testing.assert_array_equal(got, np.tile(query, [batch, *rest]))
+
+
+def _multiple_model(op: str, divide: bool):
+    """``op`` (Expand or Tile) of a constant c to a count computed from x's batch: ``4 * batch`` (DeBERTa's
+    relative positions expanded to ``batch * heads``, torch.export), or ``(4 * batch) // 4`` (the
+    TorchScript export's ``query.size(0) // pos_key.size(0)`` for a Tile)."""
+    count = ["x_d0", "four"]
+    nodes = [
+        _n("Shape", ["x"], ["x_shape"]),
+        _n("Gather", ["x_shape", "idx0"], ["x_d0"], axis=0),
+        _n("Mul", count, ["times"]),
+    ]
+    last = "times"
+    if divide:
+        nodes.append(_n("Div", ["times", "four"], ["count"]))
+        last = "count"
+    nodes += [
+        _n("Unsqueeze", [last, "axis0"], ["count_1d"]),
+        _n("Concat", ["count_1d", "rest"], ["shape"], axis=0),
+    ]
+    nodes.append(_n(op, ["c", "shape"], ["y"]))
+    c = (
+        np.arange(2 * 5 * 3, dtype=F).reshape(2, 5, 3)[:1]
+        if op == "Expand"
+        else np.arange(30, dtype=F).reshape(2, 5, 3)
+    )
+    init = {
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "four": i64(4).reshape(()),
+        "rest": i64(5, 3) if op == "Expand" else i64(1, 1),
+        "c": c,
+    }
+    return om.make_model(nodes, [("x", ["batch", 3])], [("y", None)], init, f"{op.lower()}_multiple"), c
+
+
+@pytest.mark.parametrize(("op", "divide"), [("Expand", False), ("Tile", True)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_count_computed_as_a_multiple_of_the_batch_takes_it_from_the_input(op, divide, batch, device, rng):
+    model, c = _multiple_model(op, divide)
+    x = rng.standard_normal((batch, 3)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    want = np.broadcast_to(c, (4 * batch, 5, 3)) if op == "Expand" else np.tile(c, (batch, 1, 1))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_tile_by_constants_of_an_input_with_run_time_dims_concatenates_copies(batch, device, rng):
+    """GPT-J's rotary ``repeat_interleave`` at a dynamic sequence: x [batch, seq, 1, 4] tiled by [1, 1, 2, 3]
+    (no dim of x need be known: each repeated axis a concat of copies)."""
+    nodes = [_n("Tile", ["x", "reps"], ["y"])]
+    model = om.make_model(
+        nodes, [("x", ["batch", "seq", 1, 4])], [("y", None)], {"reps": i64(1, 1, 2, 3)}, "tile_concat"
+    )
+    x = rng.standard_normal((batch, 5, 1, 4)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), np.tile(x, (1, 1, 2, 3)))
+    many = om.make_model(nodes, [("x", ["batch", 4])], [("y", None)], {"reps": i64(1, 65)}, "tile_many")
+    with pytest.raises(pl.PipeLinkError, match="each from 1 to 64"):
+        import_model(many)
+
+
+def test_a_tile_by_two_run_time_counts_one_of_a_dim_other_than_one_is_refused():
+    nodes = _dims("x", 0, 1) + [
+        _n("Concat", ["x_u0", "x_u1", "one"], ["repeats"], axis=0),
+        _n("Tile", ["query", "repeats"], ["y"]),
+    ]
+    init = {"idx0": i64(0).reshape(()), "idx1": i64(1).reshape(()), "axis0": i64(0), "one": i64(1)}
+    model = om.make_model(
+        nodes, [("x", ["batch", "seq"]), ("query", [2, 1, 4])], [("y", None)], init, "tile_two"
+    )
+    with pytest.raises(pl.PipeLinkError, match="beside another such count") as info:
+        import_model(model)
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Tile"]
 
 

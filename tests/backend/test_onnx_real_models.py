@@ -21,13 +21,11 @@ import pipelink as pl  # noqa: E402
 from benchmarks.model_zoo import MODELS, export_onnx  # noqa: E402
 from tests.conftest import assert_close  # noqa: E402
 
-NEEDS = {"gpt2_block": "transformers", "resnet18": "torchvision", "espcn": "torch"}
-
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_real_model_matches_pytorch(name, device):
     torch = pytest.importorskip("torch")
-    pytest.importorskip(NEEDS[name])
+    pytest.importorskip(MODELS[name].needs)
     torch.manual_seed(0)
     spec = MODELS[name]
     module = spec.build(torch).eval()

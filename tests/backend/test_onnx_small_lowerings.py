@@ -436,6 +436,27 @@ def test_batch_norm_training_mode_uses_the_batch_statistics(rng, device, shape, 
     _check(_run(model, feeds, device), want, f"BatchNormalization training {shape}")
 
 
+def test_batch_norm_training_mode_of_a_constant_standardizes_weights(rng, device):
+    """BiT's weight standardization: a constant conv weight viewed as [1, out, -1] normalised by its own
+    statistics in training mode (the exporter's initializer), then added to an input."""
+    w = (rng.standard_normal((1, 4, 18)) * 2 + 0.5).astype(F)
+    inits = {"w": w, "s": np.ones(4, F), "b": np.zeros(4, F), "m": np.zeros(4, F), "v": np.ones(4, F)}
+    bn = helper.make_node("BatchNormalization", ["w", "s", "b", "m", "v"], ["n"], name="bn", training_mode=1)
+    add = helper.make_node("Add", ["x", "n"], ["y"], name="the_add")
+    graph = helper.make_graph(
+        [bn, add],
+        "weight_standardization",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 18])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    feeds = {"x": rng.standard_normal((1, 4, 18)).astype(F)}
+    mean, var = w.mean(axis=(0, 2), keepdims=True), w.var(axis=(0, 2), keepdims=True)
+    want = feeds["x"] + (w - mean) / np.sqrt(var + 1e-5)
+    _check(_run(model, feeds, device), [want.astype(F)], "BatchNormalization training of a constant")
+
+
 def test_batch_norm_training_mode_refusals():
     inits = {k: np.ones(3, F) for k in "sbmv"}
     unranked = _model("BatchNormalization", {"x": (F, None)}, inits, {"training_mode": 1}, opset=15)

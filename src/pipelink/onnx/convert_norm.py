@@ -240,7 +240,7 @@ def _batch_norm_training(g: Graph, node: Node) -> None:
     statistics, ``input * momentum + batch * (1 - momentum)``. Needs x's rank (the axes reduced)."""
     x, scale, bias, mean, var = node.inputs[:5]
     y = node.outputs[0]
-    shape = g.shapes.get(x)
+    shape = _shape(g, x)
     if shape is None or len(shape) < 2:
         raise Unsupported("training_mode=1 reduces every axis of x but the channels': x's rank must be known")
     axes = [0, *range(2, len(shape))]

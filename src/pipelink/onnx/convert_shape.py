@@ -22,6 +22,7 @@ from .fold import (
     unfolded_reason,
 )
 from .graph import Graph, Node, Unsupported, onnx_dtype
+from .graph import shape_of as _shape
 from .lowerings import table_problem
 from .runtime_dims import (
     RuntimeDimsError,
@@ -39,7 +40,7 @@ _MAX_PORTS = MAX_PARTS  # the most tensors concat takes and split makes
 
 def _static_shape(g: Graph, name: str, op_type: str, what: str) -> list[int]:
     """The shape of ``name``, every dim known (else Unsupported naming the op and why it needs it)."""
-    shape = g.shapes.get(name)
+    shape = _shape(g, name)
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise Unsupported(f"{op_type} needs its input's shape, every dim known ({what})")
     return [int(d) for d in shape]
@@ -56,6 +57,10 @@ def _tile(g: Graph, node: Node) -> None:
         _tile_to_run_time_dims(g, node, value)
         return
     repeats = g.ints(node, 1, "repeats", "the repeats")
+    known = _shape(g, x)
+    if repeats is not None and known is not None and not all(isinstance(d, int) for d in known):
+        _tile_by_concat(g, node, repeats, len(known))
+        return
     shape = _static_shape(g, x, "Tile", "to place the repeats")
     if repeats is None or len(repeats) != len(shape):
         raise Unsupported(f"Tile needs one constant repeat per input dim ({len(shape)}), got {repeats}")
@@ -77,31 +82,76 @@ def _tile(g: Graph, node: Node) -> None:
     g.stage(node, "reshape", [f"{y}__tiled"], [y], shape=final, allowzero=True)
 
 
-def _tile_to_run_time_dims(g: Graph, node: Node, value: list) -> None:
-    """Tile by repeats known only when the model runs where x's dim is 1 (a repeat of 1 is that dim's
-    broadcast): the constant repeats tiled first, then x broadcast to the rest (runtime_dims.py)."""
+def _tile_by_concat(g: Graph, node: Node, repeats: list[int], rank: int) -> None:
+    """Tile by constant repeats of an input with dims known only when the model runs (GPT-J's rotary
+    ``repeat_interleave`` at a dynamic sequence): each repeated axis a concat of that many copies, any of
+    its dims known or not (at most :data:`_MAX_PORTS` copies an axis)."""
     x, y = node.inputs[0], node.outputs[0]
-    if x in g.constants:
-        shape = list(np.shape(g.constants[x]))
-    else:
-        shape = _static_shape(g, x, "Tile", "to place repeats known only when the model runs")
+    if len(repeats) != rank:
+        raise Unsupported(f"Tile needs one constant repeat per input dim ({rank}), got {repeats}")
+    if any(r < 1 or r > _MAX_PORTS for r in repeats):
+        raise Unsupported(
+            f"Tile repeats {repeats} of an input with dims known only when the model runs: each from 1 to "
+            f"{_MAX_PORTS} (a concat of that many copies), or export with fixed shapes"
+        )
+    axes = [a for a, r in enumerate(repeats) if r != 1]
+    if not axes:
+        g.stage(node, "identity", [x], [y])
+        return
+    source = x
+    for k, axis in enumerate(axes):
+        out = y if k == len(axes) - 1 else f"{y}__tiled{axis}"
+        g.stage(node, "concat", [source] * repeats[axis], [out], axis=axis)
+        source = out
+
+
+def _tile_to_run_time_dims(g: Graph, node: Node, value: list) -> None:
+    """Tile by repeats known only when the model runs: the constant repeats tiled first, then x broadcast
+    to the rest where x's dim is 1 (a repeat of 1 is that dim's broadcast, runtime_dims.py); one such
+    repeat of a dim d other than 1 (DeBERTa's ``pos_key.repeat(batch, 1, 1)`` of ``[heads, span, d]``)
+    becomes a unit axis before that dim, broadcast to the count, and the two viewed as one (count * d),
+    with every other dim known."""
+    x, y = node.inputs[0], node.outputs[0]
+    known = _shape(g, x)
+    if known is None:
+        raise Unsupported("Tile needs its input's rank (to place repeats known only when the model runs)")
+    shape = list(known)
     if len(value) != len(shape):
         raise Unsupported(f"Tile needs one repeat per input dim ({len(shape)}), got {len(value)}")
-    if any(isinstance(r, Dim) and d != 1 for r, d in zip(value, shape, strict=True)):
-        raise Unsupported(
-            f"Tile's repeats {describe_value(value)} repeat a dim of size other than 1 by a count known only "
-            "when the model runs; PipeLink takes such a count only for a dim of 1 (export with fixed shapes)"
-        )
     if any(isinstance(r, int) and r < 0 for r in value):
         raise Unsupported(f"Tile repeats must not be negative (got {describe_value(value)})")
+    spread = [k for k, (r, d) in enumerate(zip(value, shape, strict=True)) if isinstance(r, Dim) and d != 1]
+    if len(spread) > 1 or spread and sum(isinstance(r, Dim) for r in value) > 1:
+        raise Unsupported(
+            f"Tile's repeats {describe_value(value)} repeat a dim of size other than 1 by a count known only "
+            "when the model runs, beside another such count; PipeLink takes one such count, or counts of "
+            "dims of 1 alone (export with fixed shapes)"
+        )
     fixed = [r if isinstance(r, int) else 1 for r in value]
+    if spread or any(r != 1 for r in fixed):  # a dim known only at run time may be repeated once only
+        shape = _static_shape(g, x, "Tile", "to place repeats known only when the model runs")
     source = x
     if any(r != 1 for r in fixed):
         source = f"{y}__tiled"
         g.constants[f"{y}__repeats"], g.dtypes[f"{y}__repeats"] = np.asarray(fixed, np.int64), "int64"
         _tile(g, Node("Tile", node.name, node.domain, [x, f"{y}__repeats"], [source], {}))
         g.shapes[source] = tuple(d * r for d, r in zip(shape, fixed, strict=True))
-    target = [r if isinstance(r, Dim) else d * r for r, d in zip(value, shape, strict=True)]
+    tiled = [d * r for d, r in zip(shape, fixed, strict=True)]
+    if spread:
+        k = spread[0]
+        unit = [*tiled[:k], 1, *tiled[k:]]
+        g.stage(node, "reshape", [source], [f"{y}__unit"], shape=unit, allowzero=True)
+        g.shapes[f"{y}__unit"] = tuple(unit)
+        try:
+            broadcast_to_value(g, node, f"{y}__unit", [*tiled[:k], value[k], *tiled[k:]], f"{y}__spread")
+        except RuntimeDimsError as why:
+            raise Unsupported(f"Tile by repeats known only when the model runs: {why}") from None
+        g.stage(node, "reshape", [f"{y}__spread"], [y], shape=[*tiled[:k], -1, *tiled[k + 1 :]])
+        return
+    target = [
+        r if isinstance(r, Dim) else d * r if isinstance(d, int) else 1
+        for r, d in zip(value, shape, strict=True)
+    ]
     try:
         broadcast_to_value(g, node, source, target, y)
     except RuntimeDimsError as why:

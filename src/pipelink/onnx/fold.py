@@ -44,6 +44,8 @@ __all__ = [
     "FOLD_ONLY",
     "unfolded_needs",
     "MAX_FOLD_ELEMENTS",
+    "MAX_TABLE_ELEMENTS",
+    "fold_limit",
     "Unfoldable",
     "fold",
     "reshape_target",
@@ -136,6 +138,16 @@ FOLD_ONLY = frozenset(
 _DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression"})
 _MULTI_OUTPUT = frozenset({"Unique", "Split"})  # folded whole: every output it names
 MAX_FOLD_ELEMENTS = 4096  # shape arithmetic, not weights: bigger constant nodes stay stages
+#: A table an op of :data:`FOLD_ONLY` makes (a ConstantOfShape or Range of constants, a window): folding is
+#: its only way in, so it may be larger (WavLM's [frames, frames] position buckets). NonMaxSuppression
+#: keeps :data:`MAX_FOLD_ELEMENTS`: onnx's reference runs it box by box.
+MAX_TABLE_ELEMENTS = 1 << 20
+
+
+def fold_limit(op_type: str) -> int:
+    """The most elements a node of ``op_type`` may read and make to be folded at import."""
+    table = op_type in FOLD_ONLY and op_type != "NonMaxSuppression"
+    return MAX_TABLE_ELEMENTS if table else MAX_FOLD_ELEMENTS
 
 
 class Unfoldable(Exception):
@@ -334,8 +346,8 @@ def _foldable(g: Graph, node: Node) -> bool:
     names = [n for n in node.inputs if n]
     if not names or any(n not in g.constants for n in names):
         return False
-    arrays = [g.constants[n] for n in names]
-    return sum(a.size for a in arrays) <= MAX_FOLD_ELEMENTS and _output_elements(node, g) <= MAX_FOLD_ELEMENTS
+    arrays, limit = [g.constants[n] for n in names], fold_limit(node.op_type)
+    return sum(a.size for a in arrays) <= limit and _output_elements(node, g) <= limit
 
 
 def _fold_constant(g: Graph, node: Node) -> bool:
@@ -345,7 +357,7 @@ def _fold_constant(g: Graph, node: Node) -> bool:
         values = _evaluate(g, node)
     except Exception:  # noqa: BLE001 - the reference cannot evaluate it: the node stays, its converter decides
         return False
-    if any(value.size > MAX_FOLD_ELEMENTS for value in values):
+    if any(value.size > fold_limit(node.op_type) for value in values):
         return False
     for name, value in zip(node.outputs, values, strict=False):
         if not name:
@@ -414,20 +426,21 @@ def unfolded_reason(g: Graph, node: Node) -> str:
     except (ValueError, TypeError, OverflowError, IndexError) as e:
         return f"{op}'s output size cannot be computed from these constants ({type(e).__name__}: {e})"
     size, bound = sum(g.constants[n].size for n in node.inputs if n), _output_elements(node, g)
-    if size > MAX_FOLD_ELEMENTS or not bound <= MAX_FOLD_ELEMENTS:  # a NaN bound too
+    limit = fold_limit(op)
+    if size > limit or not bound <= limit:  # a NaN bound too
         made = max(size, bound) if bound == bound else bound
-        count = f"more than {MAX_FOLD_ELEMENTS}" if made == math.inf else f"{made:.0f}"
+        count = f"more than {limit}" if made == math.inf else f"{made:.0f}"
         return (
             f"{op} of constants would read or make {count} elements; the import evaluates at most "
-            f"{MAX_FOLD_ELEMENTS} (give a larger table as an initializer)"
+            f"{limit} (give a larger table as an initializer)"
         )
     try:
         values = _evaluate(g, node)
     except Exception as e:  # noqa: BLE001 - reported, not raised
         return f"{op} of these constants cannot be evaluated ({type(e).__name__}: {e})"
     made = max(v.size for v in values)
-    if made > MAX_FOLD_ELEMENTS:
-        return f"{op} of constants makes {made} elements; the import keeps at most {MAX_FOLD_ELEMENTS}"
+    if made > limit:
+        return f"{op} of constants makes {made} elements; the import keeps at most {limit}"
     return f"{op} of these constants did not fold (its value is known only when the model runs)"
 
 

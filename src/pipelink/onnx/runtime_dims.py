@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import get_dtype
-from .fold import Dim, multiple_name, offset_name, product_name, split_offset, split_product
+from .fold import Dim, multiple_name, offset_name, product_name, split_multiple, split_offset, split_product
 from .graph import Unsupported, shape_of
 
 if TYPE_CHECKING:  # convert.py imports this module: the types only
@@ -142,9 +142,25 @@ def _scalar(g: Graph, name: str, value: int, dtype: str) -> str:
     return name
 
 
+def _source_of(g: Graph, dim: Dim) -> tuple[Dim, int]:
+    """``(the dim a tensor has, factor)``: ``dim`` itself (1), or the dim it is a multiple of (``4*batch``:
+    batch's, 4); a dim the import named by arithmetic alone (``(4*batch) // 4`` is ``batch``) is the dim
+    of that name of a graph input."""
+    if dim.tensor is None and dim.base is not None and dim.base.tensor is not None and dim.factor >= 1:
+        return dim.base, dim.factor
+    if dim.tensor is None and dim.name is not None:
+        factor, name = split_multiple(dim.name)
+        for tensor in sorted(g.inputs):
+            shape = g.shapes.get(tensor) or ()
+            if name in shape:
+                return Dim(name, tensor, list(shape).index(name)), factor
+    return dim, 1
+
+
 def _check_source(g: Graph, dim: Dim) -> None:
-    source = dim.tensor
-    if source is None or dim.axis is None or g.shapes.get(source) is None or not _available(g, source):
+    own, _ = _source_of(g, dim)
+    source = own.tensor
+    if source is None or own.axis is None or g.shapes.get(source) is None or not _available(g, source):
         raise RuntimeDimsError(
             f"the dim {dim.name or '?'} is known only when the model runs and no tensor computed before "
             "this node has it"
@@ -153,14 +169,19 @@ def _check_source(g: Graph, dim: Dim) -> None:
 
 def _mask(g: Graph, node: Node, y: str, place: int, rank: int, dim: Dim) -> str:
     """A bool tensor of rank ``rank``, all 1s but ``dim`` at ``place``: its source tensor sliced down to
-    that dim, viewed there, compared with itself."""
-    source, axis = dim.tensor, dim.axis
+    that dim (repeated ``factor`` times for a multiple of it), viewed there, compared with itself."""
+    own, factor = _source_of(g, dim)
+    source, axis = own.tensor, own.axis
     others = [a for a in range(len(g.shapes[source])) if a != axis]
     line = source
     if others:
         line = f"{y}__dim{place}_line"
         starts, ends = [0] * len(others), [1] * len(others)
         g.stage(node, "slice", [source], [line], starts=starts, ends=ends, axes=others)
+    if factor != 1:  # [n] viewed as [n, 1], broadcast to [n, factor]: n * factor entries
+        g.stage(node, "reshape", [line], [f"{y}__dim{place}_col"], shape=[-1, 1])
+        g.stage(node, "expand", [f"{y}__dim{place}_col"], [f"{y}__dim{place}_rep"], shape=[1, factor])
+        line = f"{y}__dim{place}_rep"
     view = f"{y}__dim{place}_view"
     g.stage(node, "reshape", [line], [view], shape=[-1 if k == place else 1 for k in range(rank)])
     mask = f"{y}__dim{place}_mask"
@@ -283,10 +304,9 @@ def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
         if isinstance(entry, int):
             out.append(mine * entry if isinstance(mine, int) else mine if entry == 1 else None)
         else:
-            product = entry.product()
-            out.append(
-                multiple_name(*product) if mine == 1 and product and _named(product[1], names) else None
-            )
+            product = entry.product()  # a count of a dim of 1, or of a known dim (its multiple)
+            named = isinstance(mine, int) and product is not None and _named(product[1], names)
+            out.append(0 if mine == 0 else multiple_name(product[0] * mine, product[1]) if named else None)
     return tuple(out) if any(_named(d, names) for d in out) else None
 
 
