@@ -188,6 +188,23 @@ def test_an_output_past_the_device_memory_is_out_of_memory_before_anything_runs(
         pipe.run(x=np.ones(1, np.float32))
 
 
+def test_an_arena_and_outputs_that_fit_apart_but_not_together_are_out_of_memory_at_load():
+    # A run holds its intermediates and its outputs at once: 0.6 of the host's memory each (a hostile
+    # file's broadcast of one float) fit one by one, never together; nothing is allocated.
+    from pipelink.limits import total_bytes
+
+    n = int(total_bytes("cpu") * 0.6) // 4
+    doc = {
+        "inputs": {"x": {"shape": [1], "dtype": "float32"}},
+        "pipeline": [
+            {"name": "expand", "inputs": ["x"], "outputs": ["big"], "attrs": {"shape": [n]}},
+            {"name": "relu", "inputs": ["big"], "outputs": ["y"]},
+        ],
+    }
+    with pytest.raises(pl.OutOfMemoryError, match=r"the arena and the outputs of one run .* but cpu"):
+        pl.load(doc, device="cpu")
+
+
 def test_the_cpu_backend_turns_numpys_allocation_errors_into_out_of_memory():
     from pipelink.backends import get_backend
     from pipelink.dtypes import get_dtype

@@ -144,14 +144,19 @@ def compile_plan(
     # (IPC workers use a device staging block of their own instead).
     isolated_stages = any(st.config.isolation == "process" for st in graph.stages)
     shared = backend.capabilities.isolation == "shared_memory" and isolated_stages
+    # The outputs are made per run, outside the arena: each, and the arena with all of them (a run holds
+    # them at once), refused here, before anything is allocated or any kernel bound.
+    if memory.buffers:
+        backend.check_fits(memory.peak_bytes, tag="arena")
+    made = [name for name in graph.outputs if name in shapes and name not in graph.external_inputs]
+    for name in made:
+        backend.check_fits(_nbytes(shapes[name], dtypes[name]), tag=f"output {name!r}")
+    outputs_bytes = sum(_nbytes(shapes[name], dtypes[name]) for name in made)
+    if outputs_bytes and (memory.buffers or len(made) > 1):
+        backend.check_fits(memory.peak_bytes + outputs_bytes, tag="arena and the outputs of one run")
     arena, static = None, {}
     if allocate or checked or isolated_stages:
         arena, static = _allocate_arena(backend, memory, shapes, dtypes, shared=shared)
-    elif memory.buffers:
-        backend.check_fits(memory.peak_bytes, tag="arena")  # checked at load all the same
-    for name in graph.outputs:  # made per run, outside the arena: refused here, before any kernel is bound
-        if name in shapes and name not in graph.external_inputs:
-            backend.check_fits(_nbytes(shapes[name], dtypes[name]), tag=f"output {name!r}")
 
     steps: list[Step] = []
     uncapturable: list[str] = []  # stages whose kernel must run on the host each time (no graph)
