@@ -852,6 +852,31 @@ def test_a_tile_by_constants_of_an_input_with_run_time_dims_concatenates_copies(
         import_model(many)
 
 
+def test_a_named_dim_tiled_once_keeps_its_name_for_a_later_view(device, rng):
+    """GPT-J at a dynamic sequence: its rotary table [1, seq, 1] tiled by constants to [1, seq, 4] scales x
+    [batch, seq, 4], and the result is viewed as ``[-1, x.size(1), 4]``: that view resolves only if the
+    product still has x's ``seq`` (ONNX's inference names a tiled dim afresh)."""
+    nodes = _dims("x", 1) + [
+        _n("Tile", ["p", "reps"], ["table"]),
+        _n("Mul", ["x", "table"], ["scaled"]),
+        _n("Concat", ["minus_one", "x_u1", "four"], ["target"], axis=0),
+        _n("Reshape", ["scaled", "target"], ["y"]),
+    ]
+    init = {
+        "idx1": i64(1).reshape(()),
+        "axis0": i64(0),
+        "reps": i64(1, 1, 4),
+        "minus_one": i64(-1),
+        "four": i64(4),
+    }
+    inputs = [("x", ["batch", "seq", 4]), ("p", [1, "seq", 1])]
+    model = om.make_model(nodes, inputs, [("y", None)], init, "tile_named")
+    x = rng.standard_normal((2, 5, 4)).astype(F)
+    p = rng.standard_normal((1, 5, 1)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x, p=p)["y"].numpy(), x * np.tile(p, (1, 1, 4)))
+
+
 def test_a_tile_by_two_run_time_counts_one_of_a_dim_other_than_one_is_refused():
     nodes = _dims("x", 0, 1) + [
         _n("Concat", ["x_u0", "x_u1", "one"], ["repeats"], axis=0),

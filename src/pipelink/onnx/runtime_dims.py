@@ -206,7 +206,8 @@ def _named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     a Reshape (its named entries; None for the dim it infers and other unknowns, and no shape at all
     when no entry is named), and a Resize to sizes the model computes (DETR's mask resized to its
     feature map at a dynamic batch: the entries that are the input's own dims keep them), and a Tile by
-    such repeats of dims of 1 (``query.repeat(batch, 1, 1)``), and a Slice from 0 to such a dim
+    such repeats (``query.repeat(batch, 1, 1)``) or by constant ones (a named dim repeated once keeps its
+    name: GPT-J's rotary tables at a dynamic sequence), and a Slice from 0 to such a dim
     (``position_ids[:, :seq]``)."""
     if node.op_type == "Reshape" and len(node.inputs) == 2:
         return _reshape_shape(g, node, names)
@@ -295,6 +296,9 @@ def _resize_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
 
 def _tile_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     value = g.symbolic.get(node.inputs[1])
+    repeats = np.asarray(g.constants.get(node.inputs[1], np.zeros((0, 0))))
+    if value is None and repeats.ndim == 1 and repeats.dtype.kind in "iu":
+        value = [int(r) for r in repeats]  # constant repeats: ONNX gives a named dim repeated once a new name
     x = node.inputs[0]
     x_shape = shape_of(g, x)
     if not isinstance(value, list) or x_shape is None or len(value) != len(x_shape):
