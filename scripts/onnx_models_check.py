@@ -7,7 +7,12 @@ check, not a benchmark: ``python -m benchmarks.models`` races them. ``--zoo wide
 instead (``model_zoo.ZOO``: MobileNetV2, EfficientNet, SqueezeNet, DenseNet; ViT, BERT, RoBERTa, T5,
 Whisper, BEiT and wav2vec2 encoders; BART; GPT-2, Llama, GPT-NeoX, Falcon, BLOOM and Mixtral decoders;
 Mamba; Swin, Swin V2, LeViT, YOLOS, DINOv2, DETR and HF's MobileNetV2; ConvNeXt, ShuffleNetV2, RegNetY;
-the video nets R3D-18, R(2+1)D-18 and S3D; small, random weights).
+the video nets R3D-18, R(2+1)D-18 and S3D; and 56 more: torchvision's MobileNetV3, MNASNet, GoogLeNet,
+Inception v3, EfficientNetV2, ViT-B/16, MaxViT, two segmentation nets and RAFT; transformers' DistilBERT,
+ALBERT, DeBERTa-v2, ELECTRA, MPNet, SqueezeBERT, RoFormer, ESM, ModernBERT, Funnel, XLNet, Longformer, T5,
+Whisper, WavLM, CLIP, SigLIP, DINOv3, SAM, SegFormer, PVTv2, MobileViT, ConvNeXt V2, PoolFormer, BiT,
+FocalNet, CvT, Swin2SR, DPT, OPT, GPT-J, CodeGen, GPT-BigCode, MPT, Phi, StarCoder2, StableLM, OLMo 2,
+Granite, Gemma 3, Qwen2-MoE, DeepSeek-V3, gpt-oss, Mamba-2 and RWKV; small, random weights).
 
 ``--exporter dynamo`` exports as ``torch.onnx.export`` does by default (torch.export, with onnxscript), and
 ``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3, and

@@ -877,6 +877,36 @@ def test_a_named_dim_tiled_once_keeps_its_name_for_a_later_view(device, rng):
         np.testing.assert_array_equal(pipe.run(x=x, p=p)["y"].numpy(), x * np.tile(p, (1, 1, 4)))
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_expand_to_a_multiple_of_the_batch_keeps_that_name_for_a_later_view(batch, device, rng):
+    """DeBERTa's relative positions (TorchScript, dynamic batch): a constant expanded to
+    ``[q.size(0), 2]`` where q is x viewed as ``[4*batch, 2]``, added to q, viewed back as
+    ``[x.size(0), -1]``: that view resolves only if the Expand's output keeps the name ``4*batch``."""
+    nodes = [
+        _n("Reshape", ["x", "pairs"], ["q"]),
+        *_dims("q", 0),
+        _n("Concat", ["q_u0", "two"], ["target"], axis=0),
+        _n("Expand", ["c", "target"], ["e"]),
+        _n("Add", ["e", "q"], ["s"]),
+        *_dims("x", 0),
+        _n("Concat", ["x_u0", "minus_one"], ["back"], axis=0),
+        _n("Reshape", ["s", "back"], ["y"]),
+    ]
+    init = {
+        "pairs": i64(-1, 2),
+        "idx0": i64(0).reshape(()),
+        "axis0": i64(0),
+        "two": i64(2),
+        "minus_one": i64(-1),
+        "c": np.array([[1.0, -2.0]], F),
+    }
+    model = om.make_model(nodes, [("x", ["batch", 8])], [("y", None)], init, "expand_named")
+    x = rng.standard_normal((batch, 8)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x)["y"].numpy()
+    np.testing.assert_array_equal(got, (x.reshape(-1, 2) + init["c"]).reshape(batch, -1))
+
+
 def test_a_tile_by_two_run_time_counts_one_of_a_dim_other_than_one_is_refused():
     nodes = _dims("x", 0, 1) + [
         _n("Concat", ["x_u0", "x_u1", "one"], ["repeats"], axis=0),

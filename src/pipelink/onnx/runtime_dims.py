@@ -239,7 +239,7 @@ def _named_output_shape(g: Graph, node: Node, names: set[str]) -> tuple | None:
     out = []
     for entry, mine in zip(value, x_dims, strict=True):
         wanted = entry if isinstance(entry, int) else entry.name
-        if not isinstance(entry, int) and wanted not in names:
+        if not isinstance(entry, int) and not _named(wanted, names):  # a named dim, or a multiple of one
             return None
         if wanted == 1:
             out.append(mine)
