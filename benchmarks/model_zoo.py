@@ -174,6 +174,14 @@ MODELS: dict[str, ModelSpec] = {
 
 # -- the wider zoo: architectures users bring, small and with random weights (the importer's coverage) --
 _SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
+# wav2vec2's and WavLM's convolutional front end at the zoo's size: 1,600 samples make 79 frames
+_AUDIO_FRONT = {
+    "conv_dim": (32, 32, 32),
+    "conv_stride": (5, 2, 2),
+    "conv_kernel": (10, 3, 3),
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+}
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,11 @@ def _transformers(make: Callable[[Any], Any], keywords: tuple[str, ...] = ()) ->
         return _hidden_states(torch, make(transformers), keywords)
 
     return build
+
+
+def _hf(model: str, config: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """transformers' ``model`` class built from its ``config`` class with ``kwargs``."""
+    return _transformers(lambda tf: getattr(tf, model)(getattr(tf, config)(**kwargs)))
 
 
 def _gqa_decoder(family: str, **config: Any) -> Callable[[Any], Any]:
@@ -260,28 +273,27 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "vit",
             "ViT encoder (transformers, d=64, 2 layers, 32x32 image, 8x8 patches)",
-            _transformers(
-                lambda tf: tf.ViTModel(
-                    tf.ViTConfig(image_size=32, patch_size=8, attn_implementation="eager", **_SMALL)
-                )
-            ),
+            _hf("ViTModel", "ViTConfig", image_size=32, patch_size=8, attn_implementation="eager", **_SMALL),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
             "bert",
             "BERT encoder (transformers, d=64, 2 layers, 16 tokens, with its attention mask)",
-            _transformers(
-                lambda tf: tf.BertModel(tf.BertConfig(vocab_size=100, attn_implementation="eager", **_SMALL))
-            ),
+            _hf("BertModel", "BertConfig", vocab_size=100, attn_implementation="eager", **_SMALL),
             lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
         ),
         ZooSpec(
             "t5_encoder",
             "T5 encoder (transformers, d=64, 2 layers; relative position buckets in int64)",
-            _transformers(
-                lambda tf: tf.T5EncoderModel(
-                    tf.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
-                )
+            _hf(
+                "T5EncoderModel",
+                "T5Config",
+                vocab_size=100,
+                d_model=64,
+                d_kv=16,
+                d_ff=128,
+                num_layers=2,
+                num_heads=4,
             ),
             lambda t: (_ids(t),),
         ),
@@ -310,34 +322,30 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "roberta",
             "RoBERTa encoder (transformers, d=64, 2 layers; position ids from a CumSum of the mask)",
-            _transformers(lambda tf: tf.RobertaModel(tf.RobertaConfig(vocab_size=100, **_SMALL))),
+            _hf("RobertaModel", "RobertaConfig", vocab_size=100, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "bart",
             "BART (transformers, d=64, 1+1 layers; the decoder ids shifted by ScatterND, a causal mask)",
-            _transformers(
-                lambda tf: tf.BartModel(
-                    tf.BartConfig(
-                        vocab_size=100,
-                        d_model=64,
-                        encoder_layers=1,
-                        decoder_layers=1,
-                        encoder_attention_heads=4,
-                        decoder_attention_heads=4,
-                        encoder_ffn_dim=128,
-                        decoder_ffn_dim=128,
-                    )
-                )
+            _hf(
+                "BartModel",
+                "BartConfig",
+                vocab_size=100,
+                d_model=64,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=128,
+                decoder_ffn_dim=128,
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "gpt2",
             "GPT-2 decoder (transformers, d=64, 2 layers, 16 tokens)",
-            _transformers(
-                lambda tf: tf.GPT2Model(tf.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4))
-            ),
+            _hf("GPT2Model", "GPT2Config", vocab_size=100, n_embd=64, n_layer=2, n_head=4),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
@@ -374,79 +382,80 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "gpt_neox",
             "GPT-NeoX decoder (transformers, d=64, 2 layers; its causal mask from Trilu)",
-            _transformers(lambda tf: tf.GPTNeoXModel(tf.GPTNeoXConfig(vocab_size=100, **_SMALL))),
+            _hf("GPTNeoXModel", "GPTNeoXConfig", vocab_size=100, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "falcon",
             "Falcon decoder (transformers, d=64, 2 layers; IsNaN in its attention)",
-            _transformers(
-                lambda tf: tf.FalconModel(
-                    tf.FalconConfig(
-                        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4
-                    )
-                )
+            _hf(
+                "FalconModel",
+                "FalconConfig",
+                vocab_size=100,
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "bloom",
             "BLOOM decoder (transformers, d=64, 2 layers; ALiBi position biases)",
-            _transformers(
-                lambda tf: tf.BloomModel(tf.BloomConfig(vocab_size=100, hidden_size=64, n_layer=2, n_head=4))
-            ),
+            _hf("BloomModel", "BloomConfig", vocab_size=100, hidden_size=64, n_layer=2, n_head=4),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "beit",
             "BEiT encoder (transformers, d=64, 2 layers; relative position bias tables)",
-            _transformers(
-                lambda tf: tf.BeitModel(
-                    tf.BeitConfig(image_size=32, patch_size=8, use_relative_position_bias=True, **_SMALL)
-                )
+            _hf(
+                "BeitModel",
+                "BeitConfig",
+                image_size=32,
+                patch_size=8,
+                use_relative_position_bias=True,
+                **_SMALL,
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
             "swin",
             "Swin encoder (transformers, 32x32 image, windows of 4; shifted windows, pads computed by Mod)",
-            _transformers(
-                lambda tf: tf.SwinModel(
-                    tf.SwinConfig(
-                        image_size=32,
-                        patch_size=4,
-                        embed_dim=16,
-                        depths=[1, 1],
-                        num_heads=[2, 4],
-                        window_size=4,
-                    )
-                )
+            _hf(
+                "SwinModel",
+                "SwinConfig",
+                image_size=32,
+                patch_size=4,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[2, 4],
+                window_size=4,
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
             "levit",
             "LeViT (transformers, 64x64 image; Reshape targets known after shape inference is re-run)",
-            _transformers(
-                lambda tf: tf.LevitModel(
-                    tf.LevitConfig(
-                        image_size=64,
-                        hidden_sizes=[32, 48, 64],
-                        num_attention_heads=[1, 2, 4],
-                        depths=[1, 1, 1],
-                        key_dim=[8, 8, 8],
-                    )
-                )
+            _hf(
+                "LevitModel",
+                "LevitConfig",
+                image_size=64,
+                hidden_sizes=[32, 48, 64],
+                num_attention_heads=[1, 2, 4],
+                depths=[1, 1, 1],
+                key_dim=[8, 8, 8],
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "yolos",
             "YOLOS detector backbone (transformers, d=64, 2 layers; position embeddings resized by cubic)",
-            _transformers(
-                lambda tf: tf.YolosModel(
-                    tf.YolosConfig(image_size=[32, 32], patch_size=8, num_detection_tokens=5, **_SMALL)
-                )
+            _hf(
+                "YolosModel",
+                "YolosConfig",
+                image_size=[32, 32],
+                patch_size=8,
+                num_detection_tokens=5,
+                **_SMALL,
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
@@ -454,7 +463,7 @@ ZOO: dict[str, ZooSpec] = {
             "dinov2",
             "DINOv2 encoder (transformers, d=64, 2 layers; position embeddings resized by cubic from a "
             "folded grid)",
-            _transformers(lambda tf: tf.Dinov2Model(tf.Dinov2Config(image_size=32, patch_size=8, **_SMALL))),
+            _hf("Dinov2Model", "Dinov2Config", image_size=32, patch_size=8, **_SMALL),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
@@ -475,35 +484,22 @@ ZOO: dict[str, ZooSpec] = {
             "wav2vec2",
             "wav2vec2 encoder (transformers, d=64, 2 layers; strided Conv1d front end with GroupNorm, a "
             "grouped positional Conv1d)",
-            _transformers(
-                lambda tf: tf.Wav2Vec2Model(
-                    tf.Wav2Vec2Config(
-                        conv_dim=(32, 32, 32),
-                        conv_stride=(5, 2, 2),
-                        conv_kernel=(10, 3, 3),
-                        num_conv_pos_embeddings=16,
-                        num_conv_pos_embedding_groups=4,
-                        **_SMALL,
-                    )
-                )
-            ),
+            _hf("Wav2Vec2Model", "Wav2Vec2Config", **_AUDIO_FRONT, **_SMALL),
             lambda t: (t.randn(2, 1600),),
         ),
         ZooSpec(
             "mamba",
             "Mamba (transformers, d=64, 2 layers, state 8; the selective scan unrolled over 16 tokens)",
-            _transformers(
-                lambda tf: tf.MambaModel(
-                    tf.MambaConfig(
-                        vocab_size=100,
-                        hidden_size=64,
-                        state_size=8,
-                        num_hidden_layers=2,
-                        expand=2,
-                        conv_kernel=4,
-                        use_mambapy=False,
-                    )
-                )
+            _hf(
+                "MambaModel",
+                "MambaConfig",
+                vocab_size=100,
+                hidden_size=64,
+                state_size=8,
+                num_hidden_layers=2,
+                expand=2,
+                conv_kernel=4,
+                use_mambapy=False,
             ),
             lambda t: (_ids(t),),
         ),
@@ -544,9 +540,7 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "mobilenet_v2_hf",
             "MobileNetV2 (transformers, 64x64 image; TensorFlow-style 'same' pads computed from shapes)",
-            _transformers(
-                lambda tf: tf.MobileNetV2Model(tf.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
-            ),
+            _hf("MobileNetV2Model", "MobileNetV2Config", image_size=64, depth_multiplier=0.35),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
@@ -656,84 +650,74 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "distilbert",
             "DistilBERT encoder (transformers, d=64, 2 layers, with its attention mask)",
-            _transformers(
-                lambda tf: tf.DistilBertModel(
-                    tf.DistilBertConfig(vocab_size=100, dim=64, n_layers=2, n_heads=4, hidden_dim=128)
-                )
+            _hf(
+                "DistilBertModel",
+                "DistilBertConfig",
+                vocab_size=100,
+                dim=64,
+                n_layers=2,
+                n_heads=4,
+                hidden_dim=128,
             ),
             lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
         ),
         ZooSpec(
             "albert",
             "ALBERT encoder (transformers, d=64, 2 layers sharing weights, embeddings of 32 projected)",
-            _transformers(
-                lambda tf: tf.AlbertModel(tf.AlbertConfig(vocab_size=100, embedding_size=32, **_SMALL))
-            ),
+            _hf("AlbertModel", "AlbertConfig", vocab_size=100, embedding_size=32, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "deberta_v2",
             "DeBERTa-v2 encoder (transformers, d=64, 2 layers; disentangled attention, log-bucketed "
             "relative positions gathered both ways)",
-            _transformers(
-                lambda tf: tf.DebertaV2Model(
-                    tf.DebertaV2Config(
-                        vocab_size=100,
-                        relative_attention=True,
-                        position_buckets=8,
-                        max_relative_positions=16,
-                        pos_att_type=["p2c", "c2p"],
-                        **_SMALL,
-                    )
-                )
+            _hf(
+                "DebertaV2Model",
+                "DebertaV2Config",
+                vocab_size=100,
+                relative_attention=True,
+                position_buckets=8,
+                max_relative_positions=16,
+                pos_att_type=["p2c", "c2p"],
+                **_SMALL,
             ),
             lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
         ),
         ZooSpec(
             "electra",
             "ELECTRA discriminator (transformers, d=64, 2 layers, embeddings of 32 projected)",
-            _transformers(
-                lambda tf: tf.ElectraModel(tf.ElectraConfig(vocab_size=100, embedding_size=32, **_SMALL))
-            ),
+            _hf("ElectraModel", "ElectraConfig", vocab_size=100, embedding_size=32, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "mpnet",
             "MPNet encoder (transformers, d=64, 2 layers; relative position buckets)",
-            _transformers(lambda tf: tf.MPNetModel(tf.MPNetConfig(vocab_size=100, **_SMALL))),
+            _hf("MPNetModel", "MPNetConfig", vocab_size=100, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "squeezebert",
             "SqueezeBERT encoder (transformers, d=64, 2 layers; grouped 1x1 Conv1d projections)",
-            _transformers(
-                lambda tf: tf.SqueezeBertModel(
-                    tf.SqueezeBertConfig(vocab_size=100, embedding_size=64, **_SMALL)
-                )
-            ),
+            _hf("SqueezeBertModel", "SqueezeBertConfig", vocab_size=100, embedding_size=64, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "roformer",
             "RoFormer encoder (transformers, d=64, 2 layers; sinusoidal rotary embeddings)",
-            _transformers(
-                lambda tf: tf.RoFormerModel(tf.RoFormerConfig(vocab_size=100, embedding_size=64, **_SMALL))
-            ),
+            _hf("RoFormerModel", "RoFormerConfig", vocab_size=100, embedding_size=64, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "esm",
             "ESM protein encoder (transformers, d=64, 2 layers; rotary embeddings, token dropout rescale)",
-            _transformers(
-                lambda tf: tf.EsmModel(
-                    tf.EsmConfig(
-                        vocab_size=100,
-                        position_embedding_type="rotary",
-                        pad_token_id=1,
-                        mask_token_id=99,
-                        **_SMALL,
-                    )
-                )
+            _hf(
+                "EsmModel",
+                "EsmConfig",
+                vocab_size=100,
+                position_embedding_type="rotary",
+                pad_token_id=1,
+                mask_token_id=99,
+                **_SMALL,
             ),
             lambda t: (_ids(t),),
         ),
@@ -741,22 +725,20 @@ ZOO: dict[str, ZooSpec] = {
             "modernbert",
             "ModernBERT encoder (transformers, d=64, 2 layers; global and sliding-window (8) attention, "
             "rotary embeddings, GeGLU)",
-            _transformers(
-                lambda tf: tf.ModernBertModel(
-                    tf.ModernBertConfig(
-                        vocab_size=100,
-                        hidden_size=64,
-                        intermediate_size=128,
-                        num_hidden_layers=2,
-                        num_attention_heads=4,
-                        local_attention=8,
-                        pad_token_id=0,
-                        eos_token_id=1,
-                        bos_token_id=2,
-                        cls_token_id=2,
-                        sep_token_id=1,
-                    )
-                )
+            _hf(
+                "ModernBertModel",
+                "ModernBertConfig",
+                vocab_size=100,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                local_attention=8,
+                pad_token_id=0,
+                eos_token_id=1,
+                bos_token_id=2,
+                cls_token_id=2,
+                sep_token_id=1,
             ),
             lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
         ),
@@ -764,33 +746,35 @@ ZOO: dict[str, ZooSpec] = {
             "funnel",
             "Funnel Transformer (transformers, d=64, blocks of 1 and 1; mean pooling of the sequence, "
             "relative-shift attention, upsampled back)",
-            _transformers(
-                lambda tf: tf.FunnelModel(
-                    tf.FunnelConfig(
-                        vocab_size=100, block_sizes=[1, 1], d_model=64, n_head=4, d_head=16, d_inner=128
-                    )
-                )
+            _hf(
+                "FunnelModel",
+                "FunnelConfig",
+                vocab_size=100,
+                block_sizes=[1, 1],
+                d_model=64,
+                n_head=4,
+                d_head=16,
+                d_inner=128,
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "xlnet",
             "XLNet (transformers, d=64, 2 layers; two-stream relative attention by einsum)",
-            _transformers(
-                lambda tf: tf.XLNetModel(
-                    tf.XLNetConfig(vocab_size=100, d_model=64, n_layer=2, n_head=4, d_inner=128)
-                )
-            ),
+            _hf("XLNetModel", "XLNetConfig", vocab_size=100, d_model=64, n_layer=2, n_head=4, d_inner=128),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "longformer",
             "Longformer encoder (transformers, d=64, 2 layers; sliding-window attention of 4 by chunked "
             "strided views)",
-            _transformers(
-                lambda tf: tf.LongformerModel(
-                    tf.LongformerConfig(vocab_size=100, attention_window=4, pad_token_id=1, **_SMALL)
-                )
+            _hf(
+                "LongformerModel",
+                "LongformerConfig",
+                vocab_size=100,
+                attention_window=4,
+                pad_token_id=1,
+                **_SMALL,
             ),
             lambda t: (_ids(t),),
         ),
@@ -844,19 +828,8 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "wavlm",
             "WavLM encoder (transformers, d=64, 2 layers; gated relative position bias, conv front end)",
-            _transformers(
-                lambda tf: tf.WavLMModel(
-                    tf.WavLMConfig(
-                        conv_dim=(32, 32, 32),
-                        conv_stride=(5, 2, 2),
-                        conv_kernel=(10, 3, 3),
-                        num_conv_pos_embeddings=16,
-                        num_conv_pos_embedding_groups=4,
-                        num_buckets=32,
-                        max_bucket_distance=64,
-                        **_SMALL,
-                    )
-                )
+            _hf(
+                "WavLMModel", "WavLMConfig", **_AUDIO_FRONT, num_buckets=32, max_bucket_distance=64, **_SMALL
             ),
             lambda t: (t.randn(2, 1600),),
         ),
@@ -864,37 +837,32 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "clip_vision",
             "CLIP vision tower (transformers, d=64, 2 layers, 32x32 image, 8x8 patches; quick GELU)",
-            _transformers(
-                lambda tf: tf.CLIPVisionModel(tf.CLIPVisionConfig(image_size=32, patch_size=8, **_SMALL))
-            ),
+            _hf("CLIPVisionModel", "CLIPVisionConfig", image_size=32, patch_size=8, **_SMALL),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
             "clip_text",
             "CLIP text tower (transformers, d=64, 2 layers; causal mask, 32 positions)",
-            _transformers(
-                lambda tf: tf.CLIPTextModel(
-                    tf.CLIPTextConfig(vocab_size=100, max_position_embeddings=32, **_SMALL)
-                )
-            ),
+            _hf("CLIPTextModel", "CLIPTextConfig", vocab_size=100, max_position_embeddings=32, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "siglip_vision",
             "SigLIP vision tower (transformers, d=64, 2 layers, 32x32 image; attention-pooling head)",
-            _transformers(
-                lambda tf: tf.SiglipVisionModel(tf.SiglipVisionConfig(image_size=32, patch_size=8, **_SMALL))
-            ),
+            _hf("SiglipVisionModel", "SiglipVisionConfig", image_size=32, patch_size=8, **_SMALL),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
         ZooSpec(
             "dinov3",
             "DINOv3 ViT (transformers, d=64, 2 layers, 32x32 image, 4 register tokens; 2-d rotary "
             "embeddings of patch coordinates)",
-            _transformers(
-                lambda tf: tf.DINOv3ViTModel(
-                    tf.DINOv3ViTConfig(image_size=32, patch_size=8, num_register_tokens=4, **_SMALL)
-                )
+            _hf(
+                "DINOv3ViTModel",
+                "DINOv3ViTConfig",
+                image_size=32,
+                patch_size=8,
+                num_register_tokens=4,
+                **_SMALL,
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
@@ -902,20 +870,18 @@ ZOO: dict[str, ZooSpec] = {
             "sam_vision",
             "SAM image encoder (transformers, d=64, 2 layers, 64x64 image; windowed attention with pads, "
             "decomposed relative positions, a global layer)",
-            _transformers(
-                lambda tf: tf.SamVisionModel(
-                    tf.SamVisionConfig(
-                        hidden_size=64,
-                        num_hidden_layers=2,
-                        num_attention_heads=4,
-                        image_size=64,
-                        patch_size=8,
-                        window_size=3,
-                        global_attn_indexes=[1],
-                        output_channels=32,
-                        mlp_dim=128,
-                    )
-                )
+            _hf(
+                "SamVisionModel",
+                "SamVisionConfig",
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                image_size=64,
+                patch_size=8,
+                window_size=3,
+                global_attn_indexes=[1],
+                output_channels=32,
+                mlp_dim=128,
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
@@ -923,85 +889,75 @@ ZOO: dict[str, ZooSpec] = {
             "segformer",
             "SegFormer encoder (transformers, 64x64; overlapping patch merges, spatial-reduction attention, "
             "Mix-FFN depthwise convs)",
-            _transformers(
-                lambda tf: tf.SegformerModel(
-                    tf.SegformerConfig(
-                        hidden_sizes=[16, 32, 48, 64], num_attention_heads=[1, 2, 2, 4], depths=[1, 1, 1, 1]
-                    )
-                )
+            _hf(
+                "SegformerModel",
+                "SegformerConfig",
+                hidden_sizes=[16, 32, 48, 64],
+                num_attention_heads=[1, 2, 2, 4],
+                depths=[1, 1, 1, 1],
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "pvt_v2",
             "PVTv2 encoder (transformers, 64x64; spatial-reduction attention, overlapping patch embeds)",
-            _transformers(
-                lambda tf: tf.PvtV2Model(
-                    tf.PvtV2Config(
-                        image_size=64,
-                        hidden_sizes=[16, 32, 48, 64],
-                        num_attention_heads=[1, 2, 2, 4],
-                        depths=[1, 1, 1, 1],
-                    )
-                )
+            _hf(
+                "PvtV2Model",
+                "PvtV2Config",
+                image_size=64,
+                hidden_sizes=[16, 32, 48, 64],
+                num_attention_heads=[1, 2, 2, 4],
+                depths=[1, 1, 1, 1],
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "mobilevit",
             "MobileViT (transformers, 64x64; patches unfolded for attention and folded back)",
-            _transformers(
-                lambda tf: tf.MobileViTModel(
-                    tf.MobileViTConfig(
-                        image_size=64,
-                        hidden_sizes=[32, 48, 64],
-                        neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
-                    )
-                )
+            _hf(
+                "MobileViTModel",
+                "MobileViTConfig",
+                image_size=64,
+                hidden_sizes=[32, 48, 64],
+                neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "convnextv2",
             "ConvNeXt V2 (transformers, 64x64; global response normalization)",
-            _transformers(
-                lambda tf: tf.ConvNextV2Model(
-                    tf.ConvNextV2Config(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1])
-                )
-            ),
+            _hf("ConvNextV2Model", "ConvNextV2Config", hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1]),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "poolformer",
             "PoolFormer (transformers, 64x64; average-pool token mixing without pads counted, GroupNorm)",
-            _transformers(
-                lambda tf: tf.PoolFormerModel(
-                    tf.PoolFormerConfig(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1])
-                )
-            ),
+            _hf("PoolFormerModel", "PoolFormerConfig", hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1]),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "bit",
             "BiT (transformers, 64x64; weight-standardized convolutions, GroupNorm, pre-activation)",
-            _transformers(
-                lambda tf: tf.BitModel(
-                    tf.BitConfig(
-                        embedding_size=16, hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_groups=8
-                    )
-                )
+            _hf(
+                "BitModel",
+                "BitConfig",
+                embedding_size=16,
+                hidden_sizes=[16, 32, 48, 64],
+                depths=[1, 1, 1, 1],
+                num_groups=8,
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "focalnet",
             "FocalNet (transformers, 64x64; focal modulation: depthwise convs gated and summed by level)",
-            _transformers(
-                lambda tf: tf.FocalNetModel(
-                    tf.FocalNetConfig(
-                        image_size=64, embed_dim=16, hidden_sizes=[32, 48, 64, 64], depths=[1, 1, 1, 1]
-                    )
-                )
+            _hf(
+                "FocalNetModel",
+                "FocalNetConfig",
+                image_size=64,
+                embed_dim=16,
+                hidden_sizes=[32, 48, 64, 64],
+                depths=[1, 1, 1, 1],
             ),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
@@ -1009,20 +965,20 @@ ZOO: dict[str, ZooSpec] = {
             "cvt",
             "CvT (transformers, 64x64; convolutional projections of queries, keys and values, a class token "
             "in the last stage)",
-            _transformers(
-                lambda tf: tf.CvtModel(
-                    tf.CvtConfig(embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3])
-                )
-            ),
+            _hf("CvtModel", "CvtConfig", embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3]),
             lambda t: (t.randn(2, 3, 64, 64),),
         ),
         ZooSpec(
             "swin2sr",
             "Swin2SR super-resolution (transformers, 32x32 image, x2; windows of 8, pixel shuffle)",
-            _transformers(
-                lambda tf: tf.Swin2SRModel(
-                    tf.Swin2SRConfig(image_size=32, embed_dim=32, depths=[2], num_heads=[2], window_size=8)
-                )
+            _hf(
+                "Swin2SRModel",
+                "Swin2SRConfig",
+                image_size=32,
+                embed_dim=32,
+                depths=[2],
+                num_heads=[2],
+                window_size=8,
             ),
             lambda t: (t.randn(1, 3, 32, 32),),
         ),
@@ -1030,21 +986,19 @@ ZOO: dict[str, ZooSpec] = {
             "dpt",
             "DPT depth estimation (transformers, ViT d=64, 4 layers, 32x32 image; reassembled features "
             "fused and upsampled to a depth map)",
-            _transformers(
-                lambda tf: tf.DPTForDepthEstimation(
-                    tf.DPTConfig(
-                        image_size=32,
-                        patch_size=8,
-                        hidden_size=64,
-                        num_hidden_layers=4,
-                        num_attention_heads=4,
-                        intermediate_size=128,
-                        backbone_out_indices=[0, 1, 2, 3],
-                        neck_hidden_sizes=[16, 32, 48, 64],
-                        fusion_hidden_size=32,
-                        head_in_index=-1,
-                    )
-                )
+            _hf(
+                "DPTForDepthEstimation",
+                "DPTConfig",
+                image_size=32,
+                patch_size=8,
+                hidden_size=64,
+                num_hidden_layers=4,
+                num_attention_heads=4,
+                intermediate_size=128,
+                backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[16, 32, 48, 64],
+                fusion_hidden_size=32,
+                head_in_index=-1,
             ),
             lambda t: (t.randn(2, 3, 32, 32),),
         ),
@@ -1052,16 +1006,14 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec(
             "opt",
             "OPT decoder (transformers, d=64, 2 layers; learned positions offset by 2 from a CumSum)",
-            _transformers(
-                lambda tf: tf.OPTModel(
-                    tf.OPTConfig(
-                        vocab_size=100,
-                        hidden_size=64,
-                        num_hidden_layers=2,
-                        ffn_dim=128,
-                        num_attention_heads=4,
-                    )
-                )
+            _hf(
+                "OPTModel",
+                "OPTConfig",
+                vocab_size=100,
+                hidden_size=64,
+                num_hidden_layers=2,
+                ffn_dim=128,
+                num_attention_heads=4,
             ),
             lambda t: (_ids(t), t.ones(2, 16, dtype=t.long)),
         ),
@@ -1069,49 +1021,43 @@ ZOO: dict[str, ZooSpec] = {
             "gptj",
             "GPT-J decoder (transformers, d=64, 2 layers; interleaved rotary on 8 of 16 head dims, "
             "parallel attention and MLP)",
-            _transformers(
-                lambda tf: tf.GPTJModel(
-                    tf.GPTJConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
-                )
-            ),
+            _hf("GPTJModel", "GPTJConfig", vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "codegen",
             "CodeGen decoder (transformers, d=64, 2 layers; fused QKV split by a mesh reshape, rotary)",
-            _transformers(
-                lambda tf: tf.CodeGenModel(
-                    tf.CodeGenConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
-                )
+            _hf(
+                "CodeGenModel", "CodeGenConfig", vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "gpt_bigcode",
             "GPT-BigCode / StarCoder decoder (transformers, d=64, 2 layers; multi-query attention)",
-            _transformers(
-                lambda tf: tf.GPTBigCodeModel(
-                    tf.GPTBigCodeConfig(vocab_size=100, n_embd=64, n_layer=2, n_head=4, multi_query=True)
-                )
+            _hf(
+                "GPTBigCodeModel",
+                "GPTBigCodeConfig",
+                vocab_size=100,
+                n_embd=64,
+                n_layer=2,
+                n_head=4,
+                multi_query=True,
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "mpt",
             "MPT decoder (transformers, d=64, 2 layers; ALiBi, no biases)",
-            _transformers(
-                lambda tf: tf.MptModel(
-                    tf.MptConfig(vocab_size=100, d_model=64, n_layers=2, n_heads=4, expansion_ratio=2)
-                )
+            _hf(
+                "MptModel", "MptConfig", vocab_size=100, d_model=64, n_layers=2, n_heads=4, expansion_ratio=2
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "phi",
             "Phi decoder (transformers, d=64, 2 layers; partial rotary, parallel attention and MLP)",
-            _transformers(
-                lambda tf: tf.PhiModel(tf.PhiConfig(vocab_size=100, partial_rotary_factor=0.5, **_SMALL))
-            ),
+            _hf("PhiModel", "PhiConfig", vocab_size=100, partial_rotary_factor=0.5, **_SMALL),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
@@ -1145,12 +1091,14 @@ ZOO: dict[str, ZooSpec] = {
             "gemma3",
             "Gemma 3 text decoder (transformers, d=64, 2 layers; local and global layers with their own "
             "rotary bases, RMSNorm of queries and keys)",
-            _transformers(
-                lambda tf: tf.Gemma3TextModel(
-                    tf.Gemma3TextConfig(
-                        vocab_size=100, num_key_value_heads=2, head_dim=16, sliding_window=8, **_SMALL
-                    )
-                )
+            _hf(
+                "Gemma3TextModel",
+                "Gemma3TextConfig",
+                vocab_size=100,
+                num_key_value_heads=2,
+                head_dim=16,
+                sliding_window=8,
+                **_SMALL,
             ),
             lambda t: (_ids(t),),
         ),
@@ -1171,29 +1119,27 @@ ZOO: dict[str, ZooSpec] = {
             "deepseek_v3",
             "DeepSeek-V3 decoder (transformers, d=64, 2 layers; multi-head latent attention, 4 routed "
             "experts by grouped top-k, a shared expert)",
-            _transformers(
-                lambda tf: tf.DeepseekV3Model(
-                    tf.DeepseekV3Config(
-                        vocab_size=100,
-                        hidden_size=64,
-                        intermediate_size=128,
-                        moe_intermediate_size=32,
-                        num_hidden_layers=2,
-                        num_attention_heads=4,
-                        num_key_value_heads=4,
-                        n_routed_experts=4,
-                        num_experts_per_tok=2,
-                        n_group=1,
-                        topk_group=1,
-                        kv_lora_rank=16,
-                        q_lora_rank=32,
-                        qk_rope_head_dim=8,
-                        qk_nope_head_dim=8,
-                        v_head_dim=16,
-                        first_k_dense_replace=1,
-                        experts_implementation="batched_mm",
-                    )
-                )
+            _hf(
+                "DeepseekV3Model",
+                "DeepseekV3Config",
+                vocab_size=100,
+                hidden_size=64,
+                intermediate_size=128,
+                moe_intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=4,
+                n_routed_experts=4,
+                num_experts_per_tok=2,
+                n_group=1,
+                topk_group=1,
+                kv_lora_rank=16,
+                q_lora_rank=32,
+                qk_rope_head_dim=8,
+                qk_nope_head_dim=8,
+                v_head_dim=16,
+                first_k_dense_replace=1,
+                experts_implementation="batched_mm",
             ),
             lambda t: (_ids(t),),
         ),
@@ -1201,23 +1147,21 @@ ZOO: dict[str, ZooSpec] = {
             "gpt_oss",
             "gpt-oss decoder (transformers, d=64, 2 layers, 4 experts, top 2; attention sinks, sliding and "
             "full layers, clamped SwiGLU)",
-            _transformers(
-                lambda tf: tf.GptOssModel(
-                    tf.GptOssConfig(
-                        vocab_size=100,
-                        hidden_size=64,
-                        intermediate_size=64,
-                        num_hidden_layers=2,
-                        num_attention_heads=4,
-                        num_key_value_heads=2,
-                        head_dim=16,
-                        num_local_experts=4,
-                        num_experts_per_tok=2,
-                        sliding_window=8,
-                        attn_implementation="eager",
-                        experts_implementation="batched_mm",
-                    )
-                )
+            _hf(
+                "GptOssModel",
+                "GptOssConfig",
+                vocab_size=100,
+                hidden_size=64,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                num_local_experts=4,
+                num_experts_per_tok=2,
+                sliding_window=8,
+                attn_implementation="eager",
+                experts_implementation="batched_mm",
             ),
             lambda t: (_ids(t),),
         ),
@@ -1225,30 +1169,31 @@ ZOO: dict[str, ZooSpec] = {
             "mamba2",
             "Mamba-2 (transformers, d=64, 2 layers, 8 heads of 16; the chunked state-space scan, chunks of 8 "
             "tokens)",
-            _transformers(
-                lambda tf: tf.Mamba2Model(
-                    tf.Mamba2Config(
-                        vocab_size=100,
-                        hidden_size=64,
-                        num_hidden_layers=2,
-                        num_heads=8,
-                        head_dim=16,
-                        state_size=16,
-                        expand=2,
-                        n_groups=1,
-                        chunk_size=8,
-                    )
-                )
+            _hf(
+                "Mamba2Model",
+                "Mamba2Config",
+                vocab_size=100,
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_heads=8,
+                head_dim=16,
+                state_size=16,
+                expand=2,
+                n_groups=1,
+                chunk_size=8,
             ),
             lambda t: (_ids(t),),
         ),
         ZooSpec(
             "rwkv",
             "RWKV-4 (transformers, d=64, 2 layers; the WKV recurrence unrolled over 16 tokens, token shift)",
-            _transformers(
-                lambda tf: tf.RwkvModel(
-                    tf.RwkvConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, context_length=16)
-                )
+            _hf(
+                "RwkvModel",
+                "RwkvConfig",
+                vocab_size=100,
+                hidden_size=64,
+                num_hidden_layers=2,
+                context_length=16,
             ),
             lambda t: (_ids(t),),
         ),
