@@ -907,6 +907,39 @@ def test_an_expand_to_a_multiple_of_the_batch_keeps_that_name_for_a_later_view(b
     np.testing.assert_array_equal(got, (x.reshape(-1, 2) + init["c"]).reshape(batch, -1))
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_one_hot_of_a_known_dim_folds_into_a_tiles_repeats(batch, device, rng):
+    """The TorchScript export of ``repeat_interleave(top_k, dim=0)`` in transformers' MoE experts (Mixtral,
+    Qwen2-MoE, DeepSeek-V3, gpt-oss) at a dynamic batch: the repeats are ``OneHot([1], 3, [1, k])``, k
+    read from the shape of the router's [tokens, k] output, whose tokens are known only at run time."""
+    nodes = [
+        _n("Shape", ["routed"], ["routed_shape"]),
+        _n("Gather", ["routed_shape", "idx1"], ["k"], axis=0),
+        _n("Unsqueeze", ["k", "axis0"], ["k_1d"]),
+        _n("Concat", ["one", "k_1d"], ["values"], axis=0),
+        _n("OneHot", ["where", "depth", "values"], ["hot"]),
+        _n("Reshape", ["hot", "minus_one"], ["repeats"]),
+        _n("Unsqueeze", ["x", "axis1"], ["x3"]),
+        _n("Tile", ["x3", "repeats"], ["y"]),
+    ]
+    init = {
+        "idx1": i64(1).reshape(()),
+        "axis0": i64(0),
+        "axis1": i64(1),
+        "one": i64(1),
+        "where": i64(1),
+        "depth": i64(3).reshape(()),
+        "minus_one": i64(-1),
+    }
+    inputs = [("x", ["tokens", 4]), ("routed", ["tokens", 2])]
+    model = om.make_model(nodes, inputs, [("y", None)], init, "one_hot_repeats")
+    x = rng.standard_normal((batch, 4)).astype(F)
+    routed = rng.standard_normal((batch, 2)).astype(F)
+    with pl.from_onnx(model, device=device) as pipe:
+        got = pipe.run(x=x, routed=routed)["y"].numpy()
+    np.testing.assert_array_equal(got, np.tile(x[:, None], (1, 2, 1)))
+
+
 def test_a_tile_by_two_run_time_counts_one_of_a_dim_other_than_one_is_refused():
     nodes = _dims("x", 0, 1) + [
         _n("Concat", ["x_u0", "x_u1", "one"], ["repeats"], axis=0),

@@ -123,6 +123,7 @@ FOLDABLE = frozenset(
         "BlackmanWindow",
         "MelWeightMatrix",
         "EyeLike",
+        "OneHot",
         "NonZero",
         "Unique",
         "NonMaxSuppression",
@@ -543,6 +544,10 @@ def _bound(node: Node, g: Graph) -> float:
             return too_big
         bins, dft = (float(a.reshape(-1)[0]) for a in arrays[:2])
         return (max(dft, 0.0) // 2 + 1) * max(bins, 0.0)
+    if node.op_type == "OneHot":  # indices' shape with depth inserted
+        if arrays[1].size != 1:
+            return too_big
+        return float(arrays[0].size) * max(float(arrays[1].reshape(-1)[0]), 0.0)
     if node.op_type == "NonZero":  # [rank, count]
         return float(max(arrays[0].ndim, 1) * arrays[0].size)
     if node.op_type == "NonMaxSuppression":  # [selected, 3], at most min(max_out, boxes) per batch and class
