@@ -381,6 +381,10 @@ def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
             [_n("Tile", ["four", "reps"], ["big"]), _n("Add", ["x", "big"], ["y"])],
             {"four": np.ones((4,), F), "reps": i64(1 << 40)},
         ),
+        (  # a OneHot of depth 2**40
+            [_n("OneHot", ["idx", "depth", "vals"], ["big"]), _n("Add", ["x", "big"], ["y"])],
+            {"idx": i64(1), "depth": i64(1 << 40).reshape(()), "vals": np.array([0.0, 1.0], F)},
+        ),
         (  # a Mod of two vectors broadcast to 1.9e6 elements
             [_n("Mod", ["a", "b"], ["big"], fmod=1), _n("Add", ["x", "big"], ["y"])],
             {"a": np.ones((1365, 1), F), "b": np.ones((1, 1365), F)},
