@@ -958,6 +958,12 @@ def test_a_tile_by_two_run_time_counts_one_of_a_dim_other_than_one_is_refused():
     assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Tile"]
 
 
+def test_a_tile_by_a_run_time_count_of_an_input_of_unknown_rank_is_refused():
+    with pytest.raises(pl.PipeLinkError, match="Tile needs its input's rank") as info:
+        import_model(_tile_model([1, 1], None))
+    assert [u["op_type"] for u in info.value.context["unsupported"]] == ["Tile"]
+
+
 def _heads_fold_model(factor: int = 4):
     """BLOOM's attention at a dynamic batch: x [batch, 16, 4, 8] (sequence, heads, head dim) transposed to
     [batch, 4, 16, 8], viewed as ``[x.size(0) * factor, -1, 8]``, scaled, and viewed back as
