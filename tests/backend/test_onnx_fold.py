@@ -348,6 +348,23 @@ def test_a_table_past_the_shape_arithmetic_limit_folds(rng):
         np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x + F(0.5))
 
 
+def test_an_integer_division_by_zero_of_constants_folds_to_zero_without_a_warning():
+    """A hostile model's integer Div by 0 folds to 0, as the div stage computes it at run time; NumPy's
+    RuntimeWarning from onnx's reference never reaches the user."""
+    import warnings
+
+    nodes = [_n("Div", ["a", "b"], ["q"]), _n("Add", ["x", "q"], ["y"])]
+    model = om.make_model(nodes, [("x", [2])], [("y", None)], {"a": i64(6, 4), "b": i64(0, 2)}, "div0")
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.INT64
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        config, weights = import_model(model)
+    assert [w.message for w in seen] == []
+    assert [stage["name"] for stage in config["pipeline"]] == ["add"]  # the Div folded
+    with pl.load(config, weights=weights, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=i64(1, 1))["y"].numpy(), i64(1, 3))
+
+
 def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
     nodes = [_n("ConstantOfShape", ["shape"], ["big"]), _n("Add", ["x", "big"], ["y"])]
     init = {"shape": i64(1 << 20, 1 << 20)}  # 2**40 elements: never allocated
