@@ -489,14 +489,21 @@ def import_cmd(
             "commas; repeatable)",
         ),
     ] = None,
+    shape: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shape",
+            help="NAME=AxB: fix a graph input's dims at import, as an export with fixed shapes (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Import an ONNX model: write DIR/pipeline.json and DIR/weights.npz (needs pipelink[onnx])."""
-    from .cli_inputs import parse_constants
+    from .cli_inputs import parse_constants, parse_shapes
     from .onnx import import_model
 
     try:
-        constants = parse_constants(constant or [])
-        config, weights = import_model(model, out_dir=out_dir, fuse=fuse, constants=constants)
+        constants, shapes = parse_constants(constant or []), parse_shapes(shape or [])
+        config, weights = import_model(model, out_dir=out_dir, fuse=fuse, constants=constants, shapes=shapes)
     except PipeLinkError as e:
         raise UsageFailure(e) from e
     console.print(

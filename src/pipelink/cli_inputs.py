@@ -21,7 +21,7 @@ from .errors import InvalidArgumentError
 from .limits import check_fits, shape_nbytes
 from .runtime.executor import check_inputs
 
-__all__ = ["build_feed", "parse_shape", "parse_constants"]
+__all__ = ["build_feed", "parse_shape", "parse_shapes", "parse_constants"]
 
 
 def _parse_kv(items: list[str], what: str) -> dict[str, str]:
@@ -106,6 +106,12 @@ def parse_shape(name: str, text: str) -> tuple[int, ...]:
             f"e.g. --shape {name}=8x1024"
         )
     return dims
+
+
+def parse_shapes(items: list[str]) -> dict[str, list[int]]:
+    """``pipelink import --shape NAME=AxB``: each input's dims, by name (checked against the model by
+    ``import_model(shapes=...)``)."""
+    return {name: list(parse_shape(name, text)) for name, text in _parse_kv(items, "shape").items()}
 
 
 def _check_names(pipe, given: Collection[str], what: str) -> None:

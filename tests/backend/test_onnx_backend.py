@@ -1,5 +1,6 @@
-"""Graph inputs fixed at import (``import_model(constants=...)``, ``pipelink import --constant``) and
-PipeLink as an ONNX backend (``pipelink.onnx.backend``: ``prepare``/``run``, ``run_model``, ``run_node``)."""
+"""Graph inputs fixed at import (``import_model(constants=...)``, ``pipelink import --constant``), their
+dims fixed at import (``shapes=``, ``pipelink import --shape``) and PipeLink as an ONNX backend
+(``pipelink.onnx.backend``: ``prepare``/``run``, ``run_model``, ``run_node``)."""
 
 from __future__ import annotations
 
@@ -268,6 +269,112 @@ def test_a_value_split_inside_a_branch_is_traced_to_its_graph_input(device, rng)
             (got,) = rep.run(feeds)
             np.testing.assert_array_equal(got, feeds["x"].reshape(dims))
         assert rep._needed == ("dims",)
+
+
+# -- import_model(shapes=...), pipelink import --shape ----------------------------------------------------
+_TABLE = np.arange(8, dtype=F).reshape(1, 8)
+
+
+def _alibi_model():
+    """x [batch, seq] plus the last seq entries of a constant table [1, 8], sliced from a start the model
+    computes, ``max(0, 8 - seq)`` (MPT's ALiBi): a start known only at run time, refused unless seq is
+    fixed at import. ``mask`` [batch, seq] shares the dim names and is added too."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Sub", ["eight", "seq"], ["left"]),
+        helper.make_node("Max", ["left", "zero"], ["start0"]),
+        helper.make_node("Unsqueeze", ["start0", "axis0"], ["start"]),
+        helper.make_node("Slice", ["table", "start", "end", "axis1"], ["bias"]),
+        helper.make_node("Add", ["x", "bias"], ["xb"]),
+        helper.make_node("Add", ["xb", "mask"], ["y"]),
+    ]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"one": i64(1)[0], "eight": i64(8)[0], "zero": i64(0)[0], "axis0": i64(0), "axis1": i64(1)}
+    inits |= {"end": i64(2**62), "table": _TABLE}
+    graph = helper.make_graph(
+        nodes,
+        "alibi",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])],
+        [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
+    )
+    graph.value_info.append(
+        helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, "8 - Max(0, 8 - seq)"])
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = om.ORT_IR_VERSION
+    return model
+
+
+def test_a_start_computed_from_a_run_time_dim_is_refused_with_the_shapes_to_give():
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(_alibi_model())
+    assert info.value.code is pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT
+    message = info.value.message
+    assert "x [batch, seq]" in message and "mask [batch, seq]" in message
+    assert "shapes={'x': [batch, seq]}" in message and "--shape x=<batch>x<seq>" in message
+
+
+@pytest.mark.parametrize("seq", [3, 8])
+def test_dims_fixed_at_import_fold_what_the_model_computes_from_them(rng, seq):
+    """The model imports for the sizes given; the mask's dims of the same names are fixed with x's."""
+    config, weights = import_model(_alibi_model(), shapes={"x": [2, seq]})
+    assert [config["inputs"][n]["shape"] for n in ("x", "mask")] == [[2, seq], [2, seq]]
+    with pl.from_onnx(_alibi_model(), device="cpu", shapes={"x": [2, seq]}) as pipe:
+        x, mask = (rng.standard_normal((2, seq)).astype(F) for _ in range(2))
+        np.testing.assert_allclose(pipe.run(x=x, mask=mask)["y"].numpy(), x + _TABLE[:, 8 - seq :] + mask)
+        with pytest.raises(pl.PipeLinkError, match="declares"):
+            pipe.run(x=rng.standard_normal((2, seq + 1)).astype(F), mask=mask)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "says"),
+    [
+        ({"xx": [2, 3]}, "'xx' is not an input of the ONNX model; did you mean 'x'?"),
+        ({"x": [2]}, "'x' is given 1 dims, but the model declares 2 (batchxseq)"),
+        ({"x": [2, 0]}, "each an int from 1 to 2**63 - 1"),
+        ({"x": [2, True]}, "each an int from 1 to 2**63 - 1"),
+        ({"x": [2, 2.5]}, "each an int from 1 to 2**63 - 1"),
+        ({"x": [2, 2**63]}, "each an int from 1 to 2**63 - 1"),
+        ({"x": "2x3"}, "must be a list of dims"),
+        ({"x": [2, 3], "mask": [2, 4]}, "the dim 'seq' is 3 in 'x' and 4 in 'mask'; one name is one size"),
+    ],
+)
+def test_bad_shapes_at_import_are_refused_with_the_reason(shapes, says):
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(_alibi_model(), shapes=shapes)
+    assert info.value.code is pl.ErrorCode.PIPELINK_ERR_INVALID_ARGUMENT and says in info.value.message
+
+
+def test_shapes_at_import_must_agree_with_the_fixed_dims_and_not_repeat_constants():
+    with pytest.raises(pl.PipeLinkError, match=r"'x' dim 1 is 5, but the model fixes it to 6 \(2x6\)"):
+        import_model(_reshape_topk_model(), shapes={"x": [2, 5]})
+    with pytest.raises(pl.PipeLinkError, match="'k' given in both constants and shapes"):
+        import_model(_reshape_topk_model(), constants={"k": [3]}, shapes={"k": [1]})
+    with pytest.raises(pl.PipeLinkError, match="shapes is a mapping of graph input names"):
+        import_model(_reshape_topk_model(), shapes=[("x", [2, 6])])
+
+
+def test_cli_import_takes_shapes(tmp_path, capsys, rng):
+    onnx.save(_alibi_model(), tmp_path / "m.onnx")
+    out = tmp_path / "imported"
+    args = ["import", str(tmp_path / "m.onnx"), "-o", str(out)]
+    assert main(args) == 2
+    assert "--shape x=<batch>x<seq>" in capsys.readouterr().err
+    assert main([*args, "--shape", "x=2xseven"]) == 2
+    assert "give the dimensions as non-negative integers joined by 'x'" in capsys.readouterr().err
+    assert main([*args, "--shape", "x"]) == 2
+    assert "--shape takes NAME=" in capsys.readouterr().err
+    assert main([*args, "--shape", "x=2x5"]) == 0
+    config = json.loads((out / "pipeline.json").read_text())
+    assert config["inputs"]["mask"]["shape"] == [2, 5]
+    x, mask = (rng.standard_normal((2, 5)).astype(F) for _ in range(2))
+    with pl.load(out / "pipeline.json", device="cpu") as pipe:
+        np.testing.assert_allclose(pipe.run(x=x, mask=mask)["y"].numpy(), x + _TABLE[:, 3:] + mask)
 
 
 # -- the ONNX backend -----------------------------------------------------------------------------------

@@ -365,6 +365,29 @@ def test_an_integer_division_by_zero_of_constants_folds_to_zero_without_a_warnin
         np.testing.assert_array_equal(pipe.run(x=i64(1, 1))["y"].numpy(), i64(1, 3))
 
 
+def test_a_constant_made_by_folding_has_its_own_shape_for_the_nodes_after_it(rng):
+    """A ConstantOfShape of dims computed from x's shape folds; the Pad of it then needs its shape, which
+    shape inference could not give (Funnel's TorchScript export: ``unk__`` dims): the folded value's."""
+    value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0])
+    nodes = [
+        *_dims("x", 1),
+        _n("Sub", ["x_u1", "one"], ["less"]),
+        _n("Concat", ["less", "less"], ["dims"], axis=0),
+        _n("ConstantOfShape", ["dims"], ["ones"], value=value),
+        _n("Pad", ["ones", "pads"], ["padded"], mode="constant"),
+        _n("Add", ["padded", "z"], ["y"]),
+    ]
+    inits = {"idx1": i64(1)[0], "axis0": i64(0), "one": i64(1), "pads": i64(1, 0, 0, 0)}
+    model = om.make_model(nodes, [("x", [3, 6]), ("z", [6, 5])], [("y", None)], inits, "pad_of_folded")
+    model.graph.value_info.append(
+        helper.make_tensor_value_info("ones", onnx.TensorProto.FLOAT, ["unk_1", "unk_2"])
+    )
+    z = rng.standard_normal((6, 5)).astype(F)
+    want = np.pad(np.ones((5, 5), F), ((1, 0), (0, 0))) + z
+    with pl.from_onnx(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(x=np.zeros((3, 6), F), z=z)["y"].numpy(), want)
+
+
 def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
     nodes = [_n("ConstantOfShape", ["shape"], ["big"]), _n("Add", ["x", "big"], ["y"])]
     init = {"shape": i64(1 << 20, 1 << 20)}  # 2**40 elements: never allocated

@@ -78,6 +78,91 @@ def _read_model(onnx, model_or_path: Any):
         raise InvalidArgumentError(f"{str(path)!r} is not a readable ONNX model: {e}") from None
 
 
+#: The largest dim a shape fixed at import may give (an ONNX dim is an int64).
+_MAX_DIM = 2**63 - 1
+
+
+def _fix_shapes(onnx, model, shapes: dict[str, Any]):
+    """A copy of ``model`` whose graph inputs named in ``shapes`` have those dims, as if it had been
+    exported with them. A ``dim_param`` fixed in one input is fixed by its name in every input that has
+    it (``seq`` of the token ids and of the mask); the exporter's annotations of intermediate tensors and
+    outputs lose their symbolic dims (shape inference computes them again from the fixed inputs).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A name that is not a graph input (or is also given in ``constants``), a shape that is not a list of
+        ints >= 1, of another rank than declared, that disagrees with a dim the model fixes, or that gives
+        one ``dim_param`` two values.
+    """
+    graph = model.graph
+    declared = {
+        info.name: info for info in graph.input if info.name not in {t.name for t in graph.initializer}
+    }
+    by_name: dict[str, tuple[int, str]] = {}  # dim_param -> (value, the input that fixed it)
+    fixed: dict[str, list[int]] = {}
+    for name, shape in shapes.items():
+        info = declared.get(name)
+        if info is None:
+            hint = did_you_mean(str(name), declared)
+            raise InvalidArgumentError(
+                f"shapes: {name!r} is not an input of the ONNX model{hint} (its inputs: "
+                f"{', '.join(declared) or 'none'})"
+            )
+        dims = list(shape) if isinstance(shape, list | tuple) else None
+        if dims is None or not all(
+            isinstance(d, int | np.integer) and not isinstance(d, bool) and 1 <= d <= _MAX_DIM for d in dims
+        ):
+            raise InvalidArgumentError(
+                f"shapes: {name!r} must be a list of dims, each an int from 1 to 2**63 - 1 (PipeLink has no "
+                f"empty tensors), got {shape!r}"
+            )
+        dims = [int(d) for d in dims]
+        ttype = info.type.tensor_type
+        if ttype.HasField("shape"):
+            model_dims = list(ttype.shape.dim)
+            shown = "x".join(
+                str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in model_dims
+            )
+            if len(model_dims) != len(dims):
+                raise InvalidArgumentError(
+                    f"shapes: {name!r} is given {len(dims)} dims, but the model declares {len(model_dims)} "
+                    f"({shown or 'a scalar'})"
+                )
+            for k, (d, value) in enumerate(zip(model_dims, dims, strict=True)):
+                if d.HasField("dim_value") and d.dim_value != value:
+                    raise InvalidArgumentError(
+                        f"shapes: {name!r} dim {k} is {value}, but the model fixes it to {d.dim_value} "
+                        f"({shown})"
+                    )
+                if d.HasField("dim_param") and d.dim_param:
+                    seen = by_name.setdefault(d.dim_param, (value, name))
+                    if seen[0] != value:
+                        raise InvalidArgumentError(
+                            f"shapes: the dim {d.dim_param!r} is {seen[0]} in {seen[1]!r} and {value} in "
+                            f"{name!r}; one name is one size"
+                        )
+        fixed[name] = dims
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+
+    def fix(info, dims=None) -> None:
+        if not info.type.tensor_type.HasField("shape"):
+            return
+        for k, d in enumerate(info.type.tensor_type.shape.dim):
+            value = dims[k] if dims is not None else by_name.get(d.dim_param, (None,))[0]
+            if value is not None:
+                d.dim_value = value  # clears dim_param (a oneof)
+            elif d.HasField("dim_param"):
+                d.Clear()  # an exporter's expression of the old symbols: unknown, inferred again
+
+    for info in out.graph.input:
+        fix(info, fixed.get(info.name))
+    for info in [*out.graph.value_info, *out.graph.output]:
+        fix(info)
+    return out
+
+
 def _bind_constants(onnx, model, constants: dict[str, Any]):
     """A copy of ``model`` whose graph inputs named in ``constants`` are initializers of those values (a
     model specialised on them: a Resize's scales, a TopK's k given as inputs).
@@ -221,6 +306,7 @@ def import_model(
     *,
     fuse: bool = True,
     constants: dict[str, Any] | None = None,
+    shapes: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Convert an ONNX model into a PipeLink config and its weights.
 
@@ -243,6 +329,13 @@ def import_model(
         the pipeline then computes the model for those values only. The value must have the declared
         shape, in the declared element type or one that converts to it exactly (floats round to a declared
         float type).
+    shapes : dict of name -> list of ints, optional
+        Graph inputs whose dims are fixed at import, as if the model had been exported with them
+        (``{"input_values": [1, 16000]}``): what the model computes from its shapes then folds, so a
+        dynamic export whose shape arithmetic PipeLink cannot keep symbolic imports for those sizes (the
+        pipeline then takes inputs of those shapes only). A ``dim_param`` fixed in one input is fixed in
+        every input that has it. Each list has the declared rank, ints >= 1, and agrees with the dims
+        the model fixes.
 
     Returns
     -------
@@ -272,10 +365,22 @@ def import_model(
         raise InvalidArgumentError(
             f"constants is a mapping of graph input names to values, got {type(constants).__name__}"
         )
+    if shapes is not None and not isinstance(shapes, Mapping):
+        raise InvalidArgumentError(
+            f"shapes is a mapping of graph input names to lists of dims, got {type(shapes).__name__}"
+        )
+    both = sorted(set(constants or ()) & set(shapes or ()))
+    if both:
+        raise InvalidArgumentError(
+            f"{', '.join(map(repr, both))} given in both constants and shapes: a constant's shape is its "
+            "value's; give it in one of them"
+        )
     onnx = _onnx()
     model = _read_model(onnx, model_or_path)
     if constants:
         model = _bind_constants(onnx, model, dict(constants))
+    if shapes:
+        model = _fix_shapes(onnx, model, dict(shapes))
     # A malformed model (a node its schema does not allow, data that does not match its dims) is refused
     # before anything reads it: onnx's shape inference, the folds and the converters trust the schemas.
     opset, malformed = check_model(onnx, model)
@@ -346,7 +451,7 @@ def import_model(
         # traced through the nodes If, Loop and Scan became too (their outputs come from those nodes)
         lowered = [*graph.node, *protos.values()]
         rejected = [_traced(r, lowered, free) for r in rejected]
-        listing = "\n".join(f"  {r}" for r in rejected)
+        listing = "\n".join(f"  {r}" for r in rejected) + _fixed_shapes_hint(inputs, rejected)
         noun = "node" if len(rejected) == 1 else "nodes"
         raise InvalidArgumentError(
             f"the ONNX model cannot be imported: {len(rejected)} {noun} PipeLink does not support "
@@ -363,6 +468,31 @@ def import_model(
     if out_dir is not None:
         config = write_import(config, g.weights, out_dir)
     return config, dict(g.weights)
+
+
+#: What a refusal says when a dim known only at run time is its cause (the converters' and fold's words).
+_RUN_TIME_DIMS = ("known only when the model runs", "known only at run time", "fixed shapes")
+
+
+def _fixed_shapes_hint(inputs: dict[str, Any], rejected: list[Rejected]) -> str:
+    """The line after a listing whose refusals come from dims known only at run time, when graph inputs
+    have such dims: fixing them at import (``shapes=``, ``--shape``) is the export with fixed shapes."""
+    symbolic = {
+        name: decl["shape"]
+        for name, decl in inputs.items()
+        if any(isinstance(d, str) for d in decl.get("shape") or ())
+    }
+    if not symbolic or not any(any(w in r.why for w in _RUN_TIME_DIMS) for r in rejected):
+        return ""
+    listed = ", ".join(f"{n} [{', '.join(map(str, shape))}]" for n, shape in symbolic.items())
+    name, shape = next(iter(symbolic.items()))
+    sizes = ", ".join(map(str, shape))
+    option = "x".join(f"<{d}>" if isinstance(d, str) else str(d) for d in shape)
+    return (
+        f"\n(the graph inputs {listed} have dims known only at run time: to import the model for fixed "
+        f"sizes, as an export with fixed shapes, give them, each name replaced by its size: "
+        f"import_model(..., shapes={{{name!r}: [{sizes}]}}), or pipelink import --shape {name}={option})"
+    )
 
 
 def _traced(rejected: Rejected, nodes: Any, inputs: frozenset[str]) -> Rejected:
@@ -449,6 +579,7 @@ def from_onnx(
     device: str = "auto",
     fuse: bool = True,
     constants: dict[str, Any] | None = None,
+    shapes: dict[str, Any] | None = None,
     **load_options: Any,
 ) -> Pipeline:
     """Import an ONNX model and load it: ``pl.load`` of the imported config with its weights bound.
@@ -462,6 +593,8 @@ def from_onnx(
         As for :func:`import_model`: False imports every node as its own stage.
     constants : dict of name -> array, optional
         As for :func:`import_model`: graph inputs whose values are fixed at import.
+    shapes : dict of name -> list of ints, optional
+        As for :func:`import_model`: graph inputs whose dims are fixed at import.
     **load_options
         Any other option of :func:`pipelink.load` (``cuda_graph``, ``tuned``, ...).
     """
@@ -470,5 +603,5 @@ def from_onnx(
             "from_onnx() binds the model's own initializers as the weights; to give other values, import "
             "with import_model() and load the config with pl.load(config, weights=...)"
         )
-    config, weights = import_model(model_or_path, fuse=fuse, constants=constants)
+    config, weights = import_model(model_or_path, fuse=fuse, constants=constants, shapes=shapes)
     return load(config, device=device, weights=weights, **load_options)

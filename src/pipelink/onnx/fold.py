@@ -365,6 +365,7 @@ def _fold_constant(g: Graph, node: Node) -> bool:
         if not name:
             continue
         g.constants[name] = value
+        g.shapes[name] = tuple(value.shape)  # the value's own: shape inference may have had no dims for it
         with contextlib.suppress(PipeLinkError):  # a dtype PipeLink lacks: whoever reads it says so
             g.dtypes[name] = get_dtype(value.dtype).name
     return True
