@@ -392,6 +392,24 @@ def test_backend_rep_specialises_on_the_values_it_needs_and_keeps_each_pipeline(
         assert by_name[0].shape == (12, 1)
 
 
+def test_backend_rep_specialises_on_the_shapes_of_run_time_dims_it_cannot_keep(device, rng):
+    """A refusal caused by dims known only at run time (the error's run_time_dims): the rep imports the
+    model for the shapes given, once per shape; the refusal it lifts is in the error of a plain import."""
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(_alibi_model())
+    assert info.value.run_time_dims == ["x", "mask"]
+    with plb.prepare(_alibi_model(), device=device.upper()) as rep:
+        for seq in (3, 8, 3, 5):
+            x, mask = (rng.standard_normal((2, seq)).astype(F) for _ in range(2))
+            (got,) = rep.run({"x": x, "mask": mask})
+            np.testing.assert_allclose(got, x + _TABLE[:, 8 - seq :] + mask, rtol=1e-6)
+        assert rep._sized == ("x", "mask") and rep._needed == () and len(rep._pipelines) == 3
+        with pytest.raises(pl.PipeLinkError, match="'mask' is needed at import"):
+            rep.run({"x": x})
+        with pytest.raises(pl.PipeLinkError, match="each an int from 1"):  # a dim of 0: no empty tensors
+            rep.run({"x": np.zeros((2, 0), F), "mask": np.zeros((2, 0), F)})
+
+
 def test_backend_rep_drops_the_least_recent_pipeline(rng):
     values = [(shape, k) for shape in [(2, 6), (3, 4), (4, 3)] for k in (1, 2, 3)]
     assert len(values) > plb.MAX_SPECIALISED

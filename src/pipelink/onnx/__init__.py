@@ -451,12 +451,14 @@ def import_model(
         # traced through the nodes If, Loop and Scan became too (their outputs come from those nodes)
         lowered = [*graph.node, *protos.values()]
         rejected = [_traced(r, lowered, free) for r in rejected]
-        listing = "\n".join(f"  {r}" for r in rejected) + _fixed_shapes_hint(inputs, rejected)
+        symbolic = _run_time_dims(inputs, rejected)
+        listing = "\n".join(f"  {r}" for r in rejected) + _fixed_shapes_hint(symbolic)
         noun = "node" if len(rejected) == 1 else "nodes"
         raise InvalidArgumentError(
             f"the ONNX model cannot be imported: {len(rejected)} {noun} PipeLink does not support "
             f"(nothing was imported):\n{listing}\nsupported op types: {', '.join(sorted(CONVERTERS))}",
             unsupported=[r.as_dict() for r in rejected],
+            run_time_dims=list(symbolic) or None,
         )
     config: dict[str, Any] = {
         "name": _pipeline_name(graph.name),
@@ -474,15 +476,23 @@ def import_model(
 _RUN_TIME_DIMS = ("known only when the model runs", "known only at run time", "fixed shapes")
 
 
-def _fixed_shapes_hint(inputs: dict[str, Any], rejected: list[Rejected]) -> str:
-    """The line after a listing whose refusals come from dims known only at run time, when graph inputs
-    have such dims: fixing them at import (``shapes=``, ``--shape``) is the export with fixed shapes."""
+def _run_time_dims(inputs: dict[str, Any], rejected: list[Rejected]) -> dict[str, list]:
+    """The graph inputs with symbolic dims (name -> declared shape) when some refusal comes from dims
+    known only at run time (the error's ``run_time_dims``: fixing them at import may lift it); else {}."""
     symbolic = {
         name: decl["shape"]
         for name, decl in inputs.items()
         if any(isinstance(d, str) for d in decl.get("shape") or ())
     }
-    if not symbolic or not any(any(w in r.why for w in _RUN_TIME_DIMS) for r in rejected):
+    if not any(any(w in r.why for w in _RUN_TIME_DIMS) for r in rejected):
+        return {}
+    return symbolic
+
+
+def _fixed_shapes_hint(symbolic: dict[str, list]) -> str:
+    """The line after a listing whose refusals come from dims known only at run time: fixing the inputs'
+    dims at import (``shapes=``, ``--shape``) is the export with fixed shapes."""
+    if not symbolic:
         return ""
     listed = ", ".join(f"{n} [{', '.join(map(str, shape))}]" for n, shape in symbolic.items())
     name, shape = next(iter(symbolic.items()))

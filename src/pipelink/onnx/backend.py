@@ -6,8 +6,11 @@ gives the outputs in graph order. A node may need a value at import that the mod
 Reshape's shape, a TopK's k, a Resize's scales) or computes from inputs (a Range's bounds, a Loop's trip
 count); the import's refusal names those graph inputs (``graph_inputs``). The rep then takes their values
 from the run and imports the model specialised on them (``import_model(constants=...)``), the way a user
-fixes them with ``pipelink import --constant``; it keeps the pipeline for the next run with the same
-values (the last :data:`MAX_SPECIALISED` of them). The import evaluates what those values decide (shape
+fixes them with ``pipelink import --constant``. Likewise, when the refusal comes from dims known only at
+run time (the error's ``run_time_dims``: shape arithmetic on a dynamic sequence PipeLink cannot keep
+symbolic), the rep imports the model for the shapes of the inputs given (``import_model(shapes=...)``,
+``pipelink import --shape``). It keeps the pipeline for the next run with the same values and shapes
+(the last :data:`MAX_SPECIALISED` of them). The import evaluates what those values decide (shape
 arithmetic, a Range, at most ``fold.MAX_FOLD_ELEMENTS`` elements); every other input stays an input of
 the pipeline, and the data a node's output size depends on (NonZero, Unique, NonMaxSuppression) is never
 specialised on.
@@ -70,6 +73,7 @@ class PipeLinkBackendRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in weights]
         self.output_names = [o.name for o in model.graph.output]
         self._needed: tuple[str, ...] = ()  # inputs the import needs the values of, learned on first run
+        self._sized: tuple[str, ...] = ()  # inputs whose dims the import needs fixed, learned likewise
         self._pipelines: OrderedDict[tuple, Any] = OrderedDict()
 
     # -- onnx's interface ------------------------------------------------------------------------------
@@ -129,19 +133,32 @@ class PipeLinkBackendRep(BackendRep):
                     f"input {missing[0]!r} is needed at import (its value specialises the model) and was "
                     "not given"
                 )
+            missing = [n for n in self._sized if n not in feeds]
+            if missing:
+                raise InvalidArgumentError(
+                    f"input {missing[0]!r} is needed at import (its shape specialises the model) and was "
+                    "not given"
+                )
             key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in self._needed)
+            key += tuple((n, feeds[n].shape) for n in self._sized)
             pipe = self._pipelines.get(key)
             if pipe is not None:
                 self._pipelines.move_to_end(key)
                 return pipe
             constants = {n: feeds[n] for n in self._needed}
+            shapes = {n: list(feeds[n].shape) for n in self._sized}
             try:
-                pipe = from_onnx(self.model, device=self.device, constants=constants, **self.options)
+                pipe = from_onnx(
+                    self.model, device=self.device, constants=constants, shapes=shapes, **self.options
+                )
             except PipeLinkError as e:
                 more = self._more_needed(e, feeds)
-                if not more:
+                sized = [n for n in e.run_time_dims or () if n in feeds and n not in self._sized]
+                if not more and not sized:
                     raise
                 self._needed = tuple(dict.fromkeys([*self._needed, *more]))
+                grown = dict.fromkeys([*self._sized, *sized])
+                self._sized = tuple(n for n in grown if n not in self._needed)  # a constant has its shape
                 continue
             self._pipelines[key] = pipe
             if len(self._pipelines) > MAX_SPECIALISED:
