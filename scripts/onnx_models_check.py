@@ -17,9 +17,11 @@ Granite, Gemma 3, Qwen2-MoE, DeepSeek-V3, gpt-oss, Mamba-2 and RWKV; small, rand
 ``--exporter dynamo`` exports as ``torch.onnx.export`` does by default (torch.export, with onnxscript), and
 ``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3, and
 ``--dynamic-seq`` with a symbolic dim 1 of the 2-d inputs (token ids, audio samples), run at 3/4 of it.
+``--fix-shapes`` imports such an export with its inputs' dims fixed to the run's (``from_onnx(shapes=)``).
 
 python scripts/onnx_models_check.py [--zoo race|wide] [--only NAME,...] [--devices cpu,cuda] [--out DIR]
                                     [--exporter auto|torchscript|dynamo] [--dynamic-batch] [--dynamic-seq]
+                                    [--fix-shapes]
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def main() -> int:
     parser.add_argument("--exporter", choices=EXPORTERS, default="auto", help="which exporter (default auto)")
     parser.add_argument("--dynamic-batch", action="store_true", help="export a symbolic batch, run batch 3")
     parser.add_argument("--dynamic-seq", action="store_true", help="export a symbolic dim 1 of 2-d inputs")
+    parser.add_argument(
+        "--fix-shapes",
+        action="store_true",
+        help="import with the dims fixed to the run's inputs' (from_onnx shapes=): a dynamic export as one "
+        "with fixed shapes",
+    )
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     unknown = only - set(MODELS if args.zoo == "race" else ZOO)
@@ -120,7 +128,8 @@ def main() -> int:
             continue
         for device in args.devices.split(","):
             try:
-                with pl.from_onnx(model, device=device) as pipe:
+                shapes = {n: list(v.shape) for n, v in feeds.items()} if args.fix_shapes else None
+                with pl.from_onnx(model, device=device, shapes=shapes) as pipe:
                     out = np.asarray(pipe.run(feeds)["y"].numpy())
                     if out.shape != ref.shape:
                         raise AssertionError(f"output shape {out.shape}, onnxruntime's {ref.shape}")

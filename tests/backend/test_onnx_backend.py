@@ -359,6 +359,17 @@ def test_shapes_at_import_must_agree_with_the_fixed_dims_and_not_repeat_constant
         import_model(_reshape_topk_model(), shapes=[("x", [2, 6])])
 
 
+def test_shapes_at_import_give_an_input_declared_without_a_shape_its_dims(rng):
+    model = _alibi_model()
+    for info in model.graph.input:
+        info.type.tensor_type.ClearField("shape")
+    config, _ = import_model(model, shapes={"x": [2, 4], "mask": [2, 4]})
+    assert [config["inputs"][n]["shape"] for n in ("x", "mask")] == [[2, 4], [2, 4]]
+    x, mask = (rng.standard_normal((2, 4)).astype(F) for _ in range(2))
+    with pl.from_onnx(model, device="cpu", shapes={"x": [2, 4], "mask": [2, 4]}) as pipe:
+        np.testing.assert_allclose(pipe.run(x=x, mask=mask)["y"].numpy(), x + _TABLE[:, 4:] + mask)
+
+
 def test_cli_import_takes_shapes(tmp_path, capsys, rng):
     onnx.save(_alibi_model(), tmp_path / "m.onnx")
     out = tmp_path / "imported"

@@ -148,6 +148,10 @@ def _fix_shapes(onnx, model, shapes: dict[str, Any]):
 
     def fix(info, dims=None) -> None:
         if not info.type.tensor_type.HasField("shape"):
+            if dims is not None:  # declared without a shape (any rank): it has these dims now
+                info.type.tensor_type.shape.dim.extend(
+                    onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims
+                )
             return
         for k, d in enumerate(info.type.tensor_type.shape.dim):
             value = dims[k] if dims is not None else by_name.get(d.dim_param, (None,))[0]
