@@ -388,6 +388,20 @@ def test_a_constant_made_by_folding_has_its_own_shape_for_the_nodes_after_it(rng
         np.testing.assert_array_equal(pipe.run(x=np.zeros((3, 6), F), z=z)["y"].numpy(), want)
 
 
+def test_a_reshape_target_past_int64_is_refused_not_a_crash():
+    """x [2**62, 4, c, 16] viewed as [-1, c, 16]: the -1 the import resolves is 2**64, past int64 (the
+    value shape inference would have been given): a refusal naming the dim, never an OverflowError."""
+    nodes = [
+        *_dims("x", 2),
+        _n("Concat", ["minus_one", "x_u2", "sixteen"], ["target"], axis=0),
+        _n("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = {"idx2": i64(2)[0], "axis0": i64(0), "minus_one": i64(-1), "sixteen": i64(16)}
+    model = om.make_model(nodes, [("x", [2**62, 4, "c", 16])], [("y", None)], inits, "past_int64")
+    with pytest.raises(pl.PipeLinkError, match=r"x.shape\[0\] must be <= 9007199254740992"):
+        pl.from_onnx(model, device="cpu")
+
+
 def test_a_huge_constant_of_shape_is_not_evaluated_and_is_refused():
     nodes = [_n("ConstantOfShape", ["shape"], ["big"]), _n("Add", ["x", "big"], ["y"])]
     init = {"shape": i64(1 << 20, 1 << 20)}  # 2**40 elements: never allocated

@@ -275,6 +275,8 @@ def reinfer(onnx, model, g: Graph, nodes: list[Node], protos: dict[int, Any]) ->
     inits, extra, trial_nodes = [], [], []
     for n in nodes:
         proto, target = protos[id(n)], resolved_target(g, n)
+        if target is not None and not all(-(2**63) <= int(d) < 2**63 for d in target):
+            target = None  # past int64 (a hostile dim's product): the converter refuses it
         if target is not None:
             name = f"{n.inputs[1]}::pipelink_target_{len(inits)}"
             inits.append(onnx.numpy_helper.from_array(np.asarray(target, dtype=np.int64), name))
