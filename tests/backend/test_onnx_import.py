@@ -623,6 +623,8 @@ def test_pad_matches_numpy_for_every_mode(rng, mode, pads):
         ("reflect", [(4, 0), (0, 0)], "reflect by 4 on an axis of 4"),
         ("wrap", [(0, 0), (0, 6)], "wrap by 6 on an axis of 5"),
         ("antisymmetric", [(1, 1), (1, 1)], "mode 'antisymmetric'"),
+        ("constant", [(-(2**40), 1), (0, 0)], "crops 1099511627776 of axis 0's 4"),  # a hostile file's pads
+        ("edge", [(-2, -2), (0, 0)], "crops 4 of axis 0's 4 .pads -2, -2.: nothing would be left"),
     ],
 )
 def test_pad_refuses_what_it_cannot_build(mode, pads, why):

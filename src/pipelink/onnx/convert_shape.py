@@ -277,6 +277,12 @@ def _pad(g: Graph, node: Node) -> None:
             raise Unsupported(f"Pad of axis {axis}, whose size is known only when the model runs")
         last = k == len(todo) - 1
         if begin < 0 or end < 0:  # crop first
+            cropped = -min(begin, 0) - min(end, 0)
+            if cropped >= size:
+                raise Unsupported(
+                    f"Pad crops {cropped} of axis {axis}'s {size} (pads {begin}, {end}): nothing would be "
+                    "left, and PipeLink has no empty tensors"
+                )
             stop = size + min(end, 0)
             name = y if last and begin <= 0 and end <= 0 else out("crop")
             g.stage(node, "slice", [cur], [name], starts=[max(-begin, 0)], ends=[stop], axes=[axis])
