@@ -78,6 +78,24 @@ def _read_model(onnx, model_or_path: Any):
         raise InvalidArgumentError(f"{str(path)!r} is not a readable ONNX model: {e}") from None
 
 
+def _declared_inputs(graph) -> dict[str, Any]:
+    """The graph's inputs by name, the initializers IR < 4 lists among them left out."""
+    weights = {t.name for t in graph.initializer}
+    return {info.name: info for info in graph.input if info.name not in weights}
+
+
+def _declared_input(declared: dict[str, Any], name: Any, what: str) -> Any:
+    """The input ``name`` of ``declared``, or the refusal of option ``what`` naming it (with a hint)."""
+    info = declared.get(name)
+    if info is None:
+        hint = did_you_mean(str(name), declared)
+        raise InvalidArgumentError(
+            f"{what}: {name!r} is not an input of the ONNX model{hint} (its inputs: "
+            f"{', '.join(declared) or 'none'})"
+        )
+    return info
+
+
 #: The largest dim a shape fixed at import may give (an ONNX dim is an int64).
 _MAX_DIM = 2**63 - 1
 
@@ -95,20 +113,11 @@ def _fix_shapes(onnx, model, shapes: dict[str, Any]):
         ints >= 1, of another rank than declared, that disagrees with a dim the model fixes, or that gives
         one ``dim_param`` two values.
     """
-    graph = model.graph
-    declared = {
-        info.name: info for info in graph.input if info.name not in {t.name for t in graph.initializer}
-    }
+    declared = _declared_inputs(model.graph)
     by_name: dict[str, tuple[int, str]] = {}  # dim_param -> (value, the input that fixed it)
     fixed: dict[str, list[int]] = {}
     for name, shape in shapes.items():
-        info = declared.get(name)
-        if info is None:
-            hint = did_you_mean(str(name), declared)
-            raise InvalidArgumentError(
-                f"shapes: {name!r} is not an input of the ONNX model{hint} (its inputs: "
-                f"{', '.join(declared) or 'none'})"
-            )
+        info = _declared_input(declared, name, "shapes")
         dims = list(shape) if isinstance(shape, list | tuple) else None
         if dims is None or not all(
             isinstance(d, int | np.integer) and not isinstance(d, bool) and 1 <= d <= _MAX_DIM for d in dims
@@ -177,19 +186,10 @@ def _bind_constants(onnx, model, constants: dict[str, Any]):
         A name that is not a graph input, a value of another shape than the input declares, or one its
         declared element type cannot hold exactly.
     """
-    graph = model.graph
-    declared = {
-        info.name: info for info in graph.input if info.name not in {t.name for t in graph.initializer}
-    }
+    declared = _declared_inputs(model.graph)
     arrays = {}
     for name, value in constants.items():
-        info = declared.get(name)
-        if info is None:
-            hint = did_you_mean(str(name), declared)
-            raise InvalidArgumentError(
-                f"constants: {name!r} is not an input of the ONNX model{hint} (its inputs: "
-                f"{', '.join(declared) or 'none'})"
-            )
+        info = _declared_input(declared, name, "constants")
         ttype = info.type.tensor_type
         try:
             target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
