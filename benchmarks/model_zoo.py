@@ -1197,6 +1197,96 @@ ZOO: dict[str, ZooSpec] = {
             ),
             lambda t: (_ids(t),),
         ),
+        # -- the nineteenth session's: more families of ops
+        ZooSpec(
+            "resnext50_32x4d",
+            "ResNeXt-50 32x4d (torchvision, 64x64; grouped 3x3 convolutions of 32 groups)",
+            _torchvision("resnext50_32x4d"),
+            lambda t: (t.randn(1, 3, 64, 64),),
+        ),
+        ZooSpec(
+            "hubert",
+            "HuBERT (transformers, d=64, 2 layers; wav2vec2's conv front end, grouped conv positions)",
+            _hf("HubertModel", "HubertConfig", **_AUDIO_FRONT, **_SMALL),
+            lambda t: (t.randn(2, 1600),),
+        ),
+        ZooSpec(
+            "fnet",
+            "FNet encoder (transformers, d=64, 2 layers; token mixing by a 2-d Fourier transform, real part)",
+            _hf("FNetModel", "FNetConfig", vocab_size=100, **_SMALL),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "convbert",
+            "ConvBERT encoder (transformers, d=64, 2 layers; span-based dynamic convolution heads, unfold)",
+            _hf("ConvBertModel", "ConvBertConfig", vocab_size=100, embedding_size=64, **_SMALL),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "big_bird",
+            "BigBird encoder (transformers, d=64, 2 layers; full attention, as BigBird runs at 16 tokens)",
+            _hf("BigBirdModel", "BigBirdConfig", vocab_size=100, attention_type="original_full", **_SMALL),
+            lambda t: (_ids(t),),
+        ),
+        ZooSpec(
+            "deit",
+            "DeiT (transformers, d=64, 2 layers, 32x32 image, 8x8 patches; class and distillation tokens)",
+            _hf("DeiTModel", "DeiTConfig", image_size=32, patch_size=8, **_SMALL),
+            lambda t: (t.randn(2, 3, 32, 32),),
+        ),
+        ZooSpec(
+            "canine",
+            "CANINE (transformers, d=64, 2 layers; hashed character embeddings, strided downsampling conv)",
+            _hf(
+                "CanineModel",
+                "CanineConfig",
+                **_SMALL,
+                downsampling_rate=4,
+                num_hash_functions=4,
+                num_hash_buckets=64,
+                local_transformer_stride=4,
+            ),
+            lambda t: (t.randint(0, 5000, (2, 16)),),
+        ),
+        ZooSpec(
+            "perceiver",
+            "Perceiver (transformers; 16 inputs of 32 cross-attended by 8 latents of 64, 2 self-attentions)",
+            _transformers(
+                lambda tf: tf.PerceiverModel(
+                    tf.PerceiverConfig(
+                        num_latents=8,
+                        d_latents=64,
+                        d_model=32,
+                        num_blocks=1,
+                        num_self_attends_per_block=2,
+                        num_self_attention_heads=4,
+                        num_cross_attention_heads=1,
+                    )
+                ),
+                keywords=("inputs",),
+            ),
+            lambda t: (t.randn(2, 16, 32),),
+        ),
+        ZooSpec(
+            "patchtst",
+            "PatchTST (transformers, time series: 3 channels of 32 steps in patches of 8, d=64, 2 layers)",
+            _transformers(
+                lambda tf: tf.PatchTSTModel(
+                    tf.PatchTSTConfig(
+                        num_input_channels=3,
+                        context_length=32,
+                        patch_length=8,
+                        patch_stride=8,
+                        d_model=64,
+                        num_attention_heads=4,
+                        num_hidden_layers=2,
+                        ffn_dim=128,
+                    )
+                ),
+                keywords=("past_values",),
+            ),
+            lambda t: (t.randn(2, 32, 3),),
+        ),
     )
 }
 """Architectures beyond the race's three, for ``scripts/onnx_models_check.py --zoo wide``."""

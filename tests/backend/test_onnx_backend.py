@@ -319,6 +319,33 @@ def test_a_start_computed_from_a_run_time_dim_is_refused_with_the_shapes_to_give
     assert "shapes={'x': [batch, seq]}" in message and "--shape x=<batch>x<seq>" in message
 
 
+def test_a_value_computed_from_shapes_alone_gets_the_same_hint(rng):
+    """x[:, : seq % 100]: the Slice's end is computed from x's shape by a Mod the import does not keep
+    symbolic; no graph input's value gives it, so fixing the dims is the way (CANINE's exports)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Mod", ["seq", "hundred"], ["kept"]),
+        helper.make_node("Unsqueeze", ["kept", "axis0"], ["end"]),
+        helper.make_node("Slice", ["x", "start", "end", "axis1"], ["y"]),
+    ]
+    ints = {"one": 1, "hundred": 100, "axis0": [0], "start": [0], "axis1": [1]}
+    graph = helper.make_graph(
+        nodes,
+        "mod_end",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(model)
+    assert info.value.run_time_dims == ["x"] and "--shape x=<batch>x<seq>" in info.value.message
+    x = rng.standard_normal((2, 103)).astype(F)
+    with pl.from_onnx(model, device="cpu", shapes={"x": [2, 103]}) as pipe:
+        np.testing.assert_array_equal(pipe.run(x=x)["y"].numpy(), x[:, :3])
+
+
 @pytest.mark.parametrize("seq", [3, 8])
 def test_dims_fixed_at_import_fold_what_the_model_computes_from_them(rng, seq):
     """The model imports for the sizes given; the mask's dims of the same names are fixed with x's."""

@@ -488,7 +488,9 @@ def _run_time_dims(inputs: dict[str, Any], rejected: list[Rejected]) -> dict[str
         for name, decl in inputs.items()
         if any(isinstance(d, str) for d in decl.get("shape") or ())
     }
-    if not any(any(w in r.why for w in _RUN_TIME_DIMS) for r in rejected):
+    # a value needed at import that no graph input's value gives comes from the inputs' shapes
+    from_shapes = any(r.needs and not r.graph_input and not r.graph_inputs for r in rejected)
+    if not from_shapes and not any(any(w in r.why for w in _RUN_TIME_DIMS) for r in rejected):
         return {}
     return symbolic
 

@@ -165,8 +165,8 @@ def dft(g: Any, node: Any) -> None:
         )
     if not isinstance(length, int):
         raise Unsupported(
-            f"DFT needs the input's length along axis {axis} known at import (got {_show(shape)}): its "
-            "transform is a constant matrix of that size"
+            f"DFT needs the input's length along axis {axis} known at import, not known only when the "
+            f"model runs (got {_show(shape)}): its transform is a constant matrix of that size"
         )
     n_fft = _int_input(g, node, 1, "dft_length")
     if n_fft is None:
