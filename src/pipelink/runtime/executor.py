@@ -165,6 +165,19 @@ def compile_plan(
         if st.outputs[0] in view_of:
             steps.append(Step(st, _view_kernel, VIEW_VARIANT, st.inputs, st.outputs, view=True))
             continue
+        if all(math.prod(shapes[n]) == 0 for n in st.outputs if n):
+            steps.append(
+                Step(
+                    st,
+                    _empty_kernel,
+                    EMPTY_VARIANT,
+                    st.inputs,
+                    st.outputs,
+                    stream_id=stream_of[st.id],
+                    empty=True,
+                )
+            )
+            continue
         in_dtypes = tuple(dtypes.get(n) if n else None for n in st.inputs)
         choice = registry.select_variant(st.desc, graph.info, in_dtypes, stage=st.id)
         params = dict((tuned or {}).get(st.id, {}))
@@ -287,6 +300,15 @@ VIEW_VARIANT = "view"  # the variant the load and run reports name for a stage r
 
 def _view_kernel(inputs, outputs, stream) -> None:
     """A view stage's step: nothing to do, its output already is its input's memory."""
+
+
+#: The variant the reports name for a stage whose every output is empty (a dim of 0: nothing to compute).
+EMPTY_VARIANT = "empty"
+
+
+def _empty_kernel(inputs, outputs, stream) -> None:
+    """The step of a stage whose outputs have no element: nothing to write (a softmax of [3, 0, 0], the
+    last window of a local attention at a short length; its reference would reduce over nothing)."""
 
 
 def plan_views(

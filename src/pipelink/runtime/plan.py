@@ -30,6 +30,7 @@ class Step:
     skipped_variants: tuple[str, ...] = ()  # variants not chosen, each with why (the load report)
     staged: bool = False  # a host variant on copies staged to host memory and back (runtime.staging)
     view: bool = False  # runs as a view: no kernel, its output aliases its input (executor.plan_views)
+    empty: bool = False  # every output has no element: nothing to compute, no kernel bound or run
 
 
 @dataclass

@@ -476,6 +476,8 @@ def _serialise(
             )
         if step.view:  # no stage: its output is a tensor at its source's arena offset
             continue
+        if step.empty:  # no stage: its outputs have no element (nothing to write)
+            continue
         for source, name in zip(st.inputs, step.in_names, strict=True):
             if name is not None and name != source and name not in relayouts:
                 # An input a contiguous port reads: copied into its arena buffer only when strided.
