@@ -12,7 +12,8 @@ Inception v3, EfficientNetV2, ViT-B/16, MaxViT, two segmentation nets and RAFT; 
 ALBERT, DeBERTa-v2, ELECTRA, MPNet, SqueezeBERT, RoFormer, ESM, ModernBERT, Funnel, XLNet, Longformer, T5,
 Whisper, WavLM, CLIP, SigLIP, DINOv3, SAM, SegFormer, PVTv2, MobileViT, ConvNeXt V2, PoolFormer, BiT,
 FocalNet, CvT, Swin2SR, DPT, OPT, GPT-J, CodeGen, GPT-BigCode, MPT, Phi, StarCoder2, StableLM, OLMo 2,
-Granite, Gemma 3, Qwen2-MoE, DeepSeek-V3, gpt-oss, Mamba-2 and RWKV; small, random weights).
+Granite, Gemma 3, Qwen2-MoE, DeepSeek-V3, gpt-oss, Mamba-2 and RWKV; and 9 more: ResNeXt-50, HuBERT,
+FNet, ConvBERT, BigBird, DeiT, CANINE, Perceiver and PatchTST; small, random weights).
 
 ``--exporter dynamo`` exports as ``torch.onnx.export`` does by default (torch.export, with onnxscript), and
 ``--dynamic-batch`` exports with a symbolic batch (at batch 2) and runs the import at batch 3, and
