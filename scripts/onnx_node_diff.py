@@ -64,7 +64,7 @@ def _feeds(model, path: Path | None, rng) -> dict[str, np.ndarray]:
     for info in inputs:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim]
         if None in dims:
-            raise SystemExit(f"error: input {info.name!r} has dims known only at run time; give --inputs")
+            raise ValueError(f"input {info.name!r} has dims known only at run time; give --inputs")
         dtype = helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
         value = rng.standard_normal(dims) if dtype.kind == "f" else rng.integers(0, 4, dims)
         feeds[info.name] = value.astype(dtype)
@@ -95,7 +95,10 @@ def main() -> int:
     except ImportError as e:
         parser.error(f"needs onnx: {e}")
     model = onnx.shape_inference.infer_shapes(onnx.load(str(args.model)))
-    feeds = _feeds(model, args.inputs, np.random.default_rng(0))
+    try:
+        feeds = _feeds(model, args.inputs, np.random.default_rng(0))
+    except ValueError as e:
+        parser.error(str(e))
     typed = {v.name: v for v in model.graph.value_info}
     producer = {o: n for n in model.graph.node for o in n.output if o}
     outputs = {o.name for o in model.graph.output}

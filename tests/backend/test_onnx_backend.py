@@ -403,10 +403,15 @@ def test_cli_import_takes_shapes(tmp_path, capsys, rng):
     args = ["import", str(tmp_path / "m.onnx"), "-o", str(out)]
     assert main(args) == 2
     assert "--shape x=<batch>x<seq>" in capsys.readouterr().err
-    assert main([*args, "--shape", "x=2xseven"]) == 2
-    assert "give the dimensions as non-negative integers joined by 'x'" in capsys.readouterr().err
-    assert main([*args, "--shape", "x"]) == 2
-    assert "--shape takes NAME=" in capsys.readouterr().err
+    for option, says in [
+        ("x=2xseven", "give the dimensions as non-negative integers joined by 'x'"),
+        ("x", "--shape takes NAME="),
+        ("y=2x5", "shapes: 'y' is not an input of the ONNX model"),
+        ("x=2x0", "each an int from 1 to 2**63 - 1"),
+    ]:
+        assert main([*args, "--shape", option]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error[PIPELINK_ERR_INVALID_ARGUMENT]") and says in err and "\n" not in err
     assert main([*args, "--shape", "x=2x5"]) == 0
     config = json.loads((out / "pipeline.json").read_text())
     assert config["inputs"]["mask"]["shape"] == [2, 5]

@@ -174,6 +174,13 @@ def test_stft_in_the_input_dtype(rng, device, dtype):
 
 
 # -- refusals ---------------------------------------------------------------------------------------
+def test_a_dft_over_a_run_time_length_names_the_dims_to_fix():
+    """FNet at a dynamic sequence: the refusal carries run_time_dims and says how to fix it."""
+    with pytest.raises(pl.PipeLinkError) as info:
+        import_model(_dft_model((np.float32, (2, "n", 2)), opset=20))
+    assert info.value.run_time_dims == ["x"] and "--shape x=2x<n>x2" in info.value.message
+
+
 def test_dft_refuses_what_it_cannot_build_or_the_spec_forbids():
     x = np.zeros((2, 6, 2), np.float32)
     real = np.zeros((2, 6, 1), np.float32)

@@ -127,18 +127,13 @@ class PipeLinkBackendRep(BackendRep):
     def _pipeline(self, feeds: dict[str, np.ndarray]) -> Any:
         """The pipeline for the values of the inputs PipeLink needs at import (imported when new)."""
         while True:
-            missing = [n for n in self._needed if n not in feeds]
-            if missing:
-                raise InvalidArgumentError(
-                    f"input {missing[0]!r} is needed at import (its value specialises the model) and was "
-                    "not given"
-                )
-            missing = [n for n in self._sized if n not in feeds]
-            if missing:
-                raise InvalidArgumentError(
-                    f"input {missing[0]!r} is needed at import (its shape specialises the model) and was "
-                    "not given"
-                )
+            for names, what in ((self._needed, "value"), (self._sized, "shape")):
+                missing = [n for n in names if n not in feeds]
+                if missing:
+                    raise InvalidArgumentError(
+                        f"input {missing[0]!r} is needed at import (its {what} specialises the model) and "
+                        "was not given"
+                    )
             key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in self._needed)
             key += tuple((n, feeds[n].shape) for n in self._sized)
             pipe = self._pipelines.get(key)
